@@ -1,0 +1,283 @@
+"""memspine-admin: create the control database and manage tenants, keys and the audit log."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import getpass
+import os
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from memspine_admin import keys
+from memspine_admin.control import ControlDB, erase_tenant_dir
+from memspine_admin.records import now_us
+from storage.errors import MemspineError, NotFound
+
+EXIT_OK, EXIT_ERROR, EXIT_ABORTED = 0, 1, 3
+
+
+def actor() -> str:
+    """The audit actor for this CLI run: `cli:<os user>`."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):  # containers often run with a uid that has no passwd entry
+        user = f"uid{os.getuid()}"
+    return f"cli:{user}"
+
+
+def _when(us: int | None) -> str:
+    if us is None:
+        return "never"
+    return dt.datetime.fromtimestamp(us / 1e6, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+        for row in [header, *rows]
+    ]
+    return "\n".join(lines)
+
+
+def _emit(args: argparse.Namespace, payload: Any, human: str) -> None:
+    if args.json:
+        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
+    else:
+        sys.stdout.write(human + "\n")
+
+
+def _confirm(args: argparse.Namespace, question: str) -> bool:
+    """Ask on stdin unless --yes; anything but y/yes (or end of input) means no."""
+    if args.yes:
+        return True
+    sys.stderr.write(f"{question} [y/N] ")
+    sys.stderr.flush()
+    answer = sys.stdin.readline()
+    return answer.strip().lower() in ("y", "yes")
+
+
+def _open(args: argparse.Namespace) -> ControlDB:
+    return ControlDB.open(args.data_dir)
+
+
+def cmd_init(args: argparse.Namespace) -> int:
+    """Create the control database."""
+    created = ControlDB.init(args.data_dir, actor=actor())
+    path = args.data_dir / "_control"
+    with _open(args) as db:
+        generation = db.generation()
+    human = (
+        f"created control database at {path}"
+        if created
+        else f"control database already exists at {path}"
+    )
+    if created:
+        human += "\nthe server now accepts only issued keys (restart it if it is running)"
+    _emit(args, {"created": created, "path": str(path), "generation": generation}, human)
+    return EXIT_OK
+
+
+def cmd_tenant_create(args: argparse.Namespace) -> int:
+    """Create a tenant."""
+    with _open(args) as db:
+        tenant = db.create_tenant(args.name, actor=actor())
+    _emit(args, tenant, f"created tenant {tenant.tenant_id} ({tenant.name})")
+    return EXIT_OK
+
+
+def cmd_tenant_list(args: argparse.Namespace) -> int:
+    """List tenants."""
+    with _open(args) as db:
+        tenants = db.list_tenants()
+    rows = [[t.tenant_id, t.name, _when(t.created_at)] for t in tenants]
+    _emit(args, tenants, _table(rows, ["TENANT ID", "NAME", "CREATED"]) if rows else "no tenants")
+    return EXIT_OK
+
+
+def cmd_tenant_delete(args: argparse.Namespace) -> int:
+    """Delete a tenant: revoke its keys, then erase its directory."""
+    with _open(args) as db:
+        tenant = db.get_tenant(args.tenant_id)
+        if tenant is None:
+            raise NotFound("no tenant with that id")
+        active = [k for k in db.list_keys(tenant.tenant_id) if k.revoked_at is None]
+        question = (
+            f"delete tenant {tenant.tenant_id} ({tenant.name}), revoke its "
+            f"{len(active)} active key(s) and erase {args.data_dir / tenant.tenant_id}?"
+        )
+        if not _confirm(args, question):
+            sys.stderr.write("aborted\n")
+            return EXIT_ABORTED
+        revoked = db.delete_tenant(tenant.tenant_id, actor=actor())
+    erased = erase_tenant_dir(args.data_dir, tenant.tenant_id)
+    payload = {"tenant_id": tenant.tenant_id, "revoked_keys": revoked, "erased": erased}
+    human = f"deleted tenant {tenant.tenant_id}; revoked {len(revoked)} key(s)"
+    human += "; erased its directory" if erased else "; it had no directory"
+    _emit(args, payload, human)
+    return EXIT_OK
+
+
+def cmd_key_create(args: argparse.Namespace) -> int:
+    """Issue a key; the only time its plaintext is shown."""
+    scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
+    with _open(args) as db:
+        issued = db.create_key(args.tenant_id, args.name, scopes, args.ttl_secs, actor=actor())
+    human = (
+        f"api key: {issued.api_key}\n"
+        f"key id {issued.key_id} for tenant {issued.tenant_id}, scopes "
+        f"{','.join(issued.scopes)}, expires {_when(issued.expires_at)}\n"
+        "store the api key now: it cannot be shown again"
+    )
+    _emit(args, issued, human)
+    return EXIT_OK
+
+
+def cmd_key_list(args: argparse.Namespace) -> int:
+    """List keys, without secrets or hashes."""
+    with _open(args) as db:
+        infos = db.list_keys(args.tenant)
+    now = now_us()
+    rows = [
+        [
+            keys.key_prefix(k.key_id),
+            k.tenant_id,
+            k.name,
+            ",".join(k.scopes),
+            k.status(now),
+            _when(k.expires_at),
+        ]
+        for k in infos
+    ]
+    header = ["KEY", "TENANT ID", "NAME", "SCOPES", "STATUS", "EXPIRES"]
+    _emit(args, infos, _table(rows, header) if rows else "no keys")
+    return EXIT_OK
+
+
+def cmd_key_revoke(args: argparse.Namespace) -> int:
+    """Revoke a key."""
+    with _open(args) as db:
+        info = db.get_key(args.key_id)
+        if info is None:
+            raise NotFound("no key with that id")
+        question = f"revoke key {args.key_id} ({info.name}) of tenant {info.tenant_id}?"
+        if info.revoked_at is None and not _confirm(args, question):
+            sys.stderr.write("aborted\n")
+            return EXIT_ABORTED
+        info = db.revoke_key(args.key_id, actor=actor())
+    _emit(args, info, f"revoked key {info.key_id} at {_when(info.revoked_at)}")
+    return EXIT_OK
+
+
+def cmd_audit(args: argparse.Namespace) -> int:
+    """Show the admin audit log, oldest first."""
+    with _open(args) as db:
+        entries, cursor = db.audit(args.after, args.limit, tenant_id=args.tenant)
+    rows = [
+        [
+            str(e.seq),
+            _when(e.ts),
+            e.actor,
+            e.action,
+            e.tenant_id or "-",
+            e.key_id or "-",
+            msgspec.json.encode(e.detail).decode(),
+        ]
+        for e in entries
+    ]
+    human = _table(rows, ["SEQ", "WHEN", "ACTOR", "ACTION", "TENANT", "KEY", "DETAIL"])
+    if cursor is not None:
+        human += f"\nmore: --after {cursor}"
+    _emit(args, {"entries": entries, "next_cursor": cursor}, human if rows else "no entries")
+    return EXIT_OK
+
+
+def _common() -> argparse.ArgumentParser:
+    # SUPPRESS defaults let --data-dir/--json go before or after the subcommand.
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--data-dir",
+        type=Path,
+        default=argparse.SUPPRESS,
+        help="data directory (default: $MEMSPINE_DATA_DIR or ./data)",
+    )
+    common.add_argument(
+        "--json",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="print JSON for scripts instead of text",
+    )
+    return common
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser for every subcommand."""
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="memspine-admin",
+        parents=[common],
+        description="Manage memspine tenants, API keys and audit.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def command(
+        group: Any, name: str, func: Callable[[argparse.Namespace], int], **kw: Any
+    ) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = group.add_parser(
+            name, parents=[common], help=func.__doc__, **kw
+        )
+        p.set_defaults(func=func)
+        return p
+
+    command(sub, "init", cmd_init)
+    tenant = sub.add_parser("tenant", help="create, list or delete tenants")
+    tsub = tenant.add_subparsers(dest="tenant_command", required=True)
+    command(tsub, "create", cmd_tenant_create).add_argument("name")
+    command(tsub, "list", cmd_tenant_list)
+    p = command(tsub, "delete", cmd_tenant_delete)
+    p.add_argument("tenant_id")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    key = sub.add_parser("key", help="create, list or revoke API keys")
+    ksub = key.add_subparsers(dest="key_command", required=True)
+    p = command(ksub, "create", cmd_key_create)
+    p.add_argument("tenant_id")
+    p.add_argument("name")
+    p.add_argument("--scopes", default="read,write", help="comma-separated (default read,write)")
+    p.add_argument("--ttl-secs", type=int, default=None, help="expire after this many seconds")
+    command(ksub, "list", cmd_key_list).add_argument("--tenant", default=None)
+    p = command(ksub, "revoke", cmd_key_revoke)
+    p.add_argument("key_id")
+    p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    p = command(sub, "audit", cmd_audit)
+    p.add_argument("--after", type=int, default=None, help="show entries after this seq")
+    p.add_argument("--limit", type=int, default=100, help="at most this many (max 1000)")
+    p.add_argument("--tenant", default=None, help="only entries about this tenant")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `memspine-admin` console script."""
+    args = build_parser().parse_args(argv)
+    if "data_dir" not in args:
+        args.data_dir = Path(os.environ.get("MEMSPINE_DATA_DIR") or "./data")
+    args.json = getattr(args, "json", False)
+    try:
+        return int(args.func(args))
+    except MemspineError as exc:
+        if args.json:
+            error = {"error": exc.code, "detail": exc.detail}
+            sys.stderr.write(msgspec.json.encode(error).decode() + "\n")
+        else:
+            sys.stderr.write(f"memspine-admin: {exc.detail}\n")
+        return EXIT_ERROR
+
+
+if __name__ == "__main__":
+    sys.exit(main())

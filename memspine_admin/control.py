@@ -1,0 +1,451 @@
+"""The control database: tenants, API keys, the admin audit log and a generation counter (LMDB)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import struct
+import uuid
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import lmdb
+import msgspec
+from argon2 import PasswordHasher
+
+from memspine_admin import keys
+from memspine_admin.records import (
+    SCOPES,
+    AuditEntry,
+    IssuedKey,
+    KeyInfo,
+    KeyRecord,
+    Tenant,
+    check_name,
+    check_scopes,
+    check_ttl,
+    is_tenant_id,
+    now_us,
+)
+from storage.errors import Conflict, InvalidRequest, NotFound
+
+CONTROL_DIR = "_control"
+SCHEMA_VERSION = 1
+MAP_SIZE = 1 << 30  # sparse; every process must use the same value (see docs/admin.md)
+MAX_AUDIT_LIMIT = 1000
+NO_CONTROL_DB = "no control database: run memspine-admin init"
+
+_U64 = struct.Struct(">Q")
+
+
+def control_path(data_dir: Path) -> Path:
+    """Where the control database lives inside a data directory."""
+    return Path(data_dir) / CONTROL_DIR
+
+
+def erase_tenant_dir(data_dir: Path, tenant_id: str) -> bool:
+    """Remove `data_dir/<tenant_id>`; never follows a symlink out of data_dir. True if removed.
+
+    The server must close the tenant first; the CLI relies on revoked keys keeping it closed.
+    """
+    if not is_tenant_id(tenant_id):
+        raise InvalidRequest("not a tenant id")
+    root = Path(data_dir)
+    target = root / tenant_id
+    if not os.path.lexists(target):
+        return False
+    if target.is_symlink() or not target.is_dir():
+        target.unlink()  # a link is removed, never what it points to
+    else:
+        # Rename first, so a crash mid-way leaves no half-erased directory under the tenant's name.
+        doomed = root / f".erasing-{tenant_id}-{uuid.uuid4().hex[:8]}"
+        os.rename(target, doomed)
+        _fsync_dir(root)
+        shutil.rmtree(doomed)  # fd-based on Linux: symlinks inside are unlinked, not followed
+    _fsync_dir(root)
+    return True
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class ControlDB:
+    """Tenants, keys, audit and generation in one LMDB environment; safe across processes.
+
+    Open it once per process (LMDB's rule); the handle is safe to share between threads.
+    """
+
+    def __init__(
+        self,
+        env: lmdb.Environment,
+        path: Path,
+        *,
+        hasher: PasswordHasher | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        """Wrap an open environment; use ControlDB.open instead."""
+        self.path = path
+        self.hasher = hasher or keys.default_hasher()
+        self.now: Callable[[], int] = clock or now_us
+        self._env = env
+        self._meta = env.open_db(b"meta", create=False)
+        self._tenants = env.open_db(b"tenants", create=False)
+        self._names = env.open_db(b"tenant_names", create=False)
+        self._keys = env.open_db(b"keys", create=False)
+        self._tenant_keys = env.open_db(b"tenant_keys", create=False)
+        self._audit = env.open_db(b"audit", create=False)
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @staticmethod
+    def exists(data_dir: Path) -> bool:
+        """True if `memspine-admin init` has created the control database in `data_dir`."""
+        return (control_path(data_dir) / "data.mdb").is_file()
+
+    @classmethod
+    def init(cls, data_dir: Path, *, actor: str) -> bool:
+        """Create the control database unless it exists; True if this call created it."""
+        data_dir = Path(data_dir)
+        if cls.exists(data_dir):
+            return False
+        data_dir.mkdir(parents=True, exist_ok=True)
+        # Build it under a temporary name and rename it into place, so no process ever
+        # sees a half-made control database (the server decides its auth mode on exists()).
+        tmp = data_dir / f".control-init-{uuid.uuid4().hex[:8]}"
+        env = _open_env(tmp, create=True)
+        try:
+            with env.begin(write=True) as txn:
+                for name in (b"meta", b"tenants", b"tenant_names", b"keys", b"tenant_keys"):
+                    env.open_db(name, txn=txn)
+                audit = env.open_db(b"audit", txn=txn)
+                meta = env.open_db(b"meta", txn=txn)
+                txn.put(b"schema", _U64.pack(SCHEMA_VERSION), db=meta)
+                txn.put(b"generation", _U64.pack(1), db=meta)
+                entry = AuditEntry(seq=1, ts=now_us(), actor=actor, action="control.init")
+                txn.put(_U64.pack(1), msgspec.msgpack.encode(entry), db=audit)
+            env.sync(True)
+        finally:
+            env.close()
+        try:
+            os.rename(tmp, control_path(data_dir))
+        except OSError:
+            shutil.rmtree(tmp, ignore_errors=True)  # another process won the race
+            if cls.exists(data_dir):
+                return False
+            raise
+        _fsync_dir(data_dir)
+        return True
+
+    @classmethod
+    def open(
+        cls,
+        data_dir: Path,
+        *,
+        create: bool = False,
+        actor: str = "system",
+        hasher: PasswordHasher | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> ControlDB:
+        """Open the control database; create it if `create`, else raise Conflict if missing."""
+        data_dir = Path(data_dir)
+        if create:
+            cls.init(data_dir, actor=actor)
+        elif not cls.exists(data_dir):
+            raise Conflict(NO_CONTROL_DB)
+        path = control_path(data_dir)
+        db = cls(_open_env(path, create=False), path, hasher=hasher, clock=clock)
+        with db._env.begin(db=db._meta) as txn:
+            raw = txn.get(b"schema")
+        if raw is None or _U64.unpack(raw)[0] != SCHEMA_VERSION:
+            db.close()
+            raise Conflict("the control database has an unknown schema version")
+        return db
+
+    def close(self) -> None:
+        """Close the environment."""
+        self._env.close()
+
+    def __enter__(self) -> ControlDB:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    # -- generation --------------------------------------------------------------------------
+
+    def generation(self) -> int:
+        """The counter bumped by every change to tenants or keys (one LMDB read)."""
+        with self._env.begin(db=self._meta) as txn:
+            raw = txn.get(b"generation")
+        return _U64.unpack(raw)[0] if raw is not None else 0
+
+    def _bump(self, txn: lmdb.Transaction) -> None:
+        raw = txn.get(b"generation", db=self._meta)
+        current = _U64.unpack(raw)[0] if raw is not None else 0
+        txn.put(b"generation", _U64.pack(current + 1), db=self._meta)
+
+    # -- tenants -----------------------------------------------------------------------------
+
+    def create_tenant(self, name: str, *, actor: str) -> Tenant:
+        """Create a tenant; Conflict (409) if a live tenant already has that name."""
+        name = check_name(name, "name")
+        tenant = Tenant(tenant_id=str(uuid.uuid4()), name=name, created_at=self.now())
+        with self._env.begin(write=True) as txn:
+            existing = txn.get(name.encode(), db=self._names)
+            if existing is not None:
+                raise Conflict(f"a tenant named {name!r} already exists: {existing.decode()}")
+            txn.put(name.encode(), tenant.tenant_id.encode(), db=self._names)
+            txn.put(tenant.tenant_id.encode(), msgspec.msgpack.encode(tenant), db=self._tenants)
+            self._bump(txn)
+            self._log(txn, actor, "tenant.create", tenant.tenant_id, None, {"name": name})
+        return tenant
+
+    def get_tenant(self, tenant_id: str) -> Tenant | None:
+        """The tenant with that id, or None."""
+        if not is_tenant_id(tenant_id):
+            return None
+        with self._env.begin(db=self._tenants) as txn:
+            raw = txn.get(tenant_id.encode())
+        return None if raw is None else msgspec.msgpack.decode(raw, type=Tenant)
+
+    def list_tenants(self) -> list[Tenant]:
+        """Every tenant, oldest first."""
+        with self._env.begin(db=self._tenants) as txn:
+            tenants = [msgspec.msgpack.decode(v, type=Tenant) for _, v in txn.cursor()]
+        return sorted(tenants, key=lambda t: (t.created_at, t.tenant_id))
+
+    def delete_tenant(self, tenant_id: str, *, actor: str) -> list[str]:
+        """Delete a tenant and revoke its keys in one transaction; return the revoked key ids.
+
+        The caller then erases the directory with `erase_tenant_dir` (after closing the tenant).
+        """
+        now = self.now()
+        revoked: list[str] = []
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(tenant_id.encode(), db=self._tenants) if is_tenant_id(tenant_id) else None
+            if raw is None:
+                raise NotFound("no tenant with that id")
+            tenant = msgspec.msgpack.decode(raw, type=Tenant)
+            for record in self._tenant_key_records(txn, tenant_id):
+                if record.revoked_at is None:
+                    revoked_record = msgspec.structs.replace(record, revoked_at=now)
+                    self._put_key(txn, revoked_record)
+                    revoked.append(record.key_id)
+            txn.delete(tenant_id.encode(), db=self._tenants)
+            txn.delete(tenant.name.encode(), db=self._names)
+            self._bump(txn)
+            detail = {"name": tenant.name, "revoked_keys": revoked}
+            self._log(txn, actor, "tenant.delete", tenant_id, None, detail)
+        return revoked
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def create_key(
+        self,
+        tenant_id: str,
+        name: str,
+        scopes: Iterable[str] = SCOPES,
+        ttl_secs: int | None = None,
+        *,
+        actor: str,
+    ) -> IssuedKey:
+        """Issue a key for a tenant; the plaintext is in the result and nowhere else."""
+        name = check_name(name, "name")
+        scope_tuple = check_scopes(scopes)
+        ttl = check_ttl(ttl_secs)
+        if self.get_tenant(tenant_id) is None:
+            raise NotFound("no tenant with that id")  # before paying for argon2
+        generated = keys.generate_key()
+        # Hash outside the write transaction: argon2 is slow and writers are serialised.
+        secret_hash = keys.hash_secret(self.hasher, generated.secret)
+        now = self.now()
+        expires_at = None if ttl is None else now + ttl * 1_000_000
+        with self._env.begin(write=True) as txn:
+            if txn.get(tenant_id.encode(), db=self._tenants) is None:
+                raise NotFound("no tenant with that id")
+            while txn.get(generated.key_id.encode(), db=self._keys) is not None:
+                generated = keys.with_new_key_id(generated)
+            record = KeyRecord(
+                key_id=generated.key_id,
+                tenant_id=tenant_id,
+                name=name,
+                scopes=scope_tuple,
+                created_at=now,
+                expires_at=expires_at,
+                secret_hash=secret_hash,
+            )
+            self._put_key(txn, record)
+            txn.put(f"{tenant_id}/{record.key_id}".encode(), b"", db=self._tenant_keys)
+            self._bump(txn)
+            detail = {"name": name, "scopes": list(scope_tuple), "expires_at": expires_at}
+            self._log(txn, actor, "key.create", tenant_id, record.key_id, detail)
+        return IssuedKey(
+            key_id=record.key_id,
+            api_key=generated.token,
+            tenant_id=tenant_id,
+            name=name,
+            scopes=scope_tuple,
+            created_at=now,
+            expires_at=expires_at,
+        )
+
+    def get_key(self, key_id: str) -> KeyInfo | None:
+        """The key with that id (no hash), or None."""
+        record = self.get_key_record(key_id)
+        return None if record is None else record.info()
+
+    def get_key_record(self, key_id: str) -> KeyRecord | None:
+        """The stored record, hash included: for the verifier only, never for display."""
+        if not keys.is_key_id(key_id):
+            return None
+        with self._env.begin(db=self._keys) as txn:
+            raw = txn.get(key_id.encode())
+        return None if raw is None else msgspec.msgpack.decode(raw, type=KeyRecord)
+
+    def list_keys(self, tenant_id: str | None = None) -> list[KeyInfo]:
+        """Every key, or one tenant's (NotFound if the tenant is unknown), oldest first."""
+        with self._env.begin() as txn:
+            if tenant_id is None:
+                records = [
+                    msgspec.msgpack.decode(v, type=KeyRecord) for _, v in txn.cursor(db=self._keys)
+                ]
+            else:
+                if (
+                    not is_tenant_id(tenant_id)
+                    or txn.get(tenant_id.encode(), db=self._tenants) is None
+                ):
+                    raise NotFound("no tenant with that id")
+                records = list(self._tenant_key_records(txn, tenant_id))
+        infos = [r.info() for r in records]
+        return sorted(infos, key=lambda k: (k.created_at, k.key_id))
+
+    def revoke_key(self, key_id: str, *, actor: str) -> KeyInfo:
+        """Revoke a key (effective on the next request); revoking twice changes nothing."""
+        if not keys.is_key_id(key_id):
+            raise NotFound("no key with that id")
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(key_id.encode(), db=self._keys)
+            if raw is None:
+                raise NotFound("no key with that id")
+            record = msgspec.msgpack.decode(raw, type=KeyRecord)
+            if record.revoked_at is not None:
+                return record.info()
+            record = msgspec.structs.replace(record, revoked_at=self.now())
+            self._put_key(txn, record)
+            self._bump(txn)
+            self._log(txn, actor, "key.revoke", record.tenant_id, key_id, {"name": record.name})
+        return record.info()
+
+    def update_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        """Replace a key's hash if it is still `old_hash` (rehash after verify); True if done.
+
+        Not an authorisation change, so neither the generation nor the audit log moves.
+        """
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(key_id.encode(), db=self._keys)
+            if raw is None:
+                return False
+            record = msgspec.msgpack.decode(raw, type=KeyRecord)
+            if record.secret_hash != old_hash or record.revoked_at is not None:
+                return False
+            self._put_key(txn, msgspec.structs.replace(record, secret_hash=new_hash))
+        return True
+
+    def _put_key(self, txn: lmdb.Transaction, record: KeyRecord) -> None:
+        txn.put(record.key_id.encode(), msgspec.msgpack.encode(record), db=self._keys)
+
+    def _tenant_key_records(self, txn: lmdb.Transaction, tenant_id: str) -> Iterable[KeyRecord]:
+        prefix = f"{tenant_id}/".encode()
+        cursor = txn.cursor(db=self._tenant_keys)
+        found = cursor.set_range(prefix)
+        while found:
+            index_key = bytes(cursor.key())
+            if not index_key.startswith(prefix):
+                break
+            raw = txn.get(index_key[len(prefix) :], db=self._keys)
+            if raw is not None:
+                yield msgspec.msgpack.decode(raw, type=KeyRecord)
+            found = cursor.next()
+
+    # -- audit -------------------------------------------------------------------------------
+
+    def _log(
+        self,
+        txn: lmdb.Transaction,
+        actor: str,
+        action: str,
+        tenant_id: str | None,
+        key_id: str | None,
+        detail: dict[str, Any],
+    ) -> None:
+        cursor = txn.cursor(db=self._audit)
+        seq = _U64.unpack(cursor.key())[0] + 1 if cursor.last() else 1
+        entry = AuditEntry(
+            seq=seq,
+            ts=self.now(),
+            actor=actor,
+            action=action,
+            tenant_id=tenant_id,
+            key_id=key_id,
+            detail=detail,
+        )
+        txn.put(_U64.pack(seq), msgspec.msgpack.encode(entry), db=self._audit)
+
+    def audit(
+        self, after: int | None = None, limit: int = 100, *, tenant_id: str | None = None
+    ) -> tuple[list[AuditEntry], int | None]:
+        """Audit entries with seq > `after`, oldest first; the cursor is the last seq or None."""
+        if (
+            isinstance(limit, bool)
+            or not isinstance(limit, int)
+            or not 1 <= limit <= MAX_AUDIT_LIMIT
+        ):
+            raise InvalidRequest(f"limit must be between 1 and {MAX_AUDIT_LIMIT}")
+        if after is not None and (
+            isinstance(after, bool) or not isinstance(after, int) or after < 0
+        ):
+            raise InvalidRequest("after must be a non-negative integer")
+        entries: list[AuditEntry] = []
+        more = False
+        with self._env.begin(db=self._audit) as txn:
+            cursor = txn.cursor()
+            found = cursor.set_range(_U64.pack(min((after or 0) + 1, 2**64 - 1)))
+            while found:
+                entry = msgspec.msgpack.decode(cursor.value(), type=AuditEntry)
+                if tenant_id is None or entry.tenant_id == tenant_id:
+                    if len(entries) == limit:
+                        more = True
+                        break
+                    entries.append(entry)
+                found = cursor.next()
+        return entries, (entries[-1].seq if more else None)
+
+
+def _open_env(path: Path, *, create: bool) -> lmdb.Environment:
+    # sync/metasync: an admin change is durable once the call returns (the CLI exits right after).
+    if create:
+        path.mkdir(mode=0o700)
+    return lmdb.open(
+        str(path),
+        subdir=True,
+        create=create,
+        map_size=MAP_SIZE,
+        max_dbs=8,
+        mode=0o600,
+        sync=True,
+        metasync=True,
+        readahead=False,
+        lock=True,
+    )

@@ -1,0 +1,151 @@
+"""Control-plane records (msgpack in LMDB) and the validation of what admins send."""
+
+from __future__ import annotations
+
+import time
+import unicodedata
+import uuid
+from collections.abc import Iterable
+from typing import Any
+
+import msgspec
+
+from storage.errors import InvalidRequest
+
+SCOPES = ("read", "write")
+MAX_TTL_SECS = 10 * 365 * 86_400
+MAX_NAME_BYTES = 128
+
+
+def now_us() -> int:
+    """Microseconds since the Unix epoch."""
+    return time.time_ns() // 1000
+
+
+class Tenant(msgspec.Struct, frozen=True, kw_only=True):
+    """A tenant: its id (a UUIDv4, also its directory name), name and creation time (µs)."""
+
+    tenant_id: str
+    name: str
+    created_at: int
+
+
+class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
+    """What may be shown about a key: no secret and no hash."""
+
+    key_id: str
+    tenant_id: str
+    name: str
+    scopes: tuple[str, ...]
+    created_at: int
+    expires_at: int | None = None
+    revoked_at: int | None = None
+
+    def status(self, now: int) -> str:
+        """One of "active", "revoked" or "expired" at time `now` (µs)."""
+        if self.revoked_at is not None:
+            return "revoked"
+        if self.expires_at is not None and now >= self.expires_at:
+            return "expired"
+        return "active"
+
+
+class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A key as stored: KeyInfo's fields plus the argon2id hash of the secret."""
+
+    key_id: str
+    tenant_id: str
+    name: str
+    scopes: tuple[str, ...]
+    created_at: int
+    expires_at: int | None = None
+    revoked_at: int | None = None
+    secret_hash: str
+
+    def __repr__(self) -> str:
+        # The hash is not the secret, but it is what an offline guesser needs: keep it out of logs.
+        return f"KeyRecord(key_id={self.key_id!r}, tenant_id={self.tenant_id!r}, hash=<hidden>)"
+
+    def info(self) -> KeyInfo:
+        """The displayable part of the record."""
+        fields = msgspec.structs.asdict(self)
+        del fields["secret_hash"]
+        return KeyInfo(**fields)
+
+
+class IssuedKey(msgspec.Struct, frozen=True, kw_only=True):
+    """A key just created, with its plaintext `api_key`: returned once, never stored."""
+
+    key_id: str
+    api_key: str
+    tenant_id: str
+    name: str
+    scopes: tuple[str, ...]
+    created_at: int
+    expires_at: int | None = None
+
+    def __repr__(self) -> str:
+        return f"IssuedKey(key_id={self.key_id!r}, tenant_id={self.tenant_id!r}, api_key=<hidden>)"
+
+
+class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
+    """One admin action: who, what, when, on which tenant or key; never a secret."""
+
+    seq: int
+    ts: int
+    actor: str
+    action: str
+    tenant_id: str | None = None
+    key_id: str | None = None
+    detail: dict[str, Any] = {}
+
+
+def is_tenant_id(value: object) -> bool:
+    """True if `value` is a canonical lowercase UUIDv4 string (so never "_control" or a path)."""
+    if not isinstance(value, str) or len(value) != 36:
+        return False
+    try:
+        parsed = uuid.UUID(value)
+    except ValueError:
+        return False
+    return parsed.version == 4 and str(parsed) == value
+
+
+def check_name(name: object, what: str) -> str:
+    """Return `name` if it is a usable tenant or key name, else raise InvalidRequest."""
+    if not isinstance(name, str):
+        raise InvalidRequest(f"{what} must be a string")
+    if not name.strip():
+        raise InvalidRequest(f"{what} must not be empty")
+    if name != name.strip():
+        raise InvalidRequest(f"{what} must not start or end with whitespace")
+    if len(name.encode("utf-8")) > MAX_NAME_BYTES:
+        raise InvalidRequest(f"{what} must be at most {MAX_NAME_BYTES} bytes")
+    if any(unicodedata.category(ch).startswith("C") for ch in name):
+        raise InvalidRequest(f"{what} must not contain control characters")
+    return name
+
+
+def check_scopes(scopes: object) -> tuple[str, ...]:
+    """Return the scopes in canonical order without duplicates; InvalidRequest names a bad one."""
+    # A bare string would iterate as letters; insist on a list of names.
+    if isinstance(scopes, str | bytes) or not isinstance(scopes, Iterable):
+        raise InvalidRequest("scopes must be a list of scope names")
+    given = list(scopes)
+    for scope in given:
+        if scope not in SCOPES:
+            raise InvalidRequest(f"unknown scope {scope!r} (known scopes: {', '.join(SCOPES)})")
+    if not given:
+        raise InvalidRequest("scopes must not be empty")
+    return tuple(s for s in SCOPES if s in given)
+
+
+def check_ttl(ttl_secs: object) -> int | None:
+    """Return `ttl_secs` if it is None or an integer from 1 s to 10 years, else InvalidRequest."""
+    if ttl_secs is None:
+        return None
+    if isinstance(ttl_secs, bool) or not isinstance(ttl_secs, int):
+        raise InvalidRequest("ttl_secs must be an integer number of seconds")
+    if not 1 <= ttl_secs <= MAX_TTL_SECS:
+        raise InvalidRequest(f"ttl_secs must be between 1 and {MAX_TTL_SECS} (10 years)")
+    return ttl_secs
