@@ -1,0 +1,31 @@
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test lint typecheck bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	python3 -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/memspine-server
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check memspine memspine_admin storage tests bench
+
+typecheck: $(STAMP)
+	$(VENV)/bin/mypy memspine memspine_admin storage
+
+test: $(STAMP) lint
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,94 @@
+"""One error root for the engine: each class carries its HTTP status and error code."""
+
+from __future__ import annotations
+
+
+class MemspineError(Exception):
+    """Root of every error a client may see; rendered as {"error": code, "detail": sentence}."""
+
+    status: int = 500
+    code: str = "internal"
+    headers: dict[str, str] = {}
+
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail)
+        self.detail = detail
+        if headers:
+            self.headers = headers
+
+
+class InvalidRequest(MemspineError):
+    """The request is malformed or out of range (400)."""
+
+    status = 400
+    code = "invalid_request"
+
+
+class Unauthorized(MemspineError):
+    """No usable credentials (401); one message for every cause."""
+
+    status = 401
+    code = "unauthorized"
+
+
+class Forbidden(MemspineError):
+    """The key lacks a scope (403)."""
+
+    status = 403
+    code = "forbidden"
+
+
+class NotFound(MemspineError):
+    """Unknown id, or an id that belongs to another tenant (404)."""
+
+    status = 404
+    code = "not_found"
+
+
+class Conflict(MemspineError):
+    """The request conflicts with work in progress or with server state (409)."""
+
+    status = 409
+    code = "conflict"
+
+
+class PayloadTooLarge(MemspineError):
+    """The body exceeds MEMSPINE_MAX_BODY_BYTES (413)."""
+
+    status = 413
+    code = "payload_too_large"
+
+
+class IdempotencyMismatch(MemspineError):
+    """Same Idempotency-Key, different body (422)."""
+
+    status = 422
+    code = "idempotency_mismatch"
+
+
+class EmbeddingMismatch(MemspineError):
+    """Embedding length or model differs from what the tenant recorded (422)."""
+
+    status = 422
+    code = "embedding_mismatch"
+
+
+class Unavailable(MemspineError):
+    """Every open tenant slot is busy (503)."""
+
+    status = 503
+    code = "unavailable"
+
+
+class CypherSyntaxError(InvalidRequest):
+    """A Cypher query that does not parse; the detail names line and column."""
+
+    def __init__(self, message: str, *, line: int, col: int, query: str = "") -> None:
+        self.line = line
+        self.col = col
+        detail = f"{message} (line {line}, column {col})"
+        if query:
+            lines = query.splitlines() or [""]
+            if 1 <= line <= len(lines):
+                detail += "\n" + lines[line - 1] + "\n" + " " * max(col - 1, 0) + "^"
+        super().__init__(detail)

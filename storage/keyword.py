@@ -1,0 +1,125 @@
+"""The keyword index: a Tantivy projection of the log holding ids and indexed (never stored) text."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterable
+from pathlib import Path
+
+import msgspec
+import tantivy
+
+from storage import encoding as enc
+from storage.model import FilterValue
+
+# Words are runs of letters and digits; everything else separates them, so no query syntax
+# can reach Tantivy's parser (lowercasing also disarms its AND/OR/NOT operators).
+_WORD = re.compile(r"[^\W_]+")
+MAX_QUERY_WORDS = 64
+WRITER_HEAP_BYTES = 16_000_000
+
+
+class KeywordDoc(msgspec.Struct, frozen=True):
+    """What the keyword index needs of one event."""
+
+    event_id: str
+    kind: str
+    text: str
+    filterable: dict[str, FilterValue]
+
+
+def _schema() -> tantivy.Schema:
+    """Id (stored, exact), text (indexed with stemming, not stored), kind and property tags (exact)."""
+    b = tantivy.SchemaBuilder()
+    b.add_text_field("id", stored=True, tokenizer_name="raw")
+    b.add_text_field("text", stored=False, tokenizer_name="en_stem", index_option="freq")
+    b.add_text_field("kind", stored=False, tokenizer_name="raw")
+    b.add_text_field("tag", stored=False, tokenizer_name="raw")
+    return b.build()
+
+
+def property_tag(name: str, value: FilterValue) -> str:
+    """One exact-match token per filterable property: the same typed encoding as the log's index."""
+    return enc.property_prefix(name, value).hex()
+
+
+def query_words(text: str) -> list[str]:
+    """The lowercase words of a user's text, at most MAX_QUERY_WORDS of them."""
+    return [w.lower() for w in _WORD.findall(text)][:MAX_QUERY_WORDS]
+
+
+class KeywordIndex:
+    """BM25 search over one tenant's event text, restricted by kind and property tags."""
+
+    def __init__(self, path: Path, index: tantivy.Index) -> None:
+        self.path = path
+        self.index = index
+        self.schema = index.schema
+        self.writer = index.writer(heap_size=WRITER_HEAP_BYTES, num_threads=1)
+
+    @classmethod
+    def open(cls, path: Path) -> KeywordIndex:
+        """Open the index at path, creating an empty one if there is none."""
+        path.mkdir(parents=True, exist_ok=True)
+        return cls(path, tantivy.Index(_schema(), path=str(path), reuse=True))
+
+    @classmethod
+    def create_empty(cls, path: Path) -> KeywordIndex:
+        """Replace whatever is at path with an empty index (used to rebuild a damaged one)."""
+        shutil.rmtree(path, ignore_errors=True)
+        return cls.open(path)
+
+    def add(self, docs: Iterable[KeywordDoc]) -> None:
+        """Stage documents; replaces any earlier document with the same id so replays are idempotent."""
+        for d in docs:
+            self.writer.delete_documents("id", d.event_id)
+            doc = tantivy.Document()
+            doc.add_text("id", d.event_id)
+            doc.add_text("text", d.text)
+            doc.add_text("kind", d.kind)
+            for name, value in d.filterable.items():
+                doc.add_text("tag", property_tag(name, value))
+            self.writer.add_document(doc)
+
+    def delete(self, event_ids: Iterable[str]) -> None:
+        """Stage deletions by id."""
+        for e in event_ids:
+            self.writer.delete_documents("id", e)
+
+    def commit(self) -> None:
+        """Make staged changes durable and visible to the next search."""
+        self.writer.commit()
+        self.index.reload()
+
+    def search(
+        self,
+        text: str,
+        *,
+        limit: int,
+        kind: str | None = None,
+        filters: dict[str, FilterValue] | None = None,
+    ) -> list[tuple[str, float]]:
+        """(event id, BM25 score) best first, kind and filters applied inside the search."""
+        words = query_words(text)
+        if not words or limit <= 0:
+            return []
+        text_query, _errors = self.index.parse_query_lenient(" ".join(words), ["text"])
+        clauses = [(tantivy.Occur.Must, text_query)]
+        if kind is not None:
+            clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "kind", kind)))
+        for name, value in (filters or {}).items():
+            tag = tantivy.Query.term_query(self.schema, "tag", property_tag(name, value))
+            clauses.append((tantivy.Occur.Must, tag))
+        query = tantivy.Query.boolean_query(clauses)
+        searcher = self.index.searcher()
+        hits = searcher.search(query, limit).hits
+        return [(searcher.doc(addr)["id"][0], float(score)) for score, addr in hits]
+
+    def doc_count(self) -> int:
+        """Number of live documents."""
+        return int(self.index.searcher().num_docs)
+
+    def close(self) -> None:
+        """Release the writer (and its lock on the directory)."""
+        self.writer.wait_merging_threads()

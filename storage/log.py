@@ -1,0 +1,275 @@
+"""The event log: one LMDB environment per tenant holding every record and secondary index."""
+
+from __future__ import annotations
+
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+import msgspec
+
+from storage import encoding as enc
+from storage.errors import EmbeddingMismatch, IdempotencyMismatch, MemspineError
+from storage.model import REL_CODES, SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
+from storage.reader import DB_NAMES, LogReader, Tombstone
+from storage.rwlock import RWLock
+
+SCHEMA_VERSION = 1
+INITIAL_MAP_SIZE = 32 << 20
+T = TypeVar("T")
+
+OP_APPEND = b"A"
+OP_DELETE = b"D"
+
+
+class IdempotencyRecord(msgspec.Struct, frozen=True):
+    """What a retry under the same Idempotency-Key needs: the body hash and the first answer's unlinked ids."""
+
+    body_hash: bytes
+    unlinked: list[str] = []
+
+
+class EventLog:
+    """The durable log of one tenant; the only source of truth."""
+
+    def __init__(self, path: Path, env: lmdb.Environment) -> None:
+        self.path = path
+        self.env = env
+        self.lock = RWLock()
+        self.dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
+        self._encoder = msgspec.msgpack.Encoder()
+
+    @classmethod
+    def open(cls, path: Path, *, embedding_dim: int = 384) -> EventLog:
+        """Open (creating if needed) the log at path; a new log records embedding_dim."""
+        path.mkdir(parents=True, exist_ok=True)
+        env = lmdb.open(
+            str(path),
+            map_size=INITIAL_MAP_SIZE,
+            max_dbs=len(DB_NAMES) + 1,
+            max_readers=256,
+            sync=True,
+            metasync=True,
+            readahead=False,
+        )
+        env.reader_check()  # clear slots left by a process that died holding a read transaction
+        log = cls(path, env)
+        with env.begin(write=True) as txn:
+            meta = log.dbs["meta"]
+            if txn.get(b"schema", db=meta) is None:
+                txn.put(b"schema", enc.u64(SCHEMA_VERSION), db=meta)
+                txn.put(b"dim", enc.u64(embedding_dim), db=meta)
+        return log
+
+    def close(self) -> None:
+        """Close the environment once no transaction is active."""
+        with self.lock.exclusive():
+            self.env.close()
+
+    @contextmanager
+    def reader(self) -> Iterator[LogReader]:
+        """A consistent read-only view of the log."""
+        with self.lock.shared(), self.env.begin(buffers=False) as txn:
+            yield LogReader(txn, self.dbs)
+
+    # -- meta -----------------------------------------------------------------
+
+    def meta_int(self, name: str) -> int | None:
+        """An integer meta value, or None."""
+        with self.reader() as r:
+            return r.meta_int(name)
+
+    def set_meta_int(self, name: str, value: int) -> None:
+        """Store an integer meta value durably."""
+        self.write(lambda txn: self.put_meta_int(txn, name, value))
+
+    def put_meta_int(self, txn: lmdb.Transaction, name: str, value: int) -> None:
+        """Store an integer meta value inside a write transaction."""
+        txn.put(name.encode(), enc.u64(value), db=self.dbs["meta"])
+
+    # -- writes ---------------------------------------------------------------
+
+    def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """Run fn in one durable write transaction, growing the map instead of failing when full."""
+        while True:
+            try:
+                with self.lock.shared(), self.env.begin(write=True) as txn:
+                    return fn(txn)
+            except lmdb.MapFullError:
+                self._grow()
+
+    def _grow(self) -> None:
+        """Double the map size; LMDB allows this only with no transaction active."""
+        with self.lock.exclusive():
+            self.env.set_mapsize(self.env.info()["map_size"] * 2)
+
+    def append_batch(
+        self, events: list[NewEvent]
+    ) -> list[AppendResult | MemspineError]:
+        """Append events in one transaction; each gets its result or its own error."""
+        return self.write(lambda txn: [self.append_one(txn, ev) for ev in events])
+
+    def append_one(self, txn: lmdb.Transaction, ev: NewEvent) -> AppendResult | MemspineError:
+        """Write one event and its index entries, or return why it cannot be written."""
+        r = LogReader(txn, self.dbs)
+        event_id = ev.event_id or _random_id()
+        raw_id = enc.id_bytes(event_id)
+        if ev.event_id is not None and ev.body_hash is not None:
+            prior = txn.get(raw_id, db=self.dbs["idem"])
+            if prior is not None:
+                rec = msgspec.msgpack.decode(prior, type=IdempotencyRecord)
+                if rec.body_hash != ev.body_hash:
+                    return IdempotencyMismatch(
+                        "this Idempotency-Key was first used with a different body; "
+                        "use a new key for a different event"
+                    )
+                return AppendResult(event_id=event_id, unlinked=rec.unlinked, replayed=True)
+        problem = self._check_embedding(txn, r, ev)
+        if problem is not None:
+            return problem
+        seq = r.last_seq() + 1
+        properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
+        filterable = enc.filterable_properties(properties if isinstance(properties, dict) else {})
+        sources = [s for s in _dedupe(ev.source_ids) if r.get(s) is not None]
+        supersedes = [s for s in _dedupe(ev.supersedes) if r.get(s) is not None]
+        unlinked = [s for s in _dedupe(ev.source_ids) if s not in sources]
+        unlinked += [s for s in _dedupe(ev.supersedes) if s not in supersedes and s not in unlinked]
+        record = StoredEvent(
+            event_id=event_id,
+            seq=seq,
+            kind=ev.kind,
+            ts=ev.ts,
+            text=ev.text,
+            embedding=ev.embedding,
+            embedding_model=ev.embedding_model,
+            properties_raw=ev.properties_raw,
+            filterable=filterable,
+            supersedes=supersedes,
+            valid_from=ev.valid_from,
+            valid_until=ev.valid_until,
+        )
+        d = self.dbs
+        txn.put(raw_id, self._encoder.encode(record), db=d["events"])
+        txn.put(enc.u64(seq), OP_APPEND + raw_id, db=d["ops"])
+        ts_key = enc.ts_bytes(ev.ts) + raw_id
+        txn.put(ts_key, b"", db=d["by_ts"])
+        txn.put(enc.kind_prefix(ev.kind) + ts_key, b"", db=d["by_kind"])
+        for name, value in filterable.items():
+            txn.put(enc.property_prefix(name, value) + raw_id, b"", db=d["by_prop"])
+        for rel, targets in ((SOURCE_FROM, sources), (SUPERSEDES, supersedes)):
+            code = REL_CODES[rel]
+            for i, target in enumerate(targets):
+                raw_target = enc.id_bytes(target)
+                txn.put(raw_id + code + i.to_bytes(2, "big"), raw_target, db=d["links_out"])
+                txn.put(raw_target + code + enc.u64(seq) + raw_id, b"", db=d["links_in"])
+        if ev.event_id is not None and ev.body_hash is not None:
+            idem = IdempotencyRecord(body_hash=ev.body_hash, unlinked=unlinked)
+            txn.put(raw_id, self._encoder.encode(idem), db=d["idem"])
+        return AppendResult(event_id=event_id, unlinked=unlinked)
+
+    def _check_embedding(
+        self, txn: lmdb.Transaction, r: LogReader, ev: NewEvent
+    ) -> MemspineError | None:
+        """Refuse an embedding of the wrong length or from a model other than the tenant's."""
+        if ev.embedding is not None:
+            dim = r.meta_int("dim")
+            if dim is not None and len(ev.embedding) != dim:
+                return EmbeddingMismatch(
+                    f"embedding has {len(ev.embedding)} values; this tenant's vectors have {dim}"
+                )
+        if ev.embedding_model is not None:
+            known = txn.get(b"model", db=self.dbs["meta"])
+            if known is None:
+                txn.put(b"model", ev.embedding_model.encode(), db=self.dbs["meta"])
+            elif known.decode() != ev.embedding_model:
+                return EmbeddingMismatch(
+                    f"this tenant's embeddings come from '{known.decode()}'; "
+                    "vectors from another model cannot be mixed with them"
+                )
+        return None
+
+    def delete(self, event_ids: list[str]) -> list[str]:
+        """Delete events with their links and index entries, leaving tombstones; returns the ids deleted."""
+        return self.write(lambda txn: self.delete_in(txn, event_ids))
+
+    def delete_in(self, txn: lmdb.Transaction, event_ids: list[str]) -> list[str]:
+        """Delete events inside a write transaction; returns the ids that existed."""
+        return [e for e in _dedupe(event_ids) if self._delete_one(txn, e)]
+
+    def _delete_one(self, txn: lmdb.Transaction, event_id: str) -> bool:
+        """Remove one event everywhere but the tombstone list; False if it does not exist."""
+        r = LogReader(txn, self.dbs)
+        ev = r.get(event_id)
+        if ev is None:
+            return False
+        d = self.dbs
+        raw_id = enc.id_bytes(event_id)
+        txn.delete(raw_id, db=d["events"])
+        txn.delete(enc.u64(ev.seq), db=d["ops"])
+        seq = r.last_seq() + 1
+        txn.put(enc.u64(seq), OP_DELETE + raw_id, db=d["ops"])
+        ts_key = enc.ts_bytes(ev.ts) + raw_id
+        txn.delete(ts_key, db=d["by_ts"])
+        txn.delete(enc.kind_prefix(ev.kind) + ts_key, db=d["by_kind"])
+        for name, value in ev.filterable.items():
+            txn.delete(enc.property_prefix(name, value) + raw_id, db=d["by_prop"])
+        for rel, code in REL_CODES.items():
+            for target in r.links_out(event_id, rel):
+                txn.delete(enc.id_bytes(target) + code + enc.u64(ev.seq) + raw_id, db=d["links_in"])
+            _delete_prefix(txn, d["links_out"], raw_id + code)
+            for source in r.links_in(event_id, rel):
+                self._unlink_out(txn, r, source, rel, raw_id)
+            _delete_prefix(txn, d["links_in"], raw_id + code)
+        tomb = Tombstone(seq=ev.seq, deleted_at=time.time_ns() // 1000)
+        txn.put(raw_id, self._encoder.encode(tomb), db=d["tombstones"])
+        return True
+
+    def _unlink_out(
+        self, txn: lmdb.Transaction, r: LogReader, source: str, rel: str, raw_target: bytes
+    ) -> None:
+        """Drop raw_target from source's ordered out-links, keeping the order of the rest."""
+        code = REL_CODES[rel]
+        raw_source = enc.id_bytes(source)
+        kept = [enc.id_bytes(t) for t in r.links_out(source, rel) if enc.id_bytes(t) != raw_target]
+        _delete_prefix(txn, self.dbs["links_out"], raw_source + code)
+        for i, t in enumerate(kept):
+            txn.put(raw_source + code + i.to_bytes(2, "big"), t, db=self.dbs["links_out"])
+
+    def tombstones(self) -> list[str]:
+        """Ids deleted since the last purge."""
+        with self.reader() as r:
+            return r.tombstone_ids()
+
+    def clear_tombstones(self, txn: lmdb.Transaction, event_ids: list[str]) -> None:
+        """Forget tombstones once their bytes have left the disk."""
+        for e in event_ids:
+            txn.delete(enc.id_bytes(e), db=self.dbs["tombstones"])
+
+    def disk_bytes(self) -> int:
+        """Size of the environment's data file."""
+        return os.path.getsize(self.path / "data.mdb")
+
+
+def _random_id() -> str:
+    """A random UUIDv4 string."""
+    return str(uuid.uuid4())
+
+
+def _dedupe(ids: Any) -> list[str]:
+    """Ids in first-seen order without repeats."""
+    return list(dict.fromkeys(ids))
+
+
+def _delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
+    """Delete every key that starts with prefix."""
+    cur = txn.cursor(db=db)
+    if not cur.set_range(prefix):
+        return
+    while cur.key().startswith(prefix):
+        if not cur.delete():
+            break

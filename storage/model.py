@@ -1,0 +1,76 @@
+"""The stored form of an event and the append request the engine takes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+FilterValue = bool | int | float | str
+
+# Relationship types between events; the byte is the one used in LMDB link keys.
+SOURCE_FROM = "SOURCE_FROM"
+SUPERSEDES = "SUPERSEDES"
+REL_CODES: dict[str, bytes] = {SOURCE_FROM: b"S", SUPERSEDES: b"P"}
+
+
+class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An event to append, already validated by the caller."""
+
+    kind: str
+    ts: int
+    text: str | None = None
+    embedding: list[float] | None = None
+    embedding_model: str | None = None
+    properties_raw: bytes | None = None  # the JSON object exactly as the client sent it
+    source_ids: tuple[str, ...] = ()
+    supersedes: tuple[str, ...] = ()
+    valid_from: int | None = None
+    valid_until: int | None = None
+    event_id: str | None = None  # set for Idempotency-Key appends
+    body_hash: bytes | None = None  # sha256 of the request, kept for idempotency checks
+
+
+class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An event as the log holds it."""
+
+    event_id: str
+    seq: int
+    kind: str
+    ts: int
+    text: str | None = None
+    embedding: list[float] | None = None
+    embedding_model: str | None = None
+    properties_raw: bytes | None = None
+    filterable: dict[str, FilterValue] = {}
+    supersedes: list[str] = []
+    valid_from: int | None = None
+    valid_until: int | None = None
+
+    def properties(self) -> dict[str, Any]:
+        """The properties object decoded (an empty dict when none was sent)."""
+        if not self.properties_raw:
+            return {}
+        value = msgspec.json.decode(self.properties_raw)
+        return value if isinstance(value, dict) else {}
+
+    def to_object(self) -> dict[str, Any]:
+        """The event as clients see it: event_id, kind, ts, text, properties and embedding if any."""
+        obj: dict[str, Any] = {
+            "event_id": self.event_id,
+            "kind": self.kind,
+            "ts": self.ts,
+            "text": self.text,
+            "properties": self.properties(),
+        }
+        if self.embedding is not None:
+            obj["embedding"] = self.embedding
+        return obj
+
+
+class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
+    """What one append did: the id, the source and supersedes ids that named no event, and whether it was a replay."""
+
+    event_id: str
+    unlinked: list[str] = []
+    replayed: bool = False

@@ -1,0 +1,183 @@
+"""Read-only views over one read transaction of the event log."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import lmdb
+import msgspec
+
+from storage import encoding as enc
+from storage.model import REL_CODES, FilterValue, StoredEvent
+
+# Named databases of the log environment (see DESIGN.md, "One tenant on disk").
+DB_NAMES = (
+    "events",  # id -> StoredEvent (msgpack)
+    "ops",  # seq -> b"A"+id (append) | b"D"+id (delete): what the projections replay
+    "by_ts",  # ts + id -> ""
+    "by_kind",  # kind + ts + id -> ""
+    "by_prop",  # name + typed value + id -> ""
+    "links_out",  # id + rel + index -> target id (link order)
+    "links_in",  # target id + rel + seq of the linking event + its id -> ""
+    "idem",  # idempotency-derived id -> IdempotencyRecord
+    "tombstones",  # id -> Tombstone
+    "meta",  # schema, dim, model, keyword_seq, vector_seq
+)
+
+_decode_event = msgspec.msgpack.Decoder(StoredEvent).decode
+
+
+class Tombstone(msgspec.Struct, frozen=True):
+    """A deleted event awaiting purge: its append seq and deletion time, never content."""
+
+    seq: int
+    deleted_at: int
+
+
+class LogReader:
+    """Lookups and scans over one consistent snapshot of the log."""
+
+    def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
+        self.txn = txn
+        self.dbs = dbs
+
+    def get(self, event_id: str) -> StoredEvent | None:
+        """The live event with this id, or None (unknown, malformed or deleted)."""
+        try:
+            raw_id = enc.id_bytes(event_id)
+        except (ValueError, TypeError, AttributeError):
+            return None
+        raw = self.txn.get(raw_id, db=self.dbs["events"])
+        return None if raw is None else _decode_event(raw)
+
+    def exists(self, event_id: str) -> bool:
+        """Whether a live event has this id."""
+        return self.get(event_id) is not None
+
+    def _keys(self, db: str, prefix: bytes = b"", lo: bytes = b"") -> Iterator[bytes]:
+        """Keys under prefix from prefix+lo upwards."""
+        cur = self.txn.cursor(db=self.dbs[db])
+        if not cur.set_range(prefix + lo):
+            return
+        for key in cur.iternext(keys=True, values=False):
+            if not key.startswith(prefix):
+                return
+            yield key
+
+    def ids_by_kind(self, kind: str) -> Iterator[str]:
+        """Ids of one kind, ascending by time."""
+        prefix = enc.kind_prefix(kind)
+        for key in self._keys("by_kind", prefix):
+            yield enc.id_str(key[-16:])
+
+    def ids_by_property(self, name: str, value: FilterValue) -> Iterator[str]:
+        """Ids whose filterable property name equals value (1 and 1.0 are equal)."""
+        if not enc.is_filterable_value(value):
+            return
+        for key in self._keys("by_prop", enc.property_prefix(name, value)):
+            yield enc.id_str(key[-16:])
+
+    def ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[str]:
+        """Ids with lo <= ts < hi, ascending by time."""
+        start = enc.ts_bytes(lo) if lo is not None else b""
+        for key in self._keys("by_ts", b"", start):
+            if hi is not None and enc.read_ts(key) >= hi:
+                return
+            yield enc.id_str(key[8:])
+
+    def all_ids(self) -> Iterator[str]:
+        """Every live id, ascending by time."""
+        return self.ids_by_ts(None, None)
+
+    def links_out(self, event_id: str, rel: str) -> list[str]:
+        """The events this one links to under rel, in link order."""
+        prefix = enc.id_bytes(event_id) + REL_CODES[rel]
+        cur = self.txn.cursor(db=self.dbs["links_out"])
+        out: list[str] = []
+        if cur.set_range(prefix):
+            for key, value in cur:
+                if not key.startswith(prefix):
+                    break
+                out.append(enc.id_str(value))
+        return out
+
+    def links_in(self, event_id: str, rel: str) -> list[str]:
+        """The events that link to this one under rel, in append order."""
+        prefix = enc.id_bytes(event_id) + REL_CODES[rel]
+        return [enc.id_str(key[-16:]) for key in self._keys("links_in", prefix)]
+
+    def count(self) -> int:
+        """Number of live events."""
+        return int(self.txn.stat(self.dbs["events"])["entries"])
+
+    def last_seq(self) -> int:
+        """The highest operation number written (0 for an empty log)."""
+        cur = self.txn.cursor(db=self.dbs["ops"])
+        return enc.read_u64(cur.key()) if cur.last() else 0
+
+    def ops_after(self, seq: int) -> Iterator[tuple[int, bytes, str]]:
+        """Operations (seq, b"A" or b"D", id) after seq, in order: what a projection replays."""
+        cur = self.txn.cursor(db=self.dbs["ops"])
+        if not cur.set_range(enc.u64(seq + 1)):
+            return
+        for key, value in cur:
+            yield enc.read_u64(key), bytes(value[:1]), enc.id_str(value[1:])
+
+    def id_for_seq(self, seq: int) -> str | None:
+        """The live event appended as operation seq (vector labels are seqs)."""
+        value = self.txn.get(enc.u64(seq), db=self.dbs["ops"])
+        if value is None or value[:1] != b"A":
+            return None
+        return enc.id_str(value[1:])
+
+    def meta_int(self, name: str) -> int | None:
+        """An integer meta value, or None."""
+        raw = self.txn.get(name.encode(), db=self.dbs["meta"])
+        return None if raw is None else enc.read_u64(raw)
+
+    def meta_str(self, name: str) -> str | None:
+        """A string meta value, or None."""
+        raw = self.txn.get(name.encode(), db=self.dbs["meta"])
+        return None if raw is None else bytes(raw).decode()
+
+    def tombstone(self, event_id: str) -> Tombstone | None:
+        """The tombstone of a deleted, not yet purged event."""
+        raw = self.txn.get(enc.id_bytes(event_id), db=self.dbs["tombstones"])
+        return None if raw is None else msgspec.msgpack.decode(raw, type=Tombstone)
+
+    def tombstone_ids(self) -> list[str]:
+        """Ids deleted and not yet purged."""
+        return [enc.id_str(k) for k in self._keys("tombstones")]
+
+    def newest_first(
+        self, kind: str | None, since: int | None, before: bytes | None
+    ) -> Iterator[StoredEvent]:
+        """Events newest first, optionally of one kind, with ts >= since and (ts, id) key < before."""
+        prefix = enc.kind_prefix(kind) if kind is not None else b""
+        cur = self.txn.cursor(db=self.dbs["by_kind" if kind is not None else "by_ts"])
+        upper = prefix + before if before is not None else _after_prefix(prefix)
+        positioned = cur.set_range(upper) if upper else False
+        ok = cur.prev() if positioned else cur.last()
+        while ok:
+            key = cur.key()
+            if not key.startswith(prefix):
+                return
+            ts = enc.read_ts(key[len(prefix) :])
+            if since is not None and ts < since:
+                return
+            ev = self.get(enc.id_str(key[-16:]))
+            if ev is not None:
+                yield ev
+            ok = cur.prev()
+
+
+def _after_prefix(prefix: bytes) -> bytes:
+    """The smallest key greater than every key starting with prefix (b"" for no bound)."""
+    p = bytearray(prefix)
+    while p and p[-1] == 0xFF:
+        p.pop()
+    if not p:
+        return b""
+    p[-1] += 1
+    return bytes(p)

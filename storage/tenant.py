@@ -1,0 +1,178 @@
+"""One tenant: its event log, the two index projections and the single writer that feeds them."""
+
+from __future__ import annotations
+
+import logging
+import shutil
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+import msgspec
+
+from storage.keyword import KeywordDoc, KeywordIndex
+from storage.log import EventLog
+from storage.model import NewEvent
+from storage.vectors import VectorIndex
+from storage.writer import GroupWriter, Job
+
+log = logging.getLogger("memspine.tenant")
+
+# Save the vector index after this many unsaved operations, so a crash replays a bounded tail.
+VECTOR_SAVE_EVERY = 20_000
+
+
+class AppendJob(msgspec.Struct, frozen=True):
+    """Events to append in one batch."""
+
+    events: list[NewEvent]
+
+
+class DeleteJob(msgspec.Struct, frozen=True):
+    """Event ids to delete."""
+
+    event_ids: list[str]
+
+
+class Tenant:
+    """An open tenant; all writes go through its writer, reads through log readers and indexes."""
+
+    def __init__(self, tenant_id: str, root: Path, embedding_dim: int) -> None:
+        self.tenant_id = tenant_id
+        self.root = root
+        self.log = EventLog.open(root / "events", embedding_dim=embedding_dim)
+        self.dim = self.log.meta_int("dim") or embedding_dim
+        self.keyword, self.keyword_seq = self._open_keyword()
+        self.vectors, self.vector_seq = self._open_vectors()
+        self.vector_saved_seq = self.vector_seq
+        self.catch_up()
+        self.in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
+        self.keys_lock = threading.Lock()
+        self.on_batch: Callable[[int], None] | None = None
+        self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
+
+    @classmethod
+    def open(cls, tenant_id: str, root: Path, *, embedding_dim: int = 384) -> Tenant:
+        """Open the tenant stored at root, creating it if needed, and bring its indexes up to date."""
+        return cls(tenant_id, root, embedding_dim)
+
+    # -- projections -----------------------------------------------------------
+
+    def _open_keyword(self) -> tuple[KeywordIndex, int]:
+        """The keyword index and the seq it has applied; a damaged index is rebuilt from the log."""
+        path = self.root / "keyword"
+        try:
+            return KeywordIndex.open(path), self.log.meta_int("keyword_seq") or 0
+        except (ValueError, OSError) as exc:
+            log.warning("tenant keyword index unreadable (%s); rebuilding from the log", type(exc).__name__)
+            return KeywordIndex.create_empty(path), 0
+
+    def _open_vectors(self) -> tuple[VectorIndex, int]:
+        """The vector index and the seq of its last save; a damaged file is rebuilt from the log."""
+        path = self.root / "vectors.hnsw"
+        try:
+            index = VectorIndex.open(path, self.dim)
+        except (ValueError, OSError) as exc:
+            log.warning("tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__)
+            return VectorIndex.create_empty(path, self.dim), 0
+        seq = self.log.meta_int("vector_seq") or 0
+        return index, seq if path.exists() else 0
+
+    def catch_up(self) -> None:
+        """Apply every log operation past each index's watermark (replay on open, then per batch)."""
+        docs: list[KeywordDoc] = []
+        kw_deletes: list[str] = []
+        labels: list[int] = []
+        vectors: list[list[float]] = []
+        vec_deletes: list[int] = []
+        start = min(self.keyword_seq, self.vector_seq)
+        last = start
+        with self.log.reader() as r:
+            for seq, op, event_id in r.ops_after(start):
+                last = seq
+                if op == b"D":
+                    if seq > self.keyword_seq:
+                        kw_deletes.append(event_id)
+                    tomb = r.tombstone(event_id)
+                    if seq > self.vector_seq and tomb is not None:
+                        vec_deletes.append(tomb.seq)
+                    continue
+                ev = r.get(event_id)
+                if ev is None:
+                    continue
+                if seq > self.keyword_seq and ev.text:
+                    docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable))
+                if seq > self.vector_seq and ev.embedding is not None:
+                    labels.append(seq)
+                    vectors.append(ev.embedding)
+        if last == start:
+            return
+        if docs or kw_deletes:
+            self.keyword.add(docs)
+            self.keyword.delete(kw_deletes)
+            self.keyword.commit()
+        self.vectors.add(labels, vectors)
+        self.vectors.delete(vec_deletes)
+        self.keyword_seq = self.vector_seq = last
+        if self.vector_seq - self.vector_saved_seq >= VECTOR_SAVE_EVERY:
+            self.save_vectors()
+
+    def save_vectors(self) -> None:
+        """Persist the vector index and record the seq it covers."""
+        self.vectors.save()
+        self.vector_saved_seq = self.vector_seq
+        self.log.set_meta_int("vector_seq", self.vector_saved_seq)
+
+    # -- writes -----------------------------------------------------------------
+
+    def submit_append(self, events: list[NewEvent]) -> Future[Any]:
+        """Queue events for the next group commit; resolves to a list of results or errors."""
+        return self.writer.submit(AppendJob(events))
+
+    def submit_delete(self, event_ids: list[str]) -> Future[Any]:
+        """Queue deletions; resolves to the list of ids actually deleted."""
+        return self.writer.submit(DeleteJob(event_ids))
+
+    def _commit_batch(self, jobs: list[Job]) -> None:
+        """One durable LMDB transaction for every job, then the index projections, then the answers."""
+        kw_seq = self.keyword_seq
+
+        def apply(txn: Any) -> list[Any]:
+            results: list[Any] = []
+            for job in jobs:
+                p = job.payload
+                if isinstance(p, AppendJob):
+                    results.append([self.log.append_one(txn, ev) for ev in p.events])
+                else:
+                    results.append(self.log.delete_in(txn, p.event_ids))
+            # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
+            self.log.put_meta_int(txn, "keyword_seq", kw_seq)
+            return results
+
+        results = self.log.write(apply)
+        self.catch_up()
+        for job, result in zip(jobs, results, strict=True):
+            job.future.set_result(result)
+
+    def _observe_batch(self, size: int) -> None:
+        """Forward a batch size to whoever measures them."""
+        if self.on_batch is not None:
+            self.on_batch(size)
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drain the writer, save both indexes with their watermarks and close the log."""
+        self.writer.stop()
+        self.keyword.close()
+        self.save_vectors()
+        self.log.set_meta_int("keyword_seq", self.keyword_seq)
+        self.log.close()
+
+    def erase(self) -> None:
+        """Close and remove every file of this tenant."""
+        self.close()
+        shutil.rmtree(self.root, ignore_errors=True)
+

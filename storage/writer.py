@@ -1,0 +1,85 @@
+"""The single writer of a tenant: a thread that commits queued work in groups."""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from typing import Any
+
+log = logging.getLogger("memspine.writer")
+
+MAX_BATCH = 512
+_STOP = object()
+
+
+class Job:
+    """One request's share of a batch: its input and the future its caller awaits."""
+
+    __slots__ = ("payload", "future")
+
+    def __init__(self, payload: Any) -> None:
+        self.payload = payload
+        self.future: Future[Any] = Future()
+
+
+class GroupWriter:
+    """Feeds queued jobs to commit_batch in groups, so fsync and index commits are paid once per group."""
+
+    def __init__(
+        self,
+        name: str,
+        commit_batch: Callable[[list[Job]], None],
+        on_batch: Callable[[int], None] | None = None,
+    ) -> None:
+        self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._commit_batch = commit_batch
+        self._on_batch = on_batch
+        self._thread = threading.Thread(target=self._run, name=f"writer-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, payload: Any) -> Future[Any]:
+        """Queue one job; its future resolves once its batch is durable and indexed."""
+        job = Job(payload)
+        self._queue.put(job)
+        return job.future
+
+    def stop(self) -> None:
+        """Finish queued work and end the thread."""
+        self._queue.put(_STOP)
+        self._thread.join()
+
+    def _run(self) -> None:
+        """Take whatever is queued (at least one job), commit it as one batch, repeat."""
+        while True:
+            first = self._queue.get()
+            if first is _STOP:
+                return
+            batch = [first]
+            stop = False
+            while len(batch) < MAX_BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                batch.append(item)
+            self._commit(batch)
+            if stop:
+                return
+
+    def _commit(self, batch: list[Job]) -> None:
+        """Commit one batch; a failure fails every job in it that has no answer yet."""
+        try:
+            self._commit_batch(batch)
+        except BaseException as exc:  # answer every waiter, whatever went wrong
+            log.exception("writer batch of %d failed", len(batch))
+            for job in batch:
+                if not job.future.done():
+                    job.future.set_exception(exc)
+        if self._on_batch is not None:
+            self._on_batch(len(batch))
