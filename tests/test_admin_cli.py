@@ -1,0 +1,220 @@
+"""The real memspine-admin CLI, run as a subprocess against a data directory in tmp_path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from memspine_admin import keys
+from memspine_admin.control import ControlDB
+from memspine_admin.verifier import KeyVerifier
+from storage.errors import Unauthorized
+
+SCRIPT = Path(sys.executable).parent / "memspine-admin"
+COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "memspine_admin.cli"]
+
+
+class Admin:
+    """Runs memspine-admin with MEMSPINE_DATA_DIR pointing at one data directory."""
+
+    def __init__(self, data_dir: Path, cwd: Path) -> None:
+        self.data_dir = data_dir
+        self.cwd = cwd
+
+    def run(self, *args: str, stdin: str = "", env: dict[str, str] | None = None) -> Any:
+        full_env = {**os.environ, "MEMSPINE_DATA_DIR": str(self.data_dir), **(env or {})}
+        return subprocess.run(
+            [*COMMAND, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            env=full_env,
+            cwd=self.cwd,
+            timeout=60,
+        )
+
+    def ok(self, *args: str, stdin: str = "") -> str:
+        result = self.run(*args, stdin=stdin)
+        assert result.returncode == 0, result.stderr
+        return str(result.stdout)
+
+    def json(self, *args: str, stdin: str = "") -> Any:
+        return json.loads(self.ok(*args, "--json", stdin=stdin))
+
+    def error(self, *args: str) -> dict[str, str]:
+        result = self.run(*args, "--json")
+        assert result.returncode == 1, (result.stdout, result.stderr)
+        assert result.stdout == ""
+        error: dict[str, str] = json.loads(result.stderr)
+        return error
+
+
+@pytest.fixture
+def admin(tmp_path: Path) -> Admin:
+    return Admin(tmp_path / "data", tmp_path)
+
+
+@pytest.fixture
+def ready(admin: Admin) -> Admin:
+    admin.ok("init")
+    return admin
+
+
+def test_help_lists_every_command(admin: Admin) -> None:
+    out = admin.ok("--help")
+    for word in ("init", "tenant", "key", "audit", "--data-dir", "--json"):
+        assert word in out
+    assert admin.run("key", "create").returncode == 2  # usage errors are argparse's exit 2
+
+
+def test_without_init_every_command_names_the_fix(admin: Admin) -> None:
+    result = admin.run("tenant", "list")
+    assert result.returncode == 1
+    assert "no control database: run memspine-admin init" in result.stderr
+    assert admin.error("key", "list") == {
+        "error": "conflict",
+        "detail": "no control database: run memspine-admin init",
+    }
+    assert not (admin.data_dir / "_control").exists()
+
+
+def test_init_creates_once(admin: Admin) -> None:
+    assert "created control database" in admin.ok("init")
+    again = admin.json("init")
+    assert again["created"] is False and again["path"] == str(admin.data_dir / "_control")
+    assert ControlDB.exists(admin.data_dir)
+
+
+def test_data_dir_flag_goes_before_or_after_the_command(admin: Admin, tmp_path: Path) -> None:
+    other = tmp_path / "elsewhere"
+    admin.ok("--data-dir", str(other), "init")
+    admin.ok("tenant", "create", "acme", "--data-dir", str(other))
+    listed = json.loads(admin.ok("--json", "--data-dir", str(other), "tenant", "list"))
+    assert [t["name"] for t in listed] == ["acme"]
+    assert not (admin.data_dir / "_control").exists()
+
+
+def test_tenants_and_keys_end_to_end(ready: Admin) -> None:
+    tenant = ready.json("tenant", "create", "customer-4417")
+    assert set(tenant) == {"tenant_id", "name", "created_at"}
+    tid = tenant["tenant_id"]
+    dup = ready.error("tenant", "create", "customer-4417")
+    assert dup["error"] == "conflict" and tid in dup["detail"]
+
+    agent = ready.json("key", "create", tid, "support-agent")
+    assert agent["scopes"] == ["read", "write"] and agent["expires_at"] is None
+    assert agent["api_key"].startswith("smk_live_" + agent["key_id"] + "_")
+    review = ready.json(
+        "key", "create", tid, "case-C-5117", "--scopes", "read", "--ttl-secs", "86400"
+    )
+    assert review["scopes"] == ["read"]
+    assert review["expires_at"] - review["created_at"] == 86_400 * 1_000_000
+
+    human = ready.ok("key", "create", tid, "human")
+    assert "api key: smk_live_" in human and "cannot be shown again" in human
+
+    listing = ready.ok("key", "list", "--tenant", tid)
+    assert "smk_live_" + agent["key_id"] in listing and agent["api_key"] not in listing
+    listed = ready.json("key", "list")
+    assert {k["key_id"] for k in listed} >= {agent["key_id"], review["key_id"]}
+    assert all("secret_hash" not in k and "api_key" not in k for k in listed)
+    assert "customer-4417" in ready.ok("tenant", "list")
+
+
+@pytest.mark.parametrize(
+    ("args", "code", "fragment"),
+    [
+        (["--scopes", "read,admin"], "invalid_request", "'admin'"),
+        (["--ttl-secs", "0"], "invalid_request", "ttl_secs"),
+        (["--ttl-secs", "-5"], "invalid_request", "ttl_secs"),
+        (["--ttl-secs", "999999999999"], "invalid_request", "ttl_secs"),
+        (["--scopes", ","], "invalid_request", "empty"),
+    ],
+)
+def test_bad_key_requests(ready: Admin, args: list[str], code: str, fragment: str) -> None:
+    tid = ready.json("tenant", "create", "acme")["tenant_id"]
+    error = ready.error("key", "create", tid, "agent", *args)
+    assert error["error"] == code and fragment in error["detail"]
+    assert ready.json("key", "list") == []
+
+
+def test_unknown_ids_are_not_found(ready: Admin) -> None:
+    unknown = "4a2cd816-0f6f-4f89-ac26-41ef06c06e47"
+    assert ready.error("key", "create", unknown, "agent")["error"] == "not_found"
+    assert ready.error("key", "create", "../../etc", "agent")["error"] == "not_found"
+    assert ready.error("tenant", "delete", unknown, "--yes")["error"] == "not_found"
+    assert ready.error("key", "revoke", "abcdefghijkl", "--yes")["error"] == "not_found"
+    assert ready.error("key", "list", "--tenant", "_control")["error"] == "not_found"
+
+
+def test_cli_revocation_reaches_a_running_verifier(ready: Admin) -> None:
+    tid = ready.json("tenant", "create", "acme")["tenant_id"]
+    issued = ready.json("key", "create", tid, "agent")
+    with ControlDB.open(ready.data_dir) as db:  # this process plays the server
+        verifier = KeyVerifier(db)
+        assert verifier.verify(issued["api_key"]).tenant_id == tid
+        assert verifier.verify(issued["api_key"]).tenant_id == tid  # now from the cache
+        ready.ok("key", "revoke", issued["key_id"], "--yes")  # another process
+        with pytest.raises(Unauthorized):
+            verifier.verify(issued["api_key"])
+
+
+def test_revoke_asks_first(ready: Admin) -> None:
+    tid = ready.json("tenant", "create", "acme")["tenant_id"]
+    key_id = ready.json("key", "create", tid, "agent")["key_id"]
+    for answer in ("n\n", "", "yes please\n"):
+        result = ready.run("key", "revoke", key_id, stdin=answer)
+        assert result.returncode == 3 and "aborted" in result.stderr
+    assert ready.json("key", "list")[0]["revoked_at"] is None
+    revoked = json.loads(ready.ok("key", "revoke", key_id, "--json", stdin="y\n"))
+    assert revoked["revoked_at"] is not None
+    assert ready.json("key", "revoke", key_id) == revoked  # already revoked: no question
+
+
+def test_tenant_delete_revokes_keys_and_erases_the_directory(ready: Admin) -> None:
+    tid = ready.json("tenant", "create", "acme")["tenant_id"]
+    key_ids = [ready.json("key", "create", tid, f"k{i}")["key_id"] for i in range(2)]
+    tenant_dir = ready.data_dir / tid / "events"
+    tenant_dir.mkdir(parents=True)
+    (tenant_dir / "data.mdb").write_bytes(b"door code 4471")
+
+    declined = ready.run("tenant", "delete", tid, stdin="n\n")
+    assert declined.returncode == 3 and "2 active key(s)" in declined.stderr
+    assert tenant_dir.exists()
+
+    done = ready.json("tenant", "delete", tid, "--yes")
+    assert sorted(done["revoked_keys"]) == sorted(key_ids) and done["erased"] is True
+    assert not (ready.data_dir / tid).exists()
+    assert sorted(p.name for p in ready.data_dir.iterdir()) == ["_control"]
+    assert all(k["revoked_at"] is not None for k in ready.json("key", "list"))
+    assert ready.json("tenant", "list") == []
+
+
+def test_audit_records_who_did_what_and_no_secret(ready: Admin) -> None:
+    tid = ready.json("tenant", "create", "acme")["tenant_id"]
+    issued = ready.json("key", "create", tid, "agent")
+    ready.ok("key", "revoke", issued["key_id"], "--yes")
+    page = ready.json("audit")
+    actions = [e["action"] for e in page["entries"]]
+    assert actions == ["control.init", "tenant.create", "key.create", "key.revoke"]
+    assert page["next_cursor"] is None
+    assert all(e["actor"].startswith("cli:") for e in page["entries"])
+    parsed = keys.parse_token(issued["api_key"])
+    assert parsed is not None
+    raw = ready.ok("audit", "--json") + ready.ok("audit")
+    assert parsed.secret not in raw and "argon2" not in raw
+
+    first = ready.json("audit", "--limit", "2")
+    assert [e["seq"] for e in first["entries"]] == [1, 2] and first["next_cursor"] == 2
+    rest = ready.json("audit", "--after", "2", "--limit", "2")
+    assert [e["seq"] for e in rest["entries"]] == [3, 4]
+    mine = ready.json("audit", "--tenant", tid)
+    assert {e["tenant_id"] for e in mine["entries"]} == {tid}
+    assert "more: --after 2" in ready.ok("audit", "--limit", "2")
+    assert ready.error("audit", "--limit", "5000")["error"] == "invalid_request"
