@@ -1,0 +1,45 @@
+"""The Litestar application factory."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from litestar import Litestar
+from litestar.datastructures import State
+from litestar.openapi.config import OpenAPIConfig
+
+from memspine import __version__
+from memspine.auth import Authenticator
+from memspine.config import Settings
+from memspine.engine import Engine
+from memspine.errors import EXCEPTION_HANDLERS
+from memspine.routes import health, memory
+
+log = logging.getLogger("memspine.app")
+
+
+def create_app(settings: Settings) -> Litestar:
+    """Build the app for these settings; tenants open lazily, background work starts with the app."""
+    settings.data_dir.mkdir(parents=True, exist_ok=True)
+    engine = Engine(settings)
+    auth = Authenticator(settings.data_dir, settings.admin_key)
+
+    @asynccontextmanager
+    async def lifespan(_app: Litestar) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            engine.close()
+            auth.close()
+
+    return Litestar(
+        route_handlers=[*health.ROUTES, *memory.ROUTES],
+        exception_handlers=EXCEPTION_HANDLERS,
+        state=State({"engine": engine, "auth": auth, "settings": settings}),
+        lifespan=[lifespan],
+        request_max_body_size=settings.max_body_bytes,
+        openapi_config=OpenAPIConfig(title="memspine", version=__version__, path="/schema"),
+        debug=False,
+    )

@@ -1,0 +1,104 @@
+"""The calls routes and MCP tools share: each takes a tenant id and runs the storage work off the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import TypeVar
+
+import anyio.to_thread
+
+from memspine.config import Settings
+from storage.errors import Conflict, MemspineError, NotFound
+from storage.listing import ListQuery, list_events
+from storage.manager import TenantManager
+from storage.model import AppendResult, NewEvent, StoredEvent
+from storage.tenant import Tenant
+
+T = TypeVar("T")
+NO_EVENT = "no event with that id"
+
+
+class Engine:
+    """The server's handle on every tenant: opening through the manager, blocking work in threads."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.manager = TenantManager(
+            settings.data_dir,
+            embedding_dim=settings.embedding_dim,
+            max_open=settings.max_open_tenants,
+            idle_secs=settings.tenant_idle_secs,
+        )
+
+    @asynccontextmanager
+    async def tenant(self, tenant_id: str) -> AsyncIterator[Tenant]:
+        """The open tenant for the length of a request (opening it in a thread if needed)."""
+        use = self.manager.use(tenant_id)
+        tenant = await anyio.to_thread.run_sync(use.__enter__)
+        try:
+            yield tenant
+        finally:
+            use.__exit__(None, None, None)
+
+    async def read(self, tenant_id: str, fn: Callable[[Tenant], T]) -> T:
+        """Run a blocking read against the tenant in a worker thread."""
+        async with self.tenant(tenant_id) as t:
+            return await anyio.to_thread.run_sync(fn, t)
+
+    async def append(self, tenant_id: str, event: NewEvent) -> AppendResult:
+        """Append one event through the tenant's group commit; answers once it is durable and indexed."""
+        async with self.tenant(tenant_id) as t:
+            key = event.event_id
+            if key is not None:
+                with t.keys_lock:
+                    if key in t.in_flight_keys:
+                        raise Conflict(
+                            "a request with this Idempotency-Key is still being processed; retry shortly",
+                            headers={"Retry-After": "1"},
+                        )
+                    t.in_flight_keys.add(key)
+            try:
+                results = await asyncio.wrap_future(t.submit_append([event]))
+            finally:
+                if key is not None:
+                    with t.keys_lock:
+                        t.in_flight_keys.discard(key)
+        result = results[0]
+        if isinstance(result, MemspineError):
+            raise result
+        assert isinstance(result, AppendResult)
+        return result
+
+    async def get(self, tenant_id: str, event_id: str) -> StoredEvent:
+        """One live event; 404 for unknown, deleted or foreign ids alike."""
+
+        def fetch(t: Tenant) -> StoredEvent | None:
+            with t.log.reader() as r:
+                return r.get(event_id)
+
+        ev = await self.read(tenant_id, fetch)
+        if ev is None:
+            raise NotFound(NO_EVENT)
+        return ev
+
+    async def delete(self, tenant_id: str, event_ids: list[str]) -> list[str]:
+        """Delete events (tombstones, links and index entries in one transaction)."""
+        async with self.tenant(tenant_id) as t:
+            deleted: list[str] = await asyncio.wrap_future(t.submit_delete(event_ids))
+        return deleted
+
+    async def list(self, tenant_id: str, query: ListQuery) -> tuple[list[StoredEvent], str | None]:
+        """One page of events newest first."""
+
+        def page(t: Tenant) -> tuple[list[StoredEvent], str | None]:
+            with t.log.reader() as r:
+                return list_events(r, query)
+
+        return await self.read(tenant_id, page)
+
+    def close(self) -> None:
+        """Close every open tenant."""
+        self.manager.close_all()
+

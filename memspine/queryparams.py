@@ -1,0 +1,84 @@
+"""Query-string parsing shared by the routes: unknown parameters are refused by name."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+from litestar import Request
+
+from memspine.schemas import check_kind
+from storage.errors import InvalidRequest
+from storage.listing import MAX_LIMIT, ListQuery
+from storage.model import FilterValue
+
+LIST_PARAMS = {"kind", "since", "until", "limit", "cursor", "current", "as_of"}
+PROP_PREFIX = "prop."
+
+
+def check_params(request: Request[Any, Any, Any], allowed: set[str], *, props: bool = False) -> None:
+    """400 naming the first query parameter the route does not take."""
+    for name in request.query_params:
+        if name in allowed or (props and name.startswith(PROP_PREFIX)):
+            continue
+        raise InvalidRequest(f"unknown query parameter '{name}'")
+
+
+def _one(request: Request[Any, Any, Any], name: str) -> str | None:
+    """A parameter given at most once."""
+    values = request.query_params.getall(name, [])
+    if len(values) > 1:
+        raise InvalidRequest(f"query parameter '{name}' is given more than once")
+    return values[0] if values else None
+
+
+def int_param(request: Request[Any, Any, Any], name: str, lo: int, hi: int) -> int | None:
+    """An integer parameter within [lo, hi], or None when absent."""
+    raw = _one(request, name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidRequest(f"{name} must be an integer") from None
+    if not lo <= value <= hi:
+        raise InvalidRequest(f"{name} must be from {lo} to {hi}")
+    return value
+
+
+def prop_values(raw: str) -> list[FilterValue]:
+    """A prop.NAME value matches the string as written and, if it reads as one, the JSON number or boolean."""
+    values: list[FilterValue] = [raw]
+    try:
+        typed = msgspec.json.decode(raw)
+    except msgspec.DecodeError:
+        return values
+    if isinstance(typed, bool | int | float):
+        values.append(typed)
+    return values
+
+
+def parse_list_query(request: Request[Any, Any, Any]) -> ListQuery:
+    """GET /v1/memory/events parameters."""
+    check_params(request, LIST_PARAMS, props=True)
+    kind = _one(request, "kind")
+    if kind is not None:
+        check_kind(kind)
+    filters: dict[str, list[FilterValue]] = {}
+    for name in request.query_params:
+        if name.startswith(PROP_PREFIX):
+            prop = name[len(PROP_PREFIX) :]
+            if not prop:
+                raise InvalidRequest("prop.NAME needs a property name")
+            value = _one(request, name)
+            assert value is not None
+            filters[prop] = prop_values(value)
+    limit = int_param(request, "limit", 1, MAX_LIMIT)
+    return ListQuery(
+        kind=kind,
+        since=int_param(request, "since", 0, 2**62),
+        until=int_param(request, "until", 0, 2**62),
+        limit=100 if limit is None else limit,
+        cursor=_one(request, "cursor"),
+        filters=filters,
+    )

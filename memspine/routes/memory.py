@@ -1,0 +1,99 @@
+"""The /v1/memory routes: thin handlers that parse, make one engine call and render."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import msgspec
+from litestar import Request, Response, delete, get, post
+from litestar.datastructures import State
+
+from memspine.auth import tenant_guard
+from memspine.engine import NO_EVENT, Engine
+from memspine.queryparams import check_params, parse_list_query
+from memspine.schemas import EventCreated, EventIn, decode_body, event_out, to_new_event
+from storage.errors import InvalidRequest, NotFound
+
+JSON = "application/json"
+
+
+def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
+    """A JSON response encoded by msgspec (Raw properties pass through byte for byte)."""
+    return Response(msgspec.json.encode(obj), status_code=status, media_type=JSON, headers=headers)
+
+
+def _event_id(value: str) -> str:
+    """A path id must be a UUID."""
+    try:
+        return str(uuid.UUID(value))
+    except ValueError:
+        raise InvalidRequest("event id must be a UUID such as 009cfbc7-bc4d-48c4-9a4a-7ad5f4cc17da") from None
+
+
+def _tenant(request: Request[Any, Any, Any]) -> str:
+    return str(request.state.principal.tenant_id)
+
+
+@post("/v1/memory/event", guards=[tenant_guard], opt={"scope": "write"})
+async def append_event(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    """Append one event; Idempotency-Key makes retries safe."""
+    check_params(request, set())
+    body = decode_body(await request.body(), EventIn)
+    tenant_id = _tenant(request)
+    new = to_new_event(body, tenant_id=tenant_id, idempotency_key=request.headers.get("idempotency-key"))
+    engine: Engine = state.engine
+    result = await engine.append(tenant_id, new)
+    created = EventCreated(event_id=result.event_id, unlinked=result.unlinked)
+    if result.replayed:
+        return _json(created, 200, {"Idempotent-Replayed": "true"})
+    return _json(created, 201)
+
+
+@get("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "read"})
+async def get_event(request: Request[Any, Any, Any], state: State, event_id: str) -> Response[bytes]:
+    """One event by id."""
+    check_params(request, set())
+    engine: Engine = state.engine
+    ev = await engine.get(_tenant(request), _event_id(event_id))
+    return _json(event_out(ev))
+
+
+@delete("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "write"}, status_code=200)
+async def delete_event(request: Request[Any, Any, Any], state: State, event_id: str) -> Response[bytes]:
+    """Delete one event: unreadable at once, bytes gone at the next purge."""
+    check_params(request, {"purge"})
+    purge = _flag(request, "purge")
+    engine: Engine = state.engine
+    deleted = await engine.delete(_tenant(request), [_event_id(event_id)])
+    if not deleted:
+        raise NotFound(NO_EVENT)
+    purged = False
+    if purge:
+        purged = await engine.purge(_tenant(request))
+    return _json({"deleted": True, "purged": purged})
+
+
+@get("/v1/memory/events", guards=[tenant_guard], opt={"scope": "read"})
+async def list_events(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    """Events newest first, by kind, time range and properties."""
+    query = parse_list_query(request)
+    engine: Engine = state.engine
+    events, cursor = await engine.list(_tenant(request), query)
+    page = [event_out(e, with_embedding=False) for e in events]
+    return _json({"events": page, "next_cursor": cursor})
+
+
+def _flag(request: Request[Any, Any, Any], name: str) -> bool:
+    """A boolean query parameter: true/false/1/0."""
+    value = request.query_params.get(name)
+    if value is None:
+        return False
+    if value.lower() in ("true", "1"):
+        return True
+    if value.lower() in ("false", "0"):
+        return False
+    raise InvalidRequest(f"{name} must be true or false")
+
+
+ROUTES = [append_event, get_event, delete_event, list_events]

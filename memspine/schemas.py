@@ -1,0 +1,206 @@
+"""Request and response bodies (msgspec Structs) and their validation into engine calls."""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import re
+import time
+import uuid
+from typing import Any, TypeVar
+
+import msgspec
+
+from storage.errors import InvalidRequest
+from storage.model import NewEvent, StoredEvent
+
+T = TypeVar("T")
+
+MAX_KIND_BYTES = 64
+MAX_TEXT_CHARS = 100_000
+MAX_IDS = 1000
+MAX_TS = 2**62
+MAX_MODEL_CHARS = 200
+MAX_IDEMPOTENCY_KEY = 255
+_KIND = re.compile(r"^[^\x00-\x1f\x7f]+$")
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+$")
+
+
+class EventIn(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/memory/event."""
+
+    kind: str
+    ts: int | None = None
+    text: str | None = None
+    embedding: list[float] | None = None
+    embedding_model: str | None = None
+    properties: msgspec.Raw = msgspec.Raw()  # kept as sent; empty when absent
+    supersedes: list[str] | None = None
+    valid_from: int | None = None
+    valid_until: int | None = None
+
+
+class EventCreated(msgspec.Struct, omit_defaults=True):
+    """The answer to an append: the id, and any source or supersedes ids that named no event."""
+
+    event_id: str
+    unlinked: list[str] = []
+
+
+class RecallIn(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/memory/recall."""
+
+    text: str | None = None
+    embedding: list[float] | None = None
+    embedding_model: str | None = None
+    kind: str | None = None
+    k: int = 10
+    hops: int = 0
+    filter: dict[str, bool | int | float | str] | None = None
+    current: bool = True
+    as_of: int | None = None
+
+
+class CypherIn(msgspec.Struct, forbid_unknown_fields=True):
+    """POST /v1/memory/cypher."""
+
+    query: str
+    params: dict[str, Any] | None = None
+
+
+def decode_body(body: bytes, type_: type[T]) -> T:
+    """Decode a JSON body into a Struct, with a sentence that says what to fix."""
+    if not body.strip():
+        raise InvalidRequest("the request body is empty; send a JSON object")
+    try:
+        return msgspec.json.decode(body, type=type_)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"invalid request body: {_explain(str(exc))}") from None
+    except msgspec.DecodeError as exc:
+        raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+
+
+def _explain(message: str) -> str:
+    """msgspec's message with `$.` paths made readable ("at `$.kind`" -> "at kind")."""
+    return message.replace("`$.", "`").replace("`$`", "the body")
+
+
+def check_kind(kind: str, field: str = "kind") -> str:
+    """A kind is 1–64 bytes of printable text."""
+    if not kind or len(kind.encode()) > MAX_KIND_BYTES or not _KIND.match(kind):
+        raise InvalidRequest(f"{field} must be 1 to {MAX_KIND_BYTES} bytes of printable text")
+    return kind
+
+
+def check_embedding(values: list[float], field: str = "embedding") -> list[float]:
+    """Every value finite."""
+    if not values:
+        raise InvalidRequest(f"{field} must not be empty")
+    if not all(math.isfinite(v) for v in values):
+        raise InvalidRequest(f"{field} must contain only finite numbers (no NaN or infinity)")
+    return [float(v) for v in values]
+
+
+def _check_ts(value: int | None, field: str) -> int | None:
+    """Microsecond times between 0 and 2^62."""
+    if value is not None and not 0 <= value < MAX_TS:
+        raise InvalidRequest(f"{field} must be microseconds since the Unix epoch, from 0 to 2^62")
+    return value
+
+
+def _id_list(value: Any, field: str) -> tuple[str, ...]:
+    """A list of strings (ids); non-UUID strings are kept so they come back as unlinked."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+        raise InvalidRequest(f"{field} must be a list of event id strings")
+    if len(value) > MAX_IDS:
+        raise InvalidRequest(f"{field} may name at most {MAX_IDS} events")
+    return tuple(value)
+
+
+def idempotent_id(tenant_id: str, key: str) -> str:
+    """uuid5(uuid5(NAMESPACE_URL, "memspine:" + tenant), key), as API.md fixes it."""
+    namespace = uuid.uuid5(uuid.NAMESPACE_URL, "memspine:" + tenant_id)
+    return str(uuid.uuid5(namespace, key))
+
+
+def check_idempotency_key(key: str) -> str:
+    """1–255 printable ASCII characters."""
+    if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY or not _IDEMPOTENCY_KEY.match(key):
+        raise InvalidRequest(
+            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters"
+        )
+    return key
+
+
+def to_new_event(body: EventIn, *, tenant_id: str, idempotency_key: str | None) -> NewEvent:
+    """Validate an append body and turn it into the engine's NewEvent."""
+    check_kind(body.kind)
+    if body.text is not None and len(body.text) > MAX_TEXT_CHARS:
+        raise InvalidRequest(f"text may be at most {MAX_TEXT_CHARS} characters")
+    embedding = check_embedding(body.embedding) if body.embedding is not None else None
+    if body.embedding_model is not None and not 0 < len(body.embedding_model) <= MAX_MODEL_CHARS:
+        raise InvalidRequest(f"embedding_model must be 1 to {MAX_MODEL_CHARS} characters")
+    properties_raw: bytes | None = None
+    sources: tuple[str, ...] = ()
+    if len(body.properties):
+        properties = msgspec.json.decode(body.properties)
+        if properties is not None:
+            if not isinstance(properties, dict):
+                raise InvalidRequest("properties must be a JSON object")
+            properties_raw = bytes(body.properties)
+            sources = _id_list(properties.get("source_event_ids"), "properties.source_event_ids")
+    ts = _check_ts(body.ts, "ts")
+    valid_from = _check_ts(body.valid_from, "valid_from")
+    valid_until = _check_ts(body.valid_until, "valid_until")
+    if valid_from is not None and valid_until is not None and valid_from >= valid_until:
+        raise InvalidRequest("valid_from must be earlier than valid_until")
+    event_id = body_hash = None
+    if idempotency_key is not None:
+        event_id = idempotent_id(tenant_id, check_idempotency_key(idempotency_key))
+        body_hash = _body_hash(body)
+    return NewEvent(
+        kind=body.kind,
+        ts=ts if ts is not None else time.time_ns() // 1000,
+        text=body.text,
+        embedding=embedding,
+        embedding_model=body.embedding_model,
+        properties_raw=properties_raw,
+        source_ids=sources,
+        supersedes=_id_list(body.supersedes, "supersedes"),
+        valid_from=valid_from,
+        valid_until=valid_until,
+        event_id=event_id,
+        body_hash=body_hash,
+    )
+
+
+def _body_hash(body: EventIn) -> bytes:
+    """SHA-256 of the body in a canonical form (sorted keys), so whitespace changes are the same body."""
+    obj: dict[str, Any] = {f: getattr(body, f) for f in body.__struct_fields__}
+    obj["properties"] = msgspec.json.decode(body.properties) if len(body.properties) else None
+    return hashlib.sha256(msgspec.json.encode(obj, order="sorted")).digest()
+
+
+class EventOut(msgspec.Struct):
+    """An event as GET and listing return it; properties are the bytes the client sent."""
+
+    event_id: str
+    kind: str
+    ts: int
+    text: str | None
+    properties: msgspec.Raw
+    embedding: list[float] | msgspec.UnsetType = msgspec.UNSET
+
+
+def event_out(ev: StoredEvent, *, with_embedding: bool = True) -> EventOut:
+    """The client's view of a stored event."""
+    return EventOut(
+        event_id=ev.event_id,
+        kind=ev.kind,
+        ts=ev.ts,
+        text=ev.text,
+        embedding=ev.embedding if with_embedding and ev.embedding is not None else msgspec.UNSET,
+        properties=msgspec.Raw(ev.properties_raw or b"{}"),
+    )

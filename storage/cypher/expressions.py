@@ -1,0 +1,361 @@
+"""Expression evaluation: AST expressions compiled to closures over a binding row, with
+openCypher's null semantics (three-valued logic, null in -> null out)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+from storage.cypher import ast
+from storage.cypher.functions import FUNCTIONS
+from storage.cypher.graph import CORE_PROPERTIES
+from storage.cypher.values import UNORDERED, compare, equals, is_number, type_name
+from storage.errors import InvalidRequest
+from storage.model import StoredEvent
+
+Row = dict[str, Any]
+Fn = Callable[[Row], Any]
+
+
+def compile_expr(expr: ast.Expr, params: dict[str, Any]) -> Fn:
+    """A function computing expr on a row; params are the query's (already checked) parameters."""
+    return _COMPILERS[type(expr)](expr, params)
+
+
+def truth(value: Any, context: str) -> bool | None:
+    """value as a boolean for WHERE, AND, OR, XOR, NOT; InvalidRequest if it is neither bool nor null."""
+    if value is None or type(value) is bool:
+        return value  # type: ignore[no-any-return]
+    raise InvalidRequest(f"{context} needs a boolean, got {type_name(value)}")
+
+
+# ---- properties ---------------------------------------------------------------------------
+
+_NODE_FIELDS: dict[str, Callable[[StoredEvent], Any]] = {
+    name: (lambda field: lambda ev: getattr(ev, field))(name) for name in CORE_PROPERTIES
+}
+
+
+def node_property(event: StoredEvent, key: str) -> Any:
+    """A node property: event_id, kind, ts, text, else a filterable property, else null."""
+    field = _NODE_FIELDS.get(key)
+    return field(event) if field is not None else event.filterable.get(key)
+
+
+def read_property(subject: Any, key: str) -> Any:
+    """`subject.key` for a node, a map, a relationship (no properties) or null."""
+    if isinstance(subject, StoredEvent):
+        return node_property(subject, key)
+    if isinstance(subject, dict):
+        return subject.get(key)
+    if subject is None or type(subject).__name__ == "Relationship":
+        return None
+    raise InvalidRequest(f"cannot read property {key!r} of {type_name(subject)}")
+
+
+# ---- operators ----------------------------------------------------------------------------
+
+
+def _and(left: Fn, right: Fn) -> Fn:
+    def run(row: Row) -> Any:
+        a = truth(left(row), "AND")
+        if a is False:
+            return False
+        b = truth(right(row), "AND")
+        if b is False:
+            return False
+        return None if a is None or b is None else True
+
+    return run
+
+
+def _or(left: Fn, right: Fn) -> Fn:
+    def run(row: Row) -> Any:
+        a = truth(left(row), "OR")
+        if a is True:
+            return True
+        b = truth(right(row), "OR")
+        if b is True:
+            return True
+        return None if a is None or b is None else False
+
+    return run
+
+
+def _xor(left: Fn, right: Fn) -> Fn:
+    def run(row: Row) -> Any:
+        a, b = truth(left(row), "XOR"), truth(right(row), "XOR")
+        return None if a is None or b is None else a != b
+
+    return run
+
+
+def _strict(op: Callable[[Any, Any], Any]) -> Callable[[Fn, Fn], Fn]:
+    """A binary operator where a null on either side gives null."""
+
+    def build(left: Fn, right: Fn) -> Fn:
+        def run(row: Row) -> Any:
+            a, b = left(row), right(row)
+            return None if a is None or b is None else op(a, b)
+
+        return run
+
+    return build
+
+
+def _ordering(test: Callable[[int], bool]) -> Callable[[Any, Any], Any]:
+    def op(a: Any, b: Any) -> Any:
+        c = compare(a, b)
+        if c is None:
+            return None
+        return False if c == UNORDERED else test(c)
+
+    return op
+
+
+def _not_equals(a: Any, b: Any) -> Any:
+    same = equals(a, b)
+    return None if same is None else not same
+
+
+def _in(left: Fn, right: Fn) -> Fn:
+    def run(row: Row) -> Any:
+        needle, haystack = left(row), right(row)
+        if haystack is None:
+            return None
+        if not isinstance(haystack, list):
+            raise InvalidRequest(f"IN needs a list on its right, got {type_name(haystack)}")
+        unknown = False
+        for item in haystack:
+            same = equals(needle, item)
+            if same:
+                return True
+            unknown = unknown or same is None
+        return None if unknown else False
+
+    return run
+
+
+def _string_test(test: Callable[[str, str], bool]) -> Callable[[Any, Any], Any]:
+    def op(a: Any, b: Any) -> Any:
+        return test(a, b) if isinstance(a, str) and isinstance(b, str) else None
+
+    return op
+
+
+def _numeric(symbol: str, fn: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
+    def op(a: Any, b: Any) -> Any:
+        if not (is_number(a) and is_number(b)):
+            raise InvalidRequest(f"cannot apply {symbol} to {type_name(a)} and {type_name(b)}")
+        return fn(a, b)
+
+    return op
+
+
+def _add(a: Any, b: Any) -> Any:
+    if isinstance(a, list):
+        return a + b if isinstance(b, list) else [*a, b]
+    if isinstance(b, list):
+        return [a, *b]
+    if isinstance(a, str) and (isinstance(b, str) or is_number(b)):
+        return a + str(b)
+    if isinstance(b, str) and is_number(a):
+        return str(a) + b
+    return _numeric("+", lambda x, y: x + y)(a, b)
+
+
+def _divide(a: Any, b: Any) -> Any:
+    if type(a) is int and type(b) is int:
+        if b == 0:
+            raise InvalidRequest("division by zero")
+        q = abs(a) // abs(b)  # integer division truncates toward zero, as in openCypher
+        return q if (a >= 0) == (b > 0) else -q
+    if b == 0:
+        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)
+    return a / b
+
+
+def _modulo(a: Any, b: Any) -> Any:
+    if type(a) is int and type(b) is int:
+        if b == 0:
+            raise InvalidRequest("division by zero")
+        r = abs(a) % abs(b)  # the remainder takes the dividend's sign
+        return r if a >= 0 else -r
+    return math.nan if b == 0 else math.fmod(a, b)
+
+
+def _power(a: Any, b: Any) -> Any:
+    try:
+        return math.pow(a, b)
+    except OverflowError:
+        return math.inf
+    except ValueError:
+        return math.nan
+
+
+_BINARY: dict[str, Callable[[Fn, Fn], Fn]] = {
+    "AND": _and,
+    "OR": _or,
+    "XOR": _xor,
+    "IN": _in,
+    "=": _strict(equals),
+    "<>": _strict(_not_equals),
+    "<": _strict(_ordering(lambda c: c < 0)),
+    "<=": _strict(_ordering(lambda c: c <= 0)),
+    ">": _strict(_ordering(lambda c: c > 0)),
+    ">=": _strict(_ordering(lambda c: c >= 0)),
+    "STARTS WITH": _strict(_string_test(str.startswith)),
+    "ENDS WITH": _strict(_string_test(str.endswith)),
+    "CONTAINS": _strict(_string_test(lambda a, b: b in a)),
+    "+": _strict(_add),
+    "-": _strict(_numeric("-", lambda a, b: a - b)),
+    "*": _strict(_numeric("*", lambda a, b: a * b)),
+    "/": _strict(_numeric("/", _divide)),
+    "%": _strict(_numeric("%", _modulo)),
+    "^": _strict(_numeric("^", _power)),
+}
+
+
+def _negate(value: Any) -> Any:
+    if not is_number(value):
+        raise InvalidRequest(f"cannot negate {type_name(value)}")
+    return -value
+
+
+def _plus(value: Any) -> Any:
+    if not is_number(value):
+        raise InvalidRequest(f"cannot apply unary + to {type_name(value)}")
+    return value
+
+
+def _not(value: Any) -> Any:
+    b = truth(value, "NOT")
+    return None if b is None else not b
+
+
+_UNARY: dict[str, Callable[[Any], Any]] = {"NOT": _not, "-": _negate, "+": _plus}
+
+
+# ---- subscripts -----------------------------------------------------------------------------
+
+
+def _subscript(subject: Any, index: Any) -> Any:
+    if subject is None or index is None:
+        return None
+    if isinstance(subject, list) and type(index) is int:
+        return subject[index] if -len(subject) <= index < len(subject) else None
+    if isinstance(subject, dict | StoredEvent) and isinstance(index, str):
+        return read_property(subject, index)
+    raise InvalidRequest(f"cannot index {type_name(subject)} with {type_name(index)}")
+
+
+def _slice(subject: Any, start: Any, end: Any) -> Any:
+    if subject is None:
+        return None
+    if not isinstance(subject, list):
+        raise InvalidRequest(f"cannot slice {type_name(subject)}")
+    for bound in (start, end):
+        if bound is not None and type(bound) is not int:
+            raise InvalidRequest(f"list slice bounds must be integers, got {type_name(bound)}")
+    return subject[start:end]
+
+
+# ---- compilers, one per node type -----------------------------------------------------------
+
+
+def _literal(expr: ast.Literal, params: dict[str, Any]) -> Fn:
+    value = expr.value
+    return lambda row: value
+
+
+def _parameter(expr: ast.Parameter, params: dict[str, Any]) -> Fn:
+    value = params[expr.name]
+    return lambda row: value
+
+
+def _variable(expr: ast.Variable, params: dict[str, Any]) -> Fn:
+    name = expr.name
+    return lambda row: row.get(name)
+
+
+def _property(expr: ast.Property, params: dict[str, Any]) -> Fn:
+    subject, key = compile_expr(expr.subject, params), expr.key
+    return lambda row: read_property(subject(row), key)
+
+
+def _index(expr: ast.Index, params: dict[str, Any]) -> Fn:
+    subject, index = compile_expr(expr.subject, params), compile_expr(expr.index, params)
+    return lambda row: _subscript(subject(row), index(row))
+
+
+def _slice_expr(expr: ast.Slice, params: dict[str, Any]) -> Fn:
+    subject = compile_expr(expr.subject, params)
+    start = compile_expr(expr.start, params) if expr.start is not None else _none
+    end = compile_expr(expr.end, params) if expr.end is not None else _none
+    bounded = (expr.start is not None, expr.end is not None)
+
+    def run(row: Row) -> Any:
+        lo, hi = start(row), end(row)
+        if (bounded[0] and lo is None) or (bounded[1] and hi is None):
+            return None  # an explicit null bound makes the whole slice null
+        return _slice(subject(row), lo, hi)
+
+    return run
+
+
+def _none(row: Row) -> None:
+    return None
+
+
+def _list(expr: ast.ListExpr, params: dict[str, Any]) -> Fn:
+    items = [compile_expr(item, params) for item in expr.items]
+    return lambda row: [item(row) for item in items]
+
+
+def _map(expr: ast.MapExpr, params: dict[str, Any]) -> Fn:
+    entries = [(key, compile_expr(value, params)) for key, value in expr.entries]
+    return lambda row: {key: value(row) for key, value in entries}
+
+
+def _unary(expr: ast.Unary, params: dict[str, Any]) -> Fn:
+    operand, op = compile_expr(expr.operand, params), _UNARY[expr.op]
+    if expr.op == "NOT":
+        return lambda row: op(operand(row))
+    return lambda row: (lambda v: None if v is None else op(v))(operand(row))
+
+
+def _binary(expr: ast.Binary, params: dict[str, Any]) -> Fn:
+    return _BINARY[expr.op](compile_expr(expr.left, params), compile_expr(expr.right, params))
+
+
+def _is_null(expr: ast.IsNull, params: dict[str, Any]) -> Fn:
+    operand = compile_expr(expr.operand, params)
+    if expr.negated:
+        return lambda row: operand(row) is not None
+    return lambda row: operand(row) is None
+
+
+def _call(expr: ast.FunctionCall, params: dict[str, Any]) -> Fn:
+    fn = FUNCTIONS.get(expr.name)
+    if fn is None:  # aggregates are replaced by the planner before anything is compiled
+        raise AssertionError(f"{expr.name}() reached the evaluator unplanned")
+    args = [compile_expr(arg, params) for arg in expr.args]
+    impl = fn.fn
+    return lambda row: impl(*[arg(row) for arg in args])
+
+
+_COMPILERS: dict[type, Callable[[Any, dict[str, Any]], Fn]] = {
+    ast.Literal: _literal,
+    ast.Parameter: _parameter,
+    ast.Variable: _variable,
+    ast.Property: _property,
+    ast.Index: _index,
+    ast.Slice: _slice_expr,
+    ast.ListExpr: _list,
+    ast.MapExpr: _map,
+    ast.Unary: _unary,
+    ast.Binary: _binary,
+    ast.IsNull: _is_null,
+    ast.FunctionCall: _call,
+}

@@ -1,0 +1,379 @@
+"""Cypher text to AST: lark parses with grammar.lark, a Transformer builds frozen AST nodes."""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from importlib import resources
+from typing import Any
+
+from lark import Lark, Token, Transformer, v_args
+from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+
+from storage.cypher import ast
+from storage.cypher.functions import check_call
+from storage.cypher.graph import LABEL, REL_TYPES
+from storage.errors import CypherSyntaxError, InvalidRequest
+
+READ_ONLY_MESSAGE = (
+    "only read queries are accepted (MATCH, WITH, RETURN); write through POST /v1/memory/event"
+)
+WRITE_KEYWORDS = ("CREATE", "MERGE", "SET", "DELETE", "DETACH", "REMOVE", "CALL", "LOAD", "FOREACH")
+MAX_HOPS = 5
+
+# Strings, quoted names and comments are blanked before looking for write keywords, so a
+# keyword inside a literal (`a.text CONTAINS 'delete'`) or after a dot (`a.set`) is not one.
+_NOT_CODE = re.compile(
+    r"'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|`[^`]*`?|//[^\n]*|/\*.*?(?:\*/|$)", re.S
+)
+_WRITE_WORD = re.compile(r"(?<![\w.$:])\s*\b(" + "|".join(WRITE_KEYWORDS) + r")\b", re.I)
+
+# How lark's terminal names read in "expected ..." messages.
+_TERMINAL_WORDS = {
+    "NAME": "a name",
+    "PARAM": "a $parameter",
+    "INTEGER": "a number",
+    "STRING": "a string",
+    "$END": "the end of the query",
+}
+_HIDDEN_TERMINALS = {"QUOTED_NAME", "FLOAT"}  # already covered by "a name", "a number"
+
+
+@cache
+def _lark() -> Lark:
+    grammar = resources.files("storage.cypher").joinpath("grammar.lark").read_text()
+    return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
+
+
+def parse(query: str) -> ast.Query:
+    """The AST of query; CypherSyntaxError (with line and column) or InvalidRequest if it has none."""
+    try:
+        tree = _lark().parse(query)
+    except UnexpectedInput as err:
+        if _WRITE_WORD.search(_NOT_CODE.sub(" ", query)):
+            raise InvalidRequest(READ_ONLY_MESSAGE) from None
+        raise _syntax_error(err, query) from None
+    try:
+        result: ast.Query = _ToAst(query).transform(tree)
+    except VisitError as err:
+        raise err.orig_exc from None
+    return result
+
+
+def _syntax_error(err: UnexpectedInput, query: str) -> CypherSyntaxError:
+    line, col = err.line, err.column
+    if isinstance(err, UnexpectedCharacters):
+        # no "expected" list here: the lexer's view of what may follow is too coarse to help
+        what = f"unexpected character {query[err.pos_in_stream]!r}"
+        expected: set[str] = set()
+    elif isinstance(err, UnexpectedToken) and err.token.type == "$END":
+        lines = query.split("\n")
+        line, col = len(lines), len(lines[-1]) + 1
+        expected = _accepted(err)
+        if "RETURN" in expected:
+            return CypherSyntaxError("expected RETURN", line=line, col=col, query=query)
+        what = "unexpected end of query"
+    elif isinstance(err, UnexpectedToken):
+        what = f"unexpected {err.token.value!r}"
+        expected = _accepted(err)
+    else:  # pragma: no cover - LALR raises only the two kinds above
+        what, expected = "unexpected input", set()
+    message = what + _expected_text(expected)
+    return CypherSyntaxError(message, line=max(line, 1), col=max(col, 1), query=query)
+
+
+def _accepted(err: UnexpectedToken) -> set[str]:
+    # accepts replays the parser, so it is exact where LALR's merged lookaheads are not
+    return set(err.accepts or err.expected)
+
+
+def _expected_text(names: set[str]) -> str:
+    terminals = {t.name: t for t in _lark().terminals}
+    words = set()
+    for name in names - _HIDDEN_TERMINALS:
+        term = terminals.get(name)
+        if name in _TERMINAL_WORDS or term is None:
+            words.add(_TERMINAL_WORDS.get(name, name))
+        elif term.pattern.type == "str":
+            words.add(term.pattern.value.upper())
+        else:
+            words.add(name)
+    if not words:
+        return ""
+    shown = sorted(words, key=lambda w: (not w[:1].isalpha(), w))
+    more = ", …" if len(shown) > 10 else ""
+    return "; expected " + ", ".join(shown[:10]) + more
+
+
+def _error_at(meta: Any, message: str, query: str) -> CypherSyntaxError:
+    return CypherSyntaxError(message, line=meta.line, col=meta.column, query=query)
+
+
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "b": "\b", "f": "\f"}
+_ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.S)
+
+
+def _unescape(body: str) -> str:
+    def one(m: re.Match[str]) -> str:
+        code = m.group(1)
+        if len(code) > 1:
+            return chr(int(code[1:], 16))
+        return _ESCAPES.get(code, code)
+
+    return _ESCAPE.sub(one, body)
+
+
+def _present(items: Any) -> list[Any]:
+    """Children without lark's placeholders for absent optional parts."""
+    return [item for item in items if item is not None]
+
+
+@v_args(inline=True)
+class _ToAst(Transformer[Token, Any]):
+    """lark tree -> AST. Keyword tokens arrive as children and are skipped by position."""
+
+    def __init__(self, query: str) -> None:
+        super().__init__()
+        self.query = query
+
+    # ---- clauses ------------------------------------------------------------------------
+
+    def start(self, *clauses: Any) -> ast.Query:
+        return ast.Query(tuple(clauses))
+
+    def match_clause(self, optional: Any, _match: Token, *rest: Any) -> ast.Match:
+        *patterns, where = rest
+        return ast.Match(tuple(patterns), where, optional is not None)
+
+    def unwind_clause(self, _unwind: Token, expr: Any, _as: Token, alias: str) -> ast.Unwind:
+        return ast.Unwind(expr, alias)
+
+    def with_clause(self, _with: Token, projection: ast.Projection, where: Any) -> ast.With:
+        return ast.With(projection, where)
+
+    def return_clause(self, _return: Token, projection: ast.Projection) -> ast.Return:
+        return ast.Return(projection)
+
+    def where_clause(self, _where: Token, expr: Any) -> Any:
+        return expr
+
+    def projection_body(
+        self, distinct: Any, items: Any, order: Any, skip: Any, limit: Any
+    ) -> ast.Projection:
+        star, projected = items
+        return ast.Projection(projected, star, distinct is not None, order or (), skip, limit)
+
+    def projection_items(self, *items: Any) -> tuple[bool, tuple[ast.ProjectionItem, ...]]:
+        star = bool(items) and items[0] == "*"
+        return star, tuple(items[1:] if star else items)
+
+    def star(self) -> str:
+        return "*"
+
+    @v_args(meta=True)
+    def projection_item(self, meta: Any, children: list[Any]) -> ast.ProjectionItem:
+        expr, _as, alias = children
+        if alias is not None:
+            return ast.ProjectionItem(expr, alias, aliased=True)
+        return ast.ProjectionItem(expr, self.query[meta.start_pos : meta.end_pos])
+
+    def order_clause(self, _order: Token, _by: Token, *items: ast.SortItem) -> tuple[Any, ...]:
+        return items
+
+    def sort_item(self, expr: Any, descending: Any) -> ast.SortItem:
+        return ast.SortItem(expr, bool(descending))
+
+    def sort_direction(self, token: Token) -> bool:
+        return token.type.startswith("DESC")
+
+    def skip_clause(self, _skip: Token, expr: Any) -> Any:
+        return expr
+
+    limit_clause = skip_clause
+
+    # ---- patterns -----------------------------------------------------------------------
+
+    def pattern(self, *parts: Any) -> ast.PatternPath:
+        return ast.PatternPath(tuple(parts[0::2]), tuple(parts[1::2]))
+
+    @v_args(meta=True)
+    def node_pattern(self, meta: Any, children: list[Any]) -> ast.NodePattern:
+        var, labels, properties = children
+        for label in labels or ():
+            if label != LABEL:
+                raise _error_at(meta, f"unknown label :{label}; every node is an :{LABEL}", self.query)
+        return ast.NodePattern(var, tuple(labels or ()), properties)
+
+    def node_labels(self, *names: str) -> tuple[str, ...]:
+        return names
+
+    def rel_out(self, detail: Any) -> ast.RelPattern:
+        return _relationship("out", detail)
+
+    def rel_in(self, detail: Any) -> ast.RelPattern:
+        return _relationship("in", detail)
+
+    def rel_both(self, detail: Any) -> ast.RelPattern:
+        return _relationship("both", detail)
+
+    @v_args(meta=True)
+    def rel_detail(self, meta: Any, children: list[Any]) -> dict[str, Any]:
+        var, types, hops, properties = children
+        for name in types or ():
+            if name not in REL_TYPES:
+                known = " and ".join(f":{t}" for t in REL_TYPES)
+                raise _error_at(meta, f"unknown relationship type :{name}; the graph has {known}", self.query)
+        if properties is not None:
+            message = "relationships have no properties; filter on the nodes instead"
+            raise _error_at(meta, message, self.query)
+        detail: dict[str, Any] = {"var": var, "types": tuple(types or ())}
+        if hops is not None:
+            _check_hops(meta, hops, self.query)
+            detail.update(variable_length=True, min_hops=hops[0], max_hops=hops[1])
+        return detail
+
+    def rel_types(self, *names: Any) -> tuple[str, ...]:
+        return tuple(_present(names))
+
+    def range_literal(self, low: Any, dots: Any, high: Any) -> tuple[int, int | None]:
+        lo = 1 if low is None else int(low)
+        if dots is None:
+            return lo, None if low is None else lo  # `*` alone is unbounded, `*3` is exactly 3
+        return lo, None if high is None else int(high)
+
+    # ---- expressions --------------------------------------------------------------------
+
+    def or_op(self, left: Any, _op: Token, right: Any) -> ast.Binary:
+        return ast.Binary("OR", left, right)
+
+    def xor_op(self, left: Any, _op: Token, right: Any) -> ast.Binary:
+        return ast.Binary("XOR", left, right)
+
+    def and_op(self, left: Any, _op: Token, right: Any) -> ast.Binary:
+        return ast.Binary("AND", left, right)
+
+    def not_op(self, _not: Token, operand: Any) -> ast.Unary:
+        return ast.Unary("NOT", operand)
+
+    def comparison(self, *parts: Any) -> Any:
+        # a < b <= c means (a < b) AND (b <= c)
+        links = [ast.Binary(parts[i], parts[i - 1], parts[i + 1]) for i in range(1, len(parts), 2)]
+        result: Any = links[0]
+        for link in links[1:]:
+            result = ast.Binary("AND", result, link)
+        return result
+
+    def comp_op(self, token: Token) -> str:
+        return str(token)
+
+    add_op = mul_op = pow_op = sign = comp_op
+
+    def starts_with(self, left: Any, _s: Token, _w: Token, right: Any) -> ast.Binary:
+        return ast.Binary("STARTS WITH", left, right)
+
+    def ends_with(self, left: Any, _e: Token, _w: Token, right: Any) -> ast.Binary:
+        return ast.Binary("ENDS WITH", left, right)
+
+    def contains(self, left: Any, _c: Token, right: Any) -> ast.Binary:
+        return ast.Binary("CONTAINS", left, right)
+
+    def in_list(self, left: Any, _in: Token, right: Any) -> ast.Binary:
+        return ast.Binary("IN", left, right)
+
+    def is_null(self, operand: Any, _is: Token, _null: Token) -> ast.IsNull:
+        return ast.IsNull(operand)
+
+    def is_not_null(self, operand: Any, _is: Token, _not: Token, _null: Token) -> ast.IsNull:
+        return ast.IsNull(operand, negated=True)
+
+    def arithmetic(self, left: Any, op: str, right: Any) -> ast.Binary:
+        return ast.Binary(op, left, right)
+
+    def unary(self, op: str, operand: Any) -> Any:
+        if isinstance(operand, ast.Literal) and type(operand.value) in (int, float):
+            return ast.Literal(-operand.value if op == "-" else operand.value)
+        return ast.Unary(op, operand)
+
+    def property(self, subject: Any, key: str) -> ast.Property:
+        return ast.Property(subject, key)
+
+    def index(self, subject: Any, index: Any) -> ast.Index:
+        return ast.Index(subject, index)
+
+    def slice(self, subject: Any, start: Any, _dots: Token, end: Any) -> ast.Slice:
+        return ast.Slice(subject, start, end)
+
+    @v_args(meta=True)
+    def function_call(self, meta: Any, children: list[Any]) -> ast.FunctionCall:
+        name, distinct, *args = children
+        args = _present(args)
+        try:
+            key = check_call(name, len(args), distinct=distinct is not None, star=False)
+        except InvalidRequest as err:
+            raise _error_at(meta, err.detail, self.query) from None
+        return ast.FunctionCall(key, tuple(args), distinct is not None)
+
+    @v_args(meta=True)
+    def star_call(self, meta: Any, children: list[Any]) -> ast.FunctionCall:
+        try:
+            key = check_call(children[0], 0, distinct=False, star=True)
+        except InvalidRequest as err:
+            raise _error_at(meta, err.detail, self.query) from None
+        return ast.FunctionCall(key, star=True)
+
+    def variable(self, name: str) -> ast.Variable:
+        return ast.Variable(name)
+
+    def parameter(self, token: Token) -> ast.Parameter:
+        return ast.Parameter(token[1:])
+
+    def list_literal(self, *items: Any) -> ast.ListExpr:
+        return ast.ListExpr(tuple(_present(items)))
+
+    @v_args(meta=True)
+    def map_literal(self, meta: Any, children: list[Any]) -> ast.MapExpr:
+        entries = tuple(_present(children))
+        keys = [key for key, _ in entries]
+        duplicate = next((k for k in keys if keys.count(k) > 1), None)
+        if duplicate is not None:
+            raise _error_at(meta, f"the key {duplicate!r} appears twice in a map", self.query)
+        return ast.MapExpr(entries)
+
+    def map_entry(self, key: str, value: Any) -> tuple[str, Any]:
+        return key, value
+
+    def integer(self, token: Token) -> ast.Literal:
+        return ast.Literal(int(token))
+
+    def float(self, token: Token) -> ast.Literal:
+        return ast.Literal(float(token))
+
+    def string(self, token: Token) -> ast.Literal:
+        return ast.Literal(_unescape(token[1:-1]))
+
+    def true(self, _token: Token) -> ast.Literal:
+        return ast.Literal(True)
+
+    def false(self, _token: Token) -> ast.Literal:
+        return ast.Literal(False)
+
+    def null(self, _token: Token) -> ast.Literal:
+        return ast.Literal(None)
+
+    def symbolic_name(self, token: Token) -> str:
+        if token.type == "QUOTED_NAME":
+            return token[1:-1].replace("``", "`")
+        return str(token)
+
+
+def _relationship(direction: str, detail: dict[str, Any] | None) -> ast.RelPattern:
+    return ast.RelPattern(direction, **(detail or {}))
+
+
+def _check_hops(meta: Any, hops: tuple[int, int | None], query: str) -> None:
+    low, high = hops
+    if high is None or high > MAX_HOPS:
+        message = f"variable-length relationships need an upper bound of at most {MAX_HOPS}"
+        raise _error_at(meta, f"{message}, e.g. *1..{MAX_HOPS}", query)
+    if low > high:
+        raise _error_at(meta, f"the lower bound {low} is above the upper bound {high}", query)
