@@ -53,10 +53,10 @@ class ServerProcess:
             }
         )
         env.update(self.extra_env)
-        log = open(self.log_path, "ab")
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "memspine.server"], env=env, stdout=log, stderr=log, cwd=REPO
-        )
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "memspine.server"], env=env, stdout=log, stderr=log, cwd=REPO
+            )
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

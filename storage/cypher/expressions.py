@@ -9,7 +9,7 @@ from typing import Any
 
 from storage.cypher import ast
 from storage.cypher.functions import FUNCTIONS
-from storage.cypher.graph import CORE_PROPERTIES
+from storage.cypher.graph import CORE_PROPERTIES, Relationship
 from storage.cypher.values import UNORDERED, compare, equals, is_number, type_name
 from storage.errors import InvalidRequest
 from storage.model import StoredEvent
@@ -49,7 +49,7 @@ def read_property(subject: Any, key: str) -> Any:
         return node_property(subject, key)
     if isinstance(subject, dict):
         return subject.get(key)
-    if subject is None or type(subject).__name__ == "Relationship":
+    if subject is None or isinstance(subject, Relationship):
         return None
     raise InvalidRequest(f"cannot read property {key!r} of {type_name(subject)}")
 
