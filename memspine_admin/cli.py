@@ -78,7 +78,9 @@ def cmd_init(args: argparse.Namespace) -> int:
         else f"control database already exists at {path}"
     )
     if created:
-        human += "\nthe server now accepts only issued keys (restart it if it is running)"
+        human += (
+            "\nfrom now on the server accepts only issued keys (restart one running in local mode)"
+        )
     _emit(args, {"created": created, "path": str(path), "generation": generation}, human)
     return EXIT_OK
 

@@ -160,7 +160,9 @@ class ControlDB:
         elif not cls.exists(data_dir):
             raise Conflict(NO_CONTROL_DB)
         path = control_path(data_dir)
-        db = cls(_open_env(path, create=False), path, hasher=hasher, clock=clock)
+        env = _open_env(path, create=False)
+        env.reader_check()  # free reader slots left by a process that died mid-read
+        db = cls(env, path, hasher=hasher, clock=clock)
         with db._env.begin(db=db._meta) as txn:
             raw = txn.get(b"schema")
         if raw is None or _U64.unpack(raw)[0] != SCHEMA_VERSION:
