@@ -78,9 +78,7 @@ def cmd_init(args: argparse.Namespace) -> int:
         else f"control database already exists at {path}"
     )
     if created:
-        human += (
-            "\nfrom now on the server accepts only issued keys (restart one running in local mode)"
-        )
+        human += "\nfrom now on the server accepts only issued keys"
     _emit(args, {"created": created, "path": str(path), "generation": generation}, human)
     return EXIT_OK
 

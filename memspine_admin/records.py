@@ -134,7 +134,8 @@ def check_scopes(scopes: object) -> tuple[str, ...]:
     given = list(scopes)
     for scope in given:
         if scope not in SCOPES:
-            raise InvalidRequest(f"unknown scope {scope!r} (known scopes: {', '.join(SCOPES)})")
+            shown = repr(scope)[:40]  # echo the culprit, but never a megabyte of it
+            raise InvalidRequest(f"unknown scope {shown} (known scopes: {', '.join(SCOPES)})")
     if not given:
         raise InvalidRequest("scopes must not be empty")
     return tuple(s for s in SCOPES if s in given)
