@@ -14,6 +14,7 @@ from storage.errors import Conflict, MemspineError, NotFound
 from storage.listing import ListQuery, list_events
 from storage.manager import TenantManager
 from storage.model import AppendResult, NewEvent, StoredEvent
+from storage.recall import RecallQuery, RecallResult, recall, validate
 from storage.tenant import Tenant
 
 T = TypeVar("T")
@@ -97,6 +98,16 @@ class Engine:
                 return list_events(r, query)
 
         return await self.read(tenant_id, page)
+
+    async def recall(self, tenant_id: str, query: RecallQuery) -> RecallResult:
+        """Fused keyword and vector recall with the bounded walk."""
+
+        def run(t: Tenant) -> RecallResult:
+            with t.log.reader() as r:
+                validate(query, t.dim, r.meta_str("model"))
+                return recall(r, t.keyword, t.vectors, query)
+
+        return await self.read(tenant_id, run)
 
     def close(self) -> None:
         """Close every open tenant."""

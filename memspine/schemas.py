@@ -11,8 +11,10 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from storage import encoding as enc
 from storage.errors import InvalidRequest
 from storage.model import NewEvent, StoredEvent
+from storage.recall import RecallQuery, RecallResult, Walk
 
 T = TypeVar("T")
 
@@ -22,8 +24,8 @@ MAX_IDS = 1000
 MAX_TS = 2**62
 MAX_MODEL_CHARS = 200
 MAX_IDEMPOTENCY_KEY = 255
-_KIND = re.compile(r"^[^\x00-\x1f\x7f]+$")
-_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+$")
+_KIND = re.compile(r"^[^\x00-\x1f\x7f]+\Z")  # \Z: "$" would accept a trailing newline
+_IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+\Z")
 
 
 class EventIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -204,3 +206,77 @@ def event_out(ev: StoredEvent, *, with_embedding: bool = True) -> EventOut:
         embedding=ev.embedding if with_embedding and ev.embedding is not None else msgspec.UNSET,
         properties=msgspec.Raw(ev.properties_raw or b"{}"),
     )
+
+
+MAX_RECALL_TEXT_CHARS = 10_000
+
+
+class HitOut(msgspec.Struct):
+    """One recall hit as the client sees it."""
+
+    event_id: str
+    kind: str
+    ts: int
+    text: str | None
+    properties: msgspec.Raw
+    score: float
+    via: str | msgspec.UnsetType = msgspec.UNSET
+    hop: int | msgspec.UnsetType = msgspec.UNSET
+    replaces: list[str] | msgspec.UnsetType = msgspec.UNSET
+
+
+class RecallOut(msgspec.Struct):
+    """The recall answer; `walk` appears only when hops > 0."""
+
+    hits: list[HitOut]
+    walk: Walk | msgspec.UnsetType = msgspec.UNSET
+
+
+def to_recall_query(body: RecallIn) -> RecallQuery:
+    """Validate a recall body (limits, filter names and values) into the engine's query."""
+    if body.text is not None and len(body.text) > MAX_RECALL_TEXT_CHARS:
+        raise InvalidRequest(f"text may be at most {MAX_RECALL_TEXT_CHARS} characters")
+    if body.kind is not None:
+        check_kind(body.kind)
+    filters = body.filter or {}
+    for name, value in filters.items():
+        if not enc.PROPERTY_NAME.match(name) or len(name) > enc.MAX_FILTER_NAME_BYTES:
+            raise InvalidRequest(
+                f"filter '{name}' is not a filterable property name (letters, digits, underscores; starting with a letter)"
+            )
+        if not enc.is_filterable_value(value):
+            raise InvalidRequest(
+                f"filter '{name}' must be a boolean, a finite number or a string of at most 256 bytes"
+            )
+    if body.as_of is not None and not 0 <= body.as_of < MAX_TS:
+        raise InvalidRequest("as_of must be microseconds since the Unix epoch, from 0 to 2^62")
+    return RecallQuery(
+        text=body.text,
+        embedding=check_embedding(body.embedding) if body.embedding is not None else None,
+        embedding_model=body.embedding_model,
+        kind=body.kind,
+        k=body.k,
+        hops=body.hops,
+        filters=filters,
+        current=body.current,
+        as_of=body.as_of,
+    )
+
+
+def recall_out(result: RecallResult) -> RecallOut:
+    """The client's view of a recall result."""
+    hits = [
+        HitOut(
+            event_id=h.event.event_id,
+            kind=h.event.kind,
+            ts=h.event.ts,
+            text=h.event.text,
+            properties=msgspec.Raw(h.event.properties_raw or b"{}"),
+            score=h.score,
+            via=h.via if h.via is not None else msgspec.UNSET,
+            hop=h.hop if h.hop is not None else msgspec.UNSET,
+            replaces=h.replaces if h.replaces else msgspec.UNSET,
+        )
+        for h in result.hits
+    ]
+    return RecallOut(hits=hits, walk=result.walk if result.walk is not None else msgspec.UNSET)

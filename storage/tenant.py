@@ -20,9 +20,6 @@ from storage.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
 
-# Save the vector index after this many unsaved operations, so a crash replays a bounded tail.
-VECTOR_SAVE_EVERY = 20_000
-
 
 class AppendJob(msgspec.Struct, frozen=True):
     """Events to append in one batch."""
@@ -113,14 +110,15 @@ class Tenant:
             self.keyword.add(docs)
             self.keyword.delete(kw_deletes)
             self.keyword.commit()
+        # Vectors go to the index's exact tail now and into the graph in the background.
         self.vectors.add(labels, vectors)
         self.vectors.delete(vec_deletes)
         self.keyword_seq = self.vector_seq = last
-        if self.vector_seq - self.vector_saved_seq >= VECTOR_SAVE_EVERY:
-            self.save_vectors()
 
     def save_vectors(self) -> None:
-        """Persist the vector index and record the seq it covers."""
+        """Persist the vector index (tail included) and record the seq it covers."""
+        if self.vector_saved_seq == self.vector_seq and self.vectors.path.exists():
+            return  # nothing changed since the last save: a clean close stays fast
         self.vectors.save()
         self.vector_saved_seq = self.vector_seq
         self.log.set_meta_int("vector_seq", self.vector_saved_seq)
@@ -168,6 +166,7 @@ class Tenant:
         self.writer.stop()
         self.keyword.close()
         self.save_vectors()
+        self.vectors.close()
         self.log.set_meta_int("keyword_seq", self.keyword_seq)
         self.log.close()
 

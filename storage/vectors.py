@@ -1,8 +1,15 @@
-"""The vector index: an hnswlib (cosine) projection of the log, labelled by each event's seq."""
+"""The vector index: an hnswlib (cosine) projection of the log, labelled by each event's seq.
+
+New vectors land in an in-memory tail that searches scan exactly, and a background thread moves
+them into the HNSW graph; so an append is acknowledged without paying for a graph insert, and it
+is still recallable the moment its response is sent.
+"""
 
 from __future__ import annotations
 
+import logging
 import os
+import threading
 from collections.abc import Callable
 from pathlib import Path
 
@@ -11,23 +18,33 @@ import numpy as np
 
 from storage.rwlock import RWLock
 
+log = logging.getLogger("memspine.vectors")
+
 INITIAL_CAPACITY = 1024
 M = 16
 EF_CONSTRUCTION = 200
 MIN_EF = 64
+INSERT_BATCH = 256
 # Below this many live vectors an exact scan is as fast as the graph and never misses.
 EXACT_BELOW = 2048
 
+Allowed = Callable[[int], bool]
+
 
 class VectorIndex:
-    """Cosine nearest-neighbour search with deletions, growth and atomic saves."""
+    """Cosine nearest-neighbour search with deletions, growth, a background insert tail and atomic saves."""
 
     def __init__(self, path: Path, dim: int, index: hnswlib.Index, live: set[int]) -> None:
         self.path = path
         self.dim = dim
         self.index = index
-        self.live = live
-        self.lock = RWLock()
+        self.live = live  # labels in the graph and not deleted
+        self.lock = RWLock()  # shared: search, insert; exclusive: resize
+        self._tail: dict[int, np.ndarray] = {}  # labels acknowledged but not yet in the graph
+        self._tail_cond = threading.Condition()
+        self._stopping = False
+        self._thread = threading.Thread(target=self._drain, name="vectors", daemon=True)
+        self._thread.start()
 
     @classmethod
     def open(cls, path: Path, dim: int) -> VectorIndex:
@@ -51,91 +68,163 @@ class VectorIndex:
     def create_empty(cls, path: Path, dim: int) -> VectorIndex:
         """A new empty index for path (the file is written on the next save)."""
         path.unlink(missing_ok=True)
+        _live_path(path).unlink(missing_ok=True)
         return cls.open(path, dim)
 
+    # -- writes ---------------------------------------------------------------
+
     def add(self, labels: list[int], vectors: list[list[float]]) -> None:
-        """Insert or replace vectors, growing capacity as needed."""
+        """Accept vectors: searchable at once (exactly, from the tail), in the graph soon after."""
         if not labels:
             return
         data = np.asarray(vectors, dtype=np.float32)
-        with self.lock.exclusive():
-            needed = self.index.element_count + len(labels)
-            if needed > self.index.get_max_elements():
+        with self._tail_cond:
+            for label, row in zip(labels, data, strict=True):
+                self._tail[label] = row
+            self._tail_cond.notify_all()
+
+    def delete(self, labels: list[int]) -> None:
+        """Forget labels; a vector already in the graph is overwritten with noise, then marked deleted."""
+        with self._tail_cond:
+            for label in labels:
+                self._tail.pop(label, None)
+        with self.lock.shared():
+            for label in labels:
+                if label in self.live:
+                    self._overwrite_and_mark(label)
+
+    def _overwrite_and_mark(self, label: int) -> None:
+        """Replace the stored vector so its bytes leave the graph, then hide it from searches."""
+        noise = np.random.default_rng(label).standard_normal(self.dim).astype(np.float32)
+        self.index.add_items(noise[None, :], np.asarray([label], dtype=np.uint64))
+        self.index.mark_deleted(label)
+        self.live.discard(label)
+
+    def _drain(self) -> None:
+        """Background: move tail vectors into the graph in batches, oldest first."""
+        while True:
+            with self._tail_cond:
+                while not self._tail and not self._stopping:
+                    self._tail_cond.wait()
+                if not self._tail:
+                    return
+                labels = sorted(self._tail)[:INSERT_BATCH]
+                data = np.stack([self._tail[lb] for lb in labels])
+            try:
+                self._insert(labels, data)
+            except Exception:  # keep serving from the tail rather than die
+                log.exception("vector insert failed; vectors stay in the exact tail")
+                with self._tail_cond:
+                    self._stopping = True
+                return
+            with self._tail_cond:
+                for label in labels:
+                    if self._tail.pop(label, None) is None:
+                        # Deleted while it was being inserted: hide it again.
+                        with self.lock.shared():
+                            self._overwrite_and_mark(label)
+                self._tail_cond.notify_all()
+
+    def _insert(self, labels: list[int], data: np.ndarray) -> None:
+        """Insert into the graph, growing it first when full."""
+        needed = self.index.element_count + len(labels)
+        if needed > self.index.get_max_elements():
+            with self.lock.exclusive():
                 self.index.resize_index(max(needed, 2 * self.index.get_max_elements()))
-            self.index.add_items(data, np.asarray(labels, dtype=np.uint64))
+        with self.lock.shared():
+            self.index.add_items(data, np.asarray(labels, dtype=np.uint64), num_threads=1)
             self.live.update(labels)
 
-    def delete(self, labels: list[int], *, overwrite: bool = True) -> None:
-        """Mark labels deleted, first overwriting their vectors so the old bytes leave the graph."""
-        with self.lock.exclusive():
-            for label in labels:
-                if label not in self.live:
-                    continue
-                if overwrite:
-                    noise = np.random.default_rng(label).standard_normal(self.dim)
-                    self.index.add_items(noise.astype(np.float32)[None, :], np.asarray([label]))
-                self.index.mark_deleted(label)
-                self.live.discard(label)
+    def flush(self) -> None:
+        """Wait until every accepted vector is in the graph."""
+        with self._tail_cond:
+            while self._tail and not self._stopping:
+                self._tail_cond.wait(timeout=0.5)
+        if self._tail:  # the drainer stopped on an error: insert here
+            with self._tail_cond:
+                labels = sorted(self._tail)
+                data = np.stack([self._tail.pop(lb) for lb in labels])
+            self._insert(labels, data)
+
+    def close(self) -> None:
+        """Finish pending inserts and stop the background thread."""
+        self.flush()
+        with self._tail_cond:
+            self._stopping = True
+            self._tail_cond.notify_all()
+        self._thread.join()
+
+    # -- reads ----------------------------------------------------------------
 
     def search(
-        self, vector: list[float], k: int, allowed: Callable[[int], bool] | None = None
+        self, vector: list[float], k: int, allowed: Allowed | None = None
     ) -> list[tuple[int, float]]:
         """(label, cosine similarity) best first among allowed labels; up to k of them."""
+        if k <= 0:
+            return []
         query = np.asarray(vector, dtype=np.float32)
+        with self._tail_cond:
+            tail = [(lb, row) for lb, row in self._tail.items() if allowed is None or allowed(lb)]
+        best: dict[int, float] = {}
+        if tail:
+            sims = _cosine(np.stack([row for _lb, row in tail]), query)
+            best.update({lb: float(s) for (lb, _row), s in zip(tail, sims, strict=True)})
+        for label, sim in self._graph_search(query, k, allowed):
+            best[label] = max(sim, best.get(label, -2.0))
+        ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
+        return ranked[:k]
+
+    def _graph_search(
+        self, query: np.ndarray, k: int, allowed: Allowed | None
+    ) -> list[tuple[int, float]]:
+        """Search the HNSW graph, or scan it exactly when it is small or the filter starves it."""
         with self.lock.shared():
-            if not self.live or k <= 0:
+            live = len(self.live)
+            if not live:
                 return []
-            if len(self.live) <= EXACT_BELOW:
+            if live <= EXACT_BELOW:
                 return self._exact(query, k, allowed)
             self.index.set_ef(max(MIN_EF, 2 * k))
             try:
                 labels, dists = self.index.knn_query(
-                    query[None, :], k=min(k, len(self.live)), num_threads=1, filter=allowed
+                    query[None, :], k=min(k, live), num_threads=1, filter=allowed
                 )
             except RuntimeError:
                 # Fewer than k allowed vectors were reachable: fall back to an exact scan.
                 return self._exact(query, k, allowed)
         return [(int(lb), 1.0 - float(d)) for lb, d in zip(labels[0], dists[0], strict=True)]
 
-    def _exact(
-        self, query: np.ndarray, k: int, allowed: Callable[[int], bool] | None
-    ) -> list[tuple[int, float]]:
-        """Exact cosine over every live, allowed label."""
-        labels = sorted(lb for lb in self.live if allowed is None or allowed(lb))
+    def _exact(self, query: np.ndarray, k: int, allowed: Allowed | None) -> list[tuple[int, float]]:
+        """Exact cosine over every live, allowed label in the graph."""
+        labels = sorted(lb for lb in list(self.live) if allowed is None or allowed(lb))
+        labels = [lb for lb in labels if lb in self.live]
         if not labels:
             return []
-        try:
-            data = np.asarray(self.index.get_items(labels, return_type="numpy"), dtype=np.float32)
-        except RuntimeError:
-            # A label the index lacks (mid-replay after a crash): score the ones it has.
-            labels = [lb for lb in labels if _has(self.index, lb)]
-            if not labels:
-                return []
-            data = np.asarray(self.index.get_items(labels, return_type="numpy"), dtype=np.float32)
-        norms = np.linalg.norm(data, axis=1) * (np.linalg.norm(query) or 1.0)
-        sims = (data @ query) / np.where(norms == 0, 1.0, norms)
+        data = np.asarray(self.index.get_items(labels, return_type="numpy"), dtype=np.float32)
+        sims = _cosine(data, query)
         order = np.argsort(-sims, kind="stable")[:k]
         return [(labels[i], float(sims[i])) for i in order]
 
-    def save(self) -> None:
-        """Write the live-label list and then the index, each by temp file, fsync and rename."""
-        with self.lock.shared():
-            live = np.asarray(sorted(self.live), dtype=np.uint64)
-            _atomic_write(_live_path(self.path), lambda tmp: np.save(tmp, live))
-            _atomic_write(self.path, lambda tmp: self.index.save_index(str(tmp)))
-
     def count(self) -> int:
-        """Number of live vectors."""
-        return len(self.live)
+        """Number of live vectors, inserted or still in the tail."""
+        with self._tail_cond:
+            return len(self.live) + len(self._tail)
+
+    # -- persistence ----------------------------------------------------------
+
+    def save(self) -> None:
+        """Insert the tail, then write the live-label list and the index, each by temp file, fsync and rename."""
+        self.flush()
+        with self.lock.exclusive():
+            live = np.asarray(sorted(self.live), dtype=np.uint64)
+            _atomic_write(_live_path(self.path), lambda fh: np.save(fh, live))
+            _atomic_write(self.path, None, save=self.index.save_index)
 
 
-def _has(index: hnswlib.Index, label: int) -> bool:
-    """Whether the index holds a live vector for label."""
-    try:
-        index.get_items([label])
-    except RuntimeError:
-        return False
-    return True
+def _cosine(data: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row of data with query (zero vectors score 0)."""
+    norms = np.linalg.norm(data, axis=1) * (float(np.linalg.norm(query)) or 1.0)
+    return (data @ query) / np.where(norms == 0, 1.0, norms)
 
 
 def _live_path(path: Path) -> Path:
@@ -146,11 +235,12 @@ def _live_path(path: Path) -> Path:
 def _load_live(path: Path, index: hnswlib.Index) -> set[int]:
     """Live labels from the sidecar, or by probing each label when the sidecar is missing."""
     sidecar = _live_path(path)
+    present = set(index.get_ids_list())
     if sidecar.exists():
         # A sidecar newer than the index may name labels the index lacks; replay re-adds them.
-        return {int(x) for x in np.load(sidecar)}
+        return {int(x) for x in np.load(sidecar)} & present
     live: set[int] = set()
-    for label in index.get_ids_list():
+    for label in present:
         try:
             index.get_items([label])
             live.add(int(label))
@@ -159,14 +249,23 @@ def _load_live(path: Path, index: hnswlib.Index) -> set[int]:
     return live
 
 
-def _atomic_write(path: Path, write: Callable[[str], object]) -> None:
-    """Write via a temp file in the same directory, fsync it, rename it into place, fsync the directory."""
+def _atomic_write(
+    path: Path,
+    write: Callable[[object], object] | None,
+    *,
+    save: Callable[[str], object] | None = None,
+) -> None:
+    """Write via a temp file beside path (to a handle, or by a saver that takes a file name), fsync, rename."""
     tmp = path.with_name(path.name + ".tmp")
-    write(str(tmp))
-    written = tmp if tmp.exists() else Path(str(tmp) + ".npy")  # np.save appends .npy
-    with open(written, "rb+") as fh:
+    if save is not None:
+        save(str(tmp))
+    else:
+        assert write is not None
+        with open(tmp, "wb") as fh:
+            write(fh)
+    with open(tmp, "rb+") as fh:
         os.fsync(fh.fileno())
-    os.replace(written, path)
+    os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)

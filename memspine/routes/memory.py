@@ -12,7 +12,16 @@ from litestar.datastructures import State
 from memspine.auth import tenant_guard
 from memspine.engine import NO_EVENT, Engine
 from memspine.queryparams import check_params, parse_list_query
-from memspine.schemas import EventCreated, EventIn, decode_body, event_out, to_new_event
+from memspine.schemas import (
+    EventCreated,
+    EventIn,
+    RecallIn,
+    decode_body,
+    event_out,
+    recall_out,
+    to_new_event,
+    to_recall_query,
+)
 from storage.errors import InvalidRequest, NotFound
 
 JSON = "application/json"
@@ -84,6 +93,16 @@ async def list_events(request: Request[Any, Any, Any], state: State) -> Response
     return _json({"events": page, "next_cursor": cursor})
 
 
+@post("/v1/memory/recall", guards=[tenant_guard], opt={"scope": "read"})
+async def recall_events(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+    """Keyword and vector recall, fused, with an optional walk over SOURCE_FROM links."""
+    check_params(request, set())
+    query = to_recall_query(decode_body(await request.body(), RecallIn))
+    engine: Engine = state.engine
+    result = await engine.recall(_tenant(request), query)
+    return _json(recall_out(result), 200)
+
+
 def _flag(request: Request[Any, Any, Any], name: str) -> bool:
     """A boolean query parameter: true/false/1/0."""
     value = request.query_params.get(name)
@@ -96,4 +115,4 @@ def _flag(request: Request[Any, Any, Any], name: str) -> bool:
     raise InvalidRequest(f"{name} must be true or false")
 
 
-ROUTES = [append_event, get_event, delete_event, list_events]
+ROUTES = [append_event, get_event, delete_event, list_events, recall_events]

@@ -1,0 +1,77 @@
+"""Current state: which events exist at a moment, which are superseded, and the heads of their chains."""
+
+from __future__ import annotations
+
+import time
+
+from storage.model import SUPERSEDES, StoredEvent
+from storage.reader import LogReader
+
+MAX_CHAIN_HOPS = 5
+
+
+class Moment:
+    """The rules of one read: `as_of` bounds what exists; `current` hides superseded and expired events."""
+
+    def __init__(self, r: LogReader, *, current: bool = True, as_of: int | None = None) -> None:
+        self.r = r
+        self.current = current
+        self.as_of = as_of
+        self.at = as_of if as_of is not None else time.time_ns() // 1000
+        self._superseded: dict[str, bool] = {}
+
+    def exists(self, ev: StoredEvent) -> bool:
+        """Whether the event exists at this moment (ts <= as_of)."""
+        return self.as_of is None or ev.ts <= self.as_of
+
+    def in_window(self, ev: StoredEvent) -> bool:
+        """Whether the moment falls inside the event's validity window."""
+        if ev.valid_from is not None and self.at < ev.valid_from:
+            return False
+        return ev.valid_until is None or self.at < ev.valid_until
+
+    def superseders(self, ev: StoredEvent) -> list[StoredEvent]:
+        """Live events that exist at this moment and name ev in `supersedes`."""
+        out: list[StoredEvent] = []
+        for other_id in self.r.links_in(ev.event_id, SUPERSEDES):
+            other = self.r.get(other_id)
+            if other is not None and self.exists(other):
+                out.append(other)
+        return out
+
+    def is_superseded(self, ev: StoredEvent) -> bool:
+        """Whether a live event existing at this moment supersedes ev."""
+        cached = self._superseded.get(ev.event_id)
+        if cached is None:
+            cached = bool(self.superseders(ev))
+            self._superseded[ev.event_id] = cached
+        return cached
+
+    def is_current(self, ev: StoredEvent) -> bool:
+        """Exists, is inside its window and is superseded by nothing that exists."""
+        return self.exists(ev) and self.in_window(ev) and not self.is_superseded(ev)
+
+    def visible(self, ev: StoredEvent) -> bool:
+        """What listing shows and the walk may reach: every existing event, or only current ones."""
+        return self.exists(ev) and (not self.current or self.is_current(ev))
+
+    def heads(self, ev: StoredEvent) -> list[StoredEvent]:
+        """The current events at the end of ev's supersession chains (at most 5 hops, cycle-safe)."""
+        seen = {ev.event_id}
+        frontier = [ev]
+        heads: list[StoredEvent] = []
+        for _hop in range(MAX_CHAIN_HOPS):
+            nxt: list[StoredEvent] = []
+            for node in frontier:
+                for newer in self.superseders(node):
+                    if newer.event_id in seen:
+                        continue
+                    seen.add(newer.event_id)
+                    if self.is_current(newer):
+                        heads.append(newer)
+                    else:
+                        nxt.append(newer)
+            if not nxt:
+                break
+            frontier = nxt
+        return heads

@@ -1,0 +1,209 @@
+"""Recall: keyword and vector arms behind one admission chokepoint, RRF fusion, current-state
+substitution and the bounded SOURCE_FROM walk."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import msgspec
+
+from storage import encoding as enc
+from storage.current import Moment
+from storage.errors import EmbeddingMismatch, InvalidRequest
+from storage.keyword import KeywordIndex
+from storage.model import SOURCE_FROM, FilterValue, StoredEvent
+from storage.reader import LogReader
+from storage.vectors import VectorIndex
+
+RRF_K = 60
+MAX_K = 100
+MAX_HOPS = 3
+# How deep each arm ranks before fusion: deeper than k so fusion sees each arm's near misses.
+ARM_DEPTH = 50
+
+
+class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """A validated recall request."""
+
+    text: str | None = None
+    embedding: list[float] | None = None
+    embedding_model: str | None = None
+    kind: str | None = None
+    k: int = 10
+    hops: int = 0
+    filters: dict[str, FilterValue] = {}
+    current: bool = True
+    as_of: int | None = None
+
+
+class Hit(msgspec.Struct, kw_only=True):
+    """One recalled event: ranked (score, maybe replaces) or walked (via, hop)."""
+
+    event: StoredEvent
+    score: float
+    via: str | None = None
+    hop: int | None = None
+    replaces: list[str] = []
+
+
+class Walk(msgspec.Struct, frozen=True, kw_only=True):
+    """What the walk found within hops, and what the allowance left out."""
+
+    reached: int
+    returned: int
+    omitted: list[str]
+
+
+class RecallResult(msgspec.Struct, kw_only=True):
+    """Ranked hits followed by walked hits, and the walk's account when hops > 0."""
+
+    hits: list[Hit]
+    walk: Walk | None = None
+
+
+class Admission:
+    """The one chokepoint: a candidate of either arm is live, of the kind, matches the filters and exists."""
+
+    def __init__(self, r: LogReader, q: RecallQuery, moment: Moment) -> None:
+        self.r = r
+        self.q = q
+        self.moment = moment
+        self._wanted = {name: enc.value_bytes(v) for name, v in q.filters.items()}
+        self._by_label: dict[int, StoredEvent | None] = {}
+
+    def admit(self, ev: StoredEvent | None) -> bool:
+        """Whether an event may rank (superseded ones may: recall substitutes their heads)."""
+        if ev is None or (self.q.kind is not None and ev.kind != self.q.kind):
+            return False
+        for name, want in self._wanted.items():
+            if name not in ev.filterable or enc.value_bytes(ev.filterable[name]) != want:
+                return False
+        if not self.moment.exists(ev):
+            return False
+        return not self.moment.current or self.moment.in_window(ev)
+
+    def event_for_label(self, label: int) -> StoredEvent | None:
+        """The admitted event behind a vector label, or None."""
+        if label not in self._by_label:
+            event_id = self.r.id_for_seq(label)
+            ev = self.r.get(event_id) if event_id else None
+            self._by_label[label] = ev if self.admit(ev) else None
+        return self._by_label[label]
+
+
+def validate(q: RecallQuery, dim: int, model: str | None) -> None:
+    """Refuse what recall cannot answer, with a sentence saying what to fix."""
+    if not q.text and q.embedding is None:
+        raise InvalidRequest("send text, an embedding, or both")
+    if not 1 <= q.k <= MAX_K:
+        raise InvalidRequest(f"k must be from 1 to {MAX_K}")
+    if not 0 <= q.hops <= MAX_HOPS:
+        raise InvalidRequest(f"hops must be from 0 to {MAX_HOPS}")
+    if q.embedding is not None and len(q.embedding) != dim:
+        raise EmbeddingMismatch(f"embedding has {len(q.embedding)} values; this tenant's vectors have {dim}")
+    if q.embedding_model is not None and model is not None and q.embedding_model != model:
+        raise EmbeddingMismatch(
+            f"this tenant's embeddings come from '{model}'; query with a vector from the same model"
+        )
+
+
+def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEvent]:
+    """BM25 ranking restricted inside the search by kind and filters, then by the chokepoint;
+    over-fetches until depth admitted events or the index runs out."""
+    assert adm.q.text
+    limit = depth * 2
+    while True:
+        found = kw.search(adm.q.text, limit=limit, kind=adm.q.kind, filters=adm.q.filters)
+        ranked = [ev for ev in (adm.r.get(e) for e, _s in found) if adm.admit(ev)]
+        if len(ranked) >= depth or len(found) < limit:
+            return [ev for ev in ranked[:depth] if ev is not None]
+        limit *= 4
+
+
+def vector_arm(vec: VectorIndex, adm: Admission, depth: int) -> list[StoredEvent]:
+    """Cosine ranking with the chokepoint applied inside the graph search (hnswlib filter)."""
+    assert adm.q.embedding is not None
+    allowed: Callable[[int], bool] = lambda label: adm.event_for_label(label) is not None  # noqa: E731
+    out: list[StoredEvent] = []
+    for label, _sim in vec.search(adm.q.embedding, depth, allowed):
+        ev = adm.event_for_label(label)
+        if ev is not None:
+            out.append(ev)
+    return out
+
+
+def fuse(rankings: list[list[StoredEvent]]) -> list[tuple[StoredEvent, float]]:
+    """Reciprocal rank fusion: score = Σ 1/(60 + rank), ranks from 1; ties keep first-seen order."""
+    scores: dict[str, float] = {}
+    events: dict[str, StoredEvent] = {}
+    for ranking in rankings:
+        for rank, ev in enumerate(ranking, start=1):
+            scores[ev.event_id] = scores.get(ev.event_id, 0.0) + 1.0 / (RRF_K + rank)
+            events.setdefault(ev.event_id, ev)
+    order = sorted(scores, key=lambda e: -scores[e])  # sorted() is stable
+    return [(events[e], scores[e]) for e in order]
+
+
+def substitute(fused: list[tuple[StoredEvent, float]], adm: Admission, k: int) -> list[Hit]:
+    """Up to k ranked hits; a superseded hit gives way, once, to its current heads at its rank."""
+    hits: dict[str, Hit] = {}
+    for ev, score in fused:
+        if len(hits) >= k and ev.event_id not in hits:
+            break
+        if not adm.moment.current or not adm.moment.is_superseded(ev):
+            if ev.event_id not in hits:
+                hits[ev.event_id] = Hit(event=ev, score=score)
+            continue
+        for head in adm.moment.heads(ev):
+            if not adm.admit(head):
+                continue
+            hit = hits.get(head.event_id)
+            if hit is None:
+                if len(hits) >= k:
+                    break
+                hits[head.event_id] = hit = Hit(event=head, score=score)
+            if ev.event_id not in hit.replaces:
+                hit.replaces.append(ev.event_id)
+    return list(hits.values())[:k]
+
+
+def walk(r: LogReader, hits: list[Hit], moment: Moment, hops: int, allowance: int) -> tuple[list[Hit], Walk]:
+    """Breadth-first over SOURCE_FROM both ways from the hits, in hit and link order, adding at most allowance events."""
+    seen = {h.event.event_id for h in hits}
+    frontier = [(h.event.event_id, h.event.event_id) for h in hits]  # (node, ranked hit it came from)
+    added: list[Hit] = []
+    omitted: list[str] = []
+    for hop in range(1, hops + 1):
+        nxt: list[tuple[str, str]] = []
+        for node, origin in frontier:
+            for nid in r.links_out(node, SOURCE_FROM) + r.links_in(node, SOURCE_FROM):
+                if nid in seen:
+                    continue
+                ev = r.get(nid)
+                if ev is None or not moment.visible(ev):
+                    continue
+                seen.add(nid)
+                nxt.append((nid, origin))
+                if len(added) < allowance:
+                    added.append(Hit(event=ev, score=0.0, via=origin, hop=hop))
+                else:
+                    omitted.append(nid)
+        frontier = nxt
+    return added, Walk(reached=len(added) + len(omitted), returned=len(added), omitted=omitted)
+
+
+def recall(r: LogReader, kw: KeywordIndex, vec: VectorIndex, q: RecallQuery) -> RecallResult:
+    """Rank by keyword and vector, fuse, apply current state, then walk the links."""
+    moment = Moment(r, current=q.current, as_of=q.as_of)
+    adm = Admission(r, q, moment)
+    depth = max(ARM_DEPTH, 2 * q.k)
+    rankings: list[list[StoredEvent]] = []
+    if q.text:
+        rankings.append(keyword_arm(kw, adm, depth))
+    if q.embedding is not None:
+        rankings.append(vector_arm(vec, adm, depth))
+    hits = substitute(fuse(rankings), adm, q.k)
+    if q.hops == 0:
+        return RecallResult(hits=hits)
+    walked, account = walk(r, hits, moment, q.hops, q.k)
+    return RecallResult(hits=hits + walked, walk=account)
