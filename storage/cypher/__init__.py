@@ -1,0 +1,52 @@
+"""Read-only Cypher over one tenant's events: parse -> plan -> execute.
+
+`run(reader, query, params)` is the entry point the HTTP route and the MCP tool call.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Any
+
+import msgspec
+
+from storage.cypher.executor import Context, execute
+from storage.cypher.graph import GraphReader
+from storage.cypher.parser import READ_ONLY_MESSAGE, parse
+from storage.cypher.plan import Plan
+from storage.cypher.planner import plan as plan_ast
+from storage.errors import InvalidRequest
+
+__all__ = ["READ_ONLY_MESSAGE", "CypherResult", "GraphReader", "plan", "run"]
+
+
+class CypherResult(msgspec.Struct):
+    """The answer to a query: column names and rows of JSON-ready values."""
+
+    columns: list[str]
+    rows: list[list[Any]]
+
+
+@lru_cache(maxsize=256)
+def plan(query: str) -> Plan:
+    """The plan for query text (cached: plans depend on the text only, never on params or data)."""
+    return plan_ast(parse(query))
+
+
+def run(
+    reader: GraphReader,
+    query: str,
+    params: dict[str, Any] | None,
+    *,
+    timeout_ms: int = 5000,
+    max_rows: int = 10000,
+) -> CypherResult:
+    """Run a read-only query against reader; InvalidRequest (400) for any fault of the query."""
+    ctx = Context(reader, params or {}, timeout_ms)
+    planned = plan(query)
+    missing = [f"${name}" for name in planned.parameters if name not in ctx.params]
+    if missing:
+        noun = "parameter" if len(missing) == 1 else "parameters"
+        raise InvalidRequest(f"missing {noun} {', '.join(missing)}; pass it in params")
+    rows = execute(planned, ctx, max_rows)
+    return CypherResult(columns=list(planned.columns), rows=rows)

@@ -247,7 +247,7 @@ def replace(expr: Expr, fn: Any) -> Expr:
     """A copy of expr where fn(node) replaces each node for which it returns non-None (top down)."""
     new = fn(expr)
     if new is not None:
-        return new  # type: ignore[no-any-return]
+        return new
     return _REBUILD[type(expr)](expr, lambda e: replace(e, fn))
 
 
@@ -269,5 +269,7 @@ _REBUILD: dict[type, Any] = {
     Unary: lambda e, f: Unary(e.op, f(e.operand)),
     Binary: lambda e, f: Binary(e.op, f(e.left), f(e.right)),
     IsNull: lambda e, f: IsNull(f(e.operand), e.negated),
-    FunctionCall: lambda e, f: FunctionCall(e.name, tuple(f(a) for a in e.args), e.distinct, e.star),
+    FunctionCall: lambda e, f: FunctionCall(
+        e.name, tuple(f(a) for a in e.args), e.distinct, e.star
+    ),
 }

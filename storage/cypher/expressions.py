@@ -26,7 +26,7 @@ def compile_expr(expr: ast.Expr, params: dict[str, Any]) -> Fn:
 def truth(value: Any, context: str) -> bool | None:
     """value as a boolean for WHERE, AND, OR, XOR, NOT; InvalidRequest if it is neither bool nor null."""
     if value is None or type(value) is bool:
-        return value  # type: ignore[no-any-return]
+        return value
     raise InvalidRequest(f"{context} needs a boolean, got {type_name(value)}")
 
 
@@ -172,7 +172,11 @@ def _divide(a: Any, b: Any) -> Any:
         q = abs(a) // abs(b)  # integer division truncates toward zero, as in openCypher
         return q if (a >= 0) == (b > 0) else -q
     if b == 0:
-        return math.nan if a == 0 or math.isnan(a) else math.copysign(math.inf, a) * math.copysign(1, b)
+        return (
+            math.nan
+            if a == 0 or math.isnan(a)
+            else math.copysign(math.inf, a) * math.copysign(1, b)
+        )
     return a / b
 
 

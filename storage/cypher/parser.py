@@ -64,7 +64,7 @@ def _syntax_error(err: UnexpectedInput, query: str) -> CypherSyntaxError:
     line, col = err.line, err.column
     if isinstance(err, UnexpectedCharacters):
         # no "expected" list here: the lexer's view of what may follow is too coarse to help
-        what = f"unexpected character {query[err.pos_in_stream]!r}"
+        what = f"unexpected character {query[err.pos_in_stream or 0]!r}"
         expected: set[str] = set()
     elif isinstance(err, UnexpectedToken) and err.token.type == "$END":
         lines = query.split("\n")
@@ -201,7 +201,9 @@ class _ToAst(Transformer[Token, Any]):
         var, labels, properties = children
         for label in labels or ():
             if label != LABEL:
-                raise _error_at(meta, f"unknown label :{label}; every node is an :{LABEL}", self.query)
+                raise _error_at(
+                    meta, f"unknown label :{label}; every node is an :{LABEL}", self.query
+                )
         return ast.NodePattern(var, tuple(labels or ()), properties)
 
     def node_labels(self, *names: str) -> tuple[str, ...]:
@@ -222,7 +224,9 @@ class _ToAst(Transformer[Token, Any]):
         for name in types or ():
             if name not in REL_TYPES:
                 known = " and ".join(f":{t}" for t in REL_TYPES)
-                raise _error_at(meta, f"unknown relationship type :{name}; the graph has {known}", self.query)
+                raise _error_at(
+                    meta, f"unknown relationship type :{name}; the graph has {known}", self.query
+                )
         if properties is not None:
             message = "relationships have no properties; filter on the nodes instead"
             raise _error_at(meta, message, self.query)

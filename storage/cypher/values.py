@@ -88,7 +88,7 @@ def compare(a: Any, b: Any) -> int | None:
         return None
     if type(a) is list:
         return _compare_lists(a, b)
-    return (a > b) - (a < b)  # type: ignore[no-any-return]
+    return (a > b) - (a < b)
 
 
 _COMPARABLE = (str, bool, list)

@@ -1,0 +1,323 @@
+"""Plan execution: an iterator pipeline over binding rows (dicts of variable -> value)."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator
+from typing import Any
+
+from storage.cypher import ast
+from storage.cypher.expressions import Fn, Row, compile_expr, truth
+from storage.cypher.graph import GraphReader, Relationship
+from storage.cypher.plan import (
+    Argument,
+    Expand,
+    Filter,
+    MatchStep,
+    Plan,
+    ProjectStep,
+    ScanAll,
+    SeekById,
+    SeekByKind,
+    SeekByProperty,
+    SeekByTs,
+    UnwindStep,
+)
+from storage.cypher.projection import project
+from storage.cypher.values import is_number, to_json, type_name
+from storage.errors import InvalidRequest
+from storage.model import StoredEvent
+
+
+class Context:
+    """What every operator shares: the reader, parameters, the deadline and per-query caches."""
+
+    def __init__(self, reader: GraphReader, params: dict[str, Any], timeout_ms: int) -> None:
+        self.reader = reader
+        self.params = params
+        self.timeout_ms = timeout_ms
+        self.deadline = time.monotonic() + timeout_ms / 1000
+        self._nodes: dict[str, StoredEvent | None] = {}
+        self._links: dict[tuple[str, str, bool], list[str]] = {}
+        self._compiled: dict[Any, Fn] = {}
+
+    def tick(self) -> None:
+        """InvalidRequest once the query has run past its time limit."""
+        if time.monotonic() > self.deadline:
+            raise InvalidRequest(
+                f"query exceeded the {self.timeout_ms} ms time limit; "
+                "narrow it with an indexed predicate"
+            )
+
+    def compile(self, expr: ast.Expr) -> Fn:
+        """expr compiled once per query (AST nodes are hashable values)."""
+        fn = self._compiled.get(expr)
+        if fn is None:
+            fn = self._compiled[expr] = compile_expr(expr, self.params)
+        return fn
+
+    def node(self, event_id: str) -> StoredEvent | None:
+        """The live event with this id, read once per query."""
+        if event_id not in self._nodes:
+            self._nodes[event_id] = self.reader.get(event_id)
+        return self._nodes[event_id]
+
+    def links(self, event_id: str, rel: str, outgoing: bool) -> list[str]:
+        """links_out or links_in, read once per query."""
+        key = (event_id, rel, outgoing)
+        found = self._links.get(key)
+        if found is None:
+            read = self.reader.links_out if outgoing else self.reader.links_in
+            found = self._links[key] = read(event_id, rel)
+        return found
+
+
+def execute(plan: Plan, ctx: Context, max_rows: int) -> list[list[Any]]:
+    """The result rows of plan, rendered for JSON; InvalidRequest past max_rows or the deadline."""
+    rows: Iterator[Row] = iter([{}])
+    for step in plan.steps:
+        rows = _STEPS[type(step)](step, rows, ctx)
+    out: list[list[Any]] = []
+    for row in rows:
+        ctx.tick()
+        if len(out) >= max_rows:
+            raise InvalidRequest(f"query produced more than {max_rows} rows; add LIMIT")
+        out.append([to_json(row[column]) for column in plan.columns])
+    return out
+
+
+# ---- steps ----------------------------------------------------------------------------------
+
+
+def _match(step: MatchStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+    if not step.optional:
+        return _run_ops(step.ops, rows, ctx)
+    return _optional(step, rows, ctx)
+
+
+def _optional(step: MatchStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+    nulls = dict.fromkeys(step.introduced)
+    for row in rows:
+        matched = False
+        for out in _run_ops(step.ops, iter([row]), ctx):
+            matched = True
+            yield out
+        if not matched:
+            yield {**row, **nulls}
+
+
+def _run_ops(ops: Iterable[Any], rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+    for op in ops:
+        rows = _OPS[type(op)](op, rows, ctx)
+    return rows
+
+
+def _unwind(step: UnwindStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+    fn = ctx.compile(step.expr)
+    for row in rows:
+        value = fn(row)
+        for item in value if isinstance(value, list) else ([] if value is None else [value]):
+            ctx.tick()
+            yield {**row, step.alias: item}
+
+
+def _project(step: ProjectStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+    return project(step, rows, ctx.compile, ctx.tick)
+
+
+_STEPS: dict[type, Callable[[Any, Iterator[Row], Context], Iterator[Row]]] = {
+    MatchStep: _match,
+    UnwindStep: _unwind,
+    ProjectStep: _project,
+}
+
+
+# ---- starts: seeks, scans and nodes bound earlier ---------------------------------------------
+
+
+def _argument(op: Argument, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+    for row in rows:
+        value = row.get(op.var)
+        if value is None:
+            continue  # a null from OPTIONAL MATCH matches nothing
+        if not isinstance(value, StoredEvent):
+            raise InvalidRequest(f"variable {op.var!r} holds {type_name(value)}, not a node")
+        yield row
+
+
+def _seek(ids: Callable[[Any, Row, Context], Iterable[str]]) -> Callable[..., Iterator[Row]]:
+    """An operator binding op.var to each live event whose id ids() yields for the row."""
+
+    def run(op: Any, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+        for row in rows:
+            for event_id in ids(op, row, ctx):
+                ctx.tick()
+                node = ctx.node(event_id)
+                if node is not None:
+                    yield {**row, op.var: node}
+
+    return run
+
+
+def _values(op: Any, row: Row, ctx: Context) -> list[Any]:
+    """The value(s) a seek looks up: one, or each distinct element of an IN list."""
+    value = ctx.compile(op.value)(row)
+    if not op.many:
+        return [value]
+    if value is None:
+        return []
+    if not isinstance(value, list):
+        raise InvalidRequest(f"IN needs a list on its right, got {type_name(value)}")
+    return value
+
+
+def _distinct_ids(groups: Iterable[Iterable[str]]) -> Iterator[str]:
+    seen: set[str] = set()
+    for group in groups:
+        for event_id in group:
+            if event_id not in seen:
+                seen.add(event_id)
+                yield event_id
+
+
+def _ids_by_id(op: SeekById, row: Row, ctx: Context) -> Iterable[str]:
+    return _distinct_ids([v] for v in _values(op, row, ctx) if isinstance(v, str))
+
+
+def _ids_by_kind(op: SeekByKind, row: Row, ctx: Context) -> Iterable[str]:
+    kinds = [v for v in _values(op, row, ctx) if isinstance(v, str)]
+    return _distinct_ids(ctx.reader.ids_by_kind(k) for k in kinds)
+
+
+def _ids_by_property(op: SeekByProperty, row: Row, ctx: Context) -> Iterable[str]:
+    # only a boolean, a number or a string can equal a filterable property
+    values = [v for v in _values(op, row, ctx) if _filterable(v)]
+    return _distinct_ids(ctx.reader.ids_by_property(op.key, v) for v in values)
+
+
+def _filterable(value: Any) -> bool:
+    if is_number(value):
+        return not math.isnan(value)
+    return isinstance(value, bool | str)
+
+
+def _ids_by_ts(op: SeekByTs, row: Row, ctx: Context) -> Iterable[str]:
+    lows = [_ts_low(ctx.compile(b.value)(row), b.inclusive) for b in op.lower]
+    highs = [_ts_high(ctx.compile(b.value)(row), b.inclusive) for b in op.upper]
+    if None in lows or None in highs:
+        return ()  # a bound that is null or not a number compares as null: nothing matches
+    lo = max(lows, default=None)  # type: ignore[type-var]
+    hi = min(highs, default=None)  # type: ignore[type-var]
+    if lo is not None and hi is not None and lo >= hi:
+        return ()
+    return ctx.reader.ids_by_ts(lo, hi)
+
+
+def _ts_low(value: Any, inclusive: bool) -> int | None:
+    """The smallest integer ts satisfying ts >= value (or > value)."""
+    if not is_number(value) or math.isnan(value):
+        return None
+    if math.isinf(value):
+        return None if value > 0 else -(2**63)
+    return math.ceil(value) if inclusive else math.floor(value) + 1
+
+
+def _ts_high(value: Any, inclusive: bool) -> int | None:
+    """One past the largest integer ts satisfying ts <= value (or < value)."""
+    if not is_number(value) or math.isnan(value):
+        return None
+    if math.isinf(value):
+        return None if value < 0 else 2**63
+    return math.floor(value) + 1 if inclusive else math.ceil(value)
+
+
+def _scan_all(op: ScanAll, row: Row, ctx: Context) -> Iterable[str]:
+    return ctx.reader.all_ids()
+
+
+# ---- expansion and filters --------------------------------------------------------------------
+
+
+def _expand(op: Expand, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+    for row in rows:
+        source = row.get(op.source)
+        if source is None:
+            continue
+        if not isinstance(source, StoredEvent):
+            raise InvalidRequest(f"variable {op.source!r} holds {type_name(source)}, not a node")
+        used = _links_in_use(row, op.unique_against)
+        target = row.get(op.target) if op.into else None
+        if op.into and not isinstance(target, StoredEvent):
+            continue
+        for end_id, path in _paths(op, source.event_id, used, ctx):
+            value: Any = list(path) if op.variable_length else path[0]
+            if target is not None:
+                if end_id == target.event_id:
+                    yield {**row, op.rel: value}
+                continue
+            node = ctx.node(end_id)
+            if node is not None:
+                yield {**row, op.target: node, op.rel: value}
+
+
+def _links_in_use(row: Row, names: tuple[str, ...]) -> set[Relationship]:
+    """Links bound earlier in the same MATCH: openCypher matches each link once per pattern."""
+    used: set[Relationship] = set()
+    for name in names:
+        value = row.get(name)
+        if isinstance(value, Relationship):
+            used.add(value)
+        elif isinstance(value, list):
+            used.update(value)
+    return used
+
+
+def _paths(
+    op: Expand, start: str, used: set[Relationship], ctx: Context
+) -> Iterator[tuple[str, tuple[Relationship, ...]]]:
+    """(end id, links) for every path of min..max hops, shortest first, no link twice."""
+    queue: deque[tuple[str, tuple[Relationship, ...]]] = deque([(start, ())])
+    while queue:
+        at, path = queue.popleft()
+        if len(path) >= op.min_hops:
+            yield at, path
+        if len(path) == op.max_hops:
+            continue
+        for link, nxt in _steps(op, at, ctx):
+            ctx.tick()
+            if link in used or link in path or ctx.node(nxt) is None:
+                continue
+            queue.append((nxt, (*path, link)))
+
+
+def _steps(op: Expand, at: str, ctx: Context) -> Iterator[tuple[Relationship, str]]:
+    for rel in op.types:
+        if op.direction != "in":
+            for target in ctx.links(at, rel, True):
+                yield Relationship(rel, at, target), target
+        if op.direction != "out":
+            for origin in ctx.links(at, rel, False):
+                if op.direction == "in" or origin != at:  # a self-link is one link, not two
+                    yield Relationship(rel, origin, at), origin
+
+
+def _filter(op: Filter, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+    predicate = ctx.compile(op.predicate)
+    for row in rows:
+        ctx.tick()
+        if truth(predicate(row), "WHERE") is True:
+            yield row
+
+
+_OPS: dict[type, Callable[[Any, Iterator[Row], Context], Iterator[Row]]] = {
+    Argument: _argument,
+    ScanAll: _seek(_scan_all),
+    SeekById: _seek(_ids_by_id),
+    SeekByKind: _seek(_ids_by_kind),
+    SeekByProperty: _seek(_ids_by_property),
+    SeekByTs: _seek(_ids_by_ts),
+    Expand: _expand,
+    Filter: _filter,
+}
