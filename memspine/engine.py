@@ -8,8 +8,10 @@ from contextlib import asynccontextmanager
 from typing import TypeVar
 
 import anyio.to_thread
+import msgspec
 
 from memspine.config import Settings
+from storage.current import Moment
 from storage.errors import Conflict, MemspineError, NotFound
 from storage.listing import ListQuery, list_events
 from storage.manager import TenantManager
@@ -19,6 +21,14 @@ from storage.tenant import Tenant
 
 T = TypeVar("T")
 NO_EVENT = "no event with that id"
+
+
+class EventState(msgspec.Struct, frozen=True):
+    """An event with whether it is current now and the live events that supersede it directly."""
+
+    event: StoredEvent
+    current: bool
+    superseded_by: list[str]
 
 
 class Engine:
@@ -72,17 +82,22 @@ class Engine:
         assert isinstance(result, AppendResult)
         return result
 
-    async def get(self, tenant_id: str, event_id: str) -> StoredEvent:
-        """One live event; 404 for unknown, deleted or foreign ids alike."""
+    async def get(self, tenant_id: str, event_id: str) -> EventState:
+        """One live event with its current state; 404 for unknown, deleted or foreign ids alike."""
 
-        def fetch(t: Tenant) -> StoredEvent | None:
+        def fetch(t: Tenant) -> EventState | None:
             with t.log.reader() as r:
-                return r.get(event_id)
+                ev = r.get(event_id)
+                if ev is None:
+                    return None
+                moment = Moment(r)
+                newer = [e.event_id for e in moment.superseders(ev)]
+                return EventState(event=ev, current=moment.is_current(ev), superseded_by=newer)
 
-        ev = await self.read(tenant_id, fetch)
-        if ev is None:
+        state = await self.read(tenant_id, fetch)
+        if state is None:
             raise NotFound(NO_EVENT)
-        return ev
+        return state
 
     async def delete(self, tenant_id: str, event_ids: list[str]) -> list[str]:
         """Delete events (tombstones, links and index entries in one transaction)."""
@@ -95,7 +110,8 @@ class Engine:
 
         def page(t: Tenant) -> tuple[list[StoredEvent], str | None]:
             with t.log.reader() as r:
-                return list_events(r, query)
+                moment = Moment(r, current=query.current, as_of=query.as_of)
+                return list_events(r, query, keep=moment.visible)
 
         return await self.read(tenant_id, page)
 

@@ -74,6 +74,9 @@ def parse_list_query(request: Request[Any, Any, Any]) -> ListQuery:
             assert value is not None
             filters[prop] = prop_values(value)
     limit = int_param(request, "limit", 1, MAX_LIMIT)
+    current = _one(request, "current")
+    if current is not None and current.lower() not in ("true", "false", "1", "0"):
+        raise InvalidRequest("current must be true or false")
     return ListQuery(
         kind=kind,
         since=int_param(request, "since", 0, 2**62),
@@ -81,4 +84,6 @@ def parse_list_query(request: Request[Any, Any, Any]) -> ListQuery:
         limit=100 if limit is None else limit,
         cursor=_one(request, "cursor"),
         filters=filters,
+        current=current is None or current.lower() in ("true", "1"),
+        as_of=int_param(request, "as_of", 0, 2**62),
     )

@@ -194,17 +194,40 @@ class EventOut(msgspec.Struct):
     text: str | None
     properties: msgspec.Raw
     embedding: list[float] | msgspec.UnsetType = msgspec.UNSET
+    embedding_model: str | msgspec.UnsetType = msgspec.UNSET
+    supersedes: list[str] | msgspec.UnsetType = msgspec.UNSET
+    valid_from: int | msgspec.UnsetType = msgspec.UNSET
+    valid_until: int | msgspec.UnsetType = msgspec.UNSET
+    current: bool | msgspec.UnsetType = msgspec.UNSET
+    superseded_by: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
-def event_out(ev: StoredEvent, *, with_embedding: bool = True) -> EventOut:
-    """The client's view of a stored event."""
+def _set(value: T | None) -> T | msgspec.UnsetType:
+    """None becomes UNSET, so optional fields are left out rather than sent as null."""
+    return msgspec.UNSET if value is None else value
+
+
+def event_out(
+    ev: StoredEvent,
+    *,
+    with_embedding: bool = True,
+    current: bool | None = None,
+    superseded_by: list[str] | None = None,
+) -> EventOut:
+    """The client's view of a stored event; the seed's fields always, the others when they apply."""
     return EventOut(
         event_id=ev.event_id,
         kind=ev.kind,
         ts=ev.ts,
         text=ev.text,
-        embedding=ev.embedding if with_embedding and ev.embedding is not None else msgspec.UNSET,
+        embedding=_set(ev.embedding) if with_embedding else msgspec.UNSET,
+        embedding_model=_set(ev.embedding_model),
         properties=msgspec.Raw(ev.properties_raw or b"{}"),
+        supersedes=ev.supersedes or msgspec.UNSET,
+        valid_from=_set(ev.valid_from),
+        valid_until=_set(ev.valid_until),
+        current=_set(current),
+        superseded_by=_set(superseded_by),
     )
 
 

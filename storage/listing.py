@@ -26,6 +26,8 @@ class ListQuery(msgspec.Struct, frozen=True, kw_only=True):
     limit: int = 100
     cursor: str | None = None
     filters: dict[str, list[FilterValue]] = {}  # name -> accepted values (any one matches)
+    current: bool = True
+    as_of: int | None = None
 
 
 def encode_cursor(ev: StoredEvent) -> str:
@@ -54,9 +56,10 @@ def list_events(
     if q.since is not None and q.until is not None and q.since > q.until:
         raise InvalidRequest("since must not be later than until")
     before = decode_cursor(q.cursor) if q.cursor else None
-    if q.until is not None:
-        until_key = enc.ts_bytes(q.until)
-        before = until_key if before is None else min(before, until_key)
+    for bound in (q.until, None if q.as_of is None else q.as_of + 1):
+        if bound is not None:
+            key = enc.ts_bytes(bound)
+            before = key if before is None else min(before, key)
     source = _by_property(r, q, before) if q.filters else r.newest_first(q.kind, q.since, before)
     page: list[StoredEvent] = []
     for ev in source:

@@ -64,8 +64,8 @@ async def get_event(request: Request[Any, Any, Any], state: State, event_id: str
     """One event by id."""
     check_params(request, set())
     engine: Engine = state.engine
-    ev = await engine.get(_tenant(request), _event_id(event_id))
-    return _json(event_out(ev))
+    found = await engine.get(_tenant(request), _event_id(event_id))
+    return _json(event_out(found.event, current=found.current, superseded_by=found.superseded_by))
 
 
 @delete("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "write"}, status_code=200)
