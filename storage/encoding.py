@@ -9,7 +9,7 @@ import uuid
 from storage.model import FilterValue
 
 _SIGN = 1 << 63
-PROPERTY_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*$")
+PROPERTY_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\Z")  # \Z: "$" would accept a trailing newline
 MAX_FILTERABLE = 16
 MAX_FILTER_STRING_BYTES = 256
 MAX_FILTER_NAME_BYTES = 128

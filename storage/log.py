@@ -209,9 +209,11 @@ class EventLog:
             return False
         d = self.dbs
         raw_id = enc.id_bytes(event_id)
+        # Number the delete before dropping the append op: were the append the newest op, the
+        # delete would reuse its seq and the projections (already past it) would never replay it.
+        seq = r.last_seq() + 1
         txn.delete(raw_id, db=d["events"])
         txn.delete(enc.u64(ev.seq), db=d["ops"])
-        seq = r.last_seq() + 1
         txn.put(enc.u64(seq), OP_DELETE + raw_id, db=d["ops"])
         ts_key = enc.ts_bytes(ev.ts) + raw_id
         txn.delete(ts_key, db=d["by_ts"])
