@@ -183,12 +183,12 @@ class EventLog:
                     f"embedding has {len(ev.embedding)} values; this tenant's vectors have {dim}"
                 )
         if ev.embedding_model is not None:
-            known = txn.get(b"model", db=self.dbs["meta"])
+            known = r.meta_str("model")
             if known is None:
                 txn.put(b"model", ev.embedding_model.encode(), db=self.dbs["meta"])
-            elif known.decode() != ev.embedding_model:
+            elif known != ev.embedding_model:
                 return EmbeddingMismatch(
-                    f"this tenant's embeddings come from '{known.decode()}'; "
+                    f"this tenant's embeddings come from '{known}'; "
                     "vectors from another model cannot be mixed with them"
                 )
         return None
@@ -272,6 +272,6 @@ def _delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
     cur = txn.cursor(db=db)
     if not cur.set_range(prefix):
         return
-    while cur.key().startswith(prefix):
+    while bytes(cur.key()).startswith(prefix):
         if not cur.delete():
             break

@@ -60,7 +60,8 @@ class LogReader:
         cur = self.txn.cursor(db=self.dbs[db])
         if not cur.set_range(prefix + lo):
             return
-        for key in cur.iternext(keys=True, values=False):
+        for raw in cur.iternext(keys=True, values=False):
+            key = _b(raw)
             if not key.startswith(prefix):
                 return
             yield key
@@ -97,9 +98,9 @@ class LogReader:
         out: list[str] = []
         if cur.set_range(prefix):
             for key, value in cur:
-                if not key.startswith(prefix):
+                if not _b(key).startswith(prefix):
                     break
-                out.append(enc.id_str(value))
+                out.append(enc.id_str(_b(value)))
         return out
 
     def links_in(self, event_id: str, rel: str) -> list[str]:
@@ -114,7 +115,7 @@ class LogReader:
     def last_seq(self) -> int:
         """The highest operation number written (0 for an empty log)."""
         cur = self.txn.cursor(db=self.dbs["ops"])
-        return enc.read_u64(cur.key()) if cur.last() else 0
+        return enc.read_u64(_b(cur.key())) if cur.last() else 0
 
     def ops_after(self, seq: int) -> Iterator[tuple[int, bytes, str]]:
         """Operations (seq, b"A" or b"D", id) after seq, in order: what a projection replays."""
@@ -122,19 +123,19 @@ class LogReader:
         if not cur.set_range(enc.u64(seq + 1)):
             return
         for key, value in cur:
-            yield enc.read_u64(key), bytes(value[:1]), enc.id_str(value[1:])
+            yield enc.read_u64(_b(key)), _b(value[:1]), enc.id_str(_b(value[1:]))
 
     def id_for_seq(self, seq: int) -> str | None:
         """The live event appended as operation seq (vector labels are seqs)."""
         value = self.txn.get(enc.u64(seq), db=self.dbs["ops"])
         if value is None or value[:1] != b"A":
             return None
-        return enc.id_str(value[1:])
+        return enc.id_str(_b(value[1:]))
 
     def meta_int(self, name: str) -> int | None:
         """An integer meta value, or None."""
         raw = self.txn.get(name.encode(), db=self.dbs["meta"])
-        return None if raw is None else enc.read_u64(raw)
+        return None if raw is None else enc.read_u64(_b(raw))
 
     def meta_str(self, name: str) -> str | None:
         """A string meta value, or None."""
@@ -160,7 +161,7 @@ class LogReader:
         positioned = cur.set_range(upper) if upper else False
         ok = cur.prev() if positioned else cur.last()
         while ok:
-            key = cur.key()
+            key = _b(cur.key())
             if not key.startswith(prefix):
                 return
             ts = enc.read_ts(key[len(prefix) :])
@@ -170,6 +171,11 @@ class LogReader:
             if ev is not None:
                 yield ev
             ok = cur.prev()
+
+
+def _b(value: bytes | memoryview) -> bytes:
+    """LMDB values as bytes (transactions here never hand out buffers; this satisfies the types)."""
+    return value if isinstance(value, bytes) else bytes(value)
 
 
 def _after_prefix(prefix: bytes) -> bytes:

@@ -12,6 +12,7 @@ import os
 import threading
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import hnswlib
 import numpy as np
@@ -251,7 +252,7 @@ def _load_live(path: Path, index: hnswlib.Index) -> set[int]:
 
 def _atomic_write(
     path: Path,
-    write: Callable[[object], object] | None,
+    write: Callable[[BinaryIO], object] | None,
     *,
     save: Callable[[str], object] | None = None,
 ) -> None:
