@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 import logging
 from typing import Any
 
@@ -56,8 +57,26 @@ def handle_http_exception(_request: Request[Any, Any, Any], exc: HTTPException) 
     return error_response(status, code, detail, headers)
 
 
+def _disk_full(exc: BaseException) -> bool:
+    """Whether the failure comes from a full disk (ENOSPC), anywhere in its cause chain."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
+            return True
+        if "No space left on device" in str(seen) or "MDB_MAP_FULL" in str(seen):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
+
+
 def handle_unexpected(_request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    """A bug: log it with its traceback, tell the client nothing about it."""
+    """A bug or a failing disk: log it with its traceback, tell the client nothing about it."""
+    if _disk_full(exc):
+        # The transaction was aborted, so nothing was acknowledged; the caller may retry later.
+        log.error("disk full: request refused, nothing written")
+        return error_response(
+            503, "unavailable", "the server is out of disk space; nothing was written", {"Retry-After": "60"}
+        )
     log.error("unhandled %s", type(exc).__name__, exc_info=exc)
     return error_response(
         HTTP_500_INTERNAL_SERVER_ERROR, "internal", "the server failed to handle this request"
