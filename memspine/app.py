@@ -15,7 +15,7 @@ from memspine.auth import Authenticator
 from memspine.config import Settings
 from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
-from memspine.routes import health, memory
+from memspine.routes import cypher, health, memory
 
 log = logging.getLogger("memspine.app")
 
@@ -35,7 +35,7 @@ def create_app(settings: Settings) -> Litestar:
             auth.close()
 
     return Litestar(
-        route_handlers=[*health.ROUTES, *memory.ROUTES],
+        route_handlers=[*health.ROUTES, *memory.ROUTES, *cypher.ROUTES],
         exception_handlers=EXCEPTION_HANDLERS,
         state=State({"engine": engine, "auth": auth, "settings": settings}),
         lifespan=[lifespan],

@@ -5,13 +5,15 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio.to_thread
 import msgspec
 
 from memspine.config import Settings
 from storage.current import Moment
+from storage.cypher import CypherResult
+from storage.cypher import run as run_cypher
 from storage.errors import Conflict, MemspineError, NotFound
 from storage.listing import ListQuery, list_events
 from storage.manager import TenantManager
@@ -122,6 +124,23 @@ class Engine:
             with t.log.reader() as r:
                 validate(query, t.dim, r.meta_str("model"))
                 return recall(r, t.keyword, t.vectors, query)
+
+        return await self.read(tenant_id, run)
+
+    async def cypher(
+        self, tenant_id: str, query: str, params: dict[str, Any] | None
+    ) -> CypherResult:
+        """A read-only Cypher query over one snapshot, bounded by the configured time and rows."""
+
+        def run(t: Tenant) -> CypherResult:
+            with t.log.reader() as r:
+                return run_cypher(
+                    r,
+                    query,
+                    params,
+                    timeout_ms=self.settings.cypher_timeout_ms,
+                    max_rows=self.settings.cypher_max_rows,
+                )
 
         return await self.read(tenant_id, run)
 
