@@ -8,6 +8,7 @@ import msgspec
 from litestar import Request
 
 from memspine.schemas import check_kind
+from storage import encoding as enc
 from storage.errors import InvalidRequest
 from storage.listing import MAX_LIMIT, ListQuery
 from storage.model import FilterValue
@@ -58,6 +59,21 @@ def prop_values(raw: str) -> list[FilterValue]:
     return values
 
 
+def prop_filter(prop: str, raw: str) -> list[FilterValue]:
+    """The accepted values of prop.NAME=VALUE; 400 when no event could ever match it."""
+    if not enc.PROPERTY_NAME.match(prop) or len(prop) > enc.MAX_FILTER_NAME_BYTES:
+        raise InvalidRequest(
+            f"query parameter 'prop.{prop}' does not name a filterable property "
+            "(letters, digits and underscores, starting with a letter)"
+        )
+    if len(raw.encode()) > enc.MAX_FILTER_STRING_BYTES:
+        raise InvalidRequest(
+            f"query parameter 'prop.{prop}' is longer than {enc.MAX_FILTER_STRING_BYTES} bytes; "
+            "only shorter strings are filterable"
+        )
+    return prop_values(raw)
+
+
 def parse_list_query(request: Request[Any, Any, Any]) -> ListQuery:
     """GET /v1/memory/events parameters."""
     check_params(request, LIST_PARAMS, props=True)
@@ -67,12 +83,10 @@ def parse_list_query(request: Request[Any, Any, Any]) -> ListQuery:
     filters: dict[str, list[FilterValue]] = {}
     for name in request.query_params:
         if name.startswith(PROP_PREFIX):
-            prop = name[len(PROP_PREFIX) :]
-            if not prop:
-                raise InvalidRequest("prop.NAME needs a property name")
             value = _one(request, name)
             assert value is not None
-            filters[prop] = prop_values(value)
+            prop = name[len(PROP_PREFIX) :]
+            filters[prop] = prop_filter(prop, value)
     limit = int_param(request, "limit", 1, MAX_LIMIT)
     current = _one(request, "current")
     if current is not None and current.lower() not in ("true", "false", "1", "0"):
