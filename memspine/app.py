@@ -15,16 +15,19 @@ from memspine.auth import Authenticator
 from memspine.config import Settings
 from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
-from memspine.routes import cypher, health, memory
+from memspine.routes import admin, cypher, health, memory, whoami
 
 log = logging.getLogger("memspine.app")
 
 
-def create_app(settings: Settings) -> Litestar:
-    """Build the app for these settings; tenants open lazily, background work starts with the app."""
+def create_app(settings: Settings, *, auth: Authenticator | None = None) -> Litestar:
+    """Build the app for these settings; tenants open lazily, background work starts with the app.
+
+    `auth` replaces the default Authenticator (tests pass one with a fake clock).
+    """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = Engine(settings)
-    auth = Authenticator(settings.data_dir, settings.admin_key)
+    auth = auth or Authenticator(settings.data_dir, settings.admin_key)
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
@@ -35,7 +38,7 @@ def create_app(settings: Settings) -> Litestar:
             auth.close()
 
     return Litestar(
-        route_handlers=[*health.ROUTES, *memory.ROUTES, *cypher.ROUTES],
+        route_handlers=[*health.ROUTES, *memory.ROUTES, *cypher.ROUTES, *admin.ROUTES, *whoami.ROUTES],
         exception_handlers=EXCEPTION_HANDLERS,
         state=State({"engine": engine, "auth": auth, "settings": settings}),
         lifespan=[lifespan],

@@ -2,38 +2,66 @@
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import re
 import threading
 import time
+from collections import OrderedDict
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio.to_thread
+from argon2 import PasswordHasher
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
-from memspine_admin.control import ControlDB
-from memspine_admin.verifier import KeyVerifier, Principal
+from memspine_admin import keys
+from memspine_admin.control import NO_CONTROL_DB, ControlDB
+from memspine_admin.verifier import UNAUTHORIZED_DETAIL, KeyVerifier, Principal
 from storage.errors import Conflict, NotFound, Unauthorized
 
-LOCAL_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}$")
-UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$")
-UNAUTHORIZED = "invalid or expired api key"
+LOCAL_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 MAX_TOKEN_CHARS = 512
 # How long a "no control database" answer is trusted before the disk is looked at again.
 CONTROL_RECHECK_SECS = 1.0
+MAX_WARM_KEYS = 10_000
+LOCAL_KEY_ID = "local"
+
+
+def _unauthorized() -> Unauthorized:
+    return Unauthorized(UNAUTHORIZED_DETAIL)
 
 
 class Authenticator:
-    """Turns a bearer token into a Principal; switches to issued keys once `memspine-admin init` ran."""
+    """Turns a bearer token into a Principal; switches to issued keys once `memspine-admin init` ran.
 
-    def __init__(self, data_dir: Path, admin_key: str | None) -> None:
+    A key the verifier has accepted is remembered with the control database's generation at
+    that moment, so later requests with it are answered on the event loop (one LMDB read of
+    the generation, no thread and no argon2). Any change to tenants or keys moves the
+    generation, and the next request with each key is verified again in a thread.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        admin_key: str | None,
+        *,
+        hasher: PasswordHasher | None = None,
+        clock: Callable[[], int] | None = None,
+    ) -> None:
+        """`hasher` and `clock` (µs) go to the control database; tests pass cheap or fake ones."""
         self.data_dir = data_dir
         self.admin_key = admin_key
+        self._hasher = hasher
+        self._clock = clock
         self._lock = threading.Lock()
         self._control: ControlDB | None = None
         self._verifier: KeyVerifier | None = None
-        self._checked_at = 0.0
+        self._checked_at = -CONTROL_RECHECK_SECS
+        self._warm: OrderedDict[bytes, tuple[Principal, int]] = OrderedDict()
 
     def control(self) -> ControlDB | None:
         """The control database, opened on first sight; None in local mode."""
@@ -45,22 +73,81 @@ class Authenticator:
         with self._lock:
             self._checked_at = now
             if self._control is None and ControlDB.exists(self.data_dir):
-                self._control = ControlDB.open(self.data_dir)
-                self._verifier = KeyVerifier(self._control)
+                control = ControlDB.open(self.data_dir, hasher=self._hasher, clock=self._clock)
+                self._verifier = KeyVerifier(control)
+                self._control = control
         return self._control
 
-    def authenticate(self, token: str | None) -> Principal:
-        """The principal behind a tenant token; one Unauthorized for every failure."""
+    def probe(self, token: str | None) -> Principal | None:
+        """The principal if it can be told without blocking, None if the key must be verified.
+
+        Raises Unauthorized for a token that is refused without any I/O: missing, oversized,
+        the admin key, not a valid local tenant id, or not a well-formed issued key.
+        """
         if not token or len(token) > MAX_TOKEN_CHARS:
-            raise Unauthorized(UNAUTHORIZED)
-        if self.control() is not None:
-            assert self._verifier is not None
-            return self._verifier.verify(token)
-        if self.admin_key is not None and hmac.compare_digest(token.encode(), self.admin_key.encode()):
-            raise Unauthorized(UNAUTHORIZED)  # the admin key is never a tenant
-        if not (LOCAL_TENANT.match(token) or UUID.match(token)):
-            raise Unauthorized(UNAUTHORIZED)
-        return Principal(tenant_id=token, key_id="local", scopes=("read", "write"), expires_at=None)
+            raise _unauthorized()
+        if self.admin_key is not None and hmac.compare_digest(
+            token.encode(), self.admin_key.encode()
+        ):
+            raise _unauthorized()  # the admin key is never a tenant
+        control = self.control()
+        if control is None:
+            if not (LOCAL_TENANT.match(token) or UUID.match(token)):
+                raise _unauthorized()
+            return Principal(tenant_id=token, key_id=LOCAL_KEY_ID, scopes=("read", "write"))
+        if keys.parse_token(token) is None:
+            raise _unauthorized()  # junk never reaches a thread, the database or argon2
+        digest = hashlib.sha256(token.encode("ascii")).digest()
+        with self._lock:
+            warm = self._warm.get(digest)
+            if warm is not None:
+                self._warm.move_to_end(digest)
+        if warm is None:
+            return None
+        principal, generation = warm
+        if generation != control.generation():
+            return None
+        if principal.expires_at is not None and control.now() >= principal.expires_at:
+            self._forget(digest)
+            raise _unauthorized()
+        return principal
+
+    def verify(self, token: str) -> Principal:
+        """Verify an issued key against the control database; blocking (argon2 on a cold key)."""
+        control = self.control()
+        verifier = self._verifier
+        if control is None or verifier is None:
+            raise _unauthorized()
+        digest = hashlib.sha256(token.encode("ascii")).digest()
+        # Read before verifying: a change committed meanwhile leaves this entry stale.
+        generation = control.generation()
+        try:
+            principal = verifier.verify(token)
+        except Unauthorized:
+            self._forget(digest)
+            raise
+        with self._lock:
+            self._warm[digest] = (principal, generation)
+            self._warm.move_to_end(digest)
+            while len(self._warm) > MAX_WARM_KEYS:
+                self._warm.popitem(last=False)
+        return principal
+
+    def authenticate(self, token: str | None) -> Principal:
+        """The principal behind a tenant token, blocking if needed; one Unauthorized for every failure."""
+        principal = self.probe(token)
+        if principal is not None:
+            return principal
+        assert token is not None
+        return self.verify(token)
+
+    async def authenticate_async(self, token: str | None) -> Principal:
+        """Like authenticate, but verification that may block runs in a worker thread."""
+        principal = self.probe(token)
+        if principal is not None:
+            return principal
+        assert token is not None
+        return await anyio.to_thread.run_sync(self.verify, token)
 
     def check_admin(self, token: str | None) -> ControlDB:
         """The control database for an admin request; 404 without an admin key, 401 for a wrong one."""
@@ -68,12 +155,16 @@ class Authenticator:
             raise NotFound("no such route")
         given = (token or "").encode()
         if not hmac.compare_digest(given, self.admin_key.encode()):
-            raise Unauthorized(UNAUTHORIZED)
-        self._checked_at = 0.0  # an admin may just have run init: look again
+            raise _unauthorized()
+        self._checked_at = -CONTROL_RECHECK_SECS  # an admin may just have run init: look again
         control = self.control()
         if control is None:
-            raise Conflict("no control database: run memspine-admin init")
+            raise Conflict(NO_CONTROL_DB)
         return control
+
+    def _forget(self, digest: bytes) -> None:
+        with self._lock:
+            self._warm.pop(digest, None)
 
     def close(self) -> None:
         """Close the control database if it was opened."""
@@ -92,15 +183,24 @@ def bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     return token.strip() or None
 
 
-def tenant_guard(connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler) -> None:
-    """Authenticate a /v1/memory request and check the scope the route declares in opt["scope"]."""
+async def tenant_guard(
+    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
+) -> None:
+    """Authenticate a tenant request and check the scope the route declares in opt["scope"].
+
+    A route that declares `opt={"scope": None}` takes any valid key (whoami).
+    """
     auth: Authenticator = connection.app.state.auth
-    principal = auth.authenticate(bearer(connection))
-    principal.require(handler.opt.get("scope", "read"))
+    principal = await auth.authenticate_async(bearer(connection))
+    scope = handler.opt.get("scope", "read")
+    if scope is not None:
+        principal.require(scope)
     connection.state.principal = principal
 
 
-def admin_guard(connection: ASGIConnection[Any, Any, Any, Any], _handler: BaseRouteHandler) -> None:
+async def admin_guard(
+    connection: ASGIConnection[Any, Any, Any, Any], _handler: BaseRouteHandler
+) -> None:
     """Admin routes take MEMSPINE_ADMIN_KEY, compared in constant time."""
     auth: Authenticator = connection.app.state.auth
     connection.state.control = auth.check_admin(bearer(connection))
