@@ -1,0 +1,113 @@
+"""A real server killed with SIGKILL during concurrent appends keeps every acknowledged event."""
+
+from __future__ import annotations
+
+import signal
+import threading
+import time
+from typing import Any
+
+import httpx
+
+WRITERS = 8
+MIN_ACKED = 150  # kill only once enough appends were acknowledged to make the check meaningful
+
+
+class Writer(threading.Thread):
+    """Appends as fast as the server answers and records every acknowledged event."""
+
+    def __init__(self, url: str, token: str, number: int, round_: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.token, self.number, self.round = url, token, number, round_
+        self.acked: dict[str, dict[str, Any]] = {}  # event id -> body sent
+        self.replays: dict[str, str] = {}  # Idempotency-Key -> acknowledged id
+
+    def run(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}"}
+        with httpx.Client(base_url=self.url, headers=headers, timeout=10) as c:
+            for n in range(100_000):
+                body = {
+                    "kind": "crash",
+                    "ts": 1_000_000 * (self.round * 100_000 + n) + self.number,
+                    "text": f"round {self.round} writer {self.number} event {n}",
+                    "embedding": [1.0, float(self.number), float(n % 7), 0.5],
+                    "properties": {"writer": self.number, "n": n},
+                }
+                key = f"r{self.round}-w{self.number}-{n}" if n % 3 == 0 else None
+                try:
+                    r = c.post(
+                        "/v1/memory/event",
+                        json=body,
+                        headers={"Idempotency-Key": key} if key else {},
+                    )
+                except httpx.HTTPError:
+                    return  # the server died; what was acknowledged before counts
+                if r.status_code != 201:
+                    return
+                event_id = r.json()["event_id"]
+                self.acked[event_id] = body
+                if key:
+                    self.replays[key] = event_id
+
+
+def crash_during_appends(server: Any, token: str, round_: int) -> list[Writer]:
+    """Start writers, SIGKILL the server once MIN_ACKED appends were acknowledged, join them."""
+    writers = [Writer(server.url, token, i, round_) for i in range(WRITERS)]
+    for w in writers:
+        w.start()
+    deadline = time.monotonic() + 30
+    while sum(len(w.acked) for w in writers) < MIN_ACKED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    server.stop(signal.SIGKILL)
+    for w in writers:
+        w.join(timeout=15)
+    assert sum(len(w.acked) for w in writers) >= MIN_ACKED
+    return writers
+
+
+def listed_ids(c: httpx.Client) -> set[str]:
+    """Every id the listing returns for kind=crash."""
+    ids: set[str] = set()
+    cursor = None
+    while True:
+        params: dict[str, Any] = {"kind": "crash", "limit": 1000}
+        if cursor:
+            params["cursor"] = cursor
+        page = c.get("/v1/memory/events", params=params).json()
+        ids.update(e["event_id"] for e in page["events"])
+        cursor = page["next_cursor"]
+        if cursor is None:
+            return ids
+
+
+def test_acknowledged_appends_survive_sigkill(start_server: Any) -> None:
+    server = start_server()
+    token = "crash-tenant"
+    acked: dict[str, dict[str, Any]] = {}
+    replays: dict[str, str] = {}
+    for round_ in range(2):  # the second crash lands on a log that already recovered once
+        for w in crash_during_appends(server, token, round_):
+            acked.update(w.acked)
+            replays.update(w.replays)
+        server.start()
+        with server.client(token) as c:
+            listed = listed_ids(c)
+            missing = set(acked) - listed
+            assert not missing, f"{len(missing)} acknowledged events not listed"
+            for event_id, body in acked.items():
+                r = c.get(f"/v1/memory/event/{event_id}")
+                assert r.status_code == 200, event_id
+                got = r.json()
+                assert (got["text"], got["ts"], got["properties"]) == (
+                    body["text"],
+                    body["ts"],
+                    body["properties"],
+                )
+                assert got["embedding"] == body["embedding"]
+
+    with server.client(token) as c:
+        # An acknowledged Idempotency-Key still answers its first id after the crashes.
+        key, event_id = next(iter(replays.items()))
+        r = c.post("/v1/memory/event", json=acked[event_id], headers={"Idempotency-Key": key})
+        assert (r.status_code, r.json()["event_id"]) == (200, event_id)
+        assert c.post("/v1/memory/event", json={"kind": "crash"}).status_code == 201
