@@ -48,12 +48,17 @@ class Engine:
     @asynccontextmanager
     async def tenant(self, tenant_id: str) -> AsyncIterator[Tenant]:
         """The open tenant for the length of a request (opening it in a thread if needed)."""
-        use = self.manager.use(tenant_id)
-        tenant = await anyio.to_thread.run_sync(use.__enter__)
+        lease = self.manager.lease(tenant_id)  # never blocks: 503 at once when every slot is busy
         try:
+            if lease.must_open:
+                tenant = await anyio.to_thread.run_sync(lease.open)
+            elif lease.ready.done():
+                tenant = lease.ready.result()
+            else:  # another request is opening it; wait without holding a worker thread
+                tenant = await asyncio.wrap_future(lease.ready)
             yield tenant
         finally:
-            use.__exit__(None, None, None)
+            lease.release()
 
     async def read(self, tenant_id: str, fn: Callable[[Tenant], T]) -> T:
         """Run a blocking read against the tenant in a worker thread."""

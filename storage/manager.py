@@ -1,14 +1,19 @@
-"""The tenant manager: opens tenants on demand and keeps at most N open, closing idle ones LRU-first."""
+"""The tenant manager: opens tenants on demand, keeps at most N open and closes only idle ones."""
 
 from __future__ import annotations
 
+import errno
 import logging
 import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+
+import lmdb
 
 from storage.errors import Unavailable
 from storage.tenant import Tenant
@@ -16,23 +21,116 @@ from storage.tenant import Tenant
 log = logging.getLogger("memspine.manager")
 
 RETRY_AFTER_SECS = 1
+BUSY = "every open tenant slot has a request in flight; retry shortly"
+OUT_OF_FDS = "the server is out of file descriptors; retry shortly"
+SHUT = "the server is shutting down; retry shortly"
+
+
+def _unavailable(detail: str) -> Unavailable:
+    """A 503 that tells the client when to come back."""
+    return Unavailable(detail, headers={"Retry-After": str(RETRY_AFTER_SECS)})
+
+
+def _out_of_fds(exc: BaseException) -> bool:
+    """Whether opening failed for lack of file descriptors (Tantivy and LMDB only say it in words)."""
+    if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
+        return True
+    return "Too many open files" in str(exc) or "TooManyOpenFiles" in str(exc)
 
 
 class _Slot:
-    """One tenant's place in the manager: the open tenant (once ready), its users and its last use."""
+    """One tenant's place in the LRU: the tenant once open, its requests in flight, its last use."""
 
-    __slots__ = ("tenant", "in_flight", "last_used", "ready", "error")
+    __slots__ = ("tenant_id", "tenant", "ready", "in_flight", "last_used", "detached")
 
-    def __init__(self) -> None:
+    def __init__(self, tenant_id: str) -> None:
+        self.tenant_id = tenant_id
         self.tenant: Tenant | None = None
-        self.in_flight = 0
+        self.ready: Future[Tenant] = Future()
+        # A running future cannot be cancelled: one waiter giving up (asyncio.wrap_future cancels
+        # on task cancellation) must not cancel the open that every other waiter shares.
+        self.ready.set_running_or_notify_cancel()
+        self.in_flight = 1
         self.last_used = time.monotonic()
-        self.ready = threading.Event()
-        self.error: BaseException | None = None
+        self.detached = False
+
+    def idle(self) -> bool:
+        """Open and with no request in flight: the only state in which it may be closed."""
+        return self.in_flight == 0 and self.tenant is not None
+
+
+class Lease:
+    """One request's hold on a tenant, counted in flight from `TenantManager.lease` to `release`."""
+
+    def __init__(
+        self,
+        manager: TenantManager,
+        slot: _Slot,
+        *,
+        opener: bool = False,
+        victim: _Slot | None = None,
+        gate: Future[None] | None = None,
+    ) -> None:
+        self._manager = manager
+        self._slot = slot
+        self._opener = opener  # this lease must open the tenant: open(), wait() or release() does
+        self._victim = victim  # an idle tenant to close first, to make room
+        self._gate = gate  # this tenant's previous instance, still being closed or held exclusive
+        self._released = False
+        self.ready: Future[Tenant] = slot.ready
+
+    @property
+    def must_open(self) -> bool:
+        """Whether open() still has to run (blocking) before ready resolves."""
+        return self._opener
+
+    def open(self) -> Tenant:
+        """Blocking: close the victim, wait out this tenant's previous close, open it."""
+        self._opener = False
+        return self._manager._open(self._slot, self._victim, self._gate)
+
+    def wait(self) -> Tenant:
+        """Blocking: the open tenant, opening it if this lease is the opener."""
+        if self._opener:
+            return self.open()
+        return self.ready.result()
+
+    def release(self) -> None:
+        """End the request's hold (idempotent); an open nobody ran finishes in the background."""
+        if self._released:
+            return
+        self._released = True
+        if self._opener:
+            # The request was cancelled before it opened the tenant. Others may wait on the same
+            # slot and a victim may be detached: open anyway, still counted in flight meanwhile.
+            self._opener = False
+            threading.Thread(target=self._open_abandoned, name="tenant-open", daemon=True).start()
+            return
+        self._manager._release(self._slot)
+
+    def _open_abandoned(self) -> None:
+        """Run an open whose request went away, then release it."""
+        try:
+            self._manager._open(self._slot, self._victim, self._gate)
+        except BaseException:  # already answered to every waiter through the slot's future
+            pass
+        finally:
+            self._manager._release(self._slot)
+
+
+@dataclass(frozen=True)
+class ManagerStats:
+    """Counters since start and the number of tenants open now."""
+
+    open: int
+    opens: int
+    evictions: int
+    idle_closes: int
+    rejections: int
 
 
 class TenantManager:
-    """An LRU of open tenants with per-tenant request counts; only idle tenants are ever closed."""
+    """An LRU of open tenants with per-tenant requests in flight; only idle tenants are closed."""
 
     def __init__(
         self,
@@ -46,158 +144,220 @@ class TenantManager:
         self.embedding_dim = embedding_dim
         self.max_open = max_open
         self.idle_secs = idle_secs
-        self._slots: OrderedDict[str, _Slot] = OrderedDict()
-        self._lock = threading.Lock()
-        self._closing: dict[str, threading.Event] = {}
-        self.on_open: Callable[[Tenant], None] | None = None
-        self.opens = 0
-        self.evictions = 0
-        self.rejections = 0
+        self._slots: OrderedDict[str, _Slot] = OrderedDict()  # least recently used first
+        self._closing: dict[str, Future[None]] = {}  # tenant id -> done when its files are free
+        self._outside = 0  # tenants closing by idleness or held exclusive: they still hold fds
+        self._cond = threading.Condition(threading.Lock())
+        self._shut = False
+        self.on_open: Callable[[Tenant, float], None] | None = None  # (tenant, seconds to open)
+        self.opens = self.evictions = self.idle_closes = self.rejections = 0
 
     def path_of(self, tenant_id: str) -> Path:
         """The directory of a tenant (the id was validated by the caller's auth)."""
         return self.data_dir / tenant_id
 
+    # -- requests ---------------------------------------------------------------
+
+    def lease(self, tenant_id: str) -> Lease:
+        """Count a request against the tenant without blocking; 503 Unavailable when no slot is free."""
+        with self._cond:
+            if self._shut:
+                raise _unavailable(SHUT)
+            slot = self._slots.get(tenant_id)
+            if slot is not None:
+                slot.in_flight += 1
+                self._slots.move_to_end(tenant_id)
+                return Lease(self, slot)
+            victim = None
+            if len(self._slots) + self._outside >= self.max_open:
+                victim = self._detach_victim()
+            slot = _Slot(tenant_id)
+            self._slots[tenant_id] = slot
+            gate = self._closing.get(tenant_id)
+            return Lease(self, slot, opener=True, victim=victim, gate=gate)
+
     @contextmanager
     def use(self, tenant_id: str) -> Iterator[Tenant]:
-        """The open tenant for the length of one request; 503 Unavailable when every slot is busy."""
-        slot = self._acquire(tenant_id)
+        """The open tenant for the length of one request (blocking; for threads and scripts)."""
+        lease = self.lease(tenant_id)
         try:
-            assert slot.tenant is not None
-            yield slot.tenant
+            yield lease.wait()
         finally:
-            with self._lock:
-                slot.in_flight -= 1
-                slot.last_used = time.monotonic()
+            lease.release()
 
-    def _acquire(self, tenant_id: str) -> _Slot:
-        """Count a request against the tenant's slot, opening the tenant if needed."""
-        while True:
-            victim: tuple[str, _Slot] | None = None
-            with self._lock:
-                closing = self._closing.get(tenant_id)
-                if closing is None:
-                    slot = self._slots.get(tenant_id)
-                    if slot is not None:
-                        slot.in_flight += 1
-                        self._slots.move_to_end(tenant_id)
-                        opener = False
-                    else:
-                        if len(self._slots) >= self.max_open:
-                            victim = self._pick_victim()
-                        slot = _Slot()
-                        slot.in_flight = 1
-                        self._slots[tenant_id] = slot
-                        opener = True
-            if closing is not None:
-                closing.wait()  # the same directory is being closed; reopen once it is
-                continue
-            break
-        if victim is not None:
-            self._close(*victim)
-        if opener:
-            self._open_into(tenant_id, slot)
-        else:
-            slot.ready.wait()
-        if slot.error is not None:
-            with self._lock:
-                slot.in_flight -= 1
-            raise slot.error
-        return slot
-
-    def _pick_victim(self) -> tuple[str, _Slot]:
-        """Detach the least recently used idle tenant, or refuse with 503 (caller holds the lock)."""
-        for tid, slot in self._slots.items():
-            if slot.in_flight == 0 and slot.ready.is_set():
-                del self._slots[tid]
-                self._closing[tid] = threading.Event()
+    def _detach_victim(self) -> _Slot:
+        """Take the least recently used idle tenant out of the LRU, or refuse (caller holds the lock)."""
+        for tenant_id, slot in self._slots.items():
+            if slot.idle():
+                del self._slots[tenant_id]  # iteration ends here
+                slot.detached = True
+                self._closing[tenant_id] = Future()
                 self.evictions += 1
-                return tid, slot
+                return slot
         self.rejections += 1
-        raise Unavailable(
-            "every open tenant slot is busy; retry shortly",
-            headers={"Retry-After": str(RETRY_AFTER_SECS)},
-        )
+        raise _unavailable(BUSY)
 
-    def _open_into(self, tenant_id: str, slot: _Slot) -> None:
-        """Open the tenant for a new slot and wake whoever waits for it."""
+    def _open(self, slot: _Slot, victim: _Slot | None, gate: Future[None] | None) -> Tenant:
+        """Make room, wait for the tenant's files to be free, open it and wake its waiters."""
+        if victim is not None:
+            self._close(victim, outside=False)
         try:
-            slot.tenant = Tenant.open(
-                tenant_id, self.path_of(tenant_id), embedding_dim=self.embedding_dim
+            if gate is not None:
+                gate.result()
+            started = time.perf_counter()
+            tenant = Tenant.open(
+                slot.tenant_id, self.path_of(slot.tenant_id), embedding_dim=self.embedding_dim
             )
-            self.opens += 1
-            if self.on_open is not None:
-                self.on_open(slot.tenant)
+            seconds = time.perf_counter() - started
         except BaseException as exc:
-            slot.error = exc
-            with self._lock:
-                if self._slots.get(tenant_id) is slot:
-                    del self._slots[tenant_id]
-            log.exception("opening a tenant failed")
-        finally:
-            slot.ready.set()
+            with self._cond:
+                if self._slots.get(slot.tenant_id) is slot:
+                    del self._slots[slot.tenant_id]
+            if _out_of_fds(exc):
+                log.error("opening a tenant failed: out of file descriptors")
+                exc = _unavailable(OUT_OF_FDS)
+            else:
+                log.exception("opening a tenant failed")
+            slot.ready.set_exception(exc)
+            raise exc from None
+        with self._cond:
+            slot.tenant = tenant
+            self.opens += 1
+        self._notify_open(tenant, seconds)
+        slot.ready.set_result(tenant)
+        return tenant
 
-    def _close(self, tenant_id: str, slot: _Slot) -> None:
-        """Close a detached tenant, then let waiters for the same tenant reopen it."""
+    def _notify_open(self, tenant: Tenant, seconds: float) -> None:
+        """Tell the on_open hook (metrics); its failure never fails a request."""
+        if self.on_open is None:
+            return
+        try:
+            self.on_open(tenant, seconds)
+        except Exception:
+            log.exception("the on_open hook failed")
+
+    def _release(self, slot: _Slot) -> None:
+        """One request done with the slot."""
+        with self._cond:
+            slot.in_flight -= 1
+            slot.last_used = time.monotonic()
+            if slot.detached and slot.in_flight == 0:
+                self._cond.notify_all()
+
+    def _close(self, slot: _Slot, *, outside: bool) -> None:
+        """Close a detached tenant, then free its gate so the next open of it may proceed."""
         try:
             if slot.tenant is not None:
                 slot.tenant.close()
+        except Exception:
+            log.exception("closing a tenant failed")
         finally:
-            with self._lock:
-                self._closing.pop(tenant_id).set()
+            with self._cond:
+                gate = self._closing.pop(slot.tenant_id)
+                if outside:
+                    self._outside -= 1
+                self._cond.notify_all()
+            gate.set_result(None)
+
+    # -- background and maintenance ----------------------------------------------
 
     def close_idle(self, now: float | None = None) -> int:
-        """Close tenants with no request for idle_secs; returns how many were closed."""
+        """Close tenants without a request for idle_secs; returns how many were closed."""
         now = time.monotonic() if now is None else now
-        victims: list[tuple[str, _Slot]] = []
-        with self._lock:
-            for tid, slot in list(self._slots.items()):
-                idle = slot.in_flight == 0 and slot.ready.is_set()
-                if idle and now - slot.last_used >= self.idle_secs:
-                    del self._slots[tid]
-                    self._closing[tid] = threading.Event()
-                    victims.append((tid, slot))
-        for victim in victims:
-            self._close(*victim)
+        victims: list[_Slot] = []
+        with self._cond:
+            for tenant_id, slot in list(self._slots.items()):
+                if slot.idle() and now - slot.last_used >= self.idle_secs:
+                    del self._slots[tenant_id]
+                    slot.detached = True
+                    self._closing[tenant_id] = Future()
+                    self._outside += 1
+                    self.idle_closes += 1
+                    victims.append(slot)
+        for slot in victims:
+            self._close(slot, outside=True)
         return len(victims)
 
     @contextmanager
     def exclusive(self, tenant_id: str) -> Iterator[None]:
-        """Keep a tenant closed while the caller works on its files (tenant erasure)."""
-        while True:
-            with self._lock:
-                slot = self._slots.get(tenant_id)
-                closing = self._closing.get(tenant_id)
-                if closing is None and (slot is None or (slot.in_flight == 0 and slot.ready.is_set())):
-                    if slot is not None:
-                        del self._slots[tenant_id]
-                    gate = threading.Event()
-                    self._closing[tenant_id] = gate
-                    break
-            time.sleep(0.01) if closing is None else closing.wait()
+        """Keep a tenant closed while the caller works on its files (purge, erasure).
+
+        Waits for the tenant's requests in flight; requests arriving meanwhile wait for the hold
+        to end. Never call it while holding a lease on the same tenant.
+        """
+        gate: Future[None] = Future()
+        with self._cond:
+            while (prior := self._closing.get(tenant_id)) is not None:
+                self._cond.wait_for(lambda: self._closing.get(tenant_id) is not prior)
+            self._closing[tenant_id] = gate
+            self._outside += 1
+            slot = self._slots.pop(tenant_id, None)
+            if slot is not None:
+                slot.detached = True
+                self._cond.wait_for(lambda: slot.in_flight == 0)
         try:
             if slot is not None and slot.tenant is not None:
                 slot.tenant.close()
             yield
         finally:
-            with self._lock:
-                self._closing.pop(tenant_id).set()
+            with self._cond:
+                del self._closing[tenant_id]
+                self._outside -= 1
+                self._cond.notify_all()
+            gate.set_result(None)
+
+    def close_all(self, drain_secs: float = 10.0) -> None:
+        """Refuse new requests, give those in flight drain_secs, close every tenant (shutdown)."""
+        deadline = time.monotonic() + drain_secs
+        with self._cond:
+            self._shut = True
+            slots = list(self._slots.values())
+            self._slots.clear()
+            for slot in slots:
+                slot.detached = True
+            self._cond.wait_for(
+                lambda: all(s.in_flight == 0 for s in slots), deadline - time.monotonic()
+            )
+        for slot in slots:
+            if slot.tenant is None:
+                continue
+            try:
+                slot.tenant.close()
+            except Exception:
+                log.exception("closing a tenant failed")
+
+    # -- observation ------------------------------------------------------------
+
+    def stats(self) -> ManagerStats:
+        """A consistent snapshot of the counters."""
+        with self._cond:
+            return ManagerStats(
+                open=sum(1 for s in self._slots.values() if s.tenant is not None),
+                opens=self.opens,
+                evictions=self.evictions,
+                idle_closes=self.idle_closes,
+                rejections=self.rejections,
+            )
 
     def open_count(self) -> int:
         """Tenants open (or opening) now."""
-        with self._lock:
+        with self._cond:
             return len(self._slots)
 
     def open_tenants(self) -> list[Tenant]:
         """The tenants open now (for the purger and metrics)."""
-        with self._lock:
+        with self._cond:
             return [s.tenant for s in self._slots.values() if s.tenant is not None]
 
-    def close_all(self) -> None:
-        """Close every open tenant (server shutdown); waits for nothing but each writer's queue."""
-        with self._lock:
-            slots = list(self._slots.items())
-            self._slots.clear()
-        for _tid, slot in slots:
-            if slot.tenant is not None:
-                slot.tenant.close()
+    def map_sizes(self) -> dict[str, int]:
+        """The LMDB map size of each open tenant, in bytes."""
+        sizes: dict[str, int] = {}
+        for tenant in self.open_tenants():
+            # The log's shared lock keeps a map resize (a remap) out; a tenant closed since the
+            # snapshot raises lmdb.Error and is simply left out.
+            try:
+                with tenant.log.lock.shared():
+                    sizes[tenant.tenant_id] = int(tenant.log.env.info()["map_size"])
+            except lmdb.Error:
+                continue
+        return sizes
