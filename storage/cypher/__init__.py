@@ -46,7 +46,7 @@ def run(
     planned = plan(query)
     missing = [f"${name}" for name in planned.parameters if name not in ctx.params]
     if missing:
-        noun = "parameter" if len(missing) == 1 else "parameters"
-        raise InvalidRequest(f"missing {noun} {', '.join(missing)}; pass it in params")
+        noun, it = ("parameter", "it") if len(missing) == 1 else ("parameters", "them")
+        raise InvalidRequest(f"missing {noun} {', '.join(missing)}; pass {it} in params")
     rows = execute(planned, ctx, max_rows)
     return CypherResult(columns=list(planned.columns), rows=rows)

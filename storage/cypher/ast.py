@@ -11,9 +11,17 @@ import msgspec
 
 
 class Literal(msgspec.Struct, frozen=True):
-    """A constant: null, a boolean, a number or a string."""
+    """A constant: null, a boolean, a number or a string; build it with literal()."""
 
     value: Any
+    # Python has 1 == 1.0 == True; the type name keeps those literals apart when trees
+    # are compared or hashed (plan caches, ORDER BY matching, aggregate slots).
+    type: str
+
+
+def literal(value: Any) -> Literal:
+    """The Literal node for value."""
+    return Literal(value, type(value).__name__)
 
 
 class Parameter(msgspec.Struct, frozen=True):

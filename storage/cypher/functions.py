@@ -173,7 +173,7 @@ def known_names() -> str:
 
 
 def check_call(name: str, nargs: int, *, distinct: bool, star: bool) -> str:
-    """The canonical lower-case name of a valid call; InvalidRequest naming the problem otherwise."""
+    """The lower-case name of a valid call; otherwise InvalidRequest naming the problem."""
     key = name.lower()
     if star:
         if key != "count":

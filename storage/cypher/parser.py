@@ -46,7 +46,7 @@ def _lark() -> Lark:
 
 
 def parse(query: str) -> ast.Query:
-    """The AST of query; CypherSyntaxError (with line and column) or InvalidRequest if it has none."""
+    """The AST of query; CypherSyntaxError (line, column) or InvalidRequest if it has none."""
     try:
         tree = _lark().parse(query)
     except UnexpectedInput as err:
@@ -295,7 +295,7 @@ class _ToAst(Transformer[Token, Any]):
 
     def unary(self, op: str, operand: Any) -> Any:
         if isinstance(operand, ast.Literal) and type(operand.value) in (int, float):
-            return ast.Literal(-operand.value if op == "-" else operand.value)
+            return ast.literal(-operand.value if op == "-" else operand.value)
         return ast.Unary(op, operand)
 
     def property(self, subject: Any, key: str) -> ast.Property:
@@ -347,22 +347,22 @@ class _ToAst(Transformer[Token, Any]):
         return key, value
 
     def integer(self, token: Token) -> ast.Literal:
-        return ast.Literal(int(token))
+        return ast.literal(int(token))
 
     def float(self, token: Token) -> ast.Literal:
-        return ast.Literal(float(token))
+        return ast.literal(float(token))
 
     def string(self, token: Token) -> ast.Literal:
-        return ast.Literal(_unescape(token[1:-1]))
+        return ast.literal(_unescape(token[1:-1]))
 
     def true(self, _token: Token) -> ast.Literal:
-        return ast.Literal(True)
+        return ast.literal(True)
 
     def false(self, _token: Token) -> ast.Literal:
-        return ast.Literal(False)
+        return ast.literal(False)
 
     def null(self, _token: Token) -> ast.Literal:
-        return ast.Literal(None)
+        return ast.literal(None)
 
     def symbolic_name(self, token: Token) -> str:
         if token.type == "QUOTED_NAME":

@@ -89,10 +89,13 @@ def _elements(
         nodes.extend(n for n in path_nodes if n not in nodes)
         for i, rel in enumerate(path.rels):
             name = rel.var or names.fresh("r")
-            if name in scope:
-                where = "in this MATCH" if any(e.name == name for e in edges) else "already"
+            if any(e.name == name for e in edges):
                 raise InvalidRequest(
-                    f"variable {name!r} is {where} bound; each link in a MATCH needs its own name"
+                    f"variable {name!r} names two links in one MATCH; each needs its own name"
+                )
+            if name in scope:
+                raise InvalidRequest(
+                    f"variable {name!r} is already bound; a link variable cannot be matched again"
                 )
             scope[name] = PATH if rel.variable_length else REL
             edges.append(_Edge(path_nodes[i], path_nodes[i + 1], name, rel))

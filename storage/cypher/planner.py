@@ -25,7 +25,7 @@ from storage.errors import InvalidRequest
 
 
 def plan(query: ast.Query) -> Plan:
-    """The plan for a parsed query; InvalidRequest for unknown variables and misplaced aggregates."""
+    """The plan for a parsed query; InvalidRequest for unknown variables, misplaced aggregates."""
     planner = _Planner()
     for clause in query.clauses:
         planner.steps.append(_CLAUSES[type(clause)](planner, clause))
@@ -147,6 +147,9 @@ def _order_keys(
     keys = []
     for sort in proj.order_by:
         expr = ast.replace(sort.expr, to_column)
+        calls = aggregate_calls(expr)
+        if calls:
+            raise InvalidRequest(f"{calls[0].name}() in ORDER BY must also be a {clause} item")
         hidden = sorted(n for n in variables(expr) - allowed if n in scope)
         if grouped and hidden:
             raise InvalidRequest(

@@ -45,7 +45,7 @@ def check_expr(expr: ast.Expr, scope: Scope | set[str], context: str) -> None:
 def check_item(expr: ast.Expr, scope: Scope, context: str) -> None:
     """InvalidRequest if a WITH or RETURN item reads an unknown variable or nests aggregates."""
     calls = aggregate_calls(expr)
-    stripped = ast.replace(expr, lambda n: ast.Literal(None) if n in calls else None)
+    stripped = ast.replace(expr, lambda n: ast.literal(None) if n in calls else None)
     check_expr(stripped, scope, context)
     for call in calls:
         for arg in call.args:
