@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import resource
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -81,6 +82,23 @@ def _flag(value: str) -> bool:
     raise SettingsError(f"expected 1 or 0, got {value!r}")
 
 
+def _data_dir(value: str) -> dict[str, Any]:
+    """A directory that exists, or whose nearest existing ancestor is a writable directory."""
+    if not value:
+        raise SettingsError("expected a directory path, got an empty value")
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise SettingsError(f"{value!r} exists and is not a directory")
+    probe = path
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        raise SettingsError(
+            f"{value!r} cannot be created: {str(probe)!r} is not a writable directory"
+        )
+    return {"data_dir": path}
+
+
 def _admin_key(value: str) -> str | None:
     if not value:
         return None
@@ -99,7 +117,7 @@ def _log_level(value: str) -> str:
 # Every documented variable: name -> (parser, how its result enters Settings).
 PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_BIND": _bind,
-    "MEMSPINE_DATA_DIR": lambda v: {"data_dir": Path(v)},
+    "MEMSPINE_DATA_DIR": _data_dir,
     "MEMSPINE_ADMIN_KEY": lambda v: {"admin_key": _admin_key(v)},
     "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, 4096)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
