@@ -19,7 +19,7 @@ import pytest
 from conftest import ServerProcess
 
 from storage import encoding as enc
-from storage.current import MAX_CHAIN_HOPS, Moment
+from storage.current import Moment
 from storage.listing import ListQuery, list_events
 from storage.model import REL_CODES, SOURCE_FROM, SUPERSEDES, NewEvent
 from storage.reader import LogReader
@@ -155,7 +155,7 @@ def test_the_head_takes_the_rank_and_score_of_the_best_version_it_replaces(tenan
 
 def test_chains_are_followed_five_hops_and_no_further(tenant: Tenant) -> None:
     chain = [add(tenant, "version zero of the rule")]
-    for i in range(1, MAX_CHAIN_HOPS + 2):
+    for i in range(1, 7):  # the contract's bound is five hops: seven versions go one past it
         chain.append(add(tenant, f"version {i} of the rule", supersedes=(chain[-1],)))
     head = chain[-1]
     assert heads(tenant, chain[1]) == [head]  # five hops away
