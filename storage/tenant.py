@@ -8,17 +8,20 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from storage.keyword import KeywordDoc, KeywordIndex
 from storage.log import EventLog
 from storage.model import NewEvent
+from storage.purge import PurgeStats, purge_tenant
+from storage.swap import recover
 from storage.vectors import VectorIndex
 from storage.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
+T = TypeVar("T")
 
 
 class AppendJob(msgspec.Struct, frozen=True):
@@ -33,12 +36,22 @@ class DeleteJob(msgspec.Struct, frozen=True):
     event_ids: list[str]
 
 
+class CallJob:
+    """Work to run on the writer thread between group commits (a purge's swap, a cascading delete)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+
+
 class Tenant:
     """An open tenant; all writes go through its writer, reads through log readers and indexes."""
 
     def __init__(self, tenant_id: str, root: Path, embedding_dim: int) -> None:
         self.tenant_id = tenant_id
         self.root = root
+        recover(root)  # finish or discard a purge a crash interrupted, before any store opens
         self.log = EventLog.open(root / "events", embedding_dim=embedding_dim)
         self.dim = self.log.meta_int("dim") or embedding_dim
         self.keyword, self.keyword_seq = self._open_keyword()
@@ -133,7 +146,27 @@ class Tenant:
         """Queue deletions; resolves to the list of ids actually deleted."""
         return self.writer.submit(DeleteJob(event_ids))
 
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run fn on the writer thread, alone, between group commits; resolves to its result."""
+        return self.writer.submit(CallJob(fn))
+
+    def purge(self) -> PurgeStats:
+        """Rewrite this tenant's files so the bytes of its deleted events leave the disk."""
+        return purge_tenant(self)
+
     def _commit_batch(self, jobs: list[Job]) -> None:
+        """Commit the batch's writes as one group, then run its calls one at a time."""
+        writes = [job for job in jobs if not isinstance(job.payload, CallJob)]
+        if writes:
+            self._commit_writes(writes)
+        for job in jobs:
+            if isinstance(job.payload, CallJob):
+                try:
+                    job.future.set_result(job.payload.fn())
+                except BaseException as exc:  # the caller gets it; the writer carries on
+                    job.future.set_exception(exc)
+
+    def _commit_writes(self, jobs: list[Job]) -> None:
         """One durable LMDB transaction for every job, then the index projections, then the answers."""
         kw_seq = self.keyword_seq
 

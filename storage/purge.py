@@ -1,0 +1,269 @@
+"""Purge: rewrite a tenant's files so the bytes of its deleted events leave the disk.
+
+Phase 1 runs beside the tenant's traffic: a logical copy of the log at a snapshot into
+`purge.new/`, and a keyword index rebuilt from that copy. Phase 2 runs on the tenant's writer
+thread, so no write interleaves: it brings the copy and the new keyword index up to the live
+log, saves the vector index (deleted vectors were overwritten in memory when deleted) beside
+them, commits by one rename and swaps the files in. Reads wait only for that swap (the log lock
+held exclusive while the environment is reopened); vector searches also wait for the in-memory
+save. See docs/erasure.md and storage/swap.py for the on-disk protocol.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import lmdb
+import msgspec
+import numpy as np
+
+from storage import swap
+from storage.compact import rewrite, sync_delta
+from storage.keyword import KeywordDoc, KeywordIndex
+from storage.log import EventLog
+from storage.model import StoredEvent
+from storage.reader import LogReader
+from storage.swap import Step, no_step
+from storage.vectors import VectorIndex
+
+if TYPE_CHECKING:
+    from storage.tenant import Tenant
+
+log = logging.getLogger("memspine.purge")
+
+KEYWORD_BATCH = 2048
+
+
+class PurgeStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What one purge did and what it cost; ids and numbers only."""
+
+    purged: int  # deleted events whose bytes left the disk
+    seconds: float = 0.0  # the whole purge
+    writes_paused: float = 0.0  # the final step on the writer thread (appends queue meanwhile)
+    reads_paused: float = 0.0  # the swap under the log lock (every read waits meanwhile)
+    pending: int = 0  # events deleted during the purge, left for the next one
+
+
+class _State:
+    """Per tenant: one purge at a time, and when the last finished purge took its snapshot."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.covered_from = float("-inf")
+
+
+_states: weakref.WeakKeyDictionary[Tenant, _State] = weakref.WeakKeyDictionary()
+_states_lock = threading.Lock()
+
+
+def purge_tenant(tenant: Tenant, step: Step = no_step) -> PurgeStats:
+    """Purge every event deleted before this call; concurrent callers share one purge."""
+    asked = time.monotonic()
+    with _states_lock:
+        state = _states.setdefault(tenant, _State())
+    with state.lock:
+        if state.covered_from > asked:
+            return PurgeStats(purged=0)  # a purge that began after we asked has just finished
+        began = time.monotonic()
+        stats = _purge(tenant, step)
+        state.covered_from = began
+    if stats.purged:
+        log.info(
+            "tenant %s: purged %d deleted events in %.2f s (writes paused %.3f s, reads %.3f s)",
+            tenant.tenant_id,
+            stats.purged,
+            stats.seconds,
+            stats.writes_paused,
+            stats.reads_paused,
+        )
+    return stats
+
+
+def _purge(tenant: Tenant, step: Step) -> PurgeStats:
+    """Both phases, the swap and the removal of the old generation."""
+    started = time.perf_counter()
+    root = tenant.root
+    staging = root / swap.STAGING
+    swap.remove(staging)  # a stage left by a purge that failed in this process
+    tenant.vectors.flush()  # drain the insert tail now, so the writer's pause stays short
+    with tenant.log.reader() as r:
+        since = r.last_seq()
+        doomed = {e: t.seq for e in r.tombstone_ids() if (t := r.tombstone(e)) is not None}
+        if not doomed:
+            tenant.call(lambda: _forget_marker_if_clean(tenant)).result()
+            return PurgeStats(purged=0)
+        map_size = int(tenant.log.env.info()["map_size"])
+        staging.mkdir()
+        step("stage")
+        rewrite(r, staging / "events", map_size)
+    step("copied")
+    copy = EventLog.open(staging / "events", embedding_dim=tenant.dim)
+    keyword: KeywordIndex | None = None
+    try:
+        keyword = _rebuild_keyword(copy, staging / "keyword")
+        step("indexed")
+        final = tenant.call(lambda: _final(tenant, copy, keyword, since, doomed, step))
+        stats: PurgeStats = final.result()
+    except BaseException:
+        _abandon(copy, keyword, staging)
+        raise
+    swap.discard_old(root)
+    step("cleaned")
+    return msgspec.structs.replace(stats, seconds=time.perf_counter() - started)
+
+
+def _rebuild_keyword(copy: EventLog, path: Path) -> KeywordIndex:
+    """A keyword index holding the live events of the copy, and nothing else."""
+    index = KeywordIndex.open(path)
+    batch: list[KeywordDoc] = []
+    with copy.reader() as r:
+        for ev in _events(r):
+            if ev.text:
+                batch.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable))
+            if len(batch) == KEYWORD_BATCH:
+                index.add(batch)
+                batch = []
+    index.add(batch)
+    index.commit()
+    return index
+
+
+def _events(r: LogReader) -> Iterator[StoredEvent]:
+    """Every live record of a log."""
+    for event_id in r.all_ids():
+        ev = r.get(event_id)
+        if ev is not None:
+            yield ev
+
+
+def _final(
+    tenant: Tenant,
+    copy: EventLog,
+    keyword: KeywordIndex,
+    since: int,
+    doomed: dict[str, int],
+    step: Step,
+) -> PurgeStats:
+    """On the writer thread: catch the copy up, save vectors beside it, commit and swap."""
+    paused = time.perf_counter()
+    staging = tenant.root / swap.STAGING
+    purged, pending = _catch_up_copy(tenant, copy, keyword, since, doomed)
+    step("synced")
+    _save_vectors(tenant.vectors, staging, [doomed[e] for e in purged])
+    step("vectors")
+    copy.close()
+    swap.fsync_tree(staging)
+    step("fsynced")
+    swap.commit(tenant.root)
+    step("committed")
+    reads_paused = _swap_in(tenant, step)
+    tenant.vector_saved_seq = tenant.vector_seq  # the file just swapped in covers it
+    if not pending:
+        swap.clear_pending(tenant.root)
+    return PurgeStats(
+        purged=len(purged),
+        writes_paused=time.perf_counter() - paused,
+        reads_paused=reads_paused,
+        pending=pending,
+    )
+
+
+def _catch_up_copy(
+    tenant: Tenant, copy: EventLog, keyword: KeywordIndex, since: int, doomed: dict[str, int]
+) -> tuple[list[str], int]:
+    """Bring the copy and its keyword index up to the live log, and drop the purged tombstones.
+
+    Returns the ids purged and how many tombstones remain (deleted while the purge ran).
+    """
+    tenant.catch_up()  # a no-op unless a batch failed half-way: the projections must be current
+    with tenant.log.reader() as live:
+        upto = live.last_seq()
+        changed = copy.write(lambda txn: sync_delta(live, txn, copy.dbs, since))
+        _catch_up_keyword(keyword, live, since)
+    # An id deleted, then written and deleted again since the snapshot keeps its new tombstone.
+    purged = [e for e in doomed if e not in changed]
+
+    def seal(txn: lmdb.Transaction) -> int:
+        copy.clear_tombstones(txn, purged)
+        copy.put_meta_int(txn, "keyword_seq", upto)
+        copy.put_meta_int(txn, "vector_seq", tenant.vector_seq)
+        return len(LogReader(txn, copy.dbs).tombstone_ids())
+
+    pending = copy.write(seal)
+    keyword.commit()
+    keyword.close()
+    return purged, pending
+
+
+def _catch_up_keyword(keyword: KeywordIndex, live: LogReader, since: int) -> None:
+    """Apply to the rebuilt keyword index the appends and deletes made since the snapshot."""
+    docs: list[KeywordDoc] = []
+    gone: list[str] = []
+    for _seq, op, event_id in live.ops_after(since):
+        if op == b"D":
+            gone.append(event_id)
+            continue
+        ev = live.get(event_id)
+        if ev is not None and ev.text:
+            docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable))
+    keyword.add(docs)
+    keyword.delete(gone)
+
+
+def _save_vectors(vectors: VectorIndex, dest: Path, purged_labels: list[int]) -> None:
+    """Write the in-memory vector index (deleted vectors already overwritten) into dest."""
+    vectors.flush()
+    with vectors.lock.exclusive():
+        # A vector the background inserter put into the graph after its event was deleted is
+        # hidden again by that thread shortly; make sure it is gone before these bytes are saved.
+        for label in purged_labels:
+            if label in vectors.live:
+                noise = np.random.default_rng().standard_normal(vectors.dim).astype(np.float32)
+                vectors.index.add_items(noise[None, :], np.asarray([label], dtype=np.uint64))
+                vectors.index.mark_deleted(label)
+                vectors.live.discard(label)
+        vectors.index.save_index(str(dest / "vectors.hnsw"))
+        live = np.asarray(sorted(vectors.live), dtype=np.uint64)
+    with open(dest / "vectors.hnsw.live.npy", "wb") as fh:
+        np.save(fh, live)
+
+
+def _swap_in(tenant: Tenant, step: Step) -> float:
+    """Move the committed files into place and reopen the log and keyword index on them."""
+    tenant.keyword.close()  # release its writer's lock; searches on it still work until the swap
+    started = time.perf_counter()
+    log_ = tenant.log
+    with log_.lock.exclusive():
+        log_.env.close()
+        try:
+            swap.roll_forward(tenant.root, step)
+        finally:
+            if (tenant.root / "events").is_dir():
+                fresh = EventLog.open(log_.path, embedding_dim=tenant.dim)
+                log_.env, log_.dbs = fresh.env, fresh.dbs
+                tenant.keyword = KeywordIndex.open(tenant.root / "keyword")
+    return time.perf_counter() - started
+
+
+def _abandon(copy: EventLog, keyword: KeywordIndex | None, staging: Path) -> None:
+    """After a failure before the commit: close the stage and delete it; the old files stay."""
+    try:
+        if keyword is not None:
+            keyword.close()
+        copy.close()
+    except Exception:
+        log.exception("closing an abandoned purge stage failed")
+    if staging.exists():
+        swap.remove(staging)
+
+
+def _forget_marker_if_clean(tenant: Tenant) -> None:
+    """On the writer thread, where no delete can slip between the check and the removal."""
+    if not tenant.log.tombstones():
+        swap.clear_pending(tenant.root)
