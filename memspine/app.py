@@ -15,6 +15,8 @@ from memspine.auth import Authenticator
 from memspine.config import Settings
 from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
+from memspine.logs import install_request_observer, log_request
+from memspine.metrics import Metrics, metrics_route
 from memspine.routes import admin, cypher, health, memory, whoami
 
 log = logging.getLogger("memspine.app")
@@ -28,21 +30,34 @@ def create_app(settings: Settings, *, auth: Authenticator | None = None) -> Lite
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = Engine(settings)
     auth = auth or Authenticator(settings.data_dir, settings.admin_key)
+    metrics = Metrics(per_tenant=settings.metrics_per_tenant)
+    metrics.watch(engine.manager)
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
+        engine.manager.start_idle_closer()
         try:
             yield
         finally:
             engine.close()
             auth.close()
 
-    return Litestar(
-        route_handlers=[*health.ROUTES, *memory.ROUTES, *cypher.ROUTES, *admin.ROUTES, *whoami.ROUTES],
+    app = Litestar(
+        route_handlers=[
+            *health.ROUTES,
+            *memory.ROUTES,
+            *cypher.ROUTES,
+            *admin.ROUTES,
+            *whoami.ROUTES,
+            metrics_route,
+        ],
         exception_handlers=EXCEPTION_HANDLERS,
-        state=State({"engine": engine, "auth": auth, "settings": settings}),
+        state=State({"engine": engine, "auth": auth, "settings": settings, "metrics": metrics}),
         lifespan=[lifespan],
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="memspine", version=__version__, path="/schema"),
         debug=False,
+        logging_config=None,  # logging is configured once, as JSON lines, by the server (logs.py)
     )
+    install_request_observer(app, [log_request, metrics.observe_request])
+    return app

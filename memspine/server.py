@@ -10,16 +10,27 @@ import uvicorn
 
 from memspine.app import create_app
 from memspine.config import SettingsError, load_settings
+from memspine.limits import log_fd_limit, raise_fd_limit
+from memspine.logs import configure_logging
+
+log = logging.getLogger("memspine.server")
 
 
 def main() -> int:
     """Entry point of the memspine-server console script."""
+    fd_limit = raise_fd_limit()  # first: the default cap on open tenants is computed from it
     try:
         settings = load_settings(os.environ)
     except SettingsError as exc:
         print(f"memspine-server: {exc}", file=sys.stderr)
         return 2
-    logging.basicConfig(level=settings.log_level, format="%(message)s", stream=sys.stderr)
+    configure_logging(settings.log_level)
+    log_fd_limit(fd_limit)
+    source = "MEMSPINE_MAX_OPEN_TENANTS" if "MEMSPINE_MAX_OPEN_TENANTS" in os.environ else "default"
+    log.info(
+        "open tenants capped",
+        extra={"max_open_tenants": settings.max_open_tenants, "source": source},
+    )
     app = create_app(settings)
     uvicorn.run(
         app,
@@ -28,6 +39,7 @@ def main() -> int:
         loop="uvloop",
         http="h11",
         log_level="warning",
+        log_config=None,  # uvicorn's own loggers go through our JSON handler
         access_log=False,
         lifespan="on",
         timeout_graceful_shutdown=10,

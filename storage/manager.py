@@ -149,6 +149,8 @@ class TenantManager:
         self._outside = 0  # tenants closing by idleness or held exclusive: they still hold fds
         self._cond = threading.Condition(threading.Lock())
         self._shut = False
+        self._stop = threading.Event()
+        self._idle_closer: threading.Thread | None = None
         self.on_open: Callable[[Tenant, float], None] | None = None  # (tenant, seconds to open)
         self.opens = self.evictions = self.idle_closes = self.rejections = 0
 
@@ -278,6 +280,24 @@ class TenantManager:
             self._close(slot, outside=True)
         return len(victims)
 
+    def start_idle_closer(self, every: float | None = None) -> None:
+        """Run close_idle in a background thread every `every` seconds (default idle_secs / 4)."""
+        if self._idle_closer is not None:
+            return
+        period = every if every is not None else min(max(self.idle_secs / 4, 0.05), 30.0)
+        self._idle_closer = threading.Thread(
+            target=self._close_idle_forever, args=(period,), name="idle-closer", daemon=True
+        )
+        self._idle_closer.start()
+
+    def _close_idle_forever(self, period: float) -> None:
+        """The idle closer's loop; ends at close_all."""
+        while not self._stop.wait(period):
+            try:
+                self.close_idle()
+            except Exception:
+                log.exception("closing idle tenants failed")
+
     @contextmanager
     def exclusive(self, tenant_id: str) -> Iterator[None]:
         """Keep a tenant closed while the caller works on its files (purge, erasure).
@@ -309,6 +329,9 @@ class TenantManager:
     def close_all(self, drain_secs: float = 10.0) -> None:
         """Refuse new requests, give those in flight drain_secs, close every tenant (shutdown)."""
         deadline = time.monotonic() + drain_secs
+        self._stop.set()
+        if self._idle_closer is not None:
+            self._idle_closer.join()
         with self._cond:
             self._shut = True
             slots = list(self._slots.values())

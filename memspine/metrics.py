@@ -1,0 +1,162 @@
+"""Prometheus metrics: one registry per app, served at GET /metrics without auth.
+
+Tenant ids appear only with MEMSPINE_METRICS_PER_TENANT=1; event text never does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import anyio.to_thread
+from litestar import Response, get
+from litestar.datastructures import State
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Histogram,
+    generate_latest,
+)
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from memspine.logs import RequestRecord
+from storage.manager import TenantManager
+from storage.tenant import Tenant
+
+LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+OPEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
+BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512)
+PURGE_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+# Litestar appends the charset to text types itself; given twice, some scrapers reject the header.
+MEDIA_TYPE = CONTENT_TYPE_LATEST.split("; charset")[0]
+
+
+class Metrics:
+    """The app's registry and the few calls that feed it."""
+
+    def __init__(self, *, per_tenant: bool = False) -> None:
+        self.per_tenant = per_tenant
+        self.registry = CollectorRegistry()
+        r = self.registry
+        self.requests = Counter(
+            "memspine_requests",
+            "HTTP requests by route template, method and status.",
+            ["route", "method", "status"],
+            registry=r,
+        )
+        self.latency = Histogram(
+            "memspine_request_duration_seconds",
+            "Time from request to the last byte of the answer, by route template, method and status.",
+            ["route", "method", "status"],
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.batch_sizes = Histogram(
+            "memspine_group_commit_batch_size",
+            "Jobs committed together by a tenant's writer in one durable transaction.",
+            buckets=BATCH_BUCKETS,
+            registry=r,
+        )
+        self.open_seconds = Histogram(
+            "memspine_tenant_open_seconds",
+            "Time to open a tenant (first use or reopen after eviction), closing any victim excluded.",
+            buckets=OPEN_BUCKETS,
+            registry=r,
+        )
+        self.purge_seconds = Histogram(
+            "memspine_purge_duration_seconds",
+            "Time to purge one tenant (rewrite its files so deleted bytes leave the disk).",
+            buckets=PURGE_BUCKETS,
+            registry=r,
+        )
+        self.tenant_requests: Counter | None = None
+        if per_tenant:
+            self.tenant_requests = Counter(
+                "memspine_tenant_requests",
+                "Authenticated requests by tenant and status (MEMSPINE_METRICS_PER_TENANT=1).",
+                ["tenant", "status"],
+                registry=r,
+            )
+
+    def watch(self, manager: TenantManager) -> None:
+        """Export the manager's gauges and counters and observe every tenant it opens."""
+        manager.on_open = self._on_open
+        self.registry.register(_ManagerCollector(manager, per_tenant=self.per_tenant))
+
+    def _on_open(self, tenant: Tenant, seconds: float) -> None:
+        """A tenant opened: time it and measure its writer's batches from now on."""
+        self.open_seconds.observe(seconds)
+        tenant.on_batch = self.batch_sizes.observe
+
+    def observe_request(self, record: RequestRecord) -> None:
+        """Count and time one HTTP request."""
+        status = str(record.status)
+        self.requests.labels(record.route, record.method, status).inc()
+        self.latency.labels(record.route, record.method, status).observe(record.duration)
+        if self.tenant_requests is not None and record.tenant_id is not None:
+            self.tenant_requests.labels(record.tenant_id, status).inc()
+
+    def observe_purge(self, seconds: float) -> None:
+        """Record how long one tenant's purge took (called by the purger)."""
+        self.purge_seconds.observe(seconds)
+
+    def render(self) -> bytes:
+        """The exposition text (blocking: it reads every open tenant's map size)."""
+        return generate_latest(self.registry)
+
+
+class _ManagerCollector(Collector):
+    """Reads the tenant manager at scrape time, so no count can drift from the manager's own."""
+
+    def __init__(self, manager: TenantManager, *, per_tenant: bool) -> None:
+        self.manager = manager
+        self.per_tenant = per_tenant
+
+    def describe(self) -> Iterator[Metric]:
+        """Nothing up front: the registry need not scrape the manager to learn the names."""
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        """The open-tenant gauges, the lifecycle counters and the LMDB map sizes."""
+        m = self.manager
+        st = m.stats()
+        yield GaugeMetricFamily("memspine_open_tenants", "Tenants open now.", value=st.open)
+        yield GaugeMetricFamily(
+            "memspine_max_open_tenants", "The cap on open tenants.", value=m.max_open
+        )
+        counters = (
+            ("memspine_tenant_opens", "Tenants opened (first use or reopen).", st.opens),
+            ("memspine_tenant_evictions", "Idle tenants closed to make room.", st.evictions),
+            ("memspine_tenant_idle_closes", "Tenants closed after the idle time.", st.idle_closes),
+            ("memspine_unavailable", "Requests refused with 503: every slot busy.", st.rejections),
+        )
+        for name, doc, value in counters:
+            yield CounterMetricFamily(name, doc, value=value)
+        sizes = m.map_sizes()
+        yield GaugeMetricFamily(
+            "memspine_lmdb_map_bytes",
+            "Sum of the LMDB map sizes of the open tenants.",
+            value=sum(sizes.values()),
+        )
+        if self.per_tenant:
+            per = GaugeMetricFamily(
+                "memspine_tenant_lmdb_map_bytes",
+                "LMDB map size of each open tenant (MEMSPINE_METRICS_PER_TENANT=1).",
+                labels=["tenant"],
+            )
+            for tenant_id, size in sorted(sizes.items()):
+                per.add_metric([tenant_id], size)
+            yield per
+
+
+@get("/metrics", include_in_schema=False)
+async def metrics_route(state: State) -> Response[Any]:
+    """Prometheus exposition; no auth, no tenant ids unless MEMSPINE_METRICS_PER_TENANT=1."""
+    metrics: Metrics = state.metrics
+    body = await anyio.to_thread.run_sync(metrics.render)
+    return Response(body, media_type=MEDIA_TYPE)
+
+
+ROUTES = [metrics_route]
