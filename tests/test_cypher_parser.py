@@ -16,8 +16,8 @@ from storage.cypher import READ_ONLY_MESSAGE, plan
 from storage.cypher import ast as A
 from storage.cypher.expressions import compile_expr
 from storage.cypher.functions import AGGREGATES, FUNCTIONS
+from storage.cypher.operators import ProjectStep, render
 from storage.cypher.parser import MAX_HOPS, WRITE_KEYWORDS, parse
-from storage.cypher.plan import ProjectStep, render
 from storage.cypher.planner import plan as plan_ast
 from storage.cypher.values import compare, equals, group_key, order_key
 from storage.errors import CypherSyntaxError, InvalidRequest
@@ -334,3 +334,10 @@ def test_docs_name_every_function_write_keyword_and_limit() -> None:
     assert f"*1..{MAX_HOPS}" in text
     for op in ("SeekById", "SeekByKind", "SeekByProperty", "SeekByTs", "ScanAll"):
         assert op in text, op
+
+
+def test_deep_nesting_is_a_sentence_not_a_crash() -> None:
+    with pytest.raises(InvalidRequest) as err:
+        parse("RETURN " + " + ".join(["1"] * 3000))
+    assert "nests expressions more than 200 deep" in err.value.detail
+    assert parse("RETURN " + "(" * 1000 + "1" + ")" * 1000)  # parentheses add no depth

@@ -12,8 +12,8 @@ import msgspec
 
 from storage.cypher.executor import Context, execute
 from storage.cypher.graph import GraphReader
+from storage.cypher.operators import Plan
 from storage.cypher.parser import READ_ONLY_MESSAGE, parse
-from storage.cypher.plan import Plan
 from storage.cypher.planner import plan as plan_ast
 from storage.errors import InvalidRequest
 

@@ -11,7 +11,7 @@ from typing import Any
 from storage.cypher import ast
 from storage.cypher.expressions import Fn, Row, compile_expr, truth
 from storage.cypher.graph import GraphReader, Relationship
-from storage.cypher.plan import (
+from storage.cypher.operators import (
     Argument,
     Expand,
     Filter,

@@ -7,6 +7,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
+import msgspec
 from lark import Lark, Token, Transformer, v_args
 from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
 
@@ -20,6 +21,10 @@ READ_ONLY_MESSAGE = (
 )
 WRITE_KEYWORDS = ("CREATE", "MERGE", "SET", "DELETE", "DETACH", "REMOVE", "CALL", "LOAD", "FOREACH")
 MAX_HOPS = 5
+# Deeper expressions are refused: the transformer, the planner and the evaluator recurse, and
+# a query should fail with a sentence, not with Python's recursion limit.
+MAX_DEPTH = 200
+_TOO_DEEP = f"the query nests expressions more than {MAX_DEPTH} deep; split it into simpler parts"
 
 # Strings, quoted names and comments are blanked before looking for write keywords, so a
 # keyword inside a literal (`a.text CONTAINS 'delete'`) or after a dot (`a.set`) is not one.
@@ -57,7 +62,25 @@ def parse(query: str) -> ast.Query:
         result: ast.Query = _ToAst(query).transform(tree)
     except VisitError as err:
         raise err.orig_exc from None
+    except RecursionError:
+        raise InvalidRequest(_TOO_DEEP) from None
+    if _depth(result) > MAX_DEPTH:
+        raise InvalidRequest(_TOO_DEEP)
     return result
+
+
+def _depth(node: Any) -> int:
+    """How deep the tree under node goes (iteratively: the point is to avoid recursion)."""
+    deepest = 0
+    stack = [(node, 1)]
+    while stack:
+        item, level = stack.pop()
+        deepest = max(deepest, level)
+        if isinstance(item, msgspec.Struct):
+            stack.extend((getattr(item, f), level + 1) for f in item.__struct_fields__)
+        elif isinstance(item, tuple):
+            stack.extend((child, level) for child in item)
+    return deepest
 
 
 def _syntax_error(err: UnexpectedInput, query: str) -> CypherSyntaxError:

@@ -8,7 +8,7 @@ import msgspec
 
 from storage.cypher import ast
 from storage.cypher.graph import REL_TYPES
-from storage.cypher.plan import (
+from storage.cypher.operators import (
     HIDDEN,
     Argument,
     Expand,

@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 
 from storage.cypher import ast
+from storage.cypher.operators import HIDDEN, Plan, ProjectStep, Step, UnwindStep, is_hidden
 from storage.cypher.patterns import Names, plan_match
-from storage.cypher.plan import HIDDEN, Plan, ProjectStep, Step, UnwindStep, is_hidden
 from storage.cypher.scope import (
     VALUE,
     Scope,

@@ -9,7 +9,7 @@ from typing import Any
 from storage.cypher import ast
 from storage.cypher.expressions import Fn, Row, truth
 from storage.cypher.functions import AGGREGATES, Aggregate, Distinct
-from storage.cypher.plan import ProjectStep
+from storage.cypher.operators import ProjectStep
 from storage.cypher.values import group_key, order_key, type_name
 from storage.errors import InvalidRequest
 

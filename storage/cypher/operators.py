@@ -1,4 +1,4 @@
-"""Plan nodes: what the planner decides and the executor runs, as frozen, printable values."""
+"""Plan operators: what the planner decides and the executor runs, as frozen, printable values."""
 
 from __future__ import annotations
 
