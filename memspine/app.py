@@ -16,6 +16,7 @@ from memspine.config import Settings
 from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
 from memspine.logs import install_request_observer, log_request
+from memspine.mcp.http import McpEndpoint
 from memspine.metrics import Metrics, metrics_route
 from memspine.routes import admin, cypher, health, memory, whoami
 
@@ -32,6 +33,7 @@ def create_app(settings: Settings, *, auth: Authenticator | None = None) -> Lite
     auth = auth or Authenticator(settings.data_dir, settings.admin_key)
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
+    mcp = McpEndpoint(engine, auth, settings)
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
@@ -50,10 +52,11 @@ def create_app(settings: Settings, *, auth: Authenticator | None = None) -> Lite
             *admin.ROUTES,
             *whoami.ROUTES,
             metrics_route,
+            mcp.route(),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         state=State({"engine": engine, "auth": auth, "settings": settings, "metrics": metrics}),
-        lifespan=[lifespan],
+        lifespan=[lifespan, mcp.lifespan],  # MCP sessions end before the engine closes
         request_max_body_size=settings.max_body_bytes,
         openapi_config=OpenAPIConfig(title="memspine", version=__version__, path="/schema"),
         debug=False,

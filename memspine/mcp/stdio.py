@@ -1,0 +1,64 @@
+"""MCP over stdio for one tenant: embedded on a data directory, or as a client of a running server.
+
+stdout carries the protocol and nothing else; logs go to stderr.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import msgspec
+from mcp.server.stdio import stdio_server
+
+from memspine.client import MemspineClient
+from memspine.config import Settings
+from memspine.engine import Engine
+from memspine.mcp.backend import EngineBackend
+from memspine.mcp.server import Caller, build_server, fixed, principal_of
+from memspine_admin.verifier import Principal
+from storage.errors import NotFound
+
+log = logging.getLogger("memspine.mcp")
+
+
+async def serve(caller: Caller) -> None:
+    """Serve the tools for this caller over the process's stdin and stdout until stdin closes."""
+    server = build_server(fixed(caller))
+    async with stdio_server() as (read_stream, write_stream):
+        await server.run(read_stream, write_stream, server.create_initialization_options())
+
+
+async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool = False) -> None:
+    """Open the data directory in this process and serve one tenant (both scopes unless read_only)."""
+    engine = Engine(settings)
+    scopes = ("read",) if read_only else ("read", "write")
+    principal = Principal(tenant_id=tenant_id, key_id="embedded", scopes=scopes)
+    log.info(
+        "memspine mcp: tenant %s in %s, scopes %s", tenant_id, settings.data_dir, ",".join(scopes)
+    )
+    try:
+        await serve(Caller(principal, EngineBackend(engine, principal)))
+    finally:
+        engine.close()
+
+
+async def serve_remote(url: str, api_key: str) -> None:
+    """Serve the tenant of api_key on the server at url; the key's scopes decide the tools shown."""
+    async with MemspineClient(url, api_key) as client:
+        try:
+            principal = principal_of(await client.whoami())
+        except NotFound:  # a server without /v1/whoami: show every tool, the server still refuses
+            principal = Principal(tenant_id="?", key_id="?", scopes=("read", "write"))
+        log.info(
+            "memspine mcp: %s as key %s, scopes %s",
+            url,
+            principal.key_id,
+            ",".join(principal.scopes),
+        )
+        await serve(Caller(principal, client))
+
+
+def embedded_settings(base: Settings, data_dir: Path) -> Settings:
+    """The environment's settings with the data directory from the command line."""
+    return msgspec.structs.replace(base, data_dir=data_dir)

@@ -1,0 +1,379 @@
+"""The memory tools: JSON schemas and descriptions written for a model, each a thin call on a Backend."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from mcp_types import Tool, ToolAnnotations
+
+from memspine.mcp import render
+from memspine.mcp.backend import Backend
+from storage.errors import InvalidRequest
+
+JsonObj = dict[str, Any]
+Answer = tuple[JsonObj, str]  # structured content (the route's JSON) and its text
+
+ID_SCHEMA = {
+    "type": "string",
+    "description": "The event's event_id, a UUID as the other memory tools print it.",
+}
+KIND_HINT = "a short label such as fact, decision, preference, turn, summary, task"
+
+
+class AppendArgs(msgspec.Struct, forbid_unknown_fields=True):
+    """memory_append."""
+
+    kind: str
+    text: str | None = None
+    properties: JsonObj | None = None
+    source_event_ids: list[str] | None = None
+    supersedes: list[str] | None = None
+    idempotency_key: str | None = None
+
+
+class RecallArgs(msgspec.Struct, forbid_unknown_fields=True):
+    """memory_recall."""
+
+    text: str
+    kind: str | None = None
+    k: int = 10
+    hops: int = 0
+    filter: dict[str, bool | int | float | str] | None = None
+
+
+class GetArgs(msgspec.Struct, forbid_unknown_fields=True):
+    """memory_get."""
+
+    id: str
+
+
+class ListArgs(msgspec.Struct, forbid_unknown_fields=True):
+    """memory_list."""
+
+    kind: str | None = None
+    since: str | int | None = None
+    until: str | int | None = None
+    limit: int = 20
+    cursor: str | None = None
+
+
+class CypherArgs(msgspec.Struct, forbid_unknown_fields=True):
+    """memory_cypher."""
+
+    query: str
+    params: JsonObj | None = None
+
+
+class DeleteArgs(msgspec.Struct, forbid_unknown_fields=True):
+    """memory_delete."""
+
+    id: str
+    cascade: bool = False
+    dry_run: bool = True
+
+
+async def append(b: Backend, a: AppendArgs) -> Answer:
+    """Append one event; source ids travel in properties.source_event_ids as the HTTP API takes them."""
+    properties = dict(a.properties or {})
+    if a.source_event_ids is not None:
+        if "source_event_ids" in properties:
+            raise InvalidRequest(
+                "give source_event_ids once, as its own argument, not inside properties"
+            )
+        properties["source_event_ids"] = a.source_event_ids
+    body: JsonObj = {"kind": a.kind, "text": a.text}
+    if properties:
+        body["properties"] = properties
+    if a.supersedes:
+        body["supersedes"] = a.supersedes
+    out = await b.append(body, a.idempotency_key)
+    return out, render.append_text(out)
+
+
+async def recall(b: Backend, a: RecallArgs) -> Answer:
+    """Keyword recall (the model has no embeddings) with the optional walk."""
+    body: JsonObj = {"text": a.text, "k": a.k, "hops": a.hops}
+    if a.kind is not None:
+        body["kind"] = a.kind
+    if a.filter:
+        body["filter"] = a.filter
+    out = await b.recall(body)
+    return out, render.recall_text(out)
+
+
+async def get(b: Backend, a: GetArgs) -> Answer:
+    """One event in full; the embedding is left out (a model cannot use it)."""
+    out = await b.get(a.id)
+    out.pop("embedding", None)
+    return out, render.event_text(out)
+
+
+async def list_(b: Backend, a: ListArgs) -> Answer:
+    """One page of events newest first."""
+    params: JsonObj = {"kind": a.kind, "limit": a.limit, "cursor": a.cursor}
+    for name in ("since", "until"):
+        value = getattr(a, name)
+        params[name] = None if value is None else render.parse_time(value, name)
+    out = await b.list_events({k: v for k, v in params.items() if v is not None})
+    return out, render.list_text(out)
+
+
+async def cypher(b: Backend, a: CypherArgs) -> Answer:
+    """A read-only Cypher query."""
+    out = await b.cypher(a.query, a.params)
+    return out, render.cypher_text(out)
+
+
+async def delete(b: Backend, a: DeleteArgs) -> Answer:
+    """A dry run (the default) or the delete itself."""
+    out = await b.delete(a.id, cascade=a.cascade, dry_run=a.dry_run)
+    return out, render.delete_text(out, a.id)
+
+
+@dataclass(frozen=True)
+class ToolSpec:
+    """One tool: what tools/list shows, the scope it needs, how its arguments parse and what it calls."""
+
+    tool: Tool
+    scope: str
+    args: type[msgspec.Struct]
+    run: Callable[[Backend, Any], Awaitable[Answer]]
+
+    def parse(self, arguments: JsonObj | None) -> msgspec.Struct:
+        """The arguments as the tool's Struct; InvalidRequest saying what to fix."""
+        try:
+            return msgspec.convert(arguments or {}, self.args)
+        except msgspec.ValidationError as exc:
+            where = str(exc).replace("`$.", "`").replace("`$`", "the arguments")
+            raise InvalidRequest(f"invalid arguments for {self.tool.name}: {where}") from None
+
+
+def _tool(
+    name: str, title: str, description: str, properties: JsonObj, required: list[str], **hints: bool
+) -> Tool:
+    schema = {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+    annotations = ToolAnnotations(title=title, open_world_hint=False, **hints)
+    return Tool(
+        name=name,
+        title=title,
+        description=description,
+        input_schema=schema,
+        annotations=annotations,
+    )
+
+
+READ = {"read_only_hint": True}
+WRITE_ONCE = {"read_only_hint": False, "destructive_hint": False, "idempotent_hint": False}
+DESTRUCTIVE = {"read_only_hint": False, "destructive_hint": True, "idempotent_hint": True}
+
+APPEND = _tool(
+    "memory_append",
+    "Store a memory",
+    "Store one new event in long-term memory: a fact learned, a decision made, a preference, "
+    "a task, or a summary of a conversation. Write one self-contained statement per event, "
+    "with the names and numbers a later search would use.\n"
+    "- Events are immutable. To correct or update an earlier event, append the new version with "
+    "supersedes=[old event_id]; recall then returns the new one in its place. Do not delete to correct.\n"
+    "- Link a conclusion to the events it was drawn from with source_event_ids, so it can be traced "
+    "(memory_cypher, memory_recall hops) and erased along with its sources.\n"
+    "- Before storing, memory_recall the key words to avoid storing the same thing twice.\n"
+    "Returns the new event_id; the event is durable and recallable as soon as this returns. "
+    "Ids in source_event_ids or supersedes that name no event are reported back, not linked.",
+    {
+        "kind": {
+            "type": "string",
+            "description": f"What sort of event this is: {KIND_HINT}. 1-64 bytes.",
+        },
+        "text": {
+            "type": "string",
+            "description": "The memory itself, in plain words (at most 100 000 characters).",
+        },
+        "properties": {
+            "type": "object",
+            "description": "Optional JSON object of extra fields, stored as given. Top-level booleans, "
+            'numbers and short strings with simple names (e.g. {"topic": "billing", "priority": 2}) '
+            "can later be used as memory_recall filters and in memory_cypher.",
+        },
+        "source_event_ids": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "event_ids this event was derived from (at most 1000).",
+        },
+        "supersedes": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "event_ids of earlier events this one corrects or replaces.",
+        },
+        "idempotency_key": {
+            "type": "string",
+            "description": "Optional key (1-255 printable ASCII characters) that makes a retry safe: "
+            "the same key with the same arguments stores nothing new and returns the first event_id.",
+        },
+    },
+    ["kind", "text"],
+    **WRITE_ONCE,
+)
+
+RECALL = _tool(
+    "memory_recall",
+    "Search memory",
+    "Find stored events relevant to a topic. Use it before answering anything that may depend on "
+    "what was said, decided or learned before, and before storing something that may already be stored.\n"
+    "Ranking is by the words (BM25): pass the distinctive words the memory would contain "
+    "(names, numbers, terms), not a long question. Returns up to k hits, best first, one line each: "
+    "event_id · kind · time (UTC) · text. Superseded and deleted events never appear; a hit that "
+    "replaced older events says 'replaces'. With hops 1-3 it also follows provenance links "
+    "(what a hit was derived from, and what was derived from it) and marks those lines 'via <event_id>'. "
+    "Texts over 1000 characters are cut; memory_get returns an event in full.",
+    {
+        "text": {
+            "type": "string",
+            "description": "Words to search for (at most 10 000 characters).",
+        },
+        "kind": {
+            "type": "string",
+            "description": "Only events of this kind (e.g. fact, decision).",
+        },
+        "k": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 100,
+            "default": 10,
+            "description": "How many ranked hits at most (1-100, default 10).",
+        },
+        "hops": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": 3,
+            "default": 0,
+            "description": "How far to follow SOURCE_FROM links from the hits (0-3, default 0); "
+            "linked events are added within the same allowance of k.",
+        },
+        "filter": {
+            "type": "object",
+            "additionalProperties": {"type": ["string", "number", "boolean"]},
+            "description": 'Only events whose properties have these exact values, e.g. {"topic": "billing"}.',
+        },
+    },
+    ["text"],
+    **READ,
+)
+
+GET = _tool(
+    "memory_get",
+    "Read one memory",
+    "Read one event in full by its event_id: kind, time, the whole text, its properties, and "
+    "whether it is still current (superseded_by lists the newer events that replace it). Use it when "
+    "a memory_recall or memory_list line was cut, or to check an event before building on it.",
+    {"id": ID_SCHEMA},
+    ["id"],
+    **READ,
+)
+
+LIST = _tool(
+    "memory_list",
+    "List recent memories",
+    "List events newest first, optionally only one kind and only within a time range. Use it to "
+    "review what happened recently or in a period ('what did we decide last week'); to find a topic "
+    "use memory_recall instead. Superseded events are left out. Returns one line per event "
+    "(event_id · kind · time · text) and, when there are more, a cursor for the next page.",
+    {
+        "kind": {"type": "string", "description": "Only events of this kind."},
+        "since": {
+            "type": "string",
+            "description": "Earliest time, inclusive: ISO 8601 such as "
+            "2026-05-01T09:00:00Z (UTC unless an offset is given), or microseconds since the epoch.",
+        },
+        "until": {
+            "type": "string",
+            "description": "Latest time, exclusive, in the same form as since.",
+        },
+        "limit": {
+            "type": "integer",
+            "minimum": 1,
+            "maximum": 1000,
+            "default": 20,
+            "description": "How many events at most (1-1000, default 20).",
+        },
+        "cursor": {
+            "type": "string",
+            "description": "The cursor a previous memory_list returned, "
+            "to get the next page (keep the other arguments the same).",
+        },
+    },
+    [],
+    **READ,
+)
+
+CYPHER = _tool(
+    "memory_cypher",
+    "Query memory with Cypher",
+    "Ask an exact question of the memory as a graph, in read-only openCypher. Use it for audits "
+    "and questions recall cannot answer: which events were derived from X, counts per kind, "
+    "everything with a given property.\n"
+    "- Nodes are (:Event) with properties event_id, kind, ts (microseconds since the epoch), text, "
+    "and the event's simple top-level properties.\n"
+    "- Relationships: (a)-[:SOURCE_FROM]->(b) when a was derived from b; (a)-[:SUPERSEDES]->(b) "
+    "when a replaces b.\n"
+    "- MATCH, OPTIONAL MATCH, WHERE, WITH, UNWIND, RETURN [DISTINCT], ORDER BY, SKIP, LIMIT, "
+    "paths *1..N (N at most 5), $params, count, collect, min, max, sum, avg, size, coalesce, "
+    "toLower, toUpper. Returning a node gives the whole event. Write clauses are refused.\n"
+    "Example: MATCH (d:Event)-[:SOURCE_FROM]->(s:Event {event_id: $id}) RETURN d.event_id, d.text "
+    "ORDER BY d.ts DESC LIMIT 20. Always add LIMIT: the server bounds rows and time. Returns the "
+    "column names and one JSON array per row.",
+    {
+        "query": {"type": "string", "description": "One read-only Cypher query."},
+        "params": {
+            "type": "object",
+            "description": 'Values for the $names the query uses, e.g. {"id": "…"}.',
+        },
+    },
+    ["query"],
+    **READ,
+)
+
+DELETE = _tool(
+    "memory_delete",
+    "Delete a memory",
+    "Permanently delete one event, and with cascade=true every event derived from it "
+    "(over SOURCE_FROM links, transitively). Deleted events are unreadable at once and their bytes "
+    "leave the disk at the next purge; this cannot be undone.\n"
+    "Always dry-run first: with dry_run=true (the default) nothing is deleted and the answer lists "
+    "every event_id that would be. Show that list to the user and call again with dry_run=false "
+    "only after they confirm. To correct a memory, do not delete it: memory_append the correction "
+    "with supersedes=[its event_id].",
+    {
+        "id": ID_SCHEMA,
+        "cascade": {
+            "type": "boolean",
+            "default": False,
+            "description": "Also delete every event derived from this one (default false).",
+        },
+        "dry_run": {
+            "type": "boolean",
+            "default": True,
+            "description": "Only report what would be deleted (default true). "
+            "Pass false to delete.",
+        },
+    },
+    ["id"],
+    **DESTRUCTIVE,
+)
+
+TOOLS: tuple[ToolSpec, ...] = (
+    ToolSpec(RECALL, "read", RecallArgs, recall),
+    ToolSpec(APPEND, "write", AppendArgs, append),
+    ToolSpec(GET, "read", GetArgs, get),
+    ToolSpec(LIST, "read", ListArgs, list_),
+    ToolSpec(CYPHER, "read", CypherArgs, cypher),
+    ToolSpec(DELETE, "write", DeleteArgs, delete),
+)
+BY_NAME = {spec.tool.name: spec for spec in TOOLS}

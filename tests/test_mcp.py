@@ -1,0 +1,519 @@
+"""MCP: every tool through the SDK's in-process client with issued read and write keys; a real
+server over Streamable HTTP; `memspine mcp` over stdio, embedded and as a client of the server."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx2
+import pytest
+from argon2 import PasswordHasher
+from conftest import ServerProcess
+from mcp import Client, StdioServerParameters
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.exceptions import MCPError
+from mcp_types import CallToolResult
+
+from memspine.auth import Authenticator
+from memspine.client import MemspineClient
+from memspine.config import Settings
+from memspine.engine import Engine
+from memspine.mcp.backend import EngineBackend
+from memspine.mcp.http import origin_allowed
+from memspine.mcp.render import iso
+from memspine.mcp.server import Caller, build_server
+from memspine.mcp.tools import TOOLS
+from memspine_admin.control import ControlDB
+from storage.errors import Forbidden
+
+CHEAP_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+READ_TOOLS = {"memory_recall", "memory_get", "memory_list", "memory_cypher"}
+ALL_TOOLS = READ_TOOLS | {"memory_append", "memory_delete"}
+MEMSPINE = Path(sys.executable).parent / "memspine"
+COMMAND = [str(MEMSPINE)] if MEMSPINE.exists() else [sys.executable, "-m", "memspine.cli"]
+FORBIDDEN = {"error": "forbidden", "detail": "api key is missing the 'write' scope"}
+
+
+def issue_keys(data_dir: Path) -> dict[str, str]:
+    """A control database with one tenant and a read, a write and a read+write key."""
+    with ControlDB.open(data_dir, create=True, hasher=CHEAP_HASHER) as db:
+        tenant = db.create_tenant("acme", actor="test").tenant_id
+        made = {
+            name: db.create_key(tenant, name, scopes, actor="test").api_key
+            for name, scopes in (
+                ("read", ("read",)),
+                ("write", ("write",)),
+                ("rw", ("read", "write")),
+            )
+        }
+    return {"tenant": tenant, **made}
+
+
+def text(result: CallToolResult) -> str:
+    """The text a model reads from a tool result."""
+    return "\n".join(block.text for block in result.content if block.type == "text")
+
+
+async def call(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Call a tool that must succeed; its structured content."""
+    result = await client.call_tool(name, args)
+    assert not result.is_error, text(result)
+    out: dict[str, Any] = result.structured_content
+    return out
+
+
+async def refused(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
+    """Call a tool that must fail as a tool error; its {"error", "detail"}."""
+    result = await client.call_tool(name, args)
+    assert result.is_error, text(result)
+    err: dict[str, Any] = result.structured_content
+    assert text(result) == f"Error ({err['error']}): {err['detail']}"
+    return err
+
+
+class InProcess:
+    """An engine on tmp_path and the issued keys; connects the SDK's in-process client as a key."""
+
+    def __init__(self, data_dir: Path) -> None:
+        self.keys = issue_keys(data_dir)
+        self.engine = Engine(Settings(data_dir=data_dir, embedding_dim=4))
+        self.auth = Authenticator(data_dir, None, hasher=CHEAP_HASHER)
+
+    @asynccontextmanager
+    async def client(self, key: str, mode: str = "auto") -> AsyncIterator[Client]:
+        """The in-process client; every request authenticates `key` as the HTTP endpoint does."""
+
+        def resolve(_ctx: Any) -> Caller:
+            principal = self.auth.authenticate(key)
+            return Caller(principal, EngineBackend(self.engine, principal))
+
+        async with Client(build_server(resolve), mode=mode) as client:
+            yield client
+
+    def close(self) -> None:
+        self.engine.close()
+        self.auth.close()
+
+
+@pytest.fixture
+def inproc(tmp_path: Path) -> Iterator[InProcess]:
+    env = InProcess(tmp_path / "data")
+    yield env
+    env.close()
+
+
+# -- in process --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_tools_listed_by_scope(inproc: InProcess, mode: str) -> None:
+    async def main() -> None:
+        seen = {}
+        for name in ("read", "write", "rw"):
+            async with inproc.client(inproc.keys[name], mode) as client:
+                seen[name] = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(seen["read"]) == READ_TOOLS
+        assert set(seen["write"]) == {"memory_append", "memory_delete"}
+        assert set(seen["rw"]) == ALL_TOOLS
+        for tool in seen["rw"].values():
+            assert tool.description and len(tool.description) > 200
+            assert tool.input_schema["type"] == "object"
+            assert tool.annotations is not None
+            assert tool.annotations.read_only_hint is (tool.name in READ_TOOLS)
+        assert seen["rw"]["memory_delete"].annotations.destructive_hint is True  # type: ignore[union-attr]
+        assert "dry_run=true" in (seen["rw"]["memory_delete"].description or "")
+
+    anyio.run(main)
+
+
+def test_schemas_match_the_arguments_the_tools_parse() -> None:
+    for spec in TOOLS:
+        schema = spec.tool.input_schema
+        fields = set(spec.args.__struct_fields__)
+        assert set(schema["properties"]) == fields, spec.tool.name
+        required = {f for f in fields if _required(spec.args, f)}
+        assert set(schema["required"]) >= required, spec.tool.name
+        assert schema["additionalProperties"] is False
+        for name, prop in schema["properties"].items():
+            assert prop.get("description"), f"{spec.tool.name}.{name} has no description"
+
+
+def _required(struct: Any, field: str) -> bool:
+    fields = struct.__struct_fields__
+    defaults = struct.__struct_defaults__
+    return fields.index(field) < len(fields) - len(defaults)
+
+
+def test_every_tool_with_a_write_key(inproc: InProcess) -> None:
+    async def main() -> None:
+        async with inproc.client(inproc.keys["rw"]) as c:
+            first = await call(
+                c,
+                "memory_append",
+                {
+                    "kind": "fact",
+                    "text": "The parcel was signed for at number 16.",
+                    "properties": {"topic": "parcel", "priority": 2},
+                },
+            )
+            src = first["event_id"]
+            derived_args = {
+                "kind": "decision",
+                "text": "Refund the customer: the parcel went to number 16.",
+                "source_event_ids": [src, "no-such-id"],
+                "idempotency_key": "refund-1",
+            }
+            derived = await call(c, "memory_append", derived_args)
+            assert derived["unlinked"] == ["no-such-id"]
+            again = await c.call_tool("memory_append", derived_args)
+            assert again.structured_content == {**derived, "replayed": True}
+            assert "nothing new was written" in text(again)
+            changed = await refused(c, "memory_append", {**derived_args, "text": "other"})
+            assert changed["error"] == "idempotency_mismatch"
+
+            hits = await c.call_tool(
+                "memory_recall", {"text": "parcel number 16", "kind": "fact", "hops": 1}
+            )
+            out = hits.structured_content
+            assert [h["event_id"] for h in out["hits"]] == [src, derived["event_id"]]
+            assert out["hits"][1]["via"] == src and out["hits"][1]["hop"] == 1
+            lines = text(hits).splitlines()
+            assert lines[1].startswith(
+                f"1. {src} · fact · {iso(out['hits'][0]['ts'])} · The parcel"
+            )
+            assert lines[-1].endswith(f"· via {src} (hop 1)") and derived["event_id"] in lines[-1]
+
+            got = await call(c, "memory_get", {"id": src})
+            assert got["properties"] == {"topic": "parcel", "priority": 2}
+            assert got["current"] is True and got["superseded_by"] == []
+            fixed = await call(
+                c,
+                "memory_append",
+                {"kind": "fact", "text": "Signed for at number 18.", "supersedes": [src]},
+            )
+            got = await c.call_tool("memory_get", {"id": src})
+            assert got.structured_content["superseded_by"] == [fixed["event_id"]]
+            assert f"superseded by {fixed['event_id']}" in text(got)
+
+            page = await call(c, "memory_list", {"limit": 1})
+            assert [e["event_id"] for e in page["events"]] == [fixed["event_id"]]
+            rest = await call(c, "memory_list", {"limit": 10, "cursor": page["next_cursor"]})
+            assert [e["event_id"] for e in rest["events"]] == [
+                derived["event_id"]
+            ]  # src is superseded
+            assert (await call(c, "memory_list", {"kind": "decision"}))["events"][0][
+                "event_id"
+            ] == derived["event_id"]
+            none = await c.call_tool("memory_list", {"since": "2999-01-01T00:00:00Z"})
+            assert none.structured_content["events"] == [] and text(none) == "No events match."
+            since = await call(
+                c,
+                "memory_list",
+                {
+                    "since": iso(first_ts := got.structured_content["ts"]),
+                    "until": str(first_ts + 1),
+                },
+            )
+            assert src not in [e["event_id"] for e in since["events"]]  # superseded, even in range
+
+            rows = await call(
+                c,
+                "memory_cypher",
+                {
+                    "query": "MATCH (d:Event)-[:SOURCE_FROM]->(s:Event {event_id: $id}) RETURN d.event_id, d.kind",
+                    "params": {"id": src},
+                },
+            )
+            assert rows == {
+                "columns": ["d.event_id", "d.kind"],
+                "rows": [[derived["event_id"], "decision"]],
+            }
+            write = await refused(c, "memory_cypher", {"query": "CREATE (n:Event) RETURN n"})
+            assert write["error"] == "invalid_request" and "only read queries" in write["detail"]
+
+            dry = await c.call_tool("memory_delete", {"id": derived["event_id"]})
+            assert dry.structured_content == {"would_delete": [derived["event_id"]]}
+            assert "nothing deleted" in text(dry) and "dry_run=false" in text(dry)
+            await call(c, "memory_get", {"id": derived["event_id"]})  # still there
+            gone = await call(c, "memory_delete", {"id": derived["event_id"], "dry_run": False})
+            assert gone["deleted"] is True
+            assert await refused(c, "memory_get", {"id": derived["event_id"]}) == {
+                "error": "not_found",
+                "detail": "no event with that id",
+            }
+
+    anyio.run(main)
+
+
+def test_a_read_key_cannot_write(inproc: InProcess) -> None:
+    async def main() -> None:
+        async with inproc.client(inproc.keys["rw"]) as rw:
+            kept = (await call(rw, "memory_append", {"kind": "fact", "text": "kept"}))["event_id"]
+        async with inproc.client(inproc.keys["read"]) as c:
+            assert (
+                await refused(c, "memory_append", {"kind": "fact", "text": "sneaky"}) == FORBIDDEN
+            )
+            for dry_run in (True, False):
+                assert (
+                    await refused(c, "memory_delete", {"id": kept, "dry_run": dry_run}) == FORBIDDEN
+                )
+            listed = await call(c, "memory_list", {})
+            assert [e["event_id"] for e in listed["events"]] == [kept]
+        async with inproc.client(inproc.keys["write"]) as c:
+            assert await refused(c, "memory_recall", {"text": "kept"}) == {
+                "error": "forbidden",
+                "detail": "api key is missing the 'read' scope",
+            }
+
+    anyio.run(main)
+
+
+def test_bad_arguments_are_tool_errors_that_say_what_to_fix(inproc: InProcess) -> None:
+    cases: list[tuple[str, dict[str, Any], str]] = [
+        ("memory_recall", {"txt": "parcel"}, "unknown field `txt`"),
+        ("memory_recall", {"text": "parcel", "k": 500}, "k must be from 1 to 100"),
+        ("memory_recall", {"text": "parcel", "hops": 9}, "hops must be from 0 to 3"),
+        ("memory_recall", {"text": 16}, "Expected `str`, got `int` - at `text`"),
+        ("memory_append", {"text": "no kind"}, "missing required field `kind`"),
+        (
+            "memory_append",
+            {
+                "kind": "x",
+                "text": "t",
+                "properties": {"source_event_ids": []},
+                "source_event_ids": [],
+            },
+            "give source_event_ids once",
+        ),
+        ("memory_get", {"id": "16"}, "event id must be a UUID"),
+        ("memory_list", {"since": "last tuesday"}, "since must be an ISO 8601 time"),
+        ("memory_list", {"limit": 0}, "limit must be from 1 to 1000"),
+        ("memory_list", {"cursor": "junk"}, "cursor is not valid"),
+        ("memory_cypher", {"query": "MATCH (n RETURN n"}, "line 1"),
+        (
+            "memory_cypher",
+            {"query": "MATCH (n) WHERE n.kind = $k RETURN n"},
+            "missing parameter $k",
+        ),
+    ]
+
+    async def main() -> None:
+        async with inproc.client(inproc.keys["rw"]) as c:
+            for name, args, expected in cases:
+                err = await refused(c, name, args)
+                assert err["error"] == "invalid_request", (name, args, err)
+                assert expected in err["detail"], (name, args, err)
+            with pytest.raises(MCPError, match="unknown tool"):
+                await c.call_tool("memory_update", {})
+            assert (await call(c, "memory_list", {}))["events"] == []  # nothing was written
+
+    anyio.run(main)
+
+
+@pytest.mark.parametrize(
+    ("origin", "host", "bind", "allowed"),
+    [
+        (None, "127.0.0.1:7781", "127.0.0.1", True),
+        ("http://localhost:5173", "127.0.0.1:7781", "127.0.0.1", True),
+        ("http://127.0.0.1:7781", "127.0.0.1:7781", "127.0.0.1", True),
+        ("http://[::1]:7781", "[::1]:7781", "::1", True),
+        ("https://evil.example", "127.0.0.1:7781", "127.0.0.1", False),
+        (
+            "http://rebound.example:7781",
+            "rebound.example:7781",
+            "127.0.0.1",
+            False,
+        ),  # DNS rebinding
+        ("https://memory.example.com", "memory.example.com", "0.0.0.0", True),
+        ("https://evil.example", "memory.example.com", "0.0.0.0", False),
+        ("null", "127.0.0.1:7781", "127.0.0.1", False),
+        ("http://[bad", "127.0.0.1:7781", "127.0.0.1", False),
+    ],
+)
+def test_origin_rule(origin: str | None, host: str, bind: str, allowed: bool) -> None:
+    assert origin_allowed(origin, host, bind) is allowed
+
+
+# -- a real server -----------------------------------------------------------------------------
+
+
+class Remote:
+    """A real memspine-server over a control database with issued keys."""
+
+    def __init__(self, server: ServerProcess, keys: dict[str, str]) -> None:
+        self.server = server
+        self.keys = keys
+        self.url = server.url + "/mcp"
+
+    @asynccontextmanager
+    async def client(self, key: str, mode: str = "auto") -> AsyncIterator[Client]:
+        """The SDK's Streamable HTTP client sending this key."""
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {key}"}, timeout=30) as http,
+            Client(streamable_http_client(self.url, http_client=http), mode=mode) as client,
+        ):
+            yield client
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Remote]:
+    data_dir = tmp_path_factory.mktemp("mcp") / "data"
+    keys = issue_keys(data_dir)
+    server = ServerProcess(data_dir).start()
+    yield Remote(server, keys)
+    server.stop()
+
+
+@pytest.mark.parametrize("mode", ["auto", "legacy"])
+def test_streamable_http_with_issued_keys(remote: Remote, mode: str) -> None:
+    async def main() -> None:
+        async with remote.client(remote.keys["rw"], mode) as c:
+            assert {t.name for t in (await c.list_tools()).tools} == ALL_TOOLS
+            made = await call(
+                c,
+                "memory_append",
+                {"kind": "fact", "text": f"Gate code for the {mode} depot is 4417."},
+            )
+        async with remote.client(remote.keys["read"], mode) as c:
+            assert {t.name for t in (await c.list_tools()).tools} == READ_TOOLS
+            hits = await call(c, "memory_recall", {"text": f"gate code {mode} depot"})
+            assert hits["hits"][0]["event_id"] == made["event_id"]
+            assert (
+                await refused(c, "memory_append", {"kind": "fact", "text": "sneaky"}) == FORBIDDEN
+            )
+            got = await call(c, "memory_get", {"id": made["event_id"]})
+        http = remote.server.client(remote.keys["read"])
+        same = http.get(f"/v1/memory/event/{made['event_id']}").json()
+        assert got == same  # the structured content is the route's JSON
+        texts = [
+            e["text"]
+            for e in http.get("/v1/memory/events", params={"limit": 1000}).json()["events"]
+        ]
+        assert "sneaky" not in texts
+
+    anyio.run(main)
+
+
+def test_streamable_http_refuses_without_a_key_or_from_another_origin(remote: Remote) -> None:
+    init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+    headers = {"Accept": "application/json, text/event-stream"}
+    for auth in (
+        {},
+        {"Authorization": "Bearer smk_live_nope_nope"},
+        {"Authorization": "Basic dTpw"},
+    ):
+        r = httpx.post(remote.url, json=init, headers={**headers, **auth})
+        assert r.status_code == 401
+        assert r.headers["www-authenticate"].startswith("Bearer")
+        assert r.json() == {"error": "unauthorized", "detail": "invalid or expired api key"}
+    bearer = {"Authorization": f"Bearer {remote.keys['rw']}"}
+    r = httpx.post(
+        remote.url, json=init, headers={**headers, **bearer, "Origin": "https://evil.example"}
+    )
+    assert r.status_code == 403
+    assert r.json() == {
+        "error": "forbidden",
+        "detail": "cross-origin requests to /mcp are not allowed",
+    }
+
+
+def test_the_client_sdk_carries_the_servers_errors(remote: Remote) -> None:
+    async def main() -> None:
+        async with MemspineClient(remote.server.url, remote.keys["read"]) as client:
+            who = await client.whoami()
+            assert who["tenant_id"] == remote.keys["tenant"] and who["scopes"] == ["read"]
+            with pytest.raises(Forbidden, match="missing the 'write' scope"):
+                await client.append({"kind": "fact", "text": "x"})
+
+    anyio.run(main)
+
+
+# -- stdio -------------------------------------------------------------------------------------
+
+
+def stdio(args: list[str], env: dict[str, str] | None = None) -> StdioServerParameters:
+    """`memspine mcp ARGS` as the SDK's stdio client launches it."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    return StdioServerParameters(
+        command=COMMAND[0], args=[*COMMAND[1:], "mcp", *args], env={**clean, **(env or {})}
+    )
+
+
+def test_stdio_embedded_on_a_data_directory(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    params = stdio(
+        ["--data-dir", str(data_dir), "--tenant", "agent-1"], {"MEMSPINE_EMBEDDING_DIM": "4"}
+    )
+
+    async def main() -> None:
+        async with Client(params) as c:
+            assert {t.name for t in (await c.list_tools()).tools} == ALL_TOOLS
+            made = await call(
+                c, "memory_append", {"kind": "preference", "text": "Prefers answers in French."}
+            )
+            hits = await c.call_tool("memory_recall", {"text": "French"})
+            assert hits.structured_content["hits"][0]["event_id"] == made["event_id"]
+            assert f"{made['event_id']} · preference ·" in text(hits)
+        read_only = stdio(["--data-dir", str(data_dir), "--tenant", "agent-1", "--read-only"])
+        async with Client(read_only) as c:
+            assert {t.name for t in (await c.list_tools()).tools} == READ_TOOLS
+            assert await refused(c, "memory_append", {"kind": "x", "text": "y"}) == FORBIDDEN
+            assert (await call(c, "memory_get", {"id": made["event_id"]}))[
+                "text"
+            ] == "Prefers answers in French."
+
+    anyio.run(main)
+    assert (data_dir / "agent-1").is_dir()
+
+
+def test_stdio_as_a_client_of_the_server(remote: Remote) -> None:
+    http = remote.server.client(remote.keys["rw"])
+    r = http.post(
+        "/v1/memory/event", json={"kind": "fact", "text": "The stdio bridge reads invoice 5521."}
+    )
+    assert r.status_code == 201
+    event_id = r.json()["event_id"]
+    params = stdio(["--url", remote.server.url], {"MEMSPINE_API_KEY": remote.keys["read"]})
+
+    async def main() -> None:
+        async with Client(params) as c:
+            assert {t.name for t in (await c.list_tools()).tools} == READ_TOOLS
+            hits = await call(c, "memory_recall", {"text": "invoice 5521"})
+            assert hits["hits"][0]["event_id"] == event_id
+            got = await call(c, "memory_get", {"id": event_id})
+            assert got == http.get(f"/v1/memory/event/{event_id}").json()
+            assert await refused(
+                c, "memory_get", {"id": "00000000-0000-4000-8000-000000000000"}
+            ) == {"error": "not_found", "detail": "no event with that id"}
+
+    anyio.run(main)
+
+
+def test_stdio_refuses_a_bad_start(tmp_path: Path) -> None:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    for args, env, expected in [
+        ([], {}, "give --url"),
+        (["--tenant", "../etc"], {"MEMSPINE_DATA_DIR": str(tmp_path)}, "--tenant must be"),
+        (["--url", "http://127.0.0.1:9"], {}, "MEMSPINE_API_KEY"),
+        (["--url", "http://127.0.0.1:9"], {"MEMSPINE_API_KEY": "t1"}, "cannot reach"),
+    ]:
+        done = subprocess.run(
+            [*COMMAND, "mcp", *args],
+            env={**clean, **env},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+        assert done.returncode != 0, args
+        assert expected in done.stderr, (args, done.stderr)
+        assert done.stdout == ""  # stdout is the protocol's alone
