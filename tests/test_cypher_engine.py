@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 from storage.cypher import READ_ONLY_MESSAGE, CypherResult, GraphReader, plan, run
-from storage.cypher.parser import WRITE_KEYWORDS
+from storage.cypher.diagnostics import WRITE_KEYWORDS
 from storage.errors import CypherSyntaxError, InvalidRequest
 from storage.log import EventLog
 from storage.model import NewEvent, StoredEvent

@@ -14,10 +14,11 @@ from hypothesis import strategies as st
 
 from storage.cypher import READ_ONLY_MESSAGE, plan
 from storage.cypher import ast as A
+from storage.cypher.diagnostics import WRITE_KEYWORDS
 from storage.cypher.expressions import compile_expr
 from storage.cypher.functions import AGGREGATES, FUNCTIONS
 from storage.cypher.operators import ProjectStep, render
-from storage.cypher.parser import MAX_HOPS, WRITE_KEYWORDS, parse
+from storage.cypher.parser import MAX_HOPS, parse
 from storage.cypher.planner import plan as plan_ast
 from storage.cypher.values import compare, equals, group_key, order_key
 from storage.errors import CypherSyntaxError, InvalidRequest

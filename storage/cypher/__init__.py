@@ -10,10 +10,11 @@ from typing import Any
 
 import msgspec
 
+from storage.cypher.diagnostics import READ_ONLY_MESSAGE
 from storage.cypher.executor import Context, execute
 from storage.cypher.graph import GraphReader
 from storage.cypher.operators import Plan
-from storage.cypher.parser import READ_ONLY_MESSAGE, parse
+from storage.cypher.parser import parse
 from storage.cypher.planner import plan as plan_ast
 from storage.errors import InvalidRequest
 

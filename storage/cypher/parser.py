@@ -9,39 +9,19 @@ from typing import Any
 
 import msgspec
 from lark import Lark, Token, Transformer, v_args
-from lark.exceptions import UnexpectedCharacters, UnexpectedInput, UnexpectedToken, VisitError
+from lark.exceptions import UnexpectedInput, VisitError
 
 from storage.cypher import ast
+from storage.cypher.diagnostics import READ_ONLY_MESSAGE, is_write_attempt, syntax_error
 from storage.cypher.functions import check_call
 from storage.cypher.graph import LABEL, REL_TYPES
 from storage.errors import CypherSyntaxError, InvalidRequest
 
-READ_ONLY_MESSAGE = (
-    "only read queries are accepted (MATCH, WITH, RETURN); write through POST /v1/memory/event"
-)
-WRITE_KEYWORDS = ("CREATE", "MERGE", "SET", "DELETE", "DETACH", "REMOVE", "CALL", "LOAD", "FOREACH")
 MAX_HOPS = 5
 # Deeper expressions are refused: the transformer, the planner and the evaluator recurse, and
 # a query should fail with a sentence, not with Python's recursion limit.
 MAX_DEPTH = 200
 _TOO_DEEP = f"the query nests expressions more than {MAX_DEPTH} deep; split it into simpler parts"
-
-# Strings, quoted names and comments are blanked before looking for write keywords, so a
-# keyword inside a literal (`a.text CONTAINS 'delete'`) or after a dot (`a.set`) is not one.
-_NOT_CODE = re.compile(
-    r"'(?:[^'\\]|\\.)*'?|\"(?:[^\"\\]|\\.)*\"?|`[^`]*`?|//[^\n]*|/\*.*?(?:\*/|$)", re.S
-)
-_WRITE_WORD = re.compile(r"(?<![\w.$:])\s*\b(" + "|".join(WRITE_KEYWORDS) + r")\b", re.I)
-
-# How lark's terminal names read in "expected ..." messages.
-_TERMINAL_WORDS = {
-    "NAME": "a name",
-    "PARAM": "a $parameter",
-    "INTEGER": "a number",
-    "STRING": "a string",
-    "$END": "the end of the query",
-}
-_HIDDEN_TERMINALS = {"QUOTED_NAME", "FLOAT"}  # already covered by "a name", "a number"
 
 
 @cache
@@ -55,9 +35,9 @@ def parse(query: str) -> ast.Query:
     try:
         tree = _lark().parse(query)
     except UnexpectedInput as err:
-        if _WRITE_WORD.search(_NOT_CODE.sub(" ", query)):
+        if is_write_attempt(query):
             raise InvalidRequest(READ_ONLY_MESSAGE) from None
-        raise _syntax_error(err, query) from None
+        raise syntax_error(err, query, _lark().terminals) from None
     try:
         result: ast.Query = _ToAst(query).transform(tree)
     except VisitError as err:
@@ -83,51 +63,6 @@ def _depth(node: Any) -> int:
     return deepest
 
 
-def _syntax_error(err: UnexpectedInput, query: str) -> CypherSyntaxError:
-    line, col = err.line, err.column
-    if isinstance(err, UnexpectedCharacters):
-        # no "expected" list here: the lexer's view of what may follow is too coarse to help
-        what = f"unexpected character {query[err.pos_in_stream or 0]!r}"
-        expected: set[str] = set()
-    elif isinstance(err, UnexpectedToken) and err.token.type == "$END":
-        lines = query.split("\n")
-        line, col = len(lines), len(lines[-1]) + 1
-        expected = _accepted(err)
-        if "RETURN" in expected:
-            return CypherSyntaxError("expected RETURN", line=line, col=col, query=query)
-        what = "unexpected end of query"
-    elif isinstance(err, UnexpectedToken):
-        what = f"unexpected {err.token.value!r}"
-        expected = _accepted(err)
-    else:  # pragma: no cover - LALR raises only the two kinds above
-        what, expected = "unexpected input", set()
-    message = what + _expected_text(expected)
-    return CypherSyntaxError(message, line=max(line, 1), col=max(col, 1), query=query)
-
-
-def _accepted(err: UnexpectedToken) -> set[str]:
-    # accepts replays the parser, so it is exact where LALR's merged lookaheads are not
-    return set(err.accepts or err.expected)
-
-
-def _expected_text(names: set[str]) -> str:
-    terminals = {t.name: t for t in _lark().terminals}
-    words = set()
-    for name in names - _HIDDEN_TERMINALS:
-        term = terminals.get(name)
-        if name in _TERMINAL_WORDS or term is None:
-            words.add(_TERMINAL_WORDS.get(name, name))
-        elif term.pattern.type == "str":
-            words.add(term.pattern.value.upper())
-        else:
-            words.add(name)
-    if not words:
-        return ""
-    shown = sorted(words, key=lambda w: (not w[:1].isalpha(), w))
-    more = ", …" if len(shown) > 10 else ""
-    return "; expected " + ", ".join(shown[:10]) + more
-
-
 def _error_at(meta: Any, message: str, query: str) -> CypherSyntaxError:
     return CypherSyntaxError(message, line=meta.line, col=meta.column, query=query)
 
@@ -139,9 +74,12 @@ _ESCAPE = re.compile(r"\\(u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}|.)", re.S)
 def _unescape(body: str) -> str:
     def one(m: re.Match[str]) -> str:
         code = m.group(1)
-        if len(code) > 1:
-            return chr(int(code[1:], 16))
-        return _ESCAPES.get(code, code)
+        if len(code) == 1:
+            return _ESCAPES.get(code, code)
+        point = int(code[1:], 16)
+        if point > 0x10FFFF or 0xD800 <= point <= 0xDFFF:
+            raise InvalidRequest(f"the escape \\{code} in a string is not a unicode character")
+        return chr(point)
 
     return _ESCAPE.sub(one, body)
 
