@@ -15,7 +15,6 @@ import anyio
 from memspine import __version__
 from memspine.auth import LOCAL_TENANT, UUID
 from memspine.config import SettingsError, load_settings
-from memspine.mcp import stdio
 from storage.errors import MemspineError
 
 USAGE_ERROR = 2
@@ -67,6 +66,8 @@ def run_mcp(args: argparse.Namespace) -> int:
             return _fail(
                 "set MEMSPINE_API_KEY to the key (or, in local mode, the tenant id) to use with --url"
             )
+        from memspine.mcp import stdio  # the SDK loads once the arguments are known to be good
+
         return _serve(partial(stdio.serve_remote, url, key))
     if not args.tenant:
         return _fail("give --url (a running server) or --tenant with --data-dir (embedded)")
@@ -79,6 +80,8 @@ def run_mcp(args: argparse.Namespace) -> int:
     )
     if data_dir is None:
         return _fail("give --data-dir (or set MEMSPINE_DATA_DIR) for embedded use")
+    from memspine.mcp import stdio  # the SDK and the engine load once the arguments are good
+
     embedded = stdio.embedded_settings(settings, data_dir)
     return _serve(partial(stdio.serve_embedded, embedded, args.tenant, read_only=args.read_only))
 

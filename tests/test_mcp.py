@@ -40,6 +40,7 @@ ALL_TOOLS = READ_TOOLS | {"memory_append", "memory_delete"}
 MEMSPINE = Path(sys.executable).parent / "memspine"
 COMMAND = [str(MEMSPINE)] if MEMSPINE.exists() else [sys.executable, "-m", "memspine.cli"]
 FORBIDDEN = {"error": "forbidden", "detail": "api key is missing the 'write' scope"}
+NO_EVENT = {"error": "not_found", "detail": "no event with that id"}
 
 
 def issue_keys(data_dir: Path) -> dict[str, str]:
@@ -152,103 +153,135 @@ def _required(struct: Any, field: str) -> bool:
     return fields.index(field) < len(fields) - len(defaults)
 
 
-def test_every_tool_with_a_write_key(inproc: InProcess) -> None:
+PARCEL = "The parcel was signed for at number 16."
+REFUND = {
+    "kind": "decision",
+    "text": "Refund the customer: the parcel went to number 16.",
+    "idempotency_key": "refund-1",
+}
+
+
+async def seed(c: Client) -> tuple[str, str]:
+    """A fact and a decision derived from it (with one source id that names nothing)."""
+    args = {"kind": "fact", "text": PARCEL, "properties": {"topic": "parcel", "priority": 2}}
+    fact = (await call(c, "memory_append", args))["event_id"]
+    refund = await call(c, "memory_append", {**REFUND, "source_event_ids": [fact, "nope"]})
+    assert refund["unlinked"] == ["nope"]
+    return fact, refund["event_id"]
+
+
+def test_append_links_sources_and_replays_an_idempotent_retry(inproc: InProcess) -> None:
     async def main() -> None:
         async with inproc.client(inproc.keys["rw"]) as c:
-            first = await call(
-                c,
-                "memory_append",
-                {
-                    "kind": "fact",
-                    "text": "The parcel was signed for at number 16.",
-                    "properties": {"topic": "parcel", "priority": 2},
-                },
+            fact, refund = await seed(c)
+            again = await c.call_tool(
+                "memory_append", {**REFUND, "source_event_ids": [fact, "nope"]}
             )
-            src = first["event_id"]
-            derived_args = {
-                "kind": "decision",
-                "text": "Refund the customer: the parcel went to number 16.",
-                "source_event_ids": [src, "no-such-id"],
-                "idempotency_key": "refund-1",
+            assert again.structured_content == {
+                "event_id": refund,
+                "unlinked": ["nope"],
+                "replayed": True,
             }
-            derived = await call(c, "memory_append", derived_args)
-            assert derived["unlinked"] == ["no-such-id"]
-            again = await c.call_tool("memory_append", derived_args)
-            assert again.structured_content == {**derived, "replayed": True}
-            assert "nothing new was written" in text(again)
-            changed = await refused(c, "memory_append", {**derived_args, "text": "other"})
+            assert text(again).startswith(f"Already stored as {refund}")
+            changed = await refused(c, "memory_append", {**REFUND, "text": "other"})
             assert changed["error"] == "idempotency_mismatch"
-
-            hits = await c.call_tool(
-                "memory_recall", {"text": "parcel number 16", "kind": "fact", "hops": 1}
-            )
-            out = hits.structured_content
-            assert [h["event_id"] for h in out["hits"]] == [src, derived["event_id"]]
-            assert out["hits"][1]["via"] == src and out["hits"][1]["hop"] == 1
-            lines = text(hits).splitlines()
-            assert lines[1].startswith(
-                f"1. {src} · fact · {iso(out['hits'][0]['ts'])} · The parcel"
-            )
-            assert lines[-1].endswith(f"· via {src} (hop 1)") and derived["event_id"] in lines[-1]
-
-            got = await call(c, "memory_get", {"id": src})
-            assert got["properties"] == {"topic": "parcel", "priority": 2}
-            assert got["current"] is True and got["superseded_by"] == []
-            fixed = await call(
-                c,
-                "memory_append",
-                {"kind": "fact", "text": "Signed for at number 18.", "supersedes": [src]},
-            )
-            got = await c.call_tool("memory_get", {"id": src})
-            assert got.structured_content["superseded_by"] == [fixed["event_id"]]
-            assert f"superseded by {fixed['event_id']}" in text(got)
-
-            page = await call(c, "memory_list", {"limit": 1})
-            assert [e["event_id"] for e in page["events"]] == [fixed["event_id"]]
-            rest = await call(c, "memory_list", {"limit": 10, "cursor": page["next_cursor"]})
-            assert [e["event_id"] for e in rest["events"]] == [
-                derived["event_id"]
-            ]  # src is superseded
-            assert (await call(c, "memory_list", {"kind": "decision"}))["events"][0][
-                "event_id"
-            ] == derived["event_id"]
-            none = await c.call_tool("memory_list", {"since": "2999-01-01T00:00:00Z"})
-            assert none.structured_content["events"] == [] and text(none) == "No events match."
-            since = await call(
-                c,
-                "memory_list",
-                {
-                    "since": iso(first_ts := got.structured_content["ts"]),
-                    "until": str(first_ts + 1),
-                },
-            )
-            assert src not in [e["event_id"] for e in since["events"]]  # superseded, even in range
-
+            got = await call(c, "memory_get", {"id": refund})
+            assert got["properties"] == {"source_event_ids": [fact, "nope"]}
             rows = await call(
                 c,
                 "memory_cypher",
                 {
                     "query": "MATCH (d:Event)-[:SOURCE_FROM]->(s:Event {event_id: $id}) RETURN d.event_id, d.kind",
-                    "params": {"id": src},
+                    "params": {"id": fact},
                 },
             )
-            assert rows == {
-                "columns": ["d.event_id", "d.kind"],
-                "rows": [[derived["event_id"], "decision"]],
-            }
-            write = await refused(c, "memory_cypher", {"query": "CREATE (n:Event) RETURN n"})
-            assert write["error"] == "invalid_request" and "only read queries" in write["detail"]
+            assert rows == {"columns": ["d.event_id", "d.kind"], "rows": [[refund, "decision"]]}
+            assert "1 row(s):" in text(
+                await c.call_tool("memory_cypher", {"query": "MATCH (n) RETURN count(n)"})
+            )
 
-            dry = await c.call_tool("memory_delete", {"id": derived["event_id"]})
-            assert dry.structured_content == {"would_delete": [derived["event_id"]]}
+    anyio.run(main)
+
+
+def test_recall_prints_one_line_per_event_and_the_walk(inproc: InProcess) -> None:
+    async def main() -> None:
+        async with inproc.client(inproc.keys["rw"]) as c:
+            fact, refund = await seed(c)
+            hits = await c.call_tool(
+                "memory_recall", {"text": "signed parcel", "kind": "fact", "hops": 1}
+            )
+            out = hits.structured_content
+            assert [h["event_id"] for h in out["hits"]] == [fact, refund]
+            assert (out["hits"][1]["via"], out["hits"][1]["hop"]) == (fact, 1)
+            lines = text(hits).splitlines()
+            assert lines[1] == f"1. {fact} · fact · {iso(out['hits'][0]['ts'])} · {PARCEL}"
+            assert lines[-1].startswith(f"- {refund} · decision · ")
+            assert lines[-1].endswith(f" · via {fact} (hop 1)")
+            filtered = await call(
+                c, "memory_recall", {"text": "parcel", "filter": {"topic": "parcel"}}
+            )
+            assert [h["event_id"] for h in filtered["hits"]] == [fact]
+            none = await c.call_tool("memory_recall", {"text": "zebra"})
+            assert none.structured_content["hits"] == [] and text(none).startswith(
+                "No matching events"
+            )
+
+    anyio.run(main)
+
+
+def test_get_shows_supersession_and_list_pages_newest_first(inproc: InProcess) -> None:
+    async def main() -> None:
+        async with inproc.client(inproc.keys["rw"]) as c:
+            fact, refund = await seed(c)
+            newer = (
+                await call(
+                    c,
+                    "memory_append",
+                    {
+                        "kind": "fact",
+                        "text": "Signed for at number 18.",
+                        "supersedes": [fact],
+                    },
+                )
+            )["event_id"]
+            got = await c.call_tool("memory_get", {"id": fact})
+            assert got.structured_content["current"] is False
+            assert got.structured_content["superseded_by"] == [newer]
+            assert f"state: not current; superseded by {newer}" in text(got)
+            assert text(got).endswith(f"text:\n{PARCEL}")
+            page = await call(c, "memory_list", {"limit": 1})
+            assert [e["event_id"] for e in page["events"]] == [newer]
+            rest = await c.call_tool("memory_list", {"cursor": page["next_cursor"]})
+            assert [e["event_id"] for e in rest.structured_content["events"]] == [
+                refund
+            ]  # fact is superseded
+            assert f'cursor "{page["next_cursor"]}"' in text(
+                await c.call_tool("memory_list", {"limit": 1})
+            )
+            ts = (await call(c, "memory_get", {"id": refund}))["ts"]
+            window = await call(c, "memory_list", {"since": str(ts), "until": ts + 1})
+            assert [e["event_id"] for e in window["events"]] == [refund]
+            later = await call(c, "memory_list", {"since": "2999-01-01T00:00:00Z"})
+            assert later["events"] == []
+            earlier = await call(c, "memory_list", {"until": "1999-12-31", "kind": "fact"})
+            assert earlier["events"] == []
+
+    anyio.run(main)
+
+
+def test_delete_dry_runs_by_default(inproc: InProcess) -> None:
+    async def main() -> None:
+        async with inproc.client(inproc.keys["rw"]) as c:
+            fact, refund = await seed(c)
+            dry = await c.call_tool("memory_delete", {"id": refund})
+            assert dry.structured_content == {"would_delete": [refund]}
             assert "nothing deleted" in text(dry) and "dry_run=false" in text(dry)
-            await call(c, "memory_get", {"id": derived["event_id"]})  # still there
-            gone = await call(c, "memory_delete", {"id": derived["event_id"], "dry_run": False})
+            await call(c, "memory_get", {"id": refund})  # still there
+            gone = await call(c, "memory_delete", {"id": refund, "dry_run": False})
             assert gone["deleted"] is True
-            assert await refused(c, "memory_get", {"id": derived["event_id"]}) == {
-                "error": "not_found",
-                "detail": "no event with that id",
-            }
+            assert await refused(c, "memory_get", {"id": refund}) == NO_EVENT
+            assert await refused(c, "memory_delete", {"id": refund}) == NO_EVENT
+            assert [e["event_id"] for e in (await call(c, "memory_list", {}))["events"]] == [fact]
 
     anyio.run(main)
 
@@ -490,9 +523,8 @@ def test_stdio_as_a_client_of_the_server(remote: Remote) -> None:
             assert hits["hits"][0]["event_id"] == event_id
             got = await call(c, "memory_get", {"id": event_id})
             assert got == http.get(f"/v1/memory/event/{event_id}").json()
-            assert await refused(
-                c, "memory_get", {"id": "00000000-0000-4000-8000-000000000000"}
-            ) == {"error": "not_found", "detail": "no event with that id"}
+            unknown = {"id": "00000000-0000-4000-8000-000000000000"}
+            assert await refused(c, "memory_get", unknown) == NO_EVENT
 
     anyio.run(main)
 
@@ -502,7 +534,6 @@ def test_stdio_refuses_a_bad_start(tmp_path: Path) -> None:
     for args, env, expected in [
         ([], {}, "give --url"),
         (["--tenant", "../etc"], {"MEMSPINE_DATA_DIR": str(tmp_path)}, "--tenant must be"),
-        (["--url", "http://127.0.0.1:9"], {}, "MEMSPINE_API_KEY"),
         (["--url", "http://127.0.0.1:9"], {"MEMSPINE_API_KEY": "t1"}, "cannot reach"),
     ]:
         done = subprocess.run(
