@@ -30,6 +30,12 @@ def _lark() -> Lark:
     return Lark(grammar, parser="lalr", propagate_positions=True, maybe_placeholders=True)
 
 
+@cache
+def _keywords() -> frozenset[str]:
+    """The grammar's keywords: its terminals named after their own word."""
+    return frozenset(t.name for t in _lark().terminals if t.pattern.value == rf"{t.name}\b")
+
+
 def parse(query: str) -> ast.Query:
     """The AST of query; CypherSyntaxError (line, column) or InvalidRequest if it has none."""
     try:
@@ -272,6 +278,10 @@ class _ToAst(Transformer[Token, Any]):
     def function_call(self, meta: Any, children: list[Any]) -> ast.FunctionCall:
         name, distinct, *args = children
         args = _present(args)
+        if name.upper() in _keywords():
+            # e.g. `a CONTAINS NOT (b)`: where no keyword fits, lark reads NOT as a name
+            message = f"{name} cannot start an operand here; put the expression in parentheses"
+            raise _error_at(meta, message, self.query)
         try:
             key = check_call(name, len(args), distinct=distinct is not None, star=False)
         except InvalidRequest as err:
