@@ -435,7 +435,7 @@ def test_streamable_http_with_issued_keys(remote: Remote, mode: str) -> None:
     anyio.run(main)
 
 
-def test_streamable_http_refuses_without_a_key_or_from_another_origin(remote: Remote) -> None:
+def test_streamable_http_refuses_no_key_another_origin_and_a_huge_body(remote: Remote) -> None:
     init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
     headers = {"Accept": "application/json, text/event-stream"}
     for auth in (
@@ -456,6 +456,13 @@ def test_streamable_http_refuses_without_a_key_or_from_another_origin(remote: Re
         "error": "forbidden",
         "detail": "cross-origin requests to /mcp are not allowed",
     }
+    huge = b'{"jsonrpc": "2.0", "id": 1, "method": "ping", "pad": "' + b"x" * (1 << 20) + b'"}'
+    big = {**headers, **bearer, "Content-Type": "application/json"}
+    r = httpx.post(remote.url, content=huge, headers=big)
+    assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
+    local = {**headers, **bearer, "Origin": "http://localhost:6274"}
+    ok = httpx.post(remote.url, json=init, headers=local)
+    assert ok.status_code == 200, ok.text  # a local browser tool (the MCP inspector) may connect
 
 
 def test_the_client_sdk_carries_the_servers_errors(remote: Remote) -> None:
