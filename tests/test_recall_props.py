@@ -1,0 +1,181 @@
+"""Properties of the two arms on a real tenant: the vector arm is exact cosine top-k, and a keyword
+arm restricted by kind returns exactly the matching events of that kind."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage import vectors as vectors_module
+from storage.current import Moment
+from storage.model import AppendResult, NewEvent
+from storage.recall import Admission, RecallQuery, keyword_arm, vector_arm
+from storage.tenant import Tenant
+
+DIM = 3
+KINDS = ("turn", "fact", "tool_call")
+# Words whose English stems are all distinct, so "contains the word" is what BM25 matches.
+VOCAB = (
+    "apple",
+    "river",
+    "stone",
+    "cloud",
+    "maple",
+    "ember",
+    "quartz",
+    "falcon",
+    "lantern",
+    "cobalt",
+)
+
+SETTINGS = settings(
+    max_examples=25,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
+)
+
+
+def open_tenant(root: Path) -> Tenant:
+    """A fresh tenant (hypothesis runs many examples in one test, so tmp_path cannot be used)."""
+    return Tenant.open("props", root, embedding_dim=DIM)
+
+
+def append(t: Tenant, events: list[NewEvent]) -> list[str]:
+    """Append in one group commit and return the ids."""
+    results = t.submit_append(events).result()
+    assert all(isinstance(r, AppendResult) for r in results)
+    return [r.event_id for r in results]
+
+
+def cosine(vectors: np.ndarray, query: np.ndarray) -> np.ndarray:
+    """Cosine similarity of each row with the query (zero vectors score 0)."""
+    norms = np.linalg.norm(vectors, axis=1) * (np.linalg.norm(query) or 1.0)
+    return np.asarray((vectors @ query) / np.where(norms == 0, 1.0, norms))
+
+
+def exact_top(vectors: np.ndarray, query: np.ndarray, k: int) -> np.ndarray:
+    """Cosine similarities of the exact top-k, best first."""
+    return np.sort(cosine(vectors, query))[::-1][:k]
+
+
+@st.composite
+def vector_cases(draw: st.DrawFn) -> dict[str, object]:
+    """A few hundred vectors (small integers, so ties, duplicates and zeros occur), a query,
+    k, which to delete, which kind each is, and whether the graph has taken them in."""
+    n = draw(st.integers(min_value=100, max_value=400))
+    seed = draw(st.integers(min_value=0, max_value=2**32 - 1))
+    rng = np.random.default_rng(seed)
+    vectors = rng.integers(-3, 4, size=(n, DIM)).astype(np.float32)
+    if draw(st.booleans()):
+        vectors = rng.standard_normal((n, DIM)).astype(np.float32)
+    return {
+        "vectors": vectors,
+        "query": rng.standard_normal(DIM).astype(np.float32),
+        "k": draw(st.integers(min_value=1, max_value=60)),
+        "deleted": rng.random(n) < draw(st.sampled_from([0.0, 0.1, 0.5])),
+        "kinds": rng.integers(0, len(KINDS), size=n),
+        "kind": draw(st.sampled_from([None, *KINDS])),
+        "inserted": draw(st.sampled_from(["tail", "graph", "half"])),
+        "graph_search": draw(st.booleans()),
+    }
+
+
+@SETTINGS
+@given(case=vector_cases())
+def test_vector_arm_top_k_is_exact_cosine_top_k(case: dict[str, object]) -> None:
+    vectors = case["vectors"]
+    assert isinstance(vectors, np.ndarray)
+    kinds, deleted = np.asarray(case["kinds"]), np.asarray(case["deleted"])
+    query, k, kind = np.asarray(case["query"]), int(case["k"]), case["kind"]  # type: ignore[call-overload]
+    with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
+        if case["graph_search"]:
+            mp.setattr(
+                vectors_module, "EXACT_BELOW", 0
+            )  # the HNSW graph, not the small-tenant scan
+        t = open_tenant(Path(tmp))
+        try:
+            half = len(vectors) // 2 if case["inserted"] == "half" else len(vectors)
+            events = [
+                NewEvent(kind=KINDS[kinds[i]], ts=i, embedding=[float(x) for x in vectors[i]])
+                for i in range(len(vectors))
+            ]
+            ids = append(t, events[:half])
+            if case["inserted"] != "tail":
+                t.vectors.flush()
+            ids += append(t, events[half:])
+            gone = [ids[i] for i in range(len(ids)) if deleted[i]]
+            if gone:
+                assert t.submit_delete(gone).result() == gone
+            q = RecallQuery(embedding=[float(x) for x in query], kind=kind, k=k)  # type: ignore[arg-type]
+            with t.log.reader() as r:
+                got = vector_arm(t.vectors, Admission(r, q, Moment(r)), k)
+            keep = ~deleted & (True if kind is None else kinds == KINDS.index(str(kind)))
+            want = exact_top(vectors[keep], query, k)
+            got_vectors = np.asarray([e.embedding for e in got], dtype=np.float32).reshape(-1, DIM)
+            assert len(got) == len(want)
+            assert all(e.kind == kind for e in got) if kind is not None else True
+            np.testing.assert_allclose(exact_top(got_vectors, query, k), want, atol=1e-5)
+            # The arm's own order is by similarity, best first.
+            sims = [float(s) for s in cosine(got_vectors, query)]
+            assert all(a >= b - 1e-6 for a, b in zip(sims, sims[1:], strict=False))
+        finally:
+            t.close()
+
+
+@st.composite
+def keyword_cases(draw: st.DrawFn) -> dict[str, object]:
+    """Events of random kinds with texts of vocabulary words, a query of a few words, a kind, depth."""
+    docs = draw(
+        st.lists(
+            st.tuples(
+                st.sampled_from(KINDS),
+                st.lists(st.sampled_from(VOCAB), min_size=0, max_size=6),
+            ),
+            min_size=30,
+            max_size=300,
+        )
+    )
+    return {
+        "docs": docs,
+        "query": draw(st.lists(st.sampled_from(VOCAB), min_size=1, max_size=3)),
+        "kind": draw(st.sampled_from(KINDS)),
+        "depth": draw(st.integers(min_value=1, max_value=40)),
+        "deleted": draw(st.sets(st.integers(min_value=0, max_value=299), max_size=40)),
+    }
+
+
+@SETTINGS
+@given(case=keyword_cases())
+def test_keyword_arm_restricted_by_kind_returns_exactly_the_matches_of_that_kind(
+    case: dict[str, object],
+) -> None:
+    docs: list[tuple[str, list[str]]] = case["docs"]  # type: ignore[assignment]
+    words: list[str] = case["query"]  # type: ignore[assignment]
+    kind, depth = str(case["kind"]), int(case["depth"])  # type: ignore[call-overload]
+    deleted: set[int] = {i for i in case["deleted"] if i < len(docs)}  # type: ignore[attr-defined]
+    with tempfile.TemporaryDirectory() as tmp:
+        t = open_tenant(Path(tmp))
+        try:
+            events = [NewEvent(kind=k, ts=i, text=" ".join(ws)) for i, (k, ws) in enumerate(docs)]
+            ids = append(t, events)
+            if deleted:
+                t.submit_delete([ids[i] for i in sorted(deleted)]).result()
+            q = RecallQuery(text=" ".join(words), kind=kind)
+            with t.log.reader() as r:
+                got = keyword_arm(t.keyword, Admission(r, q, Moment(r)), depth)
+            matching = {
+                ids[i]
+                for i, (k, ws) in enumerate(docs)
+                if k == kind and i not in deleted and set(ws) & set(words)
+            }
+            assert all(e.kind == kind for e in got)
+            assert {e.event_id for e in got} <= matching
+            assert len(got) == min(depth, len(matching))
+            assert len({e.event_id for e in got}) == len(got)
+        finally:
+            t.close()
