@@ -97,7 +97,14 @@ def build_server(resolve: Resolve) -> Server[Any]:
         instructions=INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
+        get_tool_input_schema=input_schema,  # spares the 2026 wire a tools/list run per call
     )
+
+
+def input_schema(name: str) -> dict[str, Any] | None:
+    """A tool's input schema by name (the same for every caller), None for unknown names."""
+    spec = BY_NAME.get(name)
+    return None if spec is None else spec.tool.input_schema
 
 
 def fixed(caller: Caller) -> Resolve:
