@@ -35,6 +35,15 @@ def _unauthorized() -> Unauthorized:
     return Unauthorized(UNAUTHORIZED_DETAIL)
 
 
+def _bytes(token: str) -> bytes:
+    # Any str encodes, even with lone surrogates; a key's ASCII bytes are unchanged.
+    return token.encode("utf-8", "surrogatepass")
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(_bytes(token)).digest()
+
+
 class Authenticator:
     """Turns a bearer token into a Principal; switches to issued keys once `memspine-admin init` ran.
 
@@ -87,7 +96,7 @@ class Authenticator:
         if not token or len(token) > MAX_TOKEN_CHARS:
             raise _unauthorized()
         if self.admin_key is not None and hmac.compare_digest(
-            token.encode(), self.admin_key.encode()
+            _bytes(token), _bytes(self.admin_key)
         ):
             raise _unauthorized()  # the admin key is never a tenant
         control = self.control()
@@ -95,14 +104,16 @@ class Authenticator:
             if not (LOCAL_TENANT.match(token) or UUID.match(token)):
                 raise _unauthorized()
             return Principal(tenant_id=token, key_id=LOCAL_KEY_ID, scopes=("read", "write"))
-        if keys.parse_token(token) is None:
-            raise _unauthorized()  # junk never reaches a thread, the database or argon2
-        digest = hashlib.sha256(token.encode("ascii")).digest()
+        # A warm digest stands for exactly these bytes, already parsed and verified: look it up
+        # before parsing (parsing and its checksum cost several times the hash).
+        digest = _digest(token)
         with self._lock:
             warm = self._warm.get(digest)
             if warm is not None:
                 self._warm.move_to_end(digest)
         if warm is None:
+            if keys.parse_token(token) is None:
+                raise _unauthorized()  # junk never reaches a thread, the database or argon2
             return None
         principal, generation = warm
         if generation != control.generation():
@@ -118,7 +129,7 @@ class Authenticator:
         verifier = self._verifier
         if control is None or verifier is None:
             raise _unauthorized()
-        digest = hashlib.sha256(token.encode("ascii")).digest()
+        digest = _digest(token)
         # Read before verifying: a change committed meanwhile leaves this entry stale.
         generation = control.generation()
         try:
@@ -153,8 +164,7 @@ class Authenticator:
         """The control database for an admin request; 404 without an admin key, 401 for a wrong one."""
         if self.admin_key is None:
             raise NotFound("no such route")
-        given = (token or "").encode()
-        if not hmac.compare_digest(given, self.admin_key.encode()):
+        if not hmac.compare_digest(_bytes(token or ""), _bytes(self.admin_key)):
             raise _unauthorized()
         self._checked_at = -CONTROL_RECHECK_SECS  # an admin may just have run init: look again
         control = self.control()

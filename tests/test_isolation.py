@@ -228,7 +228,7 @@ class IsolationMachine(RuleBasedStateMachine):
 
 
 IsolationMachine.TestCase.settings = settings(
-    max_examples=40,
+    max_examples=30,
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
