@@ -11,6 +11,7 @@ import anyio.to_thread
 import msgspec
 
 from memspine.config import Settings
+from storage.cascade import delete_derived, derived_closure
 from storage.current import Moment
 from storage.cypher import CypherResult
 from storage.cypher import run as run_cypher
@@ -19,6 +20,7 @@ from storage.listing import ListQuery, list_events
 from storage.manager import TenantManager
 from storage.model import AppendResult, NewEvent, StoredEvent
 from storage.recall import RecallQuery, RecallResult, recall, validate
+from storage.swap import mark_pending
 from storage.tenant import Tenant
 
 T = TypeVar("T")
@@ -110,7 +112,37 @@ class Engine:
         """Delete events (tombstones, links and index entries in one transaction)."""
         async with self.tenant(tenant_id) as t:
             deleted: list[str] = await asyncio.wrap_future(t.submit_delete(event_ids))
+            if deleted:  # after the commit, so the purger finds the tenant even once it is closed
+                await anyio.to_thread.run_sync(mark_pending, t.root)
         return deleted
+
+    async def delete_cascade(self, tenant_id: str, event_id: str) -> list[str]:
+        """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids deleted."""
+        async with self.tenant(tenant_id) as t:
+            deleted = await asyncio.wrap_future(delete_derived(t, event_id))
+            if deleted:
+                await anyio.to_thread.run_sync(mark_pending, t.root)
+        return deleted
+
+    async def would_delete(self, tenant_id: str, event_id: str, *, cascade: bool) -> list[str]:
+        """The ids a delete would remove, the event first; 404 for an unknown id. Changes nothing."""
+
+        def find(t: Tenant) -> list[str]:
+            with t.log.reader() as r:
+                if cascade:
+                    return derived_closure(r, event_id)
+                return [event_id] if r.exists(event_id) else []
+
+        ids = await self.read(tenant_id, find)
+        if not ids:
+            raise NotFound(NO_EVENT)
+        return ids
+
+    async def purge(self, tenant_id: str) -> bool:
+        """Rewrite the tenant's files so its deleted events' bytes leave the disk (docs/erasure.md)."""
+        async with self.tenant(tenant_id) as t:
+            await anyio.to_thread.run_sync(t.purge)
+        return True
 
     async def list(self, tenant_id: str, query: ListQuery) -> tuple[list[StoredEvent], str | None]:
         """One page of events newest first."""
