@@ -154,9 +154,17 @@ def _tenant(
     return tenant
 
 
+@pytest.fixture(scope="module")
+def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenant]:
+    """The operations tenant (OPS), shared by the tests that only read it."""
+    tenant = _tenant(tmp_path_factory.mktemp("cypher") / "ops", OPS)
+    yield tenant
+    tenant.log.close()
+
+
 @pytest.fixture
-def ops(tmp_path: Path) -> Iterator[Tenant]:
-    """The operations tenant (OPS)."""
+def own_ops(tmp_path: Path) -> Iterator[Tenant]:
+    """A fresh operations tenant for a test that changes it."""
     tenant = _tenant(tmp_path / "ops", OPS)
     yield tenant
     tenant.log.close()
@@ -507,12 +515,12 @@ def test_comma_patterns_join_on_shared_variables(ops: Tenant) -> None:
     assert ops.rows(query) == [["SUP-3310"]]
 
 
-def test_deleted_events_are_gone_from_queries(ops: Tenant) -> None:
-    ops.log.delete([ops.ids["I2"]])
-    assert ops.rows(WHO, {"supplier": "SUP-2207", "effect": "write", "kind": "turn"}) == [
-        ["CHG-9031", "set_payment_terms", "priya.n", "ap_manager"]
-    ]
-    assert ops.rows("MATCH (n) RETURN count(*)") == [[11]]
+def test_deleted_events_are_gone_from_queries(own_ops: Tenant) -> None:
+    own_ops.log.delete([own_ops.ids["I2"]])
+    params = {"supplier": "SUP-2207", "effect": "write", "kind": "turn"}
+    assert own_ops.rows(WHO, params) == [["CHG-9031", "set_payment_terms", "priya.n", "ap_manager"]]
+    assert own_ops.rows("MATCH (n) RETURN count(*)") == [[11]]
+    assert own_ops.rows("MATCH (w {change: 'CHG-9038'})-->(s) RETURN count(s)") == [[2]]
 
 
 # ---- bounds -------------------------------------------------------------------------------------
