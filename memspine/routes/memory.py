@@ -70,17 +70,34 @@ async def get_event(request: Request[Any, Any, Any], state: State, event_id: str
 
 @delete("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "write"}, status_code=200)
 async def delete_event(request: Request[Any, Any, Any], state: State, event_id: str) -> Response[bytes]:
-    """Delete one event: unreadable at once, bytes gone at the next purge."""
-    check_params(request, {"purge"})
-    purge = _flag(request, "purge")
+    """Delete one event (with ?cascade=derived, what derives from it too): unreadable at once,
+    bytes gone at the next purge; ?dry_run=true only says what would go."""
+    check_params(request, {"purge", "cascade", "dry_run"})
+    purge, cascade, dry_run = _flag(request, "purge"), _cascade(request), _flag(request, "dry_run")
     engine: Engine = state.engine
-    deleted = await engine.delete(_tenant(request), [_event_id(event_id)])
+    tenant_id, target = _tenant(request), _event_id(event_id)
+    if dry_run:
+        return _json({"would_delete": await engine.would_delete(tenant_id, target, cascade=cascade)})
+    if cascade:
+        deleted = await engine.delete_cascade(tenant_id, target)
+    else:
+        deleted = await engine.delete(tenant_id, [target])
     if not deleted:
         raise NotFound(NO_EVENT)
     purged = False
     if purge:
-        purged = await engine.purge(_tenant(request))
-    return _json({"deleted": True, "purged": purged})
+        purged = await engine.purge(tenant_id)
+    return _json({"deleted": True, "purged": purged, "deleted_ids": deleted})
+
+
+def _cascade(request: Request[Any, Any, Any]) -> bool:
+    """?cascade=derived follows SOURCE_FROM links into derived events; no other value exists yet."""
+    value = request.query_params.get("cascade")
+    if value is None:
+        return False
+    if value == "derived":
+        return True
+    raise InvalidRequest("cascade must be derived (delete the event and every event derived from it)")
 
 
 @get("/v1/memory/events", guards=[tenant_guard], opt={"scope": "read"})
