@@ -18,6 +18,7 @@ from memspine.errors import EXCEPTION_HANDLERS
 from memspine.logs import install_request_observer, log_request
 from memspine.mcp.http import McpEndpoint
 from memspine.metrics import Metrics, metrics_route
+from memspine.purger import Purger
 from memspine.routes import admin, cypher, health, memory, whoami
 
 log = logging.getLogger("memspine.app")
@@ -38,9 +39,13 @@ def create_app(settings: Settings, *, auth: Authenticator | None = None) -> Lite
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
         engine.manager.start_idle_closer()
+        engine.on_purge = metrics.observe_purge
+        purger = Purger(engine, settings.purge_interval_secs)
+        purger.start()
         try:
             yield
         finally:
+            await purger.stop()  # before the tenants close: a purge under way finishes first
             engine.close()
             auth.close()
 

@@ -46,6 +46,7 @@ class Engine:
             max_open=settings.max_open_tenants,
             idle_secs=settings.tenant_idle_secs,
         )
+        self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
 
     @asynccontextmanager
     async def tenant(self, tenant_id: str) -> AsyncIterator[Tenant]:
@@ -141,7 +142,9 @@ class Engine:
     async def purge(self, tenant_id: str) -> bool:
         """Rewrite the tenant's files so its deleted events' bytes leave the disk (docs/erasure.md)."""
         async with self.tenant(tenant_id) as t:
-            await anyio.to_thread.run_sync(t.purge)
+            stats = await anyio.to_thread.run_sync(t.purge)
+        if stats.purged and self.on_purge is not None:
+            self.on_purge(stats.seconds)
         return True
 
     async def list(self, tenant_id: str, query: ListQuery) -> tuple[list[StoredEvent], str | None]:

@@ -1,0 +1,75 @@
+"""The background purger: every MEMSPINE_PURGE_INTERVAL_SECS, purge each tenant with deletions."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+
+import lmdb
+
+from memspine.engine import Engine
+from storage.errors import Unavailable
+from storage.swap import pending_tenants
+
+log = logging.getLogger("memspine.purger")
+
+
+class Purger:
+    """Purges tenants one at a time in the background; a purge blocks its tenant only to swap."""
+
+    def __init__(self, engine: Engine, interval_secs: float) -> None:
+        self.engine = engine
+        self.interval_secs = interval_secs
+        self.sweeps = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        """Begin sweeping every interval (call from the running event loop)."""
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name="purger")
+
+    async def stop(self) -> None:
+        """Stop sweeping; a purge under way finishes first (its thread cannot be interrupted)."""
+        if self._task is None:
+            return
+        self._task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._task
+        self._task = None
+
+    async def _run(self) -> None:
+        """Sleep, sweep, repeat; a failed sweep is logged and the next one comes anyway."""
+        while True:
+            await asyncio.sleep(self.interval_secs)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("purge sweep failed")
+
+    def candidates(self) -> list[str]:
+        """Tenants that may hold deleted events: open ones with tombstones, marked ones on disk."""
+        found = set(pending_tenants(self.engine.settings.data_dir))
+        for tenant in self.engine.manager.open_tenants():
+            try:
+                if tenant.log.tombstones():
+                    found.add(tenant.tenant_id)
+            except lmdb.Error:
+                continue  # closed since the snapshot of open tenants
+        return sorted(found)
+
+    async def sweep(self) -> list[str]:
+        """Purge every candidate tenant in turn; returns the ids purged."""
+        purged: list[str] = []
+        for tenant_id in await asyncio.to_thread(self.candidates):
+            try:
+                await self.engine.purge(tenant_id)
+            except Unavailable:
+                log.info("tenant %s: purge postponed, every tenant slot is busy", tenant_id)
+                continue
+            except Exception:
+                log.exception("tenant %s: purge failed; the next sweep retries", tenant_id)
+                continue
+            purged.append(tenant_id)
+        self.sweeps += 1
+        return purged
