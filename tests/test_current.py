@@ -10,6 +10,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,6 +87,7 @@ def listed(t: Tenant, **query: Any) -> list[str]:
     return [e.event_id for e in page]
 
 
+@contextmanager
 def moment(t: Tenant, **kw: Any) -> Iterator[tuple[LogReader, Moment]]:
     """A reader and a Moment over it."""
     with t.log.reader() as r:
@@ -93,19 +95,17 @@ def moment(t: Tenant, **kw: Any) -> Iterator[tuple[LogReader, Moment]]:
 
 
 def is_current(t: Tenant, event_id: str, **kw: Any) -> bool:
-    for r, m in moment(t, **kw):
+    with moment(t, **kw) as (r, m):
         ev = r.get(event_id)
         assert ev is not None
         return m.is_current(ev)
-    raise AssertionError
 
 
 def heads(t: Tenant, event_id: str) -> list[str]:
-    for r, m in moment(t):
+    with moment(t) as (r, m):
         ev = r.get(event_id)
         assert ev is not None
         return [h.event_id for h in m.heads(ev)]
-    raise AssertionError
 
 
 def force_supersedes(t: Tenant, newer: str, older: str) -> None:
@@ -317,7 +317,7 @@ def test_events_without_the_fields_behave_as_in_the_seed(tenant: Tenant) -> None
     assert set(ids(ask(tenant, text="cutover"))) == {old, new}
     assert listed(tenant) == [new, old]
     assert is_current(tenant, old) and heads(tenant, old) == []
-    for r, _m in moment(tenant):
+    with moment(tenant) as (r, _m):
         assert r.links_out(new, SUPERSEDES) == [] and r.links_out(new, SOURCE_FROM) == []
 
 
