@@ -8,10 +8,13 @@ and the 4-dim embeddings were set by hand, as the seed's were.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from conftest import ServerProcess
 
 MIN = 60_000_000  # one minute in microseconds
 SUPPORT_TS = 1_791_208_939_000_000  # the reply, Mon 2026-10-05 14:02:19 UTC
@@ -145,17 +148,30 @@ def load(client: httpx.Client, rows: list[Any], t0: int, extra: dict[str, Any]) 
     return ids
 
 
+@pytest.fixture(scope="module")
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module, embedding dimension 4 as in the seed; each test has its own tenants."""
+    server = ServerProcess(tmp_path_factory.mktemp("seed") / "data").start()
+    yield server
+    server.stop()
+
+
+def tenant_client(srv: ServerProcess, name: str) -> httpx.Client:
+    """A client whose token (the tenant id, in local mode) is unique to this test."""
+    return srv.client(f"{name}-{uuid.uuid4().hex[:8]}")
+
+
 @pytest.fixture
-def support(server: Any) -> tuple[httpx.Client, dict[str, str]]:
+def support(srv: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
     """The support tenant loaded through the server: (its client, name -> id)."""
-    client = server.client("customer-4417")
+    client = tenant_client(srv, "customer-4417")
     return client, load(client, SUPPORT, SUPPORT_TS, {"conversation": "c-1005-01"})
 
 
 @pytest.fixture
-def project(server: Any) -> tuple[httpx.Client, dict[str, str]]:
+def project(srv: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
     """The project tenant loaded through the server: (its client, name -> id)."""
-    client = server.client("billing-ledger")
+    client = tenant_client(srv, "billing-ledger")
     return client, load(client, PROJECT, MONDAY_9, {})
 
 
@@ -190,9 +206,9 @@ def test_reviewer_recall_returns_the_reply_the_objection_then_the_replys_sources
 
 
 def test_another_tenant_recalls_nothing_of_the_customer(
-    server: Any, support: tuple[httpx.Client, dict[str, str]]
+    srv: ServerProcess, support: tuple[httpx.Client, dict[str, str]]
 ) -> None:
-    other = server.client("customer-5530")
+    other = tenant_client(srv, "customer-5530")
     assert recall(other, {"text": "order 88213 delivered", "k": 5}) == {"hits": []}
 
 
@@ -207,7 +223,7 @@ def test_status_recall_ranks_both_dates_then_after_the_delete_the_copy_time(
     assert all("via" not in h and "replaces" not in h for h in before)
 
     resp = client.delete(f"/v1/memory/event/{ids['old_date']}")
-    assert resp.json() == {"deleted": True, "purged": False}
+    assert (resp.json()["deleted"], resp.json()["purged"]) == (True, False)
 
     after = recall(client, STATUS_QUERY)["hits"]
     assert names(ids, after) == ["new_date", "decision", "copy_time"]
