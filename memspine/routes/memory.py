@@ -8,6 +8,7 @@ from typing import Any
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.datastructures import State
+from litestar.params import FromPath
 
 from memspine.auth import tenant_guard
 from memspine.engine import NO_EVENT, Engine
@@ -60,7 +61,7 @@ async def append_event(request: Request[Any, Any, Any], state: State) -> Respons
 
 
 @get("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "read"})
-async def get_event(request: Request[Any, Any, Any], state: State, event_id: str) -> Response[bytes]:
+async def get_event(request: Request[Any, Any, Any], state: State, event_id: FromPath[str]) -> Response[bytes]:
     """One event by id."""
     check_params(request, set())
     engine: Engine = state.engine
@@ -69,7 +70,7 @@ async def get_event(request: Request[Any, Any, Any], state: State, event_id: str
 
 
 @delete("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "write"}, status_code=200)
-async def delete_event(request: Request[Any, Any, Any], state: State, event_id: str) -> Response[bytes]:
+async def delete_event(request: Request[Any, Any, Any], state: State, event_id: FromPath[str]) -> Response[bytes]:
     """Delete one event (with ?cascade=derived, what derives from it too): unreadable at once,
     bytes gone at the next purge; ?dry_run=true only says what would go."""
     check_params(request, {"purge", "cascade", "dry_run"})
