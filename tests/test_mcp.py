@@ -32,7 +32,7 @@ from memspine.mcp.render import iso
 from memspine.mcp.server import Caller, build_server
 from memspine.mcp.tools import TOOLS
 from memspine_admin.control import ControlDB
-from storage.errors import Forbidden
+from storage.errors import Forbidden, NotFound
 
 CHEAP_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 READ_TOOLS = {"memory_recall", "memory_get", "memory_list", "memory_cypher"}
@@ -269,19 +269,29 @@ def test_get_shows_supersession_and_list_pages_newest_first(inproc: InProcess) -
     anyio.run(main)
 
 
-def test_delete_dry_runs_by_default(inproc: InProcess) -> None:
+def test_delete_dry_runs_by_default_and_cascades_on_request(inproc: InProcess) -> None:
     async def main() -> None:
         async with inproc.client(inproc.keys["rw"]) as c:
             fact, refund = await seed(c)
-            dry = await c.call_tool("memory_delete", {"id": refund})
-            assert dry.structured_content == {"would_delete": [refund]}
+            dry = await c.call_tool("memory_delete", {"id": fact})
+            assert dry.structured_content == {"would_delete": [fact]}
             assert "nothing deleted" in text(dry) and "dry_run=false" in text(dry)
-            await call(c, "memory_get", {"id": refund})  # still there
-            gone = await call(c, "memory_delete", {"id": refund, "dry_run": False})
-            assert gone["deleted"] is True
+            dry = await call(c, "memory_delete", {"id": fact, "cascade": True})
+            assert dry == {"would_delete": [fact, refund]}
+            await call(c, "memory_get", {"id": fact})  # dry runs change nothing
+            one = await call(c, "memory_delete", {"id": refund, "dry_run": False})
+            assert one == {"deleted": True, "purged": False, "deleted_ids": [refund]}
             assert await refused(c, "memory_get", {"id": refund}) == NO_EVENT
             assert await refused(c, "memory_delete", {"id": refund}) == NO_EVENT
-            assert [e["event_id"] for e in (await call(c, "memory_list", {}))["events"]] == [fact]
+            later = await call(
+                c, "memory_append", {"kind": "summary", "text": "s", "source_event_ids": [fact]}
+            )
+            gone = await c.call_tool(
+                "memory_delete", {"id": fact, "cascade": True, "dry_run": False}
+            )
+            assert gone.structured_content["deleted_ids"] == [fact, later["event_id"]]
+            assert text(gone).startswith(f"Deleted 2 event(s): {fact}, {later['event_id']}.")
+            assert (await call(c, "memory_list", {}))["events"] == []
 
     anyio.run(main)
 
@@ -472,6 +482,26 @@ def test_the_client_sdk_carries_the_servers_errors(remote: Remote) -> None:
             assert who["tenant_id"] == remote.keys["tenant"] and who["scopes"] == ["read"]
             with pytest.raises(Forbidden, match="missing the 'write' scope"):
                 await client.append({"kind": "fact", "text": "x"})
+        async with MemspineClient(remote.server.url, remote.keys["rw"]) as client:
+            made = await client.append({"kind": "fact", "text": "client"}, idempotency_key="c-1")
+            assert await client.append({"kind": "fact", "text": "client"}, "c-1") == {
+                **made,
+                "replayed": True,
+            }
+            source = made["event_id"]
+            derived = await client.append(
+                {"kind": "x", "properties": {"source_event_ids": [source]}}
+            )
+            would = await client.delete(source, cascade=True, dry_run=True)
+            assert would == {"would_delete": [source, derived["event_id"]]}
+            page = await client.list_events({"kind": "x", "limit": 5})
+            assert [e["event_id"] for e in page["events"]] == [derived["event_id"]]
+            with pytest.raises(NotFound, match="no event with that id"):
+                await client.get("00000000-0000-4000-8000-000000000000")
+            with pytest.raises(
+                NotFound, match="no such route"
+            ):  # quoted: it cannot leave the route
+                await client.get("../../v1/whoami")
 
     anyio.run(main)
 

@@ -14,6 +14,7 @@ from typing import Any, Protocol
 import msgspec
 
 from memspine.engine import NO_EVENT, Engine
+from memspine.routes.cypher import MAX_QUERY_CHARS
 from memspine.schemas import (
     EventCreated,
     EventIn,
@@ -152,27 +153,21 @@ class EngineBackend:
         return dict(to_json(recall_out(await self.engine.recall(self.tenant_id, query))))
 
     async def cypher(self, query: str, params: dict[str, Any] | None) -> dict[str, Any]:
-        """A read-only query."""
+        """A read-only query, under the route's length limit."""
+        if len(query) > MAX_QUERY_CHARS:
+            raise InvalidRequest(f"query may be at most {MAX_QUERY_CHARS} characters")
         return dict(to_json(await self.engine.cypher(self.tenant_id, query, params)))
 
     async def delete(self, event_id: str, *, cascade: bool, dry_run: bool) -> dict[str, Any]:
-        """Delete one event (and, with cascade, what derives from it), or say what that would delete."""
-        event_id = event_uuid(event_id)
-        targets = await self._targets(event_id, cascade)
+        """Delete one event (with cascade, what derives from it too), or say what that would delete."""
+        target = event_uuid(event_id)
         if dry_run:
-            return {"would_delete": targets}
-        deleted = await self.engine.delete(self.tenant_id, targets)
-        if event_id not in deleted:
-            raise NotFound(NO_EVENT)
-        return {"deleted": True, "purged": False}
-
-    async def _targets(self, event_id: str, cascade: bool) -> list[str]:
-        """The ids a delete would remove: the event, and with cascade every event derived from it."""
-        would = getattr(self.engine, "would_delete", None)
-        if would is not None:
-            found: list[str] = await would(self.tenant_id, event_id, cascade=cascade)
-            return found
+            would = await self.engine.would_delete(self.tenant_id, target, cascade=cascade)
+            return {"would_delete": would}
         if cascade:
-            raise InvalidRequest("cascade is not available on this server yet")
-        await self.engine.get(self.tenant_id, event_id)  # 404 for unknown ids
-        return [event_id]
+            deleted = await self.engine.delete_cascade(self.tenant_id, target)
+        else:
+            deleted = await self.engine.delete(self.tenant_id, [target])
+        if not deleted:
+            raise NotFound(NO_EVENT)
+        return {"deleted": True, "purged": False, "deleted_ids": deleted}

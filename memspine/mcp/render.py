@@ -152,9 +152,11 @@ def delete_text(out: dict[str, Any], event_id: str) -> str:
             f"Dry run, nothing deleted. Deleting {event_id} would remove {len(ids)} event(s): "
             f"{', '.join(ids)}. Confirm with the user, then call again with dry_run=false."
         )
-    count = out.get("count")
-    extra = f" ({count} event(s) in all)" if isinstance(count, int) else ""
-    return f"Deleted {event_id}{extra}. It is unreadable now; its bytes leave the disk at the next purge."
+    ids = out.get("deleted_ids") or [event_id]
+    return (
+        f"Deleted {len(ids)} event(s): {', '.join(ids)}. They are unreadable now; "
+        "their bytes leave the disk at the next purge."
+    )
 
 
 def error_text(code: str, detail: str) -> str:
