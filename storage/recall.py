@@ -160,7 +160,7 @@ def substitute(fused: list[tuple[StoredEvent, float]], adm: Admission, k: int) -
             hit = hits.get(head.event_id)
             if hit is None:
                 if len(hits) >= k:
-                    break
+                    continue  # no room for this head, but a later one may already be a hit
                 hits[head.event_id] = hit = Hit(event=head, score=score)
             if ev.event_id not in hit.replaces:
                 hit.replaces.append(ev.event_id)

@@ -182,6 +182,20 @@ def test_a_fork_substitutes_every_current_head_at_the_rank_of_the_forked_fact(
     assert d not in ids(ask(tenant, text="supplier terms"))
 
 
+def test_a_head_already_ranked_is_marked_even_when_k_is_filled_by_another_head(
+    tenant: Tenant,
+) -> None:
+    old = add(tenant, "freight rate is 4 EUR per pallet")
+    b1 = add(tenant, "tariff one for the north", supersedes=(old,))
+    b2 = add(tenant, "tariff two for the south", supersedes=(old,))
+    c = add(tenant, "freight rate freight rate is now 5 EUR", supersedes=(old,))
+    assert ids(ask(tenant, text="freight rate", current=False)) == [c, old]
+    assert heads(tenant, old) == [b1, b2, c]
+    hits = ask(tenant, text="freight rate", k=2)
+    assert ids(hits) == [c, b1]  # b2 does not fit in k, but c still stood in for old
+    assert [h.replaces for h in hits] == [[old], [old]]
+
+
 def test_a_cycle_is_read_without_looping_and_without_a_current_version(tenant: Tenant) -> None:
     a = add(tenant, "loop fact alpha")
     b = add(tenant, "loop fact beta", supersedes=(a,))
