@@ -89,33 +89,44 @@ def _purge(tenant: Tenant, step: Step) -> PurgeStats:
     """Both phases, the swap and the removal of the old generation."""
     started = time.perf_counter()
     root = tenant.root
-    staging = root / swap.STAGING
-    swap.remove(staging)  # a stage left by a purge that failed in this process
+    swap.remove(root / swap.STAGING)  # a stage left by a purge that failed in this process
     tenant.vectors.flush()  # drain the insert tail now, so the writer's pause stays short
-    with tenant.log.reader() as r:
-        since = r.last_seq()
-        doomed = {e: t.seq for e in r.tombstone_ids() if (t := r.tombstone(e)) is not None}
-        if not doomed:
-            tenant.call(lambda: _forget_marker_if_clean(tenant)).result()
-            return PurgeStats(purged=0)
-        map_size = int(tenant.log.env.info()["map_size"])
-        staging.mkdir()
-        step("stage")
-        rewrite(r, staging / "events", map_size)
-    step("copied")
-    copy = EventLog.open(staging / "events", embedding_dim=tenant.dim)
+    copy: EventLog | None = None
     keyword: KeywordIndex | None = None
     try:
-        keyword = _rebuild_keyword(copy, staging / "keyword")
+        snapshot = _copy_log(tenant, step)
+        if snapshot is None:
+            tenant.call(lambda: _forget_marker_if_clean(tenant)).result()
+            return PurgeStats(purged=0)
+        since, doomed = snapshot
+        copy = EventLog.open(root / swap.STAGING / "events", embedding_dim=tenant.dim)
+        keyword = _rebuild_keyword(copy, root / swap.STAGING / "keyword")
         step("indexed")
-        final = tenant.call(lambda: _final(tenant, copy, keyword, since, doomed, step))
+        stage = (copy, keyword)
+        final = tenant.call(lambda: _final(tenant, *stage, since, doomed, step))
         stats: PurgeStats = final.result()
     except BaseException:
-        _abandon(copy, keyword, staging)
+        _abandon(copy, keyword, root)
         raise
     swap.discard_old(root)
     step("cleaned")
     return msgspec.structs.replace(stats, seconds=time.perf_counter() - started)
+
+
+def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int]] | None:
+    """Copy the log at a snapshot into the stage; the snapshot's last op and its tombstones
+    (id -> vector label), or None when nothing awaits a purge."""
+    with tenant.log.reader() as r:
+        since = r.last_seq()
+        doomed = {e: t.seq for e in r.tombstone_ids() if (t := r.tombstone(e)) is not None}
+        if not doomed:
+            return None
+        staging = tenant.root / swap.STAGING
+        staging.mkdir()
+        step("stage")
+        rewrite(r, staging / "events", int(tenant.log.env.info()["map_size"]))
+    step("copied")
+    return since, doomed
 
 
 def _rebuild_keyword(copy: EventLog, path: Path) -> KeywordIndex:
@@ -243,6 +254,9 @@ def _swap_in(tenant: Tenant, step: Step) -> float:
         log_.env.close()
         try:
             swap.roll_forward(tenant.root, step)
+        except BaseException:
+            _finish_swap(tenant.root)
+            raise
         finally:
             if (tenant.root / "events").is_dir():
                 fresh = EventLog.open(log_.path, embedding_dim=tenant.dim)
@@ -251,16 +265,26 @@ def _swap_in(tenant: Tenant, step: Step) -> float:
     return time.perf_counter() - started
 
 
-def _abandon(copy: EventLog, keyword: KeywordIndex | None, staging: Path) -> None:
-    """After a failure before the commit: close the stage and delete it; the old files stay."""
+def _finish_swap(root: Path) -> None:
+    """The commit stands once made: finish moving the files in if the disk lets us."""
     try:
-        if keyword is not None:
-            keyword.close()
-        copy.close()
+        swap.roll_forward(root)
     except Exception:
-        log.exception("closing an abandoned purge stage failed")
-    if staging.exists():
-        swap.remove(staging)
+        log.exception("finishing a committed purge failed; the tenant's next open finishes it")
+
+
+def _abandon(copy: EventLog | None, keyword: KeywordIndex | None, root: Path) -> None:
+    """After a failure: delete the stage (before the commit, the old files stay in place) or
+    the old generation (after it)."""
+    for store in (keyword, copy):
+        try:
+            if store is not None:
+                store.close()
+        except Exception:  # closed already by the step that failed later
+            pass
+    swap.remove(root / swap.STAGING)
+    if not (root / swap.READY).exists():
+        swap.discard_old(root)
 
 
 def _forget_marker_if_clean(tenant: Tenant) -> None:

@@ -1,0 +1,611 @@
+"""Purge on real LMDB, Tantivy and hnswlib files: no byte of a purged event left under the tenant
+directory, writes during a purge kept, failures and crashes leaving a tenant that opens."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import random
+import shutil
+import signal
+import string
+import struct
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import lmdb
+import msgspec
+import numpy as np
+import pytest
+import tantivy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from storage import swap
+from storage.compact import rewrite, sync_delta
+from storage.keyword import KeywordDoc, KeywordIndex
+from storage.log import EventLog
+from storage.model import NewEvent, StoredEvent
+from storage.purge import PurgeStats, purge_tenant
+from storage.tenant import Tenant
+
+DIM = 16
+VOCAB = ["parcel", "order", "carrier", "refund", "street", "delivery", "agent", "customer"]
+
+
+# -- the forensic scan -----------------------------------------------------------------------
+
+
+def embedding_patterns(vector: list[float]) -> dict[str, bytes]:
+    """Every encoding of an embedding the code writes or reads, as bytes to search for."""
+    arr = np.asarray(vector, dtype=np.float64)
+    unit = arr / np.linalg.norm(arr)
+    patterns = {
+        "float32": arr.astype("<f4").tobytes(),
+        "float64": arr.astype("<f8").tobytes(),
+        "normalised float32": unit.astype("<f4").tobytes(),
+        "normalised float64": unit.astype("<f8").tobytes(),
+        "msgpack": msgspec.msgpack.encode(vector),
+        "json": msgspec.json.encode(vector),
+    }
+    for i, x in enumerate(vector):  # msgpack stores each float as 0xcb + big-endian float64
+        patterns[f"msgpack[{i}]"] = b"\xcb" + struct.pack(">d", x)
+    return patterns
+
+
+def text_patterns(text: str, rare: list[str]) -> dict[str, bytes]:
+    """The text and each of its rare tokens, as written and lowercase."""
+    patterns = {"text": text.encode()}
+    for token in rare:
+        patterns[f"token {token}"] = token.encode()
+        patterns[f"token {token.lower()}"] = token.lower().encode()
+    return patterns
+
+
+def scan(root: Path, patterns: dict[str, bytes]) -> dict[str, list[str]]:
+    """For each pattern, the files under root whose bytes contain it."""
+    found: dict[str, list[str]] = {}
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath, name)
+            data = path.read_bytes()
+            for label, pattern in patterns.items():
+                if pattern in data:
+                    found.setdefault(label, []).append(str(path.relative_to(root)))
+    return found
+
+
+def index_terms(path: Path) -> set[str]:
+    """Every term in the text field's dictionary of the Tantivy index at path, deleted documents'
+    terms included (bytes alone cannot show that: the dictionary is an FST)."""
+    searcher = tantivy.Index.open(str(path)).searcher()
+    return {term for term, _count in searcher.terms_with_prefix("text", "")}
+
+
+def terms_of(texts: list[str], scratch: Path) -> set[str]:
+    """The terms the keyword index makes of these texts (its own tokenizer and stemmer)."""
+    index = KeywordIndex.open(scratch)
+    index.add(KeywordDoc(f"d{i}", "k", text, {}) for i, text in enumerate(texts))
+    index.commit()
+    index.close()
+    terms = index_terms(scratch)
+    shutil.rmtree(scratch)
+    return terms
+
+
+def rare_token(rng: random.Random) -> str:
+    """A made-up word no other event uses (consonants only, so stemming leaves it whole)."""
+    letters = "bcdfghjklmnpqrtvwxz"
+    return rng.choice(string.ascii_uppercase) + "".join(rng.choice(letters) for _ in range(9))
+
+
+# -- building tenants --------------------------------------------------------------------------
+
+
+def neighbour(rng: random.Random, i: int) -> NewEvent:
+    """An ordinary event sharing words, kinds and properties with the victim."""
+    words = " ".join(rng.choice(VOCAB) for _ in range(12))
+    props = {"speaker": rng.choice(["agent", "customer"]), "n": i}
+    return NewEvent(
+        kind=rng.choice(["turn", "fact"]),
+        ts=1_000_000 + i,
+        text=f"{words} nb{i:05d}",
+        embedding=[rng.uniform(-1, 1) for _ in range(DIM)],
+        properties_raw=msgspec.json.encode(props),
+    )
+
+
+def append(t: Tenant, events: list[NewEvent]) -> list[str]:
+    """Append and return the new ids."""
+    return [r.event_id for r in t.submit_append(events).result()]
+
+
+def stored_vector(t: Tenant, event_id: str) -> bytes:
+    """The bytes hnswlib keeps for an event's vector (cosine space: normalised by its own code)."""
+    ev = record(t, event_id)
+    assert ev is not None
+    return bytes(np.asarray(t.vectors.index.get_items([ev.seq]), dtype="<f4").tobytes())
+
+
+def text_of(t: Tenant, event_id: str) -> str | None:
+    """The live event's text, or None."""
+    ev = record(t, event_id)
+    return None if ev is None else ev.text
+
+
+def record(t: Tenant, event_id: str) -> StoredEvent | None:
+    """The live record, or None."""
+    with t.log.reader() as r:
+        return r.get(event_id)
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    return random.Random(20261130)
+
+
+# -- the forensic test -----------------------------------------------------------------------
+
+
+def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) -> None:
+    root = tmp_path / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(20)])
+    rare = [rare_token(rng) for _ in range(3)]
+    text = f"Customer: the door code is 4471, {rare[0]} {rare[1]} leave parcels with {rare[2]}"
+    vector = [rng.uniform(-1, 1) for _ in range(DIM)]
+    secret = "gate-" + rare_token(rng)
+    body = msgspec.json.encode({"text": text})
+    victim_event = NewEvent(
+        kind="turn",
+        ts=1_000_500,
+        text=text,
+        embedding=vector,
+        properties_raw=msgspec.json.encode({"speaker": "customer", "gate": secret}),
+        source_ids=(ids[3], ids[7]),
+        event_id="6f1c2a55-0d53-4c2e-9a3e-3a0b7d9e2f10",
+        body_hash=hashlib.sha256(body).digest(),
+    )
+    # One batch: the victim shares LMDB pages and a Tantivy segment with its neighbours.
+    batch = [neighbour(rng, i) for i in range(20, 300)]
+    batch.insert(140, victim_event)
+    written = append(t, batch)
+    victim = written.pop(140)
+    ids += written
+    derived = append(t, [NewEvent(kind="fact", ts=1_000_600, text="a fact", source_ids=(victim,))])
+    t.save_vectors()
+    patterns = text_patterns(text, rare) | embedding_patterns(vector) | {"property": secret.encode()}
+    patterns["as hnswlib holds it"] = stored_vector(t, victim)
+
+    # The scan can fail: before the delete every kind of pattern is on disk somewhere.
+    before = scan(root, patterns)
+    for label in ("text", f"token {rare[0]}", "as hnswlib holds it", "msgpack", "property"):
+        assert label in before, label
+    gone = last_tokens(t, rng.sample(ids, 20))  # more deletes, so pages and segments were shared
+    survivors = [e for e in ids if e not in gone]
+    live_terms = terms_of([t_ for e in survivors if (t_ := text_of(t, e))], tmp_path / "scratch")
+    victim_terms = terms_of([text], tmp_path / "scratch") - live_terms
+    assert {"door", "code", "4471", rare[1].lower()} <= victim_terms
+
+    assert t.submit_delete([victim]).result() == [victim]
+    t.submit_delete(list(gone)).result()
+    assert victim_terms <= index_terms(root / "keyword")  # deleted is not yet erased
+    stats = t.purge()
+    assert stats.purged == 21 and stats.pending == 0
+
+    assert scan(root, patterns) == {}
+    assert index_terms(root / "keyword") & victim_terms == set()
+    assert sorted(p.name for p in root.iterdir()) == list(swap.COMPONENTS[:1]) + [
+        "keyword",
+        "vectors.hnsw",
+        "vectors.hnsw.live.npy",
+    ]
+    gone[victim] = rare[0].lower()
+    check_tenant(t, survivors, gone)
+    assert record(t, derived[0]) is not None
+    # The idempotency record kept what a retry needs: the same body replays, nothing more.
+    [replay] = t.submit_append([victim_event]).result()
+    assert replay.replayed and replay.event_id == victim
+    t.close()
+
+    reopened = Tenant.open("t1", root, embedding_dim=DIM)
+    check_tenant(reopened, survivors, gone)
+    reopened.close()
+    assert scan(root, patterns) == {}
+    assert index_terms(root / "keyword") & victim_terms == set()
+
+
+def check_tenant(t: Tenant, live: list[str], gone: dict[str, str]) -> None:
+    """Every live event readable and found by keyword and by vector; gone ones (id -> a token
+    only they used) nowhere."""
+    with t.log.reader() as r:
+        assert [e for e in live if r.get(e) is None] == []
+        assert [e for e in gone if r.get(e) is not None] == []
+        assert r.tombstone_ids() == []
+        sample = [ev for e in live[::20] if (ev := r.get(e)) is not None and ev.embedding]
+    assert sample
+    for ev in sample:
+        assert ev.text and ev.embedding
+        token = ev.text.split()[-1]
+        assert [e for e, _s in t.keyword.search(token, limit=3)] == [ev.event_id]
+        [(label, sim)] = t.vectors.search(ev.embedding, 1)
+        assert label == ev.seq and sim > 0.999
+    for token in gone.values():
+        assert t.keyword.search(token, limit=1) == []
+
+
+def last_tokens(t: Tenant, ids: list[str]) -> dict[str, str]:
+    """Each event's last word (the neighbours' unique token)."""
+    with t.log.reader() as r:
+        return {e: ev.text.split()[-1] for e in ids if (ev := r.get(e)) is not None and ev.text}
+
+
+# -- writes during a purge ---------------------------------------------------------------------
+
+
+def test_writes_during_the_purge_are_kept(tmp_path: Path, rng: random.Random) -> None:
+    t = Tenant.open("t1", tmp_path / "t1", embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(200)])
+    early = last_tokens(t, ids[:10])
+    t.submit_delete(list(early)).result()
+    added: list[str] = []
+    late: list[str] = []
+    stop = threading.Event()
+
+    def write_meanwhile() -> None:
+        wrng = random.Random(7)
+        i = 1000
+        while not stop.is_set():
+            new = append(t, [neighbour(wrng, i), neighbour(wrng, i + 1)])
+            fact = NewEvent(kind="fact", ts=2_000_000 + i, text=f"derived nd{i}", source_ids=(new[0], ids[50]))
+            added.extend(new + append(t, [fact]))
+            late.extend(t.submit_delete([new[1], ids[100 + i % 50]]).result())
+            i += 2
+
+    thread = threading.Thread(target=write_meanwhile)
+    thread.start()
+    try:
+        stats = t.purge()
+    finally:
+        stop.set()
+        thread.join()
+    assert stats.purged == len(early) and added
+    live = [e for e in ids + added if e not in early and e not in late]
+    with t.log.reader() as r:
+        assert [e for e in live if r.get(e) is None] == []
+        assert set(r.tombstone_ids()) == set(late)  # deleted during the purge: left for the next
+        assert r.count() == len(live)
+        # Links written during the purge survived the swap, in both directions.
+        facts = [e for e in added if (ev := r.get(e)) is not None and ev.kind == "fact"]
+        for f in facts:
+            assert r.links_out(f, "SOURCE_FROM")[-1] == ids[50]
+            assert f in r.links_in(ids[50], "SOURCE_FROM")
+    assert t.purge().purged == len(set(late))
+    check_tenant(t, live, early)
+    t.close()
+
+
+# -- the log copy equals the live log ----------------------------------------------------------
+
+
+def dump(log: EventLog) -> dict[str, dict[bytes, bytes]]:
+    """Every key and value of every database."""
+    with log.reader() as r:
+        return {name: dict(r.txn.cursor(db=db).iternext()) for name, db in r.dbs.items()}
+
+
+def random_ops(log: EventLog, ids: list[str], data: st.DataObject, label: str) -> None:
+    """A drawn sequence of appends (with links, properties, idempotency keys) and deletes, in one
+    transaction (the copy cannot tell, and one fsync keeps the test fast)."""
+    ops: list[NewEvent | str] = []
+    known = list(ids)
+    for _ in range(data.draw(st.integers(0, 20), label=f"{label} ops")):
+        if known and data.draw(st.booleans(), label="delete?"):
+            ops.append(data.draw(st.sampled_from(known)))
+            continue
+        pick = st.lists(st.sampled_from(known), max_size=3) if known else st.just([])
+        key = str(data.draw(st.uuids(), label="id"))
+        idempotent = data.draw(st.booleans(), label="idempotent?")
+        ops.append(
+            NewEvent(
+                kind=data.draw(st.sampled_from(["turn", "fact"])),
+                ts=data.draw(st.integers(0, 50)),
+                text=data.draw(st.text(max_size=20)),
+                properties_raw=msgspec.json.encode({"p": data.draw(st.integers(0, 3) | st.text(max_size=5))}),
+                source_ids=tuple(data.draw(pick)),
+                supersedes=tuple(data.draw(pick)),
+                event_id=key,  # fixed ids so later draws can name them
+                body_hash=b"h" if idempotent else None,
+            )
+        )
+        known.append(key)
+
+    def apply(txn: lmdb.Transaction) -> None:
+        for op in ops:
+            if isinstance(op, str):
+                log.delete_in(txn, [op])
+            else:
+                result = log.append_one(txn, op)
+                assert not isinstance(result, Exception)
+
+    log.write(apply)
+    ids[:] = known
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(data=st.data())
+def test_copy_plus_delta_equals_the_live_log(data: st.DataObject) -> None:
+    with tempfile.TemporaryDirectory() as tmp:
+        live = EventLog.open(Path(tmp, "live"), embedding_dim=4)
+        ids: list[str] = []
+        random_ops(live, ids, data, "before")
+        with live.reader() as r:
+            since = r.last_seq()
+            rewrite(r, Path(tmp, "copy"), int(live.env.info()["map_size"]))
+        random_ops(live, ids, data, "after")
+        copy = EventLog.open(Path(tmp, "copy"), embedding_dim=4)
+        with live.reader() as r:
+            changed = copy.write(lambda txn: sync_delta(r, txn, copy.dbs, since))
+        assert dump(copy) == dump(live)
+        with live.reader() as r:
+            assert changed == {e for _s, _op, e in r.ops_after(since)}
+        copy.close()
+        live.close()
+
+
+# -- one purge at a time, shared by whoever asked before it began ----------------------------
+
+
+def test_concurrent_purges_share_one(tmp_path: Path, rng: random.Random) -> None:
+    t = Tenant.open("t1", tmp_path / "t1", embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(60)])
+    t.submit_delete(ids[:5]).result()
+    held, release = threading.Event(), threading.Event()
+    stages: list[str] = []
+
+    def hold(name: str) -> None:
+        if name == "copied":
+            held.set()
+            release.wait()
+
+    def count(name: str) -> None:
+        if name == "stage":
+            stages.append(name)
+
+    results: list[PurgeStats] = []
+    first = threading.Thread(target=lambda: results.append(purge_tenant(t, hold)))
+    first.start()
+    assert held.wait(10)
+    t.submit_delete([ids[10]]).result()  # after the first purge's snapshot
+    others = [threading.Thread(target=lambda: results.append(purge_tenant(t, count))) for _ in range(2)]
+    for th in others:
+        th.start()
+    time.sleep(0.3)  # both have asked and wait for the first purge
+    release.set()
+    for th in [first, *others]:
+        th.join()
+    assert len(stages) == 1  # one of the two purged; the other was answered by that purge
+    assert sorted(r.purged for r in results) == [0, 1, 5]
+    assert t.log.tombstones() == []
+    t.close()
+
+
+def test_nothing_to_purge_touches_no_file(tmp_path: Path, rng: random.Random) -> None:
+    root = tmp_path / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    append(t, [neighbour(rng, i) for i in range(10)])
+    swap.mark_pending(root)
+    inode = (root / "events" / "data.mdb").stat().st_ino
+    assert t.purge().purged == 0
+    assert (root / "events" / "data.mdb").stat().st_ino == inode
+    assert not (root / swap.PENDING).exists()  # a stale marker is dropped
+    t.close()
+
+
+# -- failures and crashes ----------------------------------------------------------------------
+
+
+class Boom(Exception):
+    """A failure injected at one step of a purge."""
+
+
+@pytest.mark.parametrize("at", ["copied", "indexed", "synced", "vectors", "fsynced"])
+def test_a_purge_failing_before_its_commit_leaves_the_tenant_as_it_was(
+    tmp_path: Path, rng: random.Random, at: str
+) -> None:
+    root = tmp_path / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(80)])
+    gone = last_tokens(t, ids[:4])
+    t.submit_delete(list(gone)).result()
+
+    def fail(name: str) -> None:
+        if name == at:
+            raise Boom(name)
+
+    with pytest.raises(Boom):
+        purge_tenant(t, fail)
+    assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
+    assert sorted(t.log.tombstones()) == sorted(gone)  # nothing was purged
+    more = append(t, [neighbour(rng, 500)])  # the writer carries on
+    assert record(t, more[0]) is not None
+    assert t.purge().purged == 4
+    check_tenant(t, ids[4:] + more, gone)
+    t.close()
+
+
+@pytest.mark.parametrize("at", ["swap:events", "swap:keyword", "swap:vectors.hnsw"])
+def test_a_purge_failing_after_its_commit_still_swaps(
+    tmp_path: Path, rng: random.Random, at: str
+) -> None:
+    root = tmp_path / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(80)])
+    gone = last_tokens(t, ids[:4])
+    t.submit_delete(list(gone)).result()
+
+    def fail(name: str) -> None:
+        if name == at:
+            raise Boom(name)
+
+    with pytest.raises(Boom):
+        purge_tenant(t, fail)
+    assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
+    check_tenant(t, ids[4:], gone)  # the new files, swapped in whole
+    t.close()
+
+
+ROLL_STEPS = [f"swap:{name}" for name in swap.COMPONENTS] + ["swap:done"]
+
+
+@pytest.mark.parametrize("at", range(len(ROLL_STEPS)))
+def test_recover_finishes_a_committed_swap_from_any_point(tmp_path: Path, at: int) -> None:
+    root = tmp_path / "t"
+    (root / swap.READY).mkdir(parents=True)
+    for name in swap.COMPONENTS:
+        for base, content in ((root, b"old"), (root / swap.READY, b"new")):
+            path = base / name
+            if name in ("events", "keyword"):
+                path.mkdir()
+                (path / "f").write_bytes(content)
+            else:
+                path.write_bytes(content)
+
+    def crash(name: str) -> None:
+        if name == ROLL_STEPS[at]:
+            raise Boom(name)
+
+    with pytest.raises(Boom):
+        swap.roll_forward(root, crash)
+    swap.recover(root)
+    assert sorted(p.name for p in root.iterdir()) == sorted(swap.COMPONENTS)
+    for name in swap.COMPONENTS:
+        path = root / name / "f" if name in ("events", "keyword") else root / name
+        assert path.read_bytes() == b"new"
+
+
+def test_recover_between_the_two_renames_of_one_store(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    for base in (root / swap.READY, root / swap.OLD):
+        (base / "events").mkdir(parents=True)
+    (root / swap.READY / "events" / "f").write_bytes(b"new")
+    (root / "keyword").mkdir()
+    swap.recover(root)
+    assert (root / "events" / "f").read_bytes() == b"new"
+    assert sorted(p.name for p in root.iterdir()) == ["events", "keyword"]
+
+
+def test_recover_discards_an_uncommitted_stage(tmp_path: Path) -> None:
+    root = tmp_path / "t"
+    (root / swap.STAGING / "events").mkdir(parents=True)
+    (root / swap.STAGING / "events" / "data.mdb").write_bytes(b"new")
+    (root / "events").mkdir()
+    (root / "events" / "data.mdb").write_bytes(b"old")
+    swap.recover(root)
+    assert (root / "events" / "data.mdb").read_bytes() == b"old"
+    assert sorted(p.name for p in root.iterdir()) == ["events"]
+
+
+# -- kill -9 during a purge --------------------------------------------------------------------
+
+KILL_SCRIPT = """
+import os, signal, sys
+from pathlib import Path
+from storage.purge import purge_tenant
+from storage.tenant import Tenant
+
+root, at = Path(sys.argv[1]), sys.argv[2]
+t = Tenant.open("t1", root, embedding_dim=int(sys.argv[3]))
+
+def step(name):
+    if name == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+print("go", flush=True)
+purge_tenant(t, step)
+print("done", flush=True)
+t.close()
+"""
+COMMIT_AND_AFTER = ["committed", *ROLL_STEPS, "cleaned"]
+KILL_POINTS = ["stage", "copied", "indexed", "synced", "vectors", "fsynced", *COMMIT_AND_AFTER]
+
+
+class Template(msgspec.Struct):
+    """A closed tenant with deleted events, copied for each kill."""
+
+    root: Path
+    live: dict[str, str]  # id -> text
+    gone: dict[str, str]  # id -> a token only it used
+    patterns: dict[str, bytes]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    rng = random.Random(99)
+    root = tmp_path_factory.mktemp("template") / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(250)])
+    secret = rare_token(rng)
+    victim = NewEvent(kind="turn", ts=5, text=f"door code {secret}", embedding=[0.5] * DIM)
+    [vid] = append(t, [victim])
+    patterns = {"secret": secret.encode(), "text": victim.text.encode()}  # type: ignore[union-attr]
+    gone = last_tokens(t, ids[:8]) | {vid: secret.lower()}
+    t.submit_delete(list(gone)).result()
+    live = {e: text for e in ids[8:] if (text := text_of(t, e)) is not None}
+    t.close()
+    return Template(root=root, live=live, gone=gone, patterns=patterns)
+
+
+def run_purge_and_kill(root: Path, at: str, delay: float | None = None) -> None:
+    """A purge in its own process, killed with SIGKILL at a named step or after a delay."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(root), at, str(DIM)],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"go\n"
+    if delay is not None:
+        time.sleep(delay)
+        proc.kill()
+    proc.wait(timeout=60)
+    if at:
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
+
+
+def verify_after_crash(root: Path, template: Template) -> bool:
+    """The tenant opens on one generation, whole; returns whether the purge had committed."""
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
+    committed = t.log.tombstones() == []
+    if not committed:  # the old files: everything deleted is still awaiting a purge, redo it
+        assert sorted(t.log.tombstones()) == sorted(template.gone)
+        assert t.purge().purged == len(template.gone)
+    with t.log.reader() as r:
+        assert {e: r.get(e).text for e in template.live} == template.live  # type: ignore[union-attr]
+        assert r.count() == len(template.live)
+    check_tenant(t, list(template.live), template.gone)
+    t.close()
+    assert scan(root, template.patterns) == {}
+    return committed
+
+
+@pytest.mark.parametrize("at", KILL_POINTS)
+def test_kill_9_at_each_step_of_a_purge(tmp_path: Path, template: Template, at: str) -> None:
+    root = tmp_path / "t1"
+    shutil.copytree(template.root, root)
+    run_purge_and_kill(root, at)
+    assert verify_after_crash(root, template) == (at in COMMIT_AND_AFTER)
+
+
+@pytest.mark.parametrize("delay", [0.02, 0.08, 0.15, 0.3])
+def test_kill_9_at_a_random_moment_of_a_purge(tmp_path: Path, template: Template, delay: float) -> None:
+    root = tmp_path / "t1"
+    shutil.copytree(template.root, root)
+    run_purge_and_kill(root, "", delay)
+    verify_after_crash(root, template)
