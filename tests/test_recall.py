@@ -132,6 +132,41 @@ def test_stemmed_words_match(tenant: Tenant) -> None:
     assert ids_of(run(tenant, text="signing parcels")) == [target]
 
 
+def test_stop_words_do_not_match_but_a_query_of_only_stop_words_still_searches(
+    tenant: Tenant,
+) -> None:
+    chatter, parcel = add(tenant, ev("when did she call them about it"), ev("the parcel was sent"))
+    assert ids_of(run(tenant, text="When did she send the parcel?")) == [parcel]
+    assert ids_of(run(tenant, text="when did she")) == [chatter]
+
+
+def test_each_arm_brings_its_top_k_so_agreement_does_not_outvote_a_first_place(
+    tenant: Tenant,
+) -> None:
+    # 'top' leads the keyword arm and has no embedding; 'middling' is third in both arms. With
+    # arms k deep, 'middling' is not fused at all; 50 deep, 2/63 would outrank top's 1/61.
+    top, second, middling, _rest = add(
+        tenant,
+        ev("apple apple apple apple"),
+        ev("apple apple apple", [1.0, 0.0, 0, 0]),
+        ev("apple apple", [0.8, 0.6, 0, 0]),
+        ev("apple", [0.9, 0.3, 0, 0]),
+    )
+    result = run(tenant, text="apple", embedding=[1.0, 0, 0, 0], k=2)
+    assert ids_of(result) == [second, top]
+
+
+def test_arms_go_deeper_when_substitution_leaves_fewer_than_k(tenant: Tenant) -> None:
+    (old,) = add(tenant, ev("apple apple apple apple"))
+    new = NewEvent(kind="turn", ts=2_000, text="apple apple apple", supersedes=(old,))
+    (head,) = add(tenant, new)
+    c, d = add(tenant, ev("apple apple"), ev("apple"))
+    result = run(tenant, text="apple", k=3)
+    # The top 3 are old, head, c; old gives way to head, already a hit, so d is fetched.
+    assert ids_of(result) == [head, c, d]
+    assert result.hits[0].replaces == [old]
+
+
 # -- the chokepoint: kind, filter and deletes restrict inside the ranking -------------------------
 
 
