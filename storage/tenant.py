@@ -200,7 +200,8 @@ class Tenant:
         self.keyword.close()
         self.save_vectors()
         self.vectors.close()
-        self.log.set_meta_int("keyword_seq", self.keyword_seq)
+        if self.log.meta_int("keyword_seq") != self.keyword_seq:  # a read-only visit writes nothing
+            self.log.set_meta_int("keyword_seq", self.keyword_seq)
         self.log.close()
 
     def erase(self) -> None:
