@@ -204,7 +204,7 @@ def test_expansion_starts_from_the_most_selective_node() -> None:
     query = (
         "MATCH (t {kind: 'turn'})<-[:SOURCE_FROM]-(w)<-[:SOURCE_FROM]-(f {event_id: $id}) RETURN t"
     )
-    starts = plan(query).seeks()
+    starts = plan(query).starts()
     assert [type(s).__name__ for s in starts] == ["SeekById"]
     described = plan(query).describe()
     assert described.index("Expand((f)-[") < described.index("Expand((w)-[")

@@ -150,7 +150,7 @@ class Plan(msgspec.Struct, frozen=True):
             lines.extend(_DESCRIBE_STEP[type(step)](step))
         return "\n".join(lines)
 
-    def seeks(self) -> list[MatchOp]:
+    def starts(self) -> list[MatchOp]:
         """Every start operator (seek, scan or bound argument) in plan order."""
         return [
             op

@@ -30,7 +30,7 @@ def plan(query: ast.Query) -> Plan:
     for clause in query.clauses:
         planner.steps.append(_CLAUSES[type(clause)](planner, clause))
     final = planner.steps[-1]
-    assert isinstance(final, ProjectStep) and final.final  # the grammar ends every query so
+    assert isinstance(final, ProjectStep) and final.final  # the grammar puts RETURN last
     columns = final.star + tuple(name for name, _ in final.items)
     return Plan(tuple(planner.steps), columns, tuple(sorted(_query_parameters(query))))
 
