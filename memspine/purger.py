@@ -10,7 +10,7 @@ import lmdb
 
 from memspine.engine import Engine
 from storage.errors import Unavailable
-from storage.swap import pending_tenants
+from storage.swap import PENDING, pending_tenants
 
 log = logging.getLogger("memspine.purger")
 
@@ -58,10 +58,20 @@ class Purger:
                 continue  # closed since the snapshot of open tenants
         return sorted(found)
 
+    def _still_wanted(self, tenant_id: str) -> bool:
+        """Whether a candidate is open or still marked: a tenant erased since the listing would
+        otherwise be opened, and its directory made again, by the purge."""
+        root = self.engine.manager.path_of(tenant_id)
+        if (root / PENDING).exists():
+            return True
+        return any(t.tenant_id == tenant_id for t in self.engine.manager.open_tenants())
+
     async def sweep(self) -> list[str]:
         """Purge every candidate tenant in turn; returns the ids purged."""
         purged: list[str] = []
         for tenant_id in await asyncio.to_thread(self.candidates):
+            if not self._still_wanted(tenant_id):
+                continue
             try:
                 await self.engine.purge(tenant_id)
             except Unavailable:
