@@ -1,0 +1,312 @@
+"""Tenant reopen latency, throughput through the LRU cap, and open/close cycles without leaks.
+
+- reopen: tenants of 10,000 and 100,000 events (384-float embeddings, ~120 characters of text),
+  built in process through `Tenant.submit_append` in batches of 1,000. The figure is the first
+  request after eviction to its answer: in process (a TenantManager with a cap of 1: lease,
+  close the victim, open, one read), with the open split into its parts, and over HTTP
+  (memspine-server with MEMSPINE_MAX_OPEN_TENANTS=1, GET of one event). Page cache warm.
+- churn: 1,000 tenants (copies of one 20-event tenant) read round-robin over HTTP from
+  8 connections through a cap of 50, so nearly every request reopens a tenant; and 50 tenants
+  through the same cap (nothing reopens) as the ceiling.
+- cycles: 10,000 open/close cycles in process through a cap of 1 over three tenants: file
+  descriptors, threads and LMDB reader slots before and after.
+
+Targets (issue 7): reopen <= 50 ms at 10,000 events and <= 300 ms at 100,000 (the original:
+437 ms and 3.3 s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import lmdb
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import (  # noqa: E402  (bench scripts run as plain files)
+    Process,
+    free_port,
+    http_request,
+    load,
+    parse_args,
+    scratch_dir,
+    write_json,
+)
+
+from storage.keyword import KeywordIndex  # noqa: E402
+from storage.log import EventLog  # noqa: E402
+from storage.manager import TenantManager  # noqa: E402
+from storage.model import NewEvent  # noqa: E402
+from storage.tenant import Tenant  # noqa: E402
+from storage.vectors import VectorIndex  # noqa: E402
+
+DIM = 384
+BATCH = 1000
+SEED = 20261007
+WORDS = [
+    "order",
+    "parcel",
+    "carrier",
+    "signed",
+    "delivered",
+    "refund",
+    "case",
+    "customer",
+    "agent",
+    "street",
+    "number",
+]
+
+
+def build(root: Path, tenant_id: str, n: int, seed: int = SEED) -> tuple[float, list[str]]:
+    """Append n events to a new tenant in batches, close it; returns seconds and some event ids."""
+    rng = np.random.default_rng(seed)
+    words = random.Random(seed)
+    started = time.perf_counter()
+    tenant = Tenant.open(tenant_id, root / tenant_id, embedding_dim=DIM)
+    ids: list[str] = []
+    for lo in range(0, n, BATCH):
+        vectors = rng.standard_normal((min(BATCH, n - lo), DIM), dtype=np.float32)
+        events = [
+            NewEvent(
+                kind="turn",
+                ts=1_791_208_939_000_000 + lo + i,
+                text=" ".join(words.choice(WORDS) for _ in range(18)),
+                embedding=row.tolist(),
+            )
+            for i, row in enumerate(vectors)
+        ]
+        results = tenant.submit_append(events).result()
+        ids.append(results[0].event_id)
+    tenant.close()
+    return time.perf_counter() - started, ids
+
+
+def timed(fn: Any) -> float:
+    """Milliseconds fn takes."""
+    started = time.perf_counter()
+    fn()
+    return (time.perf_counter() - started) * 1000
+
+
+def open_parts(root: Path) -> dict[str, float]:
+    """Milliseconds to open (and close) each part of a tenant on its own."""
+
+    def log_part() -> None:
+        EventLog.open(root / "events", embedding_dim=DIM).close()
+
+    def keyword_part() -> None:
+        KeywordIndex.open(root / "keyword").close()
+
+    def vector_part() -> None:
+        VectorIndex.open(root / "vectors.hnsw", DIM).close()
+
+    def sidecar_part() -> None:
+        {int(x) for x in np.load(root / "vectors.hnsw.live.npy")}
+
+    parts = {"lmdb": log_part, "tantivy": keyword_part, "hnswlib": vector_part}
+    parts["live_sidecar"] = sidecar_part
+    return {name: round(timed(fn), 2) for name, fn in parts.items()}
+
+
+def reopen_in_process(data: Path, big: str, event_id: str, runs: int) -> dict[str, Any]:
+    """First request after eviction to answer, through a manager with a cap of 1."""
+    manager = TenantManager(data, embedding_dim=DIM, max_open=1)
+    totals, cpus, closes, searches = [], [], [], []
+    query = np.random.default_rng(1).standard_normal(DIM).tolist()
+
+    def touch_small() -> None:
+        with manager.use("small"):
+            pass
+
+    touch_small()
+    for _ in range(runs):
+        started, cpu = time.perf_counter(), time.process_time()
+        with manager.use(big) as t, t.log.reader() as r:  # evicts small, reopens big
+            assert r.get(event_id) is not None
+            totals.append((time.perf_counter() - started) * 1000)
+            cpus.append((time.process_time() - cpu) * 1000)
+            searches.append(timed(lambda t=t: t.vectors.search(query, 10)))
+        closes.append(timed(touch_small))  # closes big (and opens small)
+    manager.close_all()
+    parts = [open_parts(data / big) for _ in range(max(3, runs // 2))]
+    return {
+        "first_request_ms": round(statistics.median(totals), 2),
+        "first_request_ms_all": [round(x, 2) for x in totals],
+        # CPU time of the whole process: what the figure would be on an otherwise idle machine
+        "first_request_cpu_ms": round(statistics.median(cpus), 2),
+        "evicting_it_ms": round(statistics.median(closes), 2),
+        "first_vector_search_ms": round(statistics.median(searches), 2),
+        "parts_ms": {k: statistics.median(p[k] for p in parts) for k in parts[0]},
+    }
+
+
+def server(data: Path, cap: int) -> Process:
+    """memspine-server on data (kept as is) with the given cap and 384-float embeddings."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    env.update(
+        {
+            "MEMSPINE_BIND": f"127.0.0.1:{port}",
+            "MEMSPINE_DATA_DIR": str(data),
+            "MEMSPINE_EMBEDDING_DIM": str(DIM),
+            "MEMSPINE_MAX_OPEN_TENANTS": str(cap),
+            "MEMSPINE_LOG_LEVEL": "WARNING",
+        }
+    )
+    return Process([sys.executable, "-m", "memspine.server"], env, port, "/health")
+
+
+def reopen_over_http(data: Path, big: str, event_id: str, runs: int) -> dict[str, Any]:
+    """GET of one event of a just-evicted tenant, over loopback HTTP, through a cap of 1."""
+    proc = server(data, cap=1)
+    url = f"http://127.0.0.1:{proc.port}"
+    totals = []
+    try:
+        with httpx.Client(base_url=url, timeout=60) as c:
+            for _ in range(runs):
+                small = c.get("/v1/memory/events", headers={"Authorization": "Bearer small"})
+                assert small.status_code == 200, small.text
+                started = time.perf_counter()
+                r = c.get(
+                    f"/v1/memory/event/{event_id}", headers={"Authorization": f"Bearer {big}"}
+                )
+                totals.append((time.perf_counter() - started) * 1000)
+                assert r.status_code == 200, r.text
+    finally:
+        proc.stop()
+    return {
+        "first_request_ms": round(statistics.median(totals), 2),
+        "first_request_ms_all": [round(x, 2) for x in totals],
+    }
+
+
+def metric(text: str, name: str) -> float:
+    """An unlabelled series from /metrics."""
+    for line in text.splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def churn(root: Path, tenants: int, cap: int, seconds: float, clients: int = 8) -> dict[str, Any]:
+    """Round-robin reads over `tenants` copies of a small tenant through `cap` open slots."""
+    data = root / f"churn-{tenants}"
+    template = root / "template"
+    if not template.exists():
+        build(root / "template-build", "t", 20)
+        shutil.move(root / "template-build" / "t", template)
+    for i in range(tenants):
+        shutil.copytree(template, data / f"t{i:04d}")
+    proc = server(data, cap)
+    try:
+        requests = [
+            http_request(
+                "GET", "/v1/memory/events?limit=10", b"", {"Authorization": f"Bearer t{i:04d}"}
+            )
+            for i in range(tenants)
+        ]
+        result = load(proc.port, requests, clients, warmup=min(3.0, seconds / 3), seconds=seconds)
+        with httpx.Client(base_url=f"http://127.0.0.1:{proc.port}") as c:
+            text = c.get("/metrics").text
+    finally:
+        proc.stop()
+        shutil.rmtree(data, ignore_errors=True)
+    result.update(
+        tenants=tenants,
+        cap=cap,
+        opens=metric(text, "memspine_tenant_opens_total"),
+        evictions=metric(text, "memspine_tenant_evictions_total"),
+        unavailable=metric(text, "memspine_unavailable_total"),
+    )
+    return result
+
+
+def cycles(root: Path, n: int) -> dict[str, Any]:
+    """n open/close cycles through a cap of 1: what the process holds before and after."""
+    data = root / "cycles"
+    names = ["a", "b", "c"]
+    for name in names:
+        build(data, name, 10)
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    def rss_mb() -> float:
+        return (
+            int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1e6
+        )
+
+    before = {"fds": fds(), "threads": threading.active_count(), "rss_mb": round(rss_mb(), 1)}
+    manager = TenantManager(data, embedding_dim=DIM, max_open=1)
+    started = time.perf_counter()
+    for i in range(n):
+        with manager.use(names[i % 3]) as t, t.log.reader() as r:
+            assert r.last_seq() == 10
+    per_cycle = (time.perf_counter() - started) * 1000 / n
+    manager.close_all()
+    after = {"fds": fds(), "threads": threading.active_count(), "rss_mb": round(rss_mb(), 1)}
+    slots = []
+    for name in names:
+        env = lmdb.open(str(data / name / "events"), max_dbs=16, readonly=True)
+        slots.append({"stale_cleared": env.reader_check(), "active": env.readers().strip()})
+        env.close()
+    return {"cycles": n, "per_cycle_ms": round(per_cycle, 3), "before": before, "after": after,
+            "reader_slots": slots}  # fmt: skip
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the three parts and write bench/out/tenants.json."""
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--sizes", type=str, default=None, help="comma-separated event counts")
+    extra.add_argument("--runs", type=int, default=None)
+    known, rest = extra.parse_known_args(sys.argv[1:] if argv is None else argv)
+    args = parse_args(__doc__.splitlines()[0], rest)
+    sizes = [int(s) for s in known.sizes.split(",")] if known.sizes else (
+        [2_000] if args.quick else [10_000, 100_000])  # fmt: skip
+    runs = known.runs or (3 if args.quick else 7)
+    root = scratch_dir("tenants")
+    config = {"dim": DIM, "batch": BATCH, "sizes": sizes, "runs": runs}
+    out: dict[str, Any] = {"config": config, "loadavg_start": os.getloadavg()}
+    try:
+        out["reopen"] = {}
+        for n in sizes:
+            big = f"big{n}"
+            seconds, ids = build(root / "data", big, n)
+            print(f"built {n} events in {seconds:.1f} s", file=sys.stderr, flush=True)
+            entry = {"build_s": round(seconds, 1)}
+            entry["in_process"] = reopen_in_process(root / "data", big, ids[-1], runs)
+            entry["http"] = reopen_over_http(root / "data", big, ids[-1], runs)
+            entry["disk_mb"] = round(sum(f.stat().st_size for f in (root / "data" / big).rglob("*") if f.is_file()) / 1e6, 1)  # fmt: skip
+            out["reopen"][str(n)] = entry
+            print(f"reopen at {n}: {entry}", file=sys.stderr, flush=True)
+        churn_secs = 4.0 if args.quick else 20.0
+        many, cap = (100, 10) if args.quick else (1000, 50)
+        out["churn"] = {
+            "round_robin": churn(root, many, cap, churn_secs),
+            "all_fit": churn(root, cap, cap, churn_secs),
+        }
+        print(f"churn: {out['churn']}", file=sys.stderr, flush=True)
+        out["cycles"] = cycles(root, 500 if args.quick else 10_000)
+        print(f"cycles: {out['cycles']}", file=sys.stderr, flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    out["loadavg_end"] = os.getloadavg()
+    path = write_json("tenants", out, args.out)
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
