@@ -15,19 +15,19 @@ import logging
 import threading
 import time
 import weakref
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import lmdb
 import msgspec
 import numpy as np
+import tantivy
 
 from storage import swap
 from storage.compact import rewrite, sync_delta
-from storage.keyword import KeywordDoc, KeywordIndex
+from storage.keyword import KeywordDoc, KeywordIndex, property_tag
 from storage.log import EventLog
-from storage.model import StoredEvent
+from storage.model import FilterValue
 from storage.reader import LogReader
 from storage.swap import Step, no_step
 from storage.vectors import VectorIndex
@@ -37,7 +37,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("memspine.purge")
 
-KEYWORD_BATCH = 2048
+REBUILD_HEAP_BYTES = 64_000_000
+REBUILD_THREADS = 2
 
 
 class PurgeStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -129,28 +130,48 @@ def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int]] | None:
     return since, doomed
 
 
+class _Indexed(msgspec.Struct):
+    """The fields of a stored event the keyword index needs; decoding skips the rest (the
+    embedding's floats would cost more than the indexing)."""
+
+    event_id: str
+    kind: str
+    text: str | None = None
+    filterable: dict[str, FilterValue] = {}
+
+
+_decode_indexed = msgspec.msgpack.Decoder(_Indexed).decode
+
+
 def _rebuild_keyword(copy: EventLog, path: Path) -> KeywordIndex:
-    """A keyword index holding the live events of the copy, and nothing else."""
-    index = KeywordIndex.open(path)
-    batch: list[KeywordDoc] = []
+    """A keyword index holding the live events of the copy, and nothing else.
+
+    Built by a writer of its own (more memory and threads than the tenant's, and no delete per
+    document as KeywordIndex.add needs for replays), with the documents KeywordIndex.add makes.
+    """
+    KeywordIndex.open(path).close()  # an empty index with the keyword schema
+    writer = tantivy.Index.open(str(path)).writer(
+        heap_size=REBUILD_HEAP_BYTES, num_threads=REBUILD_THREADS
+    )
     with copy.reader() as r:
-        for ev in _events(r):
+        for raw in r.txn.cursor(db=r.dbs["events"]).iternext(keys=False, values=True):
+            ev = _decode_indexed(raw)
             if ev.text:
-                batch.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable))
-            if len(batch) == KEYWORD_BATCH:
-                index.add(batch)
-                batch = []
-    index.add(batch)
-    index.commit()
-    return index
+                writer.add_document(_document(ev, ev.text))
+    writer.commit()
+    writer.wait_merging_threads()
+    return KeywordIndex.open(path)
 
 
-def _events(r: LogReader) -> Iterator[StoredEvent]:
-    """Every live record of a log."""
-    for event_id in r.all_ids():
-        ev = r.get(event_id)
-        if ev is not None:
-            yield ev
+def _document(ev: _Indexed, text: str) -> tantivy.Document:
+    """The keyword index's document for an event (the fields of KeywordIndex.add)."""
+    doc = tantivy.Document()
+    doc.add_text("id", ev.event_id)
+    doc.add_text("text", text)
+    doc.add_text("kind", ev.kind)
+    for name, value in ev.filterable.items():
+        doc.add_text("tag", property_tag(name, value))
+    return doc
 
 
 def _final(
