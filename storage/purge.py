@@ -114,9 +114,21 @@ def _purge(tenant: Tenant, step: Step) -> PurgeStats:
     return msgspec.structs.replace(stats, seconds=time.perf_counter() - started)
 
 
+def _make_room(log_: EventLog) -> None:
+    """Grow a map more than half full now: growing waits for every reader, and the copy holds
+    one for seconds, so a write needing room during the copy would stall the tenant's reads."""
+    with log_.lock.shared():
+        info, page = log_.env.info(), log_.env.stat()["psize"]
+        used = (info["last_pgno"] + 1) * page
+    if used * 2 > info["map_size"]:
+        with log_.lock.exclusive():
+            log_.env.set_mapsize(max(int(info["map_size"]), used) * 2)
+
+
 def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int]] | None:
     """Copy the log at a snapshot into the stage; the snapshot's last op and its tombstones
     (id -> vector label), or None when nothing awaits a purge."""
+    _make_room(tenant.log)
     with tenant.log.reader() as r:
         since = r.last_seq()
         doomed = {e: t.seq for e in r.tombstone_ids() if (t := r.tombstone(e)) is not None}
@@ -272,6 +284,7 @@ def _swap_in(tenant: Tenant, step: Step) -> float:
     started = time.perf_counter()
     log_ = tenant.log
     with log_.lock.exclusive():
+        map_size = int(log_.env.info()["map_size"])
         log_.env.close()
         try:
             swap.roll_forward(tenant.root, step)
@@ -281,6 +294,7 @@ def _swap_in(tenant: Tenant, step: Step) -> float:
         finally:
             if (tenant.root / "events").is_dir():
                 fresh = EventLog.open(log_.path, embedding_dim=tenant.dim)
+                fresh.env.set_mapsize(map_size)  # keep the headroom the old map had
                 log_.env, log_.dbs = fresh.env, fresh.dbs
                 tenant.keyword = KeywordIndex.open(tenant.root / "keyword")
     return time.perf_counter() - started
