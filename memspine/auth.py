@@ -12,6 +12,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import anyio
 import anyio.to_thread
 from argon2 import PasswordHasher
 from litestar.connection import ASGIConnection
@@ -28,6 +29,9 @@ MAX_TOKEN_CHARS = 512
 # How long a "no control database" answer is trusted before the disk is looked at again.
 CONTROL_RECHECK_SECS = 1.0
 MAX_WARM_KEYS = 10_000
+# Verifications in worker threads at once (the verifier runs at most 4 argon2 hashes at once):
+# a flood of wrong secrets then waits here instead of holding every thread the store needs.
+MAX_VERIFY_THREADS = 4
 LOCAL_KEY_ID = "local"
 
 
@@ -71,6 +75,7 @@ class Authenticator:
         self._verifier: KeyVerifier | None = None
         self._checked_at = -CONTROL_RECHECK_SECS
         self._warm: OrderedDict[bytes, tuple[Principal, int]] = OrderedDict()
+        self._verify_limiter: anyio.CapacityLimiter | None = None
 
     def control(self) -> ControlDB | None:
         """The control database, opened on first sight; None in local mode."""
@@ -158,7 +163,9 @@ class Authenticator:
         if principal is not None:
             return principal
         assert token is not None
-        return await anyio.to_thread.run_sync(self.verify, token)
+        if self._verify_limiter is None:  # made here: it belongs to the running event loop
+            self._verify_limiter = anyio.CapacityLimiter(MAX_VERIFY_THREADS)
+        return await anyio.to_thread.run_sync(self.verify, token, limiter=self._verify_limiter)
 
     def check_admin(self, token: str | None) -> ControlDB:
         """The control database for an admin request; 404 without an admin key, 401 for a wrong one."""
