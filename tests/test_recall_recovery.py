@@ -11,10 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import hnswlib
 import msgspec
 import numpy as np
 import pytest
 
+from storage.flat import read_vectors, unit
 from storage.model import AppendResult, NewEvent
 from storage.recall import RecallQuery, RecallResult, recall
 from storage.tenant import Tenant
@@ -230,3 +232,23 @@ def test_a_server_killed_right_after_acknowledging_appends_recalls_them_after_re
         gone = c.post("/v1/memory/recall", json={"embedding": events[0]["embedding"], "k": 100})
         assert ids[0] not in {h["event_id"] for h in gone.json()["hits"]}
         assert len(gone.json()["hits"]) == 79
+
+
+def test_a_saved_index_gives_back_the_vectors_hnswlib_holds(tmp_path: Path) -> None:
+    index = hnswlib.Index(space="cosine", dim=5)
+    index.init_index(max_elements=300, M=16, ef_construction=100)
+    data = np.random.default_rng(3).standard_normal((200, 5)).astype(np.float32)
+    data[7] = 0.0  # a zero vector stays zero
+    index.add_items(
+        data, np.arange(1000, 1200), num_threads=2
+    )  # threads: file order != label order
+    index.mark_deleted(1010)
+    index.save_index(str(tmp_path / "v.hnsw"))
+    labels, vectors = read_vectors(tmp_path / "v.hnsw", 5)
+    assert sorted(labels.tolist()) == list(range(1000, 1200))
+    np.testing.assert_allclose(vectors, unit(data[labels - 1000]), atol=1e-6)
+    live = [lb for lb in labels.tolist() if lb != 1010]
+    np.testing.assert_array_equal(vectors[labels != 1010], np.asarray(index.get_items(live)))
+    (tmp_path / "short.hnsw").write_bytes((tmp_path / "v.hnsw").read_bytes()[:500])
+    with pytest.raises(ValueError, match="truncated"):
+        read_vectors(tmp_path / "short.hnsw", 5)
