@@ -1,12 +1,12 @@
 """Purge: rewrite a tenant's files so the bytes of its deleted events leave the disk.
 
 Phase 1 runs beside the tenant's traffic: a logical copy of the log at a snapshot into
-`purge.new/`, and a keyword index rebuilt from that copy. Phase 2 runs on the tenant's writer
-thread, so no write interleaves: it brings the copy and the new keyword index up to the live
-log, saves the vector index (deleted vectors were overwritten in memory when deleted) beside
-them, commits by one rename and swaps the files in. Reads wait only for that swap (the log lock
-held exclusive while the environment is reopened); vector searches also wait for the in-memory
-save. See docs/erasure.md and storage/swap.py for the on-disk protocol.
+`purge.new/`, the vector index saved beside it (deleted vectors were overwritten in memory when
+deleted), and a keyword index rebuilt from the copy. Phase 2 runs on the tenant's writer thread,
+so no write interleaves: it brings the copy and the new keyword index up to the live log,
+commits by one rename and swaps the files in. Reads wait only for that swap (the log lock held
+exclusive while the environment is reopened); vector searches also wait for the vector save.
+See docs/erasure.md and storage/swap.py for the on-disk protocol.
 """
 
 from __future__ import annotations
@@ -100,11 +100,13 @@ def _purge(tenant: Tenant, step: Step) -> PurgeStats:
             tenant.call(lambda: _forget_marker_if_clean(tenant)).result()
             return PurgeStats(purged=0)
         since, doomed = snapshot
+        vector_seq = _save_vectors(tenant, root / swap.STAGING, list(doomed.values()))
+        step("vectors")
         copy = EventLog.open(root / swap.STAGING / "events", embedding_dim=tenant.dim)
         keyword = _rebuild_keyword(copy, root / swap.STAGING / "keyword")
         step("indexed")
         stage = (copy, keyword)
-        final = tenant.call(lambda: _final(tenant, *stage, since, doomed, step))
+        final = tenant.call(lambda: _final(tenant, *stage, since, doomed, vector_seq, step))
         stats: PurgeStats = final.result()
     except BaseException:
         _abandon(copy, keyword, root)
@@ -192,22 +194,21 @@ def _final(
     keyword: KeywordIndex,
     since: int,
     doomed: dict[str, int],
+    vector_seq: int,
     step: Step,
 ) -> PurgeStats:
-    """On the writer thread: catch the copy up, save vectors beside it, commit and swap."""
+    """On the writer thread: catch the copy up, commit and swap."""
     paused = time.perf_counter()
     staging = tenant.root / swap.STAGING
-    purged, pending = _catch_up_copy(tenant, copy, keyword, since, doomed)
+    purged, pending = _catch_up_copy(tenant, copy, keyword, since, doomed, vector_seq)
     step("synced")
-    _save_vectors(tenant.vectors, staging, [doomed[e] for e in purged])
-    step("vectors")
     copy.close()
     swap.fsync_tree(staging)
     step("fsynced")
     swap.commit(tenant.root)
     step("committed")
     reads_paused = _swap_in(tenant, step)
-    tenant.vector_saved_seq = tenant.vector_seq  # the file just swapped in covers it
+    tenant.vector_saved_seq = vector_seq  # what the file just swapped in covers
     if not pending:
         swap.clear_pending(tenant.root)
     return PurgeStats(
@@ -219,7 +220,12 @@ def _final(
 
 
 def _catch_up_copy(
-    tenant: Tenant, copy: EventLog, keyword: KeywordIndex, since: int, doomed: dict[str, int]
+    tenant: Tenant,
+    copy: EventLog,
+    keyword: KeywordIndex,
+    since: int,
+    doomed: dict[str, int],
+    vector_seq: int,
 ) -> tuple[list[str], int]:
     """Bring the copy and its keyword index up to the live log, and drop the purged tombstones.
 
@@ -236,7 +242,7 @@ def _catch_up_copy(
     def seal(txn: lmdb.Transaction) -> int:
         copy.clear_tombstones(txn, purged)
         copy.put_meta_int(txn, "keyword_seq", upto)
-        copy.put_meta_int(txn, "vector_seq", tenant.vector_seq)
+        copy.put_meta_int(txn, "vector_seq", vector_seq)
         return len(LogReader(txn, copy.dbs).tombstone_ids())
 
     pending = copy.write(seal)
@@ -260,22 +266,37 @@ def _catch_up_keyword(keyword: KeywordIndex, live: LogReader, since: int) -> Non
     keyword.delete(gone)
 
 
-def _save_vectors(vectors: VectorIndex, dest: Path, purged_labels: list[int]) -> None:
-    """Write the in-memory vector index (deleted vectors already overwritten) into dest."""
-    vectors.flush()
+def _save_vectors(tenant: Tenant, dest: Path, doomed_labels: list[int]) -> int:
+    """Save the in-memory vector index into dest, beside the traffic; returns the op seq the
+    file covers (replay on open redoes what came after, which is harmless twice).
+
+    Deletes overwrite their vectors with noise in memory before marking them, so the file holds
+    no purged vector. Inserts wait while the index is written (and so do vector searches: hnswlib
+    holds the GIL while it writes).
+    """
+    vectors = tenant.vectors
+    covered = tenant.vector_seq  # every op up to here is applied, its vectors in graph or tail
+    vectors.flush()  # ... and now every such vector is in the graph
     with vectors.lock.exclusive():
-        # A vector the background inserter put into the graph after its event was deleted is
-        # hidden again by that thread shortly; make sure it is gone before these bytes are saved.
-        for label in purged_labels:
+        # A doomed event's vector may have entered the graph after its delete was applied, or
+        # its delete may not be applied yet (the snapshot can be ahead of the index): hide it.
+        for label in doomed_labels:
             if label in vectors.live:
-                noise = np.random.default_rng().standard_normal(vectors.dim).astype(np.float32)
-                vectors.index.add_items(noise[None, :], np.asarray([label], dtype=np.uint64))
-                vectors.index.mark_deleted(label)
-                vectors.live.discard(label)
+                _overwrite(vectors, label)
         vectors.index.save_index(str(dest / "vectors.hnsw"))
         live = np.asarray(sorted(vectors.live), dtype=np.uint64)
     with open(dest / "vectors.hnsw.live.npy", "wb") as fh:
         np.save(fh, live)
+    swap.fsync_tree(dest)
+    return covered
+
+
+def _overwrite(vectors: VectorIndex, label: int) -> None:
+    """Replace a vector with noise and mark it deleted (the caller holds the index exclusive)."""
+    noise = np.random.default_rng().standard_normal(vectors.dim).astype(np.float32)
+    vectors.index.add_items(noise[None, :], np.asarray([label], dtype=np.uint64))
+    vectors.index.mark_deleted(label)
+    vectors.live.discard(label)
 
 
 def _swap_in(tenant: Tenant, step: Step) -> float:
