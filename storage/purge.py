@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 log = logging.getLogger("memspine.purge")
 
 REBUILD_HEAP_BYTES = 64_000_000
-REBUILD_THREADS = 2
+REBUILD_THREADS = 1  # two were slower on 2 cores: documents are made in Python meanwhile
 
 
 class PurgeStats(msgspec.Struct, frozen=True, kw_only=True):
@@ -160,7 +160,7 @@ _decode_indexed = msgspec.msgpack.Decoder(_Indexed).decode
 def _rebuild_keyword(copy: EventLog, path: Path) -> KeywordIndex:
     """A keyword index holding the live events of the copy, and nothing else.
 
-    Built by a writer of its own (more memory and threads than the tenant's, and no delete per
+    Built by a writer of its own (more memory than the tenant's, and no delete per
     document as KeywordIndex.add needs for replays), with the documents KeywordIndex.add makes.
     """
     KeywordIndex.open(path).close()  # an empty index with the keyword schema
