@@ -162,24 +162,23 @@ def lmdb_loop(payloads: list[bytes], seconds: float) -> dict[str, Any]:
 def one_run(
     requests: list[bytes], payloads: list[bytes], warmup: float, seconds: float
 ) -> dict[str, Any]:
-    """bare, memspine and the lmdb loop once each; every HTTP target at every client count."""
+    """Both servers up side by side, measured in pairs per client count, then the lmdb loop.
+
+    Pairing bare and memspine at each client count (and the loop right after) keeps the
+    ratios honest on a machine whose background load drifts during a run.
+    """
     run: dict[str, Any] = {"bare": {}, "memspine": {}}
-    bare = start_bare()
-    try:
-        for clients in CLIENTS:
-            run["bare"][str(clients)] = load(
-                bare.port, requests, clients, warmup=warmup, seconds=seconds
-            )
-    finally:
-        bare.stop()
     data_dir = scratch_dir("memspine") / "data"
+    bare = start_bare()
     server = start_memspine(data_dir, {"MEMSPINE_EMBEDDING_DIM": str(DIM)})
     try:
         for clients in CLIENTS:
-            run["memspine"][str(clients)] = load(
-                server.port, requests, clients, warmup=warmup, seconds=seconds
-            )
+            for name, proc in (("bare", bare), ("memspine", server)):
+                run[name][str(clients)] = load(
+                    proc, requests, clients, warmup=warmup, seconds=seconds
+                )
     finally:
+        bare.stop()
         server.stop()
         shutil.rmtree(data_dir.parent, ignore_errors=True)
     run["lmdb"] = lmdb_loop(payloads, seconds)
@@ -193,7 +192,7 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         summary[target] = {
             str(c): {
                 key: median([r[target][str(c)][key] for r in runs])
-                for key in ("per_sec", "p50_ms", "p99_ms")
+                for key in ("per_sec", "p50_ms", "p99_ms", "server_cpu_ms_per_req")
             }
             for c in CLIENTS
         }
@@ -217,16 +216,20 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 def report(summary: dict[str, Any]) -> str:
     """The medians as a Markdown table, ready for RESULTS.md."""
-    lines = ["| target | clients | events/s | p50 ms | p99 ms |", "|---|---:|---:|---:|---:|"]
+    lines = [
+        "| target | clients | events/s | p50 ms | p99 ms | server CPU ms/req |",
+        "|---|---:|---:|---:|---:|---:|",
+    ]
     for target in ("memspine", "bare"):
         for c in CLIENTS:
             row = summary[target][str(c)]
             lines.append(
-                f"| {target} | {c} | {row['per_sec']:.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} |"
+                f"| {target} | {c} | {row['per_sec']:.0f} | {row['p50_ms']:.2f} "
+                f"| {row['p99_ms']:.2f} | {row['server_cpu_ms_per_req']:.3f} |"
             )
     lm = summary["lmdb"]
     lines.append(
-        f"| lmdb txn per event | 1 | {lm['per_sec']:.0f} | {lm['p50_ms']:.2f} | {lm['p99_ms']:.2f} |"
+        f"| lmdb txn per event | 1 | {lm['per_sec']:.0f} | {lm['p50_ms']:.2f} | {lm['p99_ms']:.2f} | |"
     )
     r = summary["ratios"]
     lines.append("")

@@ -105,6 +105,11 @@ class Process:
                     raise RuntimeError("server did not start in 30 s") from None
                 time.sleep(0.05)
 
+    def cpu_seconds(self) -> float:
+        """User plus system CPU time the process (all its threads) has used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def output(self) -> str:
         """What the process wrote so far."""
         self.log.seek(0)
@@ -170,6 +175,7 @@ async def _client(
     record_from: float,
     latencies: list[float],
     statuses: dict[int, int],
+    done: list[int],
 ) -> None:
     """One connection sending requests back to back until stop_at, recording after record_from."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
@@ -183,6 +189,7 @@ async def _client(
             i += 1
             status = await _read_response(reader)
             end = time.perf_counter()
+            done[0] += 1
             if start >= record_from:
                 latencies.append(end - start)
                 statuses[status] = statuses.get(status, 0) + 1
@@ -195,12 +202,13 @@ async def _load(
 ) -> dict[str, Any]:
     latencies: list[float] = []
     statuses: dict[int, int] = {}
+    done = [0]
     begin = time.perf_counter()
     record_from = begin + warmup
     stop_at = record_from + seconds
     await asyncio.gather(
         *(
-            _client(port, requests, n * 7919, stop_at, record_from, latencies, statuses)
+            _client(port, requests, n * 7919, stop_at, record_from, latencies, statuses, done)
             for n in range(clients)
         )
     )
@@ -208,6 +216,7 @@ async def _load(
     ok = sum(n for s, n in statuses.items() if 200 <= s < 300)
     return {
         "clients": clients,
+        "all_requests": done[0],
         "seconds": round(elapsed, 3),
         "requests": len(latencies),
         "ok": ok,
@@ -219,13 +228,21 @@ async def _load(
 
 
 def load(
-    port: int, requests: Sequence[bytes], clients: int, *, warmup: float, seconds: float
+    server: Process, requests: Sequence[bytes], clients: int, *, warmup: float, seconds: float
 ) -> dict[str, Any]:
-    """Closed-loop load: `clients` connections, each sending its next request when answered."""
+    """Closed-loop load: `clients` connections, each sending its next request when answered.
+
+    Besides rate and latency, reports the server's CPU time per request (all its threads,
+    warm-up included): unlike the rate, it hardly moves when other work shares the machine.
+    """
     try:
         import uvloop
 
         runner: Any = uvloop.run
     except ImportError:  # the stdlib loop works too, just slower
         runner = asyncio.run
-    return dict(runner(_load(port, requests, clients, warmup, seconds)))
+    cpu_before = server.cpu_seconds()
+    result = dict(runner(_load(server.port, requests, clients, warmup, seconds)))
+    cpu = server.cpu_seconds() - cpu_before
+    result["server_cpu_ms_per_req"] = round(cpu * 1000 / max(result["all_requests"], 1), 3)
+    return result
