@@ -228,12 +228,18 @@ async def _load(
 
 
 def load(
-    server: Process, requests: Sequence[bytes], clients: int, *, warmup: float, seconds: float
+    server: Process | int,
+    requests: Sequence[bytes],
+    clients: int,
+    *,
+    warmup: float,
+    seconds: float,
 ) -> dict[str, Any]:
     """Closed-loop load: `clients` connections, each sending its next request when answered.
 
-    Besides rate and latency, reports the server's CPU time per request (all its threads,
-    warm-up included): unlike the rate, it hardly moves when other work shares the machine.
+    Given the server's Process (not just its port), also reports its CPU time per request
+    (all its threads, warm-up included): unlike the rate, it hardly moves when other work
+    shares the machine.
     """
     try:
         import uvloop
@@ -241,6 +247,8 @@ def load(
         runner: Any = uvloop.run
     except ImportError:  # the stdlib loop works too, just slower
         runner = asyncio.run
+    if isinstance(server, int):
+        return dict(runner(_load(server, requests, clients, warmup, seconds)))
     cpu_before = server.cpu_seconds()
     result = dict(runner(_load(server.port, requests, clients, warmup, seconds)))
     cpu = server.cpu_seconds() - cpu_before
