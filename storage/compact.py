@@ -8,7 +8,7 @@ every live pair into an empty environment in key order writes new pages holding 
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -30,8 +30,14 @@ PER_EVENT = frozenset(
 _decode = msgspec.msgpack.Decoder(StoredEvent).decode
 
 
-def rewrite(source: LogReader, dest: Path, map_size: int) -> None:
-    """Copy every database of the snapshot into a new environment at dest (durable on return)."""
+def rewrite(
+    source: LogReader,
+    dest: Path,
+    map_size: int,
+    taps: Mapping[str, Callable[[bytes], None]] | None = None,
+) -> None:
+    """Copy every database of the snapshot into a new environment at dest (durable on return);
+    taps[name] sees each value copied from that database (to build an index on the way)."""
     dest.mkdir(parents=True)
     env = lmdb.open(
         str(dest),
@@ -44,11 +50,21 @@ def rewrite(source: LogReader, dest: Path, map_size: int) -> None:
     try:
         for name in DB_NAMES:
             target = env.open_db(name.encode())
-            cursor = source.txn.cursor(db=source.dbs[name])
-            _append_all(env, target, cursor.iternext(keys=True, values=True))
+            items = source.txn.cursor(db=source.dbs[name]).iternext(keys=True, values=True)
+            tap = (taps or {}).get(name)
+            _append_all(env, target, items if tap is None else _tapped(items, tap))
         env.sync(True)
     finally:
         env.close()
+
+
+def _tapped(
+    items: Iterator[tuple[Any, Any]], tap: Callable[[bytes], None]
+) -> Iterator[tuple[Any, Any]]:
+    """The same pairs, each value shown to tap on the way."""
+    for key, value in items:
+        tap(value)
+        yield key, value
 
 
 def _append_all(env: lmdb.Environment, db: Any, items: Iterator[tuple[Any, Any]]) -> None:

@@ -11,6 +11,7 @@ See docs/erasure.md and storage/swap.py for the on-disk protocol.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -94,21 +95,24 @@ def _purge(tenant: Tenant, step: Step) -> PurgeStats:
     tenant.vectors.flush()  # drain the insert tail now, so the writer's pause stays short
     copy: EventLog | None = None
     keyword: KeywordIndex | None = None
+    building: _KeywordBuilder | None = None
     try:
         snapshot = _copy_log(tenant, step)
         if snapshot is None:
             tenant.call(lambda: _forget_marker_if_clean(tenant)).result()
             return PurgeStats(purged=0)
-        since, doomed = snapshot
+        since, doomed, building = snapshot
         vector_seq = _save_vectors(tenant, root / swap.STAGING, list(doomed.values()))
         step("vectors")
-        copy = EventLog.open(root / swap.STAGING / "events", embedding_dim=tenant.dim)
-        keyword = _rebuild_keyword(copy, root / swap.STAGING / "keyword")
+        keyword, building = building.finish(), None
         step("indexed")
+        copy = EventLog.open(root / swap.STAGING / "events", embedding_dim=tenant.dim)
         stage = (copy, keyword)
         final = tenant.call(lambda: _final(tenant, *stage, since, doomed, vector_seq, step))
         stats: PurgeStats = final.result()
     except BaseException:
+        if building is not None:
+            building.abandon()
         _abandon(copy, keyword, root)
         raise
     swap.discard_old(root)
@@ -127,21 +131,30 @@ def _make_room(log_: EventLog) -> None:
             log_.env.set_mapsize(max(int(info["map_size"]), used) * 2)
 
 
-def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int]] | None:
-    """Copy the log at a snapshot into the stage; the snapshot's last op and its tombstones
-    (id -> vector label), or None when nothing awaits a purge."""
+def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int], _KeywordBuilder] | None:
+    """Copy the log at a snapshot into the stage, feeding a new keyword index on the way; the
+    snapshot's last op, its tombstones (id -> vector label) and the index being built, or None
+    when nothing awaits a purge."""
     _make_room(tenant.log)
-    with tenant.log.reader() as r:
-        since = r.last_seq()
-        doomed = {e: t.seq for e in r.tombstone_ids() if (t := r.tombstone(e)) is not None}
-        if not doomed:
-            return None
-        staging = tenant.root / swap.STAGING
-        staging.mkdir()
-        step("stage")
-        rewrite(r, staging / "events", int(tenant.log.env.info()["map_size"]))
-    step("copied")
-    return since, doomed
+    keyword: _KeywordBuilder | None = None
+    try:
+        with tenant.log.reader() as r:
+            since = r.last_seq()
+            doomed = {e: t.seq for e in r.tombstone_ids() if (t := r.tombstone(e)) is not None}
+            if not doomed:
+                return None
+            staging = tenant.root / swap.STAGING
+            staging.mkdir()
+            step("stage")
+            keyword = _KeywordBuilder(staging / "keyword")
+            taps = {"events": keyword.add}
+            rewrite(r, staging / "events", int(tenant.log.env.info()["map_size"]), taps)
+        step("copied")
+    except BaseException:
+        if keyword is not None:
+            keyword.abandon()
+        raise
+    return since, doomed, keyword
 
 
 class _Indexed(msgspec.Struct):
@@ -157,24 +170,38 @@ class _Indexed(msgspec.Struct):
 _decode_indexed = msgspec.msgpack.Decoder(_Indexed).decode
 
 
-def _rebuild_keyword(copy: EventLog, path: Path) -> KeywordIndex:
-    """A keyword index holding the live events of the copy, and nothing else.
+class _KeywordBuilder:
+    """A new keyword index fed the live records of the copy while it is made.
 
-    Built by a writer of its own (more memory than the tenant's, and no delete per
-    document as KeywordIndex.add needs for replays), with the documents KeywordIndex.add makes.
+    It has a writer of its own (more memory than the tenant's, and no delete per document as
+    KeywordIndex.add needs for replays) and makes the documents KeywordIndex.add makes; Tantivy
+    indexes on its own thread while the copy goes on.
     """
-    KeywordIndex.open(path).close()  # an empty index with the keyword schema
-    writer = tantivy.Index.open(str(path)).writer(
-        heap_size=REBUILD_HEAP_BYTES, num_threads=REBUILD_THREADS
-    )
-    with copy.reader() as r:
-        for raw in r.txn.cursor(db=r.dbs["events"]).iternext(keys=False, values=True):
-            ev = _decode_indexed(raw)
-            if ev.text:
-                writer.add_document(_document(ev, ev.text))
-    writer.commit()
-    writer.wait_merging_threads()
-    return KeywordIndex.open(path)
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        KeywordIndex.open(path).close()  # an empty index with the keyword schema
+        self.writer = tantivy.Index.open(str(path)).writer(
+            heap_size=REBUILD_HEAP_BYTES, num_threads=REBUILD_THREADS
+        )
+
+    def add(self, raw: bytes) -> None:
+        """Index one stored record."""
+        ev = _decode_indexed(raw)
+        if ev.text:
+            self.writer.add_document(_document(ev, ev.text))
+
+    def finish(self) -> KeywordIndex:
+        """Commit and hand the index over as a KeywordIndex."""
+        self.writer.commit()
+        self.writer.wait_merging_threads()
+        return KeywordIndex.open(self.path)
+
+    def abandon(self) -> None:
+        """Release the writer (its lock) without committing; a failure here changes nothing."""
+        with contextlib.suppress(Exception):
+            self.writer.rollback()
+            self.writer.wait_merging_threads()
 
 
 def _document(ev: _Indexed, text: str) -> tantivy.Document:
@@ -287,7 +314,8 @@ def _save_vectors(tenant: Tenant, dest: Path, doomed_labels: list[int]) -> int:
         live = np.asarray(sorted(vectors.live), dtype=np.uint64)
     with open(dest / "vectors.hnsw.live.npy", "wb") as fh:
         np.save(fh, live)
-    swap.fsync_tree(dest)
+    for name in ("vectors.hnsw", "vectors.hnsw.live.npy"):
+        swap.fsync_file(dest / name)
     return covered
 
 

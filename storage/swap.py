@@ -39,15 +39,20 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def fsync_file(path: Path) -> None:
+    """Make a file's content durable."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
 def fsync_tree(path: Path) -> None:
     """fsync every file and directory under path, deepest first, then path itself."""
     for dirpath, _dirnames, filenames in os.walk(path, topdown=False):
         for name in filenames:
-            fd = os.open(os.path.join(dirpath, name), os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            fsync_file(Path(dirpath, name))
         fsync_dir(Path(dirpath))
 
 
