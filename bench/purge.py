@@ -10,7 +10,9 @@
   appending one event every 20 ms. Each request records when it started and how long it took.
 - Reported per size: the purge's seconds (median of the runs), the writer pause and the swap as
   the purge measured them, and the longest read and append that overlapped the purge, beside
-  their medians before it. After the last run, every file is scanned for the marker word.
+  their medians before it; then one more purge with no traffic, its wall and CPU seconds (the
+  CPU figure does not depend on what else runs on the machine). After the last run, every file
+  is scanned for the marker word.
 
 Targets (issue 6): at 100,000 events a purge finishes in under 10 s and blocks the tenant's
 requests for under 1 s.
@@ -146,8 +148,11 @@ def one_run(source: Path, work: Path, seed: int) -> dict[str, Any]:
         stats = tenant.purge()
         ended = time.perf_counter()
         time.sleep(0.2)
+    alone = purge_alone(tenant)
     tenant.close()
     return {
+        "purge_alone_s": alone[0],
+        "purge_alone_cpu_s": alone[1],
         "purge_s": round(ended - started, 3),
         "writes_paused_s": round(stats.writes_paused, 3),
         "swap_s": round(stats.reads_paused, 4),
@@ -155,6 +160,17 @@ def one_run(source: Path, work: Path, seed: int) -> dict[str, Any]:
         "read": waits(traffic.reads, started, ended),
         "append": waits(traffic.writes, started, ended),
     }
+
+
+def purge_alone(tenant: Tenant) -> tuple[float, float]:
+    """One more delete and purge with no other traffic: wall seconds and CPU seconds (every
+    thread of the process, Tantivy's included)."""
+    victim = NewEvent(kind="turn", ts=2, text=f"another {MARKER}", embedding=[0.25] * DIM)
+    [result] = tenant.submit_append([victim]).result()
+    tenant.submit_delete([result.event_id]).result()
+    wall, cpu = time.perf_counter(), time.process_time()
+    tenant.purge()
+    return round(time.perf_counter() - wall, 3), round(time.process_time() - cpu, 3)
 
 
 def marker_files(root: Path) -> list[str]:
@@ -174,6 +190,8 @@ def measure(n: int, runs: int) -> dict[str, Any]:
         "events": n,
         "runs": runs,
         "build_s": None if built is None else round(built, 1),
+        "purge_alone_s_median": statistics.median(r["purge_alone_s"] for r in results),
+        "purge_alone_cpu_s_median": statistics.median(r["purge_alone_cpu_s"] for r in results),
         "purge_s_median": statistics.median(r["purge_s"] for r in results),
         "writes_paused_s_median": statistics.median(r["writes_paused_s"] for r in results),
         "swap_s_max": max(r["swap_s"] for r in results),
