@@ -192,15 +192,28 @@ def _ids_by_kind(op: SeekByKind, row: Row, ctx: Context) -> Iterable[str]:
 
 
 def _ids_by_property(op: SeekByProperty, row: Row, ctx: Context) -> Iterable[str]:
-    # only a boolean, a number or a string can equal a filterable property
-    values = [v for v in _values(op, row, ctx) if _filterable(v)]
-    return _distinct_ids(ctx.reader.ids_by_property(op.key, v) for v in values)
+    values = [_seekable(v) for v in _values(op, row, ctx)]
+    return _distinct_ids(ctx.reader.ids_by_property(op.key, v) for v in values if v is not None)
 
 
-def _filterable(value: Any) -> bool:
-    if is_number(value):
-        return not math.isnan(value)
-    return isinstance(value, bool | str)
+def _seekable(value: Any) -> Any:
+    """value as the property index holds it, or None if no filterable property can equal it:
+    only a boolean, a number or a string can. The index keeps numbers as float64, so an
+    integer past 64 bits is looked up as its float (the filter after the seek decides)."""
+    if isinstance(value, bool | str):
+        return value
+    if not is_number(value):
+        return None
+    if isinstance(value, int) and not TS_MIN <= value <= TS_MAX:
+        try:
+            return float(value)
+        except OverflowError:
+            return None
+    return None if math.isnan(value) else value
+
+
+# what the (ts, id) index can hold: a signed 64-bit integer
+TS_MIN, TS_MAX = -(2**63), 2**63 - 1
 
 
 def _ids_by_ts(op: SeekByTs, row: Row, ctx: Context) -> Iterable[str]:
@@ -212,6 +225,10 @@ def _ids_by_ts(op: SeekByTs, row: Row, ctx: Context) -> Iterable[str]:
     hi = min(highs, default=None)  # type: ignore[type-var]
     if lo is not None and hi is not None and lo >= hi:
         return ()
+    if (lo is not None and lo > TS_MAX) or (hi is not None and hi <= TS_MIN):
+        return ()  # beyond every time an event can have
+    lo = None if lo is None or lo <= TS_MIN else lo
+    hi = None if hi is None or hi > TS_MAX else hi
     return ctx.reader.ids_by_ts(lo, hi)
 
 
@@ -252,7 +269,7 @@ def _expand(op: Expand, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
         if op.into and not isinstance(target, StoredEvent):
             continue
         for end_id, path in _paths(op, source.event_id, used, ctx):
-            value: Any = list(path) if op.variable_length else path[0]
+            value: Any = _path_value(op, path)
             if target is not None:
                 if end_id == target.event_id:
                     yield {**row, op.rel: value}
@@ -260,6 +277,13 @@ def _expand(op: Expand, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
             node = ctx.node(end_id)
             if node is not None:
                 yield {**row, op.target: node, op.rel: value}
+
+
+def _path_value(op: Expand, path: tuple[Relationship, ...]) -> Any:
+    """What the relationship variable holds: the link, or the path's links left to right."""
+    if not op.variable_length:
+        return path[0]
+    return list(reversed(path)) if op.reversed_path else list(path)
 
 
 def _links_in_use(row: Row, names: tuple[str, ...]) -> set[Relationship]:

@@ -87,6 +87,9 @@ class Expand(msgspec.Struct, frozen=True):
     variable_length: bool = False
     into: bool = False
     unique_against: tuple[str, ...] = ()  # links bound earlier in this MATCH: not reused
+    # the pattern is walked from its right end: a path variable still lists its links left to
+    # right, as openCypher binds them, so the executor reverses what it walked
+    reversed_path: bool = False
 
 
 class Filter(msgspec.Struct, frozen=True):

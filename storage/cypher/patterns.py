@@ -172,6 +172,7 @@ def _expand(edge: _Edge, bound: set[str], earlier: tuple[str, ...]) -> Expand:
         variable_length=rel.variable_length,
         into=target in bound,
         unique_against=earlier,
+        reversed_path=not forward,
     )
 
 

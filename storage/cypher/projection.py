@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any
@@ -114,8 +115,9 @@ def _page(step: ProjectStep, pairs: Iterator[Pair], compile: Compile) -> Iterato
     limit = _count(step.limit, "LIMIT", compile)
     if skip is None and limit is None:
         return pairs
-    start = skip or 0
-    return islice(pairs, start, None if limit is None else start + limit)
+    # islice takes no more than sys.maxsize; a larger SKIP or LIMIT means "all" just the same
+    start = min(skip or 0, sys.maxsize)
+    return islice(pairs, start, None if limit is None else min(start + limit, sys.maxsize))
 
 
 def _count(expr: ast.Expr | None, clause: str, compile: Compile) -> int | None:
