@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -20,6 +21,7 @@ from memspine.mcp.http import McpEndpoint
 from memspine.metrics import Metrics, metrics_route
 from memspine.purger import Purger
 from memspine.routes import admin, cypher, health, memory, whoami
+from storage.cypher import warm as warm_cypher
 
 log = logging.getLogger("memspine.app")
 
@@ -42,6 +44,8 @@ def create_app(settings: Settings, *, auth: Authenticator | None = None) -> Lite
         engine.on_purge = metrics.observe_purge
         purger = Purger(engine, settings.purge_interval_secs)
         purger.start()
+        # lark builds the Cypher parser in 0.2-0.8 s: beside startup, not in a first query
+        threading.Thread(target=warm_cypher, name="cypher-warm", daemon=True).start()
         try:
             yield
         finally:
