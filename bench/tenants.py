@@ -217,7 +217,7 @@ def churn(root: Path, tenants: int, cap: int, seconds: float, clients: int = 8) 
             )
             for i in range(tenants)
         ]
-        result = load(proc.port, requests, clients, warmup=min(3.0, seconds / 3), seconds=seconds)
+        result = load(proc, requests, clients, warmup=min(3.0, seconds / 3), seconds=seconds)
         with httpx.Client(base_url=f"http://127.0.0.1:{proc.port}") as c:
             text = c.get("/metrics").text
     finally:
