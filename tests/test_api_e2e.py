@@ -6,7 +6,6 @@ import json
 import uuid
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -398,22 +397,3 @@ def test_delete_of_an_unknown_id_is_404_and_changes_nothing(client: httpx.Client
     r = client.delete(f"/v1/memory/event/{uuid.uuid4()}")
     assert (r.status_code, r.json()) == (404, NOT_FOUND)
     assert len(listing(client)) == 8
-
-
-def test_read_your_writes_across_restart(tmp_path: Path) -> None:
-    server = ServerProcess(tmp_path / "data").start()
-    try:
-        with server.client("restart-tenant") as c:
-            ids = _project(c)
-        server.stop()
-        server.start()
-        with server.client("restart-tenant") as c:
-            assert {e["event_id"] for e in listing(c)} == set(ids.values())
-            assert c.get(f"/v1/memory/event/{ids['pref']}").json()["embedding"] == [
-                0.0,
-                0.0,
-                1.0,
-                0.1,
-            ]
-    finally:
-        server.stop()

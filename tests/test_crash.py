@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 
 WRITERS = 8
-MIN_ACKED = 150  # kill only once enough appends were acknowledged to make the check meaningful
+MIN_ACKED = 100  # kill only once enough appends were acknowledged to make the check meaningful
 
 
 class Writer(threading.Thread):
