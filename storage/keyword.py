@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import re
 import shutil
+import threading
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -12,6 +14,8 @@ import tantivy
 
 from storage import encoding as enc
 from storage.model import FilterValue
+
+log = logging.getLogger("memspine.keyword")
 
 # Words are runs of letters and digits; everything else separates them, so no query syntax
 # can reach Tantivy's parser (lowercasing also disarms its AND/OR/NOT operators).
@@ -72,19 +76,34 @@ def query_terms(text: str) -> list[str]:
 
 
 class KeywordIndex:
-    """BM25 search over one tenant's event text, restricted by kind and property tags."""
+    """BM25 search over one tenant's event text, restricted by kind and property tags.
 
-    def __init__(self, path: Path, index: tantivy.Index) -> None:
+    A durable Tantivy commit costs several fsyncs (10-100 ms), too slow to sit in every group
+    commit. So the writer only `publish`es documents, a background thread folds them into the
+    index with one durable commit per round, and a search first waits until every document
+    published before it began is committed: appends never wait for Tantivy, and a recall sees
+    every acknowledged event, ranked exactly as if it had been committed with its append.
+    """
+
+    def __init__(self, path: Path, index: tantivy.Index, committed_seq: int = 0) -> None:
         self.path = path
         self.index = index
         self.schema = index.schema
-        self.writer = index.writer(heap_size=WRITER_HEAP_BYTES, num_threads=1)
+        self._writer: tantivy.IndexWriter | None = None  # made on first write: reopens stay light
+        self.writer_lock = threading.Lock()  # Tantivy writers refuse concurrent use
+        self.committed_seq = committed_seq  # the log op the committed index covers
+        self._published_seq = committed_seq
+        self._queue: list[tuple[KeywordDoc | None, str]] = []  # (doc to add | None to delete, id)
+        self._cond = threading.Condition()
+        self._stopping = False
+        self._failed = False
+        self._thread: threading.Thread | None = None
 
     @classmethod
-    def open(cls, path: Path) -> KeywordIndex:
+    def open(cls, path: Path, committed_seq: int = 0) -> KeywordIndex:
         """Open the index at path, creating an empty one if there is none."""
         path.mkdir(parents=True, exist_ok=True)
-        return cls(path, tantivy.Index(_schema(), path=str(path), reuse=True))
+        return cls(path, tantivy.Index(_schema(), path=str(path), reuse=True), committed_seq)
 
     @classmethod
     def create_empty(cls, path: Path) -> KeywordIndex:
@@ -92,27 +111,98 @@ class KeywordIndex:
         shutil.rmtree(path, ignore_errors=True)
         return cls.open(path)
 
+    @property
+    def writer(self) -> tantivy.IndexWriter:
+        """The index's writer, created on first use (callers hold writer_lock)."""
+        if self._writer is None:
+            self._writer = self.index.writer(heap_size=WRITER_HEAP_BYTES, num_threads=1)
+        return self._writer
+
+    # -- direct path (replays into a fresh index, rebuilds) ---------------------
+
     def add(self, docs: Iterable[KeywordDoc]) -> None:
-        """Stage documents; replaces any earlier document with the same id so replays are idempotent."""
-        for d in docs:
-            self.writer.delete_documents_by_term("id", d.event_id)
-            doc = tantivy.Document()
-            doc.add_text("id", d.event_id)
-            doc.add_text("text", d.text)
-            doc.add_text("kind", d.kind)
-            for name, value in d.filterable.items():
-                doc.add_text("tag", property_tag(name, value))
-            self.writer.add_document(doc)
+        """Stage documents; replaces any earlier one with the same id (replays are idempotent)."""
+        with self.writer_lock:
+            for d in docs:
+                self.writer.delete_documents_by_term("id", d.event_id)
+                self.writer.add_document(_document(d))
 
     def delete(self, event_ids: Iterable[str]) -> None:
         """Stage deletions by id."""
-        for e in event_ids:
-            self.writer.delete_documents_by_term("id", e)
+        with self.writer_lock:
+            for e in event_ids:
+                self.writer.delete_documents_by_term("id", e)
 
     def commit(self) -> None:
-        """Make staged changes durable and visible to the next search."""
-        self.writer.commit()
+        """Fold anything published, then make staged changes durable and visible."""
+        self.flush()
+        with self.writer_lock:
+            self.writer.commit()
         self.index.reload()
+
+    # -- the writer's path ----------------------------------------------------
+
+    def publish(self, docs: list[KeywordDoc], deletes: list[str], seq: int) -> None:
+        """Hand the changes of log ops up to seq to the background fold."""
+        with self._cond:
+            self._queue.extend((d, d.event_id) for d in docs)
+            self._queue.extend((None, e) for e in deletes)
+            self._published_seq = seq
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._fold, name="keyword", daemon=True)
+                self._thread.start()
+            self._cond.notify_all()
+
+    def _fold(self) -> None:
+        """Background: commit what was published, one durable commit per round."""
+        while True:
+            with self._cond:
+                while self._published_seq == self.committed_seq and not self._stopping:
+                    self._cond.wait()
+                if self._published_seq == self.committed_seq:
+                    return
+                ops, self._queue = self._queue, []
+                seq = self._published_seq
+            try:
+                if ops:
+                    self._commit_ops(ops)
+            except Exception:  # searches and close() fall back to folding on their own thread
+                log.exception("keyword commit failed in the background")
+                with self._cond:
+                    self._queue = ops + self._queue
+                    self._failed = True
+                    self._cond.notify_all()
+                return
+            with self._cond:
+                self.committed_seq = seq
+                self._cond.notify_all()
+
+    def _commit_ops(self, ops: list[tuple[KeywordDoc | None, str]]) -> None:
+        """Apply queued adds and deletes in order, commit durably, reload the searcher."""
+        with self.writer_lock:
+            for doc, event_id in ops:
+                self.writer.delete_documents_by_term("id", event_id)
+                if doc is not None:
+                    self.writer.add_document(_document(doc))
+            self.writer.commit()
+        self.index.reload()
+
+    def flush(self, upto: int | None = None) -> None:
+        """Wait until the committed index covers op upto (default: everything published)."""
+        with self._cond:
+            target = self._published_seq if upto is None else upto
+            while self.committed_seq < target and not self._failed:
+                self._cond.wait(timeout=1.0)
+            if self.committed_seq >= target:
+                return
+            ops, self._queue = self._queue, []  # the fold thread died: commit here instead
+            seq = self._published_seq
+        if ops:
+            self._commit_ops(ops)
+        with self._cond:
+            self.committed_seq = seq
+
+    # -- reads ------------------------------------------------------------------
 
     def search(
         self,
@@ -126,24 +216,56 @@ class KeywordIndex:
         words = query_terms(text)
         if not words or limit <= 0:
             return []
-        text_query, _errors = self.index.parse_query_lenient(" ".join(words), ["text"])
-        clauses = [(tantivy.Occur.Must, text_query)]
-        if kind is not None:
-            clauses.append(
-                (tantivy.Occur.Must, tantivy.Query.term_query(self.schema, "kind", kind))
-            )
-        for name, value in (filters or {}).items():
-            tag = tantivy.Query.term_query(self.schema, "tag", property_tag(name, value))
-            clauses.append((tantivy.Occur.Must, tag))
-        query = tantivy.Query.boolean_query(clauses)
-        searcher = self.index.searcher()
-        hits = searcher.search(query, limit).hits
-        return [(searcher.doc(addr)["id"][0], float(score)) for score, addr in hits]
+        self.flush()  # read-your-writes: every document acknowledged before now is searchable
+        return _search(self.index, words, limit, kind, filters)
 
     def doc_count(self) -> int:
         """Number of live documents."""
+        self.flush()
         return int(self.index.searcher().num_docs)
 
     def close(self) -> None:
-        """Release the writer (and its lock on the directory)."""
-        self.writer.wait_merging_threads()
+        """Commit what is pending, stop the background thread and wait for merges."""
+        self.flush()
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+            thread = self._thread
+        if thread is not None:
+            thread.join()
+        with self.writer_lock:
+            if self._writer is not None:
+                self._writer.wait_merging_threads()
+                self._writer = None
+
+
+def _document(d: KeywordDoc) -> tantivy.Document:
+    """The Tantivy document of an event: id, text, kind and one tag per filterable property."""
+    doc = tantivy.Document()
+    doc.add_text("id", d.event_id)
+    doc.add_text("text", d.text)
+    doc.add_text("kind", d.kind)
+    for name, value in d.filterable.items():
+        doc.add_text("tag", property_tag(name, value))
+    return doc
+
+
+def _search(
+    index: tantivy.Index,
+    words: list[str],
+    limit: int,
+    kind: str | None,
+    filters: dict[str, FilterValue] | None,
+) -> list[tuple[str, float]]:
+    """One index's BM25 hits for the words, with kind and tags as required clauses."""
+    schema = index.schema
+    text_query, _errors = index.parse_query_lenient(" ".join(words), ["text"])
+    clauses = [(tantivy.Occur.Must, text_query)]
+    if kind is not None:
+        clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(schema, "kind", kind)))
+    for name, value in (filters or {}).items():
+        tag = tantivy.Query.term_query(schema, "tag", property_tag(name, value))
+        clauses.append((tantivy.Occur.Must, tag))
+    searcher = index.searcher()
+    hits = searcher.search(tantivy.Query.boolean_query(clauses), limit).hits
+    return [(searcher.doc(addr)["id"][0], float(score)) for score, addr in hits]

@@ -345,7 +345,9 @@ def _swap_in(tenant: Tenant, step: Step) -> float:
                 fresh = EventLog.open(log_.path, embedding_dim=tenant.dim)
                 fresh.env.set_mapsize(map_size)  # keep the headroom the old map had
                 log_.env, log_.dbs = fresh.env, fresh.dbs
-                tenant.keyword = KeywordIndex.open(tenant.root / "keyword")
+                tenant.keyword = KeywordIndex.open(
+                    tenant.root / "keyword", committed_seq=tenant.keyword_seq
+                )
     return time.perf_counter() - started
 
 

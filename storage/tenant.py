@@ -74,7 +74,8 @@ class Tenant:
         """The keyword index and the seq it has applied; a damaged index is rebuilt from the log."""
         path = self.root / "keyword"
         try:
-            return KeywordIndex.open(path), self.log.meta_int("keyword_seq") or 0
+            seq = self.log.meta_int("keyword_seq") or 0
+            return KeywordIndex.open(path, committed_seq=seq), seq
         except (ValueError, OSError) as exc:
             log.warning("tenant keyword index unreadable (%s); rebuilding from the log", type(exc).__name__)
             return KeywordIndex.create_empty(path), 0
@@ -119,10 +120,10 @@ class Tenant:
                     vectors.append(ev.embedding)
         if last == start:
             return
-        if docs or kw_deletes:
-            self.keyword.add(docs)
-            self.keyword.delete(kw_deletes)
-            self.keyword.commit()
+        # Neither index makes the acknowledgement wait: the keyword index commits in the
+        # background (a search waits for what was published before it), and vectors are
+        # searched exactly from memory until the background insert places them in the graph.
+        self.keyword.publish(docs, kw_deletes, last)
         # Vectors go to the index's exact tail now and into the graph in the background.
         self.vectors.add(labels, vectors)
         self.vectors.delete(vec_deletes)
@@ -168,7 +169,7 @@ class Tenant:
 
     def _commit_writes(self, jobs: list[Job]) -> None:
         """One durable LMDB transaction for every job, then the index projections, then the answers."""
-        kw_seq = self.keyword_seq
+        kw_seq = self.keyword.committed_seq  # what the durable keyword index covers
 
         def apply(txn: Any) -> list[Any]:
             results: list[Any] = []
@@ -200,8 +201,9 @@ class Tenant:
         self.keyword.close()
         self.save_vectors()
         self.vectors.close()
-        if self.log.meta_int("keyword_seq") != self.keyword_seq:  # a read-only visit writes nothing
-            self.log.set_meta_int("keyword_seq", self.keyword_seq)
+        committed = self.keyword.committed_seq
+        if self.log.meta_int("keyword_seq") != committed:  # a read-only visit writes nothing
+            self.log.set_meta_int("keyword_seq", committed)
         self.log.close()
 
     def erase(self) -> None:
