@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import errno
 import logging
+import os
 import shutil
 import threading
 from collections.abc import Callable
@@ -53,9 +55,17 @@ class Tenant:
         self.root = root
         recover(root)  # finish or discard a purge a crash interrupted, before any store opens
         self.log = EventLog.open(root / "events", embedding_dim=embedding_dim)
-        self.dim = self.log.meta_int("dim") or embedding_dim
-        self.keyword, self.keyword_seq = self._open_keyword()
-        self.vectors, self.vector_seq = self._open_vectors()
+        try:
+            self.dim = self.log.meta_int("dim") or embedding_dim
+            self.keyword, self.keyword_seq = self._open_keyword()
+            try:
+                self.vectors, self.vector_seq = self._open_vectors()
+            except BaseException:
+                self.keyword.close()
+                raise
+        except BaseException:
+            self.log.close()  # a failed open leaks no file or thread
+            raise
         self.vector_saved_seq = self.vector_seq
         self.catch_up()
         self.in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
@@ -77,6 +87,7 @@ class Tenant:
             seq = self.log.meta_int("keyword_seq") or 0
             return KeywordIndex.open(path, committed_seq=seq), seq
         except (ValueError, OSError) as exc:
+            _raise_if_out_of_fds(exc)
             log.warning("tenant keyword index unreadable (%s); rebuilding from the log", type(exc).__name__)
             return KeywordIndex.create_empty(path), 0
 
@@ -86,6 +97,7 @@ class Tenant:
         try:
             index = VectorIndex.open(path, self.dim)
         except (ValueError, OSError) as exc:
+            _raise_if_out_of_fds(exc)
             log.warning("tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__)
             return VectorIndex.create_empty(path, self.dim), 0
         seq = self.log.meta_int("vector_seq") or 0
@@ -211,3 +223,12 @@ class Tenant:
         self.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
+
+def _raise_if_out_of_fds(exc: BaseException) -> None:
+    """Re-raise an open failure caused by the process running out of file descriptors:
+    that is pressure, not damage, and must never cost a rebuild (let alone deleted files)."""
+    try:
+        os.close(os.open(os.devnull, os.O_RDONLY))
+    except OSError as probe:
+        if probe.errno in (errno.EMFILE, errno.ENFILE):
+            raise probe from exc

@@ -23,6 +23,9 @@ class Job:
     def __init__(self, payload: Any) -> None:
         self.payload = payload
         self.future: Future[Any] = Future()
+        # Running from the start: a caller that gives up cannot cancel a job its batch will
+        # commit, and set_result never meets a cancelled future (which would fail the batch).
+        self.future.set_running_or_notify_cancel()
 
 
 class GroupWriter:
