@@ -1,18 +1,19 @@
 """Purge: rewrite a tenant's files so the bytes of its deleted events leave the disk.
 
 Phase 1 runs beside the tenant's traffic: a logical copy of the log at a snapshot into
-`purge.new/`, the vector index saved beside it (deleted vectors were overwritten in memory when
-deleted), and a keyword index rebuilt from the copy. Phase 2 runs on the tenant's writer thread,
-so no write interleaves: it brings the copy and the new keyword index up to the live log,
-commits by one rename and swaps the files in. Reads wait only for that swap (the log lock held
-exclusive while the environment is reopened); vector searches also wait for the vector save.
-See docs/erasure.md and storage/swap.py for the on-disk protocol.
+`purge.new/`, a keyword index rebuilt from the records on the way, and a copy of the saved
+vector file with the purged vectors erased in it (in memory, a delete already replaced its
+vector with noise). Phase 2 runs on the tenant's writer thread, so no write interleaves: it
+brings the copy and the new keyword index up to the live log, commits by one rename and swaps
+the files in. Reads wait only for that swap (the log lock held exclusive while the environment
+is reopened). See docs/erasure.md and storage/swap.py for the on-disk protocol.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
+import shutil
 import threading
 import time
 import weakref
@@ -31,6 +32,7 @@ from storage.log import EventLog
 from storage.model import FilterValue
 from storage.reader import LogReader
 from storage.swap import Step, no_step
+from storage.vecfile import VectorFileError, erase_labels
 from storage.vectors import VectorIndex
 
 if TYPE_CHECKING:
@@ -92,7 +94,6 @@ def _purge(tenant: Tenant, step: Step) -> PurgeStats:
     started = time.perf_counter()
     root = tenant.root
     swap.remove(root / swap.STAGING)  # a stage left by a purge that failed in this process
-    tenant.vectors.flush()  # drain the insert tail now, so the writer's pause stays short
     copy: EventLog | None = None
     keyword: KeywordIndex | None = None
     building: _KeywordBuilder | None = None
@@ -102,13 +103,13 @@ def _purge(tenant: Tenant, step: Step) -> PurgeStats:
             tenant.call(lambda: _forget_marker_if_clean(tenant)).result()
             return PurgeStats(purged=0)
         since, doomed, building = snapshot
-        vector_seq = _save_vectors(tenant, root / swap.STAGING, list(doomed.values()))
+        vectors = _stage_vectors(tenant, root / swap.STAGING, set(doomed.values()))
         step("vectors")
         keyword, building = building.finish(), None
         step("indexed")
         copy = EventLog.open(root / swap.STAGING / "events", embedding_dim=tenant.dim)
         stage = (copy, keyword)
-        final = tenant.call(lambda: _final(tenant, *stage, since, doomed, vector_seq, step))
+        final = tenant.call(lambda: _final(tenant, *stage, since, doomed, vectors, step))
         stats: PurgeStats = final.result()
     except BaseException:
         if building is not None:
@@ -221,13 +222,16 @@ def _final(
     keyword: KeywordIndex,
     since: int,
     doomed: dict[str, int],
-    vector_seq: int,
+    vectors: _VectorStage,
     step: Step,
 ) -> PurgeStats:
     """On the writer thread: catch the copy up, commit and swap."""
     paused = time.perf_counter()
     staging = tenant.root / swap.STAGING
-    purged, pending = _catch_up_copy(tenant, copy, keyword, since, doomed, vector_seq)
+    if vectors.covered is None and _signature(tenant.vectors.path) != vectors.signature:
+        # Saved since it was copied: the log's watermark now describes the new file; stage that.
+        vectors = _stage_vectors(tenant, staging, set(doomed.values()))
+    purged, pending = _catch_up_copy(tenant, copy, keyword, since, doomed, vectors.covered)
     step("synced")
     copy.close()
     swap.fsync_tree(staging)
@@ -235,7 +239,8 @@ def _final(
     swap.commit(tenant.root)
     step("committed")
     reads_paused = _swap_in(tenant, step)
-    tenant.vector_saved_seq = vector_seq  # what the file just swapped in covers
+    if vectors.covered is not None:
+        tenant.vector_saved_seq = vectors.covered  # what the file just swapped in covers
     if not pending:
         swap.clear_pending(tenant.root)
     return PurgeStats(
@@ -252,7 +257,7 @@ def _catch_up_copy(
     keyword: KeywordIndex,
     since: int,
     doomed: dict[str, int],
-    vector_seq: int,
+    vector_seq: int | None,
 ) -> tuple[list[str], int]:
     """Bring the copy and its keyword index up to the live log, and drop the purged tombstones.
 
@@ -269,7 +274,8 @@ def _catch_up_copy(
     def seal(txn: lmdb.Transaction) -> int:
         copy.clear_tombstones(txn, purged)
         copy.put_meta_int(txn, "keyword_seq", upto)
-        copy.put_meta_int(txn, "vector_seq", vector_seq)
+        if vector_seq is not None:  # else the synced meta already describes the staged file
+            copy.put_meta_int(txn, "vector_seq", vector_seq)
         return len(LogReader(txn, copy.dbs).tombstone_ids())
 
     pending = copy.write(seal)
@@ -293,23 +299,66 @@ def _catch_up_keyword(keyword: KeywordIndex, live: LogReader, since: int) -> Non
     keyword.delete(gone)
 
 
-def _save_vectors(tenant: Tenant, dest: Path, doomed_labels: list[int]) -> int:
-    """Save the in-memory vector index into dest, beside the traffic; returns the op seq the
-    file covers (replay on open redoes what came after, which is harmless twice).
+class _VectorStage(msgspec.Struct, frozen=True):
+    """How the vector file was staged: which saved file was copied, or what a new save covers."""
 
-    Deletes overwrite their vectors with noise in memory before marking them, so the file holds
-    no purged vector. Inserts wait while the index is written (and so do vector searches: hnswlib
-    holds the GIL while it writes).
+    signature: tuple[int, int, int] | None  # inode, mtime, size of the file copied
+    covered: int | None = None  # set when the in-memory index was saved anew instead
+
+
+def _signature(path: Path) -> tuple[int, int, int] | None:
+    """What tells one saved file from the next; None if there is none."""
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
+def _stage_vectors(tenant: Tenant, dest: Path, doomed_labels: set[int]) -> _VectorStage:
+    """Put in dest the tenant's saved vector file with the doomed vectors erased.
+
+    In memory a delete already replaced its vector with noise; the saved file is copied (no
+    GIL held) and the doomed records in the copy are overwritten and marked. A file this code
+    cannot read is replaced by a fresh save of the in-memory index.
     """
+    vectors = tenant.vectors
+    with vectors.lock.exclusive():
+        # A doomed vector may have entered the graph after its delete was applied, or its delete
+        # may not be applied yet (the snapshot can be ahead of the index): hide it now.
+        for label in doomed_labels & vectors.live:
+            _overwrite(vectors, label)
+    source = vectors.path
+    signature = _signature(source)
+    if signature is None:
+        return _VectorStage(signature=None)  # never saved: no vector of this tenant is on disk
+    target, sidecar = dest / source.name, source.with_name(source.name + ".live.npy")
+    try:
+        shutil.copyfile(source, target)
+        erase_labels(target, doomed_labels, vectors.dim)
+    except VectorFileError as exc:
+        log.warning("tenant %s: %s; saving the vector index anew", tenant.tenant_id, exc)
+        target.unlink(missing_ok=True)
+        return _VectorStage(signature=None, covered=_save_vectors(tenant, dest, doomed_labels))
+    if sidecar.exists():
+        live = np.load(sidecar)
+        keep = live[~np.isin(live, np.fromiter(doomed_labels, dtype=np.uint64))]
+        with open(dest / sidecar.name, "wb") as fh:
+            np.save(fh, keep)
+        swap.fsync_file(dest / sidecar.name)
+    swap.fsync_file(target)
+    return _VectorStage(signature=signature)
+
+
+def _save_vectors(tenant: Tenant, dest: Path, doomed_labels: set[int]) -> int:
+    """Save the in-memory vector index into dest; returns the op seq the file covers (replay on
+    open redoes what came after, which is harmless twice)."""
     vectors = tenant.vectors
     covered = tenant.vector_seq  # every op up to here is applied, its vectors in graph or tail
     vectors.flush()  # ... and now every such vector is in the graph
     with vectors.lock.exclusive():
-        # A doomed event's vector may have entered the graph after its delete was applied, or
-        # its delete may not be applied yet (the snapshot can be ahead of the index): hide it.
-        for label in doomed_labels:
-            if label in vectors.live:
-                _overwrite(vectors, label)
+        for label in doomed_labels & vectors.live:
+            _overwrite(vectors, label)
         vectors.index.save_index(str(dest / "vectors.hnsw"))
         live = np.asarray(sorted(vectors.live), dtype=np.uint64)
     with open(dest / "vectors.hnsw.live.npy", "wb") as fh:

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import hnswlib
 import lmdb
 import msgspec
 import numpy as np
@@ -33,6 +34,7 @@ from storage.log import EventLog
 from storage.model import NewEvent, StoredEvent
 from storage.purge import PurgeStats, purge_tenant
 from storage.tenant import Tenant
+from storage.vecfile import VectorFileError, erase_labels
 
 DIM = 16
 VOCAB = ["parcel", "order", "carrier", "refund", "street", "delivery", "agent", "customer"]
@@ -264,6 +266,55 @@ def test_the_rebuilt_keyword_index_answers_like_the_one_it_replaces(
     t.close()
 
 
+def test_erasing_labels_in_a_saved_vector_file_is_what_hnswlib_reads(tmp_path: Path) -> None:
+    gen = np.random.default_rng(5)
+    data = gen.standard_normal((300, DIM)).astype(np.float32)
+    index = hnswlib.Index(space="cosine", dim=DIM)
+    index.init_index(max_elements=400, M=16, ef_construction=50)
+    index.add_items(data, np.arange(1000, 1300))
+    index.mark_deleted(1001)
+    path = tmp_path / "v.hnsw"
+    index.save_index(str(path))
+    doomed = {1000, 1001, 1150, 1299, 99999}  # one already deleted, one never there
+    before = path.read_bytes()
+    stored = {lb: np.asarray(index.get_items([lb]), dtype="<f4").tobytes() for lb in (1000, 1150, 1299)}
+    assert all(v in before for v in stored.values())
+
+    assert erase_labels(path, doomed, DIM) == 4
+    after = path.read_bytes()
+    assert len(after) == len(before) and not any(v in after for v in stored.values())
+    loaded = hnswlib.Index(space="cosine", dim=DIM)
+    loaded.load_index(str(path))
+    for label in (1000, 1001, 1150, 1299):
+        with pytest.raises(RuntimeError):
+            loaded.get_items([label])  # marked deleted
+    kept = [lb for lb in range(1000, 1300) if lb not in doomed]
+    assert np.allclose(loaded.get_items(kept), index.get_items(kept))
+    labels, _d = loaded.knn_query(data[150], k=5)
+    assert 1150 not in labels[0]
+    with pytest.raises(VectorFileError):
+        erase_labels(path, {1002}, DIM * 4)  # the records cannot hold that many floats
+
+
+def test_a_vector_file_it_cannot_read_is_saved_anew(tmp_path: Path, rng: random.Random) -> None:
+    root = tmp_path / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(60)])
+    t.save_vectors()
+    victim = ids[5]
+    hidden = stored_vector(t, victim)
+    (root / "vectors.hnsw").write_bytes(b"not an index" + hidden)  # damaged after the open
+    gone = last_tokens(t, [victim])
+    t.submit_delete([victim]).result()
+    assert t.purge().purged == 1
+    assert scan(root, {"vector": hidden}) == {}
+    check_tenant(t, ids[6:], gone)
+    t.close()
+    reopened = Tenant.open("t1", root, embedding_dim=DIM)  # the fresh save opens cleanly
+    check_tenant(reopened, ids[6:], gone)
+    reopened.close()
+
+
 # -- writes during a purge ---------------------------------------------------------------------
 
 
@@ -465,6 +516,7 @@ def test_a_purge_failing_after_its_commit_still_swaps(
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(80)])
+    t.save_vectors()  # so there is a vector file to swap
     gone = last_tokens(t, ids[:4])
     t.submit_delete(list(gone)).result()
 
