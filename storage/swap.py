@@ -22,6 +22,8 @@ PENDING = "purge.pending"  # marker: this tenant may hold deleted events not yet
 
 # Every store of a tenant, relative to its directory (DESIGN.md, "One tenant on disk").
 COMPONENTS = ("events", "keyword", "vectors.hnsw", "vectors.hnsw.live.npy")
+# Temp files of a vector save a crash interrupted: old vectors, possibly of purged events.
+STALE = ("vectors.hnsw.tmp", "vectors.hnsw.live.npy.tmp")
 
 Step = Callable[[str], None]
 
@@ -107,7 +109,8 @@ def recover(root: Path) -> None:
     if (root / READY).is_dir():
         roll_forward(root)
     dropped = remove(root / STAGING)
-    dropped = remove(root / OLD) or dropped
+    for name in (OLD, *STALE):
+        dropped = remove(root / name) or dropped
     if dropped:
         fsync_dir(root)
 

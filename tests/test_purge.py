@@ -577,6 +577,7 @@ def test_recover_discards_an_uncommitted_stage(tmp_path: Path) -> None:
     (root / swap.STAGING / "events" / "data.mdb").write_bytes(b"new")
     (root / "events").mkdir()
     (root / "events" / "data.mdb").write_bytes(b"old")
+    (root / "vectors.hnsw.tmp").write_bytes(b"a save a crash interrupted")
     swap.recover(root)
     assert (root / "events" / "data.mdb").read_bytes() == b"old"
     assert sorted(p.name for p in root.iterdir()) == ["events"]
