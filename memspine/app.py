@@ -34,6 +34,7 @@ def create_app(settings: Settings, *, auth: Authenticator | None = None) -> Lite
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = Engine(settings)
     auth = auth or Authenticator(settings.data_dir, settings.admin_key)
+    engine.manager.admit = auth.admit_tenant
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
     mcp = McpEndpoint(engine, auth, settings)

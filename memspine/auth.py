@@ -92,6 +92,12 @@ class Authenticator:
                 self._control = control
         return self._control
 
+    def admit_tenant(self, tenant_id: str) -> None:
+        """With issued keys, only a tenant the control database knows may be opened (401 otherwise)."""
+        control = self.control()
+        if control is not None and control.get_tenant(tenant_id) is None:
+            raise _unauthorized()
+
     def probe(self, token: str | None) -> Principal | None:
         """The principal if it can be told without blocking, None if the key must be verified.
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import lmdb
 
-from storage.errors import Unavailable
+from storage.errors import MemspineError, Unavailable
 from storage.tenant import Tenant
 
 log = logging.getLogger("memspine.manager")
@@ -152,6 +152,9 @@ class TenantManager:
         self._stop = threading.Event()
         self._idle_closer: threading.Thread | None = None
         self.on_open: Callable[[Tenant, float], None] | None = None  # (tenant, seconds to open)
+        # Asked right before a tenant's files are opened; raises to refuse (a tenant erased
+        # while a request that authenticated earlier waited must not come back as empty files).
+        self.admit: Callable[[str], None] | None = None
         self.opens = self.evictions = self.idle_closes = self.rejections = 0
 
     def path_of(self, tenant_id: str) -> Path:
@@ -206,6 +209,8 @@ class TenantManager:
         try:
             if gate is not None:
                 gate.result()
+            if self.admit is not None:
+                self.admit(slot.tenant_id)
             started = time.perf_counter()
             tenant = Tenant.open(
                 slot.tenant_id, self.path_of(slot.tenant_id), embedding_dim=self.embedding_dim
@@ -218,6 +223,8 @@ class TenantManager:
             if _out_of_fds(exc):
                 log.error("opening a tenant failed: out of file descriptors")
                 exc = _unavailable(OUT_OF_FDS)
+            elif isinstance(exc, MemspineError):
+                pass  # refused by admit: an answer for the client, not a failure
             else:
                 log.exception("opening a tenant failed")
             slot.ready.set_exception(exc)
