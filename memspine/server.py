@@ -31,7 +31,11 @@ def main() -> int:
         "open tenants capped",
         extra={"max_open_tenants": settings.max_open_tenants, "source": source},
     )
-    app = create_app(settings)
+    try:
+        app = create_app(settings)
+    except OSError as exc:  # e.g. a data directory that cannot be created: one clear line
+        print(f"memspine-server: cannot use MEMSPINE_DATA_DIR: {exc.strerror}", file=sys.stderr)
+        return 2
     uvicorn.run(
         app,
         host=settings.host,

@@ -163,3 +163,13 @@ def test_every_variable_of_the_contract_is_a_setting() -> None:
         pytest.skip("the shared contract is not present here")
     table = set(re.findall(r"^\| `(MEMSPINE_[A-Z_]+)` \|", api.read_text(), re.MULTILINE))
     assert table and table <= set(PARSERS)
+
+
+def test_a_data_directory_that_cannot_be_created_stops_the_server_in_one_line(
+    tmp_path: Path,
+) -> None:
+    proc = _server({"MEMSPINE_DATA_DIR": "/proc/memspine-cannot-exist/data"}, tmp_path)
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.startswith("memspine-server: ")
+    assert "Traceback" not in proc.stderr
