@@ -3,13 +3,16 @@ substitution and the bounded SOURCE_FROM walk."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from itertools import islice
 
 import msgspec
+import numpy as np
 
 from storage import encoding as enc
 from storage.current import Moment
 from storage.errors import EmbeddingMismatch, InvalidRequest
+from storage.flat import top, unit
 from storage.keyword import KeywordIndex
 from storage.model import SOURCE_FROM, FilterValue, StoredEvent
 from storage.reader import LogReader
@@ -23,6 +26,10 @@ MAX_HOPS = 3
 # recall@10 0.613 and arms k deep 0.653, and depth k was best at k = 1, 3, 5 and 20 too
 # (bench/RESULTS.md). Arms go deeper only when substitution leaves fewer than k hits.
 MAX_ARM_DEPTH = 1000
+# The vector arm over-fetches up to this many times its depth before it filters inside the graph,
+# and ranks exactly when a kind, filter or as_of admits at most FEW events.
+OVERFETCH = 32
+FEW = 256
 
 
 class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -119,22 +126,76 @@ def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEven
     limit = depth * 2
     while True:
         found = kw.search(adm.q.text, limit=limit, kind=adm.q.kind, filters=adm.q.filters)
-        ranked = [ev for ev in (adm.r.get(e) for e, _s in found) if adm.admit(ev)]
+        ranked = _first_admitted((adm.r.get(e) for e, _s in found), adm, depth)
         if len(ranked) >= depth or len(found) < limit:
-            return [ev for ev in ranked[:depth] if ev is not None]
+            return ranked
         limit *= 4
 
 
-def vector_arm(vec: VectorIndex, adm: Admission, depth: int) -> list[StoredEvent]:
-    """Cosine ranking with the chokepoint applied inside the graph search (hnswlib filter)."""
-    assert adm.q.embedding is not None
-    allowed: Callable[[int], bool] = lambda label: adm.event_for_label(label) is not None  # noqa: E731
+def _first_admitted(
+    events: Iterable[StoredEvent | None], adm: Admission, depth: int
+) -> list[StoredEvent]:
+    """The first depth events the chokepoint admits, reading no further than needed."""
     out: list[StoredEvent] = []
-    for label, _sim in vec.search(adm.q.embedding, depth, allowed):
-        ev = adm.event_for_label(label)
-        if ev is not None:
+    for ev in events:
+        if ev is not None and adm.admit(ev):
             out.append(ev)
+            if len(out) == depth:
+                break
     return out
+
+
+def vector_arm(vec: VectorIndex, adm: Admission, depth: int) -> list[StoredEvent]:
+    """Cosine ranking restricted by the chokepoint before the cut.
+
+    A restriction that admits few events is answered exactly from the log's own indexes. Else
+    the graph is searched unfiltered for a few times depth and the chokepoint checks what comes
+    back, best first: hnswlib's filter would call into Python, and LMDB, for every node it
+    visits. Only when that leaves too few does the graph search take the filter."""
+    assert adm.q.embedding is not None
+    few = _few_candidates(adm)
+    if few is not None:
+        return _exact_arm(few, adm, depth)
+    fetch = 2 * depth
+    while fetch <= OVERFETCH * depth:
+        found = vec.search(adm.q.embedding, fetch)
+        out = _first_admitted((adm.event_for_label(label) for label, _s in found), adm, depth)
+        if len(out) >= depth or len(found) < fetch:
+            return out
+        fetch *= 4
+    allowed: Callable[[int], bool] = lambda label: adm.event_for_label(label) is not None  # noqa: E731
+    found = vec.search(adm.q.embedding, depth, allowed)
+    return _first_admitted((adm.event_for_label(label) for label, _s in found), adm, depth)
+
+
+def _few_candidates(adm: Admission) -> list[str] | None:
+    """Ids of the events a kind, filter or as_of allows, if one of them allows at most FEW."""
+    r, q = adm.r, adm.q
+    sources: list[Iterable[str]] = []
+    if q.kind is not None:
+        sources.append(r.ids_by_kind(q.kind))
+    sources += [r.ids_by_property(name, value) for name, value in q.filters.items()]
+    if q.as_of is not None:
+        sources.append(r.ids_by_ts(None, q.as_of + 1))
+    for ids in sources:
+        listed = list(islice(ids, FEW + 1))
+        if len(listed) <= FEW:
+            return listed
+    return None
+
+
+def _exact_arm(ids: list[str], adm: Admission, depth: int) -> list[StoredEvent]:
+    """Exact cosine ranking of these events' embeddings (ties by append order)."""
+    assert adm.q.embedding is not None
+    events = [ev for ev in map(adm.r.get, ids) if ev is not None and ev.embedding is not None]
+    events = [ev for ev in events if adm.admit(ev)]
+    if not events:
+        return []
+    rows = unit(np.asarray([ev.embedding for ev in events], dtype=np.float32))
+    sims = rows @ unit(np.asarray(adm.q.embedding, dtype=np.float32))
+    seqs = np.asarray([ev.seq for ev in events], dtype=np.int64)
+    by_seq = {ev.seq: ev for ev in events}
+    return [by_seq[seq] for seq, _sim in top(seqs, sims, depth)]
 
 
 def fuse(rankings: list[list[StoredEvent]]) -> list[tuple[StoredEvent, float]]:

@@ -7,6 +7,7 @@ is still recallable the moment its response is sent.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -46,6 +47,7 @@ class VectorIndex:
         self._small = small  # the graph's rows while it holds at most EXACT_BELOW, else None
         self._tail = FlatSet(dim)  # labels acknowledged but not yet in the graph
         self._tail_cond = threading.Condition()
+        self._mark_lock = threading.Lock()
         self._stopping = False
         self._thread = threading.Thread(target=self._drain, name="vectors", daemon=True)
         self._thread.start()
@@ -100,9 +102,13 @@ class VectorIndex:
     def _overwrite_and_mark(self, label: int) -> None:
         """Replace the stored vector so its bytes leave the graph, then hide it from searches."""
         noise = np.random.default_rng(label).standard_normal(self.dim).astype(np.float32)
-        self.index.add_items(noise[None, :], np.asarray([label], dtype=np.uint64))
-        self.index.mark_deleted(label)
-        self.live.discard(label)
+        # A delete and the inserter can both get here for one label (it was deleted while its
+        # batch moved into the graph). add_items unmarks a deleted element, so one after the
+        # other is harmless; interleaved, the second mark_deleted raises.
+        with self._mark_lock:
+            self.index.add_items(noise[None, :], np.asarray([label], dtype=np.uint64))
+            self.index.mark_deleted(label)
+            self.live.discard(label)
         small = self._small
         if small is not None:
             small.pop(label)
@@ -119,18 +125,22 @@ class VectorIndex:
                 data = self._tail.rows(labels)
             try:
                 self._insert(labels, data)
+                self._settle(labels)
             except Exception:  # keep serving from the tail rather than die
                 log.exception("vector insert failed; vectors stay in the exact tail")
                 with self._tail_cond:
                     self._stopping = True
+                    self._tail_cond.notify_all()
                 return
-            with self._tail_cond:
-                for label in labels:
-                    if self._tail.pop(label) is None:
-                        # Deleted while it was being inserted: hide it again.
-                        with self.lock.shared():
-                            self._overwrite_and_mark(label)
-                self._tail_cond.notify_all()
+
+    def _settle(self, labels: list[int]) -> None:
+        """Drop inserted labels from the tail; one deleted while it moved is hidden again."""
+        with self._tail_cond:
+            for label in labels:
+                if self._tail.pop(label) is None:
+                    with self.lock.shared():
+                        self._overwrite_and_mark(label)
+            self._tail_cond.notify_all()
 
     def _insert(self, labels: list[int], data: np.ndarray) -> None:
         """Insert into the graph, growing it first when full."""
@@ -199,10 +209,15 @@ class VectorIndex:
                     return label in members and (allowed is None or allowed(label))
 
                 return small.search(query, k, wanted)
+            if k >= live:
+                # Everything is asked for. A batch moving from the tail may already be in the
+                # graph and not yet counted live; knn_query(k=live) would then return those
+                # (found in the tail too) in place of others, and the caller would miss some.
+                return self._exact(query, k, allowed)
             self.index.set_ef(max(MIN_EF, 2 * k))
             try:
                 labels, dists = self.index.knn_query(
-                    query[None, :], k=min(k, live), num_threads=1, filter=allowed
+                    query[None, :], k=k, num_threads=1, filter=allowed
                 )
             except RuntimeError:
                 # Fewer than k allowed vectors were reachable: fall back to an exact scan.
@@ -212,11 +227,22 @@ class VectorIndex:
     def _exact(self, query: np.ndarray, k: int, allowed: Allowed | None) -> list[tuple[int, float]]:
         """Exact cosine over every live, allowed label in the graph."""
         labels = sorted(lb for lb in list(self.live) if allowed is None or allowed(lb))
-        labels = [lb for lb in labels if lb in self.live]
-        if not labels:
+        rows: list[np.ndarray] = []
+        kept: list[int] = []
+        for lo in range(0, len(labels), 1024):
+            chunk = labels[lo : lo + 1024]
+            try:
+                rows.append(np.asarray(self.index.get_items(chunk, return_type="numpy")))
+                kept += chunk
+            except RuntimeError:  # one was deleted meanwhile: take the rest one by one
+                for label in chunk:
+                    with contextlib.suppress(RuntimeError):
+                        rows.append(np.asarray(self.index.get_items([label], return_type="numpy")))
+                        kept.append(label)
+        if not kept:
             return []
-        data = unit(np.asarray(self.index.get_items(labels, return_type="numpy")))
-        return top(np.asarray(labels, dtype=np.int64), data @ query, k)
+        data = unit(np.concatenate(rows).reshape(-1, self.dim))
+        return top(np.asarray(kept, dtype=np.int64), data @ query, k)
 
     def count(self) -> int:
         """Number of live vectors, inserted or still in the tail."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import httpx
 import msgspec
+import numpy as np
 import pytest
 from conftest import ServerProcess
 
@@ -484,3 +485,25 @@ def test_recall_needs_only_the_read_scope_and_a_token(srv: ServerProcess) -> Non
 def test_recall_refuses_a_query_parameter(client: httpx.Client) -> None:
     resp = client.post("/v1/memory/recall?k=3", json={"text": "apple"})
     assert resp.status_code == 400 and "k" in resp.json()["detail"]
+
+
+def test_deleting_vectors_while_they_move_into_the_graph_leaves_the_index_sound(
+    tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Small insert batches, so the inserter is often between its graph insert and its tail
+    # clean-up when a delete of the same labels arrives.
+    monkeypatch.setattr(vectors_module, "INSERT_BATCH", 4)
+    rng = np.random.default_rng(5)
+    kept: list[str] = []
+    for _round in range(60):
+        ids = add(
+            tenant, *(ev(f"round {_round}", rng.standard_normal(4).tolist()) for _ in range(12))
+        )
+        delete(tenant, *ids[::2])
+        kept += ids[1::2]
+    vec = tenant.vectors
+    vec.flush()
+    assert vec._thread.is_alive() and not vec._stopping  # the inserter survived every race
+    assert vec.count() == len(kept)
+    result = run(tenant, embedding=[1.0, 0, 0, 0], k=100)
+    assert len(result.hits) == 100 and set(ids_of(result)) <= set(kept)

@@ -11,6 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from storage import recall as recall_module
 from storage import vectors as vectors_module
 from storage.current import Moment
 from storage.model import AppendResult, NewEvent
@@ -32,6 +33,10 @@ VOCAB = (
     "lantern",
     "cobalt",
 )
+
+# How the vector arm may answer: exactly from the log's indexes (a kind admits few), from an
+# unfiltered graph search checked after (over-fetch), or from a filtered graph search.
+PLANS = {"few": (10_000, 32), "overfetch": (0, 32), "filter": (0, 1)}
 
 SETTINGS = settings(
     max_examples=25,
@@ -82,6 +87,7 @@ def vector_cases(draw: st.DrawFn) -> dict[str, object]:
         "kind": draw(st.sampled_from([None, *KINDS])),
         "inserted": draw(st.sampled_from(["tail", "graph", "half"])),
         "graph_search": draw(st.booleans()),
+        "plan": draw(st.sampled_from(sorted(PLANS))),
     }
 
 
@@ -93,10 +99,11 @@ def test_vector_arm_top_k_is_exact_cosine_top_k(case: dict[str, object]) -> None
     kinds, deleted = np.asarray(case["kinds"]), np.asarray(case["deleted"])
     query, k, kind = np.asarray(case["query"]), int(case["k"]), case["kind"]  # type: ignore[call-overload]
     with tempfile.TemporaryDirectory() as tmp, pytest.MonkeyPatch.context() as mp:
-        if case["graph_search"]:
-            mp.setattr(
-                vectors_module, "EXACT_BELOW", 0
-            )  # the HNSW graph, not the small-tenant scan
+        if case["graph_search"]:  # the HNSW graph, not the small-tenant scan
+            mp.setattr(vectors_module, "EXACT_BELOW", 0)
+        few, overfetch = PLANS[str(case["plan"])]
+        mp.setattr(recall_module, "FEW", few)
+        mp.setattr(recall_module, "OVERFETCH", overfetch)
         t = open_tenant(Path(tmp))
         try:
             half = len(vectors) // 2 if case["inserted"] == "half" else len(vectors)
