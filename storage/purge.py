@@ -17,6 +17,7 @@ import shutil
 import threading
 import time
 import weakref
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,8 +33,7 @@ from storage.log import EventLog
 from storage.model import FilterValue
 from storage.reader import LogReader
 from storage.swap import Step, no_step
-from storage.vecfile import VectorFileError, erase_labels
-from storage.vectors import VectorIndex
+from storage.vecfile import VectorFileError, count_labels, erase_labels
 
 if TYPE_CHECKING:
     from storage.tenant import Tenant
@@ -103,7 +103,8 @@ def _purge(tenant: Tenant, step: Step) -> PurgeStats:
             tenant.call(lambda: _forget_marker_if_clean(tenant)).result()
             return PurgeStats(purged=0)
         since, doomed, building = snapshot
-        vectors = _stage_vectors(tenant, root / swap.STAGING, set(doomed.values()))
+        on_writer = lambda: tenant.call(tenant.save_vectors).result()  # noqa: E731
+        vectors = _stage_vectors(tenant, root / swap.STAGING, set(doomed.values()), on_writer)
         step("vectors")
         keyword, building = building.finish(), None
         step("indexed")
@@ -228,10 +229,12 @@ def _final(
     """On the writer thread: catch the copy up, commit and swap."""
     paused = time.perf_counter()
     staging = tenant.root / swap.STAGING
-    if vectors.covered is None and _signature(tenant.vectors.path) != vectors.signature:
-        # Saved since it was copied: the log's watermark now describes the new file; stage that.
-        vectors = _stage_vectors(tenant, staging, set(doomed.values()))
-    purged, pending = _catch_up_copy(tenant, copy, keyword, since, doomed, vectors.covered)
+    if _signature(tenant.vectors.path) != vectors.signature:
+        # Saved since it was staged: the log's watermark now describes the new file; stage that.
+        for name in swap.COMPONENTS[2:]:
+            swap.remove(staging / name)
+        _stage_vectors(tenant, staging, set(doomed.values()), tenant.save_vectors)
+    purged, pending = _catch_up_copy(tenant, copy, keyword, since, doomed)
     step("synced")
     copy.close()
     swap.fsync_tree(staging)
@@ -239,8 +242,6 @@ def _final(
     swap.commit(tenant.root)
     step("committed")
     reads_paused = _swap_in(tenant, step)
-    if vectors.covered is not None:
-        tenant.vector_saved_seq = vectors.covered  # what the file just swapped in covers
     if not pending:
         swap.clear_pending(tenant.root)
     return PurgeStats(
@@ -257,13 +258,15 @@ def _catch_up_copy(
     keyword: KeywordIndex,
     since: int,
     doomed: dict[str, int],
-    vector_seq: int | None,
 ) -> tuple[list[str], int]:
     """Bring the copy and its keyword index up to the live log, and drop the purged tombstones.
 
     Returns the ids purged and how many tombstones remain (deleted while the purge ran).
     """
     tenant.catch_up()  # a no-op unless a batch failed half-way: the projections must be current
+    # In memory the deletes replaced the doomed vectors already; this catches one the background
+    # inserter put back into the graph meanwhile (on this thread no delete interleaves).
+    tenant.vectors.delete(sorted(doomed.values()))
     with tenant.log.reader() as live:
         upto = live.last_seq()
         changed = copy.write(lambda txn: sync_delta(live, txn, copy.dbs, since))
@@ -274,8 +277,6 @@ def _catch_up_copy(
     def seal(txn: lmdb.Transaction) -> int:
         copy.clear_tombstones(txn, purged)
         copy.put_meta_int(txn, "keyword_seq", upto)
-        if vector_seq is not None:  # else the synced meta already describes the staged file
-            copy.put_meta_int(txn, "vector_seq", vector_seq)
         return len(LogReader(txn, copy.dbs).tombstone_ids())
 
     pending = copy.write(seal)
@@ -300,10 +301,9 @@ def _catch_up_keyword(keyword: KeywordIndex, live: LogReader, since: int) -> Non
 
 
 class _VectorStage(msgspec.Struct, frozen=True):
-    """How the vector file was staged: which saved file was copied, or what a new save covers."""
+    """Which saved vector file the stage answers for (the log's watermark describes it)."""
 
-    signature: tuple[int, int, int] | None  # inode, mtime, size of the file copied
-    covered: int | None = None  # set when the in-memory index was saved anew instead
+    signature: tuple[int, int, int] | None  # inode, mtime, size; None: there was none
 
 
 def _signature(path: Path) -> tuple[int, int, int] | None:
@@ -315,31 +315,32 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
     return st.st_ino, st.st_mtime_ns, st.st_size
 
 
-def _stage_vectors(tenant: Tenant, dest: Path, doomed_labels: set[int]) -> _VectorStage:
-    """Put in dest the tenant's saved vector file with the doomed vectors erased.
+def _stage_vectors(
+    tenant: Tenant, dest: Path, doomed_labels: set[int], save: Callable[[], object]
+) -> _VectorStage:
+    """Put in dest the tenant's saved vector file with the doomed vectors erased, if it has any.
 
-    In memory a delete already replaced its vector with noise; the saved file is copied (no
-    GIL held) and the doomed records in the copy are overwritten and marked. A file this code
-    cannot read is replaced by a fresh save of the in-memory index.
+    In memory a delete already replaced its vector with noise. The saved file is copied (no GIL
+    held) and the doomed records in the copy overwritten and marked; a file holding none of them
+    is left as it is. A file this code cannot read is replaced by `save`, which saves the
+    in-memory index on the writer thread (where the log's watermark is kept in step).
     """
     vectors = tenant.vectors
-    with vectors.lock.exclusive():
-        # A doomed vector may have entered the graph after its delete was applied, or its delete
-        # may not be applied yet (the snapshot can be ahead of the index): hide it now.
-        for label in doomed_labels & vectors.live:
-            _overwrite(vectors, label)
     source = vectors.path
     signature = _signature(source)
     if signature is None:
         return _VectorStage(signature=None)  # never saved: no vector of this tenant is on disk
     target, sidecar = dest / source.name, source.with_name(source.name + ".live.npy")
     try:
+        if not count_labels(source, doomed_labels, vectors.dim):
+            return _VectorStage(signature=signature)  # the file holds none: it stays
         shutil.copyfile(source, target)
         erase_labels(target, doomed_labels, vectors.dim)
     except VectorFileError as exc:
         log.warning("tenant %s: %s; saving the vector index anew", tenant.tenant_id, exc)
         target.unlink(missing_ok=True)
-        return _VectorStage(signature=None, covered=_save_vectors(tenant, dest, doomed_labels))
+        save()
+        return _VectorStage(signature=_signature(source))
     if sidecar.exists():
         live = np.load(sidecar)
         keep = live[~np.isin(live, np.fromiter(doomed_labels, dtype=np.uint64))]
@@ -348,32 +349,6 @@ def _stage_vectors(tenant: Tenant, dest: Path, doomed_labels: set[int]) -> _Vect
         swap.fsync_file(dest / sidecar.name)
     swap.fsync_file(target)
     return _VectorStage(signature=signature)
-
-
-def _save_vectors(tenant: Tenant, dest: Path, doomed_labels: set[int]) -> int:
-    """Save the in-memory vector index into dest; returns the op seq the file covers (replay on
-    open redoes what came after, which is harmless twice)."""
-    vectors = tenant.vectors
-    covered = tenant.vector_seq  # every op up to here is applied, its vectors in graph or tail
-    vectors.flush()  # ... and now every such vector is in the graph
-    with vectors.lock.exclusive():
-        for label in doomed_labels & vectors.live:
-            _overwrite(vectors, label)
-        vectors.index.save_index(str(dest / "vectors.hnsw"))
-        live = np.asarray(sorted(vectors.live), dtype=np.uint64)
-    with open(dest / "vectors.hnsw.live.npy", "wb") as fh:
-        np.save(fh, live)
-    for name in ("vectors.hnsw", "vectors.hnsw.live.npy"):
-        swap.fsync_file(dest / name)
-    return covered
-
-
-def _overwrite(vectors: VectorIndex, label: int) -> None:
-    """Replace a vector with noise and mark it deleted (the caller holds the index exclusive)."""
-    noise = np.random.default_rng().standard_normal(vectors.dim).astype(np.float32)
-    vectors.index.add_items(noise[None, :], np.asarray([label], dtype=np.uint64))
-    vectors.index.mark_deleted(label)
-    vectors.live.discard(label)
 
 
 def _swap_in(tenant: Tenant, step: Step) -> float:

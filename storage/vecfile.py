@@ -27,25 +27,23 @@ class VectorFileError(ValueError):
     """The file does not have the layout this module knows."""
 
 
+def count_labels(path: Path, labels: Collection[int], dim: int) -> int:
+    """How many of these labels have a record in the saved file (deleted or not)."""
+    if not labels:
+        return 0
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        return len(_records(mm, labels, dim))
+
+
 def erase_labels(path: Path, labels: Collection[int], dim: int) -> int:
     """Overwrite the vectors saved under these labels with noise and mark them deleted, in place;
     returns how many were found. The caller fsyncs."""
     if not labels:
         return 0
     with open(path, "r+b") as fh, mmap.mmap(fh.fileno(), 0) as mm:
-        if len(mm) < HEADER.size:
-            raise VectorFileError("vector file shorter than its header")
-        level0, _max, count, size, label_at, data_at = HEADER.unpack_from(mm, 0)[:6]
+        level0, _max, _count, size, _label_at, data_at = HEADER.unpack_from(mm, 0)[:6]
         width = dim * 4
-        if not (data_at + width <= label_at and label_at + 8 <= size and level0 + 4 <= data_at):
-            raise VectorFileError("vector file records do not match the dimension")
-        if HEADER.size + count * size > len(mm):
-            raise VectorFileError("vector file shorter than its records")
-        stored = np.ndarray(
-            (count,), dtype="<u8", buffer=mm, offset=HEADER.size + label_at, strides=(size,)
-        )
-        found = np.nonzero(np.isin(stored, np.fromiter(labels, dtype=np.uint64)))[0].tolist()
-        del stored  # the view must go before the map closes
+        found = _records(mm, labels, dim)
         rng = np.random.default_rng()
         for i in found:
             base = HEADER.size + i * size
@@ -55,3 +53,23 @@ def erase_labels(path: Path, labels: Collection[int], dim: int) -> int:
             mm[base + level0 + 2] |= DELETE_MARK
         mm.flush()
     return len(found)
+
+
+def _records(mm: mmap.mmap, labels: Collection[int], dim: int) -> list[int]:
+    """The record numbers holding these labels, after checking the layout against dim."""
+    if len(mm) < HEADER.size:
+        raise VectorFileError("vector file shorter than its header")
+    level0, _max, count, size, label_at, data_at = HEADER.unpack_from(mm, 0)[:6]
+    if not (level0 + 4 <= data_at and data_at + dim * 4 <= label_at and label_at + 8 <= size):
+        raise VectorFileError("vector file records do not match the dimension")
+    if HEADER.size + count * size > len(mm):
+        raise VectorFileError("vector file shorter than its records")
+    stored = np.ndarray(
+        (count,), dtype="<u8", buffer=mm, offset=HEADER.size + label_at, strides=(size,)
+    )
+    try:
+        return [
+            int(i) for i in np.nonzero(np.isin(stored, np.fromiter(labels, dtype=np.uint64)))[0]
+        ]
+    finally:
+        del stored  # the view must go before the map closes

@@ -1,10 +1,14 @@
-"""The seed's erasure of a door code through a real server, the background purger, and a server
-killed with SIGKILL in the middle of a purge."""
+"""The seed's erasure of a door code through a real server, the background purger, and purges
+killed with SIGKILL: a server in the middle of one, and a purge process at each of its steps."""
 
 from __future__ import annotations
 
 import contextlib
+import random
+import shutil
 import signal
+import subprocess
+import sys
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -12,8 +16,26 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import msgspec
+import pytest
 from conftest import ServerProcess
-from test_purge import embedding_patterns, index_terms, scan
+from test_purge import (
+    DIM,
+    ROLL_STEPS,
+    append,
+    check_tenant,
+    embedding_patterns,
+    index_terms,
+    last_tokens,
+    neighbour,
+    rare_token,
+    scan,
+    text_of,
+)
+
+from storage import swap
+from storage.model import NewEvent
+from storage.tenant import Tenant
 
 TENANT = "4a2cd816-0f6f-4f89-ac26-41ef06c06e47"
 REPLY_TS = 1_791_208_939_000_000
@@ -194,3 +216,106 @@ def test_a_server_killed_during_a_purge_restarts_on_whole_files(
     assert scan(server.data_dir, door_turn_patterns()) == {}
     hits = client.post("/v1/memory/recall", json={"text": "filler f0042", "k": 1}).json()["hits"]
     assert [h["event_id"] for h in hits] == [fill_ids[42]]
+
+
+# -- kill -9 during a purge --------------------------------------------------------------------
+
+KILL_SCRIPT = """
+import os, signal, sys
+from pathlib import Path
+from storage.purge import purge_tenant
+from storage.tenant import Tenant
+
+root, at = Path(sys.argv[1]), sys.argv[2]
+t = Tenant.open("t1", root, embedding_dim=int(sys.argv[3]))
+
+def step(name):
+    if name == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+print("go", flush=True)
+purge_tenant(t, step)
+print("done", flush=True)
+t.close()
+"""
+COMMIT_AND_AFTER = ["committed", *ROLL_STEPS, "cleaned"]
+KILL_POINTS = ["stage", "copied", "indexed", "synced", "vectors", "fsynced", *COMMIT_AND_AFTER]
+
+
+class Template(msgspec.Struct):
+    """A closed tenant with deleted events, copied for each kill."""
+
+    root: Path
+    live: dict[str, str]  # id -> text
+    gone: dict[str, str]  # id -> a token only it used
+    patterns: dict[str, bytes]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    rng = random.Random(99)
+    root = tmp_path_factory.mktemp("template") / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(250)])
+    secret = rare_token(rng)
+    victim = NewEvent(kind="turn", ts=5, text=f"door code {secret}", embedding=[0.5] * DIM)
+    [vid] = append(t, [victim])
+    patterns = {"secret": secret.encode(), "text": victim.text.encode()}  # type: ignore[union-attr]
+    gone = last_tokens(t, ids[:8]) | {vid: secret.lower()}
+    t.submit_delete(list(gone)).result()
+    live = {e: text for e in ids[8:] if (text := text_of(t, e)) is not None}
+    t.close()
+    return Template(root=root, live=live, gone=gone, patterns=patterns)
+
+
+def run_purge_and_kill(root: Path, at: str, delay: float | None = None) -> None:
+    """A purge in its own process, killed with SIGKILL at a named step or after a delay."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(root), at, str(DIM)],
+        cwd=Path(__file__).resolve().parent.parent,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"go\n"
+    if delay is not None:
+        time.sleep(delay)
+        proc.kill()
+    proc.wait(timeout=60)
+    if at:
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
+
+
+def verify_after_crash(root: Path, template: Template) -> bool:
+    """The tenant opens on one generation, whole; returns whether the purge had committed."""
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
+    committed = t.log.tombstones() == []
+    if not committed:  # the old files: everything deleted is still awaiting a purge, redo it
+        assert sorted(t.log.tombstones()) == sorted(template.gone)
+        assert t.purge().purged == len(template.gone)
+    with t.log.reader() as r:
+        assert {e: r.get(e).text for e in template.live} == template.live  # type: ignore[union-attr]
+        assert r.count() == len(template.live)
+    check_tenant(t, list(template.live), template.gone)
+    t.close()
+    assert scan(root, template.patterns) == {}
+    return committed
+
+
+@pytest.mark.parametrize("at", KILL_POINTS)
+def test_kill_9_at_each_step_of_a_purge(tmp_path: Path, template: Template, at: str) -> None:
+    root = tmp_path / "t1"
+    shutil.copytree(template.root, root)
+    run_purge_and_kill(root, at)
+    assert verify_after_crash(root, template) == (at in COMMIT_AND_AFTER)
+
+
+@pytest.mark.parametrize("delay", [0.02, 0.08, 0.15, 0.3])
+def test_kill_9_at_a_random_moment_of_a_purge(
+    tmp_path: Path, template: Template, delay: float
+) -> None:
+    root = tmp_path / "t1"
+    shutil.copytree(template.root, root)
+    run_purge_and_kill(root, "", delay)
+    verify_after_crash(root, template)
