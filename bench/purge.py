@@ -4,15 +4,16 @@
   properties), built once in process through `Tenant.submit_append` in batches of 1,000 and
   closed (the HNSW graph complete and saved); kept as templates under bench/out/tmp/ and reused
   by later runs of this script (building 100,000 takes minutes: the graph inserts).
-- Each run: a copy of the template is opened, one event (with a marker word) is deleted, and
-  `Tenant.purge()` runs while two threads use the tenant: a reader looping over what a recall
-  and a GET do (a log read by id, a keyword search, a vector search for 10), and a writer
-  appending one event every 20 ms. Each request records when it started and how long it took.
+- Each run: a copy of the template is opened, one of its events (so in the saved vector file
+  too) is deleted, and `Tenant.purge()` runs while two threads use the tenant: a reader looping
+  over what a recall and a GET do (a log read by id, a keyword search, a vector search for 10),
+  and a writer appending one event every 20 ms. Each request records when it started and how
+  long it took.
 - Reported per size: the purge's seconds (median of the runs), the writer pause and the swap as
   the purge measured them, and the longest read and append that overlapped the purge, beside
   their medians before it; then one more purge with no traffic, its wall and CPU seconds (the
-  CPU figure does not depend on what else runs on the machine). After the last run, every file
-  is scanned for the marker word.
+  CPU figure does not depend on what else runs on the machine). After each run, every file is
+  scanned for the two victims' embeddings (as msgpack in the log, as hnswlib holds them).
 
 Targets (issue 6): at 100,000 events a purge finishes in under 10 s and blocks the tenant's
 requests for under 1 s.
@@ -42,7 +43,6 @@ from storage.tenant import Tenant  # noqa: E402
 DIM = 384
 BATCH = 1000
 SEED = 20261130
-MARKER = "xylqvontarbdoorcode"
 WORDS = [f"w{i:04d}" for i in range(4000)] + ["order", "parcel", "carrier", "refund", "street"]
 WRITE_EVERY = 0.02
 
@@ -133,50 +133,60 @@ def waits(samples: list[tuple[float, float]], lo: float, hi: float) -> dict[str,
 
 
 def one_run(source: Path, work: Path, seed: int) -> dict[str, Any]:
-    """Copy, open, delete one event, purge under traffic; the figures of this run."""
+    """Copy, open, delete one saved event, purge under traffic, then once more alone; the
+    figures of this run, and the files still holding a victim's bytes."""
     shutil.rmtree(work, ignore_errors=True)
     shutil.copytree(source, work)
     tenant = Tenant.open("t", work, embedding_dim=DIM)
     with tenant.log.reader() as r:
         ids = list(r.all_ids())
-    victim = NewEvent(kind="turn", ts=1, text=f"the {MARKER} is 4471", embedding=[0.5] * DIM)
-    [result] = tenant.submit_append([victim]).result()
-    tenant.submit_delete([result.event_id]).result()
+    rng = random.Random(seed)
+    victims = rng.sample(ids, 2)  # events of the template: in the saved vector file too
+    ids = [e for e in ids if e not in victims]
+    patterns = [p for v in victims for p in victim_bytes(tenant, v)]
+    tenant.submit_delete(victims[:1]).result()
     with Traffic(tenant, ids, seed) as traffic:
         time.sleep(1.0)  # the medians before the purge
         started = time.perf_counter()
         stats = tenant.purge()
         ended = time.perf_counter()
         time.sleep(0.2)
-    alone = purge_alone(tenant)
+    tenant.submit_delete(victims[1:]).result()
+    wall, cpu = time.perf_counter(), time.process_time()
+    tenant.purge()
+    alone = (time.perf_counter() - wall, time.process_time() - cpu)
     tenant.close()
     return {
-        "purge_alone_s": alone[0],
-        "purge_alone_cpu_s": alone[1],
+        "purge_alone_s": round(alone[0], 3),
+        "purge_alone_cpu_s": round(alone[1], 3),
         "purge_s": round(ended - started, 3),
         "writes_paused_s": round(stats.writes_paused, 3),
         "swap_s": round(stats.reads_paused, 4),
         "purged": stats.purged,
         "read": waits(traffic.reads, started, ended),
         "append": waits(traffic.writes, started, ended),
+        "victim_bytes_left_in": files_holding(work, patterns),
     }
 
 
-def purge_alone(tenant: Tenant) -> tuple[float, float]:
-    """One more delete and purge with no other traffic: wall seconds and CPU seconds (every
-    thread of the process, Tantivy's included)."""
-    victim = NewEvent(kind="turn", ts=2, text=f"another {MARKER}", embedding=[0.25] * DIM)
-    [result] = tenant.submit_append([victim]).result()
-    tenant.submit_delete([result.event_id]).result()
-    wall, cpu = time.perf_counter(), time.process_time()
-    tenant.purge()
-    return round(time.perf_counter() - wall, 3), round(time.process_time() - cpu, 3)
+def victim_bytes(tenant: Tenant, event_id: str) -> list[bytes]:
+    """A victim's embedding as the log stores it (msgpack) and as hnswlib holds it."""
+    with tenant.log.reader() as r:
+        ev = r.get(event_id)
+    assert ev is not None and ev.embedding is not None
+    held = np.asarray(tenant.vectors.index.get_items([ev.seq]), dtype="<f4").tobytes()
+    return [msgspec.msgpack.encode(ev.embedding), held]
 
 
-def marker_files(root: Path) -> list[str]:
-    """Files under root that still hold the marker word."""
-    needle = MARKER.encode()
-    return [str(p) for p in root.rglob("*") if p.is_file() and needle in p.read_bytes()]
+def files_holding(root: Path, patterns: list[bytes]) -> list[str]:
+    """Files under root holding any of the patterns."""
+    found = []
+    for path in root.rglob("*"):
+        if path.is_file():
+            data = path.read_bytes()
+            if any(p in data for p in patterns):
+                found.append(str(path.relative_to(root)))
+    return found
 
 
 def measure(n: int, runs: int) -> dict[str, Any]:
@@ -184,7 +194,6 @@ def measure(n: int, runs: int) -> dict[str, Any]:
     source, built = template(n)
     work = OUT / "tmp" / f"purge-run-{n}"
     results = [one_run(source, work, seed) for seed in range(runs)]
-    leftovers = marker_files(work)
     shutil.rmtree(work, ignore_errors=True)
     summary = {
         "events": n,
@@ -197,7 +206,7 @@ def measure(n: int, runs: int) -> dict[str, Any]:
         "swap_s_max": max(r["swap_s"] for r in results),
         "read_wait_ms_max": max(r["read"]["max_during_ms"] for r in results),
         "append_wait_ms_max": max(r["append"]["max_during_ms"] for r in results),
-        "marker_left_in": leftovers,
+        "victim_bytes_left_in": sorted({f for r in results for f in r["victim_bytes_left_in"]}),
         "each": results,
     }
     print(
