@@ -66,10 +66,13 @@ class LogReader:
                 return
             yield key
 
-    def ids_by_kind(self, kind: str) -> Iterator[str]:
-        """Ids of one kind, ascending by time."""
+    def ids_by_kind(self, kind: str, lo: int | None = None, hi: int | None = None) -> Iterator[str]:
+        """Ids of one kind with lo <= ts < hi (None: unbounded), ascending by time."""
         prefix = enc.kind_prefix(kind)
-        for key in self._keys("by_kind", prefix):
+        start = enc.ts_bytes(lo) if lo is not None else b""
+        for key in self._keys("by_kind", prefix, start):
+            if hi is not None and enc.read_ts(key[len(prefix) :]) >= hi:
+                return
             yield enc.id_str(key[-16:])
 
     def ids_by_property(self, name: str, value: FilterValue) -> Iterator[str]:

@@ -188,7 +188,12 @@ def _ids_by_id(op: SeekById, row: Row, ctx: Context) -> Iterable[str]:
 
 def _ids_by_kind(op: SeekByKind, row: Row, ctx: Context) -> Iterable[str]:
     kinds = [v for v in _values(op, row, ctx) if isinstance(v, str)]
-    return _distinct_ids(ctx.reader.ids_by_kind(k) for k in kinds)
+    if not (op.lower or op.upper):
+        return _distinct_ids(ctx.reader.ids_by_kind(k) for k in kinds)
+    bounds = _ts_bounds(op, row, ctx)
+    if bounds is None:
+        return ()
+    return _distinct_ids(ctx.reader.ids_by_kind(k, *bounds) for k in kinds)
 
 
 def _ids_by_property(op: SeekByProperty, row: Row, ctx: Context) -> Iterable[str]:
@@ -217,19 +222,25 @@ TS_MIN, TS_MAX = -(2**63), 2**63 - 1
 
 
 def _ids_by_ts(op: SeekByTs, row: Row, ctx: Context) -> Iterable[str]:
+    bounds = _ts_bounds(op, row, ctx)
+    return () if bounds is None else ctx.reader.ids_by_ts(*bounds)
+
+
+def _ts_bounds(op: SeekByTs | SeekByKind, row: Row, ctx: Context) -> tuple[Any, Any] | None:
+    """(lo, hi) with lo <= ts < hi for the index (None: unbounded), or None if nothing fits."""
     lows = [_ts_low(ctx.compile(b.value)(row), b.inclusive) for b in op.lower]
     highs = [_ts_high(ctx.compile(b.value)(row), b.inclusive) for b in op.upper]
     if None in lows or None in highs:
-        return ()  # a bound that is null or not a number compares as null: nothing matches
+        return None  # a bound that is null or not a number compares as null: nothing matches
     lo = max(lows, default=None)  # type: ignore[type-var]
     hi = min(highs, default=None)  # type: ignore[type-var]
     if lo is not None and hi is not None and lo >= hi:
-        return ()
+        return None
     if (lo is not None and lo > TS_MAX) or (hi is not None and hi <= TS_MIN):
-        return ()  # beyond every time an event can have
+        return None  # beyond every time an event can have
     lo = None if lo is None or lo <= TS_MIN else lo
     hi = None if hi is None or hi > TS_MAX else hi
-    return ctx.reader.ids_by_ts(lo, hi)
+    return lo, hi
 
 
 def _ts_low(value: Any, inclusive: bool) -> int | None:

@@ -24,8 +24,8 @@ class GraphReader(Protocol):
         """The live event with this id, or None for unknown or deleted ids."""
         ...
 
-    def ids_by_kind(self, kind: str) -> Iterator[str]:
-        """Ids of one kind, ascending ts."""
+    def ids_by_kind(self, kind: str, lo: int | None = None, hi: int | None = None) -> Iterator[str]:
+        """Ids of one kind with lo <= ts < hi (None: unbounded), ascending ts."""
         ...
 
     def ids_by_property(self, name: str, value: FilterValue) -> Iterator[str]:

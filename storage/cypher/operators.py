@@ -42,12 +42,21 @@ class SeekById(msgspec.Struct, frozen=True):
     many: bool = False
 
 
+class TsBound(msgspec.Struct, frozen=True):
+    """One side of a ts range."""
+
+    value: ast.Expr
+    inclusive: bool
+
+
 class SeekByKind(msgspec.Struct, frozen=True):
-    """`var.kind = value` (or IN a list): the (kind, ts, id) index."""
+    """`var.kind = value` (or IN a list): the (kind, ts, id) index, within a ts range if any."""
 
     var: str
     value: ast.Expr
     many: bool = False
+    lower: tuple[TsBound, ...] = ()
+    upper: tuple[TsBound, ...] = ()
 
 
 class SeekByProperty(msgspec.Struct, frozen=True):
@@ -57,13 +66,6 @@ class SeekByProperty(msgspec.Struct, frozen=True):
     key: str
     value: ast.Expr
     many: bool = False
-
-
-class TsBound(msgspec.Struct, frozen=True):
-    """One side of a ts range."""
-
-    value: ast.Expr
-    inclusive: bool
 
 
 class SeekByTs(msgspec.Struct, frozen=True):
@@ -225,10 +227,15 @@ def _seek_value(op: Any) -> str:
     return f"{' IN ' if op.many else ' = '}{render(op.value)}"
 
 
-def _ts_range(op: SeekByTs) -> str:
+def _ts_range(op: SeekByTs | SeekByKind) -> str:
     lows = [f"{render(b.value)} {'<=' if b.inclusive else '<'} " for b in op.lower]
     highs = [f" {'<=' if b.inclusive else '<'} {render(b.value)}" for b in op.upper]
-    return f"SeekByTs({''.join(lows)}{_name(op.var)}.ts{''.join(highs)})"
+    return f"{''.join(lows)}{_name(op.var)}.ts{''.join(highs)}"
+
+
+def _kind_seek(op: SeekByKind) -> str:
+    within = f", {_ts_range(op)}" if op.lower or op.upper else ""
+    return f"SeekByKind({_name(op.var)}.kind{_seek_value(op)}{within})"
 
 
 def _expand(op: Expand) -> str:
@@ -246,9 +253,9 @@ _DESCRIBE_OP: dict[type, Callable[[Any], str]] = {
     Argument: lambda op: f"Argument({_name(op.var)})",
     ScanAll: lambda op: f"ScanAll({_name(op.var)})",
     SeekById: lambda op: f"SeekById({_name(op.var)}.event_id{_seek_value(op)})",
-    SeekByKind: lambda op: f"SeekByKind({_name(op.var)}.kind{_seek_value(op)})",
+    SeekByKind: _kind_seek,
     SeekByProperty: lambda op: f"SeekByProperty({_name(op.var)}.{op.key}{_seek_value(op)})",
-    SeekByTs: _ts_range,
+    SeekByTs: lambda op: f"SeekByTs({_ts_range(op)})",
     Expand: _expand,
     Filter: lambda op: f"Filter({render(op.predicate)})",
 }

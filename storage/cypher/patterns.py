@@ -36,8 +36,19 @@ from storage.cypher.scope import (
 from storage.errors import InvalidRequest
 
 # How selective each start is assumed to be, lower first: an id names one event, a filterable
-# property value usually a handful, a kind or a time range many. Bound means "already known".
-RANK_BOUND, RANK_ID, RANK_PROPERTY, RANK_TS_EQUAL, RANK_KIND, RANK_TS_RANGE, RANK_SCAN = range(7)
+# property value usually a handful, a kind or a time range many; a kind within a time range
+# (one walk of the (kind, ts, id) index) beats either alone. Bound means "already known".
+(
+    RANK_BOUND,
+    RANK_ID,
+    RANK_PROPERTY,
+    RANK_KIND_TS_EQUAL,
+    RANK_TS_EQUAL,
+    RANK_KIND_TS_RANGE,
+    RANK_KIND,
+    RANK_TS_RANGE,
+    RANK_SCAN,
+) = range(9)
 
 _FLIP = {"out": "in", "in": "out", "both": "both"}
 _MIRROR = {"=": "=", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
@@ -187,6 +198,7 @@ def _seek_for(var: str, conjuncts: list[ast.Expr], bound: set[str]) -> tuple[int
     lower: list[TsBound] = []
     upper: list[TsBound] = []
     equal_ts = False
+    kind: SeekByKind | None = None
     for key, op, value in _indexable(var, conjuncts, bound):
         if key == "ts":
             equal_ts = equal_ts or op == "="
@@ -194,10 +206,20 @@ def _seek_for(var: str, conjuncts: list[ast.Expr], bound: set[str]) -> tuple[int
             upper.extend([TsBound(value, op != "<")] if op in ("=", "<", "<=") else [])
         elif op in ("=", "IN") and key not in _NOT_INDEXED:
             rank, make = _EQUALITY_SEEKS.get(key, (RANK_PROPERTY, _property_seek(key)))
-            best = min(best, (rank, make(var, value, op == "IN")), key=lambda o: o[0])
+            seek = make(var, value, op == "IN")
+            kind = seek if kind is None and isinstance(seek, SeekByKind) else kind
+            best = min(best, (rank, seek), key=lambda o: o[0])
     if lower or upper:
-        rank = RANK_TS_EQUAL if equal_ts else RANK_TS_RANGE
-        best = min(best, (rank, SeekByTs(var, tuple(lower), tuple(upper))), key=lambda o: o[0])
+        ranked: list[tuple[int, StartOp]] = [
+            (
+                RANK_TS_EQUAL if equal_ts else RANK_TS_RANGE,
+                SeekByTs(var, tuple(lower), tuple(upper)),
+            )
+        ]
+        if kind is not None:
+            within = msgspec.structs.replace(kind, lower=tuple(lower), upper=tuple(upper))
+            ranked.append((RANK_KIND_TS_EQUAL if equal_ts else RANK_KIND_TS_RANGE, within))
+        best = min([best, *ranked], key=lambda o: o[0])
     return best
 
 
