@@ -378,6 +378,19 @@ def atoms(draw: st.DrawFn, graph: Graph) -> Pred:
     return TsRange(low, high, draw(ops), draw(ops), draw(st.booleans()))
 
 
+@st.composite
+def kind_windows(draw: st.DrawFn, graph: Graph) -> Pred:
+    """A kind (or kinds) within a ts range: the planner's combined (kind, ts, id) seek."""
+    kinds = operands(graph, "kind")
+    kind: Pred = draw(
+        st.builds(Compare, st.just("kind"), st.just("="), kinds, st.booleans())
+        | st.builds(InList, st.just("kind"), st.lists(kinds, max_size=3))
+    )
+    low, high = (draw(operands(graph, "ts")) for _ in range(2))
+    ops = st.sampled_from(["<", "<="])
+    return Logic("AND", kind, TsRange(low, high, draw(ops), draw(ops), draw(st.booleans())))
+
+
 def loose(graph: Graph) -> st.SearchStrategy[Pred]:
     """A shallow predicate or none at all."""
     return st.one_of(st.just(Always()), predicates(graph, depth=1))
@@ -516,7 +529,7 @@ def test_where_on_one_node(graphs: Any, spec: Any, data: st.DataObject) -> None:
     g = graphs(spec)
     for _ in range(4):
         params = Params(data.draw(st.booleans(), label="literals"))
-        pred = data.draw(predicates(g.graph), label="where")
+        pred = data.draw(predicates(g.graph) | kind_windows(g.graph), label="where")
         where = pred.text("n", params)
         nodes = list(g.graph.nodes.values())
         kept = [n for n in nodes if pred.value(n) is True]
