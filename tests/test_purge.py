@@ -514,6 +514,22 @@ def test_nothing_to_purge_touches_no_file(tmp_path: Path, rng: random.Random) ->
     t.close()
 
 
+def test_after_a_purge_a_reopen_replays_nothing(tmp_path: Path, rng: random.Random) -> None:
+    root = tmp_path / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(50)])
+    t.save_vectors()
+    t.submit_delete(ids[:2]).result()
+    t.purge()
+    append(t, [neighbour(rng, 77)])
+    t.close()
+    log = EventLog.open(root / "events")
+    with log.reader() as r:
+        last = r.last_seq()
+        assert (r.meta_int("keyword_seq"), r.meta_int("vector_seq")) == (last, last)
+    log.close()
+
+
 # -- failures and crashes ----------------------------------------------------------------------
 
 
