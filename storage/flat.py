@@ -11,6 +11,7 @@ from __future__ import annotations
 import struct
 import threading
 from collections.abc import Callable, Iterable
+from itertools import islice
 from pathlib import Path
 
 import numpy as np
@@ -58,64 +59,102 @@ def top(
 
 
 class FlatSet:
-    """Unit rows by label, searched exactly; the stacked matrix is cached until the next change."""
+    """Unit rows by label in one growable array, searched exactly.
+
+    Rows are appended in place (no restacking per change: the insert tail changes with every
+    append batch and is searched between them); a removed row is zeroed and left dead until
+    dead rows are the majority, then the array is compacted."""
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
-        self._rows: dict[int, np.ndarray] = {}
         self._lock = threading.Lock()
-        self._stacked: tuple[np.ndarray, np.ndarray] | None = None
+        self._where: dict[int, int] = {}  # label -> row, in the order labels were first put
+        self._rows = np.zeros((16, dim), dtype=np.float32)
+        self._labels = np.zeros(16, dtype=np.int64)
+        self._alive = np.zeros(16, dtype=bool)
+        self._used = 0  # rows in use, dead ones included
 
     def __len__(self) -> int:
-        return len(self._rows)
+        return len(self._where)
 
     def put(self, labels: Iterable[int], rows: np.ndarray) -> None:
         """Add or replace rows (scaled to unit length here)."""
         scaled = unit(rows.reshape(-1, self.dim))
         with self._lock:
             for label, row in zip(labels, scaled, strict=True):
-                self._rows[int(label)] = row
-            self._stacked = None
+                i = self._where.get(int(label))
+                if i is None:
+                    i = self._append_slot(int(label))
+                self._rows[i] = row
+
+    def _append_slot(self, label: int) -> int:
+        """A new row at the end for label, growing the arrays by doubling (caller holds the lock)."""
+        if self._used == len(self._labels):
+            grow = len(self._labels)
+            self._rows = np.concatenate([self._rows, np.zeros((grow, self.dim), np.float32)])
+            self._labels = np.concatenate([self._labels, np.zeros(grow, np.int64)])
+            self._alive = np.concatenate([self._alive, np.zeros(grow, bool)])
+        i = self._used
+        self._used += 1
+        self._labels[i] = label
+        self._alive[i] = True
+        self._where[label] = i
+        return i
 
     def pop(self, label: int) -> np.ndarray | None:
-        """Remove a row and return it (None if absent)."""
+        """Remove a row and return a copy of it (None if absent); its bytes are zeroed."""
         with self._lock:
-            row = self._rows.pop(label, None)
-            if row is not None:
-                self._stacked = None
+            i = self._where.pop(label, None)
+            if i is None:
+                return None
+            row = self._rows[i].copy()
+            self._rows[i] = 0.0
+            self._alive[i] = False
+            if self._used > 64 and len(self._where) * 2 < self._used:
+                self._compact()
             return row
+
+    def _compact(self) -> None:
+        """Keep only live rows, in order, in new arrays (searches may still hold the old ones)."""
+        keep = np.flatnonzero(self._alive[: self._used])
+        size = max(16, 2 * len(keep))
+        rows = np.zeros((size, self.dim), np.float32)
+        labels = np.zeros(size, np.int64)
+        alive = np.zeros(size, bool)
+        rows[: len(keep)] = self._rows[keep]
+        labels[: len(keep)] = self._labels[keep]
+        alive[: len(keep)] = True
+        self._rows, self._labels, self._alive, self._used = rows, labels, alive, len(keep)
+        self._where = {int(label): i for i, label in enumerate(labels[: len(keep)])}
+
+    def oldest(self, n: int) -> list[int]:
+        """Up to n labels, the first put first."""
+        with self._lock:
+            return list(islice(self._where, n))
 
     def labels(self) -> list[int]:
         """Every label held."""
         with self._lock:
-            return list(self._rows)
+            return list(self._where)
 
     def rows(self, labels: list[int]) -> np.ndarray:
         """The unit rows of these labels, stacked."""
         with self._lock:
-            return np.stack([self._rows[label] for label in labels])
-
-    def matrix(self) -> tuple[np.ndarray, np.ndarray]:
-        """(labels, unit rows) of everything held, in one array each."""
-        with self._lock:
-            if self._stacked is None:
-                labels = np.fromiter(self._rows, dtype=np.int64, count=len(self._rows))
-                rows = (
-                    np.stack(list(self._rows.values()))
-                    if self._rows
-                    else np.zeros((0, self.dim), dtype=np.float32)
-                )
-                self._stacked = (labels, rows)
-            return self._stacked
+            return self._rows[[self._where[label] for label in labels]].copy()
 
     def search(
         self, query: np.ndarray, k: int, allowed: Allowed | None = None
     ) -> list[tuple[int, float]]:
         """Exact top k by cosine similarity to a unit query, among allowed labels."""
-        labels, rows = self.matrix()
-        if not len(labels) or k <= 0:
+        if k <= 0:
             return []
-        return top(labels, rows @ query, k, allowed)
+        with self._lock:  # a consistent view; the filter is asked outside, it may read LMDB
+            live = np.flatnonzero(self._alive[: self._used])
+            if not len(live):
+                return []
+            labels = self._labels[live]
+            sims = (self._rows[: self._used] @ query)[live]
+        return top(labels, sims, k, allowed)
 
 
 def read_vectors(path: Path, dim: int) -> tuple[np.ndarray, np.ndarray]:

@@ -121,7 +121,7 @@ class VectorIndex:
                     self._tail_cond.wait()
                 if not self._tail:
                     return
-                labels = sorted(self._tail.labels())[:INSERT_BATCH]
+                labels = self._tail.oldest(INSERT_BATCH)
                 data = self._tail.rows(labels)
             try:
                 self._insert(labels, data)

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from storage import recall as recall_module
 from storage import vectors as vectors_module
 from storage.current import Moment
+from storage.flat import FlatSet, top, unit
 from storage.model import AppendResult, NewEvent
 from storage.recall import Admission, RecallQuery, keyword_arm, vector_arm
 from storage.tenant import Tenant
@@ -186,3 +187,39 @@ def test_keyword_arm_restricted_by_kind_returns_exactly_the_matches_of_that_kind
             assert len({e.event_id for e in got}) == len(got)
         finally:
             t.close()
+
+
+@SETTINGS
+@given(
+    ops=st.lists(st.tuples(st.booleans(), st.integers(0, 60)), max_size=400),
+    seed=st.integers(0, 2**32 - 1),
+    k=st.integers(1, 70),
+)
+def test_a_flat_set_searches_like_a_plain_dict_of_unit_rows(
+    ops: list[tuple[bool, int]], seed: int, k: int
+) -> None:
+    rng = np.random.default_rng(seed)
+    flat, model = FlatSet(DIM), {}
+    for is_put, label in ops:
+        if is_put:
+            row = rng.integers(-2, 3, size=DIM).astype(np.float32)  # zeros and ties included
+            flat.put([label], row[None, :])
+            model[label] = unit(row)
+        else:
+            popped = flat.pop(label)
+            assert (popped is None) == (model.pop(label, None) is None)
+    assert sorted(flat.labels()) == sorted(model) and len(flat) == len(model)
+    query = unit(rng.standard_normal(DIM).astype(np.float32))
+    labels = np.asarray(sorted(model), dtype=np.int64)
+    rows = np.asarray([model[lb] for lb in sorted(model)], dtype=np.float32).reshape(-1, DIM)
+    want = top(labels, rows @ query, k) if len(labels) else []
+    got = flat.search(query, k)
+    assert [lb for lb, _s in got] == [lb for lb, _s in want]
+    np.testing.assert_allclose([s for _l, s in got], [s for _l, s in want], atol=1e-6)
+    odd = flat.search(query, k, lambda lb: lb % 2 == 1)
+    labels_odd = labels[labels % 2 == 1]
+    rows_odd = rows[labels % 2 == 1]
+    want_odd = top(labels_odd, rows_odd @ query, k) if len(labels_odd) else []
+    assert [lb for lb, _s in odd] == [lb for lb, _s in want_odd]
+    if model:
+        np.testing.assert_allclose(flat.rows(list(model)), np.stack(list(model.values())))
