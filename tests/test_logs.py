@@ -9,6 +9,7 @@ import logging
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -61,10 +62,16 @@ def test_request_lines_carry_ids_route_status_and_tenant_but_no_key_or_text(
     with issued.client(api_key + "x") as wrong:
         assert wrong.get("/v1/memory/events").status_code == 401
 
+    # A request's line is written once its response is out: wait for the last one (the 401).
+    deadline = time.monotonic() + 10
+    while True:
+        requests = [line for line in log_lines(issued) if line["logger"] == "memspine.request"]
+        if any(line["status"] == 401 for line in requests) or time.monotonic() > deadline:
+            break
+        time.sleep(0.05)
     raw = issued.log_path.read_text()
     for secret in (api_key, api_key.rsplit("_", 1)[1], ADMIN_KEY, EVENT_TEXT, "pangolin"):
         assert secret not in raw
-    requests = [line for line in log_lines(issued) if line["logger"] == "memspine.request"]
     by_id = {line["request_id"]: line for line in requests}
     write = by_id["trace-42.a"]
     assert write["route"] == "/v1/memory/event" and write["method"] == "POST"
