@@ -21,7 +21,7 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy memspine memspine_admin storage
 
-test: $(STAMP) lint
+test: $(STAMP) lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
