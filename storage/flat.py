@@ -8,6 +8,7 @@ its file for the same reason.
 
 from __future__ import annotations
 
+import ctypes
 import struct
 import threading
 from collections.abc import Callable, Iterable
@@ -23,6 +24,42 @@ Allowed = Callable[[int], bool]
 # enterpoint_node (uint32), maxM, maxM0, M (size_t), mult (double), ef_construction (size_t);
 # then cur_element_count level-0 records of size_data_per_element bytes: links, vector, label.
 _HEADER = struct.Struct("<QQQQQQiIQQQdQ")
+
+
+_BLAS_SET_THREADS = (
+    "scipy_openblas_set_num_threads64_",
+    "scipy_openblas_set_num_threads",
+    "openblas_set_num_threads64_",
+    "openblas_set_num_threads",
+)
+_blas_limited = False
+
+
+def use_one_blas_thread() -> None:
+    """Make numpy's OpenBLAS use one thread (Linux; elsewhere, or for another BLAS, a no-op).
+
+    The products here are small (2,000 x 384 is 0.05 ms on one thread), and OpenBLAS's thread
+    pool spins: on a busy two-core host a threaded 2,000 x 384 product had a p99 of 33 ms against
+    1.3 ms on one thread, and fused recall on a 2,000-event tenant a p50 of 4-8 ms against 0.6.
+    """
+    global _blas_limited
+    if _blas_limited:
+        return
+    _blas_limited = True
+    try:
+        with open("/proc/self/maps") as maps:
+            paths = {line.split()[-1] for line in maps if "openblas" in line.lower()}
+    except OSError:
+        return
+    for path in paths:
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        for name in _BLAS_SET_THREADS:
+            if hasattr(lib, name):
+                getattr(lib, name)(1)
+                break
 
 
 def unit(v: np.ndarray) -> np.ndarray:

@@ -18,7 +18,7 @@ from typing import BinaryIO
 import hnswlib
 import numpy as np
 
-from storage.flat import Allowed, FlatSet, read_vectors, top, unit
+from storage.flat import Allowed, FlatSet, read_vectors, top, unit, use_one_blas_thread
 from storage.rwlock import RWLock
 
 log = logging.getLogger("memspine.vectors")
@@ -55,6 +55,7 @@ class VectorIndex:
     @classmethod
     def open(cls, path: Path, dim: int) -> VectorIndex:
         """Load the index saved at path, or start an empty one; raises ValueError if it is damaged."""
+        use_one_blas_thread()  # exact scans are small products: see flat.use_one_blas_thread
         index = hnswlib.Index(space="cosine", dim=dim)
         if path.exists():
             try:

@@ -1,0 +1,453 @@
+"""Recall at 10,000 and 100,000 events: latency over HTTP, the raw floor, vector recall@10, build
+time, and appends from 32 clients into the tenant of 100,000.
+
+The corpus is made of real MiniLM embeddings and texts: LoCoMo's 5,882 turns
+(`../shared/data`, evaluation only), each event a turn's text with an embedding mixed from that
+turn's vector, a second turn's and a little noise (renormalised), so that 100,000 vectors keep
+the shape of real ones without repeating. 70 % turns, 20 % facts (each naming two earlier events
+as sources, so `hops: 1` has links to walk), 10 % tool calls. Queries are LoCoMo's 1,536 questions
+with their embeddings.
+
+Each size is built in process through `Tenant.submit_append` in batches of 1,000 (timed: until
+acknowledged, then until the HNSW graph holds every vector), closed, and served by
+memspine-server. A scenario is a function `(Setup) -> dict` in SCENARIOS; each runs against the
+same server and tenant, in order. Latency is one client sending the next request when the last
+is answered; the raw floor is hnswlib `knn_query` (ef 64, k 10) on the saved index file and a
+Tantivy top-10 search on the tenant's keyword directory, called directly in this process.
+
+Targets (issue 4): fused recall at 100,000 p50 <= 5 ms, p99 <= 20 ms and p50 <= 3x the raw
+floor; vector recall@10 >= 0.95; appends from 32 clients into 100,000 events >= 2,000 events/s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+import urllib.request
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import hnswlib
+import msgspec
+import numpy as np
+import tantivy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from common import (  # noqa: E402  (bench scripts run as plain files)
+    OUT,
+    Process,
+    free_port,
+    http_request,
+    load,
+    median,
+    percentile,
+    write_json,
+)
+
+from storage.keyword import query_terms  # noqa: E402
+from storage.model import NewEvent  # noqa: E402
+from storage.tenant import Tenant  # noqa: E402
+from storage.vectors import VectorIndex  # noqa: E402
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz"
+DIM = 384
+SEED = 20261004
+BATCH = 1000
+SIZES, QUICK_SIZES = (10_000, 100_000), (2_000, 10_000)
+TENANT = "recall-bench"
+T0 = 1_791_208_939_000_000
+
+
+@dataclass
+class Corpus:
+    """The real texts and embeddings everything is made from."""
+
+    texts: list[str]
+    vectors: np.ndarray  # (n_turns, 384), unit length
+    q_texts: list[str]
+    q_vectors: np.ndarray  # (n_questions, 384), unit length
+
+
+@dataclass
+class Setup:
+    """What every scenario gets: the served tenant, its directory and what it was built from."""
+
+    size: int
+    root: Path  # the tenant's directory
+    server: Process
+    corpus: Corpus
+    vectors: np.ndarray  # the tenant's vectors in append order
+    quick: bool
+    rounds: int
+    notes: dict[str, Any] = field(default_factory=dict)
+
+
+def load_corpus() -> Corpus:
+    """LoCoMo's turns and questions with their MiniLM vectors, all ten conversations."""
+    if not DATA.exists():
+        raise SystemExit(f"bench/recall.py needs {DATA} (LoCoMo with MiniLM vectors)")
+    z = np.load(DATA)
+    texts: list[str] = []
+    vecs, qtexts, qvecs = [], [], []
+    for c in range(10):
+        texts += [str(x) for x in z[f"turn_texts_{c}"]]
+        vecs.append(z[f"turn_emb_{c}"].astype(np.float32))
+        qtexts += [str(x) for x in z[f"q_texts_{c}"]]
+        qvecs.append(z[f"q_emb_{c}"].astype(np.float32))
+    return Corpus(texts, _unit(np.concatenate(vecs)), qtexts, _unit(np.concatenate(qvecs)))
+
+
+def _unit(m: np.ndarray) -> np.ndarray:
+    return np.asarray(m / np.linalg.norm(m, axis=1, keepdims=True), dtype=np.float32)
+
+
+def make_events(corpus: Corpus, n: int, seed: int = SEED) -> tuple[list[NewEvent], np.ndarray]:
+    """n events (ids fixed in advance so facts can name earlier ones) and their vectors."""
+    rng = np.random.default_rng(seed)
+    a = rng.integers(0, len(corpus.texts), n)
+    b = rng.integers(0, len(corpus.texts), n)
+    noise = rng.standard_normal((n, DIM)).astype(np.float32) * 0.02
+    vectors = _unit(0.8 * corpus.vectors[a] + 0.3 * corpus.vectors[b] + noise)
+    kinds = rng.choice(["turn", "fact", "tool_call"], size=n, p=[0.7, 0.2, 0.1])
+    ids = [str(uuid.UUID(int=int(x), version=4)) for x in rng.integers(0, 2**63, n)]
+    events = []
+    for i in range(n):
+        props: dict[str, Any] = {"speaker": ["agent", "user"][i % 2], "n": i}
+        sources: tuple[str, ...] = ()
+        if kinds[i] == "fact" and i > 2:
+            sources = tuple(ids[j] for j in rng.integers(0, i, 2))
+            props["source_event_ids"] = list(sources)
+        events.append(
+            NewEvent(
+                kind=str(kinds[i]),
+                ts=T0 + i * 1_000_000,
+                text=corpus.texts[a[i]],
+                embedding=vectors[i].tolist(),
+                properties_raw=msgspec.json.encode(props),
+                source_ids=sources,
+                event_id=ids[i],
+            )
+        )
+    return events, vectors
+
+
+def build(root: Path, events: list[NewEvent]) -> dict[str, float]:
+    """Append in batches through the tenant's writer; seconds to acknowledged and to a full graph."""
+    shutil.rmtree(root, ignore_errors=True)
+    started = time.perf_counter()
+    tenant = Tenant.open(TENANT, root, embedding_dim=DIM)
+    for lo in range(0, len(events), BATCH):
+        tenant.submit_append(events[lo : lo + BATCH]).result()
+    acknowledged = time.perf_counter() - started
+    tenant.vectors.flush()
+    graph = time.perf_counter() - started
+    tenant.close()
+    return {
+        "acknowledged_s": round(acknowledged, 2),
+        "hnsw_graph_s": round(graph, 2),
+        "closed_s": round(time.perf_counter() - started, 2),
+        "events_per_s_acknowledged": round(len(events) / acknowledged, 1),
+    }
+
+
+def serve(data: Path) -> Process:
+    """memspine-server in local mode over data as it is, 384-float embeddings."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    env.update(
+        {
+            "MEMSPINE_BIND": f"127.0.0.1:{port}",
+            "MEMSPINE_DATA_DIR": str(data),
+            "MEMSPINE_EMBEDDING_DIM": str(DIM),
+            "MEMSPINE_LOG_LEVEL": "WARNING",
+        }
+    )
+    return Process([sys.executable, "-m", "memspine.server"], env, port, "/health")
+
+
+# -- measurement helpers -------------------------------------------------------------------------
+
+
+def _ms(values: list[float]) -> dict[str, float]:
+    return {
+        "p50_ms": round(percentile(values, 50) * 1000, 3),
+        "p99_ms": round(percentile(values, 99) * 1000, 3),
+        "n": len(values),
+    }
+
+
+def _timed(fn: Callable[[int], object], n: int) -> list[float]:
+    """Seconds for fn(i), i = 0..n-1, one after another."""
+    out = []
+    for i in range(n):
+        start = time.perf_counter()
+        fn(i)
+        out.append(time.perf_counter() - start)
+    return out
+
+
+def _recall_requests(setup: Setup, shape: str, hops: int, kind: str | None) -> list[bytes]:
+    """Pre-encoded POST /v1/memory/recall requests, one per question."""
+    c = setup.corpus
+    out = []
+    for i, text in enumerate(c.q_texts):
+        body: dict[str, Any] = {"k": 10, "hops": hops}
+        if shape in ("text", "fused"):
+            body["text"] = text
+        if shape in ("embedding", "fused"):
+            body["embedding"] = [round(float(x), 6) for x in c.q_vectors[i]]
+        if kind is not None:
+            body["kind"] = kind
+        headers = {"Authorization": f"Bearer {TENANT}", "Content-Type": "application/json"}
+        out.append(http_request("POST", "/v1/memory/recall", msgspec.json.encode(body), headers))
+    return out
+
+
+# -- scenarios -------------------------------------------------------------------------------------
+
+RECALL_SHAPES = [
+    ("text", 0, None),
+    ("embedding", 0, None),
+    ("fused", 0, None),
+    ("text", 1, None),
+    ("embedding", 1, None),
+    ("fused", 1, None),
+    ("fused", 0, "turn"),
+]
+
+
+def scenario_latency(setup: Setup) -> dict[str, Any]:
+    """Recall p50/p99 over HTTP for each query shape, one client, closed loop; ROUNDS rounds of
+    every shape in turn (so load from elsewhere falls on all alike), medians across rounds."""
+    seconds = 1.5 if setup.quick else 5.0
+    per: dict[str, list[dict[str, Any]]] = {}
+    for _round in range(setup.rounds):
+        for shape, hops, kind in RECALL_SHAPES:
+            name = f"{shape}{'+hops1' if hops else ''}{'+kind' if kind else ''}"
+            requests = _recall_requests(setup, shape, hops, kind)
+            result = load(setup.server.port, requests, 1, warmup=0.3, seconds=seconds)
+            assert not result["errors"], result
+            per.setdefault(name, []).append(result)
+    return {name: _medians(runs, ("p50_ms", "p99_ms")) for name, runs in per.items()}
+
+
+def _medians(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any]:
+    """Each key's median over runs, and every run's value."""
+    out: dict[str, Any] = {k: round(median([r[k] for r in runs]), 3) for k in keys}
+    out["runs"] = {k: [r[k] for r in runs] for k in keys}
+    return out
+
+
+def scenario_raw_floor(setup: Setup) -> dict[str, Any]:
+    """hnswlib knn_query (ef 64, k 10) and a Tantivy top-10 search, called directly in this
+    process on the tenant's own files; medians over ROUNDS passes of every question."""
+    index = hnswlib.Index(space="cosine", dim=DIM)
+    index.load_index(str(setup.root / "vectors.hnsw"))
+    index.set_ef(64)
+    index.set_num_threads(1)
+    q = setup.corpus.q_vectors
+    kw = tantivy.Index.open(str(setup.root / "keyword"))  # no writer: the server holds its lock
+    searcher = kw.searcher()
+    texts = setup.corpus.q_texts
+
+    def search(i: int) -> None:
+        query, _errors = kw.parse_query_lenient(" ".join(query_terms(texts[i])), ["text"])
+        hits = searcher.search(query, 10).hits
+        [searcher.doc(addr)["id"][0] for _s, addr in hits]
+
+    n = min(len(q), 400 if setup.quick else len(q))
+    rounds = []
+    for _round in range(setup.rounds):
+        knn = _timed(lambda i: index.knn_query(q[i][None, :], k=10, num_threads=1), n)
+        bm25 = _timed(search, n)
+        rounds.append({"knn": _ms(knn), "bm25": _ms(bm25)})
+    return {
+        "hnswlib_knn": _medians([r["knn"] for r in rounds], ("p50_ms", "p99_ms")),
+        "tantivy_top10": _medians([r["bm25"] for r in rounds], ("p50_ms", "p99_ms")),
+        "queries": n,
+    }
+
+
+def scenario_vector_recall(setup: Setup) -> dict[str, Any]:
+    """The vector index's top 10 against exact cosine top 10, over every question."""
+    vec = VectorIndex.open(setup.root / "vectors.hnsw", DIM)
+    try:
+        q = setup.corpus.q_vectors
+        exact = np.argsort(-(q @ setup.vectors.T), axis=1)[:, :10]  # labels are seqs, from 1
+        found = 0
+        for i in range(len(q)):
+            labels = {label for label, _s in vec.search(q[i].tolist(), 10)}
+            found += len(labels & {int(j) + 1 for j in exact[i]})
+    finally:
+        vec.close()
+    return {"recall_at_10": round(found / (10 * len(q)), 4), "queries": len(q)}
+
+
+def scenario_appends(setup: Setup) -> dict[str, Any]:
+    """POST /v1/memory/event from 32 closed-loop clients into this tenant (384-float embeddings),
+    ROUNDS rounds (the tenant grows by each round's events); fused recall right after each; and,
+    in this process, what one synchronous hnswlib insert into a copy of the graph costs."""
+    rng = np.random.default_rng(SEED + 1)
+    c = setup.corpus
+    headers = {"Authorization": f"Bearer {TENANT}", "Content-Type": "application/json"}
+    requests = []
+    for i in range(4000):
+        j = int(rng.integers(0, len(c.texts)))
+        body = {
+            "kind": "turn",
+            "ts": T0 + (setup.size + i) * 1_000_000,
+            "text": c.texts[j],
+            "embedding": [round(float(x), 6) for x in c.vectors[j]],
+            "properties": {"speaker": "user"},
+        }
+        encoded = msgspec.json.encode(body)
+        requests.append(http_request("POST", "/v1/memory/event", encoded, headers))
+    seconds = 3.0 if setup.quick else 10.0
+    recalls = _recall_requests(setup, "fused", 0, None)
+    rounds, after = [], []
+    for _round in range(setup.rounds):
+        before = _batch_metrics(setup.server.port)
+        rounds.append(load(setup.server.port, requests, 32, warmup=1.0, seconds=seconds))
+        done = _batch_metrics(setup.server.port)
+        batches = done[1] - before[1]
+        rounds[-1]["mean_batch"] = round((done[0] - before[0]) / batches, 1) if batches else 0.0
+        after.append(load(setup.server.port, recalls, 1, warmup=0.2, seconds=2.0))
+    return {
+        "clients_32": _medians(rounds, ("per_sec", "p50_ms", "p99_ms", "mean_batch")),
+        "errors": [r["errors"] for r in rounds],
+        "fused_recall_right_after": _medians(after, ("p50_ms", "p99_ms")),
+        "sync_hnsw_insert": _sync_insert_cost(setup),
+    }
+
+
+def _batch_metrics(port: int) -> tuple[float, float]:
+    """(sum, count) of memspine_group_commit_batch_size from /metrics."""
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    found = {"sum": 0.0, "count": 0.0}
+    for line in text.splitlines():
+        for part in found:
+            if line.startswith(f"memspine_group_commit_batch_size_{part} "):
+                found[part] = float(line.split()[1])
+    return found["sum"], found["count"]
+
+
+def _sync_insert_cost(setup: Setup) -> dict[str, float]:
+    """Milliseconds per hnswlib insert, one at a time, into the saved graph (what acknowledging
+    after a graph insert would cost), and the vectors/s that caps one thread at."""
+    index = hnswlib.Index(space="cosine", dim=DIM)
+    index.load_index(str(setup.root / "vectors.hnsw"), max_elements=setup.size + 1000)
+    index.set_num_threads(1)
+    rows = setup.vectors[:300]
+    times = _timed(lambda i: index.add_items(rows[i][None, :], [10**9 + i], num_threads=1), 300)
+    per = median(times) * 1000
+    return {"p50_ms": round(per, 3), "vectors_per_s_one_thread": round(1000 / per, 1)}
+
+
+# Run in this order against one server and tenant; add a scenario by adding a function here.
+SCENARIOS: dict[str, Callable[[Setup], dict[str, Any]]] = {
+    "latency": scenario_latency,
+    "raw_floor": scenario_raw_floor,
+    "vector_recall": scenario_vector_recall,
+    "appends": scenario_appends,  # last: it adds events to the tenant
+}
+
+
+def run_size(size: int, corpus: Corpus, work: Path, args: argparse.Namespace) -> dict[str, Any]:
+    """Build (or reuse) one tenant, serve it, run the scenarios."""
+    data = work / f"data-{size}"
+    root = data / TENANT
+    events, vectors = make_events(corpus, size)
+    stamp = root.parent / f".built-{size}-{SEED}"
+    result: dict[str, Any] = {"events": size}
+    if args.keep and stamp.exists():
+        result["build"] = json.loads(stamp.read_text())
+    else:
+        result["build"] = build(root, events)
+        stamp.write_text(json.dumps(result["build"]))
+    del events
+    pristine = data.with_name(data.name + "-pristine")
+    shutil.rmtree(pristine, ignore_errors=True)
+    shutil.copytree(data, pristine)  # appends change the tenant; --keep reuses the pristine copy
+    server = serve(data)
+    try:
+        setup = Setup(size, root, server, corpus, vectors, args.quick, args.rounds)
+        for name, scenario in SCENARIOS.items():
+            if args.only and name not in args.only:
+                continue
+            started = time.perf_counter()
+            result[name] = scenario(setup)
+            result[name]["took_s"] = round(time.perf_counter() - started, 1)
+            print(size, name, json.dumps(result[name]), flush=True)
+    finally:
+        server.stop()
+        shutil.rmtree(data)
+        pristine.rename(data)
+    return result
+
+
+def summary(sizes: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets checked against the largest size measured."""
+    top = sizes[max(sizes)]
+    out: dict[str, Any] = {"events": max(sizes)}
+    if "latency" in top and "raw_floor" in top:
+        fused = top["latency"]["fused"]
+        floor = (
+            top["raw_floor"]["hnswlib_knn"]["p50_ms"] + top["raw_floor"]["tantivy_top10"]["p50_ms"]
+        )
+        out["fused_p50_ms"], out["fused_p99_ms"] = fused["p50_ms"], fused["p99_ms"]
+        out["raw_floor_p50_ms"] = round(floor, 3)
+        out["fused_over_floor"] = round(fused["p50_ms"] / floor, 2)
+    if "vector_recall" in top:
+        out["vector_recall_at_10"] = top["vector_recall"]["recall_at_10"]
+    if "appends" in top:
+        out["appends_per_sec_32"] = top["appends"]["clients_32"]["per_sec"]
+    checks = {
+        "fused_p50_ms <= 5": out.get("fused_p50_ms", 1e9) <= 5,
+        "fused_p99_ms <= 20": out.get("fused_p99_ms", 1e9) <= 20,
+        "fused_over_floor <= 3": out.get("fused_over_floor", 1e9) <= 3,
+        "vector_recall_at_10 >= 0.95": out.get("vector_recall_at_10", 0) >= 0.95,
+        "appends_per_sec_32 >= 2000": out.get("appends_per_sec_32", 0) >= 2000,
+    }
+    out["targets_met"] = checks
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run every size and scenario; write bench/out/recall.json."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="2,000 and 10,000 events, short runs")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON output (bench/out/recall.json)"
+    )
+    parser.add_argument("--sizes", type=int, nargs="*", help="event counts (default 10000 100000)")
+    parser.add_argument("--only", nargs="*", default=[], choices=list(SCENARIOS), help="scenarios")
+    parser.add_argument("--keep", action="store_true", help="reuse tenants built by an earlier run")
+    parser.add_argument("--rounds", type=int, default=3, help="measurement rounds (medians)")
+    args = parser.parse_args(argv)
+    sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
+    corpus = load_corpus()
+    work = OUT / "recall-work"
+    work.mkdir(parents=True, exist_ok=True)
+    results = {n: run_size(n, corpus, work, args) for n in sizes}
+    if not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    config = {"dim": DIM, "seed": SEED, "batch": BATCH, "quick": args.quick, "rounds": args.rounds}
+    out = write_json(
+        "recall", {"config": config, "summary": summary(results), "sizes": results}, args.out
+    )
+    print(json.dumps(summary(results), indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
