@@ -1,0 +1,242 @@
+"""Retrieval quality on LoCoMo: fused recall through memspine-server against an in-process baseline.
+
+Each conversation is loaded through a real memspine-server (MEMSPINE_EMBEDDING_DIM=384) as its own
+tenant: every turn a `kind: turn` event with the exact text that was embedded, its MiniLM vector
+and its `dia_id` as a property. Every question (categories 1-4 with evidence) is then asked as
+`{"text", "embedding", "kind": "turn", "k": 10}`, and, for the record, with text only and with
+the embedding only. In the same run, the baseline the team measured (`../shared/data/README.md`):
+Tantivy BM25 (default tokenizer) top 50 and exact cosine top 50, fused by RRF (k = 60).
+
+Metrics, as the team defines them: nDCG@10 with binary gains (ideal DCG over
+min(10, |evidence|)) and recall@10 = |top 10 ∩ evidence| / |evidence|, averaged over questions.
+
+Conversations 0-4 are for development (the default). 5-9 are held out: `--held-out` runs them,
+once, to report; never tune on them. LoCoMo is CC BY-NC 4.0, used here to evaluate only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import re
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+import tantivy
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import Process, free_port, write_json  # noqa: E402  (bench scripts run as plain files)
+
+DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz"
+DEV, HELD_OUT = range(0, 5), range(5, 10)
+T0 = 1_682_899_200_000_000  # 2023-05-01, the conversations' year
+K = 10
+BASELINE_DEPTH = 50
+
+
+class Conversation:
+    """One LoCoMo conversation's turns and questions, vectors unit length."""
+
+    def __init__(self, z: Any, c: int) -> None:
+        self.index = c
+        self.ids = [str(x) for x in z[f"turn_ids_{c}"]]
+        self.texts = [str(x) for x in z[f"turn_texts_{c}"]]
+        self.vectors = _unit(z[f"turn_emb_{c}"].astype(np.float32))
+        self.questions = [str(x) for x in z[f"q_texts_{c}"]]
+        self.q_vectors = _unit(z[f"q_emb_{c}"].astype(np.float32))
+        self.evidence = [{e.strip() for e in json.loads(str(x))} for x in z[f"q_evidence_{c}"]]
+        self.categories = [int(x) for x in z[f"q_category_{c}"]]
+
+
+def _unit(m: np.ndarray) -> np.ndarray:
+    return np.asarray(m / np.linalg.norm(m, axis=1, keepdims=True), dtype=np.float32)
+
+
+def metrics(ranked: list[str], evidence: set[str]) -> tuple[float, float]:
+    """(nDCG@10, recall@10) of one ranked list of dia_ids."""
+    top = ranked[:K]
+    dcg = sum(1 / math.log2(i + 2) for i, d in enumerate(top) if d in evidence)
+    ideal = sum(1 / math.log2(i + 2) for i in range(min(K, len(evidence))))
+    return dcg / ideal, len(set(top) & evidence) / len(evidence)
+
+
+# -- the baseline, in process ----------------------------------------------------------------------
+
+
+def baseline(conv: Conversation) -> list[list[str]]:
+    """BM25 top 50 (Tantivy, default tokenizer, query words OR-ed) + exact cosine top 50, RRF 60."""
+    builder = tantivy.SchemaBuilder()
+    builder.add_integer_field("i", stored=True)
+    builder.add_text_field("text", stored=False)
+    index = tantivy.Index(builder.build())
+    writer = index.writer()
+    for i, text in enumerate(conv.texts):
+        doc = tantivy.Document()
+        doc.add_integer("i", i)
+        doc.add_text("text", text)
+        writer.add_document(doc)
+    writer.commit()
+    index.reload()
+    searcher = index.searcher()
+    out = []
+    for question, qv in zip(conv.questions, conv.q_vectors, strict=True):
+        words = re.findall(r"[^\W_]+", question.lower())
+        query, _errors = index.parse_query_lenient(" ".join(words), ["text"])
+        bm25 = [searcher.doc(a)["i"][0] for _s, a in searcher.search(query, BASELINE_DEPTH).hits]
+        cosine = np.argsort(-(conv.vectors @ qv), kind="stable")[:BASELINE_DEPTH].tolist()
+        scores: dict[int, float] = {}
+        for ranking in (bm25, cosine):
+            for rank, i in enumerate(ranking, start=1):
+                scores[i] = scores.get(i, 0.0) + 1 / (60 + rank)
+        best = sorted(scores, key=lambda i: -scores[i])[:K]
+        out.append([conv.ids[i] for i in best])
+    return out
+
+
+# -- memspine, over HTTP ---------------------------------------------------------------------------
+
+
+def serve(data: Path) -> Process:
+    """memspine-server in local mode on data, 384-float embeddings."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    env.update(
+        {
+            "MEMSPINE_BIND": f"127.0.0.1:{port}",
+            "MEMSPINE_DATA_DIR": str(data),
+            "MEMSPINE_EMBEDDING_DIM": "384",
+            "MEMSPINE_LOG_LEVEL": "WARNING",
+        }
+    )
+    return Process([sys.executable, "-m", "memspine.server"], env, port, "/health")
+
+
+def load_turns(client: httpx.Client, conv: Conversation) -> dict[str, str]:
+    """Append every turn (16 at a time, so group commit batches them); event id -> dia_id."""
+
+    def append(i: int) -> tuple[str, str]:
+        body = {
+            "kind": "turn",
+            "ts": T0 + i * 60_000_000,
+            "text": conv.texts[i],
+            "embedding": [round(float(x), 7) for x in conv.vectors[i]],
+            "properties": {"dia_id": conv.ids[i]},
+        }
+        resp = client.post("/v1/memory/event", json=body)
+        resp.raise_for_status()
+        return str(resp.json()["event_id"]), conv.ids[i]
+
+    with ThreadPoolExecutor(16) as pool:
+        return dict(pool.map(append, range(len(conv.ids))))
+
+
+def ask(client: httpx.Client, conv: Conversation, shape: str) -> list[list[str]]:
+    """Every question as one recall of this shape (fused, text or embedding); dia_ids ranked."""
+    out = []
+    for question, qv in zip(conv.questions, conv.q_vectors, strict=True):
+        body: dict[str, Any] = {"kind": "turn", "k": K}
+        if shape in ("fused", "text"):
+            body["text"] = question
+        if shape in ("fused", "embedding"):
+            body["embedding"] = [round(float(x), 7) for x in qv]
+        resp = client.post("/v1/memory/recall", json=body)
+        resp.raise_for_status()
+        out.append([h["properties"]["dia_id"] for h in resp.json()["hits"]])
+    return out
+
+
+def evaluate(server: Process, conv: Conversation) -> dict[str, list[list[str]]]:
+    """Load one conversation as a tenant and rank every question each way, plus the baseline."""
+    url = f"http://127.0.0.1:{server.port}"
+    headers = {"Authorization": f"Bearer locomo-{conv.index}"}
+    with httpx.Client(base_url=url, headers=headers, timeout=60) as client:
+        load_turns(client, conv)
+        runs = {shape: ask(client, conv, shape) for shape in ("fused", "text", "embedding")}
+    runs["baseline"] = baseline(conv)
+    return runs
+
+
+def summarise(per_question: dict[str, list[tuple[float, float, int]]]) -> dict[str, Any]:
+    """Mean nDCG@10 and recall@10 per method, overall and by question category."""
+    out: dict[str, Any] = {}
+    for name, rows in per_question.items():
+        arr = np.asarray([(n, r) for n, r, _c in rows])
+        by_cat = {}
+        for cat in sorted({c for _n, _r, c in rows}):
+            sel = np.asarray([(n, r) for n, r, c in rows if c == cat])
+            by_cat[str(cat)] = {
+                "ndcg@10": round(float(sel[:, 0].mean()), 4),
+                "recall@10": round(float(sel[:, 1].mean()), 4),
+                "n": len(sel),
+            }
+        out[name] = {
+            "ndcg@10": round(float(arr[:, 0].mean()), 4),
+            "recall@10": round(float(arr[:, 1].mean()), 4),
+            "questions": len(rows),
+            "by_category": by_cat,
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Evaluate the chosen conversations and write bench/out/quality.json."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="conversation 0 only")
+    parser.add_argument(
+        "--out", type=Path, default=None, help="JSON output (bench/out/quality.json)"
+    )
+    parser.add_argument("--held-out", action="store_true", help="conversations 5-9: report only")
+    args = parser.parse_args(argv)
+    if not DATA.exists():
+        raise SystemExit(f"bench/quality.py needs {DATA} (LoCoMo with MiniLM vectors)")
+    chosen = list(HELD_OUT if args.held_out else DEV)[: 1 if args.quick else None]
+    z = np.load(DATA)
+    per_question: dict[str, list[tuple[float, float, int]]] = {}
+    per_conversation: dict[str, Any] = {}
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory(prefix="quality-") as tmp:
+        server = serve(Path(tmp) / "data")
+        try:
+            for c in chosen:
+                conv = Conversation(z, c)
+                runs = evaluate(server, conv)
+                rows: dict[str, list[tuple[float, float, int]]] = {}
+                for name, ranked in runs.items():
+                    rows[name] = [
+                        (*metrics(r, e), cat)
+                        for r, e, cat in zip(ranked, conv.evidence, conv.categories, strict=True)
+                    ]
+                    per_question.setdefault(name, []).extend(rows[name])
+                per_conversation[str(c)] = {
+                    name: {m: v[m] for m in ("ndcg@10", "recall@10", "questions")}
+                    for name, v in summarise(rows).items()
+                }
+                print(c, json.dumps(per_conversation[str(c)]), flush=True)
+        finally:
+            server.stop()
+    result = summarise(per_question)
+    doc = {
+        "config": {"conversations": chosen, "k": K, "baseline_depth": BASELINE_DEPTH},
+        "summary": {
+            n: {m: v[m] for m in ("ndcg@10", "recall@10", "questions")} for n, v in result.items()
+        },
+        "methods": result,
+        "conversations": per_conversation,
+        "seconds": round(time.perf_counter() - started, 1),
+    }
+    out = write_json("quality-held-out" if args.held_out else "quality", doc, args.out)
+    print(json.dumps(doc["summary"], indent=2))
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
