@@ -41,7 +41,7 @@ def main() -> int:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="h11",
+        http="httptools",
         log_level="warning",
         log_config=None,  # uvicorn's own loggers go through our JSON handler
         access_log=False,

@@ -6,6 +6,7 @@ import logging
 import re
 import shutil
 import threading
+import time
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -22,6 +23,10 @@ log = logging.getLogger("memspine.keyword")
 _WORD = re.compile(r"[^\W_]+")
 MAX_QUERY_WORDS = 64
 WRITER_HEAP_BYTES = 16_000_000
+# The fold commits at most this often unless a search is waiting: every commit is a new segment
+# (fsyncs now, merge CPU later), and at hundreds of appends a second one commit per group commit
+# spent a fifth of a core merging tiny segments (bench/RESULTS.md, Appends).
+FOLD_INTERVAL_SECS = 0.25
 
 
 class KeywordDoc(msgspec.Struct, frozen=True):
@@ -97,6 +102,8 @@ class KeywordIndex:
         self._cond = threading.Condition()
         self._stopping = False
         self._failed = False
+        self._waiting = 0  # searches (or a close) waiting for the fold: it commits at once for them
+        self._last_fold = 0.0
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -161,6 +168,7 @@ class KeywordIndex:
                     self._cond.wait()
                 if self._published_seq == self.committed_seq:
                     return
+                self._gather()
                 ops, self._queue = self._queue, []
                 seq = self._published_seq
             try:
@@ -175,7 +183,16 @@ class KeywordIndex:
                 return
             with self._cond:
                 self.committed_seq = seq
+                self._last_fold = time.monotonic()
                 self._cond.notify_all()
+
+    def _gather(self) -> None:
+        """Let more work pile up until FOLD_INTERVAL_SECS after the last commit (caller holds _cond)."""
+        while not (self._waiting or self._stopping):
+            left = self._last_fold + FOLD_INTERVAL_SECS - time.monotonic()
+            if left <= 0:
+                return
+            self._cond.wait(timeout=left)
 
     def _commit_ops(self, ops: list[tuple[KeywordDoc | None, str]]) -> None:
         """Apply queued adds and deletes in order, commit durably, reload the searcher."""
@@ -191,8 +208,13 @@ class KeywordIndex:
         """Wait until the committed index covers op upto (default: everything published)."""
         with self._cond:
             target = self._published_seq if upto is None else upto
-            while self.committed_seq < target and not self._failed:
-                self._cond.wait(timeout=1.0)
+            self._waiting += 1
+            self._cond.notify_all()  # the fold stops gathering and commits for us
+            try:
+                while self.committed_seq < target and not self._failed:
+                    self._cond.wait(timeout=1.0)
+            finally:
+                self._waiting -= 1
             if self.committed_seq >= target:
                 return
             ops, self._queue = self._queue, []  # the fold thread died: commit here instead

@@ -1,0 +1,54 @@
+"""The append path's shortcuts keep their promises: coalesced keyword commits, read-your-writes."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from storage import keyword
+from storage.keyword import KeywordDoc, KeywordIndex
+
+
+def _doc(i: int) -> KeywordDoc:
+    return KeywordDoc(f"00000000-0000-4000-8000-{i:012d}", "turn", f"parcel number{i}", {})
+
+
+def test_fold_gathers_publishes_between_commits(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With no search waiting, publishes after a commit wait for the interval instead of committing each."""
+    monkeypatch.setattr(keyword, "FOLD_INTERVAL_SECS", 30.0)
+    index = KeywordIndex.open(tmp_path / "kw")
+    try:
+        index.publish([_doc(1)], [], 1)
+        index.flush()
+        for seq in range(2, 6):
+            index.publish([_doc(seq)], [], seq)
+        time.sleep(0.3)
+        assert index.committed_seq == 1  # still gathering: no commit per publish
+        started = time.monotonic()
+        hits = index.search("number5", limit=5)  # a search does not wait out the interval
+        assert time.monotonic() - started < 5.0
+        assert [h[0] for h in hits] == [_doc(5).event_id]
+        assert index.committed_seq == 5
+    finally:
+        index.close()
+
+
+def test_close_commits_gathered_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Close does not wait out the interval either, and what was gathered is durable on reopen."""
+    monkeypatch.setattr(keyword, "FOLD_INTERVAL_SECS", 30.0)
+    index = KeywordIndex.open(tmp_path / "kw")
+    index.publish([_doc(1)], [], 1)
+    index.flush()
+    index.publish([_doc(2)], [], 2)
+    started = time.monotonic()
+    index.close()
+    assert time.monotonic() - started < 5.0
+    reopened = KeywordIndex.open(tmp_path / "kw", committed_seq=2)
+    try:
+        assert [h[0] for h in reopened.search("number2", limit=5)] == [_doc(2).event_id]
+    finally:
+        reopened.close()
