@@ -52,3 +52,14 @@ def test_close_commits_gathered_work(tmp_path: Path, monkeypatch: pytest.MonkeyP
         assert [h[0] for h in reopened.search("number2", limit=5)] == [_doc(2).event_id]
     finally:
         reopened.close()
+
+
+def test_embedding_check_by_sum_stays_exact() -> None:
+    """Finite values whose sum overflows pass; NaN or infinity anywhere is refused."""
+    from memspine.schemas import check_embedding
+    from storage.errors import InvalidRequest
+
+    assert check_embedding([1e308, 1e308, -0.5]) == [1e308, 1e308, -0.5]
+    for bad in ([0.1, float("nan")], [float("inf"), float("-inf")], [1e308, 1e308, float("nan")]):
+        with pytest.raises(InvalidRequest):
+            check_embedding(bad)
