@@ -30,7 +30,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     tenant_idle_secs: float = 3600.0
     purge_interval_secs: float = 60.0
     max_body_bytes: int = 1_048_576
-    cypher_timeout_ms: int = 5000
+    cypher_timeout_ms: int = 2000
     cypher_max_rows: int = 10_000
     metrics_per_tenant: bool = False
     log_level: str = "INFO"

@@ -88,7 +88,7 @@ class CypherSyntaxError(InvalidRequest):
         self.col = col
         detail = f"{message} (line {line}, column {col})"
         if query:
-            lines = query.splitlines() or [""]
+            lines = query.split("\n")  # as the parser counts lines: \r and U+2028 do not end one
             if 1 <= line <= len(lines):
                 detail += "\n" + lines[line - 1] + "\n" + " " * max(col - 1, 0) + "^"
         super().__init__(detail)
