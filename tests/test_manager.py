@@ -386,8 +386,10 @@ def test_open_close_cycles_leak_no_fds_threads_or_reader_slots(tmp_path: Path) -
             assert r.last_seq() == 1
     assert manager.stats().opens == CYCLES
     manager.close_all()
-    assert fd_count() == fds
-    assert threading.active_count() == threads
+    # No more than before: threads or fds of earlier tests in this process (idle worker
+    # threads, a warm-up thread) may end meanwhile, but the cycles must leave none behind.
+    assert fd_count() <= fds
+    assert threading.active_count() <= threads
     for name in names:
         env = lmdb.open(str(tmp_path / "data" / name / "events"), max_dbs=16, readonly=True)
         try:
