@@ -4,13 +4,17 @@ Three measurements in one run, each with the same bodies (200 characters of text
 384-float embedding, as a client with an embedding model sends them):
 
 - memspine: POST /v1/memory/event from 1, 8 and 32 closed-loop loopback connections;
-- bare: a Litestar app served the same way (uvicorn, uvloop, h11) whose handler parses
-  the same body with msgspec and answers; the ceiling of the HTTP stack itself;
+- bare: a Litestar app served the same way (uvicorn, uvloop, httptools) whose handler
+  parses the same body with msgspec and answers; the ceiling of the HTTP stack itself;
 - lmdb: one durable LMDB write transaction per event, in process; the ceiling of
   appending without group commit.
 
 The load generator runs in this process, the servers in their own. Targets (issue 2):
 with 32 clients memspine reaches >= 50 % of bare and >= 3x lmdb, with p99 < 50 ms.
+
+With --preload N (issue 4: N = 100000), the tenant already holds N such events (written
+in process through Tenant before the server starts, indexes saved) and only 32 clients
+are measured, memspine and bare paired; the target is >= 2,000 events/s.
 """
 
 from __future__ import annotations
@@ -114,7 +118,9 @@ def serve_bare(port: int) -> None:
         return {"status": "ok"}
 
     app = Litestar(route_handlers=[append, health], debug=False)
-    uvicorn.run(app, host="127.0.0.1", port=port, loop="uvloop", http="h11", log_level="warning")
+    uvicorn.run(
+        app, host="127.0.0.1", port=port, loop="uvloop", http="httptools", log_level="warning"
+    )
 
 
 def start_bare() -> Process:
@@ -154,6 +160,96 @@ def lmdb_loop(payloads: list[bytes], seconds: float) -> dict[str, Any]:
         "p50_ms": round(ordered[len(ordered) // 2] * 1000, 3),
         "p99_ms": round(ordered[int(len(ordered) * 0.99)] * 1000, 3),
     }
+
+
+# -- a tenant that already holds events (issue 4) ------------------------------------------------
+
+
+def preload_template(payloads: list[bytes], count: int) -> Path:
+    """A data directory whose tenant `bench` holds count events built from the bench bodies."""
+    from memspine.schemas import EventIn, decode_body, to_new_event
+    from storage.tenant import Tenant
+
+    data_dir = scratch_dir("preload") / "data"
+    tenant = Tenant.open("bench", data_dir / "bench", embedding_dim=DIM)
+    started = time.perf_counter()
+    try:
+        chunk = 500
+        for first in range(0, count, chunk):
+            events = []
+            for i in range(first, min(first + chunk, count)):
+                body = decode_body(payloads[i % len(payloads)], EventIn)
+                events.append(to_new_event(body, tenant_id="bench", idempotency_key=None))
+            tenant.submit_append(events).result()
+        tenant.vectors.flush()
+    finally:
+        tenant.close()
+    print(f"preloaded {count} events in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return data_dir
+
+
+def start_copy(template: Path) -> tuple[Process, Path]:
+    """memspine-server in local mode on a copy of a preloaded data directory (and the copy)."""
+    data_dir = scratch_dir("memspine") / "data"
+    shutil.copytree(template, data_dir)
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    env.update(
+        {
+            "MEMSPINE_BIND": f"127.0.0.1:{port}",
+            "MEMSPINE_DATA_DIR": str(data_dir),
+            "MEMSPINE_LOG_LEVEL": "WARNING",
+            "MEMSPINE_EMBEDDING_DIM": str(DIM),
+        }
+    )
+    return Process([sys.executable, "-m", "memspine.server"], env, port, "/health"), data_dir
+
+
+def preloaded_run(
+    requests: list[bytes], template: Path, warmup: float, seconds: float
+) -> dict[str, Any]:
+    """32 clients against the preloaded tenant, paired with bare."""
+    bare = start_bare()
+    server, data_dir = start_copy(template)
+    try:
+        # The first append opens the tenant (100,000 events: LMDB, Tantivy, HNSW load).
+        load(server, requests[:1], 1, warmup=0.0, seconds=0.5)
+        return {
+            "bare": load(bare, requests, 32, warmup=warmup, seconds=seconds),
+            "memspine": load(server, requests, 32, warmup=warmup, seconds=seconds),
+        }
+    finally:
+        bare.stop()
+        server.stop()
+        shutil.rmtree(data_dir.parent, ignore_errors=True)
+
+
+def preloaded_main(count: int, runs: int, warmup: float, seconds: float, out: Path | None) -> int:
+    """Issue 4: 32 clients appending into a tenant that already holds count events."""
+    payloads = bodies()
+    requests = append_requests(payloads)
+    template = preload_template(payloads, count)
+    try:
+        results = [preloaded_run(requests, template, warmup, seconds) for _ in range(runs)]
+    finally:
+        shutil.rmtree(template.parent, ignore_errors=True)
+    keys = ("per_sec", "p50_ms", "p99_ms", "server_cpu_ms_per_req")
+    summary = {
+        t: {k: median([r[t][k] for r in results]) for k in keys} for t in ("memspine", "bare")
+    }
+    summary["target_met"] = {">= 2000 events/s": summary["memspine"]["per_sec"] >= 2000}
+    config = {"preload": count, "runs": runs, "seconds": seconds, "warmup": warmup, "dim": DIM}
+    path = write_json(
+        "append_preloaded", {"config": config, "summary": summary, "runs": results}, out
+    )
+    for t in ("memspine", "bare"):
+        row = summary[t]
+        print(
+            f"| {t} | 32 | {row['per_sec']:.0f} | {row['p50_ms']:.2f} | {row['p99_ms']:.2f} "
+            f"| {row['server_cpu_ms_per_req']:.3f} |"
+        )
+    print(f"wrote {path}", file=sys.stderr)
+    return 0
 
 
 # -- one run ------------------------------------------------------------------------------------
@@ -251,11 +347,14 @@ def main(argv: list[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--runs", type=int, default=None)
     extra.add_argument("--seconds", type=float, default=None)
+    extra.add_argument("--preload", type=int, default=0)
     known, rest = extra.parse_known_args(argv)
     args = parse_args(__doc__.splitlines()[0], rest)
     runs = known.runs or (1 if args.quick else 3)
     seconds = known.seconds or (2.0 if args.quick else 8.0)
     warmup = 0.5 if args.quick else 1.5
+    if known.preload:
+        return preloaded_main(known.preload, runs, warmup, seconds, args.out)
     payloads = bodies()
     requests = append_requests(payloads)
     results = []
