@@ -25,7 +25,10 @@ log = logging.getLogger("memspine.vectors")
 
 INITIAL_CAPACITY = 1024
 M = 16
-EF_CONSTRUCTION = 200
+# 100, not 200: half the insert CPU (0.64 -> 0.27 ms a vector at 10-20k on 2 cores), and the
+# background inserter shares those cores with the server; recall@10 against exact search
+# was the same on clustered and noisy vectors (bench/RESULTS.md, Appends).
+EF_CONSTRUCTION = 100
 MIN_EF = 64
 INSERT_BATCH = 256
 # Up to this many live vectors the graph is searched exactly, from a copy of its unit rows
