@@ -195,6 +195,7 @@ def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) 
 
     assert t.submit_delete([victim]).result() == [victim]
     t.submit_delete(list(gone)).result()
+    t.keyword.flush()  # the background fold commits within 250 ms; read its files now
     assert victim_terms <= index_terms(root / "keyword")  # deleted is not yet erased
     stats = t.purge()
     assert stats.purged == 21 and stats.pending == 0
