@@ -22,8 +22,9 @@ RRF_K = 60
 MAX_K = 100
 MAX_HOPS = 3
 # Each arm brings its top k to fusion. Deeper lists let RRF's sum rank events that both arms
-# place middling above events one arm places first: on LoCoMo conversations 0-4, arms 50 deep gave
-# recall@10 0.613 and arms k deep 0.653, and depth k was best at k = 1, 3, 5 and 20 too
+# place middling above events one arm places first: on LoCoMo conversations 0-4 (stop words
+# dropped), arms 50 deep gave recall@10 0.595 and arms k deep 0.653; depth k was best at
+# k = 1, 3, 5 and 20 too
 # (bench/RESULTS.md). Arms go deeper only when substitution leaves fewer than k hits.
 MAX_ARM_DEPTH = 1000
 # The vector arm over-fetches up to this many times its depth before it filters inside the graph,
