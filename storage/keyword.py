@@ -208,6 +208,8 @@ class KeywordIndex:
         """Wait until the committed index covers op upto (default: everything published)."""
         with self._cond:
             target = self._published_seq if upto is None else upto
+            if self.committed_seq >= target:
+                return  # nothing to wait for: do not cut the fold's gathering short
             self._waiting += 1
             self._cond.notify_all()  # the fold stops gathering and commits for us
             try:
