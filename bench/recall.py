@@ -61,7 +61,7 @@ DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minil
 DIM = 384
 SEED = 20261004
 BATCH = 1000
-SIZES, QUICK_SIZES = (10_000, 100_000), (2_000, 10_000)
+SIZES, QUICK_SIZES = (10_000, 100_000), (2_000,)
 TENANT = "recall-bench"
 T0 = 1_791_208_939_000_000
 
@@ -424,18 +424,20 @@ def summary(sizes: dict[int, dict[str, Any]]) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     """Run every size and scenario; write bench/out/recall.json."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="2,000 and 10,000 events, short runs")
+    parser.add_argument("--quick", action="store_true", help="2,000 events, one short round")
     parser.add_argument(
         "--out", type=Path, default=None, help="JSON output (bench/out/recall.json)"
     )
     parser.add_argument("--sizes", type=int, nargs="*", help="event counts (default 10000 100000)")
     parser.add_argument("--only", nargs="*", default=[], choices=list(SCENARIOS), help="scenarios")
     parser.add_argument("--keep", action="store_true", help="reuse tenants built by an earlier run")
-    parser.add_argument("--rounds", type=int, default=3, help="measurement rounds (medians)")
+    parser.add_argument("--rounds", type=int, default=None, help="rounds, medians (3; quick: 1)")
     args = parser.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
+    if args.rounds is None:
+        args.rounds = 1 if args.quick else 3
     corpus = load_corpus()
-    work = OUT / "recall-work"
+    work = OUT / "tmp" / "recall"  # the scratch area of bench/common.py
     work.mkdir(parents=True, exist_ok=True)
     results = {n: run_size(n, corpus, work, args) for n in sizes}
     if not args.keep:
