@@ -84,7 +84,9 @@ class Tenant:
         """The keyword index and the seq it has applied; a damaged index is rebuilt from the log."""
         path = self.root / "keyword"
         try:
-            seq = self.log.meta_int("keyword_seq") or 0
+            # No meta.json means no index at all (lost or never made): replay the whole log.
+            found = (path / "meta.json").exists()
+            seq = (self.log.meta_int("keyword_seq") or 0) if found else 0
             return KeywordIndex.open(path, committed_seq=seq), seq
         except (ValueError, OSError) as exc:
             _raise_if_out_of_fds(exc)

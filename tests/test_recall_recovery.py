@@ -108,14 +108,7 @@ def _remove_vector_sidecar(root: Path) -> None:
 @pytest.mark.parametrize(
     "damage",
     [
-        pytest.param(
-            _remove_keyword,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="Tenant._open_keyword keeps keyword_seq when the directory is gone, so an "
-                "empty index is never refilled; fix: seq 0 when keyword/meta.json is absent",
-            ),
-        ),
+        _remove_keyword,
         _damage_keyword,
         _remove_vectors,
         _truncate_vectors,
