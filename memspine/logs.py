@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import re
 import sys
 import time
 import traceback
-import uuid
 from collections.abc import Callable, Iterable
 from datetime import UTC, datetime
 from typing import IO, Any, cast
@@ -106,7 +107,18 @@ def request_id_of(scope: Scope) -> str:
             if _CALLER_ID.match(given):
                 return given
             break
-    return uuid.uuid4().hex
+    return _new_request_id()
+
+
+# A random per-process prefix and a counter: unique like a uuid4, a fraction of its cost on
+# the hot path (uuid4 was ~7 % of the event loop's samples under append load).
+_ID_PREFIX = os.urandom(8).hex()
+_ID_COUNTER = itertools.count()
+
+
+def _new_request_id() -> str:
+    """A 32-hex-digit id no other request of any process is likely to share."""
+    return f"{_ID_PREFIX}{next(_ID_COUNTER) & 0xFFFFFFFFFFFFFFFF:016x}"
 
 
 def install_request_observer(
