@@ -12,6 +12,7 @@ import anyio.to_thread
 import msgspec
 from litestar import Request, Response, delete, get, post
 from litestar.datastructures import State
+from litestar.params import FromPath
 
 from memspine.auth import admin_guard
 from memspine.engine import Engine
@@ -155,7 +156,7 @@ def delete_tenant_everywhere(
 
 @delete("/v1/admin/tenants/{tenant_id:str}", guards=[admin_guard], status_code=200)
 async def delete_tenant(
-    request: Request[Any, Any, Any], state: State, tenant_id: str
+    request: Request[Any, Any, Any], state: State, tenant_id: FromPath[str]
 ) -> Response[bytes]:
     """Delete a tenant: revoke its keys, then erase its directory."""
     check_params(request, set())
@@ -206,7 +207,7 @@ async def list_keys(request: Request[Any, Any, Any]) -> Response[bytes]:
 
 
 @delete("/v1/admin/keys/{key_id:str}", guards=[admin_guard], status_code=200)
-async def revoke_key(request: Request[Any, Any, Any], key_id: str) -> Response[bytes]:
+async def revoke_key(request: Request[Any, Any, Any], key_id: FromPath[str]) -> Response[bytes]:
     """Revoke a key, effective on the next request; revoking twice changes nothing."""
     check_params(request, set())
     control = _control(request)
