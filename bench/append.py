@@ -35,6 +35,9 @@ from litestar import Litestar, Request, Response, get, post
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (  # noqa: E402  (bench scripts run as plain files)
+    SUPPORT_WORDS as WORDS,
+)
+from common import (
     Process,
     free_port,
     http_request,
@@ -51,19 +54,6 @@ TEXT_CHARS = 200
 BODIES = 2000
 CLIENTS = (1, 8, 32)
 SEED = 20261005
-WORDS = [
-    "order",
-    "parcel",
-    "carrier",
-    "signed",
-    "delivered",
-    "refund",
-    "case",
-    "customer",
-    "agent",
-    "street",
-    "number",
-]
 
 
 def bodies(n: int = BODIES, seed: int = SEED) -> list[bytes]:

@@ -25,6 +25,22 @@ REPO = BENCH.parent
 OUT = BENCH / "out"
 
 
+# The vocabulary of generated support-chat texts (append and tenant benchmarks alike).
+SUPPORT_WORDS = [
+    "order",
+    "parcel",
+    "carrier",
+    "signed",
+    "delivered",
+    "refund",
+    "case",
+    "customer",
+    "agent",
+    "street",
+    "number",
+]
+
+
 def parse_args(description: str, argv: Sequence[str] | None = None) -> argparse.Namespace:
     """The options every bench script takes: --quick for a short run, --out for the JSON file."""
     parser = argparse.ArgumentParser(description=description)

@@ -35,6 +35,9 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (  # noqa: E402  (bench scripts run as plain files)
+    SUPPORT_WORDS as WORDS,
+)
+from common import (
     Process,
     free_port,
     http_request,
@@ -54,19 +57,6 @@ from storage.vectors import VectorIndex  # noqa: E402
 DIM = 384
 BATCH = 1000
 SEED = 20261007
-WORDS = [
-    "order",
-    "parcel",
-    "carrier",
-    "signed",
-    "delivered",
-    "refund",
-    "case",
-    "customer",
-    "agent",
-    "street",
-    "number",
-]
 
 
 def build(root: Path, tenant_id: str, n: int, seed: int = SEED) -> tuple[float, list[str]]:

@@ -102,7 +102,9 @@ class Engine:
                     return None
                 moment = Moment(r)
                 newer = [e.event_id for e in moment.superseders(ev)]
-                return EventState(event=ev, current=moment.is_current(ev), superseded_by=newer)
+                # is_current would look the superseders up a second time: use the list we have.
+                current = moment.exists(ev) and moment.in_window(ev) and not newer
+                return EventState(event=ev, current=current, superseded_by=newer)
 
         state = await self.read(tenant_id, fetch)
         if state is None:

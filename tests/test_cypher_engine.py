@@ -12,6 +12,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from cypher_table import table
 
 from storage.cypher import READ_ONLY_MESSAGE, CypherResult, GraphReader, plan, run
 from storage.cypher.diagnostics import WRITE_KEYWORDS
@@ -19,7 +20,6 @@ from storage.errors import CypherSyntaxError, InvalidRequest
 from storage.log import EventLog
 from storage.model import NewEvent, StoredEvent
 
-CASES = Path(__file__).with_name("cypher_cases.txt")
 DAY = 1_791_244_800_000_000  # 2026-10-06 00:00 UTC in microseconds, the seed's Tuesday
 
 
@@ -279,20 +279,8 @@ def test_seed_set_is_refused_with_the_exact_message(ops: Tenant) -> None:
 # ---- the table of cases -----------------------------------------------------------------------
 
 
-def _table(*kinds: str) -> list[Any]:
-    cases = []
-    for number, line in enumerate(CASES.read_text().splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        query, _, outcome = line.rpartition(" => ")
-        kind, _, expected = outcome.partition(" ")
-        if kind in kinds:
-            cases.append(pytest.param(query.strip(), kind, expected, id=f"line{number}"))
-    return cases
-
-
-@pytest.mark.parametrize(("query", "kind", "expected"), _table("rows", "fails"))
-def test_case_table(ops: Tenant, query: str, kind: str, expected: str) -> None:
+@pytest.mark.parametrize(("query", "kind", "expected"), table("rows", "fails"))
+def test_casetable(ops: Tenant, query: str, kind: str, expected: str) -> None:
     if kind == "rows":
         assert ops.rows(query) == json.loads(expected)
     else:

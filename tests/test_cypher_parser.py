@@ -9,6 +9,7 @@ from typing import Any
 
 import msgspec
 import pytest
+from cypher_table import table
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -24,26 +25,13 @@ from storage.cypher.values import compare, equals, group_key, order_key
 from storage.errors import CypherSyntaxError, InvalidRequest
 
 ROOT = Path(__file__).resolve().parent.parent
-CASES = ROOT / "tests" / "cypher_cases.txt"
 DOCS = ROOT / "docs" / "cypher.md"
-
-
-def _table(*kinds: str) -> list[Any]:
-    cases = []
-    for number, line in enumerate(CASES.read_text().splitlines(), 1):
-        if not line.strip() or line.startswith("#"):
-            continue
-        query, _, outcome = line.rpartition(" => ")
-        kind, _, expected = outcome.partition(" ")
-        if kind in kinds:
-            cases.append(pytest.param(query.strip(), kind, expected, id=f"line{number}"))
-    return cases
 
 
 # ---- the table: refusals, syntax errors, planning errors, index choice ------------------------
 
 
-@pytest.mark.parametrize(("query", "kind", "expected"), _table("refused"))
+@pytest.mark.parametrize(("query", "kind", "expected"), table("refused"))
 def test_refused(query: str, kind: str, expected: str) -> None:
     with pytest.raises(InvalidRequest) as err:
         plan_ast(parse(query))
@@ -51,7 +39,7 @@ def test_refused(query: str, kind: str, expected: str) -> None:
     assert not isinstance(err.value, CypherSyntaxError)
 
 
-@pytest.mark.parametrize(("query", "kind", "expected"), _table("syntax"))
+@pytest.mark.parametrize(("query", "kind", "expected"), table("syntax"))
 def test_syntax(query: str, kind: str, expected: str) -> None:
     position, _, message = expected.partition(" ")
     line, col = (int(n) for n in position.split(":"))
@@ -63,7 +51,7 @@ def test_syntax(query: str, kind: str, expected: str) -> None:
     assert err.value.detail.endswith("^")  # the offending line, then a caret under the column
 
 
-@pytest.mark.parametrize(("query", "kind", "expected"), _table("invalid"))
+@pytest.mark.parametrize(("query", "kind", "expected"), table("invalid"))
 def test_invalid(query: str, kind: str, expected: str) -> None:
     with pytest.raises(InvalidRequest) as err:
         plan_ast(parse(query))
@@ -71,12 +59,12 @@ def test_invalid(query: str, kind: str, expected: str) -> None:
     assert not isinstance(err.value, CypherSyntaxError)
 
 
-@pytest.mark.parametrize(("query", "kind", "expected"), _table("plan"))
+@pytest.mark.parametrize(("query", "kind", "expected"), table("plan"))
 def test_plan(query: str, kind: str, expected: str) -> None:
     assert expected in plan(query).describe()
 
 
-@pytest.mark.parametrize(("query", "kind", "expected"), _table("rows", "fails", "plan"))
+@pytest.mark.parametrize(("query", "kind", "expected"), table("rows", "fails", "plan"))
 def test_expressions_round_trip_through_render(query: str, kind: str, expected: str) -> None:
     """render() (used by describe) writes Cypher that parses back to the same tree."""
     try:
