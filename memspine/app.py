@@ -16,6 +16,7 @@ from memspine.auth import Authenticator
 from memspine.config import Settings
 from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
+from memspine.hot import HotRoutes
 from memspine.logs import install_request_observer, log_request
 from memspine.mcp.http import McpEndpoint
 from memspine.metrics import Metrics, metrics_route
@@ -26,10 +27,13 @@ from storage.cypher import warm as warm_cypher
 log = logging.getLogger("memspine.app")
 
 
-def create_app(settings: Settings, *, auth: Authenticator | None = None) -> Litestar:
+def create_app(
+    settings: Settings, *, auth: Authenticator | None = None, hot_routes: bool = True
+) -> Litestar:
     """Build the app for these settings; tenants open lazily, background work starts with the app.
 
-    `auth` replaces the default Authenticator (tests pass one with a fake clock).
+    `auth` replaces the default Authenticator (tests pass one with a fake clock); with
+    `hot_routes=False` Litestar serves append and recall too (tests compare the two).
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = Engine(settings)
@@ -72,5 +76,7 @@ def create_app(settings: Settings, *, auth: Authenticator | None = None) -> Lite
         debug=False,
         logging_config=None,  # logging is configured once, as JSON lines, by the server (logs.py)
     )
+    if hot_routes:
+        app.asgi_handler = HotRoutes(app.asgi_handler, engine, auth, settings.max_body_bytes)
     install_request_observer(app, [log_request, metrics.observe_request])
     return app

@@ -197,7 +197,11 @@ class Authenticator:
 
 def bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
     """The token of an `Authorization: Bearer` header, or None."""
-    header = connection.headers.get("authorization")
+    return bearer_token(connection.headers.get("authorization"))
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an Authorization header value of the Bearer scheme, or None."""
     if not header:
         return None
     scheme, _, token = header.partition(" ")

@@ -6,11 +6,11 @@ import errno
 import logging
 from typing import Any
 
+import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
-from litestar.status_codes import HTTP_500_INTERNAL_SERVER_ERROR
 
-from storage.errors import MemspineError
+from storage.errors import MemspineError, Unavailable
 
 log = logging.getLogger("memspine.errors")
 
@@ -26,6 +26,11 @@ HTTP_CODES: dict[int, tuple[str, str]] = {
     429: ("too_many_requests", "slow down"),
     503: ("unavailable", "the server is busy; retry shortly"),
 }
+
+
+def error_body(code: str, detail: str) -> bytes:
+    """The error body as JSON bytes, for answers sent without Litestar (memspine/hot.py)."""
+    return msgspec.json.encode({"error": code, "detail": detail})
 
 
 def error_response(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> Response[Any]:
@@ -69,18 +74,25 @@ def _disk_full(exc: BaseException) -> bool:
     return False
 
 
-def handle_unexpected(_request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
-    """A bug or a failing disk: log it with its traceback, tell the client nothing about it."""
+def unexpected_error(exc: BaseException) -> MemspineError:
+    """What a client is told of a failure that is not ours: a full disk (503) or an internal error.
+
+    The failure is logged here with its traceback; the client hears nothing about it.
+    """
     if _disk_full(exc):
         # The transaction was aborted, so nothing was acknowledged; the caller may retry later.
         log.error("disk full: request refused, nothing written")
-        return error_response(
-            503, "unavailable", "the server is out of disk space; nothing was written", {"Retry-After": "60"}
+        return Unavailable(
+            "the server is out of disk space; nothing was written", headers={"Retry-After": "60"}
         )
     log.error("unhandled %s", type(exc).__name__, exc_info=exc)
-    return error_response(
-        HTTP_500_INTERNAL_SERVER_ERROR, "internal", "the server failed to handle this request"
-    )
+    return MemspineError("the server failed to handle this request")
+
+
+def handle_unexpected(_request: Request[Any, Any, Any], exc: Exception) -> Response[Any]:
+    """A bug or a failing disk: log it with its traceback, tell the client nothing about it."""
+    error = unexpected_error(exc)
+    return error_response(error.status, error.code, error.detail, error.headers)
 
 
 EXCEPTION_HANDLERS: dict[Any, Any] = {

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import uuid
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
 from litestar import Request, Response, delete, get, post
@@ -45,19 +45,49 @@ def _tenant(request: Request[Any, Any, Any]) -> str:
     return str(request.state.principal.tenant_id)
 
 
+class Answer(NamedTuple):
+    """A route's answer before it is sent: status, JSON body and extra headers."""
+
+    status: int
+    body: bytes
+    headers: dict[str, str] | None = None
+
+
+REPLAYED = {"Idempotent-Replayed": "true"}
+
+
+async def append_answer(
+    engine: Engine, tenant_id: str, body: bytes, idempotency_key: str | None
+) -> Answer:
+    """Append one event from a request body: 201 when new, 200 and a header when a replay."""
+    new = to_new_event(decode_body(body, EventIn), tenant_id=tenant_id, idempotency_key=idempotency_key)
+    result = await engine.append(tenant_id, new)
+    created = msgspec.json.encode(EventCreated(event_id=result.event_id, unlinked=result.unlinked))
+    if result.replayed:
+        return Answer(200, created, REPLAYED)
+    return Answer(201, created)
+
+
+async def recall_answer(engine: Engine, tenant_id: str, body: bytes) -> Answer:
+    """Recall from a request body."""
+    query = to_recall_query(decode_body(body, RecallIn))
+    result = await engine.recall(tenant_id, query)
+    return Answer(200, msgspec.json.encode(recall_out(result)))
+
+
+def _send(answer: Answer) -> Response[bytes]:
+    return Response(answer.body, status_code=answer.status, media_type=JSON, headers=answer.headers)
+
+
+# POST /v1/memory/event and /v1/memory/recall are served by memspine/hot.py ahead of Litestar
+# (same checks, same answer functions); these handlers document them in /schema and serve them
+# when the app is built without hot routes.
 @post("/v1/memory/event", guards=[tenant_guard], opt={"scope": "write"})
 async def append_event(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     """Append one event; Idempotency-Key makes retries safe."""
     check_params(request, set())
-    body = decode_body(await request.body(), EventIn)
-    tenant_id = _tenant(request)
-    new = to_new_event(body, tenant_id=tenant_id, idempotency_key=request.headers.get("idempotency-key"))
-    engine: Engine = state.engine
-    result = await engine.append(tenant_id, new)
-    created = EventCreated(event_id=result.event_id, unlinked=result.unlinked)
-    if result.replayed:
-        return _json(created, 200, {"Idempotent-Replayed": "true"})
-    return _json(created, 201)
+    key = request.headers.get("idempotency-key")
+    return _send(await append_answer(state.engine, _tenant(request), await request.body(), key))
 
 
 @get("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "read"})
@@ -115,10 +145,7 @@ async def list_events(request: Request[Any, Any, Any], state: State) -> Response
 async def recall_events(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     """Keyword and vector recall, fused, with an optional walk over SOURCE_FROM links."""
     check_params(request, set())
-    query = to_recall_query(decode_body(await request.body(), RecallIn))
-    engine: Engine = state.engine
-    result = await engine.recall(_tenant(request), query)
-    return _json(recall_out(result), 200)
+    return _send(await recall_answer(state.engine, _tenant(request), await request.body()))
 
 
 def _flag(request: Request[Any, Any, Any], name: str) -> bool:
