@@ -102,7 +102,7 @@ def check_embedding(values: list[float], field: str = "embedding") -> list[float
     # append instead of a generator; only an overflowing sum pays for the exact check.
     if not math.isfinite(sum(values)) and not all(math.isfinite(v) for v in values):
         raise InvalidRequest(f"{field} must contain only finite numbers (no NaN or infinity)")
-    return [float(v) for v in values]
+    return values  # msgspec decoded them as list[float]: integers already came out as floats
 
 
 def _check_ts(value: int | None, field: str) -> int | None:
