@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -32,6 +31,9 @@ class IdempotencyRecord(msgspec.Struct, frozen=True):
 
     body_hash: bytes
     unlinked: list[str] = []
+
+
+_decode_idem = msgspec.msgpack.Decoder(IdempotencyRecord).decode
 
 
 class EventLog:
@@ -112,86 +114,15 @@ class EventLog:
         self, events: list[NewEvent]
     ) -> list[AppendResult | MemspineError]:
         """Append events in one transaction; each gets its result or its own error."""
-        return self.write(lambda txn: [self.append_one(txn, ev) for ev in events])
+        return self.write(lambda txn: self.appender(txn).append_all(events))
+
+    def appender(self, txn: lmdb.Transaction) -> Appender:
+        """An appender for many events inside the write transaction txn."""
+        return Appender(self, txn)
 
     def append_one(self, txn: lmdb.Transaction, ev: NewEvent) -> AppendResult | MemspineError:
         """Write one event and its index entries, or return why it cannot be written."""
-        r = LogReader(txn, self.dbs)
-        event_id = ev.event_id or _random_id()
-        raw_id = enc.id_bytes(event_id)
-        if ev.event_id is not None and ev.body_hash is not None:
-            prior = txn.get(raw_id, db=self.dbs["idem"])
-            if prior is not None:
-                rec = msgspec.msgpack.decode(prior, type=IdempotencyRecord)
-                if rec.body_hash != ev.body_hash:
-                    return IdempotencyMismatch(
-                        "this Idempotency-Key was first used with a different body; "
-                        "use a new key for a different event"
-                    )
-                return AppendResult(event_id=event_id, unlinked=rec.unlinked, replayed=True)
-        problem = self._check_embedding(txn, r, ev)
-        if problem is not None:
-            return problem
-        seq = r.last_seq() + 1
-        properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
-        filterable = enc.filterable_properties(properties if isinstance(properties, dict) else {})
-        sources = [s for s in _dedupe(ev.source_ids) if r.get(s) is not None]
-        supersedes = [s for s in _dedupe(ev.supersedes) if r.get(s) is not None]
-        unlinked = [s for s in _dedupe(ev.source_ids) if s not in sources]
-        unlinked += [s for s in _dedupe(ev.supersedes) if s not in supersedes and s not in unlinked]
-        record = StoredEvent(
-            event_id=event_id,
-            seq=seq,
-            kind=ev.kind,
-            ts=ev.ts,
-            text=ev.text,
-            embedding=ev.embedding,
-            embedding_model=ev.embedding_model,
-            properties_raw=ev.properties_raw,
-            filterable=filterable,
-            supersedes=supersedes,
-            valid_from=ev.valid_from,
-            valid_until=ev.valid_until,
-        )
-        d = self.dbs
-        txn.put(raw_id, self._encoder.encode(record), db=d["events"])
-        txn.put(enc.u64(seq), OP_APPEND + raw_id, db=d["ops"])
-        ts_key = enc.ts_bytes(ev.ts) + raw_id
-        txn.put(ts_key, b"", db=d["by_ts"])
-        txn.put(enc.kind_prefix(ev.kind) + ts_key, b"", db=d["by_kind"])
-        for name, value in filterable.items():
-            txn.put(enc.property_prefix(name, value) + raw_id, b"", db=d["by_prop"])
-        for rel, targets in ((SOURCE_FROM, sources), (SUPERSEDES, supersedes)):
-            code = REL_CODES[rel]
-            for i, target in enumerate(targets):
-                raw_target = enc.id_bytes(target)
-                txn.put(raw_id + code + i.to_bytes(2, "big"), raw_target, db=d["links_out"])
-                txn.put(raw_target + code + enc.u64(seq) + raw_id, b"", db=d["links_in"])
-        if ev.event_id is not None and ev.body_hash is not None:
-            idem = IdempotencyRecord(body_hash=ev.body_hash, unlinked=unlinked)
-            txn.put(raw_id, self._encoder.encode(idem), db=d["idem"])
-        return AppendResult(event_id=event_id, unlinked=unlinked)
-
-    def _check_embedding(
-        self, txn: lmdb.Transaction, r: LogReader, ev: NewEvent
-    ) -> MemspineError | None:
-        """Refuse an embedding of the wrong length or from a model other than the tenant's."""
-        if ev.embedding is not None:
-            dim = r.meta_int("dim")
-            if dim is not None and len(ev.embedding) != dim:
-                return EmbeddingMismatch(
-                    f"embedding has {len(ev.embedding)} values; this tenant's vectors have {dim}"
-                )
-        if ev.embedding_model is not None:
-            known = r.meta_str("model")
-            if known is None:
-                txn.put(b"model", ev.embedding_model.encode(), db=self.dbs["meta"])
-            elif known != ev.embedding_model:
-                return EmbeddingMismatch(
-                    f"this tenant's embeddings come from '{known}'; "
-                    "vectors from another model cannot be mixed with them"
-                )
-        return None
+        return Appender(self, txn).append(ev)
 
     def delete(self, event_ids: list[str]) -> list[str]:
         """Delete events with their links and index entries, leaving tombstones; returns the ids deleted."""
@@ -257,9 +188,123 @@ class EventLog:
         return os.path.getsize(self.path / "data.mdb")
 
 
-def _random_id() -> str:
-    """A random UUIDv4 string."""
-    return str(uuid.uuid4())
+class Appender:
+    """Appends events inside one write transaction, reading the tenant's meta once for all of them.
+
+    `written` keeps every record it wrote, in seq order: what the writer projects into the
+    indexes without reading the log back.
+    """
+
+    def __init__(self, log: EventLog, txn: lmdb.Transaction) -> None:
+        self.log = log
+        self.txn = txn
+        self.reader = LogReader(txn, log.dbs)
+        self.dim = self.reader.meta_int("dim")
+        self.model = self.reader.meta_str("model")
+        self.written: list[StoredEvent] = []
+
+    def append_all(self, events: list[NewEvent]) -> list[AppendResult | MemspineError]:
+        """Append each event in order; each gets its result or its own error."""
+        return [self.append(ev) for ev in events]
+
+    def append(self, ev: NewEvent) -> AppendResult | MemspineError:
+        """Write one event and its index entries, or return why it cannot be written."""
+        txn, d, r = self.txn, self.log.dbs, self.reader
+        if ev.event_id is None:
+            raw_id = _random_raw_id()
+            event_id = enc.id_str(raw_id)
+        else:
+            event_id = ev.event_id
+            raw_id = enc.id_bytes(event_id)
+        if ev.event_id is not None and ev.body_hash is not None:
+            prior = txn.get(raw_id, db=d["idem"])
+            if prior is not None:
+                rec = _decode_idem(prior)
+                if rec.body_hash != ev.body_hash:
+                    return IdempotencyMismatch(
+                        "this Idempotency-Key was first used with a different body; "
+                        "use a new key for a different event"
+                    )
+                return AppendResult(event_id=event_id, unlinked=rec.unlinked, replayed=True)
+        problem = self._check_embedding(ev)
+        if problem is not None:
+            return problem
+        seq = r.last_seq() + 1
+        properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
+        filterable = enc.filterable_properties(properties if isinstance(properties, dict) else {})
+        sources: list[str] = []
+        supersedes: list[str] = []
+        unlinked: list[str] = []
+        if ev.source_ids or ev.supersedes:  # most events link nothing: skip four dedupes
+            wanted_sources = _dedupe(ev.source_ids)
+            wanted_supersedes = _dedupe(ev.supersedes)
+            # An existence check, not r.get: decoding a whole record (embedding included) is
+            # most of what a lookup costs and nothing here reads it.
+            sources = [s for s in wanted_sources if r.exists(s)]
+            supersedes = [s for s in wanted_supersedes if r.exists(s)]
+            unlinked = [s for s in wanted_sources if s not in sources]
+            unlinked += [s for s in wanted_supersedes if s not in supersedes and s not in unlinked]
+        record = StoredEvent(
+            event_id=event_id,
+            seq=seq,
+            kind=ev.kind,
+            ts=ev.ts,
+            text=ev.text,
+            embedding=ev.embedding,
+            embedding_model=ev.embedding_model,
+            properties_raw=ev.properties_raw,
+            filterable=filterable,
+            supersedes=supersedes,
+            valid_from=ev.valid_from,
+            valid_until=ev.valid_until,
+        )
+        encode = self.log._encoder.encode
+        txn.put(raw_id, encode(record), db=d["events"])
+        txn.put(enc.u64(seq), OP_APPEND + raw_id, db=d["ops"])
+        ts_key = enc.ts_bytes(ev.ts) + raw_id
+        txn.put(ts_key, b"", db=d["by_ts"])
+        txn.put(enc.kind_prefix(ev.kind) + ts_key, b"", db=d["by_kind"])
+        for name, value in filterable.items():
+            txn.put(enc.property_prefix(name, value) + raw_id, b"", db=d["by_prop"])
+        for rel, targets in ((SOURCE_FROM, sources), (SUPERSEDES, supersedes)):
+            code = REL_CODES[rel]
+            for i, target in enumerate(targets):
+                raw_target = enc.id_bytes(target)
+                txn.put(raw_id + code + i.to_bytes(2, "big"), raw_target, db=d["links_out"])
+                txn.put(raw_target + code + enc.u64(seq) + raw_id, b"", db=d["links_in"])
+        if ev.event_id is not None and ev.body_hash is not None:
+            idem = IdempotencyRecord(body_hash=ev.body_hash, unlinked=unlinked)
+            txn.put(raw_id, encode(idem), db=d["idem"])
+        self.written.append(record)
+        return AppendResult(event_id=event_id, unlinked=unlinked)
+
+    def _check_embedding(self, ev: NewEvent) -> MemspineError | None:
+        """Refuse an embedding of the wrong length or from a model other than the tenant's."""
+        if ev.embedding is not None:
+            dim = self.dim
+            if dim is not None and len(ev.embedding) != dim:
+                return EmbeddingMismatch(
+                    f"embedding has {len(ev.embedding)} values; this tenant's vectors have {dim}"
+                )
+        if ev.embedding_model is not None:
+            known = self.model
+            if known is None:
+                self.txn.put(b"model", ev.embedding_model.encode(), db=self.log.dbs["meta"])
+                self.model = ev.embedding_model
+            elif known != ev.embedding_model:
+                return EmbeddingMismatch(
+                    f"this tenant's embeddings come from '{known}'; "
+                    "vectors from another model cannot be mixed with them"
+                )
+        return None
+
+
+def _random_raw_id() -> bytes:
+    """The 16 bytes of a random UUIDv4 (uuid.uuid4() without the object and its string parse)."""
+    raw = bytearray(os.urandom(16))
+    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+    return bytes(raw)
 
 
 def _dedupe(ids: Any) -> list[str]:

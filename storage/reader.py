@@ -52,8 +52,12 @@ class LogReader:
         return None if raw is None else _decode_event(raw)
 
     def exists(self, event_id: str) -> bool:
-        """Whether a live event has this id."""
-        return self.get(event_id) is not None
+        """Whether a live event has this id (without decoding its record)."""
+        try:
+            raw_id = enc.id_bytes(event_id)
+        except (ValueError, TypeError, AttributeError):
+            return False
+        return self.txn.get(raw_id, db=self.dbs["events"]) is not None
 
     def _keys(self, db: str, prefix: bytes = b"", lo: bytes = b"") -> Iterator[bytes]:
         """Keys under prefix from prefix+lo upwards."""

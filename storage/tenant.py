@@ -16,7 +16,7 @@ import msgspec
 
 from storage.keyword import KeywordDoc, KeywordIndex
 from storage.log import EventLog
-from storage.model import NewEvent
+from storage.model import NewEvent, StoredEvent
 from storage.purge import PurgeStats, purge_tenant
 from storage.swap import recover
 from storage.vectors import VectorIndex
@@ -67,6 +67,7 @@ class Tenant:
             self.log.close()  # a failed open leaks no file or thread
             raise
         self.vector_saved_seq = self.vector_seq
+        self.catch_ups = 0  # catch_ups that read ops back from the log (open, deletes, repair)
         self.catch_up()
         self.in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
         self.keys_lock = threading.Lock()
@@ -134,6 +135,7 @@ class Tenant:
                     vectors.append(ev.embedding)
         if last == start:
             return
+        self.catch_ups += 1
         # Neither index makes the acknowledgement wait: the keyword index commits in the
         # background (a search waits for what was published before it), and vectors are
         # searched exactly from memory until the background insert places them in the graph.
@@ -184,23 +186,53 @@ class Tenant:
     def _commit_writes(self, jobs: list[Job]) -> None:
         """One durable LMDB transaction for every job, then the index projections, then the answers."""
         kw_seq = self.keyword.committed_seq  # what the durable keyword index covers
+        appends_only = all(isinstance(job.payload, AppendJob) for job in jobs)
 
-        def apply(txn: Any) -> list[Any]:
+        def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
+            # Runs again from the start if the map had to grow, with a fresh appender.
+            appender = self.log.appender(txn)
+            start = appender.reader.last_seq()
             results: list[Any] = []
             for job in jobs:
                 p = job.payload
                 if isinstance(p, AppendJob):
-                    results.append([self.log.append_one(txn, ev) for ev in p.events])
+                    results.append(appender.append_all(p.events))
                 else:
                     results.append(self.log.delete_in(txn, p.event_ids))
             # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
             self.log.put_meta_int(txn, "keyword_seq", kw_seq)
-            return results
+            return results, start, appender.written
 
-        results = self.log.write(apply)
-        self.catch_up()
+        results, start, written = self.log.write(apply)
+        if not (appends_only and self._project(start, written)):
+            self.catch_up()
         for job, result in zip(jobs, results, strict=True):
             job.future.set_result(result)
+
+    def _project(self, start: int, written: list[StoredEvent]) -> bool:
+        """Feed both indexes the records an append-only batch just wrote, without reading the log
+        back; False (nothing done) unless that is provably what catch_up would do."""
+        # catch_up would replay exactly the ops after start: these records, one op each, in order,
+        # and each still the live record of its id (the batch deleted nothing and, ids being
+        # distinct, overwrote nothing).
+        if not (start == self.keyword_seq == self.vector_seq):
+            return False
+        if any(rec.seq != start + i for i, rec in enumerate(written, 1)):
+            return False
+        if len({rec.event_id for rec in written}) != len(written):
+            return False
+        if not written:
+            return True  # no op written (replays, errors): catch_up would have nothing to do
+        docs = [KeywordDoc(r.event_id, r.kind, r.text, r.filterable) for r in written if r.text]
+        labels = [r.seq for r in written if r.embedding is not None]
+        vectors = [r.embedding for r in written if r.embedding is not None]
+        last = written[-1].seq
+        # The same order as catch_up: a failure here leaves the watermarks behind, and the next
+        # batch (then taking catch_up's path) replays what was not applied.
+        self.keyword.publish(docs, [], last)
+        self.vectors.add(labels, vectors)
+        self.keyword_seq = self.vector_seq = last
+        return True
 
     def _observe_batch(self, size: int) -> None:
         """Forward a batch size to whoever measures them."""
