@@ -102,13 +102,24 @@ def filterable_properties(properties: dict[str, object]) -> dict[str, FilterValu
     """The first 16 top-level properties, by sorted name, with a valid name and an indexable value."""
     picked: dict[str, FilterValue] = {}
     # Sorted names make the filterable set independent of how a client orders its JSON keys.
-    for name, value in sorted(properties.items()):
+    for name in sorted(properties):
         if len(picked) == MAX_FILTERABLE:
             break
-        if (
-            PROPERTY_NAME.match(name)
-            and len(name) <= MAX_FILTER_NAME_BYTES
-            and is_filterable_value(value)
-        ):
+        value = properties[name]
+        if _valid_name(name) and is_filterable_value(value):
             picked[name] = value  # type: ignore[assignment]
     return picked
+
+
+_NAMES: dict[str, bool] = {}  # property names already judged: clients send the same few each time
+
+
+def _valid_name(name: str) -> bool:
+    """Whether a property name can be filtered on (PROPERTY_NAME, at most 128 bytes)."""
+    ok = _NAMES.get(name)
+    if ok is None:
+        ok = bool(PROPERTY_NAME.match(name)) and len(name) <= MAX_FILTER_NAME_BYTES
+        if len(_NAMES) >= 4096:  # bounded: names are client data
+            _NAMES.clear()
+        _NAMES[name] = ok
+    return ok

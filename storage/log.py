@@ -191,8 +191,9 @@ class EventLog:
 class Appender:
     """Appends events inside one write transaction, reading the tenant's meta once for all of them.
 
-    `written` keeps every record it wrote, in seq order: what the writer projects into the
-    indexes without reading the log back.
+    It numbers ops itself from the last seq it read, so every other write to the ops of txn
+    must go through it (`delete`). `written` keeps every record it wrote, in seq order: what
+    the writer projects into the indexes without reading the log back.
     """
 
     def __init__(self, log: EventLog, txn: lmdb.Transaction) -> None:
@@ -201,7 +202,15 @@ class Appender:
         self.reader = LogReader(txn, log.dbs)
         self.dim = self.reader.meta_int("dim")
         self.model = self.reader.meta_str("model")
+        self.last = self.reader.last_seq()  # the newest op in txn
         self.written: list[StoredEvent] = []
+        self._random = b""  # random bytes for ids, drawn from the OS a few dozen ids at a time
+
+    def delete(self, event_ids: list[str]) -> list[str]:
+        """Delete events (EventLog.delete_in) in this appender's transaction."""
+        deleted = self.log.delete_in(self.txn, event_ids)
+        self.last = self.reader.last_seq()
+        return deleted
 
     def append_all(self, events: list[NewEvent]) -> list[AppendResult | MemspineError]:
         """Append each event in order; each gets its result or its own error."""
@@ -211,7 +220,7 @@ class Appender:
         """Write one event and its index entries, or return why it cannot be written."""
         txn, d, r = self.txn, self.log.dbs, self.reader
         if ev.event_id is None:
-            raw_id = _random_raw_id()
+            raw_id = self._random_id()
             event_id = enc.id_str(raw_id)
         else:
             event_id = ev.event_id
@@ -229,7 +238,7 @@ class Appender:
         problem = self._check_embedding(ev)
         if problem is not None:
             return problem
-        seq = r.last_seq() + 1
+        seq = self.last + 1
         properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
         filterable = enc.filterable_properties(properties if isinstance(properties, dict) else {})
         sources: list[str] = []
@@ -260,7 +269,11 @@ class Appender:
         )
         encode = self.log._encoder.encode
         txn.put(raw_id, encode(record), db=d["events"])
-        txn.put(enc.u64(seq), OP_APPEND + raw_id, db=d["ops"])
+        # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
+        # this appender's back, and numbering on would overwrite or reorder ops.
+        if not txn.put(enc.u64(seq), OP_APPEND + raw_id, db=d["ops"], append=True):
+            raise RuntimeError(f"op {seq} is not past the newest op: ops written outside the appender")
+        self.last = seq
         ts_key = enc.ts_bytes(ev.ts) + raw_id
         txn.put(ts_key, b"", db=d["by_ts"])
         txn.put(enc.kind_prefix(ev.kind) + ts_key, b"", db=d["by_kind"])
@@ -277,6 +290,16 @@ class Appender:
             txn.put(raw_id, encode(idem), db=d["idem"])
         self.written.append(record)
         return AppendResult(event_id=event_id, unlinked=unlinked)
+
+    def _random_id(self) -> bytes:
+        """The 16 bytes of a random UUIDv4, as uuid.uuid4() makes them, without a syscall each."""
+        if not self._random:
+            self._random = os.urandom(16 * 32)
+        raw = bytearray(self._random[:16])
+        self._random = self._random[16:]
+        raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+        raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+        return bytes(raw)
 
     def _check_embedding(self, ev: NewEvent) -> MemspineError | None:
         """Refuse an embedding of the wrong length or from a model other than the tenant's."""
@@ -297,14 +320,6 @@ class Appender:
                     "vectors from another model cannot be mixed with them"
                 )
         return None
-
-
-def _random_raw_id() -> bytes:
-    """The 16 bytes of a random UUIDv4 (uuid.uuid4() without the object and its string parse)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
-    return bytes(raw)
 
 
 def _dedupe(ids: Any) -> list[str]:

@@ -191,14 +191,14 @@ class Tenant:
         def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
             # Runs again from the start if the map had to grow, with a fresh appender.
             appender = self.log.appender(txn)
-            start = appender.reader.last_seq()
+            start = appender.last
             results: list[Any] = []
             for job in jobs:
                 p = job.payload
                 if isinstance(p, AppendJob):
                     results.append(appender.append_all(p.events))
                 else:
-                    results.append(self.log.delete_in(txn, p.event_ids))
+                    results.append(appender.delete(p.event_ids))
             # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
             self.log.put_meta_int(txn, "keyword_seq", kw_seq)
             return results, start, appender.written
