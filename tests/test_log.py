@@ -303,6 +303,39 @@ def test_delete_keeps_seq_increasing_even_for_the_newest_event(log: EventLog) ->
         assert r.get(b.event_id).seq == 3  # type: ignore[union-attr]
 
 
+def test_an_appender_numbers_ops_past_its_own_deletes(log: EventLog) -> None:
+    [a, b] = append(log, event(), event())
+
+    def batch(txn: lmdb.Transaction) -> object:
+        app = log.appender(txn)
+        assert app.delete([b.event_id]) == [b.event_id]  # the newest append: seq 3 goes to it
+        return app.append(event(text="after"))
+
+    c = log.write(batch)
+    assert isinstance(c, AppendResult)
+    with log.reader() as r:
+        assert list(r.ops_after(0)) == [
+            (1, b"A", a.event_id),
+            (3, b"D", b.event_id),
+            (4, b"A", c.event_id),
+        ]
+
+
+def test_an_appender_refuses_ops_written_behind_its_back(log: EventLog) -> None:
+    [a, b] = append(log, event(), event())
+
+    def batch(txn: lmdb.Transaction) -> object:
+        app = log.appender(txn)
+        log.delete_in(txn, [b.event_id])  # takes seq 3 without the appender knowing
+        return app.append(event(text="after"))
+
+    # Numbered on, the append would overwrite the delete's op; the whole batch fails instead.
+    with pytest.raises(RuntimeError, match="not past the newest op"):
+        log.write(batch)
+    with log.reader() as r:
+        assert list(r.ops_after(0)) == [(1, b"A", a.event_id), (2, b"A", b.event_id)]
+
+
 def test_deleting_the_newest_event_reaches_both_projections(tmp_path: Path) -> None:
     t = Tenant.open("t", tmp_path / "t", embedding_dim=4)
     try:
