@@ -144,13 +144,9 @@ def install_request_observer(
         async def send_with_id(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
-                start: dict[str, Any] = dict(message)
+                start = cast(dict[str, Any], message)  # each message is built for this one send
                 status = int(start["status"])
-                start["headers"] = [
-                    *start.get("headers", ()),
-                    (b"x-request-id", request_id.encode()),
-                ]
-                message = cast(Message, start)
+                start["headers"] = [*start.get("headers", ()), (b"x-request-id", request_id.encode())]
             await send(message)
 
         try:
