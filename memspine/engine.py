@@ -165,7 +165,8 @@ class Engine:
         def run(t: Tenant) -> RecallResult:
             with t.log.reader() as r:
                 validate(query, t.dim, r.meta_str("model"))
-                return recall(r, t.keyword, t.vectors, query)
+                # Answers never show embeddings: hits keep the records ranking read without them.
+                return recall(r, t.keyword, t.vectors, query, embeddings=False)
 
         return await self.read(tenant_id, run)
 

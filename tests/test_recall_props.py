@@ -124,7 +124,9 @@ def test_vector_arm_top_k_is_exact_cosine_top_k(case: dict[str, object]) -> None
                 got = vector_arm(t.vectors, Admission(r, q, Moment(r)), k)
             keep = ~deleted & (True if kind is None else kinds == KINDS.index(str(kind)))
             want = exact_top(vectors[keep], query, k)
-            got_vectors = np.asarray([e.embedding for e in got], dtype=np.float32).reshape(-1, DIM)
+            # The arm reads records without their embeddings: look each up in what was appended.
+            appended = {event_id: i for i, event_id in enumerate(ids)}
+            got_vectors = vectors[[appended[e.event_id] for e in got]].reshape(-1, DIM)
             assert len(got) == len(want)
             assert all(e.kind == kind for e in got) if kind is not None else True
             np.testing.assert_allclose(exact_top(got_vectors, query, k), want, atol=1e-5)
