@@ -44,7 +44,7 @@ class EventLog:
         self.env = env
         self.lock = RWLock()
         self.dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
-        self._encoder = msgspec.msgpack.Encoder()
+        self.encoder = msgspec.msgpack.Encoder()
 
     @classmethod
     def open(cls, path: Path, *, embedding_dim: int = 384) -> EventLog:
@@ -159,7 +159,7 @@ class EventLog:
                 self._unlink_out(txn, r, source, rel, raw_id)
             _delete_prefix(txn, d["links_in"], raw_id + code)
         tomb = Tombstone(seq=ev.seq, deleted_at=time.time_ns() // 1000)
-        txn.put(raw_id, self._encoder.encode(tomb), db=d["tombstones"])
+        txn.put(raw_id, self.encoder.encode(tomb), db=d["tombstones"])
         return True
 
     def _unlink_out(
@@ -189,12 +189,11 @@ class EventLog:
 
 
 class Appender:
-    """Appends events inside one write transaction, reading the tenant's meta once for all of them.
+    """Appends events in one write transaction, reading the tenant's meta once for all of them."""
 
-    It numbers ops itself from the last seq it read, so every other write to the ops of txn
-    must go through it (`delete`). `written` keeps every record it wrote, in seq order: what
-    the writer projects into the indexes without reading the log back.
-    """
+    # It numbers ops itself from the last seq it read, so every other write to the ops of txn
+    # must go through it (`delete`). `written` keeps every record it wrote, in seq order: what
+    # the writer projects into the indexes without reading the log back.
 
     def __init__(self, log: EventLog, txn: lmdb.Transaction) -> None:
         self.log = log
@@ -267,12 +266,12 @@ class Appender:
             valid_from=ev.valid_from,
             valid_until=ev.valid_until,
         )
-        encode = self.log._encoder.encode
+        encode = self.log.encoder.encode
         txn.put(raw_id, encode(record), db=d["events"])
         # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
         # this appender's back, and numbering on would overwrite or reorder ops.
         if not txn.put(enc.u64(seq), OP_APPEND + raw_id, db=d["ops"], append=True):
-            raise RuntimeError(f"op {seq} is not past the newest op: ops written outside the appender")
+            raise RuntimeError(f"op {seq} is not past the newest op: ops written outside it")
         self.last = seq
         ts_key = enc.ts_bytes(ev.ts) + raw_id
         txn.put(ts_key, b"", db=d["by_ts"])

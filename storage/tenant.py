@@ -210,11 +210,11 @@ class Tenant:
             job.future.set_result(result)
 
     def _project(self, start: int, written: list[StoredEvent]) -> bool:
-        """Feed both indexes the records an append-only batch just wrote, without reading the log
-        back; False (nothing done) unless that is provably what catch_up would do."""
-        # catch_up would replay exactly the ops after start: these records, one op each, in order,
-        # and each still the live record of its id (the batch deleted nothing and, ids being
-        # distinct, overwrote nothing).
+        """Feed both indexes an append-only batch's records from memory; False if catch_up must."""
+        # Only when it is provably what catch_up would do, reading back no log: it would replay
+        # exactly the ops after start, here these records, one op each, in order, and each still
+        # the live record of its id (the batch deleted nothing and, ids being distinct,
+        # overwrote nothing).
         if not (start == self.keyword_seq == self.vector_seq):
             return False
         if any(rec.seq != start + i for i, rec in enumerate(written, 1)):
