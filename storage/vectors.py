@@ -34,6 +34,13 @@ INSERT_BATCH = 256
 # Up to this many live vectors the graph is searched exactly, from a copy of its unit rows
 # (3 MB at 384 dimensions): as fast as the graph, and it never misses.
 EXACT_BELOW = 2048
+# The tail absorbs bursts faster than the graph takes them; past this many vectors (15 MB and a
+# ~1.5 ms exact scan at 384 dimensions) an append waits for the inserter: sustained overload is
+# throttled to the insert rate instead of growing memory and search time without bound.
+MAX_TAIL = 10_000
+# Inserting is background work: it runs niced so that, when the cores are busy, the threads that
+# answer requests (the event loop, the writer) get the CPU first (Linux sets nice per thread).
+INSERT_NICENESS = 10  # added to the process's own
 
 
 class VectorIndex:
@@ -90,8 +97,14 @@ class VectorIndex:
             return
         data = np.asarray(vectors, dtype=np.float32)
         with self._tail_cond:
+            while len(self._tail) >= MAX_TAIL and not self._stopping:
+                self._tail_cond.wait()
             self._tail.put(labels, data)
             self._tail_cond.notify_all()
+
+    def pending(self) -> int:
+        """Vectors acknowledged and searchable (exactly, from the tail) but not yet in the graph."""
+        return len(self._tail)
 
     def delete(self, labels: list[int]) -> None:
         """Forget labels; a vector already in the graph is overwritten with noise, then marked deleted."""
@@ -119,6 +132,9 @@ class VectorIndex:
 
     def _drain(self) -> None:
         """Background: move tail vectors into the graph in batches, oldest first."""
+        with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority as the rest
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + INSERT_NICENESS)
         while True:
             with self._tail_cond:
                 while not self._tail and not self._stopping:
