@@ -134,6 +134,11 @@ class _ManagerCollector(Collector):
         )
         for name, doc, value in counters:
             yield CounterMetricFamily(name, doc, value=value)
+        yield GaugeMetricFamily(
+            "memspine_vectors_pending",
+            "Vectors acknowledged (searched exactly) but not yet in an HNSW graph, open tenants.",
+            value=sum(t.vectors.pending() for t in m.open_tenants()),
+        )
         sizes = m.map_sizes()
         yield GaugeMetricFamily(
             "memspine_lmdb_map_bytes",
