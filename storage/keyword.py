@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import Iterable
 from pathlib import Path
+from typing import cast
 
 import msgspec
 import tantivy
@@ -283,13 +284,16 @@ def _search(
 ) -> list[tuple[str, float]]:
     """One index's BM25 hits for the words, with kind and tags as required clauses."""
     schema = index.schema
-    text_query, _errors = index.parse_query_lenient(" ".join(words), ["text"])
-    clauses = [(tantivy.Occur.Must, text_query)]
+    query, _errors = index.parse_query_lenient(" ".join(words), ["text"])
+    clauses = [(tantivy.Occur.Must, query)]
     if kind is not None:
         clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(schema, "kind", kind)))
     for name, value in (filters or {}).items():
         tag = tantivy.Query.term_query(schema, "tag", property_tag(name, value))
         clauses.append((tantivy.Occur.Must, tag))
+    if len(clauses) > 1:  # alone, the parsed words: same hits and scores, 4 % faster
+        query = tantivy.Query.boolean_query(clauses)
     searcher = index.searcher()
-    hits = searcher.search(tantivy.Query.boolean_query(clauses), limit).hits
-    return [(searcher.doc(addr)["id"][0], float(score)) for score, addr in hits]
+    hits = searcher.search(query, limit).hits
+    # get_first: half the cost of doc(addr)["id"][0], which builds the whole document as a dict.
+    return [(cast(str, searcher.doc(addr).get_first("id")), float(score)) for score, addr in hits]

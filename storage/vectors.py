@@ -242,7 +242,8 @@ class VectorIndex:
             except RuntimeError:
                 # Fewer than k allowed vectors were reachable: fall back to an exact scan.
                 return self._exact(query, k, allowed)
-        return [(int(lb), 1.0 - float(d)) for lb, d in zip(labels[0], dists[0], strict=True)]
+        # tolist: Python ints and floats in one call each, not a numpy scalar per element
+        return [(lb, 1.0 - d) for lb, d in zip(labels[0].tolist(), dists[0].tolist(), strict=True)]
 
     def _exact(self, query: np.ndarray, k: int, allowed: Allowed | None) -> list[tuple[int, float]]:
         """Exact cosine over every live, allowed label in the graph."""
