@@ -225,18 +225,21 @@ RECALL_SHAPES = [
 
 
 def scenario_latency(setup: Setup) -> dict[str, Any]:
-    """Recall p50/p99 over HTTP for each query shape, one client, closed loop; ROUNDS rounds of
-    every shape in turn (so load from elsewhere falls on all alike), medians across rounds."""
+    """Recall p50/p99 (and server CPU per request) over HTTP for each query shape, one client,
+    closed loop; ROUNDS rounds of every shape in turn (so load from elsewhere falls on all alike),
+    medians across rounds."""
     seconds = 1.5 if setup.quick else 5.0
     per: dict[str, list[dict[str, Any]]] = {}
     for _round in range(setup.rounds):
         for shape, hops, kind in RECALL_SHAPES:
             name = f"{shape}{'+hops1' if hops else ''}{'+kind' if kind else ''}"
             requests = _recall_requests(setup, shape, hops, kind)
-            result = load(setup.server.port, requests, 1, warmup=0.3, seconds=seconds)
+            result = load(setup.server, requests, 1, warmup=0.3, seconds=seconds)
             assert not result["errors"], result
             per.setdefault(name, []).append(result)
-    return {name: _medians(runs, ("p50_ms", "p99_ms")) for name, runs in per.items()}
+    # Server CPU per request moves less than latency when other work shares the machine.
+    keys = ("p50_ms", "p99_ms", "server_cpu_ms_per_req")
+    return {name: _medians(runs, keys) for name, runs in per.items()}
 
 
 def _medians(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any]:

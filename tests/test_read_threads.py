@@ -106,16 +106,19 @@ def test_a_cancelled_caller_waits_for_its_read_to_end() -> None:
 
 
 def test_close_stops_the_threads() -> None:
-    before = len(read_threads())
     pool = ReadThreads(limit=3)
+    gate = threading.Barrier(3)  # three reads at once: three threads
 
-    async def main() -> None:
-        await asyncio.gather(*(pool.run(time.sleep, 0.02) for _ in range(3)))
+    def read(_arg: object) -> threading.Thread:
+        gate.wait(10)
+        return threading.current_thread()
 
-    asyncio.run(main())
-    assert len(read_threads()) == before + 3
+    async def main() -> set[threading.Thread]:
+        return set(await asyncio.gather(*(pool.run(read, None) for _ in range(3))))
+
+    threads = asyncio.run(main())
+    assert len(threads) == 3 and all(t.name == "read" and t.is_alive() for t in threads)
     pool.close()
-    deadline = time.monotonic() + 10
-    while len(read_threads()) > before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert len(read_threads()) == before
+    for t in threads:
+        t.join(timeout=10)
+        assert not t.is_alive()
