@@ -3,11 +3,8 @@ substitution and the bounded SOURCE_FROM walk."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
-from concurrent.futures import ThreadPoolExecutor
-from functools import partial
-from typing import TypeVar, cast
+from typing import cast
 
 import msgspec
 import numpy as np
@@ -34,22 +31,6 @@ MAX_ARM_DEPTH = 1000
 # and ranks exactly when a kind, filter or as_of admits at most FEW events.
 OVERFETCH = 32
 FEW = 256
-
-T = TypeVar("T")
-Found = Callable[[], list[tuple[int, float]]]  # a vector search under way: call for its hits
-# Threads that run the vector arm's graph search while the caller searches Tantivy (see rank);
-# more of them than cores would only queue.
-_HELPERS = ThreadPoolExecutor(max_workers=min(4, os.cpu_count() or 1), thread_name_prefix="recall")
-
-
-def _soon(fn: Callable[[], T]) -> Callable[[], T]:
-    """Start fn on a helper thread; the call returned waits for its value. When every helper is
-    busy, the caller runs fn itself rather than wait in their queue."""
-    try:
-        future = _HELPERS.submit(fn)
-    except RuntimeError:  # the interpreter is shutting down
-        return fn
-    return lambda: fn() if future.cancel() else future.result()
 
 
 class _Record(msgspec.Struct, frozen=True, kw_only=True):
@@ -213,28 +194,20 @@ def _first(events: Iterable[StoredEvent | None], depth: int) -> list[StoredEvent
     return out
 
 
-def vector_arm(
-    vec: VectorIndex, adm: Admission, depth: int, started: Found | None = None
-) -> list[StoredEvent]:
+def vector_arm(vec: VectorIndex, adm: Admission, depth: int) -> list[StoredEvent]:
     """Cosine ranking restricted by the chokepoint before the cut.
 
     A restriction that admits few events is answered exactly from the log's own indexes. Else
     the graph is searched unfiltered for a few times depth and the chokepoint checks what comes
     back, best first: hnswlib's filter would call into Python, and LMDB, for every node it
-    visits. Only when that leaves too few does the graph search take the filter.
-
-    started: the first unfiltered search (2 x depth), under way on another thread; given only
-    when no restriction admits few events."""
+    visits. Only when that leaves too few does the graph search take the filter."""
     assert adm.q.embedding is not None
-    few = _few_candidates(adm) if started is None else None
+    few = _few_candidates(adm)
     if few is not None:
         return _exact_arm(few, adm, depth)
     fetch = 2 * depth
     while fetch <= OVERFETCH * depth:
-        if started is not None:
-            found, started = started(), None
-        else:
-            found = vec.search(adm.q.embedding, fetch)
+        found = vec.search(adm.q.embedding, fetch)
         out = _first((adm.event_for_label(label) for label, _s in found), depth)
         if len(out) >= depth or len(found) < fetch:
             return out
@@ -353,19 +326,13 @@ def walk(
 
 def rank(kw: KeywordIndex, vec: VectorIndex, adm: Admission, k: int) -> list[Hit]:
     """Fuse each arm's top k and substitute heads; deeper while that leaves fewer than k hits."""
-    q = adm.q
     depth = k
     while True:
-        started = None
-        if q.text and q.embedding is not None and _few_candidates(adm) is None:
-            # Tantivy lets go of the GIL while it searches; hnswlib does not. So the graph search
-            # runs on a helper thread while this one searches Tantivy (LMDB reads stay here).
-            started = _soon(partial(vec.search, q.embedding, 2 * depth))
         rankings: list[list[StoredEvent]] = []
-        if q.text:
+        if adm.q.text:
             rankings.append(keyword_arm(kw, adm, depth))
-        if q.embedding is not None:
-            rankings.append(vector_arm(vec, adm, depth, started))
+        if adm.q.embedding is not None:
+            rankings.append(vector_arm(vec, adm, depth))
         hits = substitute(fuse(rankings), adm, k)
         exhausted = all(len(ranking) < depth for ranking in rankings)
         if len(hits) >= k or exhausted or depth >= MAX_ARM_DEPTH:

@@ -1,9 +1,8 @@
 """Recall's cheaper paths answer exactly as the plain ones: records read without their embeddings,
-restrictions counted before they are listed, and the graph search on a helper thread."""
+and restrictions counted before they are listed."""
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 import msgspec
@@ -176,44 +175,3 @@ def test_a_filter_is_few_up_to_exactly_few_events(
         assert sorted(few("north") or []) == sorted(ids[:2])  # listed by id
         assert few("south") is None
         assert few("west") == []
-
-
-def test_fused_recall_answers_while_every_helper_is_busy(varied: Tenant) -> None:
-    query = {"text": "invoice ledger", "embedding": [1.0, 0, 0, 0], "hops": 1}
-    expected = answer(ask(varied, **query))
-    release = threading.Event()
-    workers = recall_module._HELPERS._max_workers
-    started = threading.Barrier(workers + 1)
-
-    def occupy() -> None:
-        started.wait()
-        release.wait()
-
-    busy = [recall_module._HELPERS.submit(occupy) for _ in range(workers)]
-    try:
-        started.wait(timeout=10)  # every helper is now inside occupy()
-        got: list[RecallResult] = []
-        caller = threading.Thread(target=lambda: got.append(ask(varied, **query)))
-        caller.start()
-        caller.join(timeout=10)  # the graph search must not wait in the busy helpers' queue
-        assert not caller.is_alive()
-        assert answer(got[0]) == expected
-        assert answer(ask(varied, **query)) == expected  # the cancelled job leaves no trace
-    finally:
-        release.set()
-        for b in busy:
-            b.result(timeout=10)
-
-
-def test_a_helper_hands_back_the_value_or_the_error() -> None:
-    assert recall_module._soon(lambda: 41 + 1)() == 42
-
-    def boom() -> None:
-        raise LookupError("no such label")
-
-    with pytest.raises(LookupError, match="no such label"):
-        recall_module._soon(boom)()
-    calls: list[int] = []
-    waits = [recall_module._soon(lambda i=i: calls.append(i) or i) for i in range(200)]
-    assert [wait() for wait in waits] == list(range(200))
-    assert sorted(calls) == list(range(200))  # each ran once, on a helper or here
