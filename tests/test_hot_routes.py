@@ -12,6 +12,7 @@ from litestar.testing import TestClient
 
 from memspine.app import create_app
 from memspine.config import load_settings
+from memspine.engine import Engine
 
 MAX_BODY = 4096
 EVENT = "/v1/memory/event"
@@ -119,3 +120,33 @@ def test_the_hot_routes_log_and_count_under_their_route(tmp_path: Path) -> None:
         metrics = client.get("/metrics").text
     assert 'method="POST",route="/v1/memory/event",status="201"' in metrics
     assert 'method="POST",route="/v1/memory/recall",status="400"' in metrics
+
+
+@pytest.mark.parametrize(
+    ("failure", "status", "code"),
+    [
+        (OSError(28, "No space left on device", "/data/acme/events/data.mdb"), 503, "unavailable"),
+        (RuntimeError("secret detail /data/acme"), 500, "internal"),
+    ],
+)
+def test_a_failure_inside_a_hot_route_is_answered_like_litestar_without_details(
+    clients: tuple[TestClient[Any], TestClient[Any]],
+    monkeypatch: pytest.MonkeyPatch,
+    failure: Exception,
+    status: int,
+    code: str,
+) -> None:
+    # Fault injection at the engine boundary: the stores are never reached.
+    async def fail(*_args: Any) -> Any:
+        raise failure
+
+    monkeypatch.setattr(Engine, "append", fail)
+    answers = []
+    for client in clients:
+        r = client.post(EVENT, headers=AUTH, content=msgspec.json.encode(_event(1)))
+        answers.append((r.status_code, r.headers.get("retry-after"), r.json()))
+    assert answers[0] == answers[1]
+    got_status, retry_after, body = answers[1]
+    assert (got_status, body["error"]) == (status, code)
+    assert (retry_after is not None) == (status == 503)
+    assert "/data" not in body["detail"] and "secret" not in body["detail"]

@@ -53,9 +53,6 @@ class Answer(NamedTuple):
     headers: dict[str, str] | None = None
 
 
-REPLAYED = {"Idempotent-Replayed": "true"}
-
-
 async def append_answer(
     engine: Engine, tenant_id: str, body: bytes, idempotency_key: str | None
 ) -> Answer:
@@ -64,7 +61,7 @@ async def append_answer(
     result = await engine.append(tenant_id, new)
     created = msgspec.json.encode(EventCreated(event_id=result.event_id, unlinked=result.unlinked))
     if result.replayed:
-        return Answer(200, created, REPLAYED)
+        return Answer(200, created, {"Idempotent-Replayed": "true"})
     return Answer(201, created)
 
 
