@@ -46,6 +46,7 @@ from common import (
     median,
     parse_args,
     scratch_dir,
+    serve_memspine,
     start_memspine,
     write_json,
 )
@@ -206,17 +207,7 @@ def start_copy(template: Path) -> tuple[Process, Path]:
     """memspine-server in local mode on a copy of a preloaded data directory (and the copy)."""
     data_dir = scratch_dir("memspine") / "data"
     shutil.copytree(template, data_dir)
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
-    env.update(
-        {
-            "MEMSPINE_BIND": f"127.0.0.1:{port}",
-            "MEMSPINE_DATA_DIR": str(data_dir),
-            "MEMSPINE_LOG_LEVEL": "WARNING",
-            "MEMSPINE_EMBEDDING_DIM": str(DIM),
-        }
-    )
-    return Process([sys.executable, "-m", "memspine.server"], env, port, "/health"), data_dir
+    return serve_memspine(data_dir, {"MEMSPINE_EMBEDDING_DIM": str(DIM)}), data_dir
 
 
 def preloaded_run(

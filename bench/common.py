@@ -146,6 +146,11 @@ class Process:
 def start_memspine(data_dir: Path, env: dict[str, str] | None = None) -> Process:
     """memspine-server in local mode on a free port with data_dir (cleared first)."""
     shutil.rmtree(data_dir, ignore_errors=True)
+    return serve_memspine(data_dir, env)
+
+
+def serve_memspine(data_dir: Path, env: dict[str, str] | None = None) -> Process:
+    """memspine-server in local mode on a free port over data_dir as it is, plus env."""
     port = free_port()
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
     clean.update(

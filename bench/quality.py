@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
 import tempfile
@@ -33,7 +32,7 @@ import numpy as np
 import tantivy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Process, free_port, write_json  # noqa: E402  (bench scripts run as plain files)
+from common import Process, serve_memspine, write_json  # noqa: E402  (plain-file scripts)
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz"
 DEV, HELD_OUT = range(0, 5), range(5, 10)
@@ -106,17 +105,7 @@ def baseline(conv: Conversation) -> list[list[str]]:
 
 def serve(data: Path) -> Process:
     """memspine-server in local mode on data, 384-float embeddings."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
-    env.update(
-        {
-            "MEMSPINE_BIND": f"127.0.0.1:{port}",
-            "MEMSPINE_DATA_DIR": str(data),
-            "MEMSPINE_EMBEDDING_DIM": "384",
-            "MEMSPINE_LOG_LEVEL": "WARNING",
-        }
-    )
-    return Process([sys.executable, "-m", "memspine.server"], env, port, "/health")
+    return serve_memspine(data, {"MEMSPINE_EMBEDDING_DIM": "384"})
 
 
 def load_turns(client: httpx.Client, conv: Conversation) -> dict[str, str]:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
 import sys
 import time
@@ -44,11 +43,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (  # noqa: E402  (bench scripts run as plain files)
     OUT,
     Process,
-    free_port,
     http_request,
     load,
     median,
     percentile,
+    serve_memspine,
     write_json,
 )
 
@@ -160,17 +159,7 @@ def build(root: Path, events: list[NewEvent]) -> dict[str, float]:
 
 def serve(data: Path) -> Process:
     """memspine-server in local mode over data as it is, 384-float embeddings."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
-    env.update(
-        {
-            "MEMSPINE_BIND": f"127.0.0.1:{port}",
-            "MEMSPINE_DATA_DIR": str(data),
-            "MEMSPINE_EMBEDDING_DIM": str(DIM),
-            "MEMSPINE_LOG_LEVEL": "WARNING",
-        }
-    )
-    return Process([sys.executable, "-m", "memspine.server"], env, port, "/health")
+    return serve_memspine(data, {"MEMSPINE_EMBEDDING_DIM": str(DIM)})
 
 
 # -- measurement helpers -------------------------------------------------------------------------

@@ -39,11 +39,11 @@ from common import (  # noqa: E402  (bench scripts run as plain files)
 )
 from common import (
     Process,
-    free_port,
     http_request,
     load,
     parse_args,
     scratch_dir,
+    serve_memspine,
     write_json,
 )
 
@@ -144,18 +144,9 @@ def reopen_in_process(data: Path, big: str, event_id: str, runs: int) -> dict[st
 
 def server(data: Path, cap: int) -> Process:
     """memspine-server on data (kept as is) with the given cap and 384-float embeddings."""
-    port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
-    env.update(
-        {
-            "MEMSPINE_BIND": f"127.0.0.1:{port}",
-            "MEMSPINE_DATA_DIR": str(data),
-            "MEMSPINE_EMBEDDING_DIM": str(DIM),
-            "MEMSPINE_MAX_OPEN_TENANTS": str(cap),
-            "MEMSPINE_LOG_LEVEL": "WARNING",
-        }
+    return serve_memspine(
+        data, {"MEMSPINE_EMBEDDING_DIM": str(DIM), "MEMSPINE_MAX_OPEN_TENANTS": str(cap)}
     )
-    return Process([sys.executable, "-m", "memspine.server"], env, port, "/health")
 
 
 def reopen_over_http(data: Path, big: str, event_id: str, runs: int) -> dict[str, Any]:
