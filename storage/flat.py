@@ -8,6 +8,7 @@ its file for the same reason.
 
 from __future__ import annotations
 
+import array
 import ctypes
 import struct
 import threading
@@ -60,6 +61,14 @@ def use_one_blas_thread() -> None:
             if hasattr(lib, name):
                 getattr(lib, name)(1)
                 break
+
+
+def as_float32(values: list[float] | np.ndarray) -> np.ndarray:
+    """One vector as float32; from a list through array.array, which converts in one C loop
+    (np.asarray first discovers each element's type: 11 against 7 us at 384 floats)."""
+    if isinstance(values, list):
+        return np.frombuffer(array.array("f", values), dtype=np.float32)
+    return np.asarray(values, dtype=np.float32)
 
 
 def unit(v: np.ndarray) -> np.ndarray:

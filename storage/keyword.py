@@ -7,9 +7,9 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 import msgspec
 import tantivy
@@ -229,6 +229,10 @@ class KeywordIndex:
 
     # -- reads ------------------------------------------------------------------
 
+    def settled(self) -> bool:
+        """Whether a search would start at once: everything published is committed (a hint)."""
+        return self.committed_seq >= self._published_seq
+
     def search(
         self,
         text: str,
@@ -238,9 +242,20 @@ class KeywordIndex:
         filters: dict[str, FilterValue] | None = None,
     ) -> list[tuple[str, float]]:
         """(event id, BM25 score) best first, kind and filters applied inside the search."""
+        return list(self.ranked(text, limit=limit, kind=kind, filters=filters))
+
+    def ranked(
+        self,
+        text: str,
+        *,
+        limit: int,
+        kind: str | None = None,
+        filters: dict[str, FilterValue] | None = None,
+    ) -> Ranked:
+        """As search, but each hit's id is read from the index only when the caller gets to it."""
         words = query_terms(text)
         if not words or limit <= 0:
-            return []
+            return Ranked(None, [])
         self.flush()  # read-your-writes: every document acknowledged before now is searchable
         return _search(self.index, words, limit, kind, filters)
 
@@ -281,7 +296,7 @@ def _search(
     limit: int,
     kind: str | None,
     filters: dict[str, FilterValue] | None,
-) -> list[tuple[str, float]]:
+) -> Ranked:
     """One index's BM25 hits for the words, with kind and tags as required clauses."""
     schema = index.schema
     query, _errors = index.parse_query_lenient(" ".join(words), ["text"])
@@ -294,6 +309,26 @@ def _search(
     if len(clauses) > 1:  # alone, the parsed words: same hits and scores, 4 % faster
         query = tantivy.Query.boolean_query(clauses)
     searcher = index.searcher()
-    hits = searcher.search(query, limit).hits
-    # get_first: half the cost of doc(addr)["id"][0], which builds the whole document as a dict.
-    return [(cast(str, searcher.doc(addr).get_first("id")), float(score)) for score, addr in hits]
+    return Ranked(searcher, searcher.search(query, limit).hits)
+
+
+class Ranked:
+    """A search's hits best first, each hit's event id read from the index as it is reached.
+
+    Reading an id decompresses a block of Tantivy's document store; a recall usually stops at k
+    admitted hits of the 2k it asks for, so it reads half the ids.
+    """
+
+    def __init__(self, searcher: tantivy.Searcher | None, hits: list[tuple[Any, Any]]) -> None:
+        self.searcher = searcher
+        self.hits = hits
+
+    def __len__(self) -> int:
+        return len(self.hits)
+
+    def __iter__(self) -> Iterator[tuple[str, float]]:
+        """(event id, BM25 score) pairs."""
+        for score, addr in self.hits:
+            assert self.searcher is not None  # there are hits only with a searcher
+            # get_first: half the cost of doc(addr)["id"][0], which builds the whole document.
+            yield cast(str, self.searcher.doc(addr).get_first("id")), float(score)

@@ -134,10 +134,15 @@ class LogReader:
 
     def id_for_seq(self, seq: int) -> str | None:
         """The live event appended as operation seq (vector labels are seqs)."""
+        raw = self.raw_id_for_seq(seq)
+        return None if raw is None else enc.id_str(raw)
+
+    def raw_id_for_seq(self, seq: int) -> bytes | None:
+        """As id_for_seq, the id's 16 bytes (what the events database is keyed by)."""
         value = self.txn.get(enc.u64(seq), db=self.dbs["ops"])
         if value is None or value[:1] != b"A":
             return None
-        return enc.id_str(_b(value[1:]))
+        return _b(value[1:])
 
     def meta_int(self, name: str) -> int | None:
         """An integer meta value, or None."""

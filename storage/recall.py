@@ -12,7 +12,7 @@ import numpy as np
 from storage import encoding as enc
 from storage.current import Moment
 from storage.errors import EmbeddingMismatch, InvalidRequest
-from storage.flat import top, unit
+from storage.flat import as_float32, top, unit
 from storage.keyword import KeywordIndex
 from storage.model import SOURCE_FROM, FilterValue, StoredEvent
 from storage.reader import LogReader
@@ -62,6 +62,11 @@ def read_light(r: LogReader, event_id: str) -> StoredEvent | None:
         raw_id = enc.id_bytes(event_id)
     except (ValueError, TypeError, AttributeError):
         return None
+    return _read_light_raw(r, raw_id)
+
+
+def _read_light_raw(r: LogReader, raw_id: bytes) -> StoredEvent | None:
+    """As read_light, by the id's 16 bytes."""
     # The record itself, not LogReader.get: that would decode the embedding, most of the cost.
     raw = r.txn.get(raw_id, db=r.dbs["events"])
     if raw is None:
@@ -137,8 +142,9 @@ class Admission:
     def event_for_label(self, label: int) -> StoredEvent | None:
         """The admitted event behind a vector label (read without its embedding), or None."""
         if label not in self._by_label:
-            event_id = self.r.id_for_seq(label)
-            self._by_label[label] = self.event(event_id) if event_id else None
+            raw_id = self.r.raw_id_for_seq(label)  # bytes all the way: no id string to parse
+            ev = _read_light_raw(self.r, raw_id) if raw_id is not None else None
+            self._by_label[label] = ev if self.admit(ev) else None
         return self._by_label[label]
 
 
@@ -166,7 +172,7 @@ def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEven
     assert adm.q.text
     limit = depth * 2
     while True:
-        found = kw.search(adm.q.text, limit=limit, kind=adm.q.kind, filters=adm.q.filters)
+        found = kw.ranked(adm.q.text, limit=limit, kind=adm.q.kind, filters=adm.q.filters)
         ranked = _first((adm.event(e) for e, _s in found), depth)
         if len(ranked) >= depth or len(found) < limit:
             return ranked
@@ -195,15 +201,16 @@ def vector_arm(vec: VectorIndex, adm: Admission, depth: int) -> list[StoredEvent
     few = _few_candidates(adm)
     if few is not None:
         return _exact_arm(few, adm, depth)
+    query = as_float32(adm.q.embedding)  # once, however many searches follow
     fetch = 2 * depth
     while fetch <= OVERFETCH * depth:
-        found = vec.search(adm.q.embedding, fetch)
+        found = vec.search(query, fetch)
         out = _first((adm.event_for_label(label) for label, _s in found), depth)
         if len(out) >= depth or len(found) < fetch:
             return out
         fetch *= 4
     allowed: Callable[[int], bool] = lambda label: adm.event_for_label(label) is not None  # noqa: E731
-    found = vec.search(adm.q.embedding, depth, allowed)
+    found = vec.search(query, depth, allowed)
     return _first((adm.event_for_label(label) for label, _s in found), depth)
 
 

@@ -18,7 +18,15 @@ from typing import BinaryIO
 import hnswlib
 import numpy as np
 
-from storage.flat import Allowed, FlatSet, read_vectors, top, unit, use_one_blas_thread
+from storage.flat import (
+    Allowed,
+    FlatSet,
+    as_float32,
+    read_vectors,
+    top,
+    unit,
+    use_one_blas_thread,
+)
 from storage.rwlock import RWLock
 
 log = logging.getLogger("memspine.vectors")
@@ -201,13 +209,15 @@ class VectorIndex:
     # -- reads ----------------------------------------------------------------
 
     def search(
-        self, vector: list[float], k: int, allowed: Allowed | None = None
+        self, vector: list[float] | np.ndarray, k: int, allowed: Allowed | None = None
     ) -> list[tuple[int, float]]:
         """(label, cosine similarity) best first among allowed labels; up to k of them."""
         if k <= 0:
             return []
-        query = unit(np.asarray(vector, dtype=np.float32))
-        best = dict(self._tail.search(query, k, allowed))
+        query = unit(as_float32(vector))
+        # The tail before the graph: a vector leaves the tail only once it is in the graph, so
+        # searching in this order cannot miss one that moves in between.
+        best = dict(self._tail.search(query, k, allowed)) if self._tail else {}
         for label, sim in self._graph_search(query, k, allowed):
             best[label] = max(sim, best.get(label, -2.0))
         ranked = sorted(best.items(), key=lambda kv: (-kv[1], kv[0]))
