@@ -13,11 +13,11 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
-import msgspec
 
 from storage import encoding as enc
 from storage.model import REL_CODES, StoredEvent
 from storage.reader import DB_NAMES, LogReader
+from storage.records import decode_event
 
 COPY_TXN_ENTRIES = 20_000
 
@@ -26,8 +26,6 @@ COPY_TXN_ENTRIES = 20_000
 PER_EVENT = frozenset(
     ("events", "ops", "by_ts", "by_kind", "by_prop", "links_out", "links_in", "idem", "tombstones")
 )
-
-_decode = msgspec.msgpack.Decoder(StoredEvent).decode
 
 
 def rewrite(
@@ -114,11 +112,11 @@ def _sync_event(live: LogReader, txn: lmdb.Transaction, dbs: dict[str, Any], eve
     raw_id = enc.id_bytes(event_id)
     before = txn.get(raw_id, db=dbs["events"])
     if before is not None:
-        for name, key in _index_keys(_decode(before)):
+        for name, key in _index_keys(decode_event(before)):
             txn.delete(key, db=dbs[name])
     now = live.txn.get(raw_id, db=live.dbs["events"])
     if now is not None:
-        for name, key in _index_keys(_decode(now)):
+        for name, key in _index_keys(decode_event(now)):
             value = live.txn.get(key, db=live.dbs[name])
             if value is not None:
                 txn.put(key, value, db=dbs[name])

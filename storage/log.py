@@ -16,6 +16,7 @@ from storage import encoding as enc
 from storage.errors import EmbeddingMismatch, IdempotencyMismatch, MemspineError
 from storage.model import REL_CODES, SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
 from storage.reader import DB_NAMES, LogReader, Tombstone
+from storage.records import encode_event
 from storage.rwlock import RWLock
 
 SCHEMA_VERSION = 1
@@ -266,8 +267,7 @@ class Appender:
             valid_from=ev.valid_from,
             valid_until=ev.valid_until,
         )
-        encode = self.log.encoder.encode
-        txn.put(raw_id, encode(record), db=d["events"])
+        txn.put(raw_id, encode_event(record), db=d["events"])
         # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
         # this appender's back, and numbering on would overwrite or reorder ops.
         if not txn.put(enc.u64(seq), OP_APPEND + raw_id, db=d["ops"], append=True):
@@ -286,7 +286,7 @@ class Appender:
                 txn.put(raw_target + code + enc.u64(seq) + raw_id, b"", db=d["links_in"])
         if ev.event_id is not None and ev.body_hash is not None:
             idem = IdempotencyRecord(body_hash=ev.body_hash, unlinked=unlinked)
-            txn.put(raw_id, encode(idem), db=d["idem"])
+            txn.put(raw_id, self.log.encoder.encode(idem), db=d["idem"])
         self.written.append(record)
         return AppendResult(event_id=event_id, unlinked=unlinked)
 

@@ -10,10 +10,11 @@ import msgspec
 
 from storage import encoding as enc
 from storage.model import REL_CODES, FilterValue, StoredEvent
+from storage.records import decode_event
 
 # Named databases of the log environment (see DESIGN.md, "One tenant on disk").
 DB_NAMES = (
-    "events",  # id -> StoredEvent (msgpack)
+    "events",  # id -> StoredEvent (msgpack, storage/records.py)
     "ops",  # seq -> b"A"+id (append) | b"D"+id (delete): what the projections replay
     "by_ts",  # ts + id -> ""
     "by_kind",  # kind + ts + id -> ""
@@ -24,8 +25,6 @@ DB_NAMES = (
     "tombstones",  # id -> Tombstone
     "meta",  # schema, dim, model, keyword_seq, vector_seq
 )
-
-_decode_event = msgspec.msgpack.Decoder(StoredEvent).decode
 
 
 class Tombstone(msgspec.Struct, frozen=True):
@@ -49,7 +48,7 @@ class LogReader:
         except (ValueError, TypeError, AttributeError):
             return None
         raw = self.txn.get(raw_id, db=self.dbs["events"])
-        return None if raw is None else _decode_event(raw)
+        return None if raw is None else decode_event(raw)
 
     def exists(self, event_id: str) -> bool:
         """Whether a live event has this id (without decoding its record)."""

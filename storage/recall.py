@@ -4,7 +4,7 @@ substitution and the bounded SOURCE_FROM walk."""
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
-from typing import Any, cast
+from typing import cast
 
 import msgspec
 import numpy as np
@@ -16,6 +16,7 @@ from storage.flat import as_float32, top, unit
 from storage.keyword import KeywordIndex
 from storage.model import SOURCE_FROM, FilterValue, StoredEvent
 from storage.reader import LogReader
+from storage.records import field_spec
 from storage.vectors import VectorIndex
 
 RRF_K = 60
@@ -33,21 +34,12 @@ OVERFETCH = 32
 FEW = 256
 
 
-def _light_field(f: msgspec.structs.FieldInfo) -> tuple[Any, ...]:
-    """A StoredEvent field as msgspec.defstruct takes it, default and all."""
-    if f.default is not msgspec.NODEFAULT:
-        return (f.name, f.type, f.default)
-    if f.default_factory is not msgspec.NODEFAULT:
-        return (f.name, f.type, msgspec.field(default_factory=f.default_factory))
-    return (f.name, f.type)
-
-
 # A stored event's record less its embedding, which ranking never reads: msgspec skips the
 # floats instead of building them (2 us a record at 384 dimensions against 6-10 us). Made from
 # StoredEvent's own fields, so the two cannot drift apart.
 _Record = msgspec.defstruct(
     "_Record",
-    [_light_field(f) for f in msgspec.structs.fields(StoredEvent) if f.name != "embedding"],
+    [field_spec(f) for f in msgspec.structs.fields(StoredEvent) if f.name != "embedding"],
     kw_only=True,
     frozen=True,
 )
