@@ -28,7 +28,7 @@ import tantivy
 
 from storage import swap
 from storage.compact import rewrite, sync_delta
-from storage.keyword import KeywordDoc, KeywordIndex, property_tag
+from storage.keyword import KeywordDoc, KeywordIndex, document
 from storage.log import EventLog
 from storage.model import FilterValue
 from storage.reader import LogReader
@@ -164,6 +164,7 @@ class _Indexed(msgspec.Struct):
     embedding's floats would cost more than the indexing)."""
 
     event_id: str
+    seq: int
     kind: str
     text: str | None = None
     filterable: dict[str, FilterValue] = {}
@@ -191,7 +192,8 @@ class _KeywordBuilder:
         """Index one stored record."""
         ev = _decode_indexed(raw)
         if ev.text:
-            self.writer.add_document(_document(ev, ev.text))
+            doc = KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq)
+            self.writer.add_document(document(doc))  # a new index: its documents carry the seq
 
     def finish(self) -> KeywordIndex:
         """Commit and hand the index over as a KeywordIndex."""
@@ -204,17 +206,6 @@ class _KeywordBuilder:
         with contextlib.suppress(Exception):
             self.writer.rollback()
             self.writer.wait_merging_threads()
-
-
-def _document(ev: _Indexed, text: str) -> tantivy.Document:
-    """The keyword index's document for an event (the fields of KeywordIndex.add)."""
-    doc = tantivy.Document()
-    doc.add_text("id", ev.event_id)
-    doc.add_text("text", text)
-    doc.add_text("kind", ev.kind)
-    for name, value in ev.filterable.items():
-        doc.add_text("tag", property_tag(name, value))
-    return doc
 
 
 def _final(
@@ -295,7 +286,7 @@ def _catch_up_keyword(keyword: KeywordIndex, live: LogReader, since: int) -> Non
             continue
         ev = live.get(event_id)
         if ev is not None and ev.text:
-            docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable))
+            docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq))
     keyword.add(docs)
     keyword.delete(gone)
 

@@ -165,7 +165,10 @@ def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEven
     limit = depth * 2
     while True:
         found = kw.ranked(adm.q.text, limit=limit, kind=adm.q.kind, filters=adm.q.filters)
-        ranked = _first((adm.event(e) for e, _s in found), depth)
+        if found.seqs is not None:  # as vector labels are: one read of an event both arms find
+            ranked = _first(map(adm.event_for_label, found.seqs), depth)
+        else:
+            ranked = _first((adm.event(e) for e, _s in found), depth)
         if len(ranked) >= depth or len(found) < limit:
             return ranked
         limit *= 4

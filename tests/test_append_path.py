@@ -12,7 +12,7 @@ from storage.keyword import KeywordDoc, KeywordIndex
 
 
 def _doc(i: int) -> KeywordDoc:
-    return KeywordDoc(f"00000000-0000-4000-8000-{i:012d}", "turn", f"parcel number{i}", {})
+    return KeywordDoc(f"00000000-0000-4000-8000-{i:012d}", "turn", f"parcel number{i}", {}, i)
 
 
 def test_fold_gathers_publishes_between_commits(

@@ -89,7 +89,7 @@ def index_terms(path: Path) -> set[str]:
 def terms_of(texts: list[str], scratch: Path) -> set[str]:
     """The terms the keyword index makes of these texts (its own tokenizer and stemmer)."""
     index = KeywordIndex.open(scratch)
-    index.add(KeywordDoc(f"d{i}", "k", text, {}) for i, text in enumerate(texts))
+    index.add(KeywordDoc(f"d{i}", "k", text, {}, i) for i, text in enumerate(texts))
     index.commit()
     index.close()
     terms = index_terms(scratch)

@@ -154,7 +154,7 @@ CRASH_SCRIPT = textwrap.dedent(
     t.log.append_batch(events[half:])
     if stage == "keyword":
         with t.log.reader() as r:
-            docs = [KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable)
+            docs = [KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq)
                     for ev in (r.get(e) for _s, _op, e in r.ops_after(t.keyword_seq)) if ev]
         t.keyword.add(docs)
         t.keyword.commit()
