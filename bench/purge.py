@@ -170,12 +170,14 @@ def one_run(source: Path, work: Path, seed: int) -> dict[str, Any]:
 
 
 def victim_bytes(tenant: Tenant, event_id: str) -> list[bytes]:
-    """A victim's embedding as the log stores it (msgpack) and as hnswlib holds it."""
+    """A victim's embedding as the log stores it (raw float64s; a msgpack array in records
+    written before storage/records.py) and as hnswlib holds it."""
     with tenant.log.reader() as r:
         ev = r.get(event_id)
     assert ev is not None and ev.embedding is not None
     held = np.asarray(tenant.vectors.index.get_items([ev.seq]), dtype="<f4").tobytes()
-    return [msgspec.msgpack.encode(ev.embedding), held]
+    stored = np.asarray(ev.embedding, dtype="<f8").tobytes()
+    return [stored, msgspec.msgpack.encode(ev.embedding), held]
 
 
 def files_holding(root: Path, patterns: list[bytes]) -> list[str]:

@@ -35,8 +35,9 @@ FEW = 256
 
 
 # A stored event's record less its embedding, which ranking never reads: msgspec skips the
-# floats instead of building them (2 us a record at 384 dimensions against 6-10 us). Made from
-# StoredEvent's own fields, so the two cannot drift apart.
+# embedding's bytes by their length instead of building 384 floats (0.4 us a record against 6;
+# 2 us for a record written before embeddings were stored as bytes). Made from StoredEvent's
+# own fields, so the two cannot drift apart.
 _Record = msgspec.defstruct(
     "_Record",
     [field_spec(f) for f in msgspec.structs.fields(StoredEvent) if f.name != "embedding"],
