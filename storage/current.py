@@ -19,6 +19,7 @@ class Moment:
         self.as_of = as_of
         self.at = as_of if as_of is not None else time.time_ns() // 1000
         self._superseded: dict[str, bool] = {}
+        self._none_superseded = not r.may_supersede()  # then no event needs a probe
 
     def exists(self, ev: StoredEvent) -> bool:
         """Whether the event exists at this moment (ts <= as_of)."""
@@ -33,6 +34,8 @@ class Moment:
     def superseders(self, ev: StoredEvent) -> list[StoredEvent]:
         """Live events that exist at this moment and name ev in `supersedes`."""
         out: list[StoredEvent] = []
+        if self._none_superseded:
+            return out
         for other_id in self.r.links_in(ev.event_id, SUPERSEDES):
             other = self.r.get(other_id)
             if other is not None and self.exists(other):

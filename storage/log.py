@@ -15,7 +15,7 @@ import msgspec
 from storage import encoding as enc
 from storage.errors import EmbeddingMismatch, IdempotencyMismatch, MemspineError
 from storage.model import REL_CODES, SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
-from storage.reader import DB_NAMES, LogReader, Tombstone
+from storage.reader import DB_NAMES, SUPERSEDING, LogReader, Tombstone
 from storage.records import encode_event
 from storage.rwlock import RWLock
 
@@ -67,6 +67,8 @@ class EventLog:
             if txn.get(b"schema", db=meta) is None:
                 txn.put(b"schema", enc.u64(SCHEMA_VERSION), db=meta)
                 txn.put(b"dim", enc.u64(embedding_dim), db=meta)
+            if txn.get(SUPERSEDING, db=meta) is None:  # a new log, or one made before the flag
+                txn.put(SUPERSEDING, enc.u64(_any_supersedes(txn, log.dbs)), db=meta)
         return log
 
     def close(self) -> None:
@@ -278,6 +280,8 @@ class Appender:
         txn.put(enc.kind_prefix(ev.kind) + ts_key, b"", db=d["by_kind"])
         for name, value in filterable.items():
             txn.put(enc.property_prefix(name, value) + raw_id, b"", db=d["by_prop"])
+        if supersedes:
+            txn.put(SUPERSEDING, enc.u64(1), db=d["meta"])
         for rel, targets in ((SOURCE_FROM, sources), (SUPERSEDES, supersedes)):
             code = REL_CODES[rel]
             for i, target in enumerate(targets):
@@ -319,6 +323,13 @@ class Appender:
                     "vectors from another model cannot be mixed with them"
                 )
         return None
+
+
+def _any_supersedes(txn: lmdb.Transaction, dbs: dict[str, Any]) -> int:
+    """1 if the log holds a SUPERSEDES link, else 0 (a scan of link keys, once per log)."""
+    code = REL_CODES[SUPERSEDES]
+    cur = txn.cursor(db=dbs["links_in"])
+    return int(any(bytes(key)[16:17] == code for key in cur.iternext(keys=True, values=False)))
 
 
 def _dedupe(ids: Any) -> list[str]:
