@@ -142,10 +142,10 @@ class Engine:
         """Run a blocking read against the tenant in a worker thread, or right here if it is a
         short one and nothing else is under way.
 
-        The hop to a read thread and back cost a recall over HTTP 0.12-0.18 ms of its ~1.4 ms
-        (bench/RESULTS.md). It buys little while this is the only request: the read holds the
-        GIL for most of its time anyway, and no other request is waiting for the loop. So a
-        short read (bounded work: one event, a recall) runs on the loop when no other request
+        The hop to a read thread and back cost a recall over HTTP 0.12-0.4 ms of its ~1.4 ms in
+        A/B runs (bench/RESULTS.md). It buys little while this is the only request: the read
+        holds the GIL for most of its time anyway, and no other request waits for the loop. So
+        a short read (bounded work: one event, a recall) runs on the loop when no other request
         holds a tenant and the keyword index has nothing to fold (a search would wait for a
         Tantivy commit); a request arriving meanwhile waits for it, as it would for the GIL.
         """
