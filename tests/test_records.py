@@ -304,7 +304,11 @@ def on_disk(root: Path, pattern: bytes) -> list[str]:
     found = []
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
-            if pattern in Path(dirpath, name).read_bytes():
+            try:
+                data = Path(dirpath, name).read_bytes()
+            except FileNotFoundError:  # a Tantivy temp file gone since the listing holds nothing
+                continue
+            if pattern in data:
                 found.append(name)
     return found
 
