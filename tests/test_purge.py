@@ -72,7 +72,10 @@ def scan(root: Path, patterns: dict[str, bytes]) -> dict[str, list[str]]:
     for dirpath, _dirs, files in os.walk(root):
         for name in files:
             path = Path(dirpath, name)
-            data = path.read_bytes()
+            try:
+                data = path.read_bytes()
+            except FileNotFoundError:  # a Tantivy temp file gone since the listing holds nothing
+                continue
             for label, pattern in patterns.items():
                 if pattern in data:
                     found.setdefault(label, []).append(str(path.relative_to(root)))
