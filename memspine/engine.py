@@ -146,11 +146,13 @@ class Engine:
         A/B runs (bench/RESULTS.md). It buys little while this is the only request: the read
         holds the GIL for most of its time anyway, and no other request waits for the loop. So
         a short read (bounded work: one event, a recall) runs on the loop when no other request
-        holds a tenant and the keyword index has nothing to fold (a search would wait for a
-        Tantivy commit); a request arriving meanwhile waits for it, as it would for the GIL.
+        holds a tenant, the keyword index has nothing to fold (a search would wait for a
+        Tantivy commit) and no purge is swapping the log's files (a read would wait for the
+        swap, and the loop with it: every tenant's requests). A request arriving meanwhile
+        waits for it, as it would for the GIL.
         """
         async with self.tenant(tenant_id) as t:
-            if short and self._leases == 1 and t.keyword.settled():
+            if short and self._leases == 1 and t.keyword.settled() and t.log.lock.uncontended():
                 return fn(t)
             return await self.read_threads.run(fn, t)
 

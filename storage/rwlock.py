@@ -31,6 +31,10 @@ class RWLock:
                 if not self._readers:
                     self._cond.notify_all()
 
+    def uncontended(self) -> bool:
+        """Whether a shared hold would start at once: no exclusive holder or waiter (a hint)."""
+        return not (self._writer or self._waiting_writers)
+
     @contextmanager
     def exclusive(self) -> Iterator[None]:
         """Hold the lock alone (map resize, file swap, close)."""

@@ -117,3 +117,35 @@ def test_recall_answers_alike_on_the_loop_and_on_a_thread(engine: Engine) -> Non
     alone, beside = asyncio.run(main())
     assert len(alone) == 3
     assert alone == beside
+
+
+def test_a_short_read_while_a_purge_swaps_the_log_takes_a_thread(engine: Engine) -> None:
+    """A swap holds the log lock exclusive: a read waits for it on a thread, not on the loop."""
+    held, release = threading.Event(), threading.Event()
+
+    def read_log(t: Tenant) -> str:
+        with t.log.reader():
+            return _where(t)
+
+    async def main() -> tuple[bool, str]:
+        await _append(engine, "parcel signed for")
+        await _settle(engine)
+        async with engine.tenant(TENANT) as t:
+            lock = t.log.lock
+
+        def swap() -> None:
+            with lock.exclusive():
+                held.set()
+                release.wait(10)
+
+        threading.Thread(target=swap).start()
+        held.wait(5)
+        read = asyncio.ensure_future(engine.read(TENANT, read_log, short=True))
+        await asyncio.sleep(0.05)  # returns: the loop is free while the read waits
+        waiting = not read.done()
+        release.set()
+        return waiting, await read
+
+    waiting, ran_on = asyncio.run(main())
+    assert waiting
+    assert ran_on == "read"
