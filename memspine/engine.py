@@ -95,6 +95,11 @@ def _settle(done: asyncio.Future[Any], setter: Callable[[Any], object], value: A
         setter(value)
 
 
+def _quiet(t: Tenant) -> bool:
+    """Whether a read of t would start at once: nothing to fold, no lock held exclusive."""
+    return t.keyword.settled() and t.log.lock.uncontended() and t.vectors.lock.uncontended()
+
+
 class EventState(msgspec.Struct, frozen=True):
     """An event with whether it is current now and the live events that supersede it directly."""
 
@@ -147,12 +152,13 @@ class Engine:
         holds the GIL for most of its time anyway, and no other request waits for the loop. So
         a short read (bounded work: one event, a recall) runs on the loop when no other request
         holds a tenant, the keyword index has nothing to fold (a search would wait for a
-        Tantivy commit) and no purge is swapping the log's files (a read would wait for the
-        swap, and the loop with it: every tenant's requests). A request arriving meanwhile
-        waits for it, as it would for the GIL.
+        Tantivy commit) and neither the log nor the vector index is held exclusive (a purge's
+        swap, a map resize, a graph resize or save: a read would wait, and the loop with it,
+        holding back every tenant's requests). A request arriving meanwhile waits for it, as
+        it would for the GIL.
         """
         async with self.tenant(tenant_id) as t:
-            if short and self._leases == 1 and t.keyword.settled() and t.log.lock.uncontended():
+            if short and self._leases == 1 and _quiet(t):
                 return fn(t)
             return await self.read_threads.run(fn, t)
 

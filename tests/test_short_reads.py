@@ -119,32 +119,38 @@ def test_recall_answers_alike_on_the_loop_and_on_a_thread(engine: Engine) -> Non
     assert alone == beside
 
 
-def test_a_short_read_while_a_purge_swaps_the_log_takes_a_thread(engine: Engine) -> None:
-    """A swap holds the log lock exclusive: a read waits for it on a thread, not on the loop."""
-    held, release = threading.Event(), threading.Event()
+@pytest.mark.parametrize("held", ["log", "vectors"])
+def test_a_short_read_beside_an_exclusive_hold_takes_a_thread(engine: Engine, held: str) -> None:
+    """A purge's swap holds the log lock exclusive, a graph resize or save the vector index's:
+    a read waits for them on a thread, not on the loop."""
+    holding, release = threading.Event(), threading.Event()
 
-    def read_log(t: Tenant) -> str:
-        with t.log.reader():
-            return _where(t)
+    def read(t: Tenant) -> str:
+        if held == "log":
+            with t.log.reader():
+                pass
+        else:
+            t.vectors.search([1.0, 0.0, 0.0, 0.0], 1)
+        return _where(t)
 
     async def main() -> tuple[bool, str]:
         await _append(engine, "parcel signed for")
         await _settle(engine)
         async with engine.tenant(TENANT) as t:
-            lock = t.log.lock
+            lock = t.log.lock if held == "log" else t.vectors.lock
 
-        def swap() -> None:
+        def hold() -> None:
             with lock.exclusive():
-                held.set()
+                holding.set()
                 release.wait(10)
 
-        threading.Thread(target=swap).start()
-        held.wait(5)
-        read = asyncio.ensure_future(engine.read(TENANT, read_log, short=True))
+        threading.Thread(target=hold).start()
+        holding.wait(5)
+        task = asyncio.ensure_future(engine.read(TENANT, read, short=True))
         await asyncio.sleep(0.05)  # returns: the loop is free while the read waits
-        waiting = not read.done()
+        waiting = not task.done()
         release.set()
-        return waiting, await read
+        return waiting, await task
 
     waiting, ran_on = asyncio.run(main())
     assert waiting
