@@ -37,7 +37,7 @@ class Moment:
         if self._none_superseded:
             return out
         for other_id in self.r.links_in(ev.event_id, SUPERSEDES):
-            other = self.r.get(other_id)
+            other = self.r.get_light(other_id)  # no caller reads a superseder's embedding
             if other is not None and self.exists(other):
                 out.append(other)
         return out

@@ -16,7 +16,6 @@ from storage.flat import as_float32, top, unit
 from storage.keyword import KeywordIndex
 from storage.model import SOURCE_FROM, FilterValue, StoredEvent
 from storage.reader import LogReader
-from storage.records import field_spec
 from storage.vectors import VectorIndex
 
 RRF_K = 60
@@ -32,39 +31,6 @@ MAX_ARM_DEPTH = 1000
 # and ranks exactly when a kind, filter or as_of admits at most FEW events.
 OVERFETCH = 32
 FEW = 256
-
-
-# A stored event's record less its embedding, which ranking never reads: msgspec skips the
-# embedding's bytes by their length instead of building 384 floats (0.4 us a record against 6;
-# 2 us for a record written before embeddings were stored as bytes). Made from StoredEvent's
-# own fields, so the two cannot drift apart.
-_Record = msgspec.defstruct(
-    "_Record",
-    [field_spec(f) for f in msgspec.structs.fields(StoredEvent) if f.name != "embedding"],
-    kw_only=True,
-    frozen=True,
-)
-
-
-_decode_record = msgspec.msgpack.Decoder(_Record).decode
-
-
-def read_light(r: LogReader, event_id: str) -> StoredEvent | None:
-    """The live event with this id, as LogReader.get gives it but without its embedding."""
-    try:
-        raw_id = enc.id_bytes(event_id)
-    except (ValueError, TypeError, AttributeError):
-        return None
-    return _read_light_raw(r, raw_id)
-
-
-def _read_light_raw(r: LogReader, raw_id: bytes) -> StoredEvent | None:
-    """As read_light, by the id's 16 bytes."""
-    # The record itself, not LogReader.get: that would decode the embedding, most of the cost.
-    raw = r.txn.get(raw_id, db=r.dbs["events"])
-    if raw is None:
-        return None
-    return StoredEvent(**msgspec.structs.asdict(_decode_record(raw)))
 
 
 class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -129,14 +95,14 @@ class Admission:
 
     def event(self, event_id: str) -> StoredEvent | None:
         """The admitted event with this id (read without its embedding), or None."""
-        ev = read_light(self.r, event_id)
+        ev = self.r.get_light(event_id)
         return ev if self.admit(ev) else None
 
     def event_for_label(self, label: int) -> StoredEvent | None:
         """The admitted event behind a vector label (read without its embedding), or None."""
         if label not in self._by_label:
             raw_id = self.r.raw_id_for_seq(label)  # bytes all the way: no id string to parse
-            ev = _read_light_raw(self.r, raw_id) if raw_id is not None else None
+            ev = self.r.get_light_raw(raw_id) if raw_id is not None else None
             self._by_label[label] = ev if self.admit(ev) else None
         return self._by_label[label]
 
@@ -304,7 +270,7 @@ def walk(
             for nid in r.links_out(node, SOURCE_FROM) + r.links_in(node, SOURCE_FROM):
                 if nid in seen:
                     continue
-                ev = read_light(r, nid)
+                ev = r.get_light(nid)
                 if ev is None or not moment.visible(ev):
                     continue
                 seen.add(nid)

@@ -9,9 +9,10 @@ import msgspec
 import pytest
 
 from storage import recall as recall_module
+from storage import records
 from storage.current import Moment
 from storage.model import AppendResult, NewEvent
-from storage.recall import Admission, RecallQuery, RecallResult, read_light, recall
+from storage.recall import Admission, RecallQuery, RecallResult, recall
 from storage.tenant import Tenant
 
 T0 = 1_000_000
@@ -80,17 +81,17 @@ def test_a_light_read_is_the_record_less_its_embedding(varied: Tenant) -> None:
         for event_id in every:
             whole = r.get(event_id)
             assert whole is not None
-            assert read_light(r, event_id) == msgspec.structs.replace(whole, embedding=None)
-        assert read_light(r, "not-an-id") is None
-        assert read_light(r, "00000000-0000-4000-8000-000000000000") is None
+            assert r.get_light(event_id) == msgspec.structs.replace(whole, embedding=None)
+        assert r.get_light("not-an-id") is None
+        assert r.get_light("00000000-0000-4000-8000-000000000000") is None
 
 
 def test_the_light_record_names_every_stored_field_but_the_embedding() -> None:
-    # A field added to StoredEvent and not to _Record would come back as its default.
+    # A field added to StoredEvent and not to _Light would come back as its default.
     from storage.model import StoredEvent
 
     fields = set(StoredEvent.__struct_fields__) - {"embedding"}
-    assert set(recall_module._Record.__struct_fields__) == fields
+    assert set(records._Light.__struct_fields__) == fields
 
 
 QUERIES: list[dict[str, Any]] = [

@@ -22,7 +22,7 @@ from storage.log import EventLog
 from storage.model import AppendResult, NewEvent, StoredEvent
 from storage.purge import purge_tenant
 from storage.reader import LogReader
-from storage.recall import RecallQuery, RecallResult, read_light, recall
+from storage.recall import RecallQuery, RecallResult, recall
 from storage.records import decode_event, encode_event
 from storage.tenant import Tenant
 
@@ -268,7 +268,7 @@ def test_old_records_read_back_as_they_were_written(old: OldTenant, reopened: Te
             got = r.get(event_id)
             assert got is not None and bits(got.embedding) == bits(ev.embedding)
             assert got == _decode_old(raw_record(r, event_id))
-            assert read_light(r, event_id) == msgspec.structs.replace(ev, embedding=None)
+            assert r.get_light(event_id) == msgspec.structs.replace(ev, embedding=None)
         for event_id, embedding in old.sent.items():
             got = r.get(event_id)
             assert got is not None and bits(got.embedding) == bits(embedding)
@@ -289,7 +289,7 @@ def test_old_and_new_records_live_side_by_side(old: OldTenant, reopened: Tenant)
         for event_id, ev in zip(new, batch, strict=True):
             got = r.get(event_id)
             assert got is not None and bits(got.embedding) == bits(ev.embedding)
-            assert read_light(r, event_id) == msgspec.structs.replace(got, embedding=None)
+            assert r.get_light(event_id) == msgspec.structs.replace(got, embedding=None)
     for event_id, ev in zip(new, batch, strict=True):
         assert ev.text is not None and ev.embedding is not None
         token = {"text": ev.text.split()[-1], "k": 1}
@@ -388,7 +388,7 @@ def test_a_light_read_never_builds_the_embedding(tmp_path: Path, old_layout: boo
     floats = dim * 24  # what 2048 Python floats alone take, the list aside
     with t.log.reader() as r:
         size = len(raw_record(r, event_id))
-        light, light_peak = peak(lambda: read_light(r, event_id))
+        light, light_peak = peak(lambda: r.get_light(event_id))
         whole, whole_peak = peak(lambda: r.get(event_id))
     t.close()
     assert light is not None and light.embedding is None
