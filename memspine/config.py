@@ -7,6 +7,7 @@ import resource
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import msgspec
 
@@ -34,6 +35,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     cypher_max_rows: int = 10_000
     metrics_per_tenant: bool = False
     log_level: str = "INFO"
+    mcp_allowed_origins: frozenset[str] = frozenset()  # normalised: scheme://host[:port]
 
 
 def default_max_open_tenants() -> int:
@@ -114,6 +116,42 @@ def _log_level(value: str) -> str:
     return level
 
 
+_DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
+def origin_key(origin: str) -> str | None:
+    """An http(s) origin as browsers send it (lower case, no default port), or None if the
+    text is not one: a scheme and a host, nothing else."""
+    try:
+        parts = urlsplit(origin.strip())
+        port = parts.port
+    except ValueError:
+        return None
+    scheme, host = parts.scheme.lower(), parts.hostname
+    if scheme not in _DEFAULT_PORTS or not host or parts.username or parts.password:
+        return None
+    if parts.path not in ("", "/") or parts.query or parts.fragment:
+        return None
+    if ":" in host:  # IPv6: bracketed again, as in a URL
+        host = f"[{host}]"
+    return f"{scheme}://{host}" + (f":{port}" if port not in (None, _DEFAULT_PORTS[scheme]) else "")
+
+
+def _origins(value: str) -> dict[str, Any]:
+    """Comma-separated origins, each scheme://host[:port]."""
+    keys = set()
+    for item in value.split(","):
+        if not item.strip():
+            continue
+        key = origin_key(item)
+        if key is None:
+            raise SettingsError(
+                f"expected origins such as https://agent.example.com, got {item.strip()!r}"
+            )
+        keys.add(key)
+    return {"mcp_allowed_origins": frozenset(keys)}
+
+
 # Every documented variable: name -> (parser, how its result enters Settings).
 PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_BIND": _bind,
@@ -128,6 +166,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_CYPHER_MAX_ROWS": lambda v: {"cypher_max_rows": _int_in(1, 1_000_000)(v)},
     "MEMSPINE_METRICS_PER_TENANT": lambda v: {"metrics_per_tenant": _flag(v)},
     "MEMSPINE_LOG_LEVEL": lambda v: {"log_level": _log_level(v)},
+    "MEMSPINE_MCP_ALLOWED_ORIGINS": _origins,
 }
 
 

@@ -41,6 +41,7 @@ def test_every_variable_is_parsed(tmp_path: Path) -> None:
             "MEMSPINE_CYPHER_MAX_ROWS": "50",
             "MEMSPINE_METRICS_PER_TENANT": "yes",
             "MEMSPINE_LOG_LEVEL": "debug",
+            "MEMSPINE_MCP_ALLOWED_ORIGINS": " https://Agent.Example.com:443, http://10.0.0.5:3000/,",
             "MEMSPINE_URL": "http://client-side-only",
         }
     )
@@ -58,6 +59,7 @@ def test_every_variable_is_parsed(tmp_path: Path) -> None:
         cypher_max_rows=50,
         metrics_per_tenant=True,
         log_level="DEBUG",
+        mcp_allowed_origins=frozenset({"https://agent.example.com", "http://10.0.0.5:3000"}),
     )
     assert not (tmp_path / "new").exists()  # validating a directory does not create it
 
@@ -82,6 +84,10 @@ BAD = [
     ("MEMSPINE_CYPHER_MAX_ROWS", "0", "from 1"),
     ("MEMSPINE_METRICS_PER_TENANT", "maybe", "expected 1 or 0"),
     ("MEMSPINE_LOG_LEVEL", "loud", "DEBUG, INFO"),
+    ("MEMSPINE_MCP_ALLOWED_ORIGINS", "agent.example.com", "such as https://"),
+    ("MEMSPINE_MCP_ALLOWED_ORIGINS", "https://ok.example, *", "got '*'"),
+    ("MEMSPINE_MCP_ALLOWED_ORIGINS", "https://a.example/app", "such as https://"),
+    ("MEMSPINE_MCP_ALLOWED_ORIGINS", "ftp://a.example", "such as https://"),
 ]
 
 

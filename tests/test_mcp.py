@@ -385,6 +385,27 @@ def test_origin_rule(origin: str | None, host: str, bind: str, allowed: bool) ->
     assert origin_allowed(origin, host, bind) is allowed
 
 
+LISTED = frozenset({"https://agent.example.com", "http://10.0.0.5:3000"})
+
+
+@pytest.mark.parametrize(
+    ("origin", "allowed"),
+    [
+        ("https://agent.example.com", True),
+        ("https://AGENT.example.com:443", True),  # as the setting is normalised
+        ("http://agent.example.com", False),  # another scheme is another origin
+        ("https://agent.example.com:8443", False),
+        ("http://10.0.0.5:3000", True),
+        ("http://10.0.0.5", False),
+        ("https://evil.example", False),
+        ("http://localhost:5173", True),  # the built-in rules still apply
+        ("null", False),
+    ],
+)
+def test_listed_origins_pass_beside_the_rule(origin: str, allowed: bool) -> None:
+    assert origin_allowed(origin, "127.0.0.1:7781", "127.0.0.1", LISTED) is allowed
+
+
 # -- a real server -----------------------------------------------------------------------------
 
 
@@ -473,6 +494,23 @@ def test_streamable_http_refuses_no_key_another_origin_and_a_huge_body(remote: R
     local = {**headers, **bearer, "Origin": "http://localhost:6274"}
     ok = httpx.post(remote.url, json=init, headers=local)
     assert ok.status_code == 200, ok.text  # a local browser tool (the MCP inspector) may connect
+
+
+def test_an_origin_listed_in_the_settings_may_connect(tmp_path: Path) -> None:
+    server = ServerProcess(
+        tmp_path / "data", {"MEMSPINE_MCP_ALLOWED_ORIGINS": "https://agent.example.com"}
+    ).start()
+    try:
+        init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
+        headers = {"Accept": "application/json, text/event-stream", "Authorization": "Bearer acme"}
+        url = server.url + "/mcp"
+        ok = httpx.post(url, json=init, headers={**headers, "Origin": "https://agent.example.com"})
+        assert ok.status_code == 200, ok.text
+        assert {t["name"] for t in ok.json()["result"]["tools"]} == ALL_TOOLS
+        evil = httpx.post(url, json=init, headers={**headers, "Origin": "https://evil.example"})
+        assert evil.status_code == 403
+    finally:
+        server.stop()
 
 
 def test_the_client_sdk_carries_the_servers_errors(remote: Remote) -> None:

@@ -23,7 +23,7 @@ from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
 
 from memspine.auth import Authenticator
-from memspine.config import Settings
+from memspine.config import Settings, origin_key
 from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
@@ -45,13 +45,18 @@ def _hostname(authority_or_url: str) -> str | None:
         return None
 
 
-def origin_allowed(origin: str | None, host: str | None, bind_host: str) -> bool:
-    """No Origin (not a browser), a loopback origin, or the server's own host when not bound to loopback.
+def origin_allowed(
+    origin: str | None, host: str | None, bind_host: str, listed: frozenset[str] = frozenset()
+) -> bool:
+    """No Origin (not a browser), a listed origin (MEMSPINE_MCP_ALLOWED_ORIGINS), a loopback
+    origin, or the server's own host when not bound to loopback.
 
     Bound to loopback, only loopback origins pass: a page whose name was rebound to 127.0.0.1
     (DNS rebinding) sends its own name as both Origin and Host, so "same host" proves nothing there.
     """
     if origin is None:
+        return True
+    if listed and origin_key(origin) in listed:
         return True
     name = _hostname(origin)
     if name is None:
@@ -122,7 +127,8 @@ class McpEndpoint:
             await send({"type": "websocket.close", "code": 1008})  # MCP is plain HTTP
             return
         headers = Headers(scope=scope)
-        if not origin_allowed(headers.get("origin"), headers.get("host"), self.settings.host):
+        origin, host = headers.get("origin"), headers.get("host")
+        if not origin_allowed(origin, host, self.settings.host, self.settings.mcp_allowed_origins):
             await _refuse(send, 403, "forbidden", CROSS_ORIGIN, {})
             return
         if not _length_ok(headers.get("content-length"), self.settings.max_body_bytes):
