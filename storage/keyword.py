@@ -279,6 +279,14 @@ class KeywordIndex:
         self.flush()  # read-your-writes: every document acknowledged before now is searchable
         return _search(self.index, words, limit, kind, filters, with_seq=self.with_seq)
 
+    def kind_share(self, kind: str) -> float:
+        """The share of documents of this kind (deleted ones not yet merged away count: a
+        hint); waits for the fold as a search does, which the search after it then need not."""
+        self.flush()
+        searcher = self.index.searcher()
+        total = searcher.num_docs
+        return searcher.doc_freq("kind", kind) / total if total else 0.0
+
     def doc_count(self) -> int:
         """Number of live documents."""
         self.flush()

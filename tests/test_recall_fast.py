@@ -176,3 +176,39 @@ def test_a_filter_is_few_up_to_exactly_few_events(
         assert sorted(few("north") or []) == sorted(ids[:2])  # listed by id
         assert few("south") is None
         assert few("west") == []
+
+
+def test_a_common_kind_checked_on_each_hit_ranks_as_the_kind_clause_does(
+    tenant: Tenant, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kind most documents have is left out of the Tantivy query and checked by the
+    chokepoint; a rare one stays a clause. Both answer as the clause alone does."""
+    words = ["parcel", "refund", "carrier", "street", "signed", "number", "depot", "gate"]
+    kinds = ["turn"] * 7 + ["fact"] * 2 + ["tool_call"]
+    add(
+        tenant,
+        *(
+            NewEvent(
+                kind=kinds[i % 10],
+                ts=T0 + i,
+                text=" ".join(words[(i * j) % 8] for j in range(1, 5 + i % 4)) + f" n{i}",
+            )
+            for i in range(400)
+        ),
+    )
+    assert tenant.keyword.kind_share("turn") >= recall_module.COMMON_KIND
+    assert tenant.keyword.kind_share("tool_call") < recall_module.COMMON_KIND
+    questions = [" ".join(words[i : i + 2]) for i in range(7)]
+
+    def answers() -> list[list[tuple[Any, ...]]]:
+        return [
+            answer(ask(tenant, text=q, kind=kind, k=k))
+            for q in questions
+            for kind in ("turn", "fact", "tool_call")
+            for k in (3, 10, 40)
+        ]
+
+    checked = answers()
+    monkeypatch.setattr(recall_module, "COMMON_KIND", 2.0)  # every kind a clause again
+    assert checked == answers()
+    assert all(len(a) > 1 for a in checked)  # every question found something of each kind
