@@ -132,8 +132,8 @@ def validate(q: RecallQuery, dim: int, model: str | None) -> None:
 
 
 def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEvent]:
-    """BM25 ranking restricted inside the search by kind and filters, then by the chokepoint;
-    over-fetches until depth admitted events or the index runs out."""
+    """BM25 ranking restricted inside the search by filters and an uncommon kind, then by the
+    chokepoint; over-fetches until depth admitted events or the index runs out."""
     assert adm.q.text
     kind = adm.q.kind
     if kind is not None and kw.kind_share(kind) >= COMMON_KIND:
