@@ -1,5 +1,5 @@
 """Recall at 10,000 and 100,000 events: latency over HTTP, the raw floor, vector recall@10, build
-time, and appends from 32 clients into the tenant of 100,000.
+time, recall while 8 clients append, and appends from 32 clients into the tenant of 100,000.
 
 The corpus is made of real MiniLM embeddings and texts: LoCoMo's 5,882 turns
 (`../shared/data`, evaluation only), each event a turn's text with an embedding mixed from that
@@ -25,6 +25,7 @@ import argparse
 import json
 import shutil
 import sys
+import threading
 import time
 import urllib.request
 import uuid
@@ -283,25 +284,65 @@ def scenario_vector_recall(setup: Setup) -> dict[str, Any]:
     return {"recall_at_10": round(found / (10 * len(q)), 4), "queries": len(q)}
 
 
-def scenario_appends(setup: Setup) -> dict[str, Any]:
-    """POST /v1/memory/event from 32 closed-loop clients into this tenant (384-float embeddings),
-    ROUNDS rounds (the tenant grows by each round's events); fused recall right after each; and,
-    in this process, what one synchronous hnswlib insert into a copy of the graph costs."""
-    rng = np.random.default_rng(SEED + 1)
+def scenario_recall_while_appending(setup: Setup) -> dict[str, Any]:
+    """Fused recall from one client while 8 others append (384-float events), ROUNDS rounds of
+    4 s: what a recall waits for under sustained writes (the keyword fold's commit of what was
+    acknowledged before it); the same recall alone, in the same round, beside it."""
+    recalls = _recall_requests(setup, "fused", 0, None)
+    appends = _append_requests(setup, 2000, setup.size + 10_000, seed=SEED + 2)
+    seconds = 1.5 if setup.quick else 4.0
+    rounds = []
+    for _round in range(setup.rounds):
+        alone = load(setup.server.port, recalls, 1, warmup=0.3, seconds=seconds / 2)
+        out: dict[str, dict[str, Any]] = {}
+
+        def write(out: dict[str, dict[str, Any]] = out) -> None:
+            out["appends"] = load(setup.server.port, appends, 8, warmup=0.5, seconds=seconds + 0.5)
+
+        writers = threading.Thread(target=write)
+        writers.start()
+        together = load(setup.server.port, recalls, 1, warmup=0.7, seconds=seconds)
+        writers.join()
+        assert not together["errors"] and not out["appends"]["errors"], (together, out)
+        rounds.append(
+            {
+                "recall_alone_p50_ms": alone["p50_ms"],
+                "recall_p50_ms": together["p50_ms"],
+                "recall_p99_ms": together["p99_ms"],
+                "appends_per_sec": out["appends"]["per_sec"],
+            }
+        )
+    keys = ("recall_alone_p50_ms", "recall_p50_ms", "recall_p99_ms", "appends_per_sec")
+    return _medians(rounds, keys)
+
+
+def _append_requests(setup: Setup, n: int, first: int, *, seed: int) -> list[bytes]:
+    """n pre-encoded POST /v1/memory/event requests: LoCoMo turns with their vectors, drawn
+    with seed, stamped as events first, first + 1, ..."""
+    rng = np.random.default_rng(seed)
     c = setup.corpus
     headers = {"Authorization": f"Bearer {TENANT}", "Content-Type": "application/json"}
     requests = []
-    for i in range(4000):
+    for i in range(n):
         j = int(rng.integers(0, len(c.texts)))
         body = {
             "kind": "turn",
-            "ts": T0 + (setup.size + i) * 1_000_000,
+            "ts": T0 + (first + i) * 1_000_000,
             "text": c.texts[j],
             "embedding": [round(float(x), 6) for x in c.vectors[j]],
             "properties": {"speaker": "user"},
         }
-        encoded = msgspec.json.encode(body)
-        requests.append(http_request("POST", "/v1/memory/event", encoded, headers))
+        requests.append(
+            http_request("POST", "/v1/memory/event", msgspec.json.encode(body), headers)
+        )
+    return requests
+
+
+def scenario_appends(setup: Setup) -> dict[str, Any]:
+    """POST /v1/memory/event from 32 closed-loop clients into this tenant (384-float embeddings),
+    ROUNDS rounds (the tenant grows by each round's events); fused recall right after each; and,
+    in this process, what one synchronous hnswlib insert into a copy of the graph costs."""
+    requests = _append_requests(setup, 4000, setup.size, seed=SEED + 1)
     seconds = 3.0 if setup.quick else 10.0
     recalls = _recall_requests(setup, "fused", 0, None)
     rounds, after = [], []
@@ -349,7 +390,8 @@ SCENARIOS: dict[str, Callable[[Setup], dict[str, Any]]] = {
     "latency": scenario_latency,
     "raw_floor": scenario_raw_floor,
     "vector_recall": scenario_vector_recall,
-    "appends": scenario_appends,  # last: it adds events to the tenant
+    "recall_while_appending": scenario_recall_while_appending,  # adds events to the tenant
+    "appends": scenario_appends,  # adds events to the tenant
 }
 
 
