@@ -226,3 +226,18 @@ def test_a_flat_set_searches_like_a_plain_dict_of_unit_rows(
             assert (allowed is None or allowed(lb)) and abs(float(model[lb] @ query) - sim) < 1e-6
     if model:
         np.testing.assert_allclose(flat.rows(list(model)), np.stack(list(model.values())))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, width=32), min_size=1, max_size=64
+    )
+)
+def test_one_vector_is_made_unit_exactly_as_a_row_is(values: list[float]) -> None:
+    """unit()'s one-vector path gives the bytes of the row path (a query and the rows it is
+    compared with are scaled alike); a zero vector stays zero."""
+    v = np.asarray(values, dtype=np.float32)
+    as_row = unit(v[None, :])[0]
+    one = unit(v)
+    assert one.dtype == np.float32 and one.tobytes() == as_row.tobytes()
