@@ -95,11 +95,6 @@ def _settle(done: asyncio.Future[Any], setter: Callable[[Any], object], value: A
         setter(value)
 
 
-def _quiet(t: Tenant) -> bool:
-    """Whether a read of t would start at once: nothing to fold, no lock held exclusive."""
-    return t.keyword.settled() and t.log.lock.uncontended() and t.vectors.lock.uncontended()
-
-
 class EventState(msgspec.Struct, frozen=True):
     """An event with whether it is current now and the live events that supersede it directly."""
 
@@ -158,7 +153,7 @@ class Engine:
         it would for the GIL.
         """
         async with self.tenant(tenant_id) as t:
-            if short and self._leases == 1 and _quiet(t):
+            if short and self._leases == 1 and t.reads_start_at_once():
                 return fn(t)
             return await self.read_threads.run(fn, t)
 

@@ -67,8 +67,8 @@ class EventLog:
             if txn.get(b"schema", db=meta) is None:
                 txn.put(b"schema", enc.u64(SCHEMA_VERSION), db=meta)
                 txn.put(b"dim", enc.u64(embedding_dim), db=meta)
-            if txn.get(SUPERSEDING, db=meta) is None:  # a new log, or one made before the flag
-                txn.put(SUPERSEDING, enc.u64(_any_supersedes(txn, log.dbs)), db=meta)
+            if LogReader(txn, log.dbs).meta_int(SUPERSEDING) is None:  # new, or made before it
+                log.put_meta_int(txn, SUPERSEDING, _any_supersedes(txn, log.dbs))
         return log
 
     def close(self) -> None:
@@ -281,7 +281,7 @@ class Appender:
         for name, value in filterable.items():
             txn.put(enc.property_prefix(name, value) + raw_id, b"", db=d["by_prop"])
         if supersedes:
-            txn.put(SUPERSEDING, enc.u64(1), db=d["meta"])
+            self.log.put_meta_int(txn, SUPERSEDING, 1)
         for rel, targets in ((SOURCE_FROM, sources), (SUPERSEDES, supersedes)):
             code = REL_CODES[rel]
             for i, target in enumerate(targets):
@@ -329,7 +329,7 @@ def _any_supersedes(txn: lmdb.Transaction, dbs: dict[str, Any]) -> int:
     """1 if the log holds a SUPERSEDES link, else 0 (a scan of link keys, once per log)."""
     code = REL_CODES[SUPERSEDES]
     cur = txn.cursor(db=dbs["links_in"])
-    return int(any(bytes(key)[16:17] == code for key in cur.iternext(keys=True, values=False)))
+    return int(any(key[16:17] == code for key in cur.iternext(keys=True, values=False)))
 
 
 def _dedupe(ids: Any) -> list[str]:

@@ -28,7 +28,7 @@ DB_NAMES = (
 # Meta flag: 1 once any event of the log has superseded another (set with the link, never
 # cleared). While it is 0 no event is superseded, and reads skip the supersession probe of each
 # hit (a links_in seek, 2-4 us). Logs made before it get it on their next open (a key scan).
-SUPERSEDING = b"superseding"
+SUPERSEDING = "superseding"
 
 
 class Tombstone(msgspec.Struct, frozen=True):
@@ -168,8 +168,7 @@ class LogReader:
 
     def may_supersede(self) -> bool:
         """False when no event of this snapshot has ever superseded another (log meta flag)."""
-        raw = self.txn.get(SUPERSEDING, db=self.dbs["meta"])
-        return raw is None or enc.read_u64(_b(raw)) != 0
+        return self.meta_int(SUPERSEDING) != 0  # absent (None): not known, so maybe
 
     def meta_str(self, name: str) -> str | None:
         """A string meta value, or None."""

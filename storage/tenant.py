@@ -145,6 +145,12 @@ class Tenant:
         self.vectors.delete(vec_deletes)
         self.keyword_seq = self.vector_seq = last
 
+    def reads_start_at_once(self) -> bool:
+        """Whether a read would start without waiting: the keyword index has nothing to fold, and
+        neither the log nor the vector index is held exclusive (a hint)."""
+        locks = (self.log.lock, self.vectors.lock)
+        return self.keyword.settled() and all(lock.uncontended() for lock in locks)
+
     def save_vectors(self) -> None:
         """Persist the vector index (tail included) and record the seq it covers."""
         if self.vector_saved_seq == self.vector_seq and self.vectors.path.exists():

@@ -32,7 +32,7 @@ def event(text: str, i: int, supersedes: tuple[str, ...] = ()) -> NewEvent:
 
 
 def flag(t: Tenant) -> int | None:
-    return t.log.meta_int(SUPERSEDING.decode())
+    return t.log.meta_int(SUPERSEDING)
 
 
 def recalled(t: Tenant, text: str) -> list[str]:
@@ -44,7 +44,7 @@ def recalled(t: Tenant, text: str) -> list[str]:
 def forget_flag(root: Path) -> None:
     """Make the tenant's log look as if written before the flag existed."""
     t = Tenant.open("t", root, embedding_dim=DIM)
-    t.log.write(lambda txn: txn.delete(SUPERSEDING, db=t.log.dbs["meta"]))
+    t.log.write(lambda txn: txn.delete(SUPERSEDING.encode(), db=t.log.dbs["meta"]))
     t.close()
 
 
