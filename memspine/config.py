@@ -166,7 +166,9 @@ def _origins(value: str) -> dict[str, Any]:
     return {"mcp_allowed_origins": frozenset(keys)}
 
 
-_HOST_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\Z")
+_HOST_NAME = re.compile(
+    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\Z"
+)
 
 
 def _hosts(value: str) -> dict[str, Any]:
@@ -177,7 +179,9 @@ def _hosts(value: str) -> dict[str, Any]:
         if not name:
             continue
         if not _HOST_NAME.match(name):
-            raise SettingsError(f"expected host names such as memspine.internal, got {item.strip()!r}")
+            raise SettingsError(
+                f"expected host names such as memspine.internal, got {item.strip()!r}"
+            )
         names.add(name)
     return {"allowed_hosts": frozenset(names)}
 

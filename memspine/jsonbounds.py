@@ -22,7 +22,9 @@ NESTING_DETAIL = (
     f"JSON nested too deeply: properties, params and other values may nest at most "
     f"{MAX_NESTING} levels of objects and arrays"
 )
-NOT_FINITE = "numbers must be finite (NaN, Infinity and values beyond ±1.8e308 are not JSON numbers)"
+NOT_FINITE = (
+    "numbers must be finite (NaN, Infinity and values beyond ±1.8e308 are not JSON numbers)"
+)
 
 QUOTE, BACKSLASH = ord('"'), ord("\\")
 CHUNK = 1 << 20  # bytes measured at once: bounds the scratch arrays whatever the body size
