@@ -37,6 +37,7 @@ log = logging.getLogger("memspine.connections")
 MAX_HEADER_BYTES = 64 << 10
 # After a body deadline the route has this long to answer 408 before the connection is cut.
 ANSWER_GRACE_SECS = 1.0
+LINGER_SECS = 2.0  # how long a refused request's connection waits for the client to close
 REFUSAL_LOG_SECS = 10.0  # at most one warning per period, however many connections are refused
 
 
@@ -146,6 +147,7 @@ class GuardedProtocol(HttpToolsProtocol):
         self._timer: asyncio.TimerHandle | None = None
         self._timer_phase: Phase | None = None
         self._grace = False
+        self._lingering = False
 
     # -- connection ------------------------------------------------------------------------
 
@@ -174,8 +176,8 @@ class GuardedProtocol(HttpToolsProtocol):
 
     def data_received(self, data: bytes) -> None:
         """Feed the parser, bounding header bytes, then keep the deadline of the phase it is in."""
-        if self._client_key is None:
-            return
+        if self._client_key is None or self._lingering:
+            return  # refused, or answered and closing: nothing more is read
         waiting = self._phase in (Phase.IDLE, Phase.HEADERS)
         if waiting:
             self._header_bytes += len(data)
@@ -265,9 +267,18 @@ class GuardedProtocol(HttpToolsProtocol):
             self._grace = True
 
     def _close_with(self, response: bytes) -> None:
+        """Answer, stop writing, and close once the client has read it (or after LINGER_SECS).
+
+        Closing at once, with the client's bytes still arriving, would make the kernel reset
+        the connection, and a reset can drop the answer before the client reads it. (The
+        transport closes by itself when the client closes its side: uvicorn's eof_received.)
+        """
         self._disarm()
+        self._lingering = True
         self.transport.write(response)
-        self.transport.close()
+        if self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._timer = self.loop.call_later(LINGER_SECS, self.transport.close)
 
 
 def guarded_protocol(settings: Settings) -> type[GuardedProtocol]:

@@ -176,6 +176,12 @@ def test_deep_properties_are_refused_and_mcp_keeps_reading_the_tenant(srv: Serve
             assert "at most 32 levels" in refused.structured_content["detail"]
 
     anyio.run(main)
+    arguments = f'{{"kind": "deep", "text": "x", "properties": {{"p": {nested_text(1000)}}}}}'
+    headers = {**MCP_HEADERS, "Authorization": f"Bearer {TENANT}"}
+    params = f'{{"name": "memory_append", "arguments": {arguments}}}'
+    body = f'{{"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {params}}}'
+    r = httpx.post(srv.url + "/mcp", content=body, headers=headers, timeout=30)
+    assert r.status_code == 400, r.text  # the SDK's parser stops at 200 levels: a parse error
 
 
 def test_numbers_out_of_range_are_400_over_http_and_tool_errors_over_mcp(
@@ -454,6 +460,9 @@ def test_slow_headers_and_slow_bodies_are_closed_after_their_timeout(srv: Server
     answer = _read_until_closed(s, 5)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert HEADER_TIMEOUT <= time.monotonic() - started < HEADER_TIMEOUT + 1.5
+    s = _connect(srv.port, "127.0.0.1")
+    s.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + b"X-Pad: " + b"x" * (70 << 10))
+    assert _read_until_closed(s, 5).startswith(b"HTTP/1.1 431")
     for path in ("/v1/memory/event", "/v1/memory/cypher", "/mcp", "/v1/memory/recall"):
         s = _connect(srv.port, "127.0.0.1")
         started = time.monotonic()

@@ -144,11 +144,11 @@ class McpEndpoint:
         if method != "POST":
             await _refuse(send, MethodNotAllowed(NO_STREAM), {"Allow": ALLOW, **cors})
             return
-        try:
+        try:  # the key first, as the other routes: a refused caller's body is never read
+            principal = await self.auth.authenticate_async(_bearer(headers))
             body = await read_body(
                 receive, self.settings.max_body_bytes, headers.get("content-length")
             )
-            principal = await self.auth.authenticate_async(_bearer(headers))
         except ClientGone:
             return
         except Unauthorized as exc:
