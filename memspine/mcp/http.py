@@ -102,7 +102,7 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
 
 
 class McpEndpoint:
-    """The /mcp mount: origin and key checks in front of the SDK's Streamable HTTP session manager."""
+    """The /mcp mount: method, body and key checks in front of the SDK's session manager."""
 
     def __init__(self, engine: Engine, auth: Authenticator, settings: Settings) -> None:
         self.auth = auth
