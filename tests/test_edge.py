@@ -464,12 +464,14 @@ def test_slow_headers_and_slow_bodies_are_closed_after_their_timeout(srv: Server
     slow = _connect(srv.port, "127.0.0.1")
     slow.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
     answered_at: dict[socket.socket, float] = {}
-    for _ in range(12):  # a header line every 0.4 s: always something, never the end
-        for s in select.select([slow, *slow_bodies.values()], [], [], 0.4)[0]:
-            answered_at.setdefault(s, time.monotonic() - started)
-        if slow in answered_at:
-            break  # answered: sending more now would only reset the connection
-        slow.sendall(b"X-Slow: 1\r\n")
+    next_line = started + 0.4
+    while slow not in answered_at and time.monotonic() < started + 6:
+        waiting = [s for s in (slow, *slow_bodies.values()) if s not in answered_at]
+        for s in select.select(waiting, [], [], max(0.0, next_line - time.monotonic()))[0]:
+            answered_at[s] = time.monotonic() - started
+        if slow not in answered_at and time.monotonic() >= next_line:
+            slow.sendall(b"X-Slow: 1\r\n")  # a header line every 0.4 s, never the end
+            next_line += 0.4
     answer = _read_until_closed(slow, 5)
     assert answer.startswith(b"HTTP/1.1 408"), answer
     assert HEADER_TIMEOUT <= answered_at[slow] < HEADER_TIMEOUT + 1.5
