@@ -21,6 +21,7 @@ from typing import Any
 import lmdb
 
 from storage.errors import MemspineError, Unavailable
+from storage.keyword import READER_BYTES
 from storage.tenant import Tenant
 from storage.vectors import file_memory_bytes
 
@@ -65,12 +66,13 @@ def tenant_memory(tenant: Tenant) -> dict[str, int]:
 
 def _bytes_of(tenant: Tenant) -> int:
     """An open tenant's estimated resident bytes in all."""
-    return sum(tenant_memory(tenant).values())
+    graph, exact = tenant.vectors.memory_bytes()
+    return graph + exact + tenant.keyword.memory_bytes() + TENANT_BASE_BYTES
 
 
-def _estimate_closed(root: Path) -> int:
+def _estimate_closed(root: Path, dim: int) -> int:
     """What a tenant will hold once open, guessed from its vector file before opening it."""
-    return TENANT_BASE_BYTES + file_memory_bytes(root / "vectors.hnsw")
+    return TENANT_BASE_BYTES + READER_BYTES + file_memory_bytes(root / "vectors.hnsw", dim)
 
 
 def _load_libc() -> Any:
@@ -136,6 +138,7 @@ class Lease:
         victims: list[_Slot] | None = None,
         gate: Future[None] | None = None,
         absent: bool = False,
+        recount: bool = False,
     ) -> None:
         self._manager = manager
         self._slot = slot
@@ -144,6 +147,7 @@ class Lease:
         self._gate = gate  # this tenant's previous instance, still being closed or held exclusive
         self._released = False
         self.absent = absent  # a read of a tenant with no files: answered by the empty stand-in
+        self._recount = recount  # a write's lease: the tenant may have grown by its release
         self.ready: Future[Tenant] = slot.ready
 
     @property
@@ -178,7 +182,7 @@ class Lease:
             self._opener = False
             threading.Thread(target=self._open_abandoned, name="tenant-open", daemon=True).start()
             return
-        self._manager._release(self._slot)
+        self._manager._release(self._slot, recount=self._recount)
 
     def _open_abandoned(self) -> None:
         """Run an open whose request went away, then release it."""
@@ -289,7 +293,7 @@ class TenantManager:
             if slot is not None:
                 slot.in_flight += 1
                 self._slots.move_to_end(tenant_id)
-                return Lease(self, slot)
+                return Lease(self, slot, recount=create)
             gate = self._closing.get(tenant_id)
             root = self.path_of(tenant_id)
             # A stat per open, not per request; a tenant being closed or held exclusive still
@@ -297,12 +301,14 @@ class TenantManager:
             if not create and gate is None and not root.exists():
                 self._absent_in_flight += 1
                 return Lease(self, _Slot(tenant_id), opener=True, absent=True)
-            size = _estimate_closed(root) if self.max_open_bytes is not None else 0
+            size = 0
+            if self.max_open_bytes is not None:
+                size = _estimate_closed(root, self.embedding_dim)
             victims = self._make_room(size)
             slot = _Slot(tenant_id, size)
             self._slots[tenant_id] = slot
             self._lru_bytes += size
-            return Lease(self, slot, opener=True, victims=victims, gate=gate)
+            return Lease(self, slot, opener=True, victims=victims, gate=gate, recount=create)
 
     @contextmanager
     def use(self, tenant_id: str, *, create: bool = True) -> Iterator[Tenant]:
@@ -376,10 +382,7 @@ class TenantManager:
 
     def _open(self, slot: _Slot, victims: list[_Slot], gate: Future[None] | None) -> Tenant:
         """Make room, wait for the tenant's files to be free, open it and wake its waiters."""
-        for victim in victims:
-            self._close(victim, outside=False)
-        if victims:
-            _give_back_memory()
+        self._close_all(victims, outside=False)
         try:
             if gate is not None:
                 gate.result()
@@ -425,10 +428,13 @@ class TenantManager:
         except Exception:
             log.exception("the on_open hook failed")
 
-    def _release(self, slot: _Slot) -> None:
-        """One request done with the slot; its tenant's bytes are counted again (it may have grown)."""
+    def _release(self, slot: _Slot, *, recount: bool = False) -> None:
+        """One request done with the slot; after a write its tenant's bytes are counted again
+        (appends grow it; the count reads counters, a few microseconds)."""
         tenant = slot.tenant
-        size = _bytes_of(tenant) if tenant is not None and self.max_open_bytes is not None else None
+        size = None
+        if recount and tenant is not None and self.max_open_bytes is not None:
+            size = _bytes_of(tenant)
         with self._cond:
             slot.in_flight -= 1
             slot.last_used = time.monotonic()
@@ -436,9 +442,20 @@ class TenantManager:
                 self._account(slot, size)
             if slot.detached and slot.in_flight == 0:
                 self._cond.notify_all()
-            over = self._over_by(0) > 0 and not self._enforcing
+            # Over the budget, a closer is worth starting only if this release can have changed
+            # what it finds: this tenant grew, or it became idle (and may go itself).
+            changed = size is not None or slot.in_flight == 0
+            over = changed and self._over_by(0) > 0 and not self._enforcing
         if over:
             self._enforce_soon()
+
+    def _close_all(self, slots: list[_Slot], *, outside: bool) -> None:
+        """Close detached tenants, let go of them (the list is emptied) and give their memory back."""
+        if not slots:
+            return
+        while slots:
+            self._close(slots.pop(), outside=outside)
+        _give_back_memory()
 
     def _close(self, slot: _Slot, *, outside: bool) -> None:
         """Close a detached tenant, then free its gate so the next open of it may proceed."""
@@ -448,6 +465,7 @@ class TenantManager:
         except Exception:
             log.exception("closing a tenant failed")
         finally:
+            slot.tenant = None  # closed: nothing here may keep its memory alive
             with self._cond:
                 gate = self._closing.pop(slot.tenant_id)
                 self._forget(slot)
@@ -485,9 +503,7 @@ class TenantManager:
                     if not victims:
                         self._enforcing = False  # the rest is busy: the next release looks again
                         return
-                for slot in victims:
-                    self._close(slot, outside=True)
-                _give_back_memory()
+                self._close_all(victims, outside=True)
         except BaseException:
             with self._cond:
                 self._enforcing = False
@@ -500,7 +516,7 @@ class TenantManager:
             return
         with self._cond:
             slots = [s for s in self._slots.values() if s.tenant is not None]
-        sizes = [(s, _bytes_of(s.tenant)) for s in slots if s.tenant is not None]
+        sizes = [(s, _bytes_of(t)) for s in slots if (t := s.tenant) is not None]
         with self._cond:
             for slot, size in sizes:
                 if slot.where != _GONE:
@@ -557,11 +573,9 @@ class TenantManager:
                     self._outside += 1
                     self.idle_closes += 1
                     victims.append(slot)
-        for slot in victims:
-            self._close(slot, outside=True)
-        if victims:
-            _give_back_memory()
-        return len(victims)
+        closed = len(victims)
+        self._close_all(victims, outside=True)
+        return closed
 
     def start_idle_closer(self, every: float | None = None) -> None:
         """Run close_idle in a background thread every `every` seconds (default idle_secs / 4)."""
@@ -604,6 +618,7 @@ class TenantManager:
             if slot is not None and slot.tenant is not None:
                 slot.tenant.close()
             if slot is not None:
+                slot.tenant = None
                 with self._cond:
                     self._forget(slot)
             yield

@@ -321,14 +321,20 @@ class VectorIndex:
             _atomic_write(self.path, None, save=self.index.save_index)
 
 
-def file_memory_bytes(path: Path) -> int:
+def file_memory_bytes(path: Path, dim: int) -> int:
     """What loading the index saved at path will hold, estimated from the file's size before
-    opening it (the file is the level-0 records and upper links, loaded whole)."""
+    opening it: as many elements as level-0 records of `dim` fit in the file (an upper bound:
+    the file holds upper links too), each with its share of memory_bytes' parts."""
     try:
         size = path.stat().st_size
     except OSError:
         return HNSW_FIXED_BYTES
-    return HNSW_FIXED_BYTES + size + size // 8  # per element: lookup, live set, capacity slack
+    record = (2 * M + 1) * 4 + 4 * dim + 8
+    count = size // record
+    per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
+    if count <= EXACT_BELOW:
+        per += 2 * 4 * dim  # the small graph's rows, in an array grown by doubling
+    return HNSW_FIXED_BYTES + count * per
 
 
 def _small_set(path: Path, dim: int, live: set[int]) -> FlatSet | None:
