@@ -22,7 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from memspine.logs import RequestRecord
-from storage.manager import REASONS, TenantManager, tenant_memory
+from storage.footprint import PARTS, tenant_memory
+from storage.manager import REASONS, TenantManager
 from storage.tenant import Tenant
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -179,7 +180,7 @@ class _ManagerCollector(Collector):
         )
         tenants = m.open_tenants()
         by_part = [tenant_memory(t) for t in tenants]
-        for part in ("graph", "exact", "keyword", "other"):
+        for part in PARTS:
             parts.add_metric([part], sum(p[part] for p in by_part))
         yield parts
         for name, doc, counts in (

@@ -3,7 +3,6 @@ and closes only idle ones."""
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import logging
 import shutil
@@ -21,9 +20,8 @@ from typing import Any
 import lmdb
 
 from storage.errors import MemspineError, Unavailable
-from storage.keyword import READER_BYTES
+from storage.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
 from storage.tenant import Tenant
-from storage.vectors import file_memory_bytes
 
 log = logging.getLogger("memspine.manager")
 
@@ -36,9 +34,6 @@ SHUT = "the server is shutting down; retry shortly"
 CAP = "tenant_cap"
 MEMORY = "memory_budget"
 REASONS = (CAP, MEMORY)
-# What an open tenant holds beyond its two indexes: its LMDB environment's buffers, its writer
-# and inserter threads, its Python objects (measured on an empty tenant, bench/RESULTS.md).
-TENANT_BASE_BYTES = 400_000
 
 
 def _unavailable(detail: str) -> Unavailable:
@@ -51,50 +46,6 @@ def _out_of_fds(exc: BaseException) -> bool:
     if isinstance(exc, OSError) and exc.errno in (errno.EMFILE, errno.ENFILE):
         return True
     return "Too many open files" in str(exc) or "TooManyOpenFiles" in str(exc)
-
-
-def tenant_memory(tenant: Tenant) -> dict[str, int]:
-    """An open tenant's estimated resident bytes by part, from its indexes' counters (no walk).
-
-    The LMDB map is left out: it is a read-only mapping of the file, so its resident pages are
-    page cache the kernel reclaims under pressure, and closing the tenant would not free them.
-    """
-    graph, exact = tenant.vectors.memory_bytes()
-    keyword = tenant.keyword.memory_bytes()
-    return {"graph": graph, "exact": exact, "keyword": keyword, "other": TENANT_BASE_BYTES}
-
-
-def _bytes_of(tenant: Tenant) -> int:
-    """An open tenant's estimated resident bytes in all."""
-    graph, exact = tenant.vectors.memory_bytes()
-    return graph + exact + tenant.keyword.memory_bytes() + TENANT_BASE_BYTES
-
-
-def _estimate_closed(root: Path, dim: int) -> int:
-    """What a tenant will hold once open, guessed from its vector file before opening it."""
-    return TENANT_BASE_BYTES + READER_BYTES + file_memory_bytes(root / "vectors.hnsw", dim)
-
-
-def _load_libc() -> Any:
-    """glibc, for malloc_trim; None elsewhere."""
-    try:
-        libc = ctypes.CDLL(None)
-        return libc if hasattr(libc, "malloc_trim") else None
-    except OSError:
-        return None
-
-
-_LIBC = _load_libc()
-
-
-def _give_back_memory() -> None:
-    """Return freed heap pages to the system after closing tenants (glibc only).
-
-    A closed tenant's graph is freed, but glibc keeps heap pages it could reuse; without this the
-    process's RSS would stay at its high-water mark and the budget would bound only the figure.
-    """
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
 
 
 # Where a slot's bytes are counted: in the LRU (open or opening), or closing (detached, still
@@ -303,7 +254,7 @@ class TenantManager:
                 return Lease(self, _Slot(tenant_id), opener=True, absent=True)
             size = 0
             if self.max_open_bytes is not None:
-                size = _estimate_closed(root, self.embedding_dim)
+                size = closed_tenant_bytes(root, self.embedding_dim)
             victims = self._make_room(size)
             slot = _Slot(tenant_id, size)
             self._slots[tenant_id] = slot
@@ -350,7 +301,7 @@ class TenantManager:
             raise _unavailable(BUSY_MEMORY)
         for i, slot in enumerate(chosen):
             self._detach(slot)
-            # The first victim made the slot the cap asked for; any more made bytes.
+            # The first victim is the slot the cap asked for; any more are for the bytes.
             self.evictions_by[CAP if need_slot and i == 0 else MEMORY] += 1
         return chosen
 
@@ -407,7 +358,13 @@ class TenantManager:
                 log.exception("opening a tenant failed")
             slot.ready.set_exception(exc)
             raise exc from None
-        size = _bytes_of(tenant) if self.max_open_bytes is not None else 0
+        size = tenant_bytes(tenant) if self.max_open_bytes is not None else 0
+        if self.max_open_bytes is not None and size > self.max_open_bytes:
+            # It opens only when nothing else is open, and closes again as soon as it is idle.
+            log.warning(
+                "a tenant alone is larger than the memory budget; raise MEMSPINE_MAX_OPEN_BYTES",
+                extra={"tenant_bytes": size, "max_open_bytes": self.max_open_bytes},
+            )
         with self._cond:
             slot.tenant = tenant
             self.opens += 1
@@ -434,7 +391,7 @@ class TenantManager:
         tenant = slot.tenant
         size = None
         if recount and tenant is not None and self.max_open_bytes is not None:
-            size = _bytes_of(tenant)
+            size = tenant_bytes(tenant)
         with self._cond:
             slot.in_flight -= 1
             slot.last_used = time.monotonic()
@@ -455,7 +412,7 @@ class TenantManager:
             return
         while slots:
             self._close(slots.pop(), outside=outside)
-        _give_back_memory()
+        give_back_memory()
 
     def _close(self, slot: _Slot, *, outside: bool) -> None:
         """Close a detached tenant, then free its gate so the next open of it may proceed."""
@@ -516,7 +473,7 @@ class TenantManager:
             return
         with self._cond:
             slots = [s for s in self._slots.values() if s.tenant is not None]
-        sizes = [(s, _bytes_of(t)) for s in slots if (t := s.tenant) is not None]
+        sizes = [(s, tenant_bytes(t)) for s in slots if (t := s.tenant) is not None]
         with self._cond:
             for slot, size in sizes:
                 if slot.where != _GONE:
@@ -532,6 +489,8 @@ class TenantManager:
         if self.admit is not None:
             self.admit(tenant_id)
         with self._standin_lock:
+            if self._shut:  # a lease close_all stopped waiting for: make no new stand-in
+                raise _unavailable(SHUT)
             if self._standin is None:
                 # Outside the data directory: nothing that lists tenants may ever see it.
                 root = Path(tempfile.mkdtemp(prefix="memspine-empty-"))

@@ -181,6 +181,27 @@ def test_a_tenant_growing_while_busy_evicts_idle_ones_never_itself_nor_another_b
         m.close_all()
 
 
+def test_a_tenant_larger_than_the_budget_opens_alone_and_closes_once_idle(
+    ten: tuple[Path, list[str], int],
+) -> None:
+    data, names, size = ten
+    m = TenantManager(data, embedding_dim=DIM, max_open=100, max_open_bytes=size // 2)
+    try:
+        busy = m.lease(names[0])
+        busy.wait()  # alone: it opens, though larger than the budget
+        with pytest.raises(Unavailable):
+            m.lease(names[1])  # the budget is held by a request in flight
+        busy.release()
+        deadline = time.monotonic() + 10
+        while m.open_tenants() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert m.open_tenants() == []  # idle and over the budget: closed in the background
+        with m.use(names[1]) as t:
+            assert count_events(t) == EVENTS
+    finally:
+        m.close_all()
+
+
 def test_all_busy_over_http_is_503_unavailable_with_retry_after(
     ten: tuple[Path, list[str], int],
 ) -> None:
