@@ -19,13 +19,16 @@ from conftest import ServerProcess
 from litestar.testing import TestClient
 from mcp import Client
 
+from memspine import limits
 from memspine.app import create_app
 from memspine.auth import Authenticator
-from memspine.config import Settings, load_settings
+from memspine.config import Settings, SettingsError, load_settings
 from memspine.engine import Engine
+from memspine.limits import machine_memory
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
-from storage.errors import Unavailable
+from memspine_admin.control import ControlDB
+from storage.errors import Unauthorized, Unavailable
 from storage.manager import BUSY_MEMORY, CAP, MEMORY, TenantManager
 from storage.model import NewEvent
 from storage.tenant import Tenant
@@ -317,6 +320,34 @@ def test_mcp_read_tools_on_a_tenant_that_does_not_exist_create_nothing(tmp_path:
         auth.close()
 
 
+def test_with_issued_keys_a_created_tenant_reads_as_empty_and_an_erased_one_is_refused(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "data"
+    data.mkdir()
+    ControlDB.init(data, actor="test")
+    auth = Authenticator(data, None)
+    control = auth.control()
+    assert control is not None
+    made = control.create_tenant("made", actor="test").tenant_id
+    gone = control.create_tenant("gone", actor="test").tenant_id
+    control.delete_tenant(gone, actor="test")
+    m = TenantManager(data, embedding_dim=4)
+    m.admit = auth.admit_tenant
+    try:
+        with m.use(made, create=False) as t:  # created by the admin, never written: empty
+            assert count_events(t) == 0
+        with pytest.raises(Unauthorized), m.use(gone, create=False):
+            pass
+        assert not (data / made).exists() and not (data / gone).exists()
+        with m.use(made) as t:  # its first write creates its directory
+            t.submit_append([NewEvent(kind="turn", ts=1, text="x")]).result(timeout=30)
+        assert (data / made).is_dir()
+    finally:
+        m.close_all()
+        auth.close()
+
+
 def test_a_read_never_creates_a_tenant_being_written_concurrently(tmp_path: Path) -> None:
     # Reads of a tenant arrive while its first write opens it: each read answers either empty
     # or with the event, never an error, and the tenant ends with exactly the written event.
@@ -329,19 +360,24 @@ def test_a_read_never_creates_a_tenant_being_written_concurrently(tmp_path: Path
             with m.use("fresh", create=False) as t:
                 seen.append(count_events(t))
 
+    def wait_for(count: int) -> None:
+        deadline = time.monotonic() + 10
+        while count not in seen[-3:] and time.monotonic() < deadline:
+            time.sleep(0.005)
+
     readers = [threading.Thread(target=read) for _ in range(3)]
     try:
         for r in readers:
             r.start()
-        time.sleep(0.05)
+        wait_for(0)
         with m.use("fresh") as t:
             t.submit_append([NewEvent(kind="turn", ts=1, text="x")]).result(timeout=30)
-        time.sleep(0.05)
+        wait_for(1)
     finally:
         stop.set()
         for r in readers:
             r.join(10)
-    assert set(seen) <= {0, 1} and seen[-1] == 1 and 0 in seen
+    assert set(seen) == {0, 1}  # empty before the write, the event after; never an error
     with m.use("fresh", create=False) as t:
         assert count_events(t) == 1
     m.close_all()
@@ -406,3 +442,42 @@ def test_server_rss_stays_bounded_while_cycling_through_more_tenants_than_fit(
     # budget plus allocator slack, and no round holds more than the one before it did.
     assert peak - base < BUDGET + (24 << 20), (base, peak, after_round)
     assert after_round[2] < after_round[0] + (8 << 20), after_round
+
+
+# -- the setting ---------------------------------------------------------------------------------
+
+
+def test_the_budget_setting_takes_bytes_units_and_shares_and_refuses_nonsense() -> None:
+    def budget(raw: str) -> int:
+        return load_settings({"MEMSPINE_MAX_OPEN_BYTES": raw}).max_open_bytes
+
+    assert budget("41943040") == budget("40M") == budget("40MiB") == budget(" 40m ") == 40 << 20
+    assert budget("2G") == 2 << 30
+    assert budget("25%") == machine_memory() // 4
+    assert load_settings({}).max_open_bytes == machine_memory() // 2 == Settings().max_open_bytes
+    for raw in ("0", "1k", "lots", "-5M", "150%", "%"):
+        with pytest.raises(SettingsError, match="^MEMSPINE_MAX_OPEN_BYTES: expected"):
+            budget(raw)
+
+
+def test_machine_memory_is_the_tighter_of_physical_memory_and_the_cgroup_limit(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    physical = limits._physical_memory()
+    assert physical is not None and physical > 0
+    cgroups = tmp_path / "cgroup"
+    (cgroups / "box" / "inner").mkdir(parents=True)
+    (cgroups / "memory" / "old").mkdir(parents=True)
+    proc = tmp_path / "proc-self-cgroup"
+    monkeypatch.setattr(limits, "PROC_CGROUP", proc)
+    monkeypatch.setattr(limits, "CGROUP_ROOT", cgroups)
+    proc.write_text("0::/box/inner\n")
+    (cgroups / "box" / "inner" / "memory.max").write_text("max\n")  # no limit here...
+    (cgroups / "box" / "memory.max").write_text(f"{1 << 30}\n")  # ...but its parent has one
+    assert limits.machine_memory() == min(physical, 1 << 30)
+    proc.write_text("4:memory:/old\n")  # cgroup v1
+    (cgroups / "memory" / "old" / "memory.limit_in_bytes").write_text(f"{512 << 20}\n")
+    assert limits.machine_memory() == min(physical, 512 << 20)
+    (cgroups / "memory" / "old" / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    assert limits.machine_memory() == physical  # v1's "unlimited"
+    assert limits.default_max_open_bytes() == physical // 2
