@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import shutil
-import tempfile
 import threading
 import time
 from collections import OrderedDict
@@ -15,12 +13,12 @@ from concurrent.futures import Future
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 import lmdb
 
 from storage.errors import MemspineError, Unavailable
 from storage.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
+from storage.standin import EmptyStandIn
 from storage.tenant import Tenant
 
 log = logging.getLogger("memspine.manager")
@@ -145,17 +143,6 @@ class Lease:
             self._manager._release(self._slot)
 
 
-class _NoWrites:
-    """The empty stand-in's writer: reads of tenants that do not exist share that tenant, so a
-    write reaching it would land in every one of them; it fails instead."""
-
-    def submit(self, _payload: Any) -> Future[Any]:
-        raise RuntimeError("the empty stand-in tenant takes no writes")
-
-    def stop(self) -> None:
-        """Nothing runs."""
-
-
 @dataclass(frozen=True)
 class ManagerStats:
     """Counters since start, and the tenants open now with their accounted bytes."""
@@ -203,10 +190,8 @@ class TenantManager:
         self._stop = threading.Event()
         self._idle_closer: threading.Thread | None = None
         self._enforcing = False  # a background eviction to get back under the budget is running
-        self._absent_in_flight = 0
-        self._standin: Tenant | None = None
-        self._standin_dir: Path | None = None
-        self._standin_lock = threading.Lock()
+        self._absent_in_flight = 0  # reads of tenants that do not exist, answered by:
+        self._standin = EmptyStandIn(embedding_dim)
         self.on_open: Callable[[Tenant, float], None] | None = None  # (tenant, seconds to open)
         # Asked right before a tenant's files are opened; raises to refuse (a tenant erased
         # while a request that authenticated earlier waited must not come back as empty files).
@@ -488,36 +473,15 @@ class TenantManager:
         """Blocking: the empty stand-in for a tenant with no files, once admit allows it."""
         if self.admit is not None:
             self.admit(tenant_id)
-        with self._standin_lock:
-            if self._shut:  # a lease close_all stopped waiting for: make no new stand-in
-                raise _unavailable(SHUT)
-            if self._standin is None:
-                # Outside the data directory: nothing that lists tenants may ever see it.
-                root = Path(tempfile.mkdtemp(prefix="memspine-empty-"))
-                tenant = Tenant.open("empty", root / "tenant", embedding_dim=self.embedding_dim)
-                tenant.writer.stop()
-                tenant.writer = _NoWrites()  # type: ignore[assignment]
-                self._standin, self._standin_dir = tenant, root
-            return self._standin
+        if self._shut:  # a lease close_all stopped waiting for
+            raise _unavailable(SHUT)
+        return self._standin.get()
 
     def _release_absent(self) -> None:
         """A read of a tenant that does not exist is done."""
         with self._cond:
             self._absent_in_flight -= 1
             self._cond.notify_all()
-
-    def _close_standin(self) -> None:
-        """Close the empty stand-in and remove its directory (shutdown)."""
-        with self._standin_lock:
-            tenant, root = self._standin, self._standin_dir
-            self._standin = self._standin_dir = None
-        if tenant is not None:
-            try:
-                tenant.close()
-            except Exception:
-                log.exception("closing the empty stand-in tenant failed")
-        if root is not None:
-            shutil.rmtree(root, ignore_errors=True)
 
     # -- background and maintenance ----------------------------------------------
 
@@ -614,7 +578,7 @@ class TenantManager:
         with self._cond:
             for slot in slots:
                 self._forget(slot)
-        self._close_standin()
+        self._standin.close()
 
     # -- observation ------------------------------------------------------------
 
