@@ -129,9 +129,17 @@ class _ManagerCollector(Collector):
         )
         counters = (
             ("memspine_tenant_opens", "Tenants opened (first use or reopen).", st.opens),
-            ("memspine_tenant_evictions", "Idle tenants closed to make room (either limit).", st.evictions),
+            (
+                "memspine_tenant_evictions",
+                "Idle tenants closed to make room (either limit).",
+                st.evictions,
+            ),
             ("memspine_tenant_idle_closes", "Tenants closed after the idle time.", st.idle_closes),
-            ("memspine_unavailable", "Requests refused with 503: the room was busy.", st.rejections),
+            (
+                "memspine_unavailable",
+                "Requests refused with 503: the room was busy.",
+                st.rejections,
+            ),
         )
         for name, doc, value in counters:
             yield CounterMetricFamily(name, doc, value=value)
@@ -184,7 +192,11 @@ class _ManagerCollector(Collector):
             parts.add_metric([part], sum(p[part] for p in by_part))
         yield parts
         for name, doc, counts in (
-            ("memspine_tenant_evictions_by_reason", "Idle tenants closed to make room, by limit.", evictions),
+            (
+                "memspine_tenant_evictions_by_reason",
+                "Idle tenants closed to make room, by limit.",
+                evictions,
+            ),
             ("memspine_unavailable_by_reason", "Requests refused with 503, by limit.", rejections),
         ):
             family = CounterMetricFamily(name, doc, labels=["reason"])
@@ -197,7 +209,9 @@ class _ManagerCollector(Collector):
                 "Estimated memory of each open tenant (MEMSPINE_METRICS_PER_TENANT=1).",
                 labels=["tenant"],
             )
-            for tenant, p in sorted(zip(tenants, by_part, strict=True), key=lambda tp: tp[0].tenant_id):
+            for tenant, p in sorted(
+                zip(tenants, by_part, strict=True), key=lambda tp: tp[0].tenant_id
+            ):
                 per.add_metric([tenant.tenant_id], sum(p.values()))
             yield per
 

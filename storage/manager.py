@@ -55,7 +55,16 @@ class _Slot:
     """One tenant's place in the LRU: the tenant once open, its requests in flight, its last use,
     its accounted bytes."""
 
-    __slots__ = ("tenant_id", "tenant", "ready", "in_flight", "last_used", "detached", "bytes", "where")
+    __slots__ = (
+        "tenant_id",
+        "tenant",
+        "ready",
+        "in_flight",
+        "last_used",
+        "detached",
+        "bytes",
+        "where",
+    )
 
     def __init__(self, tenant_id: str, size: int = 0) -> None:
         self.tenant_id = tenant_id

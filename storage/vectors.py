@@ -287,12 +287,9 @@ class VectorIndex:
         return top(np.asarray(kept, dtype=np.int64), data @ query, k)
 
     def memory_bytes(self) -> tuple[int, int]:
-        """Estimated resident bytes of (the graph with its live set, the exact sets: insert tail
-        and small-graph rows), from counters: no walk, no lock.
-
-        Level-0 records are counted per element, not per slot of capacity: hnswlib mallocs the
-        whole block but only the records written to are resident.
-        """
+        """Estimated resident bytes of the graph (with the live set) and of the exact sets."""
+        # From counters: no walk, no lock. Level-0 records count per element, not per slot of
+        # capacity: hnswlib mallocs the whole block, but only records written to are resident.
         index = self.index
         record = (2 * index.M + 1) * 4 + 4 * self.dim + 8  # links and their count, vector, label
         graph = (
@@ -322,9 +319,9 @@ class VectorIndex:
 
 
 def file_memory_bytes(path: Path, dim: int) -> int:
-    """What loading the index saved at path will hold, estimated from the file's size before
-    opening it: as many elements as level-0 records of `dim` fit in the file (an upper bound:
-    the file holds upper links too), each with its share of memory_bytes' parts."""
+    """What loading the index saved at path will hold, estimated from the file's size."""
+    # As many elements as level-0 records of `dim` fit in the file (an upper bound: the file
+    # holds upper links too), each with its share of memory_bytes' parts.
     try:
         size = path.stat().st_size
     except OSError:

@@ -211,7 +211,7 @@ def test_all_busy_over_http_is_503_unavailable_with_retry_after(
     data, names, size = ten
     settings = load_settings({
         "MEMSPINE_DATA_DIR": str(data), "MEMSPINE_EMBEDDING_DIM": str(DIM),
-        "MEMSPINE_MAX_OPEN_BYTES": str(int(2.5 * size)),
+        "MEMSPINE_MAX_OPEN_BYTES": str(int(2.5 * size)), "MEMSPINE_METRICS_PER_TENANT": "1",
     })  # fmt: skip
     app = create_app(settings)
     manager: TenantManager = app.state.engine.manager
@@ -230,6 +230,9 @@ def test_all_busy_over_http_is_503_unavailable_with_retry_after(
         text = client.get("/metrics").text
         assert value(text, "memspine_unavailable_by_reason_total", reason=MEMORY) == 2
         assert value(text, "memspine_open_bytes_budget") == int(2.5 * size)
+        held_bytes = [value(text, "memspine_tenant_memory_bytes", tenant=n) for n in names[:2]]
+        assert all(b > 2 << 20 for b in held_bytes)
+        assert value(text, "memspine_open_tenant_bytes") == pytest.approx(sum(held_bytes), rel=0.01)
         held[0].release()
         r = client.get("/v1/memory/events", params={"limit": 10}, headers=headers)
         assert r.status_code == 200 and len(r.json()["events"]) == 10
