@@ -28,6 +28,12 @@ WRITER_HEAP_BYTES = 16_000_000
 # (fsyncs now, merge CPU later), and at hundreds of appends a second one commit per group commit
 # spent a fifth of a core merging tiny segments (bench/RESULTS.md, Appends).
 FOLD_INTERVAL_SECS = 0.25
+# Resident memory, for memory_bytes: the searcher's own state is small (segments are
+# memory-mapped files, so page cache); a writer, once made, keeps its indexing arena and thread
+# (measured after a commit, bench/RESULTS.md); a queued document holds its text until the fold.
+READER_BYTES = 64_000
+WRITER_BYTES = 3_000_000
+QUEUED_DOC_BYTES = 1_000
 
 
 class KeywordDoc(msgspec.Struct, frozen=True):
@@ -248,6 +254,11 @@ class KeywordIndex:
             self.committed_seq = seq
 
     # -- reads ------------------------------------------------------------------
+
+    def memory_bytes(self) -> int:
+        """Estimated resident bytes: the searcher, the writer once made, documents not yet folded."""
+        writer = WRITER_BYTES if self._writer is not None else 0
+        return READER_BYTES + writer + QUEUED_DOC_BYTES * len(self._queue)
 
     def settled(self) -> bool:
         """Whether a search would start at once: everything published is committed (a hint)."""

@@ -49,6 +49,17 @@ MAX_TAIL = 10_000
 # Inserting is background work: it runs niced so that, when the cores are busy, the threads that
 # answer requests (the event loop, the writer) get the CPU first (Linux sets nice per thread).
 INSERT_NICENESS = 10  # added to the process's own
+# What hnswlib 0.8 holds in memory (hnswalg.h), for memory_bytes. A fixed table of 65,536
+# std::mutex (label_op_locks_, 40 bytes each) per index, however small.
+HNSW_FIXED_BYTES = 65_536 * 40
+# Per slot of capacity: its link-list mutex, level, upper-links pointer and visited-list entry.
+HNSW_SLOT_BYTES = 40 + 4 + 8 + 2
+# Per element beyond its level-0 record: its label_lookup_ node and bucket, and the upper-level
+# links that one element in M has.
+HNSW_ELEMENT_BYTES = 50
+# Per live label: its slot in the live set and its int object, with the share of the load's
+# temporaries the allocator keeps (calibrated against RSS growth, bench/RESULTS.md).
+LIVE_LABEL_BYTES = 150
 
 
 class VectorIndex:
@@ -275,6 +286,22 @@ class VectorIndex:
         data = unit(np.concatenate(rows).reshape(-1, self.dim))
         return top(np.asarray(kept, dtype=np.int64), data @ query, k)
 
+    def memory_bytes(self) -> tuple[int, int]:
+        """Estimated resident bytes of the graph (with the live set) and of the exact sets."""
+        # From counters: no walk, no lock. Level-0 records count per element, not per slot of
+        # capacity: hnswlib mallocs the whole block, but only records written to are resident.
+        index = self.index
+        record = (2 * index.M + 1) * 4 + 4 * self.dim + 8  # links and their count, vector, label
+        graph = (
+            HNSW_FIXED_BYTES
+            + index.get_max_elements() * HNSW_SLOT_BYTES
+            + index.element_count * (record + HNSW_ELEMENT_BYTES)
+            + len(self.live) * LIVE_LABEL_BYTES
+        )
+        small = self._small
+        exact = self._tail.nbytes() + (small.nbytes() if small is not None else 0)
+        return graph, exact
+
     def count(self) -> int:
         """Number of live vectors, inserted or still in the tail."""
         with self._tail_cond:
@@ -289,6 +316,22 @@ class VectorIndex:
             live = np.asarray(sorted(self.live), dtype=np.uint64)
             _atomic_write(_live_path(self.path), lambda fh: np.save(fh, live))
             _atomic_write(self.path, None, save=self.index.save_index)
+
+
+def file_memory_bytes(path: Path, dim: int) -> int:
+    """What loading the index saved at path will hold, estimated from the file's size."""
+    # As many elements as level-0 records of `dim` fit in the file (an upper bound: the file
+    # holds upper links too), each with its share of memory_bytes' parts.
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return HNSW_FIXED_BYTES
+    record = (2 * M + 1) * 4 + 4 * dim + 8
+    count = size // record
+    per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
+    if count <= EXACT_BELOW:
+        per += 2 * 4 * dim  # the small graph's rows, in an array grown by doubling
+    return HNSW_FIXED_BYTES + count * per
 
 
 def _small_set(path: Path, dim: int, live: set[int]) -> FlatSet | None:

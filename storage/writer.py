@@ -53,6 +53,9 @@ class GroupWriter:
         """Finish queued work and end the thread."""
         self._queue.put(_STOP)
         self._thread.join()
+        # The callbacks are the owner's bound methods: dropped, a closed tenant is freed as soon
+        # as its last reference goes (its vector graph with it), not at the next full collection.
+        self._commit_batch = self._on_batch = None  # type: ignore[assignment]
 
     def _run(self) -> None:
         """Take whatever is queued (at least one job), commit it as one batch, repeat."""
