@@ -2,10 +2,11 @@
 
 Tests arm them through the environment of the process, read once at import:
 
-    MEMSPINE_FAILPOINTS=keyword.commit=enospc:3,log.commit=eio
+    MEMSPINE_FAILPOINTS=keyword.commit=enospc:3,log.commit=eio@5
 
-arms `keyword.commit` to fail its next 3 hits with ENOSPC and `log.commit` to fail every hit with
-EIO. In-process tests call `arm` and `disarm_all` instead. Each point sits right before the
+arms `keyword.commit` to fail its next 3 hits with ENOSPC, and `log.commit` to let 5 hits pass
+and then fail every one with EIO (`name=action[:count][@after]`). In-process tests call `arm`
+and `disarm_all` instead. Each point sits right before the
 operation whose I/O can fail, so what follows a hit is the store's own failure path (an aborted
 LMDB transaction, a Tantivy writer to roll back, a temp file left behind). Unarmed, `hit` costs
 one dictionary look-up: the table is empty.
@@ -47,13 +48,15 @@ ACTIONS = {
 
 
 class _Armed:
-    """One armed point: what it raises and how many more hits fail (None: every one)."""
+    """One armed point: what it raises, how many hits pass first, how many then fail (None:
+    every one)."""
 
-    __slots__ = ("action", "left")
+    __slots__ = ("action", "left", "skip")
 
-    def __init__(self, action: str, left: int | None) -> None:
+    def __init__(self, action: str, left: int | None, skip: int) -> None:
         self.action = action
         self.left = left
+        self.skip = skip
 
 
 _armed: dict[str, _Armed] = {}
@@ -69,6 +72,9 @@ def hit(name: str) -> None:
         armed = _armed.get(name)
         if armed is None:
             return
+        if armed.skip:
+            armed.skip -= 1
+            return
         if armed.left is not None:
             armed.left -= 1
             if armed.left <= 0:
@@ -77,16 +83,21 @@ def hit(name: str) -> None:
     raise ACTIONS[armed.action]()
 
 
-def arm(name: str, action: str, count: int | None = None) -> None:
-    """Make the next `count` hits of a point (every hit if None) raise `action`'s fault."""
+def arm(name: str, action: str, count: int | None = None, *, after: int = 0) -> None:
+    """Let `after` hits of a point pass, then make the next `count` (every one if None) raise
+    `action`'s fault."""
     if name not in POINTS:
         raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(sorted(POINTS))}")
     if action not in ACTIONS:
-        raise ValueError(f"unknown failpoint action {action!r}; known: {', '.join(sorted(ACTIONS))}")
+        raise ValueError(
+            f"unknown failpoint action {action!r}; known: {', '.join(sorted(ACTIONS))}"
+        )
     if count is not None and count < 1:
         raise ValueError(f"a failpoint count must be at least 1, got {count}")
+    if after < 0:
+        raise ValueError(f"a failpoint's hits to let pass cannot be negative, got {after}")
     with _lock:
-        _armed[name] = _Armed(action, count)
+        _armed[name] = _Armed(action, count, after)
         hits[name] = 0
 
 
@@ -103,19 +114,23 @@ def armed() -> dict[str, int | None]:
 
 
 def load(env: Mapping[str, str]) -> None:
-    """Arm the points named in env[ENV] (`name=action[:count]`, comma-separated)."""
+    """Arm the points named in env[ENV] (`name=action[:count][@after]`, comma-separated)."""
     spec = env.get(ENV, "").strip()
     for item in filter(None, (part.strip() for part in spec.split(","))):
         name, sep, rest = item.partition("=")
+        rest, _, after = rest.partition("@")
         action, _, count = rest.partition(":")
         if not sep or not action:
-            raise ValueError(f"{ENV}: expected name=action[:count], got {item!r}")
+            raise ValueError(f"{ENV}: expected name=action[:count][@after], got {item!r}")
         try:
             n = int(count) if count else None
+            skip = int(after) if after else 0
         except ValueError:
-            raise ValueError(f"{ENV}: expected a count after ':', got {item!r}") from None
+            raise ValueError(
+                f"{ENV}: expected whole numbers after ':' and '@', got {item!r}"
+            ) from None
         try:
-            arm(name.strip(), action.strip(), n)
+            arm(name.strip(), action.strip(), n, after=skip)
         except ValueError as exc:
             raise ValueError(f"{ENV}: {exc}") from None
 

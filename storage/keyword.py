@@ -247,16 +247,11 @@ class KeywordIndex:
             self._cond.notify_all()
 
     def _roll_back(self) -> None:
-        """Drop what the failed commit staged (it is all still queued); a writer that cannot
-        roll back is dropped, and a new one is made for the retry."""
+        """Drop the writer and what the failed commit staged (all of it is still queued): an
+        I/O error in one of its threads kills a Tantivy writer for good, and the retry makes a
+        new one (dropping the old releases its lock)."""
         with self.writer_lock:
-            if self._writer is None:
-                return
-            try:
-                self._writer.rollback()
-            except Exception:
-                log.warning("keyword writer rollback failed; making a new writer", exc_info=True)
-                self._writer = None
+            self._writer = None
 
     def _gather(self) -> None:
         """Let more work pile up until FOLD_INTERVAL_SECS after the last commit, or until the

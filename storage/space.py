@@ -28,7 +28,8 @@ _FULL_WORDS = (
     f"os error {errno.ENOSPC})",  # Tantivy (Rust's io::Error)
     f"os error {errno.EDQUOT})",
 )
-_IO_WORDS = (os.strerror(errno.EIO), "MDB_PANIC", "An IO error occurred", "I/O error")
+# Tantivy's writer, killed by an I/O error in one of its threads, says "io::Error most likely".
+_IO_WORDS = (os.strerror(errno.EIO), "MDB_PANIC", "An IO error occurred", "I/O error", "io::Error")
 
 
 def _chain(exc: BaseException) -> Iterator[BaseException]:
