@@ -35,6 +35,7 @@ FOLD_INTERVAL_SECS = 0.25
 # cap: recovery within seconds of space coming back, without a commit attempt per search.
 RETRY_FIRST_SECS = 0.25
 RETRY_MAX_SECS = 2.0
+LOG_EVERY = 30  # failed commits in a row between two log lines
 FULL = (
     "the server's disk is full: recall cannot include the newest events until space is freed; "
     "nothing is lost, retry later"
@@ -223,6 +224,8 @@ class KeywordIndex:
                     return
                 continue
             with self._cond:
+                if self._failures:
+                    log.warning("keyword commits resumed after %d failed", self._failures)
                 del self._queue[: len(ops)]
                 self.committed_seq = seq
                 self._error, self._full, self._failures = None, False, 0
@@ -233,18 +236,22 @@ class KeywordIndex:
     def _failed_commit(self, exc: Exception) -> None:
         """Roll the writer back to the last commit and schedule a retry of everything queued."""
         self._roll_back()
-        full = disk_full(exc, self.path)
-        if full:
-            log.error("keyword commit failed: the disk is full; retrying")
-        else:
-            log.error("keyword commit failed; retrying", exc_info=exc)
+        # A streak that began on a full disk stays one until a commit succeeds: a retry that
+        # fails as space comes back (a writer killed by the earlier error) is the same outage.
+        full = self._full or disk_full(exc, self.path)
         with self._cond:
             self._failures += 1
-            delay = min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2 ** (self._failures - 1))
+            failures = self._failures
+            delay = min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2 ** (failures - 1))
             self._retry_at = time.monotonic() + delay
             self._error, self._full = exc, full
             self._attempts += 1
             self._cond.notify_all()
+        if failures == 1 or failures % LOG_EVERY == 0:  # one line per minute of an outage
+            if full:
+                log.error("keyword commit failed %d times: the disk is full; retrying", failures)
+            else:
+                log.error("keyword commit failed %d times; retrying", failures, exc_info=exc)
 
     def _roll_back(self) -> None:
         """Drop the writer and what the failed commit staged (all of it is still queued): an

@@ -153,6 +153,9 @@ class Tenant:
         # Vectors go to the index's exact tail now and into the graph in the background.
         self.vectors.add(labels, vectors)
         self.vectors.delete(vec_deletes)
+        # Handed over, not yet durable: each index keeps what it was handed until it is (the
+        # keyword fold retries a failed commit with it), and only the durable marks are
+        # recorded in the log (keyword.committed_seq, vector_saved_seq), so a reopen replays.
         self.keyword_seq = self.vector_seq = last
 
     def reads_start_at_once(self) -> bool:
