@@ -221,4 +221,4 @@ def load_settings(env: Mapping[str, str]) -> Settings:
 
 
 # Variables read by other tools (the MCP stdio client, tests), not by the server.
-IGNORED = frozenset({"MEMSPINE_API_KEY", "MEMSPINE_URL"})
+IGNORED = frozenset({"MEMSPINE_API_KEY", "MEMSPINE_URL", "MEMSPINE_FAILPOINTS"})

@@ -8,8 +8,11 @@ is still recallable the moment its response is sent.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import mmap
 import os
+import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -18,6 +21,7 @@ from typing import BinaryIO
 import hnswlib
 import numpy as np
 
+from storage import failpoints
 from storage.flat import (
     Allowed,
     FlatSet,
@@ -28,6 +32,7 @@ from storage.flat import (
     use_one_blas_thread,
 )
 from storage.rwlock import RWLock
+from storage.vecfile import HEADER
 
 log = logging.getLogger("memspine.vectors")
 
@@ -315,7 +320,14 @@ class VectorIndex:
         with self.lock.exclusive():
             live = np.asarray(sorted(self.live), dtype=np.uint64)
             _atomic_write(_live_path(self.path), lambda fh: np.save(fh, live))
-            _atomic_write(self.path, None, save=self.index.save_index)
+            _atomic_write(self.path, None, save=self._save_index)
+
+    def _save_index(self, name: str) -> None:
+        """hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
+        a file cut short that it then refuses to load (the caller holds the lock)."""
+        self.index.save_index(name)
+        _check_saved(Path(name))
+        failpoints.hit("vectors.save")
 
 
 def file_memory_bytes(path: Path, dim: int) -> int:
@@ -375,17 +387,40 @@ def _atomic_write(
 ) -> None:
     """Write via a temp file beside path (to a handle, or by a saver that takes a file name), fsync, rename."""
     tmp = path.with_name(path.name + ".tmp")
-    if save is not None:
-        save(str(tmp))
-    else:
-        assert write is not None
-        with open(tmp, "wb") as fh:
-            write(fh)
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
+    try:
+        if save is not None:
+            save(str(tmp))
+        else:
+            assert write is not None
+            with open(tmp, "wb") as fh:
+                write(fh)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # on a full disk a partial copy holds the space it needs
+        raise
     os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _check_saved(path: Path) -> None:
+    """Raise EIO unless the file is as long as hnswlib's layout says: its header, the level-0
+    records, then each element's upper-level link list behind a 4-byte length (hnswlib 0.8)."""
+    cut = OSError(errno.EIO, "the saved vector index is shorter than its layout (a full disk?)")
+    size = path.stat().st_size
+    if size < HEADER.size:
+        raise cut
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        count, record = HEADER.unpack_from(mm, 0)[2:4]
+        pos = HEADER.size + count * record
+        length = struct.Struct("<I")
+        for _ in range(count):
+            if pos + 4 > size:
+                raise cut
+            pos += 4 + length.unpack_from(mm, pos)[0]
+    if pos != size:
+        raise cut

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from storage.errors import MemspineError
+
 log = logging.getLogger("memspine.writer")
 
 MAX_BATCH = 512
@@ -83,7 +85,10 @@ class GroupWriter:
         try:
             self._commit_batch(batch)
         except BaseException as exc:  # answer every waiter, whatever went wrong
-            log.exception("writer batch of %d failed", len(batch))
+            if isinstance(exc, MemspineError):  # a refusal with its answer (DiskFull): no bug
+                log.error("writer batch of %d refused: %s", len(batch), type(exc).__name__)
+            else:
+                log.exception("writer batch of %d failed", len(batch))
             for job in batch:
                 if not job.future.done():
                     job.future.set_exception(exc)
