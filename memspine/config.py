@@ -12,6 +12,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from memspine.limits import default_max_open_bytes, machine_memory
+
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
 
@@ -29,6 +31,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     admin_key: str | None = None
     embedding_dim: int = 384
     max_open_tenants: int = 80
+    max_open_bytes: int = msgspec.field(default_factory=default_max_open_bytes)
     tenant_idle_secs: float = 3600.0
     purge_interval_secs: float = 60.0
     max_body_bytes: int = 1_048_576
@@ -78,6 +81,34 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
         return n
 
     return parse
+
+
+_BINARY_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MIN_OPEN_BYTES = 1 << 20
+MAX_OPEN_BYTES = 1 << 60  # more than any machine: taken as "no budget to speak of"
+
+
+def _byte_size(value: str) -> int:
+    """Bytes: an integer with an optional K, M, G or T (powers of 1024, "MiB" and "MB" alike),
+    or a percentage of the machine's memory such as 25%."""
+    text = value.strip().lower()
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1])
+        except ValueError:
+            raise SettingsError(f"expected a percentage such as 25%, got {value!r}") from None
+        if not 0 < share <= 100:
+            raise SettingsError(f"expected a percentage above 0 and at most 100, got {value!r}")
+        return max(MIN_OPEN_BYTES, int(machine_memory() * share / 100))
+    number = text.removesuffix("ib").removesuffix("b")
+    unit = number[-1:] if number[-1:] in _BINARY_UNITS else ""
+    digits = number[: len(number) - len(unit)].strip()
+    if not digits.isdigit():
+        raise SettingsError(f"expected bytes such as 2147483648, 2G or 25%, got {value!r}")
+    n = int(digits) * _BINARY_UNITS[unit]
+    if n < MIN_OPEN_BYTES:
+        raise SettingsError(f"expected at least 1M (1048576 bytes), got {value!r}")
+    return min(n, MAX_OPEN_BYTES)
 
 
 def _positive_float(value: str) -> float:
@@ -193,6 +224,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_ADMIN_KEY": lambda v: {"admin_key": _admin_key(v)},
     "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, 4096)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
+    "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},
     "MEMSPINE_PURGE_INTERVAL_SECS": lambda v: {"purge_interval_secs": _positive_float(v)},
     "MEMSPINE_MAX_BODY_BYTES": lambda v: {"max_body_bytes": _int_in(1024, 64 << 20)(v)},
@@ -230,4 +262,4 @@ def load_settings(env: Mapping[str, str]) -> Settings:
 
 
 # Variables read by other tools (the MCP stdio client, tests), not by the server.
-IGNORED = frozenset({"MEMSPINE_API_KEY", "MEMSPINE_URL"})
+IGNORED = frozenset({"MEMSPINE_API_KEY", "MEMSPINE_URL", "MEMSPINE_FAILPOINTS"})

@@ -113,6 +113,7 @@ class Engine:
             embedding_dim=settings.embedding_dim,
             max_open=settings.max_open_tenants,
             idle_secs=settings.tenant_idle_secs,
+            max_open_bytes=settings.max_open_bytes,
         )
         self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
         self.read_threads = ReadThreads()
@@ -120,9 +121,11 @@ class Engine:
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
 
     @asynccontextmanager
-    async def tenant(self, tenant_id: str) -> AsyncIterator[Tenant]:
-        """The open tenant for the length of a request (opening it in a thread if needed)."""
-        lease = self.manager.lease(tenant_id)  # never blocks: 503 at once when every slot is busy
+    async def tenant(self, tenant_id: str, *, create: bool = True) -> AsyncIterator[Tenant]:
+        """The open tenant for the length of a request (opening it in a thread if needed); with
+        create=False a tenant that does not exist is an empty one and stays uncreated."""
+        # Never blocks: 503 at once when every slot is busy.
+        lease = self.manager.lease(tenant_id, create=create)
         with self._leases_lock:
             self._leases += 1
         try:
@@ -140,7 +143,8 @@ class Engine:
 
     async def read(self, tenant_id: str, fn: Callable[[Tenant], T], *, short: bool = False) -> T:
         """Run a blocking read against the tenant in a worker thread, or right here if it is a
-        short one and nothing else is under way.
+        short one and nothing else is under way. A tenant that does not exist reads as an empty
+        one and is not created (only a write creates it).
 
         The hop to a read thread and back cost a recall over HTTP 0.12-0.4 ms of its ~1.4 ms in
         A/B runs (bench/RESULTS.md). It buys little while this is the only request: the read
@@ -152,7 +156,7 @@ class Engine:
         holding back every tenant's requests). A request arriving meanwhile waits for it, as
         it would for the GIL.
         """
-        async with self.tenant(tenant_id) as t:
+        async with self.tenant(tenant_id, create=False) as t:
             if short and self._leases == 1 and t.reads_start_at_once():
                 return fn(t)
             return await self.read_threads.run(fn, t)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import array
 import ctypes
 import struct
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from itertools import islice
@@ -127,6 +128,12 @@ class FlatSet:
 
     def __len__(self) -> int:
         return len(self._where)
+
+    def nbytes(self) -> int:
+        """Bytes held: the arrays at their capacity and the label map with its keys."""
+        where = self._where
+        arrays = self._rows.nbytes + self._labels.nbytes + self._alive.nbytes
+        return arrays + sys.getsizeof(where) + 32 * len(where)
 
     def put(self, labels: Iterable[int], rows: np.ndarray) -> None:
         """Add or replace rows (scaled to unit length here)."""
