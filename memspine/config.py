@@ -85,6 +85,10 @@ def _flag(value: str) -> bool:
 
 
 def _data_dir(value: str) -> dict[str, Any]:
+    return {"data_dir": check_data_dir(value)}
+
+
+def check_data_dir(value: str) -> Path:
     """A directory that exists, or whose nearest existing ancestor is a writable directory."""
     if not value:
         raise SettingsError("expected a directory path, got an empty value")
@@ -98,7 +102,7 @@ def _data_dir(value: str) -> dict[str, Any]:
         raise SettingsError(
             f"{value!r} cannot be created: {str(probe)!r} is not a writable directory"
         )
-    return {"data_dir": path}
+    return path
 
 
 def _admin_key(value: str) -> str | None:

@@ -2,22 +2,90 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
+import socket
 import sys
+from collections.abc import Sequence
+from typing import Any
 
 import uvicorn
 
-from memspine.app import create_app
-from memspine.config import SettingsError, load_settings
+from memspine import __version__
+from memspine.config import Settings, SettingsError, load_settings
+from memspine.datalock import DataDirBusy, client_url, hold
 from memspine.limits import log_fd_limit, raise_fd_limit
 from memspine.logs import configure_logging
 
 log = logging.getLogger("memspine.server")
 
+DESCRIPTION = (
+    "Serve memspine's HTTP API (/v1/...) and MCP (/mcp). Settings come from MEMSPINE_* "
+    "environment variables, not options: MEMSPINE_BIND (default 127.0.0.1:7781), "
+    "MEMSPINE_DATA_DIR (default ./data), MEMSPINE_ADMIN_KEY, ...; every one is in "
+    "docs/configuration.md."
+)
 
-def main() -> int:
+
+def parser() -> argparse.ArgumentParser:
+    """The command line: --help and --version only; the settings are in the environment."""
+    top = argparse.ArgumentParser(prog="memspine-server", description=DESCRIPTION)
+    top.add_argument("--version", action="version", version=f"memspine-server {__version__}")
+    return top
+
+
+def embedder(settings: Settings) -> str:
+    """What turns text into embeddings for this server; today nothing: clients send vectors."""
+    return f"none (clients send embeddings of {settings.embedding_dim} numbers)"
+
+
+def start_line(settings: Settings) -> tuple[str, dict[str, Any]]:
+    """The one line logged once the server listens: where, which data, which auth, ready."""
+    from memspine_admin.control import ControlDB, control_path
+
+    url = client_url(settings.host, settings.port)
+    data_dir = settings.data_dir.resolve()
+    if ControlDB.exists(data_dir):
+        auth = "issued keys"
+        means = (
+            f"only keys made by memspine-admin key create are accepted ({control_path(data_dir)})"
+        )
+    else:
+        auth = "local mode"
+        means = (
+            "no control database, so any well-formed token (letters, digits, - and _, or a "
+            "UUID) is taken as a tenant id: a mistyped token is another, empty tenant; "
+            "memspine-admin init switches to issued keys"
+        )
+    admin = "on" if settings.admin_key is not None else "off (MEMSPINE_ADMIN_KEY unset)"
+    msg = (
+        f"memspine-server {__version__} ready on {url}: data in {data_dir}; auth: {auth}, "
+        f"{means}; admin routes {admin}; embedder: {embedder(settings)}"
+    )
+    fields = {"url": url, "data_dir": str(data_dir), "auth": auth, "embedder": embedder(settings)}
+    return msg, fields
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, logging the start line once its socket listens (not before: a port
+    in use fails after the app has started)."""
+
+    def __init__(self, config: uvicorn.Config, settings: Settings) -> None:
+        super().__init__(config)
+        self.settings = settings
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        """Start as uvicorn does, then say so."""
+        await super().startup(sockets)
+        if self.started:
+            msg, fields = start_line(self.settings)
+            log.info(msg, extra=fields)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the memspine-server console script."""
+    parser().parse_args(argv)  # --help and --version answer here, before anything is touched
     fd_limit = raise_fd_limit()  # first: the default cap on open tenants is computed from it
     try:
         settings = load_settings(os.environ)
@@ -32,11 +100,21 @@ def main() -> int:
         extra={"max_open_tenants": settings.max_open_tenants, "source": source},
     )
     try:
+        lock = hold(settings.data_dir, "memspine-server", client_url(settings.host, settings.port))
+        from memspine.app import create_app  # here: --help and --version need none of it
+
         app = create_app(settings)
+    except DataDirBusy as busy:
+        print(
+            f"memspine-server: {busy.data_dir} is in use by {busy.who()}; one process serves "
+            "a data directory: stop that one or set another MEMSPINE_DATA_DIR",
+            file=sys.stderr,
+        )
+        return 2
     except OSError as exc:  # e.g. a data directory that cannot be created: one clear line
         print(f"memspine-server: cannot use MEMSPINE_DATA_DIR: {exc.strerror}", file=sys.stderr)
         return 2
-    uvicorn.run(
+    config = uvicorn.Config(
         app,
         host=settings.host,
         port=settings.port,
@@ -49,7 +127,10 @@ def main() -> int:
         lifespan="on",
         timeout_graceful_shutdown=10,
     )
-    return 0
+    server = _Server(config, settings)
+    server.run()
+    lock.close()
+    return 0 if server.started else 1
 
 
 if __name__ == "__main__":

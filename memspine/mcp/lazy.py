@@ -109,7 +109,9 @@ async def _refuse(scope: Any, send: Any, failed: bool) -> None:
     if scope["type"] != "http":
         await send({"type": "websocket.close", "code": 1011})
         return
-    status, code, detail = (500, "internal", FAILED) if failed else (503, "unavailable", NOT_STARTED)
+    status, code, detail = (
+        (500, "internal", FAILED) if failed else (503, "unavailable", NOT_STARTED)
+    )
     body = error_body(code, detail)
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
     await send({"type": "http.response.start", "status": status, "headers": headers})
