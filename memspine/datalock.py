@@ -1,5 +1,5 @@
 """One process serves a data directory: `memspine-server` and the embedded `memspine mcp` each
-hold an exclusive flock on `DATA_DIR/.memspine.lock` for as long as they run.
+hold an exclusive flock on `DATA_DIR/.memspine-lock` for as long as they run.
 
 Two processes on one directory would each open the tenants' LMDB logs, Tantivy indexes and
 vector files: one process's writes are missed by the other's indexes, Tantivy's writer lock
@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-LOCK_NAME = ".memspine.lock"  # a dot name: never a tenant id, so never a tenant directory
+LOCK_NAME = ".memspine-lock"  # a dot name: never a tenant id, so never a tenant directory
 
 
 class DataDirBusy(Exception):
