@@ -15,7 +15,7 @@ import msgspec
 from storage import encoding as enc
 from storage.errors import InvalidRequest
 from storage.model import NewEvent, StoredEvent
-from storage.recall import RecallQuery, RecallResult, Walk
+from storage.recall import RecallQuery, RecallResult, Walk, Withheld
 
 T = TypeVar("T")
 
@@ -304,10 +304,12 @@ class HitOut(msgspec.Struct):
 
 
 class RecallOut(msgspec.Struct):
-    """The recall answer; `walk` appears only when hops > 0."""
+    """The recall answer; `walk` appears only when hops > 0, `withheld` only when current state
+    kept something out."""
 
     hits: list[HitOut]
     walk: Walk | msgspec.UnsetType = msgspec.UNSET
+    withheld: Withheld | msgspec.UnsetType = msgspec.UNSET
 
 
 def to_recall_query(body: RecallIn, *, check_times: bool = True) -> RecallQuery:
@@ -356,4 +358,8 @@ def recall_out(result: RecallResult) -> RecallOut:
         )
         for h in result.hits
     ]
-    return RecallOut(hits=hits, walk=result.walk if result.walk is not None else msgspec.UNSET)
+    return RecallOut(
+        hits=hits,
+        walk=result.walk if result.walk is not None else msgspec.UNSET,
+        withheld=result.withheld if result.withheld is not None else msgspec.UNSET,
+    )
