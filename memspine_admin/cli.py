@@ -314,6 +314,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _data_dir_problem(path: Path) -> str | None:
+    """Why path cannot be a data directory (a file, or under one), None if it can."""
+    if path.exists():
+        return None if path.is_dir() else f"{str(path)!r} exists and is not a directory"
+    probe = path.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{str(path)!r} cannot be created: {str(probe)!r} is not a directory"
+    return None
+
+
 def _usage(message: str) -> int:
     """A data directory the CLI cannot use: one sentence, exit 2, as for a bad command line."""
     sys.stderr.write(f"memspine-admin: {message}\n")
@@ -330,8 +342,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         args.data_dir = Path(os.environ.get("MEMSPINE_DATA_DIR") or "./data")
     args.json = getattr(args, "json", False)
-    if args.data_dir.exists() and not args.data_dir.is_dir():
-        return _usage(f"{source}: {str(args.data_dir)!r} exists and is not a directory")
+    problem = _data_dir_problem(args.data_dir)
+    if problem is not None:
+        return _usage(f"{source}: {problem}")
     try:
         return int(args.func(args))
     except OSError as exc:  # unreadable, unwritable, a file where a directory should be
