@@ -1,5 +1,6 @@
-"""How long memspine-server takes from exec to its first answers: /health, the first /mcp, and
-the first append and recall; plus where the import time goes (`python -X importtime`).
+"""How long memspine-server takes from exec to its first answers: /health (and the CPU the
+process used until then, which the machine's load does not change), the first /mcp, and the
+first append and recall; plus where the import time goes (`python -X importtime`).
 
 Each start is a fresh process on a fresh data directory in local mode. The first start is
 not counted (it warms the page cache with the installed packages); the figures are medians of
@@ -8,6 +9,7 @@ the counted starts.
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import re
@@ -19,7 +21,7 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
-from common import REPO, free_port, median, parse_args, scratch_dir, write_json
+from common import REPO, free_port, median, scratch_dir, write_json
 
 MCP_INIT = {
     "jsonrpc": "2.0",
@@ -45,7 +47,7 @@ def _post(url: str, body: dict[str, Any], headers: dict[str, str]) -> int:
         return int(exc.code)
 
 
-def one_start(data_dir: Path) -> dict[str, float]:
+def one_start(data_dir: Path, checkout: Path) -> dict[str, float]:
     """Seconds from exec to /health 200, then to the first /mcp answer, append and recall."""
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
@@ -62,7 +64,7 @@ def one_start(data_dir: Path) -> dict[str, float]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "memspine.server"],
         env=env,
-        cwd=REPO,
+        cwd=checkout,  # -m imports memspine from the working directory first
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
@@ -79,6 +81,7 @@ def one_start(data_dir: Path) -> dict[str, float]:
             if time.perf_counter() - start > 60:
                 raise RuntimeError("no /health in 60 s")
         health = time.perf_counter() - start
+        health_cpu = _cpu_seconds(proc.pid)
         mcp_headers = {**auth, "Accept": "application/json, text/event-stream"}
         status = _post(base + "/mcp", MCP_INIT, mcp_headers)
         if status != 200:
@@ -94,14 +97,26 @@ def one_start(data_dir: Path) -> dict[str, float]:
     finally:
         proc.terminate()
         proc.wait(timeout=30)
-    return {"health_s": health, "first_mcp_s": mcp, "first_append_s": append, "first_recall_s": recall}
+    return {
+        "health_s": health,
+        "health_cpu_s": health_cpu,
+        "first_mcp_s": mcp,
+        "first_append_s": append,
+        "first_recall_s": recall,
+    }
 
 
-def import_times(module: str) -> dict[str, float]:
+def _cpu_seconds(pid: int) -> float:
+    """User plus system CPU the process has used so far: what the start costs, whatever the load."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def import_times(module: str, checkout: Path) -> dict[str, float]:
     """Cumulative import seconds of memspine's own modules and the heavy packages, largest first."""
     out = subprocess.run(
         [sys.executable, "-X", "importtime", "-c", f"import {module}"],
-        cwd=REPO,
+        cwd=checkout,
         capture_output=True,
         text=True,
         check=True,
@@ -117,26 +132,46 @@ def import_times(module: str) -> dict[str, float]:
     return dict(sorted(found.items(), key=lambda kv: -kv[1]))
 
 
+def _load() -> list[float]:
+    return [round(x, 2) for x in os.getloadavg()]
+
+
 def main() -> int:
     """Run the starts and write the medians."""
-    args = parse_args(__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="3 starts per checkout, not 7")
+    parser.add_argument("--out", type=Path, default=None, help="JSON output")
+    parser.add_argument(
+        "--baseline",
+        type=Path,
+        default=None,
+        help="another checkout (e.g. `git archive` of an older commit) started alternately "
+        "with this one, as the baseline of the same run",
+    )
+    args = parser.parse_args()
     starts = 3 if args.quick else 7
+    checkouts = {"this": REPO, **({"baseline": args.baseline} if args.baseline else {})}
     root = scratch_dir("startup")
-    runs = []
-    for n in range(starts + 1):
-        runs.append(one_start(root / f"data-{n}"))
-    counted = runs[1:]
-    medians = {key: round(median([r[key] for r in counted]), 3) for key in counted[0]}
-    load = os.getloadavg()
-    result = {
-        "starts": starts,
-        "medians": medians,
-        "runs": [{k: round(v, 3) for k, v in r.items()} for r in counted],
-        "loadavg": [round(x, 2) for x in load],
-        "imports_memspine_server_s": import_times("memspine.server"),
-    }
+    runs: dict[str, list[dict[str, float]]] = {name: [] for name in checkouts}
+    for n in range(starts + 1):  # alternated, so load drifts hit both alike
+        for name, checkout in checkouts.items():
+            run = one_start(root / f"{name}-{n}", checkout)
+            if n > 0:  # the first start of each only warms the page cache
+                runs[name].append(run)
+    result: dict[str, Any] = {"starts": starts, "loadavg_before": _load()}
+    for name, checkout in checkouts.items():
+        counted = runs[name]
+        result[name] = {
+            "checkout": str(checkout),
+            "medians": {k: round(median([r[k] for r in counted]), 3) for k in counted[0]},
+            "runs": [{k: round(v, 3) for k, v in r.items()} for r in counted],
+            # What a start imports before its first answer: the command, then the app.
+            "imports_s": import_times("memspine.server, memspine.app", checkout),
+        }
+    result["loadavg_after"] = _load()
     path = write_json("startup", result, args.out)
-    print(json.dumps({"medians": medians, "loadavg": result["loadavg"]}))
+    print(json.dumps({name: result[name]["medians"] for name in checkouts}))
+    print(json.dumps({"loadavg": [result["loadavg_before"], result["loadavg_after"]]}))
     print(f"-> {path}")
     return 0
 
