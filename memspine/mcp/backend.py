@@ -20,6 +20,7 @@ from memspine.schemas import (
     EventIn,
     RecallIn,
     check_kind,
+    check_time,
     decode_body,
     event_out,
     recall_out,
@@ -98,8 +99,8 @@ def list_query(params: dict[str, Any]) -> ListQuery:
     limit = _bounded(params, "limit", 1, 1000)
     return ListQuery(
         kind=kind,
-        since=_bounded(params, "since", 0, MAX_TS),
-        until=_bounded(params, "until", 0, MAX_TS),
+        since=check_time(_bounded(params, "since", 0, MAX_TS), "since", zero=True),
+        until=check_time(_bounded(params, "until", 0, MAX_TS), "until"),
         limit=100 if limit is None else limit,
         cursor=params.get("cursor"),
     )

@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import anyio
 import msgspec
 from mcp.server.stdio import stdio_server
 
@@ -17,9 +18,12 @@ from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server, fixed, principal_of
 from memspine_admin.verifier import Principal
-from storage.errors import NotFound
+from storage.errors import NotFound, Unavailable
 
 log = logging.getLogger("memspine.mcp")
+# The bridge asks the server who the key is before it serves: bounded, so a wrong address
+# (something that accepts the connection and never answers) ends in a sentence, not a hang.
+FIRST_ANSWER_SECS = 10.0
 
 
 async def serve(caller: Caller) -> None:
@@ -47,7 +51,12 @@ async def serve_remote(url: str, api_key: str) -> None:
     """Serve the tenant of api_key on the server at url; the key's scopes decide the tools shown."""
     async with MemspineClient(url, api_key) as client:
         try:
-            principal = principal_of(await client.whoami())
+            with anyio.fail_after(FIRST_ANSWER_SECS):
+                principal = principal_of(await client.whoami())
+        except TimeoutError:
+            raise Unavailable(
+                f"no answer from {url} within {FIRST_ANSWER_SECS:.0f} s; is memspine-server running there?"
+            ) from None
         except NotFound:  # a server without /v1/whoami: show every tool, the server still refuses
             principal = Principal(tenant_id="?", key_id="?", scopes=("read", "write"))
         log.info(
