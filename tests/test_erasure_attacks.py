@@ -1,5 +1,6 @@
 """Erasure through a real server, the way users reach the tenants that used to keep their deleted
-text: README's first session and a restart, a tenant written only by an embedded `memspine mcp`,
+text: README's first session and a restart, a tenant written only by an embedded `memspine mcp`
+(which purges its own deletes too),
 a tenant closed for idleness, one evicted from the LRU, and a purge the disk cannot hold. Two
 server starts on one data directory (a small tmpfs where the machine lets us mount one)."""
 
@@ -50,6 +51,7 @@ MCP_TEXTS = [
     "Home address: 12 Quai Zqvbrt, Lyon.",
     "Badge number Xkwqpl-5521 opens the lab.",
 ]
+EMBEDDED_SECRET = "Locker combination Rrtvbq-0813."  # deleted while the embedded server runs
 
 
 class World:
@@ -61,6 +63,7 @@ class World:
         self.first = ServerProcess(data_dir, FIRST_ENV)
         self.second: ServerProcess | None = None
         self.mcp_ids: list[str] = []
+        self.embedded_purge_secs: float | None = None  # None: the embedded purger never did it
 
     def restarted(self) -> ServerProcess:
         """The second server (stopping the first, which closes every tenant it has open)."""
@@ -88,15 +91,22 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
     w = World(data_dir, on_tmpfs)
     try:
         # A tenant written only by an embedded MCP server: no embeddings, closed when it exits.
-        params = stdio(
-            ["--data-dir", str(data_dir), "--tenant", MCP_TENANT], {"MEMSPINE_EMBEDDING_DIM": "4"}
-        )
+        env = {"MEMSPINE_EMBEDDING_DIM": "4", "MEMSPINE_PURGE_INTERVAL_SECS": "0.3"}
+        params = stdio(["--data-dir", str(data_dir), "--tenant", MCP_TENANT], env)
 
         async def agent() -> None:
             async with Client(params) as c:
                 for line in MCP_TEXTS:
                     made = await call(c, "memory_append", {"kind": "fact", "text": line})
                     w.mcp_ids.append(made["event_id"])
+                made = await call(c, "memory_append", {"kind": "fact", "text": EMBEDDED_SECRET})
+                await call(c, "memory_delete", {"id": made["event_id"], "dry_run": False})
+                started = time.monotonic()
+                while time.monotonic() - started < 15:  # the embedded server's own purger
+                    if not scan(data_dir, {"secret": EMBEDDED_SECRET.encode()}):
+                        w.embedded_purge_secs = time.monotonic() - started
+                        break
+                    await anyio.sleep(0.1)
 
         anyio.run(agent)
         assert (data_dir / MCP_TENANT / "vectors.hnsw").stat().st_size == vecfile.HEADER.size
@@ -215,6 +225,7 @@ def wait_until_clean(
 
 
 def test_a_tenant_written_only_over_mcp_is_purged(world: World) -> None:
+    assert world.embedded_purge_secs is not None  # erased while `memspine mcp` ran
     server = world.restarted()
     now, later = world.mcp_ids[1], world.mcp_ids[2]
 
