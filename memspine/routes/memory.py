@@ -124,14 +124,11 @@ async def delete_answer(
         deleted = await engine.delete(tenant_id, [target])
     if not deleted:
         raise NotFound(NO_EVENT)
-    body: dict[str, Any] = {"deleted": True, "purged": False, "deleted_ids": deleted}
-    if not purge:
-        return Answer(200, msgspec.json.encode(body))
-    pending = await engine.purge_after_delete(tenant_id)
-    if pending is None:
-        return Answer(200, msgspec.json.encode(body | {"purged": True}))
-    body = {"deleted": True, "purged": False, "purge_pending": True, "deleted_ids": deleted}
-    return Answer(202, msgspec.json.encode(body | {"detail": pending}))
+    pending = await engine.purge_after_delete(tenant_id) if purge else None
+    if pending is not None:
+        body = {"deleted": True, "purged": False, "purge_pending": True, "deleted_ids": deleted}
+        return Answer(202, msgspec.json.encode(body | {"detail": pending}))
+    return Answer(200, msgspec.json.encode({"deleted": True, "purged": purge, "deleted_ids": deleted}))
 
 
 def _cascade(request: Request[Any, Any, Any]) -> bool:
