@@ -173,10 +173,12 @@ def delete_text(out: dict[str, Any], event_id: str) -> str:
             f"{', '.join(ids)}. Confirm with the user, then call again with dry_run=false."
         )
     ids = out.get("deleted_ids") or [event_id]
-    return (
-        f"Deleted {len(ids)} event(s): {', '.join(ids)}. They are unreadable now; "
-        "their bytes leave the disk at the next purge."
-    )
+    done = f"Deleted {len(ids)} event(s): {', '.join(ids)}. They are unreadable now"
+    if out.get("purged"):
+        return done + " and their bytes have left the disk."
+    if out.get("purge_pending"):
+        return done + f", but their bytes are still on disk: {out.get('detail', '')}."
+    return done + "; their bytes leave the disk at the next purge."
 
 
 def error_text(code: str, detail: str) -> str:

@@ -17,6 +17,7 @@ from memspine.config import Settings
 from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server, fixed, principal_of
+from memspine.purger import Purger
 from memspine_admin.verifier import Principal
 from storage.errors import NotFound, Unavailable
 
@@ -41,9 +42,16 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
     log.info(
         "memspine mcp: tenant %s in %s, scopes %s", tenant_id, settings.data_dir, ",".join(scopes)
     )
+    # As in the server: deletes made here leave the disk within MEMSPINE_PURGE_INTERVAL_SECS
+    # while the host keeps this process running, not only once a server next opens the directory.
+    purger = None if read_only else Purger(engine, settings.purge_interval_secs)
+    if purger is not None:
+        purger.start()
     try:
         await serve(Caller(principal, EngineBackend(engine, principal)))
     finally:
+        if purger is not None:
+            await purger.stop()
         engine.close()
 
 

@@ -109,16 +109,29 @@ async def delete_event(request: Request[Any, Any, Any], state: State, event_id: 
     tenant_id, target = _tenant(request), _event_id(event_id)
     if dry_run:
         return _json({"would_delete": await engine.would_delete(tenant_id, target, cascade=cascade)})
+    return _send(await delete_answer(engine, tenant_id, target, cascade=cascade, purge=purge))
+
+
+async def delete_answer(
+    engine: Engine, tenant_id: str, target: str, *, cascade: bool, purge: bool
+) -> Answer:
+    """Delete an event (and, with cascade, what derives from it), then purge if asked.
+
+    200 `{"deleted", "purged", "deleted_ids"}`; when the purge asked for cannot run (a full
+    disk), 202 with `"purge_pending": true` and a detail: the delete stands and the background
+    purger finishes the erasure (docs/erasure.md).
+    """
     if cascade:
         deleted = await engine.delete_cascade(tenant_id, target)
     else:
         deleted = await engine.delete(tenant_id, [target])
     if not deleted:
         raise NotFound(NO_EVENT)
-    purged = False
-    if purge:
-        purged = await engine.purge(tenant_id)
-    return _json({"deleted": True, "purged": purged, "deleted_ids": deleted})
+    pending = await engine.purge_after_delete(tenant_id) if purge else None
+    if pending is not None:
+        body = {"deleted": True, "purged": False, "purge_pending": True, "deleted_ids": deleted}
+        return Answer(202, msgspec.json.encode(body | {"detail": pending}))
+    return Answer(200, msgspec.json.encode({"deleted": True, "purged": purge, "deleted_ids": deleted}))
 
 
 def _cascade(request: Request[Any, Any, Any]) -> bool:
