@@ -66,7 +66,7 @@ def default_max_connections() -> int:
 def _bind(value: str) -> dict[str, Any]:
     host, sep, port = value.rpartition(":")
     if not sep or not host:
-        raise SettingsError(f"MEMSPINE_BIND must be host:port, got {value!r}")
+        raise SettingsError(f"expected host:port, got {value!r}")
     return {"host": host.strip("[]"), "port": _int_in(1, 65535)(port)}
 
 
@@ -130,6 +130,10 @@ def _flag(value: str) -> bool:
 
 
 def _data_dir(value: str) -> dict[str, Any]:
+    return {"data_dir": check_data_dir(value)}
+
+
+def check_data_dir(value: str) -> Path:
     """A directory that exists, or whose nearest existing ancestor is a writable directory."""
     if not value:
         raise SettingsError("expected a directory path, got an empty value")
@@ -143,14 +147,14 @@ def _data_dir(value: str) -> dict[str, Any]:
         raise SettingsError(
             f"{value!r} cannot be created: {str(probe)!r} is not a writable directory"
         )
-    return {"data_dir": path}
+    return path
 
 
 def _admin_key(value: str) -> str | None:
     if not value:
         return None
     if len(value) < 16:
-        raise SettingsError("MEMSPINE_ADMIN_KEY must be at least 16 characters")
+        raise SettingsError("expected at least 16 characters")
     return value
 
 
@@ -188,6 +192,10 @@ def _origins(value: str) -> dict[str, Any]:
     for item in value.split(","):
         if not item.strip():
             continue
+        if "*" in item:  # no browser sends one: such an entry would never match anything
+            raise SettingsError(
+                f"wildcards are not supported, got {item.strip()!r}; list each origin in full"
+            )
         key = origin_key(item)
         if key is None:
             raise SettingsError(

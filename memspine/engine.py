@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable
@@ -21,12 +22,18 @@ from storage.errors import Conflict, MemspineError, NotFound
 from storage.listing import ListQuery, list_events
 from storage.manager import TenantManager
 from storage.model import AppendResult, NewEvent, StoredEvent
+from storage.purge import for_want_of_room
 from storage.recall import RecallQuery, RecallResult, recall, validate
-from storage.swap import mark_pending
 from storage.tenant import Tenant
 
 T = TypeVar("T")
+log = logging.getLogger("memspine.engine")
 NO_EVENT = "no event with that id"
+PURGE_PENDING_ROOM = (
+    "the purge needs free disk space for one more copy of this tenant's files; "
+    "the background purger retries it until it succeeds"
+)
+PURGE_PENDING = "the purge could not run now; the background purger retries it until it succeeds"
 READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
 
@@ -205,19 +212,16 @@ class Engine:
         return state
 
     async def delete(self, tenant_id: str, event_ids: list[str]) -> list[str]:
-        """Delete events (tombstones, links and index entries in one transaction)."""
+        """Delete events (tombstones, links and index entries in one transaction; the tenant makes
+        its pending-purge marker durable before that commit)."""
         async with self.tenant(tenant_id) as t:
             deleted: list[str] = await asyncio.wrap_future(t.submit_delete(event_ids))
-            if deleted:  # after the commit, so the purger finds the tenant even once it is closed
-                await anyio.to_thread.run_sync(mark_pending, t.root)
         return deleted
 
     async def delete_cascade(self, tenant_id: str, event_id: str) -> list[str]:
         """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids deleted."""
         async with self.tenant(tenant_id) as t:
             deleted = await asyncio.wrap_future(delete_derived(t, event_id))
-            if deleted:
-                await anyio.to_thread.run_sync(mark_pending, t.root)
         return deleted
 
     async def would_delete(self, tenant_id: str, event_id: str, *, cascade: bool) -> list[str]:
@@ -241,6 +245,23 @@ class Engine:
         if stats.purged and self.on_purge is not None:
             self.on_purge(stats.seconds)
         return True
+
+    async def purge_after_delete(self, tenant_id: str) -> str | None:
+        """The purge a delete asked for: None once its bytes are gone, else why it is pending.
+
+        Never raises for a failed purge: the delete has committed (a 503 or 500 would tell the
+        caller nothing was done, and its retry would be a 404), and the tenant's pending-purge
+        marker, made with the delete, keeps it in the background purger's list until it succeeds.
+        """
+        try:
+            await self.purge(tenant_id)
+        except Exception as exc:
+            if for_want_of_room(exc):
+                log.warning("tenant %s: purge pending, the disk is full: %s", tenant_id, exc)
+                return PURGE_PENDING_ROOM
+            log.error("tenant %s: purge pending after %s", tenant_id, type(exc).__name__, exc_info=exc)
+            return PURGE_PENDING
+        return None
 
     async def list(self, tenant_id: str, query: ListQuery) -> tuple[list[StoredEvent], str | None]:
         """One page of events newest first."""

@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +20,7 @@ from storage.log import EventLog
 from storage.model import NewEvent, StoredEvent
 from storage.purge import PurgeStats, purge_tenant
 from storage.space import disk_full
-from storage.swap import recover
+from storage.swap import PENDING, mark_pending, recover
 from storage.vectors import VectorIndex
 from storage.writer import GroupWriter, Job
 
@@ -70,6 +70,7 @@ class Tenant:
         except BaseException:
             self.log.close()  # a failed open leaks no file or thread
             raise
+        self._mark_if_tombstoned()
         self.vector_saved_seq = self.vector_seq
         self.catch_ups = 0  # catch_ups that read ops back from the log (open, deletes, repair)
         self.catch_up()
@@ -86,6 +87,33 @@ class Tenant:
         except Exception as exc:  # creating the log's files on a full disk, say
             _raise_if_disk_full(exc, root)
             raise
+
+    # -- the pending-purge marker ------------------------------------------------
+
+    def _mark_if_tombstoned(self) -> None:
+        """On open: a tenant holding tombstones but no marker (written before markers lived here,
+        or its marker lost) gets one, so the purger finds it once it is closed again."""
+        if (self.root / PENDING).exists():
+            return
+        with self.log.reader() as r:
+            tombstoned = r.txn.stat(r.dbs["tombstones"])["entries"] > 0
+        if tombstoned:
+            try:
+                mark_pending(self.root)
+            except OSError as exc:  # an open purger sweep still finds it by its tombstones
+                log.warning("tenant %s: pending-purge marker not written (%s)", self.tenant_id, exc)
+
+    def mark_before_delete(self, event_ids: Iterable[str]) -> None:
+        """On the writer thread, before a delete's commit: make the pending-purge marker durable
+        if any of these events is live, so no tombstone is ever on disk without it (a marker
+        without tombstones is harmless: the next purge drops it). Markers are made and removed
+        on this thread only, so no purge drops one between this and the commit."""
+        if (self.root / PENDING).exists():
+            return
+        with self.log.reader() as r:
+            live = any(r.exists(e) for e in event_ids)
+        if live:
+            mark_pending(self.root)
 
     # -- projections -----------------------------------------------------------
 
@@ -214,6 +242,10 @@ class Tenant:
         """One durable LMDB transaction for every job, then the index projections, then the answers."""
         kw_seq = self.keyword.committed_seq  # what the durable keyword index covers
         appends_only = all(isinstance(job.payload, AppendJob) for job in jobs)
+        if not appends_only:
+            self.mark_before_delete(
+                e for job in jobs if isinstance(job.payload, DeleteJob) for e in job.payload.event_ids
+            )
 
         def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
             # Runs again from the start if the map had to grow, with a fresh appender.

@@ -26,13 +26,12 @@ from storage.flat import (
     Allowed,
     FlatSet,
     as_float32,
-    read_vectors,
     top,
     unit,
     use_one_blas_thread,
 )
 from storage.rwlock import RWLock
-from storage.vecfile import HEADER
+from storage.vecfile import HEADER, read_vectors
 
 log = logging.getLogger("memspine.vectors")
 
@@ -367,8 +366,13 @@ def _load_live(path: Path, index: hnswlib.Index) -> set[int]:
     sidecar = _live_path(path)
     present = set(index.get_ids_list())
     if sidecar.exists():
-        # A sidecar newer than the index may name labels the index lacks; replay re-adds them.
-        return set(np.load(sidecar).tolist()) & present  # tolist: 5x faster than int() each
+        try:
+            saved = np.load(sidecar, allow_pickle=False)
+        except (ValueError, EOFError, OSError):
+            saved = None  # unreadable: probe each label instead
+        if saved is not None and saved.ndim == 1:
+            # A sidecar newer than the index may name labels the index lacks; replay re-adds them.
+            return set(saved.tolist()) & present  # tolist: 5x faster than int() each
     live: set[int] = set()
     for label in present:
         try:

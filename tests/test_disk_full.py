@@ -57,12 +57,12 @@ def body(i: int, pad_words: int = 0) -> dict[str, Any]:
     """Event i over HTTP; padding words make it fill a disk."""
     rng = random.Random(i)
     pad = " ".join(rng.choices(VOCABULARY, k=pad_words))
-    return {"kind": "note", "ts": 1_000_000 + i, "text": f"{word(i)} {pad}", "embedding": vector(i)}
+    return {"kind": "note", "ts": 1_791_208_939_000_000 + i, "text": f"{word(i)} {pad}", "embedding": vector(i)}
 
 
 def event(i: int) -> NewEvent:
     """Event i for storage directly."""
-    return NewEvent(kind="note", ts=1_000_000 + i, text=word(i), embedding=vector(i))
+    return NewEvent(kind="note", ts=1_791_208_939_000_000 + i, text=word(i), embedding=vector(i))
 
 
 # -- the read routes over HTTP ------------------------------------------------------------

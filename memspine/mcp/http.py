@@ -17,8 +17,6 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from litestar import Litestar
-from litestar.handlers import asgi
-from litestar.handlers.asgi_handlers import ASGIRouteHandler
 from mcp.server import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
@@ -33,7 +31,6 @@ from memspine.mcp.server import Caller, build_server
 from memspine_admin.verifier import Principal
 from storage.errors import MemspineError, Unauthorized
 
-PATH = "/mcp"
 PRINCIPAL_KEY = "memspine.principal"  # where the checked principal rides in the ASGI scope
 ALLOW = "POST, OPTIONS"
 NO_STREAM = (
@@ -160,15 +157,6 @@ class McpEndpoint:
         await self.manager.handle_request(
             {**scope, PRINCIPAL_KEY: principal}, _replay(body, receive), _with_headers(send, cors)
         )
-
-    def route(self) -> ASGIRouteHandler:
-        """The Litestar handler that mounts this endpoint at /mcp."""
-
-        async def mcp_mount(scope: Any, receive: Any, send: Any) -> None:
-            await self(scope, receive, send)
-
-        handler: ASGIRouteHandler = asgi(PATH, is_mount=True, copy_scope=True)(mcp_mount)
-        return handler
 
 
 class MethodNotAllowed(MemspineError):
