@@ -5,14 +5,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from ipaddress import ip_address
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlsplit
 
 import msgspec
-from litestar.types import ASGIApp, Receive, Scope, Send
 
 from memspine.config import Settings, origin_key
 from storage.errors import Forbidden, InvalidRequest, MemspineError
+
+if TYPE_CHECKING:  # memspine/server.py imports this before --help: Litestar loads later
+    from litestar.types import ASGIApp, Receive, Scope, Send
 
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 MCP_PREFIX = "/mcp"
