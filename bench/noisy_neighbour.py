@@ -54,6 +54,9 @@ RSS_SLACK = 0.20
 SLOW_CONNECTIONS = 1000
 AUTH_CONNECTIONS = 100
 CYPHER_CLIENTS = 8
+# The floods come from another loopback address than the victim's, as another client's would:
+# the server caps connections per client address (MEMSPINE_MAX_CONNECTIONS_PER_CLIENT).
+ATTACKER_ADDR = ("127.0.0.2", 0)
 
 
 def _chain(start: str, step: str, times: int) -> str:
@@ -245,7 +248,9 @@ def auth_attack(port: int, key_id: str) -> Callable[[threading.Event, dict[str, 
         async def one() -> None:
             while not stop.is_set():
                 try:
-                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    reader, writer = await asyncio.open_connection(
+                        "127.0.0.1", port, local_addr=ATTACKER_ADDR
+                    )
                     while not stop.is_set():
                         writer.write(req)
                         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
@@ -282,7 +287,9 @@ def slow_attack(port: int) -> Callable[[threading.Event, dict[str, Any]], None]:
         async def one(n: int) -> None:
             await asyncio.sleep(n * 0.002)  # spread the connects over two seconds
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, local_addr=ATTACKER_ADDR
+                )
             except OSError:
                 counts["refused"] += 1
                 return

@@ -14,6 +14,7 @@ from litestar.openapi.config import OpenAPIConfig
 from memspine import __version__
 from memspine.auth import Authenticator
 from memspine.config import Settings
+from memspine.edge import Edge
 from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
 from memspine.hot import HotRoutes
@@ -78,5 +79,7 @@ def create_app(
     )
     if hot_routes:
         app.asgi_handler = HotRoutes(app.asgi_handler, engine, auth, settings.max_body_bytes)
+    # In front of both, inside the observer: refusals at the edge are logged and counted too.
+    app.asgi_handler = Edge(app.asgi_handler, settings, local_mode=lambda: auth.control() is None)
     install_request_observer(app, [log_request, metrics.observe_request])
     return app
