@@ -9,7 +9,6 @@ from collections import OrderedDict, deque
 from collections.abc import AsyncIterator, Hashable
 from contextlib import asynccontextmanager
 
-
 _NONE = object()  # no owner can take a slot (None is an owner like any other)
 
 
