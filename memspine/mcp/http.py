@@ -28,7 +28,7 @@ from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
 from memspine_admin.verifier import Principal
-from storage.errors import Unauthorized
+from storage.errors import TooManyRequests, Unauthorized
 
 PATH = "/mcp"
 PRINCIPAL_KEY = "memspine.principal"  # where the checked principal rides in the ASGI scope
@@ -140,6 +140,9 @@ class McpEndpoint:
         except Unauthorized as exc:
             auth_header = {"WWW-Authenticate": 'Bearer realm="memspine"'}
             await _refuse(send, 401, exc.code, exc.detail, auth_header)
+            return
+        except TooManyRequests as exc:  # the key id backs off after failed attempts
+            await _refuse(send, exc.status, exc.code, exc.detail, exc.headers)
             return
         await self.manager.handle_request({**scope, PRINCIPAL_KEY: principal}, receive, send)
 
