@@ -4,6 +4,7 @@ cost for every refusal, and local-mode tokens; a real server with the default ar
 from __future__ import annotations
 
 import asyncio
+import json
 import statistics
 import threading
 import time
@@ -131,7 +132,9 @@ class Issued:
         issued: dict[str, Any] = r.json()
         return issued
 
-    def timed(self, token: str, path: str = "/v1/whoami", timeout: float = 30) -> tuple[float, httpx.Response]:
+    def timed(
+        self, token: str, path: str = "/v1/whoami", timeout: float = 30
+    ) -> tuple[float, httpx.Response]:
         """One request on a new connection: (seconds, response)."""
         auth = {"Authorization": f"Bearer {token}"}
         with httpx.Client(base_url=self.server.url, headers=auth, timeout=timeout) as client:
@@ -236,7 +239,9 @@ def test_repeated_failures_back_off_then_429_and_the_owner_gets_in_after(issued:
     key = issued.key(tenant)
     with issued.server.client() as client:
         for _ in range(5):
-            r = client.get("/v1/whoami", headers={"Authorization": f"Bearer {wrong_secret(key['key_id'])}"})
+            r = client.get(
+                "/v1/whoami", headers={"Authorization": f"Bearer {wrong_secret(key['key_id'])}"}
+            )
             assert r.status_code == 401, r.text
         bad = {"Authorization": f"Bearer {wrong_secret(key['key_id'])}"}
         r = client.get("/v1/whoami", headers=bad)
@@ -269,7 +274,10 @@ def test_one_tenants_slow_reads_leave_read_threads_for_the_others(issued: Issued
     a_key, b_key = issued.key(a_tenant)["api_key"], issued.key(b_tenant)["api_key"]
     with issued.server.client(a_key) as a:
         for i in range(30):
-            r = a.post("/v1/memory/event", json={"kind": "turn", "ts": 1791208900000000 + i, "text": f"a{i}"})
+            r = a.post(
+                "/v1/memory/event",
+                json={"kind": "turn", "ts": 1791208900000000 + i, "text": f"a{i}"},
+            )
             assert r.status_code == 201, r.text
     with issued.server.client(b_key) as b:
         r = b.post("/v1/memory/event", json={"kind": "turn", "ts": 1791208900000000, "text": "b"})
@@ -277,7 +285,7 @@ def test_one_tenants_slow_reads_leave_read_threads_for_the_others(issued: Issued
         b_event = r.json()["event_id"]
         assert b.get(f"/v1/memory/event/{b_event}").status_code == 200
     port = issued.server.port
-    body = ('{"query": "%s"}' % SLOW_QUERY).encode()
+    body = json.dumps({"query": SLOW_QUERY}).encode()
     slow = (
         f"POST /v1/memory/cypher HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n"
         f"Authorization: Bearer {a_key}\r\nContent-Type: application/json\r\n"
@@ -286,7 +294,9 @@ def test_one_tenants_slow_reads_leave_read_threads_for_the_others(issued: Issued
 
     with Flood(port, lambda: slow, 60) as flood:
         time.sleep(1.5)  # 60 slow queries of A in flight: more than the pool has threads
-        secs, r = issued.timed(b_key, f"/v1/memory/event/{b_event}", timeout=CYPHER_TIMEOUT_MS / 1000 * 3)
+        secs, r = issued.timed(
+            b_key, f"/v1/memory/event/{b_event}", timeout=CYPHER_TIMEOUT_MS / 1000 * 3
+        )
         seen = dict(flood.statuses)
     assert r.status_code == 200, r.text
     assert secs < 2.0, f"B's read took {secs:.2f} s while A's slow reads ran ({seen})"
