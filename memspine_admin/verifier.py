@@ -142,7 +142,7 @@ class KeyVerifier:
         # Each argon2 run takes 64 MiB with the default profile: bound how many run at once,
         # so a flood of wrong secrets for a known key id cannot exhaust memory.
         self._hash_slots = threading.BoundedSemaphore(max_concurrent_hashes)
-        self.backoff = backoff or Backoff()
+        self.backoff = backoff if backoff is not None else Backoff()  # empty is falsy
         self._dummy_hash: str | None = None
         self._latest: tuple[float, float] | None = None  # (when, seconds) of a verification
         self._calibrating_since: float | None = None
