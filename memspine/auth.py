@@ -47,8 +47,8 @@ HASH_SLOTS = 4
 class AuthLimits(NamedTuple):
     """How much argon2 work the server does at once, and how failed attempts back off."""
 
-    # argon2 verifications at once (64 MiB each with the default profile); a key's tenant (or
-    # every made-up key id together) gets at most half of them, so others always find one.
+    # argon2 verifications at once (64 MiB each with the default profile); the keys of one
+    # tenant (and dummy verifications together) get at most half, so others always find one.
     hash_slots: int = HASH_SLOTS
     free_failures: int = FREE_FAILURES  # failed attempts in a row per key id before back-off
     max_backoff_secs: float = MAX_BACKOFF_SECS
