@@ -183,7 +183,11 @@ class Authenticator:
 
     def authenticate(self, token: str | None) -> Principal:
         """The principal behind a tenant token, blocking if needed; one Unauthorized for every failure."""
-        found = self.probe(token)
+        try:
+            found = self.probe(token)
+        except Refused as refused:
+            time.sleep(refused.delay)
+            raise _unauthorized() from None
         if isinstance(found, Principal):
             return found
         verifier = self._verifier
