@@ -18,7 +18,7 @@ from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
 from memspine.hot import HotRoutes
 from memspine.logs import install_request_observer, log_request
-from memspine.mcp.http import McpEndpoint
+from memspine.mcp.lazy import LazyMcp
 from memspine.metrics import Metrics, metrics_route
 from memspine.purger import Purger
 from memspine.routes import admin, cypher, health, memory, whoami
@@ -43,7 +43,7 @@ def create_app(
     engine.manager.admit = auth.admit_tenant
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
-    mcp = McpEndpoint(engine, auth, settings)
+    mcp = LazyMcp(engine, auth, settings)  # the MCP SDK loads on the first /mcp request
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:

@@ -11,6 +11,8 @@ from urllib.parse import urlsplit
 
 import msgspec
 
+from memspine.limits import default_max_open_bytes, machine_memory
+
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
 
@@ -31,6 +33,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     auth_max_backoff_secs: float = 60.0
     embedding_dim: int = 384
     max_open_tenants: int = 80
+    max_open_bytes: int = msgspec.field(default_factory=default_max_open_bytes)
     tenant_idle_secs: float = 3600.0
     purge_interval_secs: float = 60.0
     max_body_bytes: int = 1_048_576
@@ -52,7 +55,7 @@ def default_max_open_tenants() -> int:
 def _bind(value: str) -> dict[str, Any]:
     host, sep, port = value.rpartition(":")
     if not sep or not host:
-        raise SettingsError(f"MEMSPINE_BIND must be host:port, got {value!r}")
+        raise SettingsError(f"expected host:port, got {value!r}")
     return {"host": host.strip("[]"), "port": _int_in(1, 65535)(port)}
 
 
@@ -67,6 +70,34 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
         return n
 
     return parse
+
+
+_BINARY_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MIN_OPEN_BYTES = 1 << 20
+MAX_OPEN_BYTES = 1 << 60  # more than any machine: taken as "no budget to speak of"
+
+
+def _byte_size(value: str) -> int:
+    """Bytes: an integer with an optional K, M, G or T (powers of 1024, "MiB" and "MB" alike),
+    or a percentage of the machine's memory such as 25%."""
+    text = value.strip().lower()
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1])
+        except ValueError:
+            raise SettingsError(f"expected a percentage such as 25%, got {value!r}") from None
+        if not 0 < share <= 100:
+            raise SettingsError(f"expected a percentage above 0 and at most 100, got {value!r}")
+        return max(MIN_OPEN_BYTES, int(machine_memory() * share / 100))
+    number = text.removesuffix("ib").removesuffix("b")
+    unit = number[-1:] if number[-1:] in _BINARY_UNITS else ""
+    digits = number[: len(number) - len(unit)].strip()
+    if not digits.isdigit():
+        raise SettingsError(f"expected bytes such as 2147483648, 2G or 25%, got {value!r}")
+    n = int(digits) * _BINARY_UNITS[unit]
+    if n < MIN_OPEN_BYTES:
+        raise SettingsError(f"expected at least 1M (1048576 bytes), got {value!r}")
+    return min(n, MAX_OPEN_BYTES)
 
 
 def _positive_float(value: str) -> float:
@@ -88,6 +119,10 @@ def _flag(value: str) -> bool:
 
 
 def _data_dir(value: str) -> dict[str, Any]:
+    return {"data_dir": check_data_dir(value)}
+
+
+def check_data_dir(value: str) -> Path:
     """A directory that exists, or whose nearest existing ancestor is a writable directory."""
     if not value:
         raise SettingsError("expected a directory path, got an empty value")
@@ -101,14 +136,14 @@ def _data_dir(value: str) -> dict[str, Any]:
         raise SettingsError(
             f"{value!r} cannot be created: {str(probe)!r} is not a writable directory"
         )
-    return {"data_dir": path}
+    return path
 
 
 def _admin_key(value: str) -> str | None:
     if not value:
         return None
     if len(value) < 16:
-        raise SettingsError("MEMSPINE_ADMIN_KEY must be at least 16 characters")
+        raise SettingsError("expected at least 16 characters")
     return value
 
 
@@ -146,6 +181,10 @@ def _origins(value: str) -> dict[str, Any]:
     for item in value.split(","):
         if not item.strip():
             continue
+        if "*" in item:  # no browser sends one: such an entry would never match anything
+            raise SettingsError(
+                f"wildcards are not supported, got {item.strip()!r}; list each origin in full"
+            )
         key = origin_key(item)
         if key is None:
             raise SettingsError(
@@ -165,6 +204,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_AUTH_MAX_BACKOFF_SECS": lambda v: {"auth_max_backoff_secs": _positive_float(v)},
     "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, 4096)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
+    "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},
     "MEMSPINE_PURGE_INTERVAL_SECS": lambda v: {"purge_interval_secs": _positive_float(v)},
     "MEMSPINE_MAX_BODY_BYTES": lambda v: {"max_body_bytes": _int_in(1024, 64 << 20)(v)},
@@ -195,4 +235,4 @@ def load_settings(env: Mapping[str, str]) -> Settings:
 
 
 # Variables read by other tools (the MCP stdio client, tests), not by the server.
-IGNORED = frozenset({"MEMSPINE_API_KEY", "MEMSPINE_URL"})
+IGNORED = frozenset({"MEMSPINE_API_KEY", "MEMSPINE_URL", "MEMSPINE_FAILPOINTS"})

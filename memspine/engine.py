@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
 from collections.abc import AsyncIterator, Callable, Hashable
@@ -22,12 +23,18 @@ from storage.errors import Conflict, MemspineError, NotFound
 from storage.listing import ListQuery, list_events
 from storage.manager import TenantManager
 from storage.model import AppendResult, NewEvent, StoredEvent
+from storage.purge import for_want_of_room
 from storage.recall import RecallQuery, RecallResult, recall, validate
-from storage.swap import mark_pending
 from storage.tenant import Tenant
 
 T = TypeVar("T")
+log = logging.getLogger("memspine.engine")
 NO_EVENT = "no event with that id"
+PURGE_PENDING_ROOM = (
+    "the purge needs free disk space for one more copy of this tenant's files; "
+    "the background purger retries it until it succeeds"
+)
+PURGE_PENDING = "the purge could not run now; the background purger retries it until it succeeds"
 READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 # Reads one tenant runs at once: its further reads wait in its own queue, so a tenant with
 # many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
@@ -127,6 +134,7 @@ class Engine:
             embedding_dim=settings.embedding_dim,
             max_open=settings.max_open_tenants,
             idle_secs=settings.tenant_idle_secs,
+            max_open_bytes=settings.max_open_bytes,
         )
         self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
         self.read_threads = ReadThreads()
@@ -134,9 +142,11 @@ class Engine:
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
 
     @asynccontextmanager
-    async def tenant(self, tenant_id: str) -> AsyncIterator[Tenant]:
-        """The open tenant for the length of a request (opening it in a thread if needed)."""
-        lease = self.manager.lease(tenant_id)  # never blocks: 503 at once when every slot is busy
+    async def tenant(self, tenant_id: str, *, create: bool = True) -> AsyncIterator[Tenant]:
+        """The open tenant for the length of a request (opening it in a thread if needed); with
+        create=False a tenant that does not exist is an empty one and stays uncreated."""
+        # Never blocks: 503 at once when every slot is busy.
+        lease = self.manager.lease(tenant_id, create=create)
         with self._leases_lock:
             self._leases += 1
         try:
@@ -154,7 +164,8 @@ class Engine:
 
     async def read(self, tenant_id: str, fn: Callable[[Tenant], T], *, short: bool = False) -> T:
         """Run a blocking read against the tenant in a worker thread, or right here if it is a
-        short one and nothing else is under way.
+        short one and nothing else is under way. A tenant that does not exist reads as an empty
+        one and is not created (only a write creates it).
 
         The hop to a read thread and back cost a recall over HTTP 0.12-0.4 ms of its ~1.4 ms in
         A/B runs (bench/RESULTS.md). It buys little while this is the only request: the read
@@ -166,7 +177,7 @@ class Engine:
         holding back every tenant's requests). A request arriving meanwhile waits for it, as
         it would for the GIL.
         """
-        async with self.tenant(tenant_id) as t:
+        async with self.tenant(tenant_id, create=False) as t:
             if short and self._leases == 1 and t.reads_start_at_once():
                 return fn(t)
             return await self.read_threads.run(fn, t, tenant_id)
@@ -215,19 +226,16 @@ class Engine:
         return state
 
     async def delete(self, tenant_id: str, event_ids: list[str]) -> list[str]:
-        """Delete events (tombstones, links and index entries in one transaction)."""
+        """Delete events (tombstones, links and index entries in one transaction; the tenant makes
+        its pending-purge marker durable before that commit)."""
         async with self.tenant(tenant_id) as t:
             deleted: list[str] = await asyncio.wrap_future(t.submit_delete(event_ids))
-            if deleted:  # after the commit, so the purger finds the tenant even once it is closed
-                await anyio.to_thread.run_sync(mark_pending, t.root)
         return deleted
 
     async def delete_cascade(self, tenant_id: str, event_id: str) -> list[str]:
         """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids deleted."""
         async with self.tenant(tenant_id) as t:
             deleted = await asyncio.wrap_future(delete_derived(t, event_id))
-            if deleted:
-                await anyio.to_thread.run_sync(mark_pending, t.root)
         return deleted
 
     async def would_delete(self, tenant_id: str, event_id: str, *, cascade: bool) -> list[str]:
@@ -251,6 +259,23 @@ class Engine:
         if stats.purged and self.on_purge is not None:
             self.on_purge(stats.seconds)
         return True
+
+    async def purge_after_delete(self, tenant_id: str) -> str | None:
+        """The purge a delete asked for: None once its bytes are gone, else why it is pending.
+
+        Never raises for a failed purge: the delete has committed (a 503 or 500 would tell the
+        caller nothing was done, and its retry would be a 404), and the tenant's pending-purge
+        marker, made with the delete, keeps it in the background purger's list until it succeeds.
+        """
+        try:
+            await self.purge(tenant_id)
+        except Exception as exc:
+            if for_want_of_room(exc):
+                log.warning("tenant %s: purge pending, the disk is full: %s", tenant_id, exc)
+                return PURGE_PENDING_ROOM
+            log.error("tenant %s: purge pending after %s", tenant_id, type(exc).__name__, exc_info=exc)
+            return PURGE_PENDING
+        return None
 
     async def list(self, tenant_id: str, query: ListQuery) -> tuple[list[StoredEvent], str | None]:
         """One page of events newest first."""

@@ -20,10 +20,12 @@ from memspine.auth import Authenticator, bearer_token
 from memspine.engine import Engine
 from memspine.errors import HTTP_CODES, error_body, unexpected_error
 from memspine.routes.memory import Answer, append_answer, recall_answer
+from memspine.schemas import TIME_CHECK_HEADER
 from memspine_admin.verifier import Principal
 from storage.errors import InvalidRequest, MemspineError, PayloadTooLarge
 
 TOO_LARGE = HTTP_CODES[413][1]
+TIME_CHECK = TIME_CHECK_HEADER.lower().encode()
 JSON_HEADER = (b"content-type", b"application/json")
 
 
@@ -44,14 +46,23 @@ async def _append(
 ) -> Answer:
     key = headers.get(b"idempotency-key")
     return await append_answer(
-        engine, who.tenant_id, body, key.decode("latin-1") if key is not None else None
+        engine,
+        who.tenant_id,
+        body,
+        key.decode("latin-1") if key is not None else None,
+        _time_header(headers),
     )
 
 
 async def _recall(
-    engine: Engine, who: Principal, _headers: dict[bytes, bytes], body: bytes
+    engine: Engine, who: Principal, headers: dict[bytes, bytes], body: bytes
 ) -> Answer:
-    return await recall_answer(engine, who.tenant_id, body)
+    return await recall_answer(engine, who.tenant_id, body, _time_header(headers))
+
+
+def _time_header(headers: dict[bytes, bytes]) -> str | None:
+    value = headers.get(TIME_CHECK)
+    return value.decode("latin-1") if value is not None else None
 
 
 ROUTES = {

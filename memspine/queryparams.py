@@ -7,7 +7,7 @@ from typing import Any
 import msgspec
 from litestar import Request
 
-from memspine.schemas import check_kind
+from memspine.schemas import TIME_CHECK_HEADER, check_kind, check_time, time_check
 from storage import encoding as enc
 from storage.errors import InvalidRequest
 from storage.listing import MAX_LIMIT, ListQuery
@@ -91,13 +91,14 @@ def parse_list_query(request: Request[Any, Any, Any]) -> ListQuery:
     current = _one(request, "current")
     if current is not None and current.lower() not in ("true", "false", "1", "0"):
         raise InvalidRequest("current must be true or false")
+    checked = time_check(request.headers.get(TIME_CHECK_HEADER))
     return ListQuery(
         kind=kind,
-        since=int_param(request, "since", 0, 2**62),
-        until=int_param(request, "until", 0, 2**62),
+        since=check_time(int_param(request, "since", 0, 2**62), "since", checked=checked, zero=True),
+        until=check_time(int_param(request, "until", 0, 2**62), "until", checked=checked),
         limit=100 if limit is None else limit,
         cursor=_one(request, "cursor"),
         filters=filters,
         current=current is None or current.lower() in ("true", "1"),
-        as_of=int_param(request, "as_of", 0, 2**62),
+        as_of=check_time(int_param(request, "as_of", 0, 2**62), "as_of", checked=checked),
     )

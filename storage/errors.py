@@ -87,6 +87,16 @@ class Unavailable(MemspineError):
     code = "unavailable"
 
 
+class DiskFull(Unavailable):
+    """The data directory's filesystem is full (503 with Retry-After): the detail says what was
+    not done; nothing acknowledged before is lost, and the server recovers once space is freed."""
+
+    RETRY_AFTER_SECS = 30
+
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail, headers=headers or {"Retry-After": str(self.RETRY_AFTER_SECS)})
+
+
 class CypherSyntaxError(InvalidRequest):
     """A Cypher query that does not parse; the detail names line and column."""
 

@@ -16,8 +16,6 @@ from urllib.parse import urlsplit
 
 import msgspec
 from litestar import Litestar
-from litestar.handlers import asgi
-from litestar.handlers.asgi_handlers import ASGIRouteHandler
 from mcp.server import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
@@ -30,7 +28,6 @@ from memspine.mcp.server import Caller, build_server
 from memspine_admin.verifier import Principal
 from storage.errors import TooManyRequests, Unauthorized
 
-PATH = "/mcp"
 PRINCIPAL_KEY = "memspine.principal"  # where the checked principal rides in the ASGI scope
 LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
 CROSS_ORIGIN = "cross-origin requests to /mcp are not allowed"
@@ -145,15 +142,6 @@ class McpEndpoint:
             await _refuse(send, exc.status, exc.code, exc.detail, exc.headers)
             return
         await self.manager.handle_request({**scope, PRINCIPAL_KEY: principal}, receive, send)
-
-    def route(self) -> ASGIRouteHandler:
-        """The Litestar handler that mounts this endpoint at /mcp."""
-
-        async def mcp_mount(scope: Any, receive: Any, send: Any) -> None:
-            await self(scope, receive, send)
-
-        handler: ASGIRouteHandler = asgi(PATH, is_mount=True, copy_scope=True)(mcp_mount)
-        return handler
 
 
 def _length_ok(value: str | None, limit: int) -> bool:

@@ -73,6 +73,7 @@ class DeleteArgs(msgspec.Struct, forbid_unknown_fields=True):
     id: str
     cascade: bool = False
     dry_run: bool = True
+    purge: bool = False
 
 
 async def append(b: Backend, a: AppendArgs) -> Answer:
@@ -129,7 +130,7 @@ async def cypher(b: Backend, a: CypherArgs) -> Answer:
 
 async def delete(b: Backend, a: DeleteArgs) -> Answer:
     """A dry run (the default) or the delete itself."""
-    out = await b.delete(a.id, cascade=a.cascade, dry_run=a.dry_run)
+    out = await b.delete(a.id, cascade=a.cascade, dry_run=a.dry_run, purge=a.purge)
     return out, render.delete_text(out, a.id)
 
 
@@ -362,6 +363,12 @@ DELETE = _tool(
             "default": True,
             "description": "Only report what would be deleted (default true). "
             "Pass false to delete.",
+        },
+        "purge": {
+            "type": "boolean",
+            "default": False,
+            "description": "Also erase the deleted events' bytes from disk before answering "
+            "(default false: the background purge does it within minutes).",
         },
     },
     ["id"],

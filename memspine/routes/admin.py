@@ -18,6 +18,7 @@ from memspine.auth import admin_guard
 from memspine.engine import Engine
 from memspine.queryparams import check_params, int_param
 from memspine.schemas import decode_body
+from memspine_admin import keys
 from memspine_admin.control import MAX_AUDIT_LIMIT, ControlDB, erase_tenant_dir
 from memspine_admin.records import SCOPES, AuditEntry, KeyInfo
 from storage.errors import InvalidRequest
@@ -211,7 +212,8 @@ async def revoke_key(request: Request[Any, Any, Any], key_id: FromPath[str]) -> 
     """Revoke a key, effective on the next request; revoking twice changes nothing."""
     check_params(request, set())
     control = _control(request)
-    info = await anyio.to_thread.run_sync(lambda: control.revoke_key(key_id, actor=ACTOR))
+    bare = keys.key_id_from(key_id)  # the id, or smk_live_<id> as listings show it
+    info = await anyio.to_thread.run_sync(lambda: control.revoke_key(bare, actor=ACTOR))
     return _json(_key_out(info, control.now()))
 
 
