@@ -12,7 +12,7 @@ from litestar.datastructures import State
 from litestar.openapi.config import OpenAPIConfig
 
 from memspine import __version__
-from memspine.auth import Authenticator
+from memspine.auth import Authenticator, AuthLimits
 from memspine.config import Settings
 from memspine.edge import Edge
 from memspine.engine import Engine
@@ -38,7 +38,9 @@ def create_app(
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = Engine(settings)
-    auth = auth or Authenticator(settings.data_dir, settings.admin_key)
+    auth = auth or Authenticator(
+        settings.data_dir, settings.admin_key, limits=AuthLimits.of(settings)
+    )
     engine.manager.admit = auth.admit_tenant
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)

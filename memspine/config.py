@@ -29,6 +29,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     port: int = 7781
     data_dir: Path = Path("./data")
     admin_key: str | None = None
+    auth_hash_slots: int = 4
+    auth_free_failures: int = 5
+    auth_max_backoff_secs: float = 60.0
     embedding_dim: int = 384
     max_open_tenants: int = 80
     max_open_bytes: int = msgspec.field(default_factory=default_max_open_bytes)
@@ -230,6 +233,9 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_BIND": _bind,
     "MEMSPINE_DATA_DIR": _data_dir,
     "MEMSPINE_ADMIN_KEY": lambda v: {"admin_key": _admin_key(v)},
+    "MEMSPINE_AUTH_HASH_SLOTS": lambda v: {"auth_hash_slots": _int_in(1, 64)(v)},
+    "MEMSPINE_AUTH_FREE_FAILURES": lambda v: {"auth_free_failures": _int_in(1, 1000)(v)},
+    "MEMSPINE_AUTH_MAX_BACKOFF_SECS": lambda v: {"auth_max_backoff_secs": _positive_float(v)},
     "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, 4096)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
     "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
