@@ -39,6 +39,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     metrics_per_tenant: bool = False
     log_level: str = "INFO"
     mcp_allowed_origins: frozenset[str] = frozenset()  # normalised: scheme://host[:port]
+    ui: bool = True  # the web console at /ui (memspine/routes/ui.py)
 
 
 def default_max_open_tenants() -> int:
@@ -207,6 +208,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_METRICS_PER_TENANT": lambda v: {"metrics_per_tenant": _flag(v)},
     "MEMSPINE_LOG_LEVEL": lambda v: {"log_level": _log_level(v)},
     "MEMSPINE_MCP_ALLOWED_ORIGINS": _origins,
+    "MEMSPINE_UI": lambda v: {"ui": _flag(v)},
 }
 
 
