@@ -8,8 +8,9 @@ routes (memspine/hot.py passes every GET straight on).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-from litestar import Response, get
+from litestar import Request, Response, get
 from litestar.handlers import HTTPRouteHandler
 
 from memspine.config import Settings
@@ -70,8 +71,9 @@ def routes(settings: Settings) -> list[HTTPRouteHandler]:
 
     # The page is HTML and holds a key: it is always sent from here, never from another path.
     @get(["/ui", "/ui/{name:path}"], include_in_schema=False, sync_to_thread=False)
-    def console(name: str = "/") -> Response[bytes]:
+    def console(request: Request[Any, Any, Any]) -> Response[bytes]:
         """The console page at /ui and its files at /ui/NAME."""
+        name = str(request.path_params.get("name", ""))
         found = assets.get(name.lstrip("/") or INDEX)
         if found is None:
             raise NotFound(NO_FILE)

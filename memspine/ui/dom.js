@@ -1,5 +1,6 @@
 // Building the page: every string becomes a text node or an attribute value set one by one, so
-// customer data (event texts, properties, kinds) can never be parsed as markup. No innerHTML.
+// customer data (event texts, properties, kinds) can never be parsed as markup: no string is ever
+// handed to the HTML parser.
 
 const SVG_NS = "http://www.w3.org/2000/svg";
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/;

@@ -2,8 +2,8 @@
 // chosen) drawn on the graph, then the delete with purge and the server's answer in words.
 
 import { deleteEvent } from "./api.js";
-import { el, eventLink, fill, problem } from "./dom.js";
-import { plural } from "./format.js";
+import { el, eventLink, fill, kindBadge, problem } from "./dom.js";
+import { clip, plural } from "./format.js";
 
 export function renderErasure(event, { mark, graph }) {
   const cascade = el("input", { id: "erase-cascade", type: "checkbox", checked: true });
@@ -30,7 +30,10 @@ export function renderErasure(event, { mark, graph }) {
         `Nothing was deleted. A delete${planned.cascade ? " with cascade=derived" : ""} would take ${plural(planned.ids.length, "event")}: ` +
         (planned.cascade ? "this one and every event derived from it, transitively" : "this one alone; events derived from it stay, with their link to it gone") +
         `. ${drawn} of them are marked on the graph` + (beyond ? `; ${beyond} lie beyond the hops drawn.` : ".")),
-      el("ul", { class: "links", id: "erase-ids" }, planned.ids.map((id) => el("li", null, eventLink(id, id)))),
+      el("ul", { class: "links", id: "erase-ids" }, planned.ids.map((id) => {
+        const n = graph() && graph().nodes.get(id);
+        return el("li", null, n ? [kindBadge(n.kind), " "] : null, eventLink(id, id), n ? ` ${clip(n.text, 100)}` : el("span", { class: "note" }, " (beyond the hops drawn)"));
+      })),
       el("p", null, "Purge makes the request wait until their bytes have left the tenant's files on disk."),
       confirm);
   });

@@ -70,7 +70,8 @@ export async function neighbourhood(event, hops) {
  */
 export function drawGraph(graph, focusId, { onOpen, marks } = {}) {
   const nodes = [...graph.nodes.values()];
-  const { at, width, height } = layout(nodes, graph.edges);
+  const { at, width, height, floor } = layout(nodes, graph.edges);
+  const pairs = new Set(graph.edges.filter((e) => e.type === "SOURCE_FROM").map((e) => `${e.from} ${e.to}`));
   const w = width + 50; // room for the arcs of links within one column
   const root = svg("svg", {
     class: "graph",
@@ -92,7 +93,7 @@ export function drawGraph(graph, focusId, { onOpen, marks } = {}) {
     const version = e.type === "SUPERSEDES";
     links.append(svg("path", {
       class: version ? "edge edge-version" : "edge",
-      d: edgePath(a, b),
+      d: edgePath(a, b, floor, version && pairs.has(`${e.from} ${e.to}`) ? 12 : 0),
       "marker-end": version ? "url(#arrow-version)" : "url(#arrow-source)",
       "data-from": e.from,
       "data-to": e.to,
@@ -126,9 +127,10 @@ function drawNode(n, p, graph, focusId, onOpen, marks) {
     svg("title", null, `${n.kind} ${n.id}\n${when(n.ts)}\n${n.text || ""}`),
     svg("rect", { class: "box", width: NODE_W, height: NODE_H, rx: "6", ry: "6" }),
     svg("rect", { class: "stripe", width: "6", height: NODE_H, rx: "3", ry: "3" }),
-    svg("text", { x: "14", y: "20", class: "node-head" }, `${clip(n.kind, 14)} · ${shortId(n.id)}${states.length ? " · " + states.join(", ") : ""}`),
-    svg("text", { x: "14", y: "40", class: "node-text" }, clip(n.text || "(no text)", 27)),
+    svg("text", { x: "14", y: "19", class: "node-head" }, `${clip(n.kind, 16)} · ${shortId(n.id)}`),
+    svg("text", { x: "14", y: "37", class: "node-text" }, clip(n.text || "(no text)", 27)),
   );
+  if (states.length) g.append(svg("text", { x: "14", y: "55", class: "node-state" }, states.join(" · ")));
   const open = () => onOpen && isEventId(n.id) && onOpen(n.id);
   g.addEventListener("click", open);
   g.addEventListener("keydown", (ev) => {

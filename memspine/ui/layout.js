@@ -3,11 +3,12 @@
 // the other columns to keep crossings few, columns centred on each other.
 
 export const NODE_W = 210;
-export const NODE_H = 58;
+export const NODE_H = 64;
 const COL_GAP = 70;
 const ROW_GAP = 16;
 const PAD = 14;
 const SWEEPS = 4;
+const BOW = 36;
 
 function byTime(a, b) {
   return a.ts - b.ts || (a.id < b.id ? -1 : a.id > b.id ? 1 : 0);
@@ -58,22 +59,35 @@ export function layout(nodes, edges) {
       });
     });
   });
+  const column = new Map(layers.map((l, ci) => [l, ci]));
+  // A link that skips a column bows below the nodes instead of running through them.
+  const long = edges.some((e) => at.has(e.from) && at.has(e.to) && Math.abs(column.get(layerOf.get(e.from)) - column.get(layerOf.get(e.to))) > 1);
+  const height = PAD * 2 + tallest * NODE_H + (tallest - 1) * ROW_GAP;
   return {
     at,
     width: PAD * 2 + layers.length * NODE_W + Math.max(0, layers.length - 1) * COL_GAP,
-    height: PAD * 2 + tallest * NODE_H + (tallest - 1) * ROW_GAP,
+    height: long ? height + BOW : height,
+    floor: height - PAD,
   };
 }
 
-/** The SVG path of an edge between two placed nodes: side to side, or an arc in one column. */
-export function edgePath(a, b) {
-  const ay = a.y + NODE_H / 2;
-  const by = b.y + NODE_H / 2;
+/**
+ * The SVG path of an edge between two placed nodes: side to side between neighbouring columns,
+ * under the nodes when it skips a column, an arc beside a column within one; `shift` moves
+ * both ends down (a SUPERSEDES link beside a SOURCE_FROM link between the same two events).
+ */
+export function edgePath(a, b, floor, shift = 0) {
+  const ay = a.y + NODE_H / 2 + shift;
+  const by = b.y + NODE_H / 2 + shift;
   if (a.x === b.x) {
     const x = a.x + NODE_W;
     return `M ${x} ${ay} C ${x + 40} ${ay}, ${x + 40} ${by}, ${x} ${by}`;
   }
   const [ax, bx] = a.x < b.x ? [a.x + NODE_W, b.x] : [a.x, b.x + NODE_W];
+  if (Math.abs(a.x - b.x) > NODE_W * 1.5 + 10) {
+    const low = floor + BOW;
+    return `M ${ax} ${ay} C ${ax + Math.sign(bx - ax) * 60} ${low}, ${bx - Math.sign(bx - ax) * 60} ${low}, ${bx} ${by}`;
+  }
   const mid = (ax + bx) / 2;
   return `M ${ax} ${ay} C ${mid} ${ay}, ${mid} ${by}, ${bx} ${by}`;
 }

@@ -25,6 +25,8 @@ export async function renderEvent(view, ctx, id) {
   const graphBox = el("div", { class: "graph-box scroll", id: "graph", tabindex: "-1" });
   const caption = el("p", { class: "graph-caption", id: "graph-caption", "aria-live": "polite" });
   const derivedList = el("div", { id: "derived-list" }, el("p", { class: "loading" }, "Reading the graph…"));
+  const sourceIds = (event.properties || {}).source_event_ids;
+  const sourceList = el("div", { id: "source-list" }, linkList("Sources (SOURCE_FROM)", sourceIds));
   const hops = el("select", { id: "hops", name: "hops" },
     ["1", "2", "3", "4"].map((n) => el("option", { value: n, selected: n === hopsChosen }, n)));
   const state = { graph: null, marks: new Map() };
@@ -48,9 +50,17 @@ export async function renderEvent(view, ctx, id) {
       `${plural(nodes.length, "event")} and ${plural(g.edges.length, "link")}: ${plural(sources, "source")} and ` +
       `${plural(derived.length, "derived event")} within ${plural(Number(hops.value), "hop")} each way.` +
       (g.truncated ? ` The graph stops at ${MAX_NODES} events; more are linked than drawn.` : ""));
+    const described = (n) => el("li", null, kindBadge(n.kind), " ", eventLink(n.id), " ", n.text || "");
     fill(derivedList, derived.length
-      ? el("ul", { class: "links" }, derived.filter((n) => n.layer === 1).map((n) => el("li", null, kindBadge(n.kind), " ", eventLink(n.id), " ", n.text || "")))
+      ? el("ul", { class: "links" }, derived.filter((n) => n.layer === 1).map(described))
       : el("p", null, "Nothing drawn was derived from this event."));
+    if (Array.isArray(sourceIds) && sourceIds.length) {
+      // In the order the event names them; an id that names no live event stays as sent.
+      fill(sourceList, el("h3", null, "Sources (SOURCE_FROM)"), el("ul", { class: "links" }, sourceIds.map((id) => {
+        const n = g.nodes.get(id);
+        return n && n.layer === -1 ? described(n) : el("li", null, eventLink(id, id), el("span", { class: "note" }, g.truncated ? " (not drawn)" : " (names no event now)"));
+      })));
+    }
   };
   hops.addEventListener("change", draw);
   const superseded = event.superseded_by || [];
@@ -71,7 +81,7 @@ export async function renderEvent(view, ctx, id) {
         propertiesTable(event.properties)),
       el("section", { "aria-labelledby": "links-title" },
         el("h2", { id: "links-title" }, "Links"),
-        linkList("Sources (SOURCE_FROM)", (event.properties || {}).source_event_ids),
+        sourceList,
         linkList("Supersedes", event.supersedes),
         linkList("Superseded by", superseded),
         validity(event),
