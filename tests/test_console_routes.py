@@ -73,7 +73,10 @@ def test_memspine_ui_0_turns_the_console_off_and_nothing_else(tmp_path: Path) ->
     with _client(tmp_path, MEMSPINE_UI="0") as off:
         for path in ("/ui", "/ui/main.js"):
             r = off.get(path)
-            assert (r.status_code, r.json()) == (404, {"error": "not_found", "detail": "no such route"})
+            assert (r.status_code, r.json()) == (
+                404,
+                {"error": "not_found", "detail": "no such route"},
+            )
         assert off.get("/health").status_code == 200
         assert off.get("/v1/whoami", headers={"Authorization": "Bearer acme"}).status_code == 200
 
