@@ -19,7 +19,7 @@ export function renderTimeline(view, ctx) {
   const until = el("input", { id: "tl-until", name: "until", type: "datetime-local", step: "1", value: f.until });
   const all = el("input", { id: "tl-all", name: "all", type: "checkbox", checked: f.all });
   const limit = el("select", { id: "tl-limit", name: "limit" },
-    ["20", "50", "100", "500"].map((n) => el("option", { value: n, selected: n === f.limit }, n)));
+    ["5", "20", "50", "100", "500"].map((n) => el("option", { value: n, selected: n === f.limit }, n)));
   const props = el("div", { class: "props", id: "tl-props" });
   let propCount = 0;
   const addProp = (name = "", value = "") => {
