@@ -109,7 +109,8 @@ def browser() -> Iterator[Any]:
     reason = _browser_reason()
     if reason:
         pytest.skip(reason)
-    from playwright.sync_api import sync_playwright  # imported here: the module must load without it
+    # Imported here, not at the top: without playwright the module must still load, to skip.
+    from playwright.sync_api import sync_playwright
 
     with sync_playwright() as p:
         chromium = p.chromium.launch(executable_path=str(CHROMIUM), args=FLAGS, headless=True)
@@ -164,7 +165,10 @@ class Console:
         return [t.strip() for t in self.page.locator(selector).all_inner_texts()]
 
     def row_ids(self, table: str) -> list[str]:
-        return [str(r.get_attribute("data-event-id")) for r in self.page.locator(f"{table} tbody tr").all()]
+        return [
+            str(r.get_attribute("data-event-id"))
+            for r in self.page.locator(f"{table} tbody tr").all()
+        ]
 
     def check_page(self) -> None:
         """Every control has a label and every text meets its contrast ratio."""
@@ -189,7 +193,11 @@ def ui(browser: Any, seeded: Seeded, shots: Path) -> Iterator[Console]:
     page.on("pageerror", lambda e: console.errors.append(str(e)))
     page.on(
         "request",
-        lambda r: None if r.url.startswith((console.url, "blob:", "data:")) else console.foreign.append(r.url),
+        lambda r: (
+            None
+            if r.url.startswith((console.url, "blob:", "data:"))
+            else console.foreign.append(r.url)
+        ),
     )
     yield console
     violations = page.evaluate("window.__csp") if not page.is_closed() else []
@@ -207,7 +215,9 @@ def _fresh(ui: Console, since: str = "", until: str = "", kind: str = "") -> Non
     ui.page.locator("#tl-table").wait_for()
 
 
-def test_sign_in_then_the_time_line_filters_by_kind_time_and_property_and_pages(ui: Console) -> None:
+def test_sign_in_then_the_time_line_filters_by_kind_time_and_property_and_pages(
+    ui: Console,
+) -> None:
     ids = ui.seeded.ids["support"]
     ui.page.goto(ui.url + "/ui")
     ui.page.locator("#api-key").wait_for()
@@ -265,13 +275,19 @@ def _graph(ui: Console) -> tuple[dict[str, int], set[tuple[str, str, str]]]:
         for n in ui.page.locator("svg.graph g.node").all()
     }
     edges = {
-        (str(e.get_attribute("data-from")), str(e.get_attribute("data-to")), str(e.get_attribute("data-type")))
+        (
+            str(e.get_attribute("data-from")),
+            str(e.get_attribute("data-to")),
+            str(e.get_attribute("data-type")),
+        )
         for e in ui.page.locator("svg.graph path.edge").all()
     }
     return nodes, edges
 
 
-def test_an_event_page_draws_sources_and_derived_events_and_a_node_opens_its_event(ui: Console) -> None:
+def test_an_event_page_draws_sources_and_derived_events_and_a_node_opens_its_event(
+    ui: Console,
+) -> None:
     ops = ui.seeded.ids["ops"]
     ui.sign_in("auditor")
     ui.event("ops", "W1")
@@ -332,7 +348,9 @@ def test_a_superseded_version_is_marked_in_the_graph_and_on_the_time_line(ui: Co
     assert len(ui.row_ids("#tl-table")) == len(project) - 1
 
 
-def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_words(ui: Console) -> None:
+def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_words(
+    ui: Console,
+) -> None:
     ids = ui.seeded.ids["support"]
     ui.sign_in("reviewer")
     ui.page.get_by_role("link", name="Recall").click()
@@ -343,7 +361,9 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
     ui.page.locator("#rc-run").click()
     ui.page.locator("#rc-walked").wait_for()
     assert ui.row_ids("#rc-ranked") == [ids["reply"], ids["objection"]]
-    cells = [r.locator("td").all_inner_texts() for r in ui.page.locator("#rc-ranked tbody tr").all()]
+    cells = [
+        r.locator("td").all_inner_texts() for r in ui.page.locator("#rc-ranked tbody tr").all()
+    ]
     assert [c[2:6] for c in cells] == [
         ["1", "—", "0.0164", "1/(60+1)"],
         ["2", "—", "0.0161", "1/(60+2)"],
@@ -367,7 +387,9 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
     ui.page.locator("#rc-k").fill("3")
     ui.page.locator("#rc-run").click()
     ui.page.locator("#rc-ranked").wait_for()
-    cells = [r.locator("td").all_inner_texts() for r in ui.page.locator("#rc-ranked tbody tr").all()]
+    cells = [
+        r.locator("td").all_inner_texts() for r in ui.page.locator("#rc-ranked tbody tr").all()
+    ]
     assert all(c[2].isdigit() and c[3].isdigit() for c in cells)  # both arms ranked every hit
     assert "replaces" in ui.page.locator("#rc-ranked").inner_text()  # Monday's date gave way
 
@@ -439,7 +461,9 @@ def test_a_hostile_event_is_shown_as_text_and_runs_nothing(ui: Console) -> None:
     assert ui.page.locator("[data-testid=event-text]").inner_text().startswith("<script>")
     props = ui.page.locator("#props-table").inner_text()
     assert "javascript:alert('property link')" in props and "<b onmouseover" in props
-    assert HOSTILE_KIND in str(ui.page.locator("svg.graph g.node.focus").get_attribute("aria-label"))
+    assert HOSTILE_KIND in str(
+        ui.page.locator("svg.graph g.node.focus").get_attribute("aria-label")
+    )
     _hostile_dom_is_inert(ui)
     ui.page.locator(f"svg.graph g.node[data-event-id='{hostile['second']}']").click()
     ui.page.wait_for_url(f"**/ui#/event/{hostile['second']}")
@@ -505,7 +529,10 @@ def test_erasure_previews_on_the_graph_then_deletes_with_purge(ui: Console) -> N
     ui.event("support", "door_turn")
     ui.page.locator("#erase-preview").click()
     ui.page.locator("#erase-confirm").wait_for()
-    doomed = {str(n.get_attribute("data-event-id")) for n in ui.page.locator("svg.graph g.node.doomed").all()}
+    doomed = {
+        str(n.get_attribute("data-event-id"))
+        for n in ui.page.locator("svg.graph g.node.doomed").all()
+    }
     assert doomed == {ids["door_turn"], ids["door_fact"]}
     assert ui.page.locator("#erase-confirm").inner_text() == "Delete 2 events and purge"
     with ui.seeded.client("reviewer") as reviewer:
