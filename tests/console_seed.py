@@ -33,7 +33,8 @@ HOSTILE_PROPERTIES = {
 
 @dataclass
 class Seeded:
-    """A running server, the keys it issued by role, and the seeded events' ids by tenant."""
+    """A running server, the keys it issued by role, and the seeded events' ids by tenant
+    (the key of role "revoked" is there for a test to revoke)."""
 
     server: ServerProcess
     keys: dict[str, str] = field(default_factory=dict)
@@ -86,7 +87,10 @@ def start_seeded(data_dir: Path) -> Seeded:
     try:
         with server.client(ADMIN_KEY) as admin:
             _tenant_and_key(
-                admin, seeded, "customer-4417", {"agent": ["read", "write"], "reviewer": ["read"]}
+                admin,
+                seeded,
+                "customer-4417",
+                {"agent": ["read", "write"], "reviewer": ["read"], "revoked": ["read"]},
             )
             _tenant_and_key(
                 admin, seeded, "purchasing", {"ops": ["read", "write"], "auditor": ["read"]}

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 import pytest
-from console_seed import HOSTILE_KIND, Seeded, start_seeded
+from console_seed import ADMIN_KEY, HOSTILE_KIND, Seeded, start_seeded
 
 REPO = Path(__file__).resolve().parent.parent
 CHROMIUM = Path("/usr/bin/chromium")
@@ -521,6 +521,20 @@ def test_a_narrow_window_keeps_every_page_inside_its_width(ui: Console) -> None:
     ui.event("ops", "W2")
     ui.page.screenshot(path=str(ui.shots / "narrow.png"))
     assert ui.page.get_by_role("link", name="Time line").is_visible()
+
+
+def test_a_revoked_key_is_signed_out_at_its_next_request(ui: Console) -> None:
+    ui.sign_in("revoked")
+    with ui.seeded.client("revoked") as c:
+        key_id = c.get("/v1/whoami").json()["key_id"]
+    with ui.seeded.server.client(ADMIN_KEY) as admin:
+        assert admin.delete(f"/v1/admin/keys/{key_id}").status_code == 200
+    ui.page.get_by_role("link", name="Recall").click()
+    ui.page.locator("#rc-text").fill("door code")
+    ui.page.locator("#rc-run").click()
+    expect(ui.page.locator("#signin-notice")).to_contain_text("no longer accepts this key")
+    assert ui.page.evaluate("sessionStorage.getItem('memspine.key')") is None
+    assert ui.page.locator("#nav").is_hidden()
 
 
 def test_erasure_previews_on_the_graph_then_deletes_with_purge(ui: Console) -> None:

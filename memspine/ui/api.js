@@ -59,6 +59,10 @@ export async function call(method, path, { body, key } = {}) {
   } catch (err) {
     data = null;
   }
+  if (response.status === 401 && !key) {
+    // The kept key stopped working (revoked, expired): the console signs out (main.js).
+    window.dispatchEvent(new CustomEvent("memspine:unauthorized"));
+  }
   if (!response.ok) {
     const code = data && data.error ? data.error : "http_" + response.status;
     const detail = data && data.detail ? data.detail : `the server answered ${response.status}`;

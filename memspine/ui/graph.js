@@ -15,7 +15,10 @@ const DERIVED = `MATCH (d:Event)-[:SOURCE_FROM]->(a:Event) WHERE a.event_id IN $
 RETURN a.event_id, d.event_id, d.kind, d.ts, d.text LIMIT $limit`;
 const AMONG = `MATCH (a:Event)-[:SOURCE_FROM]->(b:Event) WHERE a.event_id IN $ids AND b.event_id IN $ids
 RETURN a.event_id, b.event_id`;
-const VERSIONS = `MATCH (a:Event)-[:SUPERSEDES]->(b:Event) WHERE a.event_id IN $ids OR b.event_id IN $ids
+// Two queries, not one with OR: each side's IN is answered from the event id index.
+const NEWER = `MATCH (a:Event)-[:SUPERSEDES]->(b:Event) WHERE b.event_id IN $ids
+RETURN a.event_id, b.event_id, a.kind, a.ts, a.text, b.kind, b.ts, b.text LIMIT $limit`;
+const OLDER = `MATCH (a:Event)-[:SUPERSEDES]->(b:Event) WHERE a.event_id IN $ids
 RETURN a.event_id, b.event_id, a.kind, a.ts, a.text, b.kind, b.ts, b.text LIMIT $limit`;
 
 /**
@@ -53,8 +56,9 @@ export async function neighbourhood(event, hops) {
   const ids = [...nodes.keys()];
   for (const [from, to] of (await cypher(AMONG, { ids })).rows) addEdge(from, to, "SOURCE_FROM");
   const superseded = new Set();
-  const versions = await cypher(VERSIONS, { ids, limit: MAX_NODES + 1 });
-  for (const [a, b, ak, ats, atext, bk, bts, btext] of versions.rows) {
+  const newer = await cypher(NEWER, { ids, limit: MAX_NODES + 1 });
+  const older = await cypher(OLDER, { ids, limit: MAX_NODES + 1 });
+  for (const [a, b, ak, ats, atext, bk, bts, btext] of [...newer.rows, ...older.rows]) {
     // A newer or older version sits in the column of the version it is linked to.
     if (nodes.has(a)) addNode(b, bk, bts, btext, nodes.get(a).layer);
     else if (nodes.has(b)) addNode(a, ak, ats, atext, nodes.get(b).layer);

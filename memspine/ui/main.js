@@ -62,6 +62,12 @@ function signOut() {
   go("#/signin");
 }
 
+window.addEventListener("memspine:unauthorized", () => {
+  if (!session.who) return;
+  session.notice = "The server no longer accepts this key (revoked or expired): sign in again.";
+  signOut();
+});
+
 async function render() {
   const main = document.getElementById("main");
   if (!session.who && storedKey()) {

@@ -36,9 +36,12 @@ export function renderSignIn(view, ctx) {
     }
   });
   const signedIn = ctx.session.who;
+  const notice = ctx.session.notice;
+  ctx.session.notice = null;
   fill(view,
     el("section", { class: "signin" },
       heading("Sign in"),
+      notice ? el("p", { class: "error", role: "alert", id: "signin-notice" }, notice) : null,
       el("p", { id: "signin-title" }, "Read a tenant's memory with its API key: its events on a time line, the provenance of one event, recall and Cypher."),
       signedIn ? whoBlock(signedIn) : null,
       form,

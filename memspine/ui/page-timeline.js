@@ -79,18 +79,23 @@ function params() {
 async function load(results) {
   fill(results, el("p", { class: "loading" }, "Loading events…"));
   let page;
-  let supersededBy = new Map();
+  const supersededBy = new Map();
+  let unknown = null;
   try {
     page = await listEvents(params());
-    const ids = page.events.map((e) => e.event_id);
+  } catch (err) {
+    fill(results, problem(err, "The time line could not be read"));
+    return;
+  }
+  const ids = page.events.map((e) => e.event_id);
+  try {
     if (ids.length) {
       for (const [old, by] of (await cypher(SUPERSEDED_BY, { ids })).rows) {
         supersededBy.set(old, [...(supersededBy.get(old) || []), by]);
       }
     }
   } catch (err) {
-    fill(results, problem(err, "The time line could not be read"));
-    return;
+    unknown = problem(err, "Which events are superseded could not be read, so the states shown ignore supersession");
   }
   const rows = page.events.map((e) => {
     const st = stateOf(e, supersededBy.get(e.event_id));
@@ -114,6 +119,7 @@ async function load(results) {
       load(results);
     } } }, "Older →"));
   fill(results,
+    unknown,
     page.events.length ? strip(page.events) : null,
     table(`${plural(page.events.length, "event")} on this page`, ["When", "Kind", "State", "Text", "Properties"], rows, { class: "events", id: "tl-table" }),
     page.events.length ? null : el("p", null, "No events match these filters."),
