@@ -5,20 +5,33 @@
 
 from __future__ import annotations
 
-from functools import lru_cache
+import threading
+from collections import OrderedDict
 from typing import Any
 
 import msgspec
 
+from storage.cypher.bounds import MAX_QUERY_CHARS, MAX_VALUE_DEPTH, UNMETERED, Limits, Meter
 from storage.cypher.diagnostics import READ_ONLY_MESSAGE
 from storage.cypher.executor import Context, execute
 from storage.cypher.graph import GraphReader
 from storage.cypher.operators import Plan
+from storage.cypher.params import check_params
 from storage.cypher.parser import parse
 from storage.cypher.planner import plan as plan_ast
 from storage.errors import InvalidRequest
 
-__all__ = ["READ_ONLY_MESSAGE", "CypherResult", "GraphReader", "plan", "run", "warm"]
+__all__ = [
+    "MAX_QUERY_CHARS",
+    "MAX_VALUE_DEPTH",
+    "READ_ONLY_MESSAGE",
+    "CypherResult",
+    "GraphReader",
+    "Limits",
+    "plan",
+    "run",
+    "warm",
+]
 
 
 class CypherResult(msgspec.Struct):
@@ -28,10 +41,40 @@ class CypherResult(msgspec.Struct):
     rows: list[list[Any]]
 
 
-@lru_cache(maxsize=256)
-def plan(query: str) -> Plan:
-    """The plan for query text (cached: plans depend on the text only, never on params or data)."""
-    return plan_ast(parse(query))
+class PlanCache:
+    """Plans by query text (plans depend on the text only, never on params or data); a query
+    not seen yet is parsed and planned under the caller's meter, so parsing is timed too."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._plans: OrderedDict[str, Plan] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def get(self, query: str, meter: Meter) -> Plan:
+        """The plan for query text, from the cache or made now."""
+        with self._lock:
+            found = self._plans.get(query)
+            if found is not None:
+                self._plans.move_to_end(query)
+                return found
+        planned = plan_ast(parse(query, meter))
+        with self._lock:
+            self._plans[query] = planned
+            while len(self._plans) > self.size:
+                self._plans.popitem(last=False)
+        return planned
+
+    def __call__(self, query: str) -> Plan:
+        """The plan for query text, with no time limit."""
+        return self.get(query, UNMETERED)
+
+    def cache_clear(self) -> None:
+        """Forget every plan."""
+        with self._lock:
+            self._plans.clear()
+
+
+plan = PlanCache(256)
 
 
 def warm() -> None:
@@ -46,13 +89,27 @@ def run(
     *,
     timeout_ms: int = 5000,
     max_rows: int = 10000,
+    max_bytes: int = Limits().max_bytes,
+    max_string: int = Limits().max_string,
+    max_list: int = Limits().max_list,
 ) -> CypherResult:
-    """Run a read-only query against reader; InvalidRequest (400) for any fault of the query."""
-    planned = plan(query)  # before the clock starts: the time limit is for running the query
-    ctx = Context(reader, params or {}, timeout_ms)
-    missing = [f"${name}" for name in planned.parameters if name not in ctx.params]
+    """Run a read-only query against reader; InvalidRequest (400) for any fault of the query,
+    and for any bound it passes (time from the start of parsing, bytes, string and list sizes,
+    64-bit integers)."""
+    limits = Limits(
+        timeout_ms=timeout_ms,
+        max_rows=max_rows,
+        max_bytes=max_bytes,
+        max_string=max_string,
+        max_list=max_list,
+    )
+    meter = Meter(limits)
+    planned = plan.get(query, meter)
+    given = params or {}
+    missing = [f"${name}" for name in planned.parameters if name not in given]
     if missing:
         noun, it = ("parameter", "it") if len(missing) == 1 else ("parameters", "them")
         raise InvalidRequest(f"missing {noun} {', '.join(missing)}; pass {it} in params")
-    rows = execute(planned, ctx, max_rows)
+    check_params(given, meter)
+    rows = execute(planned, Context(reader, given, meter))
     return CypherResult(columns=list(planned.columns), rows=rows)
