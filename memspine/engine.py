@@ -272,6 +272,11 @@ class Engine:
                     params,
                     timeout_ms=self.settings.cypher_timeout_ms,
                     max_rows=self.settings.cypher_max_rows,
+                    max_bytes=self.settings.cypher_max_bytes,
+                    max_string=self.settings.cypher_max_string_chars,
+                    max_list=self.settings.cypher_max_list_items,
+                    max_result_bytes=self.settings.cypher_max_result_bytes,
+                    encoded=True,  # the answer is encoded here, row by row, under the limits
                 )
 
         return await self.read(tenant_id, run)

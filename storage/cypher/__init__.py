@@ -35,10 +35,11 @@ __all__ = [
 
 
 class CypherResult(msgspec.Struct):
-    """The answer to a query: column names and rows of JSON-ready values."""
+    """The answer to a query: column names and rows of JSON-ready values (with
+    run(encoded=True), each row a msgspec.Raw of its JSON, which encodes and decodes alike)."""
 
     columns: list[str]
-    rows: list[list[Any]]
+    rows: list[Any]
 
 
 class PlanCache:
@@ -92,24 +93,30 @@ def run(
     max_bytes: int = Limits().max_bytes,
     max_string: int = Limits().max_string,
     max_list: int = Limits().max_list,
+    max_result_bytes: int = Limits().max_result_bytes,
+    encoded: bool = False,
 ) -> CypherResult:
     """Run a read-only query against reader; InvalidRequest (400) for any fault of the query,
     and for any bound it passes (time from the start of parsing, bytes, string and list sizes,
-    64-bit integers)."""
+    64-bit integers, the size of the answer)."""
     limits = Limits(
         timeout_ms=timeout_ms,
         max_rows=max_rows,
         max_bytes=max_bytes,
         max_string=max_string,
         max_list=max_list,
+        max_result_bytes=max_result_bytes,
     )
     meter = Meter(limits)
-    planned = plan.get(query, meter)
+    planned = plan.get(query, meter)  # the clock started before parsing: parsing is timed
     given = params or {}
     missing = [f"${name}" for name in planned.parameters if name not in given]
     if missing:
         noun, it = ("parameter", "it") if len(missing) == 1 else ("parameters", "them")
         raise InvalidRequest(f"missing {noun} {', '.join(missing)}; pass {it} in params")
-    check_params(given, meter)
-    rows = execute(planned, Context(reader, given, meter))
-    return CypherResult(columns=list(planned.columns), rows=rows)
+    try:
+        check_params(given, meter)
+        rows = execute(planned, Context(reader, given, meter), encoded=encoded)
+        return CypherResult(columns=list(planned.columns), rows=rows)
+    finally:
+        meter.give_back()

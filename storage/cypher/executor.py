@@ -7,6 +7,8 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import msgspec
+
 from storage.cypher import ast
 from storage.cypher.bounds import LIST_BYTES, SLOT_BYTES, Meter, node_bytes
 from storage.cypher.expressions import Fn, Row, compile_expr, truth
@@ -79,21 +81,25 @@ class Context:
         return found
 
 
-def execute(plan: Plan, ctx: Context) -> list[list[Any]]:
-    """The result rows of plan, rendered for JSON; InvalidRequest past a bound of ctx.meter."""
+def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
+    """The result rows of plan, rendered for JSON (encoded: each row as JSON bytes already, so
+    encoding the answer is done here, row by row under the meter, and the caller's encoder
+    only copies bytes); InvalidRequest past a bound of ctx.meter."""
     meter = ctx.meter
     max_rows = meter.limits.max_rows
     rows: Iterator[Row] = iter([{}])
     for step in plan.steps:
         rows = _STEPS[type(step)](step, rows, ctx)
-    out: list[list[Any]] = []
+    out: list[Any] = []
     width = LIST_BYTES + SLOT_BYTES * len(plan.columns)
     for row in rows:
         meter.tick()
         if len(out) >= max_rows:
             raise InvalidRequest(f"query produced more than {max_rows} rows; add LIMIT")
-        meter.charge(width)
-        out.append([to_json(row[column], meter) for column in plan.columns])
+        meter.row_values = 0
+        meter.render(width, len(plan.columns))
+        rendered = [to_json(row[column], meter) for column in plan.columns]
+        out.append(msgspec.Raw(msgspec.json.encode(rendered)) if encoded else rendered)
     return out
 
 

@@ -8,7 +8,15 @@ from collections.abc import Callable
 from typing import Any
 
 from storage.cypher import ast
-from storage.cypher.bounds import INT_MIN, LIST_BYTES, SLOT_BYTES, UNMETERED, Meter, checked
+from storage.cypher.bounds import (
+    INT_MIN,
+    LIST_BYTES,
+    SLOT_BYTES,
+    UNMETERED,
+    Meter,
+    checked,
+    strings_bytes,
+)
 from storage.cypher.functions import FUNCTIONS
 from storage.cypher.graph import CORE_PROPERTIES, Relationship
 from storage.cypher.values import UNORDERED, compare, equals, is_number, type_name
@@ -186,9 +194,13 @@ def _add(a: Any, b: Any, meter: Meter) -> Any:
     # the size of a joined list or string is known before it is built: refused before it is
     if isinstance(a, list):
         meter.list_length(len(a) + (len(b) if isinstance(b, list) else 1))
-        return meter.list(a + b if isinstance(b, list) else [*a, b])
+        if isinstance(b, list):
+            return meter.list(a + b)
+        meter.charge(strings_bytes((b,)))
+        return meter.list([*a, b])
     if isinstance(b, list):
         meter.list_length(len(b) + 1)
+        meter.charge(strings_bytes((a,)))
         return meter.list([a, *b])
     if isinstance(a, str) and (isinstance(b, str) or is_number(b)):
         tail = b if isinstance(b, str) else str(b)
@@ -358,7 +370,13 @@ def _list(expr: ast.ListExpr, params: dict[str, Any], meter: Meter) -> Fn:
         value = meter.list(literals)
         return lambda row: value
     items = [compile_expr(item, params, meter) for item in expr.items]
-    return lambda row: meter.list([item(row) for item in items])
+
+    def run(row: Row) -> Any:
+        value = meter.list([item(row) for item in items])
+        meter.charge(strings_bytes(value))
+        return value
+
+    return run
 
 
 def _map(expr: ast.MapExpr, params: dict[str, Any], meter: Meter) -> Fn:
@@ -366,8 +384,9 @@ def _map(expr: ast.MapExpr, params: dict[str, Any], meter: Meter) -> Fn:
     cost = LIST_BYTES + 3 * SLOT_BYTES * len(entries)
 
     def run(row: Row) -> Any:
-        meter.charge(cost)
-        return {key: value(row) for key, value in entries}
+        value = {key: value(row) for key, value in entries}
+        meter.charge(cost + strings_bytes(value.values()))
+        return value
 
     return run
 

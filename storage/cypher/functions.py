@@ -93,7 +93,7 @@ class _Collect(Aggregate):
 
     def add(self, value: Any) -> None:
         self.meter.list_length(len(self.items) + 1)
-        self.meter.charge(SLOT_BYTES + held_bytes(value, self.meter))  # held until the end
+        self.meter.charge(SLOT_BYTES + held_bytes(value))  # held until the end
         self.items.append(value)
 
     def result(self) -> Any:
@@ -164,7 +164,7 @@ class Distinct(Aggregate):
     def add(self, value: Any) -> None:
         key = group_key(value, self.meter)
         if key not in self.seen:
-            self.meter.charge(SET_ENTRY_BYTES + held_bytes(value, self.meter))
+            self.meter.charge(SET_ENTRY_BYTES + held_bytes(value))
             self.seen.add(key)
             self.inner.add(value)
 

@@ -35,6 +35,7 @@ def _problem(value: Any, meter: Meter) -> str | None:
     """What is wrong with one parameter's value, or None; iterative, as the value may be deep."""
     limits = meter.limits
     stack = [(value, 0)]
+    elements = 0
     while stack:
         item, depth = stack.pop()
         kind = type(item)
@@ -53,11 +54,15 @@ def _problem(value: Any, meter: Meter) -> str | None:
         elif kind is list or kind is dict:
             if depth >= MAX_VALUE_DEPTH:
                 return f"nests lists and maps more than {MAX_VALUE_DEPTH} deep"
-            if len(item) > limits.max_list:
-                return f"holds a list or map of more than {limits.max_list} elements"
+            elements += len(item)
+            if elements > limits.max_list:
+                return (
+                    f"holds more than {limits.max_list} elements, "
+                    "counting those of the lists and maps inside it"
+                )
             if kind is dict and not all(type(k) is str for k in item):
                 return "holds a map whose keys are not all strings"
-            meter.walk(len(item))
+            meter.step(len(item))
             meter.charge(LIST_BYTES + 3 * SLOT_BYTES * len(item))
             children = item.values() if kind is dict else item
             stack.extend((child, depth + 1) for child in children)

@@ -78,7 +78,7 @@ def _group(
         key = tuple(group_key(fn(row), meter) for fn in key_fns)
         group = groups.get(key)
         if group is None:
-            meter.charge(SET_ENTRY_BYTES + row_bytes(row, meter))  # the group holds its row
+            meter.charge(SET_ENTRY_BYTES + row_bytes(row))  # the group holds its row
             accumulators = [_start(call, meter) for _, call in step.aggregates]
             group = groups[key] = _Group(row, accumulators)
         for arg, acc in zip(args, group.accumulators, strict=True):
@@ -112,7 +112,7 @@ def _distinct(pairs: Iterator[Pair], meter: Meter) -> Iterator[Pair]:
         meter.tick()
         key = tuple(group_key(v, meter) for v in projected.values())
         if key not in seen:
-            meter.charge(SET_ENTRY_BYTES + sum(held_bytes(v, meter) for v in projected.values()))
+            meter.charge(SET_ENTRY_BYTES + sum(held_bytes(v) for v in projected.values()))
             seen.add(key)
             yield env, projected
 
@@ -156,7 +156,7 @@ def _sort(
         meter.tick()
         view = {**env, **projected}
         keys = [order_key(fn(view), meter) for fn in fns]
-        cost = row_bytes(view, meter) + 2 * SET_ENTRY_BYTES * (1 + len(keys))
+        cost = row_bytes(view) + 2 * SET_ENTRY_BYTES * (1 + len(keys))
         meter.charge(cost)
         buffer.append(_Sorted(keys, (env, projected), cost))
         if len(buffer) == SORT_RUN:

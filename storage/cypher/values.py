@@ -14,6 +14,7 @@ from storage.cypher.bounds import (
     UNMETERED,
     Meter,
     node_bytes,
+    node_json,
 )
 from storage.cypher.graph import Relationship
 from storage.errors import InvalidRequest
@@ -63,7 +64,7 @@ def _enter(meter: Meter, depth: int, elements: int) -> int:
     accounted so a long one looks at the clock."""
     if depth >= MAX_VALUE_DEPTH:
         raise InvalidRequest(TOO_DEEP)
-    meter.walk(elements)
+    meter.walk(elements, start=not depth)
     return depth + 1
 
 
@@ -123,27 +124,33 @@ def _compare_lists(a: list[Any], b: list[Any], meter: Meter, depth: int) -> int 
     return (len(a) > len(b)) - (len(a) < len(b))
 
 
+# Keys are flat tuples, one per list or map (a tag, then the elements' keys), and a scalar's
+# group key is the scalar itself where that is unambiguous: sorting and grouping many rows
+# then allocates few objects for the garbage collector to walk.
+
+
 def order_key(value: Any, meter: Meter = UNMETERED, depth: int = 0) -> tuple[Any, ...]:
     """A sort key giving openCypher's global order: maps, nodes, relationships, lists, strings,
     booleans, numbers (NaN last), then null."""
     if is_number(value):
-        return (7, (1, 0) if math.isnan(value) else (0, value))
+        return (7, 1, 0) if math.isnan(value) else (7, 0, value)
     return _ORDER_KEYS[type(value)](value, meter, depth)
 
 
 def _map_order(value: dict[str, Any], meter: Meter, depth: int) -> tuple[Any, ...]:
     inner = _built_key(meter, depth, len(value))
-    return (0, tuple(sorted((k, order_key(x, meter, inner)) for k, x in value.items())))
+    return (0, *sorted((k, order_key(x, meter, inner)) for k, x in value.items()))
 
 
 def _list_order(value: list[Any], meter: Meter, depth: int) -> tuple[Any, ...]:
+    # (3, k1, k2, ...) orders as (3, (k1, k2, ...)) would: element by element, then shorter first
     inner = _built_key(meter, depth, len(value))
-    return (3, tuple(order_key(x, meter, inner) for x in value))
+    return (3, *[order_key(x, meter, inner) for x in value])
 
 
 def _built_key(meter: Meter, depth: int, elements: int) -> int:
     """_enter for a walk that builds a key of this many elements, which the query holds."""
-    meter.charge(LIST_BYTES + 4 * SLOT_BYTES * elements)
+    meter.charge(LIST_BYTES + SLOT_BYTES * elements)
     return _enter(meter, depth, elements)
 
 
@@ -157,28 +164,31 @@ _ORDER_KEYS: dict[type, Callable[[Any, Meter, int], tuple[Any, ...]]] = {
     type(None): lambda v, meter, depth: (9,),
 }
 
+_NULL_KEY, _NAN_KEY, _TRUE_KEY, _FALSE_KEY = ("null",), ("nan",), ("b", True), ("b", False)
+
 
 def group_key(value: Any, meter: Meter = UNMETERED, depth: int = 0) -> Any:
     """A hashable key under which equivalent values (grouping, DISTINCT) coincide; null == null."""
     if is_number(value):
-        return ("nan",) if math.isnan(value) else ("n", value)  # 1 and 1.0 hash alike
+        return _NAN_KEY if math.isnan(value) else value  # 1 and 1.0 hash and compare alike
     return _GROUP_KEYS[type(value)](value, meter, depth)
 
 
 def _list_group(value: list[Any], meter: Meter, depth: int) -> Any:
     inner = _built_key(meter, depth, len(value))
-    return ("l", tuple(group_key(x, meter, inner) for x in value))
+    return ("l", *[group_key(x, meter, inner) for x in value])
 
 
 def _map_group(value: dict[str, Any], meter: Meter, depth: int) -> Any:
     inner = _built_key(meter, depth, len(value))
-    return ("m", tuple(sorted((k, group_key(x, meter, inner)) for k, x in value.items())))
+    return ("m", *sorted((k, group_key(x, meter, inner)) for k, x in value.items()))
 
 
+# A string is its own key (no other key is a string); booleans are tagged, as True == 1.
 _GROUP_KEYS: dict[type, Callable[[Any, Meter, int], Any]] = {
-    type(None): lambda v, meter, depth: ("null",),
-    bool: lambda v, meter, depth: ("b", v),
-    str: lambda v, meter, depth: ("s", v),
+    type(None): lambda v, meter, depth: _NULL_KEY,
+    bool: lambda v, meter, depth: _TRUE_KEY if v else _FALSE_KEY,
+    str: lambda v, meter, depth: v,
     list: _list_group,
     dict: _map_group,
     StoredEvent: lambda v, meter, depth: ("node", v.event_id),
@@ -194,23 +204,24 @@ def to_json(value: Any, meter: Meter = UNMETERED, depth: int = 0) -> Any:
 
 
 def _render_node(value: StoredEvent, meter: Meter, depth: int) -> Any:
-    meter.charge(node_bytes(value))
+    meter.render(*node_json(value))
+    meter.charge(node_bytes(value))  # the object is built beside the node
     return value.to_object()
 
 
 def _render_string(value: str, meter: Meter, depth: int) -> str:
-    meter.charge(SLOT_BYTES + len(value))  # what the answer's JSON will carry
+    meter.render(SLOT_BYTES + len(value))  # about what the answer's JSON will carry
     return value
 
 
 def _render_list(value: list[Any], meter: Meter, depth: int) -> list[Any]:
-    meter.charge(LIST_BYTES + SLOT_BYTES * len(value))
+    meter.render(LIST_BYTES + SLOT_BYTES * len(value), len(value))
     inner = _enter(meter, depth, len(value))
     return [to_json(x, meter, inner) for x in value]
 
 
 def _render_map(value: dict[str, Any], meter: Meter, depth: int) -> dict[str, Any]:
-    meter.charge(LIST_BYTES + 3 * SLOT_BYTES * len(value))
+    meter.render(LIST_BYTES + 3 * SLOT_BYTES * len(value), len(value))
     inner = _enter(meter, depth, len(value))
     return {k: to_json(x, meter, inner) for k, x in value.items()}
 
