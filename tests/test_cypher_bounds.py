@@ -16,11 +16,16 @@ import threading
 import time
 import tracemalloc
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
+import anyio
+import msgspec
 import pytest
 
 from memspine.config import Settings
+from memspine.engine import Engine
+from memspine.jsondepth import json_depth
 from storage.cypher import CypherResult, Limits, run, warm
 from storage.cypher.bounds import INT_MAX, INT_MIN
 from storage.errors import InvalidRequest
@@ -420,6 +425,46 @@ def test_parameters_within_bounds_are_values(log: EventLog) -> None:
     assert rows(log, "RETURN size($deep), $big, $small, $f, size($s)", params, max_string=4096) == [
         [1, INT_MAX, INT_MIN, 1.5e300, 4096]
     ]
+
+
+def test_the_engine_every_door_calls_holds_the_bounds(tmp_path: Path) -> None:
+    """Engine.cypher serves the route and the MCP tool: the same refusals, and rows encoded in
+    the read thread that decode to the same values."""
+    engine = Engine(Settings(data_dir=tmp_path / "data", embedding_dim=4, cypher_timeout_ms=500))
+
+    async def ask(text: str, params: dict[str, Any] | None = None) -> Any:
+        return msgspec.json.decode(msgspec.json.encode(await engine.cypher("t1", text, params)))
+
+    async def main() -> None:
+        assert await ask("UNWIND [1, 2] AS x RETURN x, [x, 'a']") == {
+            "columns": ["x", "[x, 'a']"],
+            "rows": [[1, [1, "a"]], [2, [2, "a"]]],
+        }
+        for text, params, says in (
+            (squaring(24), None, "integer overflow: "),
+            (
+                "RETURN $p",
+                {"p": math.nan},
+                "parameter $p holds NaN or an infinity",
+            ),  # MCP's JSON has NaN
+            ("RETURN $p", {"p": 2**64}, "parameter $p holds an integer outside the 64-bit range"),
+            (doubling("[1]", 20), None, "a list may have at most 100000 elements"),
+        ):
+            with pytest.raises(InvalidRequest) as err:
+                await ask(text, params)
+            assert says in err.value.detail
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.close()
+
+
+def test_the_body_depth_is_read_from_its_bytes() -> None:
+    assert json_depth(b'{"query": "RETURN [[[1]]]", "params": {"p": [[1]]}}') == 4
+    assert json_depth(b'{"a": "\\"[[[[", "b": "\\\\", "c": [{}]}') == 3  # escapes end no string
+    assert json_depth(b"[" * 5000 + b"]" * 5000) == 5000
+    assert json_depth(b"7") == 0
 
 
 # ---- the settings are the engine's limits -------------------------------------------------------

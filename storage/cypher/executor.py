@@ -222,17 +222,11 @@ def _ids_by_property(op: SeekByProperty, row: Row, ctx: Context) -> Iterable[str
 
 def _seekable(value: Any) -> Any:
     """value as the property index holds it, or None if no filterable property can equal it:
-    only a boolean, a number or a string can. The index keeps numbers as float64, so an
-    integer past 64 bits is looked up as its float (the filter after the seek decides)."""
+    only a boolean, a number or a string can (every integer of a query is within 64 bits)."""
     if isinstance(value, bool | str):
         return value
     if not is_number(value):
         return None
-    if isinstance(value, int) and not TS_MIN <= value <= TS_MAX:
-        try:
-            return float(value)
-        except OverflowError:
-            return None
     return None if math.isnan(value) else value
 
 

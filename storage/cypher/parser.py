@@ -87,9 +87,9 @@ _STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
 
 
 def _bracket_depth(query: str) -> int:
-    """How deep lists and maps nest in the query text (an upper bound of none: parentheses
-    add no depth to the tree, so they are not counted). C loops only: a regex, a filter and
-    itertools, so a 20,000-character query costs well under a millisecond."""
+    """How deep lists and maps nest in the query's code, strings and comments left out
+    (parentheses are not counted: they add no depth to the tree). C loops only: a regex, a
+    filter and itertools, so a 20,000-character query costs about a millisecond."""
     code = without_text(query)
     brackets = "".join(filter(_STEP.__contains__, code))
     return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
@@ -110,7 +110,7 @@ def _check_tree(node: Any, meter: Meter) -> None:
             stack.extend((getattr(item, f), level + 1) for f in item.__struct_fields__)
         elif isinstance(item, tuple):
             stack.extend((child, level) for child in item)
-        meter.walk(1)
+        meter.step(1)
 
 
 def _out_of_range(digits: str) -> str:
