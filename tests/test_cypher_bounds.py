@@ -26,8 +26,8 @@ import pytest
 from memspine.config import Settings
 from memspine.engine import Engine
 from memspine.jsondepth import json_depth
-from storage.cypher import CypherResult, Limits, run, warm
-from storage.cypher.bounds import INT_MAX, INT_MIN
+from storage.cypher import CypherResult, Limits, PlanCache, run, warm
+from storage.cypher.bounds import INT_MAX, INT_MIN, Meter
 from storage.errors import InvalidRequest
 from storage.log import EventLog
 from storage.model import NewEvent
@@ -458,6 +458,16 @@ def test_the_engine_every_door_calls_holds_the_bounds(tmp_path: Path) -> None:
         anyio.run(main)
     finally:
         engine.close()
+
+
+def test_the_plan_cache_is_bounded_in_characters() -> None:
+    # every tenant's queries share it, and a plan holds tens of bytes per character
+    cache = PlanCache(100, 2_000)
+    texts = [f"RETURN {i} AS a{'x' * 490}" for i in range(10)]
+    for text in texts:
+        cache(text)
+    assert cache.get(texts[-1], Meter(Limits())) is cache(texts[-1])  # still cached
+    assert sum(map(len, cache._plans)) <= 2_000 and len(cache._plans) == 3
 
 
 def test_the_body_depth_is_read_from_its_bytes() -> None:

@@ -137,6 +137,12 @@ class Victim:
         self._thread.start()
         return self
 
+    def again(self) -> Victim:
+        """Ready to time another phase (`with victim.again():`)."""
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        return self
+
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join(10)
@@ -152,16 +158,31 @@ def summary(latencies: list[float]) -> dict[str, float]:
     }
 
 
+def at_once(clients: list[httpx.Client], query: str) -> list[httpx.Response]:
+    """The query sent by each client at the same moment; the answers."""
+    answers: list[httpx.Response] = []
+    threads = [
+        threading.Thread(target=lambda c=c: answers.append(cypher(c, query))) for c in clients
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return answers
+
+
 def test_pathological_queries_neither_stall_another_tenant_nor_take_its_memory(
     srv: ServerProcess,
 ) -> None:
     attacker = srv.client(f"attacker-{uuid.uuid4().hex[:8]}")
-    assert cypher(attacker, "RETURN 1").json() == {"columns": ["1"], "rows": [[1]]}
+    others = [srv.client(f"attacker-{uuid.uuid4().hex[:8]}") for _ in range(3)]
+    for client in (attacker, *others):
+        assert cypher(client, "RETURN 1").json() == {"columns": ["1"], "rows": [[1]]}
     victim = Victim(srv)
     alone = summary(victim.measure(2.0))
     rss_before = rss_mb(srv)
     answered: dict[str, float] = {}
-    with victim:
+    with victim:  # one attacker, each attack twice
         for _ in range(2):
             for name, (query, says) in ATTACKS.items():
                 started = time.perf_counter()
@@ -172,20 +193,33 @@ def test_pathological_queries_neither_stall_another_tenant_nor_take_its_memory(
                 assert body["error"] == "invalid_request", name
                 assert says in body["detail"], (name, body["detail"])
                 answered[name] = max(answered.get(name, 0.0), took)
-    rss_after = rss_mb(srv)
     during = summary(victim.latencies)
+    with victim.again():  # three attackers at once, as the unbounded engine took 5.4 GB for
+        for name in ("string doubling", "list doubling", "many big strings", "runaway sort"):
+            query, says = ATTACKS[name]
+            started = time.perf_counter()
+            answers = at_once(others, query)
+            answered[f"{name} x3"] = time.perf_counter() - started
+            assert [r.status_code for r in answers] == [400] * 3, name
+            assert all(says in r.json()["detail"] for r in answers), name
+    during_three = summary(victim.latencies)
+    rss_after = rss_mb(srv)
     print(f"\nvictim GET alone: {alone}")
-    print(f"victim GET during the attacks: {during}")
+    print(f"victim GET during the attacks, one at a time: {during}")
+    print(f"victim GET during the attacks, three at once: {during_three}")
     print("slowest answer per attack (ms):", {k: round(v * 1000) for k, v in answered.items()})
     print(f"server RSS: {rss_before:.0f} MiB before, {rss_after:.0f} MiB after")
 
     for name, took in answered.items():
-        assert took < BOUND_S, (name, took)
-    assert during["max_ms"] < 1000, during
+        # three at once share two cores: each has its own time limit, the slowest ends last
+        assert took < (2 * BOUND_S if name.endswith("x3") else BOUND_S), (name, took)
     # 50 ms; on a machine so loaded that the victim alone has a p99 past 10 ms, five times that
     assert during["p99_ms"] < max(50, 5 * alone["p99_ms"]), (alone, during)
-    # the attacks asked for gigabytes; what stays is at most the per-query budget
-    assert rss_after < max(rss_before * 1.2, rss_before + 64), (rss_before, rss_after)
+    assert during["max_ms"] < 1000, during
+    # three busy queries share the interpreter with the victim's request: slower, never stalled
+    assert during_three["max_ms"] < 1000, during_three
+    # the attacks asked for gigabytes; what stays is less than one query's budget (64 MiB)
+    assert rss_after < rss_before + 64, (rss_before, rss_after)
     # and the server answers as before
     assert cypher(attacker, "RETURN 1 + 1 AS two").json() == {"columns": ["two"], "rows": [[2]]}
 

@@ -28,6 +28,7 @@ __all__ = [
     "CypherResult",
     "GraphReader",
     "Limits",
+    "PlanCache",
     "plan",
     "run",
     "warm",
@@ -44,11 +45,15 @@ class CypherResult(msgspec.Struct):
 
 class PlanCache:
     """Plans by query text (plans depend on the text only, never on params or data); a query
-    not seen yet is parsed and planned under the caller's meter, so parsing is timed too."""
+    not seen yet is parsed and planned under the caller's meter, so parsing is timed too.
+    Bounded in entries and in characters of query text: a plan holds about 50 bytes per
+    character of its query, and every tenant's queries share the cache."""
 
-    def __init__(self, size: int) -> None:
+    def __init__(self, size: int, chars: int) -> None:
         self.size = size
+        self.chars = chars
         self._plans: OrderedDict[str, Plan] = OrderedDict()
+        self._held = 0  # characters of the cached queries
         self._lock = threading.Lock()
 
     def get(self, query: str, meter: Meter) -> Plan:
@@ -60,9 +65,11 @@ class PlanCache:
                 return found
         planned = plan_ast(parse(query, meter))
         with self._lock:
-            self._plans[query] = planned
-            while len(self._plans) > self.size:
-                self._plans.popitem(last=False)
+            if query not in self._plans:
+                self._plans[query] = planned
+                self._held += len(query)
+            while len(self._plans) > self.size or self._held > self.chars:
+                self._held -= len(self._plans.popitem(last=False)[0])
         return planned
 
     def __call__(self, query: str) -> Plan:
@@ -73,9 +80,10 @@ class PlanCache:
         """Forget every plan."""
         with self._lock:
             self._plans.clear()
+            self._held = 0
 
 
-plan = PlanCache(256)
+plan = PlanCache(256, 500_000)
 
 
 def warm() -> None:
@@ -114,9 +122,16 @@ def run(
     if missing:
         noun, it = ("parameter", "it") if len(missing) == 1 else ("parameters", "them")
         raise InvalidRequest(f"missing {noun} {', '.join(missing)}; pass {it} in params")
+    failure: InvalidRequest | None = None
     try:
         check_params(given, meter)
         rows = execute(planned, Context(reader, given, meter), encoded=encoded)
         return CypherResult(columns=list(planned.columns), rows=rows)
+    except InvalidRequest as err:
+        # The traceback holds the pipeline's frames and they the values the query built; the
+        # exception then sits in a cycle with its caller's future until a collection. Without
+        # it, a refused query's memory goes now, before give_back.
+        failure = err.with_traceback(None)
     finally:
         meter.give_back()
+    raise failure

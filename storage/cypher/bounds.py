@@ -34,7 +34,7 @@ TOO_DEEP = f"a value may nest lists and maps at most {MAX_VALUE_DEPTH} deep"
 # How many elements a walk may visit between two looks at the clock.
 _WALK_STEP = 2048
 # A query that charged this much gives the allocator's free memory back when it ends.
-_TRIM_AFTER_BYTES = 16 << 20
+_TRIM_AFTER_BYTES = 4 << 20
 
 
 def _malloc_trim() -> Callable[[int], int] | None:
