@@ -23,6 +23,8 @@ from conftest import ServerProcess
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
+from memspine.jsonbounds import NESTING_DETAIL
+
 TIMEOUT_MS = 1000
 BOUND_S = TIMEOUT_MS / 1000 + 0.1  # the time limit plus at most 100 ms
 
@@ -233,15 +235,15 @@ def nested(depth: int) -> Any:
 
 def test_params_beyond_the_bounds_are_400_at_the_edge(srv: ServerProcess) -> None:
     client = srv.client(f"params-{uuid.uuid4().hex[:8]}")
-    deep = "params may nest lists and maps at most 32 deep"
-    for depth in (33, 1000, 100_000):  # the decoder recursed (a 500) from about 1,000
+    deep = NESTING_DETAIL  # the edge's sentence (memspine/jsonbounds.py), for every body
+    for depth in (32, 1000, 100_000):  # the decoder recursed (a 500) from about 1,000
         body = b'{"query": "RETURN $p", "params": {"p": ' + b"[" * depth + b"]" * depth + b"}}"
         resp = client.post(
             "/v1/memory/cypher", content=body, headers={"Content-Type": "application/json"}
         )
         assert resp.status_code == 400, (depth, resp.text[:200])
         assert resp.json() == {"error": "invalid_request", "detail": deep}
-    ok = cypher(client, "RETURN size($p)", {"p": nested(32)})
+    ok = cypher(client, "RETURN size($p)", {"p": nested(31)})  # with params: 32 levels
     assert ok.status_code == 200 and ok.json()["rows"] == [[1]]
     # brackets inside strings are text, not depth
     text = cypher(client, "RETURN $p", {"p": "[" * 5000})

@@ -1,6 +1,7 @@
-"""A query's parameters as the engine accepts them: JSON values, nested at most
-MAX_VALUE_DEPTH deep, integers within 64 bits, finite floats, strings and lists within the
-query's limits. Every door (HTTP, MCP, a script calling storage) passes through here."""
+"""A query's parameters as the engine accepts them: JSON values, the params object and what it
+holds nested at most MAX_VALUE_DEPTH levels (as memspine/jsonbounds.py counts them at the HTTP
+and MCP doors), integers within 64 bits, finite floats, strings and lists within the query's
+limits. Every door (HTTP, MCP, a script calling storage) passes through here."""
 
 from __future__ import annotations
 
@@ -34,7 +35,7 @@ def check_params(params: dict[str, Any], meter: Meter) -> None:
 def _problem(value: Any, meter: Meter) -> str | None:
     """What is wrong with one parameter's value, or None; iterative, as the value may be deep."""
     limits = meter.limits
-    stack = [(value, 0)]
+    stack = [(value, 1)]  # the params object is the first level
     elements = 0
     while stack:
         item, depth = stack.pop()
@@ -53,7 +54,10 @@ def _problem(value: Any, meter: Meter) -> str | None:
             meter.charge(sys.getsizeof(item))
         elif kind is list or kind is dict:
             if depth >= MAX_VALUE_DEPTH:
-                return f"nests lists and maps more than {MAX_VALUE_DEPTH} deep"
+                return (
+                    f"nests lists and maps too deep: params may nest at most {MAX_VALUE_DEPTH} "
+                    "levels, the params object included"
+                )
             elements += len(item)
             if elements > limits.max_list:
                 return (
