@@ -277,6 +277,14 @@ def test_parsing_counts_against_the_time_limit(log: EventLog) -> None:
     assert rows(log, long, timeout_ms=30_000) == [[6000]]  # it is a fine query given the time
 
 
+def test_the_clock_runs_from_when_the_caller_took_the_request(log: EventLog) -> None:
+    # Engine.cypher passes when it took the query: a wait for a read thread is part of the time
+    waited = time.monotonic() - 0.6
+    detail = refused(log, "RETURN 1", timeout_ms=500, started=waited)
+    assert detail == "query exceeded the 500 ms time limit; narrow it with an indexed predicate"
+    assert rows(log, "RETURN 1", timeout_ms=500, started=time.monotonic() - 0.3) == [[1]]
+
+
 def test_deep_brackets_are_refused_before_parsing(log: EventLog) -> None:
     for text in (
         "RETURN " + "[" * 9990 + "1" + "]" * 9990,

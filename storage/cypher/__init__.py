@@ -103,10 +103,12 @@ def run(
     max_list: int = Limits().max_list,
     max_result_bytes: int = Limits().max_result_bytes,
     encoded: bool = False,
+    started: float | None = None,
 ) -> CypherResult:
     """Run a read-only query against reader; InvalidRequest (400) for any fault of the query,
     and for any bound it passes (time from the start of parsing, bytes, string and list sizes,
-    64-bit integers, the size of the answer)."""
+    64-bit integers, the size of the answer). The clock runs from `started` (time.monotonic()
+    when the caller took the request, so a wait for a thread counts; now by default)."""
     limits = Limits(
         timeout_ms=timeout_ms,
         max_rows=max_rows,
@@ -115,7 +117,7 @@ def run(
         max_list=max_list,
         max_result_bytes=max_result_bytes,
     )
-    meter = Meter(limits)
+    meter = Meter(limits, started=started)
     planned = plan.get(query, meter)  # the clock started before parsing: parsing is timed
     given = params or {}
     missing = [f"${name}" for name in planned.parameters if name not in given]

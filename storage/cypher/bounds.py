@@ -11,7 +11,6 @@ with what the query asks for: each such step is one C call on a value no larger 
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import math
 import sys
 import time
@@ -39,8 +38,8 @@ _TRIM_AFTER_BYTES = 4 << 20
 
 def _malloc_trim() -> Callable[[int], int] | None:
     """glibc's malloc_trim, or None where there is none (musl, macOS)."""
-    try:
-        trim: Callable[[int], int] = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").malloc_trim
+    try:  # the process's own symbols: libc is among them wherever there is a malloc_trim
+        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
     return trim
@@ -66,13 +65,15 @@ class Limits(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class Meter:
-    """One query's clock and byte budget; every method raises InvalidRequest past a bound."""
+    """One query's clock and byte budget; every method raises InvalidRequest past a bound.
+    The clock runs from `started` (time.monotonic(); now by default)."""
 
     __slots__ = ("answer", "deadline", "limits", "row_values", "spent", "walked", "_since_tick")
 
-    def __init__(self, limits: Limits, *, clock: bool = True) -> None:
+    def __init__(self, limits: Limits, *, clock: bool = True, started: float | None = None) -> None:
         self.limits = limits
-        self.deadline = time.monotonic() + limits.timeout_ms / 1000 if clock else math.inf
+        start = time.monotonic() if started is None else started
+        self.deadline = start + limits.timeout_ms / 1000 if clock else math.inf
         self.spent = 0
         self.answer = 0  # bytes of the rendered result
         self.row_values = 0  # values in the result row being rendered
