@@ -322,13 +322,50 @@ MCP_PATH = {
 }
 
 
-def document(operations: tuple[Operation, ...], embedding_dim: int) -> dict[str, Any]:
-    """The OpenAPI 3.1 document of these operations and of /mcp."""
+def _static(operation_id: str, summary: str, missing: str) -> dict[str, Any]:
+    """A GET of a file the server hands out as it is (the console's, memspine/routes/ui.py)."""
+    errors = {s: why for s, why in EDGE_ERRORS.items() if s != 400} | {404: missing}
+    files = {"text/html", "text/css", "text/javascript", "image/svg+xml"}
+    return {
+        "get": {
+            "operationId": operation_id,
+            "summary": summary,
+            "tags": ["console"],
+            "security": [],
+            "responses": {
+                "200": {
+                    "description": "The file.",
+                    "content": {t: {"schema": {"type": "string"}} for t in sorted(files)},
+                },
+                **{
+                    str(s): {"description": why, "content": {JSON: {"schema": ERROR_REF}}}
+                    for s, why in sorted(errors.items())
+                },
+            },
+        }
+    }
+
+
+UI_PATHS = {
+    "/ui": _static("console", "The web console's page (docs/console.md)", "MEMSPINE_UI=0."),
+    "/ui/{name}": _static("console_file", "One of the console's files", "No such file."),
+}
+UI_PATHS["/ui/{name}"]["get"]["parameters"] = [
+    {"name": "name", "in": "path", "required": True, "schema": {"type": "string"}}
+]
+
+
+def document(
+    operations: tuple[Operation, ...], embedding_dim: int, *, ui: bool = True
+) -> dict[str, Any]:
+    """The OpenAPI 3.1 document of these operations, of /mcp and (when served) of /ui."""
     schemas = _Schemas(operations, embedding_dim)
     paths: dict[str, dict[str, Any]] = {}
     for op in operations:
         paths.setdefault(_path(op.path), {})[op.method.lower()] = _operation(op, schemas)
     paths["/mcp"] = MCP_PATH
+    if ui:
+        paths |= UI_PATHS
     return {
         "openapi": "3.1.0",
         "info": {"title": "memspine", "version": __version__, "description": DESCRIPTION},
@@ -390,9 +427,11 @@ def _asset(name: str) -> bytes:
     return (_assets_dir() / name).read_bytes()
 
 
-def schema_routes(operations: tuple[Operation, ...], embedding_dim: int) -> list[HTTPRouteHandler]:
+def schema_routes(
+    operations: tuple[Operation, ...], embedding_dim: int, *, ui: bool = True
+) -> list[HTTPRouteHandler]:
     """GET /schema (the viewer), /schema/openapi.json and the viewer's assets."""
-    body = msgspec.json.encode(document(operations, embedding_dim))
+    body = msgspec.json.encode(document(operations, embedding_dim, ui=ui))
 
     @get("/schema/openapi.json", include_in_schema=False)
     async def openapi_json() -> Response[bytes]:

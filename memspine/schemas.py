@@ -14,6 +14,7 @@ import msgspec
 
 from memspine.jsonbounds import check_body_nesting
 from storage import encoding as enc
+from storage.cypher.bounds import MAX_QUERY_CHARS
 from storage.errors import InvalidRequest
 from storage.model import NewEvent, StoredEvent
 from storage.recall import RecallQuery, RecallResult, Walk, Withheld
@@ -27,7 +28,6 @@ MAX_TS = 2**62
 MAX_MODEL_CHARS = 200
 MAX_IDEMPOTENCY_KEY = 255
 MAX_RECALL_TEXT_CHARS = 10_000
-MAX_QUERY_CHARS = 20_000
 MAX_K, MAX_HOPS = 100, 3
 KIND_PATTERN = "^[^\\x00-\\x1f\\x7f]+$"
 _KIND = re.compile(r"^[^\x00-\x1f\x7f]+\Z")  # \Z: "$" would accept a trailing newline
@@ -124,6 +124,7 @@ class RecallIn(msgspec.Struct, forbid_unknown_fields=True):
     filter: Filter | None = None
     current: bool = True
     as_of: Time | None = None
+    explain: bool = False
 
 
 class CypherIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -422,6 +423,8 @@ class HitOut(msgspec.Struct):
     via: str | msgspec.UnsetType = msgspec.UNSET
     hop: int | msgspec.UnsetType = msgspec.UNSET
     replaces: list[str] | msgspec.UnsetType = msgspec.UNSET
+    keyword_rank: int | None | msgspec.UnsetType = msgspec.UNSET  # with explain, ranked hits only
+    vector_rank: int | None | msgspec.UnsetType = msgspec.UNSET
 
 
 class RecallOut(msgspec.Struct):
@@ -460,6 +463,7 @@ def to_recall_query(body: RecallIn, *, check_times: bool = True) -> RecallQuery:
         filters=filters,
         current=body.current,
         as_of=body.as_of,
+        explain=body.explain,
     )
 
 
@@ -476,6 +480,8 @@ def recall_out(result: RecallResult) -> RecallOut:
             via=h.via if h.via is not None else msgspec.UNSET,
             hop=h.hop if h.hop is not None else msgspec.UNSET,
             replaces=h.replaces if h.replaces else msgspec.UNSET,
+            keyword_rank=h.ranks[0] if h.ranks is not None else msgspec.UNSET,
+            vector_rank=h.ranks[1] if h.ranks is not None else msgspec.UNSET,
         )
         for h in result.hits
     ]
