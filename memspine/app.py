@@ -73,7 +73,8 @@ def create_app(
         engine.on_purge = metrics.observe_purge
         purger = Purger(engine, settings.purge_interval_secs)
         purger.start()
-        # lark builds the Cypher parser in 0.2-0.8 s: beside startup, not in a first query
+        # lark takes a noticeable part of a second to build the Cypher parser: beside startup,
+        # not in a first query
         threading.Thread(target=_settle, name="cypher-warm", daemon=True).start()
         try:
             yield

@@ -264,7 +264,7 @@ def _id_list(value: Any, field: str) -> tuple[str, ...]:
 
 
 def idempotent_id(tenant_id: str, key: str) -> str:
-    """uuid5(uuid5(NAMESPACE_URL, "memspine:" + tenant), key), as API.md fixes it."""
+    """uuid5(uuid5(NAMESPACE_URL, "memspine:" + tenant), key), as docs/api.md states it."""
     namespace = uuid.uuid5(uuid.NAMESPACE_URL, "memspine:" + tenant_id)
     return str(uuid.uuid5(namespace, key))
 
@@ -371,7 +371,8 @@ def event_out(
     current: bool | None = None,
     superseded_by: list[str] | None = None,
 ) -> EventOut:
-    """The client's view of a stored event; the seed's fields always, the others when they apply."""
+    """The client's view of a stored event: event_id, kind, ts, text and properties always, the
+    others when they apply."""
     return EventOut(
         event_id=ev.event_id,
         kind=ev.kind,

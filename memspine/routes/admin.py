@@ -59,7 +59,7 @@ class TenantIn(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class TenantCreated(msgspec.Struct):
-    """The answer to a tenant creation, exactly the seed's two fields."""
+    """The answer to a tenant creation: exactly these two fields."""
 
     tenant_id: str
     name: str
