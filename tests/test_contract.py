@@ -172,3 +172,42 @@ def test_the_schema_viewer_needs_no_other_host(live: Live) -> None:
     assert "/schema/openapi.json" in start and "validatorUrl: null" in start
     # Only the viewer's own files are served from the package.
     assert httpx.get(live.server.url + "/schema/assets/swagger-editor.js").status_code == 404
+
+
+def test_the_hooks_excuse_only_what_no_schema_can_state() -> None:
+    """tests/contract_hooks.py drops failures: each rule must drop its case and nothing else."""
+    import contract_hooks as hooks
+
+    assert hooks.whole_numbers_as_integers({"k": 74.0, "e": [1.5, 2.0], "t": "1.0"}) == {
+        "k": 74,
+        "e": [1.5, 2],
+        "t": "1.0",
+    }
+
+    class Case:
+        def __init__(self, query: Any = None, body: Any = None) -> None:
+            self.query, self.body = query, body
+
+    since = "since must not be later than until"
+    assert hooks.broken_order(Case(query={"since": "9", "until": "3"}), 400, since)
+    assert not hooks.broken_order(Case(query={"since": "3", "until": "9"}), 400, since)
+    assert not hooks.broken_order(Case(query={"since": "9", "until": "3"}), 400, "limit must be")
+    assert not hooks.broken_order(Case(query={"since": "9", "until": "3"}), 500, since)
+    window = "valid_from must be earlier than valid_until"
+    assert hooks.broken_order(Case(body={"valid_from": 5, "valid_until": 5}), 400, window)
+    assert not hooks.broken_order(Case(body={"valid_from": 4, "valid_until": 5}), 400, window)
+
+    class UseAfterFree:
+        def __init__(self, free: str) -> None:
+            self.free = free
+
+    hooks.DRY_RUNS.add("/v1/memory/event/a")
+    hooks.DRY_RUNS.add("/v1/memory/event/b")
+    hooks.DELETED.add("/v1/memory/event/b")
+    try:
+        assert hooks.only_dry_run(UseAfterFree("DELETE /v1/memory/event/a"))
+        assert not hooks.only_dry_run(UseAfterFree("DELETE /v1/memory/event/b"))  # really deleted
+        assert not hooks.only_dry_run(UseAfterFree("DELETE /v1/memory/event/c"))
+    finally:
+        hooks.DRY_RUNS.clear()
+        hooks.DELETED.clear()
