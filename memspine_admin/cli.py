@@ -14,9 +14,10 @@ from typing import Any
 import msgspec
 
 from memspine_admin import keys
-from memspine_admin.control import ControlDB, erase_tenant_dir
+from memspine_admin.control import erase_tenant_dir
+from memspine_admin.plane import ControlPlane, init_control, open_control
 from memspine_admin.records import now_us
-from storage.errors import MemspineError, NotFound
+from storage.errors import Conflict, MemspineError, NotFound
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ABORTED = 0, 1, 2, 3
 
@@ -62,8 +63,13 @@ def _confirm(args: argparse.Namespace, question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _open(args: argparse.Namespace) -> ControlDB:
-    return ControlDB.open(args.data_dir)
+def control_url() -> str | None:
+    """MEMSPINE_CONTROL_URL: the PostgreSQL control plane, as the server reads it; None for LMDB."""
+    return os.environ.get("MEMSPINE_CONTROL_URL", "").strip() or None
+
+
+def _open(args: argparse.Namespace) -> ControlPlane:
+    return open_control(args.data_dir, control_url(), actor=actor())
 
 
 ADOPT = "memspine-admin tenant adopt DIRNAME NAME"
@@ -106,9 +112,9 @@ def _adopt_hint() -> str:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """Create the control database."""
-    created = ControlDB.init(args.data_dir, actor=actor())
-    path = args.data_dir / "_control"
+    created = init_control(args.data_dir, control_url(), actor=actor())
     with _open(args) as db:
+        path = db.where()
         generation = db.generation()
         stranded = local_tenants(args.data_dir, {t.tenant_id for t in db.list_tenants()})
     human = (
@@ -157,6 +163,14 @@ def cmd_tenant_delete(args: argparse.Namespace) -> int:
         tenant = db.get_tenant(args.tenant_id)
         if tenant is None:
             raise NotFound("no tenant with that id")
+        if tenant.node is not None and not (args.data_dir / tenant.tenant_id).exists():
+            # Its files are on another machine: deleting here would leave them unerased.
+            raise Conflict(
+                f"tenant {tenant.tenant_id} is held by node {tenant.node}, not in "
+                f"{args.data_dir}: delete it through the admin route "
+                f"(DELETE /v1/admin/tenants/{tenant.tenant_id} via the proxy), which reaches "
+                "that node and erases its directory"
+            )
         active = [k for k in db.list_keys(tenant.tenant_id) if k.revoked_at is None]
         question = (
             f"delete tenant {tenant.tenant_id} ({tenant.name}), revoke its "

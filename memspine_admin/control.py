@@ -44,6 +44,19 @@ NO_CONTROL_DB = "no control database: run memspine-admin init"
 _U64 = struct.Struct(">Q")
 
 
+class StoredTenant(msgspec.Struct, frozen=True, kw_only=True):
+    """A tenant as the LMDB record holds it: Tenant's fields and its route (internal)."""
+
+    tenant_id: str
+    name: str
+    created_at: int
+    route: str | None = None  # None for a tenant made before routes, until its next key
+
+    def tenant(self) -> Tenant:
+        """What callers see."""
+        return Tenant(tenant_id=self.tenant_id, name=self.name, created_at=self.created_at)
+
+
 def control_path(data_dir: Path) -> Path:
     """Where the control database lives inside a data directory."""
     return Path(data_dir) / CONTROL_DIR
@@ -226,9 +239,10 @@ class ControlDB:
                 raise Conflict(f"a tenant named {name!r} already exists: {existing.decode()}")
             tenant_id = str(uuid.uuid4())
             route = self._claim_route(txn, tenant_id)
-            tenant = Tenant(tenant_id=tenant_id, name=name, created_at=self.now(), route=route)
+            stored = StoredTenant(tenant_id=tenant_id, name=name, created_at=self.now(), route=route)
+            tenant = stored.tenant()
             txn.put(name.encode(), tenant.tenant_id.encode(), db=self._names)
-            txn.put(tenant.tenant_id.encode(), msgspec.msgpack.encode(tenant), db=self._tenants)
+            txn.put(tenant.tenant_id.encode(), msgspec.msgpack.encode(stored), db=self._tenants)
             self._bump(txn)
             self._log(txn, actor, "tenant.create", tenant.tenant_id, None, {"name": name})
         return tenant
@@ -237,14 +251,25 @@ class ControlDB:
         """The tenant with that id, or None."""
         if not is_tenant_id(tenant_id):
             return None
+        stored = self._stored(tenant_id)
+        return None if stored is None else stored.tenant()
+
+    def tenant_route(self, tenant_id: str) -> str | None:
+        """The tenant's route (the start of its key ids), None if unknown or not given yet."""
+        stored = self._stored(tenant_id)
+        return None if stored is None else stored.route
+
+    def _stored(self, tenant_id: str) -> StoredTenant | None:
+        if not is_tenant_id(tenant_id):
+            return None
         with self._env.begin(db=self._tenants) as txn:
             raw = txn.get(tenant_id.encode())
-        return None if raw is None else msgspec.msgpack.decode(raw, type=Tenant)
+        return None if raw is None else msgspec.msgpack.decode(raw, type=StoredTenant)
 
     def list_tenants(self) -> list[Tenant]:
         """Every tenant, oldest first."""
         with self._env.begin(db=self._tenants) as txn:
-            tenants = [msgspec.msgpack.decode(v, type=Tenant) for _, v in txn.cursor()]
+            tenants = [msgspec.msgpack.decode(v, type=StoredTenant).tenant() for _, v in txn.cursor()]
         return sorted(tenants, key=lambda t: (t.created_at, t.tenant_id))
 
     def delete_tenant(self, tenant_id: str, *, actor: str) -> list[str]:
@@ -258,7 +283,7 @@ class ControlDB:
             raw = txn.get(tenant_id.encode(), db=self._tenants) if is_tenant_id(tenant_id) else None
             if raw is None:
                 raise NotFound("no tenant with that id")
-            tenant = msgspec.msgpack.decode(raw, type=Tenant)
+            tenant = msgspec.msgpack.decode(raw, type=StoredTenant)
             for record in self._tenant_key_records(txn, tenant_id):
                 if record.revoked_at is None:
                     revoked_record = msgspec.structs.replace(record, revoked_at=now)
@@ -288,10 +313,10 @@ class ControlDB:
         name = check_name(name, "name")
         scope_tuple = check_scopes(scopes)
         ttl = check_ttl(ttl_secs)
-        tenant = self.get_tenant(tenant_id)
-        if tenant is None:
+        stored = self._stored(tenant_id)
+        if stored is None:
             raise NotFound("no tenant with that id")  # before paying for argon2
-        route = tenant.route or self._give_route(tenant_id)
+        route = stored.route or self._give_route(tenant_id)
         generated = keys.generate_key(route)
         # Hash outside the write transaction: argon2 is slow and writers are serialised.
         secret_hash = keys.hash_secret(self.hasher, generated.secret)
@@ -301,7 +326,7 @@ class ControlDB:
             raw = txn.get(tenant_id.encode(), db=self._tenants)
             if raw is None:
                 raise NotFound("no tenant with that id")
-            if msgspec.msgpack.decode(raw, type=Tenant).route != route:
+            if msgspec.msgpack.decode(raw, type=StoredTenant).route != route:
                 raise Conflict("the tenant changed while its key was made; try again")
             while txn.get(generated.key_id.encode(), db=self._keys) is not None:
                 generated = keys.with_new_key_id(generated, route)
@@ -405,12 +430,12 @@ class ControlDB:
             raw = txn.get(tenant_id.encode(), db=self._tenants)
             if raw is None:
                 raise NotFound("no tenant with that id")
-            tenant = msgspec.msgpack.decode(raw, type=Tenant)
-            if tenant.route is not None:
-                return tenant.route
+            stored = msgspec.msgpack.decode(raw, type=StoredTenant)
+            if stored.route is not None:
+                return stored.route
             route = self._claim_route(txn, tenant_id)
-            tenant = msgspec.structs.replace(tenant, route=route)
-            txn.put(tenant_id.encode(), msgspec.msgpack.encode(tenant), db=self._tenants)
+            stored = msgspec.structs.replace(stored, route=route)
+            txn.put(tenant_id.encode(), msgspec.msgpack.encode(stored), db=self._tenants)
         return route
 
     def _put_key(self, txn: lmdb.Transaction, record: KeyRecord) -> None:

@@ -23,7 +23,6 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from types import TracebackType
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import psycopg
@@ -34,6 +33,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 from memspine_admin import keys
 from memspine_admin.control import NO_CONTROL_DB, check_audit_page
 from memspine_admin.placement import interim_node, is_node_name
+from memspine_admin.plane import redact
 from memspine_admin.records import (
     SCOPES,
     AuditEntry,
@@ -65,7 +65,7 @@ PROXY_LIVE_SECS = 10.0
 MAX_BIGINT = 2**63 - 1
 _MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql\Z")
 
-_TENANT_COLUMNS = "tenant_id, name, created_at, route, node"
+_TENANT_COLUMNS = "tenant_id, name, created_at, node"
 _KEY_COLUMNS = "key_id, tenant_id, name, scopes, created_at, expires_at, revoked_at, secret_hash"
 
 
@@ -74,19 +74,6 @@ class ControlUnavailable(Unavailable):
 
     def __init__(self, detail: str = "the control plane cannot be reached; retry shortly") -> None:
         super().__init__(detail, headers={"Retry-After": "1"})
-
-
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "postgresql://…"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.rsplit("@", 1)[1]
-    user = parts.username or ""
-    return urlunsplit(parts._replace(netloc=f"{user}:***@{netloc}"))
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -106,7 +93,9 @@ def migrations() -> list[tuple[int, str, str]]:
 def migrate(conn: psycopg.Connection[Any], *, clock: Callable[[], int] = now_us) -> list[int]:
     """Apply the migrations `conn`'s schema lacks, in order, in the caller's transaction;
     return the versions applied now. Concurrent callers wait on an advisory lock."""
-    conn.execute("SELECT pg_advisory_xact_lock(hashtextextended('memspine:' || current_schema(), 0))")
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('memspine:' || current_schema(), 0))"
+    )
     conn.execute(
         "CREATE TABLE IF NOT EXISTS memspine_migrations ("
         " version integer PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)"
@@ -130,7 +119,9 @@ def migrate(conn: psycopg.Connection[Any], *, clock: Callable[[], int] = now_us)
 
 def _connect(url: str) -> psycopg.Connection[Any]:
     try:
-        return psycopg.connect(url, connect_timeout=CONNECT_TIMEOUT_SECS, application_name="memspine")
+        return psycopg.connect(
+            url, connect_timeout=CONNECT_TIMEOUT_SECS, application_name="memspine"
+        )
     except psycopg.OperationalError as exc:
         raise ControlUnavailable(
             f"cannot reach the control plane at {redact(url)}: {_first_line(exc)}"
@@ -145,7 +136,7 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _tenant(row: tuple[Any, ...]) -> Tenant:
-    return Tenant(tenant_id=row[0], name=row[1], created_at=row[2], route=row[3], node=row[4])
+    return Tenant(tenant_id=row[0], name=row[1], created_at=row[2], node=row[3])
 
 
 def _key(row: tuple[Any, ...]) -> KeyRecord:
@@ -247,7 +238,8 @@ class GenerationWatcher:
                         failures = 0
                         if self.node is not None and time.monotonic() - beat > HEARTBEAT_SECS:
                             conn.execute(
-                                "UPDATE nodes SET seen_at = %s WHERE name = %s", (now_us(), self.node)
+                                "UPDATE nodes SET seen_at = %s WHERE name = %s",
+                                (now_us(), self.node),
                             )
                             beat = time.monotonic()
                         for _ in conn.notifies(timeout=self.poll_secs, stop_after=1):
@@ -416,12 +408,12 @@ class PgControl:
                 tenant_id=tenant_id,
                 name=name,
                 created_at=self.now(),
-                route=route,
                 node=interim_node(tenant_id, nodes),
             )
             conn.execute(
-                f"INSERT INTO tenants ({_TENANT_COLUMNS}) VALUES (%s, %s, %s, %s, %s)",
-                (tenant.tenant_id, tenant.name, tenant.created_at, tenant.route, tenant.node),
+                "INSERT INTO tenants (tenant_id, name, created_at, route, node)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (tenant.tenant_id, tenant.name, tenant.created_at, route, tenant.node),
             )
             change.bump()
             change.log(actor, "tenant.create", tenant_id, None, {"name": name})
@@ -456,11 +448,21 @@ class PgControl:
             ).fetchone()
         return None if row is None else _tenant(row)
 
+    def tenant_route(self, tenant_id: str) -> str | None:
+        """The tenant's route (the start of its key ids), None if unknown."""
+        if not is_tenant_id(tenant_id):
+            return None
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT route FROM tenants WHERE tenant_id = %s", (tenant_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
     def list_tenants(self) -> list[Tenant]:
         """Every tenant, oldest first."""
         with self._conn() as conn:
             rows = conn.execute(
-                f"SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY created_at, tenant_id COLLATE \"C\""
+                f'SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY created_at, tenant_id COLLATE "C"'
             ).fetchall()
         return [_tenant(r) for r in rows]
 
@@ -508,10 +510,9 @@ class PgControl:
         name = check_name(name, "name")
         scope_tuple = check_scopes(scopes)
         ttl = check_ttl(ttl_secs)
-        tenant = self.get_tenant(tenant_id)
-        if tenant is None or tenant.route is None:
+        route = self.tenant_route(tenant_id)
+        if route is None:
             raise NotFound("no tenant with that id")  # before paying for argon2
-        route = tenant.route
         generated = keys.generate_key(route)
         secret_hash = keys.hash_secret(self.hasher, generated.secret)  # outside any transaction
         now = self.now()
@@ -531,7 +532,15 @@ class PgControl:
                 generated = keys.with_new_key_id(generated, route)
             conn.execute(
                 f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL, %s)",
-                (generated.key_id, tenant_id, name, list(scope_tuple), now, expires_at, secret_hash),
+                (
+                    generated.key_id,
+                    tenant_id,
+                    name,
+                    list(scope_tuple),
+                    now,
+                    expires_at,
+                    secret_hash,
+                ),
             )
             change.bump()
             detail = {"name": name, "scopes": list(scope_tuple), "expires_at": expires_at}
@@ -569,9 +578,12 @@ class PgControl:
             if tenant_id is None:
                 rows = conn.execute(f"SELECT {_KEY_COLUMNS} FROM keys {order}").fetchall()
             else:
-                if not is_tenant_id(tenant_id) or not conn.execute(
-                    "SELECT 1 FROM tenants WHERE tenant_id = %s", (tenant_id,)
-                ).fetchone():
+                if (
+                    not is_tenant_id(tenant_id)
+                    or not conn.execute(
+                        "SELECT 1 FROM tenants WHERE tenant_id = %s", (tenant_id,)
+                    ).fetchone()
+                ):
                     raise NotFound("no tenant with that id")
                 rows = conn.execute(
                     f"SELECT {_KEY_COLUMNS} FROM keys WHERE tenant_id = %s {order}", (tenant_id,)

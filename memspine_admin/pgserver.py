@@ -29,7 +29,9 @@ def pg_bindir() -> Path:
     """The newest installed PostgreSQL's bin directory (Debian: /usr/lib/postgresql/N/bin)."""
     found = sorted(
         glob.glob("/usr/lib/postgresql/*/bin/initdb"),
-        key=lambda p: int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0,
+        key=lambda p: (
+            int(Path(p).parent.parent.name) if Path(p).parent.parent.name.isdigit() else 0
+        ),
     )
     if found:
         return Path(found[-1]).parent

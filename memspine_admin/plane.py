@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 from argon2 import PasswordHasher
 
@@ -44,6 +45,10 @@ class ControlPlane(Protocol):
 
     def get_tenant(self, tenant_id: str) -> Tenant | None:
         """The tenant with that id, or None."""
+        ...
+
+    def tenant_route(self, tenant_id: str) -> str | None:
+        """The tenant's route (the start of its key ids), None if unknown or not given yet."""
         ...
 
     def list_tenants(self) -> list[Tenant]:
@@ -106,6 +111,19 @@ class ControlPlane(Protocol):
     ) -> None: ...
 
 
+def redact(url: str) -> str:
+    """A control URL without its password, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "postgresql://…"
+    if password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
 def is_control_url(value: str) -> bool:
     """True if `value` names a PostgreSQL control plane (a libpq URL)."""
     return value.startswith(CONTROL_URL_SCHEMES)
@@ -153,9 +171,7 @@ def open_control(
     if url:
         from memspine_admin.control_pg import PgControl
 
-        return PgControl.open(
-            url, actor=actor, hasher=hasher, clock=clock, node=node, watch=watch
-        )
+        return PgControl.open(url, actor=actor, hasher=hasher, clock=clock, node=node, watch=watch)
     from memspine_admin.control import ControlDB
 
     return ControlDB.open(data_dir, create=create, actor=actor, hasher=hasher, clock=clock)

@@ -24,12 +24,11 @@ def now_us() -> int:
 
 class Tenant(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A tenant: its id (a UUIDv4, also its directory name), name and creation time (µs);
-    its route (the start of its key ids) and, in a cluster, the node that holds it."""
+    in a cluster, the node that holds it (shown only then)."""
 
     tenant_id: str
     name: str
     created_at: int
-    route: str | None = None  # None only for a tenant made before routes, until its next key
     node: str | None = None  # None: not placed (one node, or no MEMSPINE_NODE)
 
 
