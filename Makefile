@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean
+.PHONY: install run test lint typecheck bench clean system-packages
 
 install: $(STAMP)
 
@@ -21,7 +21,12 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy memspine memspine_admin storage
 
-test: $(STAMP) lint typecheck
+# PostgreSQL and HAProxy for the control-plane and cluster tests (Debian packages, as root);
+# without them those tests are skipped with the reason, the rest run.
+system-packages:
+	-scripts/install-debian-packages postgresql haproxy
+
+test: $(STAMP) system-packages lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)
