@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import getpass
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -263,6 +264,35 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_proxy_sync(args: argparse.Namespace) -> int:
+    """Keep an HAProxy routes map current from the PostgreSQL control plane (runs until stopped)."""
+    import logging
+    import signal
+    import threading
+
+    from memspine_admin.proxysync import ProxySync, Runtime, wait_for_runtime
+
+    url = control_url()
+    if url is None:
+        return _usage("proxy-sync needs MEMSPINE_CONTROL_URL (the cluster's control plane)")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    runtime = Runtime(args.runtime)
+    wait_for_runtime(runtime, timeout=30)
+    sync = ProxySync(url, runtime, args.map, args.name)
+    try:
+        if args.once:
+            generation = sync.sync_once()
+            _emit(args, {"generation": generation}, f"routes applied at generation {generation}")
+            return EXIT_OK
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        sync.run(stop)
+    finally:
+        sync.close()
+    return EXIT_OK
+
+
 def _common() -> argparse.ArgumentParser:
     # SUPPRESS defaults let --data-dir/--json go before or after the subcommand.
     common = argparse.ArgumentParser(add_help=False)
@@ -320,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(ksub, "revoke", cmd_key_revoke)
     p.add_argument("key_id", help="the key's id, bare or as key list shows it (smk_live_<id>)")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    p = command(sub, "proxy-sync", cmd_proxy_sync)
+    p.add_argument("--runtime", required=True, help="HAProxy runtime API: socket path or host:port")
+    p.add_argument("--map", type=Path, required=True, help="the routes map file HAProxy loads")
+    p.add_argument("--name", default=socket.gethostname(), help="this proxy's name (default: host)")
+    p.add_argument("--once", action="store_true", help="apply the routes once and exit")
 
     p = command(sub, "audit", cmd_audit)
     p.add_argument("--after", type=int, default=None, help="show entries after this seq")

@@ -103,6 +103,13 @@ class PrivatePostgres:
         """initdb: a superuser `memspine` with a random password, host logins by scram."""
         self.root.mkdir(parents=True, exist_ok=True)
         self._chown(self.root)
+        if self.user is not None:
+            reach = subprocess.run(self._cmd("test", "-w", str(self.root)), capture_output=True)
+            if reach.returncode != 0:
+                raise PostgresMissing(
+                    f"the {self.user} user cannot reach {self.root}: every directory above it "
+                    "must be searchable by others (chmod o+x), or choose one under /tmp"
+                )
         self.password_file.write_text(secrets.token_urlsafe(24) + "\n")
         os.chmod(self.password_file, 0o600)
         self._chown(self.password_file)
