@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean system-packages
+.PHONY: install run test test-cluster lint typecheck bench clean system-packages
 
 install: $(STAMP)
 
@@ -27,7 +27,11 @@ system-packages:
 	-scripts/install-debian-packages postgresql haproxy
 
 test: $(STAMP) system-packages lint typecheck
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not cluster"
+
+# deploy/local-cluster end to end: PostgreSQL, three nodes and HAProxy (about a minute).
+test-cluster: $(STAMP) system-packages
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m cluster
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

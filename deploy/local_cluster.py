@@ -185,6 +185,7 @@ def up(root: Path) -> dict[str, Any]:
                     f"NODE_{i + 1}_ADDR": f"127.0.0.1:{state['ports'][n]}"
                     for i, n in enumerate(NODES)
                 },
+                **{f"NODE_{i + 1}_NAME": n for i, n in enumerate(NODES)},
             }
         )
         check = subprocess.run(
