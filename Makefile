@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-cluster lint typecheck bench clean system-packages
+.PHONY: install run test test-cluster lint typecheck bench clean system-packages browser
 
 install: $(STAMP)
 
@@ -26,7 +26,11 @@ typecheck: $(STAMP)
 system-packages:
 	-scripts/install-debian-packages postgresql haproxy
 
-test: $(STAMP) system-packages lint typecheck
+# Debian's chromium for the console's browser tests; says why and goes on when it cannot.
+browser:
+	sh scripts/install-browser
+
+test: $(STAMP) system-packages browser lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not cluster"
 
 # deploy/local-cluster end to end: PostgreSQL, three nodes and HAProxy (about a minute).

@@ -52,6 +52,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_connections_per_client: int = 64
     control_url: str | None = None  # PostgreSQL control plane; None: LMDB in data_dir/_control
     node: str | None = None  # this server's name in a cluster (needs control_url)
+    ui: bool = True  # the web console at /ui (memspine/routes/ui.py)
 
     def __repr__(self) -> str:
         # The control URL may hold a password: keep it out of any log of the settings.
@@ -287,6 +288,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     },
     "MEMSPINE_CONTROL_URL": _control_url,
     "MEMSPINE_NODE": _node,
+    "MEMSPINE_UI": lambda v: {"ui": _flag(v)},
 }
 
 
