@@ -54,9 +54,7 @@ def url(request: pytest.FixtureRequest) -> str | None:
 
 @pytest.fixture
 def db(tmp_path: Path, clock: Clock, url: str | None) -> Iterator[ControlPlane]:
-    with open_control(
-        tmp_path, url, create=True, actor="test", hasher=WEAK, clock=clock
-    ) as opened:
+    with open_control(tmp_path, url, create=True, actor="test", hasher=WEAK, clock=clock) as opened:
         yield opened
 
 
@@ -423,3 +421,41 @@ def test_erase_tenant_dir_refuses_anything_but_a_tenant_id(tmp_path: Path, tenan
     with pytest.raises(InvalidRequest):
         erase_tenant_dir(tmp_path / "data", tenant_id)
     assert ControlDB.exists(tmp_path / "data") and (tmp_path / "outside").is_dir()
+
+
+# -- tenants and keys made before routes existed (LMDB) ----------------------------------------
+
+
+def test_a_tenant_from_before_routes_gets_one_with_its_next_key(tmp_path: Path) -> None:
+    """A record written by the previous version (no route) and its random key id keep
+    working; the tenant's next key starts with a route it keeps from then on."""
+    from memspine_admin.verifier import KeyVerifier
+
+    with ControlDB.open(tmp_path, create=True, actor="test", hasher=WEAK) as db:
+        tenant = db.create_tenant("old", actor="test")
+        legacy = keys.generate_key()  # a random 12-character id, as issued before routes
+        record = {"tenant_id": tenant.tenant_id, "name": "old", "created_at": tenant.created_at}
+        env = db._env
+        with env.begin(write=True) as txn:  # the tenant as the previous version stored it
+            txn.put(tenant.tenant_id.encode(), msgspec.msgpack.encode(record), db=db._tenants)
+            key_row = {
+                "key_id": legacy.key_id,
+                "tenant_id": tenant.tenant_id,
+                "name": "legacy",
+                "scopes": ["read", "write"],
+                "created_at": tenant.created_at,
+                "secret_hash": keys.hash_secret(WEAK, legacy.secret),
+            }
+            txn.put(legacy.key_id.encode(), msgspec.msgpack.encode(key_row), db=db._keys)
+            txn.put(f"{tenant.tenant_id}/{legacy.key_id}".encode(), b"", db=db._tenant_keys)
+        assert (
+            db.tenant_route(tenant.tenant_id) is None and db.get_tenant(tenant.tenant_id) == tenant
+        )
+        assert KeyVerifier(db).verify(legacy.token).tenant_id == tenant.tenant_id
+        first = db.create_key(tenant.tenant_id, "new", actor="test")
+        route = db.tenant_route(tenant.tenant_id)
+        assert route is not None and first.key_id.startswith(route)
+        second = db.create_key(tenant.tenant_id, "newer", actor="test")
+        assert second.key_id.startswith(route) and db.tenant_route(tenant.tenant_id) == route
+        assert db.get_tenant(tenant.tenant_id) == tenant
+        assert KeyVerifier(db).verify(legacy.token).key_id == legacy.key_id
