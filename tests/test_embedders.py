@@ -24,7 +24,15 @@ from storage.embedders.local import DIM, MODEL_NAME, LocalEmbedder
 from storage.embedders.openai_compat import OpenAIEmbedder, endpoint_url, retry_after_secs
 
 REPO = Path(__file__).resolve().parent.parent
-LOCOMO = Path("/work/shared/data/locomo10-minilm.npz")
+# shared/ lies beside the checkout (CI's clone, /work/main) or at /work/shared (a worktree).
+LOCOMO = next(
+    (
+        p / "data" / "locomo10-minilm.npz"
+        for p in (REPO.parent / "shared", Path("/work/shared"))
+        if (p / "data" / "locomo10-minilm.npz").exists()
+    ),
+    Path("/work/shared/data/locomo10-minilm.npz"),
+)
 
 
 # --- the local model --------------------------------------------------------------------
