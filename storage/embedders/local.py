@@ -37,7 +37,7 @@ class LocalEmbedder:
         *,
         threads: int | None = None,
         precision: str = "int8",
-        max_batch_tokens: int = 2048,
+        max_batch_tokens: int = 512,
         max_batch_rows: int = 64,
         query_cache: int = QUERY_CACHE_SIZE,
         model_dir: Path | None = None,
