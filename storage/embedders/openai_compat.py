@@ -160,8 +160,7 @@ class OpenAIEmbedder:
             try:
                 return self._request(texts)
             except _Failure as failure:
-                if self.on_failure is not None:
-                    self.on_failure(failure.reason)
+                self._count(failure.reason)
                 wait = self._wait(failure, attempt)
                 if wait is None:
                     log.error(
@@ -192,6 +191,15 @@ class OpenAIEmbedder:
                 )
                 time.sleep(wait)
                 attempt += 1
+
+    def _count(self, reason: str) -> None:
+        """Tell the failure hook; a hook that raises must not turn one failure into another."""
+        if self.on_failure is None:
+            return
+        try:
+            self.on_failure(reason)
+        except Exception:
+            log.exception("embedder on_failure hook raised")
 
     def _wait(self, failure: _Failure, attempt: int) -> float | None:
         """How long to sleep before the next attempt, or None to give up now."""
