@@ -111,10 +111,11 @@ class LocalEmbedder:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         self._tokenizer = tok
-        self._session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         if self.threads > 1:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="embedder")
+        self._session = session  # last: load()'s unlocked check sees a finished load or none
         self.load_secs = time.perf_counter() - start
         log.info(
             "local embedder loaded",
@@ -176,7 +177,10 @@ class LocalEmbedder:
         return np.asarray(pooled, dtype=np.float32)
 
     def close(self) -> None:
-        """Drop the session and the worker threads; the next `embed` loads again."""
+        """Drop the session and the worker threads; the next `embed` loads again.
+
+        Not to be called while another thread is inside `embed`.
+        """
         with self._lock:
             if self._pool is not None:
                 self._pool.shutdown(wait=True)
