@@ -265,6 +265,16 @@ def test_a_500_is_retried_and_counted(endpoint: Endpoint) -> None:
     emb = remote(endpoint, failures)
     np.testing.assert_allclose(emb.embed(["a", "b"]), expected(["a", "b"]), atol=1e-6)
     assert failures == ["http_5xx", "http_5xx"] and len(endpoint.requests) == 3
+    assert emb.failures == {"http_5xx": 2} and emb.requests == 3
+
+
+def test_a_failure_hook_that_raises_changes_nothing(endpoint: Endpoint) -> None:
+    def broken(reason: str) -> None:
+        raise RuntimeError("metrics are down")
+
+    endpoint.script = [{"status": 500}]
+    emb = OpenAIEmbedder(endpoint.url, "m", on_failure=broken, backoff=0.01)
+    assert emb.embed(["a"]).shape == (1, 8) and emb.failures == {"http_5xx": 1}
 
 
 def test_a_429_waits_as_long_as_retry_after_says(endpoint: Endpoint) -> None:

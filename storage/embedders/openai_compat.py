@@ -7,6 +7,7 @@ import logging
 import random
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from urllib.parse import urlsplit, urlunsplit
 
@@ -119,6 +120,7 @@ class OpenAIEmbedder:
         self.on_failure = on_failure
         self.queries = QueryCache(query_cache)
         self.requests = 0  # requests sent, for tests and metrics
+        self.failures: Counter[str] = Counter()  # failed requests by reason
         self._dim = dim
         self._dim_lock = threading.Lock()
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -193,7 +195,8 @@ class OpenAIEmbedder:
                 attempt += 1
 
     def _count(self, reason: str) -> None:
-        """Tell the failure hook; a hook that raises must not turn one failure into another."""
+        """Count a failed request and tell the hook; a hook that raises changes nothing."""
+        self.failures[reason] += 1
         if self.on_failure is None:
             return
         try:
