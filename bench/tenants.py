@@ -10,6 +10,11 @@
   through the same cap (nothing reopens) as the ceiling.
 - cycles: 10,000 open/close cycles in process through a cap of 1 over three tenants: file
   descriptors, threads and LMDB reader slots before and after.
+- memory: the accounted memory of open tenants (storage/footprint.py) against the RSS they add,
+  in a fresh process, at several sizes; then 12 tenants of 10,000 events recalled round-robin
+  over HTTP, three rounds, by a server with MEMSPINE_MAX_OPEN_BYTES=96M and by one whose
+  budget holds them all (the baseline): VmRSS before, at its peak and after each round,
+  latency, evictions.
 
 Targets (issue 7): reopen <= 50 ms at 10,000 events and <= 300 ms at 100,000 (the original:
 437 ms and 3.3 s).
@@ -18,6 +23,8 @@ Targets (issue 7): reopen <= 50 ms at 10,000 events and <= 300 ms at 100,000 (th
 from __future__ import annotations
 
 import argparse
+import gc
+import multiprocessing
 import os
 import random
 import shutil
@@ -47,6 +54,11 @@ from common import (
     write_json,
 )
 
+from storage.footprint import (  # noqa: E402
+    closed_tenant_bytes,
+    give_back_memory,
+    tenant_bytes,
+)
 from storage.keyword import KeywordIndex  # noqa: E402
 from storage.log import EventLog  # noqa: E402
 from storage.manager import TenantManager  # noqa: E402
@@ -247,12 +259,133 @@ def cycles(root: Path, n: int) -> dict[str, Any]:
             "reader_slots": slots}  # fmt: skip
 
 
+def proc_status(field: str, pid: int | str = "self") -> int:
+    """A size field of /proc/<pid>/status (VmRSS, RssAnon), in bytes."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) * 1024
+    raise RuntimeError(f"no {field} in /proc/{pid}/status")
+
+
+def accuracy_child(dirs: list[str]) -> dict[str, Any]:
+    """In a fresh process: the anonymous RSS that opening these tenants adds, against what the
+    manager accounts for them, and what it estimated from their files before opening."""
+    paths = [Path(d) for d in dirs]
+    warm = Tenant.open("warm", paths[0], embedding_dim=DIM)  # libraries and first-use caches
+    warm.close()
+    del warm
+    estimated = sum(closed_tenant_bytes(p, DIM) for p in paths)
+    gc.collect()
+    give_back_memory()
+    before = proc_status("RssAnon")
+    tenants = [Tenant.open(p.name, p, embedding_dim=DIM) for p in paths]
+    gc.collect()
+    give_back_memory()
+    time.sleep(0.3)
+    measured = proc_status("RssAnon") - before
+    accounted = sum(tenant_bytes(t) for t in tenants)
+    for t in tenants:
+        t.close()
+    n = len(paths)
+    return {
+        "tenants": n,
+        "measured_mb_each": round(measured / n / 1e6, 2),
+        "accounted_mb_each": round(accounted / n / 1e6, 2),
+        "estimated_before_open_mb_each": round(estimated / n / 1e6, 2),
+        "accounted_over_measured": round(accounted / measured, 3),
+    }
+
+
+def accuracy(dirs: list[Path]) -> dict[str, Any]:
+    """accuracy_child in a spawned process (this one's heap is fragmented by earlier parts)."""
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        result: dict[str, Any] = pool.apply(accuracy_child, ([str(d) for d in dirs],))
+    return result
+
+
+def cycle_server(data: Path, names: list[str], budget: str, rounds: int) -> dict[str, Any]:
+    """Recall each tenant in turn, `rounds` times, on a server with MEMSPINE_MAX_OPEN_BYTES=budget."""
+    proc = serve_memspine(
+        data, {"MEMSPINE_EMBEDDING_DIM": str(DIM), "MEMSPINE_MAX_OPEN_BYTES": budget}
+    )
+    pid = proc.proc.pid
+    query = np.random.default_rng(5).standard_normal(DIM).tolist()
+    body = {"text": "alpha beta", "embedding": query, "k": 10}
+    latencies: list[float] = []
+    after_round: list[float] = []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{proc.port}", timeout=120) as c:
+            warm = c.post("/v1/memory/recall", json=body, headers={"Authorization": "Bearer none"})
+            assert warm.status_code == 200, warm.text
+            base = peak = proc_status("VmRSS", pid)
+            for _ in range(rounds):
+                for name in names:
+                    started = time.perf_counter()
+                    r = c.post("/v1/memory/recall", json=body,
+                               headers={"Authorization": f"Bearer {name}"})  # fmt: skip
+                    latencies.append((time.perf_counter() - started) * 1000)
+                    assert r.status_code == 200, r.text
+                    peak = max(peak, proc_status("VmRSS", pid))
+                after_round.append(proc_status("VmRSS", pid) / 1e6)
+            text = c.get("/metrics").text
+    finally:
+        proc.stop()
+
+    def reason(name: str, why: str) -> float:
+        return metric(text, f'{name}{{reason="{why}"}}')
+
+    return {
+        "budget": budget,
+        "rss_base_mb": round(base / 1e6, 1),
+        "rss_peak_mb": round(peak / 1e6, 1),
+        "rss_after_round_mb": [round(x, 1) for x in after_round],
+        "peak_growth_mb": round((peak - base) / 1e6, 1),
+        "p50_ms": round(statistics.median(latencies), 1),
+        "p99_ms": round(float(np.percentile(latencies, 99)), 1),
+        "open_tenants": metric(text, "memspine_open_tenants"),
+        "open_tenant_mb": round(metric(text, "memspine_open_tenant_bytes") / 1e6, 1),
+        "budget_mb": round(metric(text, "memspine_open_bytes_budget") / 1e6, 1),
+        "opens": metric(text, "memspine_tenant_opens_total"),
+        "evictions_memory": reason("memspine_tenant_evictions_by_reason_total", "memory_budget"),
+        "unavailable": metric(text, "memspine_unavailable_total"),
+    }
+
+
+def memory(root: Path, n: int, tenants: int, budget: str, rounds: int,
+           extra: list[Path]) -> dict[str, Any]:  # fmt: skip
+    """Accounted against measured memory, then the budget against a server that keeps all open."""
+    data = root / "memory"
+    names = [f"m{i:02d}" for i in range(tenants)]
+    build(root / "memory-template", "tpl", n)
+    for name in names:
+        shutil.copytree(root / "memory-template" / "tpl", data / name)
+    for small, copies_of in ((0, 8), (2_000, 6)):
+        build(root / "memory-template", f"s{small}", small)
+        for i in range(copies_of):
+            shutil.copytree(root / "memory-template" / f"s{small}", data / f"s{small}-{i}")
+    out: dict[str, Any] = {"events_per_tenant": n, "tenants": tenants, "rounds": rounds}
+    out["accounted_vs_rss"] = {
+        "0": accuracy(sorted(data.glob("s0-*"))),
+        "2000": accuracy(sorted(data.glob("s2000-*"))),
+        str(n): accuracy([data / name for name in names[:4]]),
+        **{p.name: accuracy([p]) for p in extra},
+    }
+    print(f"memory accuracy: {out['accounted_vs_rss']}", file=sys.stderr, flush=True)
+    out["all_fit"] = cycle_server(data, names, "100%", rounds)
+    out["budgeted"] = cycle_server(data, names, budget, rounds)
+    shutil.rmtree(data, ignore_errors=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the three parts and write bench/out/tenants.json."""
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--sizes", type=str, default=None, help="comma-separated event counts")
     extra.add_argument("--runs", type=int, default=None)
+    extra.add_argument("--parts", type=str, default="reopen,churn,cycles,memory",
+                       help="comma-separated parts to run")  # fmt: skip
     known, rest = extra.parse_known_args(sys.argv[1:] if argv is None else argv)
+    parts = set(known.parts.split(","))
     args = parse_args(__doc__.splitlines()[0], rest)
     sizes = [int(s) for s in known.sizes.split(",")] if known.sizes else (
         [2_000] if args.quick else [10_000, 100_000])  # fmt: skip
@@ -262,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
     out: dict[str, Any] = {"config": config, "loadavg_start": os.getloadavg()}
     try:
         out["reopen"] = {}
-        for n in sizes:
+        for n in sizes if "reopen" in parts else []:
             big = f"big{n}"
             seconds, ids = build(root / "data", big, n)
             print(f"built {n} events in {seconds:.1f} s", file=sys.stderr, flush=True)
@@ -274,13 +407,21 @@ def main(argv: list[str] | None = None) -> int:
             print(f"reopen at {n}: {entry}", file=sys.stderr, flush=True)
         churn_secs = 4.0 if args.quick else 20.0
         many, cap = (100, 10) if args.quick else (1000, 50)
-        out["churn"] = {
-            "round_robin": churn(root, many, cap, churn_secs),
-            "all_fit": churn(root, cap, cap, churn_secs),
-        }
-        print(f"churn: {out['churn']}", file=sys.stderr, flush=True)
-        out["cycles"] = cycles(root, 500 if args.quick else 10_000)
-        print(f"cycles: {out['cycles']}", file=sys.stderr, flush=True)
+        if "churn" in parts:
+            out["churn"] = {
+                "round_robin": churn(root, many, cap, churn_secs),
+                "all_fit": churn(root, cap, cap, churn_secs),
+            }
+            print(f"churn: {out['churn']}", file=sys.stderr, flush=True)
+        if "cycles" in parts:
+            out["cycles"] = cycles(root, 500 if args.quick else 10_000)
+            print(f"cycles: {out['cycles']}", file=sys.stderr, flush=True)
+        if "memory" in parts:
+            # Each 10,000-event tenant accounts ~23 MB: 96M holds four; 3,000-event ones ~8 MB.
+            n, budget = (3_000, "32M") if args.quick else (10_000, "96M")
+            big = [root / "data" / f"big{s}" for s in sizes if (root / "data" / f"big{s}").exists()]
+            out["memory"] = memory(root, n, 12, budget, 3, big)
+            print(f"memory: {out['memory']}", file=sys.stderr, flush=True)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     out["loadavg_end"] = os.getloadavg()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -10,6 +11,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import msgspec
+
+from memspine.limits import default_max_open_bytes, machine_memory
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
@@ -26,16 +29,31 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     port: int = 7781
     data_dir: Path = Path("./data")
     admin_key: str | None = None
+    auth_hash_slots: int = 4
+    auth_free_failures: int = 5
+    auth_max_backoff_secs: float = 60.0
     embedding_dim: int = 384
     max_open_tenants: int = 80
+    max_open_bytes: int = msgspec.field(default_factory=default_max_open_bytes)
     tenant_idle_secs: float = 3600.0
     purge_interval_secs: float = 60.0
     max_body_bytes: int = 1_048_576
     cypher_timeout_ms: int = 2000
     cypher_max_rows: int = 10_000
+    cypher_max_bytes: int = 64 << 20  # the defaults of storage.cypher.Limits
+    cypher_max_string_chars: int = 4 << 20
+    cypher_max_list_items: int = 100_000
+    cypher_max_result_bytes: int = 32 << 20
+    cypher_concurrency: int = 2
     metrics_per_tenant: bool = False
     log_level: str = "INFO"
     mcp_allowed_origins: frozenset[str] = frozenset()  # normalised: scheme://host[:port]
+    allowed_hosts: frozenset[str] = frozenset()  # lower-case host names, no port
+    header_timeout_secs: float = 10.0
+    body_timeout_secs: float = 30.0
+    max_connections: int = msgspec.field(default_factory=lambda: default_max_connections())
+    max_connections_per_client: int = 64
+    ui: bool = True  # the web console at /ui (memspine/routes/ui.py)
     embedder: str = "local"  # storage.embedders.KINDS
     embedder_url: str | None = None
     embedder_model: str | None = None
@@ -50,10 +68,18 @@ def default_max_open_tenants() -> int:
     return max(1, (soft - FD_RESERVE) // FDS_PER_TENANT)
 
 
+def default_max_connections() -> int:
+    """A quarter of the soft fd limit (the rest is for tenants' files), from 16 to 4096."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1_048_576
+    return min(4096, max(16, (soft - FD_RESERVE) // 4))
+
+
 def _bind(value: str) -> dict[str, Any]:
     host, sep, port = value.rpartition(":")
     if not sep or not host:
-        raise SettingsError(f"MEMSPINE_BIND must be host:port, got {value!r}")
+        raise SettingsError(f"expected host:port, got {value!r}")
     return {"host": host.strip("[]"), "port": _int_in(1, 65535)(port)}
 
 
@@ -68,6 +94,34 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
         return n
 
     return parse
+
+
+_BINARY_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+MIN_OPEN_BYTES = 1 << 20
+MAX_OPEN_BYTES = 1 << 60  # more than any machine: taken as "no budget to speak of"
+
+
+def _byte_size(value: str) -> int:
+    """Bytes: an integer with an optional K, M, G or T (powers of 1024, "MiB" and "MB" alike),
+    or a percentage of the machine's memory such as 25%."""
+    text = value.strip().lower()
+    if text.endswith("%"):
+        try:
+            share = float(text[:-1])
+        except ValueError:
+            raise SettingsError(f"expected a percentage such as 25%, got {value!r}") from None
+        if not 0 < share <= 100:
+            raise SettingsError(f"expected a percentage above 0 and at most 100, got {value!r}")
+        return max(MIN_OPEN_BYTES, int(machine_memory() * share / 100))
+    number = text.removesuffix("ib").removesuffix("b")
+    unit = number[-1:] if number[-1:] in _BINARY_UNITS else ""
+    digits = number[: len(number) - len(unit)].strip()
+    if not digits.isdigit():
+        raise SettingsError(f"expected bytes such as 2147483648, 2G or 25%, got {value!r}")
+    n = int(digits) * _BINARY_UNITS[unit]
+    if n < MIN_OPEN_BYTES:
+        raise SettingsError(f"expected at least 1M (1048576 bytes), got {value!r}")
+    return min(n, MAX_OPEN_BYTES)
 
 
 def _positive_float(value: str) -> float:
@@ -89,6 +143,10 @@ def _flag(value: str) -> bool:
 
 
 def _data_dir(value: str) -> dict[str, Any]:
+    return {"data_dir": check_data_dir(value)}
+
+
+def check_data_dir(value: str) -> Path:
     """A directory that exists, or whose nearest existing ancestor is a writable directory."""
     if not value:
         raise SettingsError("expected a directory path, got an empty value")
@@ -102,14 +160,14 @@ def _data_dir(value: str) -> dict[str, Any]:
         raise SettingsError(
             f"{value!r} cannot be created: {str(probe)!r} is not a writable directory"
         )
-    return {"data_dir": path}
+    return path
 
 
 def _admin_key(value: str) -> str | None:
     if not value:
         return None
     if len(value) < 16:
-        raise SettingsError("MEMSPINE_ADMIN_KEY must be at least 16 characters")
+        raise SettingsError("expected at least 16 characters")
     return value
 
 
@@ -147,6 +205,10 @@ def _origins(value: str) -> dict[str, Any]:
     for item in value.split(","):
         if not item.strip():
             continue
+        if "*" in item:  # no browser sends one: such an entry would never match anything
+            raise SettingsError(
+                f"wildcards are not supported, got {item.strip()!r}; list each origin in full"
+            )
         key = origin_key(item)
         if key is None:
             raise SettingsError(
@@ -156,6 +218,24 @@ def _origins(value: str) -> dict[str, Any]:
     return {"mcp_allowed_origins": frozenset(keys)}
 
 
+_HOST_NAME = re.compile(
+    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\Z"
+)
+
+
+def _hosts(value: str) -> dict[str, Any]:
+    """Comma-separated host names (no scheme, no port), compared in lower case."""
+    names = set()
+    for item in value.split(","):
+        name = item.strip().lower()
+        if not name:
+            continue
+        if not _HOST_NAME.match(name):
+            raise SettingsError(
+                f"expected host names such as memspine.internal, got {item.strip()!r}"
+            )
+        names.add(name)
+    return {"allowed_hosts": frozenset(names)}
 EMBEDDERS = ("local", "openai", "none")  # storage.embedders.KINDS, without importing it here
 
 
@@ -209,16 +289,39 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_BIND": _bind,
     "MEMSPINE_DATA_DIR": _data_dir,
     "MEMSPINE_ADMIN_KEY": lambda v: {"admin_key": _admin_key(v)},
+    "MEMSPINE_AUTH_HASH_SLOTS": lambda v: {"auth_hash_slots": _int_in(1, 64)(v)},
+    "MEMSPINE_AUTH_FREE_FAILURES": lambda v: {"auth_free_failures": _int_in(1, 1000)(v)},
+    "MEMSPINE_AUTH_MAX_BACKOFF_SECS": lambda v: {"auth_max_backoff_secs": _positive_float(v)},
     "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, 4096)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
+    "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},
     "MEMSPINE_PURGE_INTERVAL_SECS": lambda v: {"purge_interval_secs": _positive_float(v)},
     "MEMSPINE_MAX_BODY_BYTES": lambda v: {"max_body_bytes": _int_in(1024, 64 << 20)(v)},
     "MEMSPINE_CYPHER_TIMEOUT_MS": lambda v: {"cypher_timeout_ms": _int_in(10, 600_000)(v)},
     "MEMSPINE_CYPHER_MAX_ROWS": lambda v: {"cypher_max_rows": _int_in(1, 1_000_000)(v)},
+    "MEMSPINE_CYPHER_MAX_BYTES": lambda v: {"cypher_max_bytes": _int_in(1 << 20, 64 << 30)(v)},
+    "MEMSPINE_CYPHER_MAX_STRING_CHARS": lambda v: {
+        "cypher_max_string_chars": _int_in(1024, 1 << 30)(v)
+    },
+    "MEMSPINE_CYPHER_MAX_LIST_ITEMS": lambda v: {
+        "cypher_max_list_items": _int_in(16, 100_000_000)(v)
+    },
+    "MEMSPINE_CYPHER_CONCURRENCY": lambda v: {"cypher_concurrency": _int_in(1, 64)(v)},
+    "MEMSPINE_CYPHER_MAX_RESULT_BYTES": lambda v: {
+        "cypher_max_result_bytes": _int_in(64 << 10, 4 << 30)(v)
+    },
     "MEMSPINE_METRICS_PER_TENANT": lambda v: {"metrics_per_tenant": _flag(v)},
     "MEMSPINE_LOG_LEVEL": lambda v: {"log_level": _log_level(v)},
     "MEMSPINE_MCP_ALLOWED_ORIGINS": _origins,
+    "MEMSPINE_ALLOWED_HOSTS": _hosts,
+    "MEMSPINE_HEADER_TIMEOUT_SECS": lambda v: {"header_timeout_secs": _positive_float(v)},
+    "MEMSPINE_BODY_TIMEOUT_SECS": lambda v: {"body_timeout_secs": _positive_float(v)},
+    "MEMSPINE_MAX_CONNECTIONS": lambda v: {"max_connections": _int_in(1, 1_000_000)(v)},
+    "MEMSPINE_MAX_CONNECTIONS_PER_CLIENT": lambda v: {
+        "max_connections_per_client": _int_in(1, 1_000_000)(v)
+    },
+    "MEMSPINE_UI": lambda v: {"ui": _flag(v)},
     "MEMSPINE_EMBEDDER": _embedder,
     "MEMSPINE_EMBEDDER_URL": _embedder_url,
     "MEMSPINE_EMBEDDER_MODEL": lambda v: {"embedder_model": v or None},
@@ -247,4 +350,4 @@ def load_settings(env: Mapping[str, str]) -> Settings:
 
 
 # Variables read by other tools (the MCP stdio client, tests), not by the server.
-IGNORED = frozenset({"MEMSPINE_API_KEY", "MEMSPINE_URL"})
+IGNORED = frozenset({"MEMSPINE_API_KEY", "MEMSPINE_URL", "MEMSPINE_FAILPOINTS"})

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable
+import time
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
@@ -13,21 +15,32 @@ import anyio.to_thread
 import msgspec
 
 from memspine.config import Settings
+from memspine.shares import FairShares
 from storage.cascade import delete_derived, derived_closure
 from storage.current import Moment
 from storage.cypher import CypherResult
 from storage.cypher import run as run_cypher
-from storage.errors import Conflict, MemspineError, NotFound
+from storage.errors import Conflict, MemspineError, NotFound, Unavailable
 from storage.listing import ListQuery, list_events
 from storage.manager import TenantManager
 from storage.model import AppendResult, NewEvent, StoredEvent
+from storage.purge import for_want_of_room
 from storage.recall import RecallQuery, RecallResult, recall, validate
-from storage.swap import mark_pending
 from storage.tenant import Tenant
 
 T = TypeVar("T")
+log = logging.getLogger("memspine.engine")
 NO_EVENT = "no event with that id"
+PURGE_PENDING_ROOM = (
+    "the purge needs free disk space for one more copy of this tenant's files; "
+    "the background purger retries it until it succeeds"
+)
+PURGE_PENDING = "the purge could not run now; the background purger retries it until it succeeds"
 READ_THREADS = 40  # as many as anyio's default pool, which reads used before
+# Reads one tenant runs at once: its further reads wait in its own queue, so a tenant with
+# many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
+READ_THREADS_PER_TENANT = 8
+CYPHER_BUSY = "other Cypher queries kept this one waiting past its time limit; retry shortly"
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
 
 
@@ -38,17 +51,27 @@ class ReadThreads:
     scope, capacity limiter and worker bookkeeping on both sides of the hop, bench/RESULTS.md):
     here a read is a job on one queue, and its thread hands the outcome back with a single
     call_soon_threadsafe. As with run_sync, a cancelled caller still waits for its read to end.
+    Each owner (a tenant) runs at most `per_owner` reads at once; owners that wait for a
+    thread take turns (memspine/shares.py), so one owner's backlog never holds every thread.
     """
 
-    def __init__(self, limit: int = READ_THREADS) -> None:
+    def __init__(self, limit: int = READ_THREADS, per_owner: int = READ_THREADS_PER_TENANT) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0  # threads done with their job and about to take the next
         self._started = 0
         self._limit = limit
+        self._shares = FairShares(limit, per_owner)
 
-    async def run(self, fn: Callable[[Any], T], arg: Any) -> T:
-        """fn(arg) on a read thread; a job waits in the queue while `limit` threads are busy."""
+    async def run(self, fn: Callable[[Any], T], arg: Any, owner: Hashable = None) -> T:
+        """fn(arg) on a read thread, once `owner` has a share of the threads free."""
+        await self._shares.acquire(owner)
+        try:
+            return await self._run(fn, arg)
+        finally:
+            self._shares.release(owner)
+
+    async def _run(self, fn: Callable[[Any], T], arg: Any) -> T:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[T] = loop.create_future()
         with self._lock:
@@ -113,16 +136,22 @@ class Engine:
             embedding_dim=settings.embedding_dim,
             max_open=settings.max_open_tenants,
             idle_secs=settings.tenant_idle_secs,
+            max_open_bytes=settings.max_open_bytes,
         )
         self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
         self.read_threads = ReadThreads()
+        # Cypher is CPU work under the interpreter lock: each query running beside the others
+        # slows every request of every tenant, so few run at once and one tenant runs one.
+        self.cypher_shares = FairShares(settings.cypher_concurrency, per_owner=1)
         self._leases = 0  # requests holding a tenant right now (this one included)
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
 
     @asynccontextmanager
-    async def tenant(self, tenant_id: str) -> AsyncIterator[Tenant]:
-        """The open tenant for the length of a request (opening it in a thread if needed)."""
-        lease = self.manager.lease(tenant_id)  # never blocks: 503 at once when every slot is busy
+    async def tenant(self, tenant_id: str, *, create: bool = True) -> AsyncIterator[Tenant]:
+        """The open tenant for the length of a request (opening it in a thread if needed); with
+        create=False a tenant that does not exist is an empty one and stays uncreated."""
+        # Never blocks: 503 at once when every slot is busy.
+        lease = self.manager.lease(tenant_id, create=create)
         with self._leases_lock:
             self._leases += 1
         try:
@@ -140,7 +169,8 @@ class Engine:
 
     async def read(self, tenant_id: str, fn: Callable[[Tenant], T], *, short: bool = False) -> T:
         """Run a blocking read against the tenant in a worker thread, or right here if it is a
-        short one and nothing else is under way.
+        short one and nothing else is under way. A tenant that does not exist reads as an empty
+        one and is not created (only a write creates it).
 
         The hop to a read thread and back cost a recall over HTTP 0.12-0.4 ms of its ~1.4 ms in
         A/B runs (bench/RESULTS.md). It buys little while this is the only request: the read
@@ -152,10 +182,10 @@ class Engine:
         holding back every tenant's requests). A request arriving meanwhile waits for it, as
         it would for the GIL.
         """
-        async with self.tenant(tenant_id) as t:
+        async with self.tenant(tenant_id, create=False) as t:
             if short and self._leases == 1 and t.reads_start_at_once():
                 return fn(t)
-            return await self.read_threads.run(fn, t)
+            return await self.read_threads.run(fn, t, tenant_id)
 
     async def append(self, tenant_id: str, event: NewEvent) -> AppendResult:
         """Append one event through the tenant's group commit; answers once it is durable and indexed."""
@@ -201,19 +231,16 @@ class Engine:
         return state
 
     async def delete(self, tenant_id: str, event_ids: list[str]) -> list[str]:
-        """Delete events (tombstones, links and index entries in one transaction)."""
+        """Delete events (tombstones, links and index entries in one transaction; the tenant makes
+        its pending-purge marker durable before that commit)."""
         async with self.tenant(tenant_id) as t:
             deleted: list[str] = await asyncio.wrap_future(t.submit_delete(event_ids))
-            if deleted:  # after the commit, so the purger finds the tenant even once it is closed
-                await anyio.to_thread.run_sync(mark_pending, t.root)
         return deleted
 
     async def delete_cascade(self, tenant_id: str, event_id: str) -> list[str]:
         """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids deleted."""
         async with self.tenant(tenant_id) as t:
             deleted = await asyncio.wrap_future(delete_derived(t, event_id))
-            if deleted:
-                await anyio.to_thread.run_sync(mark_pending, t.root)
         return deleted
 
     async def would_delete(self, tenant_id: str, event_id: str, *, cascade: bool) -> list[str]:
@@ -237,6 +264,23 @@ class Engine:
         if stats.purged and self.on_purge is not None:
             self.on_purge(stats.seconds)
         return True
+
+    async def purge_after_delete(self, tenant_id: str) -> str | None:
+        """The purge a delete asked for: None once its bytes are gone, else why it is pending.
+
+        Never raises for a failed purge: the delete has committed (a 503 or 500 would tell the
+        caller nothing was done, and its retry would be a 404), and the tenant's pending-purge
+        marker, made with the delete, keeps it in the background purger's list until it succeeds.
+        """
+        try:
+            await self.purge(tenant_id)
+        except Exception as exc:
+            if for_want_of_room(exc):
+                log.warning("tenant %s: purge pending, the disk is full: %s", tenant_id, exc)
+                return PURGE_PENDING_ROOM
+            log.error("tenant %s: purge pending after %s", tenant_id, type(exc).__name__, exc_info=exc)
+            return PURGE_PENDING
+        return None
 
     async def list(self, tenant_id: str, query: ListQuery) -> tuple[list[StoredEvent], str | None]:
         """One page of events newest first."""
@@ -262,7 +306,9 @@ class Engine:
     async def cypher(
         self, tenant_id: str, query: str, params: dict[str, Any] | None
     ) -> CypherResult:
-        """A read-only Cypher query over one snapshot, bounded by the configured time and rows."""
+        """A read-only Cypher query over one snapshot, bounded by the configured limits; its time
+        counts from here, so a wait for a read thread is part of it."""
+        started = time.monotonic()
 
         def run(t: Tenant) -> CypherResult:
             with t.log.reader() as r:
@@ -272,9 +318,24 @@ class Engine:
                     params,
                     timeout_ms=self.settings.cypher_timeout_ms,
                     max_rows=self.settings.cypher_max_rows,
+                    max_bytes=self.settings.cypher_max_bytes,
+                    max_string=self.settings.cypher_max_string_chars,
+                    max_list=self.settings.cypher_max_list_items,
+                    max_result_bytes=self.settings.cypher_max_result_bytes,
+                    encoded=True,  # the answer is encoded here, row by row, under the limits
+                    started=started,
                 )
 
-        return await self.read(tenant_id, run)
+        try:
+            await asyncio.wait_for(
+                self.cypher_shares.acquire(tenant_id), self.settings.cypher_timeout_ms / 1000
+            )
+        except TimeoutError:
+            raise Unavailable(CYPHER_BUSY, headers={"Retry-After": "1"}) from None
+        try:
+            return await self.read(tenant_id, run)
+        finally:
+            self.cypher_shares.release(tenant_id)
 
     def close(self) -> None:
         """Close every open tenant and stop the read threads."""

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import errno
 import logging
 from typing import Any
 
@@ -11,6 +10,7 @@ from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 
 from storage.errors import MemspineError, Unavailable
+from storage.space import names_full_disk
 
 log = logging.getLogger("memspine.errors")
 
@@ -62,24 +62,12 @@ def handle_http_exception(_request: Request[Any, Any, Any], exc: HTTPException) 
     return error_response(status, code, detail, headers)
 
 
-def _disk_full(exc: BaseException) -> bool:
-    """Whether the failure comes from a full disk (ENOSPC), anywhere in its cause chain."""
-    seen: BaseException | None = exc
-    while seen is not None:
-        if isinstance(seen, OSError) and seen.errno == errno.ENOSPC:
-            return True
-        if "No space left on device" in str(seen) or "MDB_MAP_FULL" in str(seen):
-            return True
-        seen = seen.__cause__ or seen.__context__
-    return False
-
-
 def unexpected_error(exc: BaseException) -> MemspineError:
     """What a client is told of a failure that is not ours: a full disk (503) or an internal error.
 
     The failure is logged here with its traceback; the client hears nothing about it.
     """
-    if _disk_full(exc):
+    if names_full_disk(exc) or "MDB_MAP_FULL" in str(exc):
         # The transaction was aborted, so nothing was acknowledged; the caller may retry later.
         log.error("disk full: request refused, nothing written")
         return Unavailable(

@@ -22,7 +22,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from memspine.logs import RequestRecord
-from storage.manager import TenantManager
+from storage.footprint import PARTS, tenant_memory
+from storage.manager import REASONS, TenantManager
 from storage.tenant import Tenant
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
@@ -128,12 +129,21 @@ class _ManagerCollector(Collector):
         )
         counters = (
             ("memspine_tenant_opens", "Tenants opened (first use or reopen).", st.opens),
-            ("memspine_tenant_evictions", "Idle tenants closed to make room.", st.evictions),
+            (
+                "memspine_tenant_evictions",
+                "Idle tenants closed to make room (either limit).",
+                st.evictions,
+            ),
             ("memspine_tenant_idle_closes", "Tenants closed after the idle time.", st.idle_closes),
-            ("memspine_unavailable", "Requests refused with 503: every slot busy.", st.rejections),
+            (
+                "memspine_unavailable",
+                "Requests refused with 503: the room was busy.",
+                st.rejections,
+            ),
         )
         for name, doc, value in counters:
             yield CounterMetricFamily(name, doc, value=value)
+        yield from self._memory(st.evictions_by, st.rejections_by)
         yield GaugeMetricFamily(
             "memspine_vectors_pending",
             "Vectors acknowledged (searched exactly) but not yet in an HNSW graph, open tenants.",
@@ -153,6 +163,56 @@ class _ManagerCollector(Collector):
             )
             for tenant_id, size in sorted(sizes.items()):
                 per.add_metric([tenant_id], size)
+            yield per
+
+    def _memory(self, evictions: dict[str, int], rejections: dict[str, int]) -> Iterator[Metric]:
+        """The memory budget: what open tenants hold (in all and by part), the budget, and
+        evictions and refusals by the limit that caused them."""
+        m = self.manager
+        m.refresh()  # the inserter grows graphs between requests: count them as they are now
+        st = m.stats()
+        yield GaugeMetricFamily(
+            "memspine_open_tenant_bytes",
+            "Estimated memory of the open tenants (and those closing), as the budget counts it.",
+            value=st.open_bytes,
+        )
+        yield GaugeMetricFamily(
+            "memspine_open_bytes_budget",
+            "The memory budget of open tenants (MEMSPINE_MAX_OPEN_BYTES).",
+            value=st.budget if st.budget is not None else float("inf"),
+        )
+        parts = GaugeMetricFamily(
+            "memspine_open_tenant_part_bytes",
+            "Estimated memory of the open tenants by part: graph, exact, keyword, other.",
+            labels=["part"],
+        )
+        tenants = m.open_tenants()
+        by_part = [tenant_memory(t) for t in tenants]
+        for part in PARTS:
+            parts.add_metric([part], sum(p[part] for p in by_part))
+        yield parts
+        for name, doc, counts in (
+            (
+                "memspine_tenant_evictions_by_reason",
+                "Idle tenants closed to make room, by limit.",
+                evictions,
+            ),
+            ("memspine_unavailable_by_reason", "Requests refused with 503, by limit.", rejections),
+        ):
+            family = CounterMetricFamily(name, doc, labels=["reason"])
+            for reason in REASONS:
+                family.add_metric([reason], counts.get(reason, 0))
+            yield family
+        if self.per_tenant:
+            per = GaugeMetricFamily(
+                "memspine_tenant_memory_bytes",
+                "Estimated memory of each open tenant (MEMSPINE_METRICS_PER_TENANT=1).",
+                labels=["tenant"],
+            )
+            for tenant, p in sorted(
+                zip(tenants, by_part, strict=True), key=lambda tp: tp[0].tenant_id
+            ):
+                per.add_metric([tenant.tenant_id], sum(p.values()))
             yield per
 
 

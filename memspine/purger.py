@@ -10,6 +10,7 @@ import lmdb
 
 from memspine.engine import Engine
 from storage.errors import Unavailable
+from storage.purge import for_want_of_room
 from storage.swap import PENDING, pending_tenants
 
 log = logging.getLogger("memspine.purger")
@@ -77,8 +78,12 @@ class Purger:
             except Unavailable:
                 log.info("tenant %s: purge postponed, every tenant slot is busy", tenant_id)
                 continue
-            except Exception:
-                log.exception("tenant %s: purge failed; the next sweep retries", tenant_id)
+            except Exception as exc:
+                # The marker stays with the tombstones, so the next sweep tries again.
+                if for_want_of_room(exc):
+                    log.warning("tenant %s: purge postponed, the disk is full: %s", tenant_id, exc)
+                else:
+                    log.exception("tenant %s: purge failed; the next sweep retries", tenant_id)
                 continue
             purged.append(tenant_id)
         self.sweeps += 1

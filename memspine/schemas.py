@@ -7,14 +7,16 @@ import math
 import re
 import time
 import uuid
+from datetime import UTC, datetime
 from typing import Any, TypeVar
 
 import msgspec
 
+from memspine.jsonbounds import check_body_nesting
 from storage import encoding as enc
 from storage.errors import InvalidRequest
 from storage.model import NewEvent, StoredEvent
-from storage.recall import RecallQuery, RecallResult, Walk
+from storage.recall import RecallQuery, RecallResult, Walk, Withheld
 
 T = TypeVar("T")
 
@@ -61,6 +63,7 @@ class RecallIn(msgspec.Struct, forbid_unknown_fields=True):
     filter: dict[str, bool | int | float | str] | None = None
     current: bool = True
     as_of: int | None = None
+    explain: bool = False
 
 
 class CypherIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -74,6 +77,7 @@ def decode_body(body: bytes, type_: type[T]) -> T:
     """Decode a JSON body into a Struct, with a sentence that says what to fix."""
     if not body.strip():
         raise InvalidRequest("the request body is empty; send a JSON object")
+    check_body_nesting(body)  # before msgspec, which recurses once per level
     try:
         return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
@@ -105,11 +109,61 @@ def check_embedding(values: list[float], field: str = "embedding") -> list[float
     return values  # msgspec decoded them as list[float]: integers already came out as floats
 
 
-def _check_ts(value: int | None, field: str) -> int | None:
-    """Microsecond times between 0 and 2^62."""
-    if value is not None and not 0 <= value < MAX_TS:
+# A time a client sends must fall from 2000 through 9999 unless the request says
+# `Memspine-Time-Check: off`: seconds or milliseconds read as microseconds land in January
+# 1970, nanoseconds past the year 10000, and either would be stored without a word.
+EARLIEST_TS = 946_684_800_000_000  # 2000-01-01T00:00:00Z
+LATEST_TS = 253_402_300_800_000_000  # 10000-01-01T00:00:00Z, excluded
+TIME_CHECK_HEADER = "Memspine-Time-Check"
+_UNITS = (("seconds", 1_000_000, 1), ("milliseconds", 1000, 1), ("nanoseconds", 1, 1000))
+
+
+def time_check(value: str | None) -> bool:
+    """Whether a request's times are checked for a plausible unit: on unless the header says off."""
+    if value is None or value.strip().lower() == "on":
+        return True
+    if value.strip().lower() == "off":
+        return False
+    raise InvalidRequest(f"{TIME_CHECK_HEADER} must be on or off")
+
+
+def check_time(
+    value: int | None, field: str, *, checked: bool = True, zero: bool = False
+) -> int | None:
+    """Microseconds from 0 to 2^62 and, when checked, from 2000 through 9999 (0 too if `zero`:
+    a lower bound meaning "from the start")."""
+    if value is None:
+        return None
+    if not 0 <= value < MAX_TS:
         raise InvalidRequest(f"{field} must be microseconds since the Unix epoch, from 0 to 2^62")
-    return value
+    if not checked or EARLIEST_TS <= value < LATEST_TS or (zero and value == 0):
+        return value
+    raise InvalidRequest(_unit_hint(value, field))
+
+
+def _iso(us: int) -> str:
+    return datetime.fromtimestamp(us / 1e6, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _unit_hint(value: int, field: str) -> str:
+    """Why a time is refused: the unit it seems to be in, and what to send instead."""
+    keep = f"or the header {TIME_CHECK_HEADER}: off to keep it as it is"
+    seen = (
+        f"as microseconds it is {_iso(value)}"
+        if value < LATEST_TS
+        else "as microseconds it is after the year 9999"
+    )
+    for unit, times, over in _UNITS:
+        us = value * times // over
+        if EARLIEST_TS <= us < LATEST_TS:
+            return (
+                f"{field} {value} looks like {unit}: times are microseconds since the Unix epoch "
+                f"and {seen}; send {us} ({_iso(us)}), {keep}"
+            )
+    return (
+        f"{field} {value} is outside 2000-01-01 to 9999-12-31: times are microseconds since "
+        f"the Unix epoch and {seen}; send microseconds, {keep}"
+    )
 
 
 def _id_list(value: Any, field: str) -> tuple[str, ...]:
@@ -138,8 +192,10 @@ def check_idempotency_key(key: str) -> str:
     return key
 
 
-def to_new_event(body: EventIn, *, tenant_id: str, idempotency_key: str | None) -> NewEvent:
-    """Validate an append body and turn it into the engine's NewEvent."""
+def to_new_event(
+    body: EventIn, *, tenant_id: str, idempotency_key: str | None, check_times: bool = True
+) -> NewEvent:
+    """Validate an append body and turn it into the engine's NewEvent (check_times: see check_time)."""
     check_kind(body.kind)
     if body.text is not None and len(body.text) > MAX_TEXT_CHARS:
         raise InvalidRequest(f"text may be at most {MAX_TEXT_CHARS} characters")
@@ -149,15 +205,15 @@ def to_new_event(body: EventIn, *, tenant_id: str, idempotency_key: str | None) 
     properties_raw: bytes | None = None
     sources: tuple[str, ...] = ()
     if len(body.properties):
-        properties = msgspec.json.decode(body.properties)
+        properties = _decode_properties(body.properties)
         if properties is not None:
             if not isinstance(properties, dict):
                 raise InvalidRequest("properties must be a JSON object")
             properties_raw = bytes(body.properties)
             sources = _id_list(properties.get("source_event_ids"), "properties.source_event_ids")
-    ts = _check_ts(body.ts, "ts")
-    valid_from = _check_ts(body.valid_from, "valid_from")
-    valid_until = _check_ts(body.valid_until, "valid_until")
+    ts = check_time(body.ts, "ts", checked=check_times)
+    valid_from = check_time(body.valid_from, "valid_from", checked=check_times, zero=True)
+    valid_until = check_time(body.valid_until, "valid_until", checked=check_times)
     if valid_from is not None and valid_until is not None and valid_from >= valid_until:
         raise InvalidRequest("valid_from must be earlier than valid_until")
     event_id = body_hash = None
@@ -178,6 +234,18 @@ def to_new_event(body: EventIn, *, tenant_id: str, idempotency_key: str | None) 
         event_id=event_id,
         body_hash=body_hash,
     )
+
+
+def _decode_properties(raw: msgspec.Raw) -> Any:
+    """The properties as values; a number no JSON reader can hold (1e400) is 400, not stored."""
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        reason = str(exc).split(" - at ")[0].lower()  # "number out of range"
+        raise InvalidRequest(
+            f"properties hold a number no JSON reader can hold ({reason}): "
+            "numbers must be finite, within ±1.8e308"
+        ) from None
 
 
 def _body_hash(body: EventIn) -> bytes:
@@ -248,17 +316,21 @@ class HitOut(msgspec.Struct):
     via: str | msgspec.UnsetType = msgspec.UNSET
     hop: int | msgspec.UnsetType = msgspec.UNSET
     replaces: list[str] | msgspec.UnsetType = msgspec.UNSET
+    keyword_rank: int | None | msgspec.UnsetType = msgspec.UNSET  # with explain, ranked hits only
+    vector_rank: int | None | msgspec.UnsetType = msgspec.UNSET
 
 
 class RecallOut(msgspec.Struct):
-    """The recall answer; `walk` appears only when hops > 0."""
+    """The recall answer; `walk` appears only when hops > 0, `withheld` only when current state
+    kept something out."""
 
     hits: list[HitOut]
     walk: Walk | msgspec.UnsetType = msgspec.UNSET
+    withheld: Withheld | msgspec.UnsetType = msgspec.UNSET
 
 
-def to_recall_query(body: RecallIn) -> RecallQuery:
-    """Validate a recall body (limits, filter names and values) into the engine's query."""
+def to_recall_query(body: RecallIn, *, check_times: bool = True) -> RecallQuery:
+    """Validate a recall body (limits, filter names and values, as_of) into the engine's query."""
     if body.text is not None and len(body.text) > MAX_RECALL_TEXT_CHARS:
         raise InvalidRequest(f"text may be at most {MAX_RECALL_TEXT_CHARS} characters")
     if body.kind is not None:
@@ -273,8 +345,7 @@ def to_recall_query(body: RecallIn) -> RecallQuery:
             raise InvalidRequest(
                 f"filter '{name}' must be a boolean, a finite number or a string of at most 256 bytes"
             )
-    if body.as_of is not None and not 0 <= body.as_of < MAX_TS:
-        raise InvalidRequest("as_of must be microseconds since the Unix epoch, from 0 to 2^62")
+    check_time(body.as_of, "as_of", checked=check_times)
     return RecallQuery(
         text=body.text,
         embedding=check_embedding(body.embedding) if body.embedding is not None else None,
@@ -285,6 +356,7 @@ def to_recall_query(body: RecallIn) -> RecallQuery:
         filters=filters,
         current=body.current,
         as_of=body.as_of,
+        explain=body.explain,
     )
 
 
@@ -301,7 +373,13 @@ def recall_out(result: RecallResult) -> RecallOut:
             via=h.via if h.via is not None else msgspec.UNSET,
             hop=h.hop if h.hop is not None else msgspec.UNSET,
             replaces=h.replaces if h.replaces else msgspec.UNSET,
+            keyword_rank=h.ranks[0] if h.ranks is not None else msgspec.UNSET,
+            vector_rank=h.ranks[1] if h.ranks is not None else msgspec.UNSET,
         )
         for h in result.hits
     ]
-    return RecallOut(hits=hits, walk=result.walk if result.walk is not None else msgspec.UNSET)
+    return RecallOut(
+        hits=hits,
+        walk=result.walk if result.walk is not None else msgspec.UNSET,
+        withheld=result.withheld if result.withheld is not None else msgspec.UNSET,
+    )

@@ -18,7 +18,7 @@ from memspine_admin.control import ControlDB, erase_tenant_dir
 from memspine_admin.records import now_us
 from storage.errors import MemspineError, NotFound
 
-EXIT_OK, EXIT_ERROR, EXIT_ABORTED = 0, 1, 3
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ABORTED = 0, 1, 2, 3
 
 
 def actor() -> str:
@@ -66,12 +66,51 @@ def _open(args: argparse.Namespace) -> ControlDB:
     return ControlDB.open(args.data_dir)
 
 
+ADOPT = "memspine-admin tenant adopt DIRNAME NAME"
+
+
+def local_tenants(data_dir: Path, known: set[str]) -> list[str]:
+    """Tenant directories (holding an event log) whose names the control database lacks:
+    the tenants of local mode, whose tokens were their names."""
+    try:
+        entries = sorted(os.scandir(data_dir), key=lambda e: e.name)
+    except FileNotFoundError:
+        return []
+    return [
+        e.name
+        for e in entries
+        if e.name[0] not in "._"  # _control, and the .erasing-* or .control-init-* leftovers
+        and e.is_dir(follow_symlinks=False)
+        and os.path.isdir(os.path.join(e.path, "events"))
+        and e.name not in known
+    ]
+
+
+def has_command(*path: str) -> bool:
+    """Whether this version of the CLI has the command `memspine-admin PATH...`."""
+    parser = build_parser()
+    for name in path:
+        sub = next((a for a in parser._actions if isinstance(a, argparse._SubParsersAction)), None)
+        if sub is None or name not in sub.choices:
+            return False
+        parser = sub.choices[name]
+    return True
+
+
+def _adopt_hint() -> str:
+    """How to adopt a local tenant: the command if this version has it, else that it is coming."""
+    if has_command("tenant", "adopt"):
+        return f"adopt each that should stay reachable: {ADOPT}"
+    return f"adopting them comes in a later version ({ADOPT}); until then they stay unreachable"
+
+
 def cmd_init(args: argparse.Namespace) -> int:
     """Create the control database."""
     created = ControlDB.init(args.data_dir, actor=actor())
     path = args.data_dir / "_control"
     with _open(args) as db:
         generation = db.generation()
+        stranded = local_tenants(args.data_dir, {t.tenant_id for t in db.list_tenants()})
     human = (
         f"created control database at {path}"
         if created
@@ -79,7 +118,19 @@ def cmd_init(args: argparse.Namespace) -> int:
     )
     if created:
         human += "\nfrom now on the server accepts only issued keys"
-    _emit(args, {"created": created, "path": str(path), "generation": generation}, human)
+    if stranded:
+        count = f"{len(stranded)} local-mode tenant" + ("" if len(stranded) == 1 else "s")
+        human += (
+            f"\nfound {count} that issued keys cannot reach: {', '.join(stranded)} "
+            f"(their files stay as they are in {args.data_dir})\n{_adopt_hint()}"
+        )
+    payload = {
+        "created": created,
+        "path": str(path),
+        "generation": generation,
+        "local_tenants": stranded,
+    }
+    _emit(args, payload, human)
     return EXIT_OK
 
 
@@ -161,15 +212,16 @@ def cmd_key_list(args: argparse.Namespace) -> int:
 
 def cmd_key_revoke(args: argparse.Namespace) -> int:
     """Revoke a key."""
+    key_id = keys.key_id_from(args.key_id)
     with _open(args) as db:
-        info = db.get_key(args.key_id)
+        info = db.get_key(key_id)
         if info is None:
             raise NotFound("no key with that id")
-        question = f"revoke key {args.key_id} ({info.name}) of tenant {info.tenant_id}?"
+        question = f"revoke key {keys.key_prefix(key_id)} ({info.name}) of tenant {info.tenant_id}?"
         if info.revoked_at is None and not _confirm(args, question):
             sys.stderr.write("aborted\n")
             return EXIT_ABORTED
-        info = db.revoke_key(args.key_id, actor=actor())
+        info = db.revoke_key(key_id, actor=actor())
     _emit(args, info, f"revoked key {info.key_id} at {_when(info.revoked_at)}")
     return EXIT_OK
 
@@ -252,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ttl-secs", type=int, default=None, help="expire after this many seconds")
     command(ksub, "list", cmd_key_list).add_argument("--tenant", default=None)
     p = command(ksub, "revoke", cmd_key_revoke)
-    p.add_argument("key_id")
+    p.add_argument("key_id", help="the key's id, bare or as key list shows it (smk_live_<id>)")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
 
     p = command(sub, "audit", cmd_audit)
@@ -262,14 +314,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _data_dir_problem(path: Path) -> str | None:
+    """Why path cannot be a data directory (a file, or under one), None if it can."""
+    if path.exists():
+        return None if path.is_dir() else f"{str(path)!r} exists and is not a directory"
+    probe = path.parent
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        return f"{str(path)!r} cannot be created: {str(probe)!r} is not a directory"
+    return None
+
+
+def _usage(message: str) -> int:
+    """A data directory the CLI cannot use: one sentence, exit 2, as for a bad command line."""
+    sys.stderr.write(f"memspine-admin: {message}\n")
+    return EXIT_USAGE
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `memspine-admin` console script."""
     args = build_parser().parse_args(argv)
+    source = "--data-dir"
     if "data_dir" not in args:
+        source = (
+            "MEMSPINE_DATA_DIR" if os.environ.get("MEMSPINE_DATA_DIR") else "the default ./data"
+        )
         args.data_dir = Path(os.environ.get("MEMSPINE_DATA_DIR") or "./data")
     args.json = getattr(args, "json", False)
+    problem = _data_dir_problem(args.data_dir)
+    if problem is not None:
+        return _usage(f"{source}: {problem}")
     try:
         return int(args.func(args))
+    except OSError as exc:  # unreadable, unwritable, a file where a directory should be
+        where = exc.filename if exc.filename is not None else args.data_dir
+        return _usage(f"{source}: cannot use {str(where)!r}: {exc.strerror or exc}")
     except MemspineError as exc:
         if args.json:
             error = {"error": exc.code, "detail": exc.detail}

@@ -10,6 +10,8 @@ from typing import NamedTuple
 from argon2 import PasswordHasher
 from argon2.exceptions import InvalidHashError, VerificationError
 
+from storage.errors import InvalidRequest
+
 PREFIX = "smk_live_"
 ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 KEY_ID_LEN = 12  # ~71 bits: ids only need to be unique, they are not secret
@@ -95,6 +97,20 @@ def parse_token(token: object) -> ParsedKey | None:
     if not secrets.compare_digest(checksum(body), check):
         return None
     return ParsedKey(key_id, secret)
+
+
+def key_id_from(value: str) -> str:
+    """The key id in what an operator typed: the bare id or `smk_live_<id>` as listings show it.
+
+    A whole token is refused: its id is in it, but a secret does not belong on a command line
+    or in a URL (shell history, access logs).
+    """
+    text = value.strip()
+    if parse_token(text) is not None:
+        raise InvalidRequest(
+            "that is a whole api key; give its id (smk_live_<id>, as key list shows it)"
+        )
+    return text[len(PREFIX) :] if text.startswith(PREFIX) else text
 
 
 def key_prefix(key_id: str) -> str:

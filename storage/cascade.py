@@ -41,6 +41,7 @@ def delete_derived(tenant: Tenant, event_id: str) -> Future[list[str]]:
         def apply(txn: lmdb.Transaction) -> list[str]:
             return log.delete_in(txn, derived_closure(LogReader(txn, log.dbs), event_id))
 
+        tenant.mark_before_delete([event_id])  # the closure is empty unless the event is live
         deleted = log.write(apply)
         tenant.catch_up()
         return deleted

@@ -15,6 +15,7 @@ from typing import Any
 import lmdb
 
 from storage import encoding as enc
+from storage import failpoints
 from storage.model import REL_CODES, StoredEvent
 from storage.reader import DB_NAMES, LogReader
 from storage.records import decode_event
@@ -51,6 +52,7 @@ def rewrite(
             items = source.txn.cursor(db=source.dbs[name]).iternext(keys=True, values=True)
             tap = (taps or {}).get(name)
             _append_all(env, target, items if tap is None else _tapped(items, tap))
+        failpoints.hit("purge.copy")
         env.sync(True)
     finally:
         env.close()

@@ -8,6 +8,8 @@ from storage.model import SUPERSEDES, StoredEvent
 from storage.reader import LogReader
 
 MAX_CHAIN_HOPS = 5
+# Why current state keeps an event out of an answer (recall's `withheld` counts them by these).
+SUPERSEDED, EXPIRED, NOT_YET_VALID = "superseded", "expired", "not_yet_valid"
 
 
 class Moment:
@@ -30,6 +32,14 @@ class Moment:
         if ev.valid_from is not None and self.at < ev.valid_from:
             return False
         return ev.valid_until is None or self.at < ev.valid_until
+
+    def window_reason(self, ev: StoredEvent) -> str | None:
+        """Why the moment falls outside the event's window ("not_yet_valid", "expired"), or None."""
+        if ev.valid_from is not None and self.at < ev.valid_from:
+            return NOT_YET_VALID
+        if ev.valid_until is not None and self.at >= ev.valid_until:
+            return EXPIRED
+        return None
 
     def superseders(self, ev: StoredEvent) -> list[StoredEvent]:
         """Live events that exist at this moment and name ev in `supersedes`."""

@@ -73,11 +73,28 @@ class EmbeddingMismatch(MemspineError):
     code = "embedding_mismatch"
 
 
+class TooManyRequests(MemspineError):
+    """Too many failed attempts for one key id: wait `Retry-After` seconds (429)."""
+
+    status = 429
+    code = "too_many_requests"
+
+
 class Unavailable(MemspineError):
     """Every open tenant slot is busy (503)."""
 
     status = 503
     code = "unavailable"
+
+
+class DiskFull(Unavailable):
+    """The data directory's filesystem is full (503 with Retry-After): the detail says what was
+    not done; nothing acknowledged before is lost, and the server recovers once space is freed."""
+
+    RETRY_AFTER_SECS = 30
+
+    def __init__(self, detail: str, *, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail, headers=headers or {"Retry-After": str(self.RETRY_AFTER_SECS)})
 
 
 class CypherSyntaxError(InvalidRequest):

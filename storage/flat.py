@@ -2,30 +2,25 @@
 graph while that is small.
 
 These keep their own unit rows because hnswlib hands vectors back slowly (`get_items` costs about
-80 µs a vector, 170 ms for 2,000), and `read_vectors` takes a saved index's vectors straight from
-its file for the same reason.
+80 µs a vector, 170 ms for 2,000), and `read_vectors` (storage/vecfile.py) takes a saved index's
+vectors straight from its file for the same reason.
 """
 
 from __future__ import annotations
 
 import array
 import ctypes
-import struct
+import sys
 import threading
 from collections.abc import Callable, Iterable
 from itertools import islice
-from pathlib import Path
 
 import numpy as np
 
+# Offered here as before; storage/vecfile.py is the one reader of hnswlib's file layout.
+from storage.vecfile import read_vectors as read_vectors
+
 Allowed = Callable[[int], bool]
-
-# hnswlib's saveIndex header (hnswalg.h, 0.8): offsetLevel0, max_elements, cur_element_count,
-# size_data_per_element, label_offset, offsetData (size_t each), maxlevel (int),
-# enterpoint_node (uint32), maxM, maxM0, M (size_t), mult (double), ef_construction (size_t);
-# then cur_element_count level-0 records of size_data_per_element bytes: links, vector, label.
-_HEADER = struct.Struct("<QQQQQQiIQQQdQ")
-
 
 _BLAS_SET_THREADS = (
     "scipy_openblas_set_num_threads64_",
@@ -128,6 +123,12 @@ class FlatSet:
     def __len__(self) -> int:
         return len(self._where)
 
+    def nbytes(self) -> int:
+        """Bytes held: the arrays at their capacity and the label map with its keys."""
+        where = self._where
+        arrays = self._rows.nbytes + self._labels.nbytes + self._alive.nbytes
+        return arrays + sys.getsizeof(where) + 32 * len(where)
+
     def put(self, labels: Iterable[int], rows: np.ndarray) -> None:
         """Add or replace rows (scaled to unit length here)."""
         scaled = unit(rows.reshape(-1, self.dim))
@@ -206,22 +207,3 @@ class FlatSet:
             labels = self._labels[live]
             sims = (self._rows[: self._used] @ query)[live]
         return top(labels, sims, k, allowed)
-
-
-def read_vectors(path: Path, dim: int) -> tuple[np.ndarray, np.ndarray]:
-    """(labels, vectors) of every element in a saved hnswlib index (deleted ones included;
-    cosine indexes hold unit vectors)."""
-    with open(path, "rb") as fh:
-        head = fh.read(_HEADER.size)
-        if len(head) < _HEADER.size:
-            raise ValueError("vector index file is truncated")
-        offset0, _cap, count, size, label_at, data_at, *_rest = _HEADER.unpack(head)
-        if offset0 != 0 or data_at + 4 * dim > label_at or label_at + 8 > size:
-            raise ValueError("vector index file has an unexpected layout")
-        raw = np.fromfile(fh, dtype=np.uint8, count=count * size)
-    if raw.size != count * size:
-        raise ValueError("vector index file is truncated")
-    records = raw.reshape(count, size)
-    vectors = np.ascontiguousarray(records[:, data_at : data_at + 4 * dim]).view(np.float32)
-    labels = np.ascontiguousarray(records[:, label_at : label_at + 8]).view(np.uint64)
-    return labels.reshape(-1).astype(np.int64), vectors

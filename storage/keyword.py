@@ -15,7 +15,10 @@ import msgspec
 import tantivy
 
 from storage import encoding as enc
+from storage import failpoints
+from storage.errors import DiskFull
 from storage.model import FilterValue
+from storage.space import disk_full
 
 log = logging.getLogger("memspine.keyword")
 
@@ -28,6 +31,21 @@ WRITER_HEAP_BYTES = 16_000_000
 # (fsyncs now, merge CPU later), and at hundreds of appends a second one commit per group commit
 # spent a fifth of a core merging tiny segments (bench/RESULTS.md, Appends).
 FOLD_INTERVAL_SECS = 0.25
+# Resident memory, for memory_bytes: the searcher's own state is small (segments are
+# memory-mapped files, so page cache); a writer, once made, keeps its indexing arena and thread
+# (measured after a commit, bench/RESULTS.md); a queued document holds its text until the fold.
+READER_BYTES = 64_000
+WRITER_BYTES = 3_000_000
+QUEUED_DOC_BYTES = 1_000
+# After a failed commit (a full disk) the fold tries again after this long, doubling up to the
+# cap: recovery within seconds of space coming back, without a commit attempt per search.
+RETRY_FIRST_SECS = 0.25
+RETRY_MAX_SECS = 2.0
+LOG_EVERY = 30  # failed commits in a row between two log lines
+FULL = (
+    "the server's disk is full: recall cannot include the newest events until space is freed; "
+    "nothing is lost, retry later"
+)
 
 
 class KeywordDoc(msgspec.Struct, frozen=True):
@@ -100,6 +118,11 @@ class KeywordIndex:
     index with one durable commit per round, and a search first waits until every document
     published before it began is committed: appends never wait for Tantivy, and a recall sees
     every acknowledged event, ranked exactly as if it had been committed with its append.
+
+    A published document leaves the queue only once a commit holding it is durable, and
+    committed_seq (which the tenant records as its keyword watermark) moves only then: a commit
+    that fails (a full disk) is rolled back and retried with everything still queued, and
+    searches meanwhile answer 503 rather than silently miss what was acknowledged.
     """
 
     def __init__(
@@ -113,12 +136,17 @@ class KeywordIndex:
         self.writer_lock = threading.Lock()  # Tantivy writers refuse concurrent use
         self.committed_seq = committed_seq  # the log op the committed index covers
         self._published_seq = committed_seq
-        self._queue: list[tuple[KeywordDoc | None, str]] = []  # (doc to add | None to delete, id)
+        # Published and not yet durably committed, in order: (doc to add | None to delete, id).
+        self._queue: list[tuple[KeywordDoc | None, str]] = []
         self._cond = threading.Condition()
         self._stopping = False
-        self._failed = False
-        self._waiting = 0  # searches (or a close) waiting for the fold: it commits at once for them
+        self._waiting = 0  # searches waiting for the fold: it commits at once for them
         self._last_fold = 0.0
+        self._error: Exception | None = None  # why the last commit failed; None once one succeeds
+        self._full = False  # that failure was a full disk
+        self._failures = 0  # commits failed in a row (the retry backs off)
+        self._retry_at = 0.0
+        self._attempts = 0  # commits tried, failed or not (a waiter sees one end)
         self._thread: threading.Thread | None = None
 
     @classmethod
@@ -182,7 +210,7 @@ class KeywordIndex:
             self._cond.notify_all()
 
     def _fold(self) -> None:
-        """Background: commit what was published, one durable commit per round."""
+        """Background: commit what was published, one durable commit per round, retrying failures."""
         while True:
             with self._cond:
                 while self._published_seq == self.committed_seq and not self._stopping:
@@ -190,27 +218,64 @@ class KeywordIndex:
                 if self._published_seq == self.committed_seq:
                     return
                 self._gather()
-                ops, self._queue = self._queue, []
+                final = self._stopping  # close() is waiting: one last attempt, then give up
+                ops = list(self._queue)  # publish appends meanwhile; these leave only once durable
                 seq = self._published_seq
             try:
                 if ops:
                     self._commit_ops(ops)
-            except Exception:  # searches and close() fall back to folding on their own thread
-                log.exception("keyword commit failed in the background")
-                with self._cond:
-                    self._queue = ops + self._queue
-                    self._failed = True
-                    self._cond.notify_all()
-                return
+            except Exception as exc:
+                self._failed_commit(exc)
+                if final:
+                    return
+                continue
             with self._cond:
+                if self._failures:
+                    log.warning("keyword commits resumed after %d failed", self._failures)
+                del self._queue[: len(ops)]
                 self.committed_seq = seq
+                self._error, self._full, self._failures = None, False, 0
+                self._attempts += 1
                 self._last_fold = time.monotonic()
                 self._cond.notify_all()
 
+    def _failed_commit(self, exc: Exception) -> None:
+        """Roll the writer back to the last commit and schedule a retry of everything queued."""
+        self._roll_back()
+        # A streak that began on a full disk stays one until a commit succeeds: a retry that
+        # fails as space comes back (a writer killed by the earlier error) is the same outage.
+        full = self._full or disk_full(exc, self.path)
+        with self._cond:
+            self._failures += 1
+            failures = self._failures
+            delay = min(RETRY_MAX_SECS, RETRY_FIRST_SECS * 2 ** (failures - 1))
+            self._retry_at = time.monotonic() + delay
+            self._error, self._full = exc, full
+            self._attempts += 1
+            self._cond.notify_all()
+        if failures == 1 or failures % LOG_EVERY == 0:  # one line per minute of an outage
+            if full:
+                log.error("keyword commit failed %d times: the disk is full; retrying", failures)
+            else:
+                log.error("keyword commit failed %d times; retrying", failures, exc_info=exc)
+
+    def _roll_back(self) -> None:
+        """Drop the writer and what the failed commit staged (all of it is still queued): an
+        I/O error in one of its threads kills a Tantivy writer for good, and the retry makes a
+        new one (dropping the old releases its lock)."""
+        with self.writer_lock:
+            self._writer = None
+
     def _gather(self) -> None:
-        """Let more work pile up until FOLD_INTERVAL_SECS after the last commit (caller holds _cond)."""
-        while not (self._waiting or self._stopping):
-            left = self._last_fold + FOLD_INTERVAL_SECS - time.monotonic()
+        """Let more work pile up until FOLD_INTERVAL_SECS after the last commit, or until the
+        retry is due after a failure (caller holds _cond)."""
+        while not self._stopping:
+            if self._error is not None:
+                left = self._retry_at - time.monotonic()  # a waiting search does not hurry it
+            elif self._waiting:
+                return
+            else:
+                left = self._last_fold + FOLD_INTERVAL_SECS - time.monotonic()
             if left <= 0:
                 return
             self._cond.wait(timeout=left)
@@ -222,32 +287,44 @@ class KeywordIndex:
                 self.writer.delete_documents_by_term("id", event_id)
                 if doc is not None:
                     self.writer.add_document(document(doc, with_seq=self.with_seq))
+            failpoints.hit("keyword.commit")
             self.writer.commit()
         self.index.reload()
 
     def flush(self, upto: int | None = None) -> None:
-        """Wait until the committed index covers op upto (default: everything published)."""
+        """Wait until the committed index covers op upto (default: everything published); while
+        commits fail, raise DiskFull (or the failure) at once instead of waiting."""
         with self._cond:
             target = self._published_seq if upto is None else upto
             if self.committed_seq >= target:
                 return  # nothing to wait for: do not cut the fold's gathering short
+            if self._error is not None:
+                raise self._refusal()
             self._waiting += 1
             self._cond.notify_all()  # the fold stops gathering and commits for us
+            attempts = self._attempts
             try:
-                while self.committed_seq < target and not self._failed:
+                while self.committed_seq < target:
+                    if self._error is not None and self._attempts != attempts:
+                        raise self._refusal()  # the commit this search waited for failed
+                    if self._thread is None or not self._thread.is_alive():
+                        raise RuntimeError("the keyword index is closed")
                     self._cond.wait(timeout=1.0)
             finally:
                 self._waiting -= 1
-            if self.committed_seq >= target:
-                return
-            ops, self._queue = self._queue, []  # the fold thread died: commit here instead
-            seq = self._published_seq
-        if ops:
-            self._commit_ops(ops)
-        with self._cond:
-            self.committed_seq = seq
+
+    def _refusal(self) -> Exception:
+        """What a search is told while commits fail (caller holds _cond)."""
+        if self._full:
+            return DiskFull(FULL)
+        return RuntimeError("the keyword index cannot be committed")
 
     # -- reads ------------------------------------------------------------------
+
+    def memory_bytes(self) -> int:
+        """Estimated resident bytes: the searcher, the writer once made, documents not yet folded."""
+        writer = WRITER_BYTES if self._writer is not None else 0
+        return READER_BYTES + writer + QUEUED_DOC_BYTES * len(self._queue)
 
     def settled(self) -> bool:
         """Whether a search would start at once: everything published is committed (a hint)."""
@@ -293,17 +370,30 @@ class KeywordIndex:
         return int(self.index.searcher().num_docs)
 
     def close(self) -> None:
-        """Commit what is pending, stop the background thread and wait for merges."""
-        self.flush()
+        """Commit what is pending, stop the background thread and wait for merges.
+
+        If that last commit fails, what it held is dropped here: committed_seq still says what
+        the index covers, and the tenant replays the rest from the log when it next opens.
+        """
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
             thread = self._thread
         if thread is not None:
             thread.join()
+        with self._cond:
+            behind = self._published_seq - self.committed_seq
+            self._queue.clear()
+        if behind:
+            log.warning("keyword index closed %d ops behind the log; they replay on open", behind)
         with self.writer_lock:
             if self._writer is not None:
-                self._writer.wait_merging_threads()
+                try:
+                    if behind:
+                        self._writer.rollback()
+                    self._writer.wait_merging_threads()
+                except Exception:  # a merge that failed leaves its segments as they were
+                    log.warning("keyword writer did not close cleanly", exc_info=True)
                 self._writer = None
 
 

@@ -13,11 +13,13 @@ import lmdb
 import msgspec
 
 from storage import encoding as enc
-from storage.errors import EmbeddingMismatch, IdempotencyMismatch, MemspineError
+from storage import failpoints
+from storage.errors import DiskFull, EmbeddingMismatch, IdempotencyMismatch, MemspineError
 from storage.model import REL_CODES, SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
 from storage.reader import DB_NAMES, SUPERSEDING, LogReader, Tombstone
 from storage.records import encode_event
 from storage.rwlock import RWLock
+from storage.space import disk_full
 
 SCHEMA_VERSION = 1
 INITIAL_MAP_SIZE = 32 << 20
@@ -25,6 +27,7 @@ T = TypeVar("T")
 
 OP_APPEND = b"A"
 OP_DELETE = b"D"
+NOT_WRITTEN = "the server's disk is full: nothing was written; retry once space is freed"
 
 
 class IdempotencyRecord(msgspec.Struct, frozen=True):
@@ -51,25 +54,39 @@ class EventLog:
     def open(cls, path: Path, *, embedding_dim: int = 384) -> EventLog:
         """Open (creating if needed) the log at path; a new log records embedding_dim."""
         path.mkdir(parents=True, exist_ok=True)
-        env = lmdb.open(
-            str(path),
-            map_size=INITIAL_MAP_SIZE,
-            max_dbs=len(DB_NAMES) + 1,
-            max_readers=256,
-            sync=True,
-            metasync=True,
-            readahead=False,
-        )
+        env = _open_env(path, INITIAL_MAP_SIZE)
         env.reader_check()  # clear slots left by a process that died holding a read transaction
         log = cls(path, env)
-        with env.begin(write=True) as txn:
-            meta = log.dbs["meta"]
-            if txn.get(b"schema", db=meta) is None:
-                txn.put(b"schema", enc.u64(SCHEMA_VERSION), db=meta)
-                txn.put(b"dim", enc.u64(embedding_dim), db=meta)
-            if LogReader(txn, log.dbs).meta_int(SUPERSEDING) is None:  # new, or made before it
-                log.put_meta_int(txn, SUPERSEDING, _any_supersedes(txn, log.dbs))
+        with log.reader() as r:
+            ready = r.meta_int("schema") is not None and r.meta_int(SUPERSEDING) is not None
+        if not ready:  # a new log, or one made before the flag: one write (none on a full disk)
+            try:
+                log.write(lambda txn: log._initialise(txn, embedding_dim))
+            except BaseException:
+                env.close()
+                raise
         return log
+
+    def _initialise(self, txn: lmdb.Transaction, embedding_dim: int) -> None:
+        """Record the schema and dimension of a new log, and the superseding flag of any log."""
+        meta = self.dbs["meta"]
+        if txn.get(b"schema", db=meta) is None:
+            txn.put(b"schema", enc.u64(SCHEMA_VERSION), db=meta)
+            txn.put(b"dim", enc.u64(embedding_dim), db=meta)
+        if LogReader(txn, self.dbs).meta_int(SUPERSEDING) is None:  # new, or made before it
+            self.put_meta_int(txn, SUPERSEDING, _any_supersedes(txn, self.dbs))
+
+    def reopen(self) -> None:
+        """Close and reopen the environment, once no transaction is active: after MDB_PANIC
+        LMDB refuses every transaction of the environment until it is opened again."""
+        with self.lock.exclusive():
+            try:
+                map_size = int(self.env.info()["map_size"])
+            except lmdb.Error:
+                map_size = INITIAL_MAP_SIZE  # LMDB grows it back to the file's size on open
+            self.env.close()
+            self.env = _open_env(self.path, map_size)
+            self.dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
 
     def close(self) -> None:
         """Close the environment once no transaction is active."""
@@ -100,13 +117,26 @@ class EventLog:
     # -- writes ---------------------------------------------------------------
 
     def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
-        """Run fn in one durable write transaction, growing the map instead of failing when full."""
+        """Run fn in one durable write transaction, growing the map instead of failing when full;
+        DiskFull if the disk is (nothing was written: LMDB aborted the transaction)."""
+        reopened = False
         while True:
             try:
                 with self.lock.shared(), self.env.begin(write=True) as txn:
-                    return fn(txn)
+                    result = fn(txn)
+                    failpoints.hit("log.commit")
+                    return result  # the transaction commits here, as the block ends
             except lmdb.MapFullError:
                 self._grow()
+            except Exception as exc:
+                if disk_full(exc, self.path):
+                    raise DiskFull(NOT_WRITTEN) from exc
+                if not isinstance(exc, lmdb.PanicError) or reopened:
+                    raise
+                # A failed meta page write leaves the environment refusing every transaction:
+                # open it again and retry once.
+                self.reopen()
+                reopened = True
 
     def _grow(self) -> None:
         """Double the map size; LMDB allows this only with no transaction active."""
@@ -323,6 +353,19 @@ class Appender:
                     "vectors from another model cannot be mixed with them"
                 )
         return None
+
+
+def _open_env(path: Path, map_size: int) -> lmdb.Environment:
+    """The log's LMDB environment, every commit synced."""
+    return lmdb.open(
+        str(path),
+        map_size=map_size,
+        max_dbs=len(DB_NAMES) + 1,
+        max_readers=256,
+        sync=True,
+        metasync=True,
+        readahead=False,
+    )
 
 
 def _any_supersedes(txn: lmdb.Transaction, dbs: dict[str, Any]) -> int:

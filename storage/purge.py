@@ -12,7 +12,9 @@ is reopened). See docs/erasure.md and storage/swap.py for the on-disk protocol.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import os
 import shutil
 import threading
 import time
@@ -32,6 +34,7 @@ from storage.keyword import KeywordDoc, KeywordIndex, document
 from storage.log import EventLog
 from storage.model import FilterValue
 from storage.reader import LogReader
+from storage.space import names_full_disk
 from storage.swap import Step, no_step
 from storage.vecfile import VectorFileError, count_labels, erase_labels
 
@@ -52,6 +55,21 @@ class PurgeStats(msgspec.Struct, frozen=True, kw_only=True):
     writes_paused: float = 0.0  # the final step on the writer thread (appends queue meanwhile)
     reads_paused: float = 0.0  # the swap under the log lock (every read waits meanwhile)
     pending: int = 0  # events deleted during the purge, left for the next one
+
+
+class NoRoomToPurge(OSError):
+    """The disk lacks the free space a purge needs for one more copy of the tenant's files."""
+
+    def __init__(self, needed: int, free: int) -> None:
+        super().__init__(errno.ENOSPC, f"a purge needs about {needed} bytes of free disk, {free} are free")
+        self.needed = needed
+        self.free = free
+
+
+def for_want_of_room(exc: BaseException) -> bool:
+    """Whether a purge failed because the disk is full (refused up front, or a write that met
+    a full disk anywhere in the cause chain)."""
+    return names_full_disk(exc)
 
 
 class _State:
@@ -145,6 +163,7 @@ def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int], _Keyword
             doomed = {e: t.seq for e in r.tombstone_ids() if (t := r.tombstone(e)) is not None}
             if not doomed:
                 return None
+            _check_room(tenant, r)
             staging = tenant.root / swap.STAGING
             staging.mkdir()
             step("stage")
@@ -157,6 +176,35 @@ def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int], _Keyword
             keyword.abandon()
         raise
     return since, doomed, keyword
+
+
+def _check_room(tenant: Tenant, r: LogReader) -> None:
+    """Refuse before writing anything when the disk cannot hold the new generation: a purge that
+    filled it would fail half-way and make every other write on it fail meanwhile."""
+    psize = int(r.txn.stat(r.dbs["events"])["psize"])
+    pages = 0
+    for db in r.dbs.values():  # the copy holds the live pages only, none of the freed ones
+        st = r.txn.stat(db)
+        pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+    needed = (pages + _LMDB_SPARE_PAGES) * psize + _tree_bytes(tenant.root / "keyword")
+    with contextlib.suppress(FileNotFoundError):
+        needed += tenant.vectors.path.stat().st_size  # the copy made if it holds a purged vector
+    free = shutil.disk_usage(tenant.root).free
+    if free < needed:
+        raise NoRoomToPurge(needed, free)
+
+
+_LMDB_SPARE_PAGES = 64  # meta and root pages and the free list of the new environment
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes of the files under path (a store rebuilt from the live events takes no more)."""
+    total = 0
+    for dirpath, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(FileNotFoundError):  # a Tantivy file merged away meanwhile
+                total += os.stat(os.path.join(dirpath, name)).st_size
+    return total
 
 
 class _Indexed(msgspec.Struct):
@@ -327,19 +375,37 @@ def _stage_vectors(
             return _VectorStage(signature=signature)  # the file holds none: it stays
         shutil.copyfile(source, target)
         erase_labels(target, doomed_labels, vectors.dim)
-    except VectorFileError as exc:
+        keep = _live_without(sidecar, doomed_labels)
+    except (VectorFileError, _BadSidecar) as exc:
+        # Either can only be saved anew: left alone, every later purge would fail on it too.
         log.warning("tenant %s: %s; saving the vector index anew", tenant.tenant_id, exc)
         target.unlink(missing_ok=True)
         save()
         return _VectorStage(signature=_signature(source))
-    if sidecar.exists():
-        live = np.load(sidecar)
-        keep = live[~np.isin(live, np.fromiter(doomed_labels, dtype=np.uint64))]
+    if keep is not None:
         with open(dest / sidecar.name, "wb") as fh:
             np.save(fh, keep)
         swap.fsync_file(dest / sidecar.name)
     swap.fsync_file(target)
     return _VectorStage(signature=signature)
+
+
+class _BadSidecar(ValueError):
+    """The saved list of live labels cannot be read."""
+
+
+def _live_without(sidecar: Path, doomed_labels: set[int]) -> np.ndarray | None:
+    """The saved live labels less the doomed ones; None if there is no sidecar."""
+    try:
+        live = np.load(sidecar, allow_pickle=False)
+    except FileNotFoundError:
+        return None
+    except (ValueError, EOFError, OSError) as exc:
+        raise _BadSidecar(f"live-label list unreadable ({type(exc).__name__})") from exc
+    if live.ndim != 1 or live.dtype.kind not in "ui":
+        raise _BadSidecar("live-label list has another shape")
+    keep: np.ndarray = live[~np.isin(live, np.fromiter(doomed_labels, dtype=np.uint64))]
+    return keep
 
 
 def _swap_in(tenant: Tenant, step: Step) -> float:

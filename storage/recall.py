@@ -3,14 +3,14 @@ substitution and the bounded SOURCE_FROM walk."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import cast
 
 import msgspec
 import numpy as np
 
 from storage import encoding as enc
-from storage.current import Moment
+from storage.current import EXPIRED, NOT_YET_VALID, SUPERSEDED, Moment
 from storage.errors import EmbeddingMismatch, InvalidRequest
 from storage.flat import as_float32, top, unit
 from storage.keyword import KeywordIndex
@@ -51,16 +51,18 @@ class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
     filters: dict[str, FilterValue] = {}
     current: bool = True
     as_of: int | None = None
+    explain: bool = False  # ranked hits carry the arm ranks their score was fused from
 
 
 class Hit(msgspec.Struct, kw_only=True):
-    """One recalled event: ranked (score, maybe replaces) or walked (via, hop)."""
+    """One recalled event: ranked (score, maybe replaces, with explain its ranks) or walked (via, hop)."""
 
     event: StoredEvent
     score: float
     via: str | None = None
     hop: int | None = None
     replaces: list[str] = []
+    ranks: tuple[int | None, int | None] | None = None  # (keyword, vector); None: not explained
 
 
 class Walk(msgspec.Struct, frozen=True, kw_only=True):
@@ -71,25 +73,43 @@ class Walk(msgspec.Struct, frozen=True, kw_only=True):
     omitted: list[str]
 
 
+class Withheld(msgspec.Struct, frozen=True, kw_only=True):
+    """Events current state kept out of the answer among those recall read to fill it, by reason."""
+
+    superseded: int = 0
+    expired: int = 0
+    not_yet_valid: int = 0
+
+
 class RecallResult(msgspec.Struct, kw_only=True):
-    """Ranked hits followed by walked hits, and the walk's account when hops > 0."""
+    """Ranked hits followed by walked hits, the walk's account when hops > 0, and what current
+    state withheld when it withheld anything."""
 
     hits: list[Hit]
     walk: Walk | None = None
+    withheld: Withheld | None = None
 
 
 class Admission:
-    """The one chokepoint: a candidate of either arm is live, of the kind, matches the filters and exists."""
+    """The one chokepoint: a candidate of either arm is live, of the kind, matches the filters,
+    exists and (with current state) is inside its window.
+
+    The arms read their rankings best first and take the window test last, in `_first`, so the
+    events it turns away are the ones that would have ranked: `withheld` keeps them (and the
+    superseded hits substitution passes over) with the reason, for the answer to report.
+    """
 
     def __init__(self, r: LogReader, q: RecallQuery, moment: Moment) -> None:
         self.r = r
         self.q = q
         self.moment = moment
+        self.withheld: dict[str, str] = {}  # event id -> SUPERSEDED, EXPIRED or NOT_YET_VALID
         self._wanted = {name: enc.value_bytes(v) for name, v in q.filters.items()}
         self._by_label: dict[int, StoredEvent | None] = {}
 
-    def admit(self, ev: StoredEvent | None) -> bool:
-        """Whether an event may rank (superseded ones may: recall substitutes their heads)."""
+    def admit(self, ev: StoredEvent | None, *, window: bool = True) -> bool:
+        """Whether an event may rank (superseded ones may: recall substitutes their heads);
+        with window=False, everything but the window test."""
         if ev is None or (self.q.kind is not None and ev.kind != self.q.kind):
             return False
         for name, want in self._wanted.items():
@@ -97,20 +117,42 @@ class Admission:
                 return False
         if not self.moment.exists(ev):
             return False
-        return not self.moment.current or self.moment.in_window(ev)
+        return not window or not self.moment.current or self.moment.in_window(ev)
+
+    def in_window(self, ev: StoredEvent, *, note: bool = True) -> bool:
+        """The window test of current state; an event it turns away is noted as withheld."""
+        if not self.moment.current:
+            return True
+        reason = self.moment.window_reason(ev)
+        if reason is None:
+            return True
+        if note:
+            self.withheld.setdefault(ev.event_id, reason)
+        return False
 
     def event(self, event_id: str) -> StoredEvent | None:
-        """The admitted event with this id (read without its embedding), or None."""
+        """The event with this id if it passes all but the window (read without its embedding)."""
         ev = self.r.get_light(event_id)
-        return ev if self.admit(ev) else None
+        return ev if self.admit(ev, window=False) else None
 
     def event_for_label(self, label: int) -> StoredEvent | None:
-        """The admitted event behind a vector label (read without its embedding), or None."""
+        """The event behind a vector label if it passes all but the window (read light)."""
         if label not in self._by_label:
             raw_id = self.r.raw_id_for_seq(label)  # bytes all the way: no id string to parse
             ev = self.r.get_light_raw(raw_id) if raw_id is not None else None
-            self._by_label[label] = ev if self.admit(ev) else None
+            self._by_label[label] = ev if self.admit(ev, window=False) else None
         return self._by_label[label]
+
+    def withheld_counts(self) -> Withheld | None:
+        """The withheld events by reason, None if there are none."""
+        if not self.withheld:
+            return None
+        reasons = list(self.withheld.values())
+        return Withheld(
+            superseded=reasons.count(SUPERSEDED),
+            expired=reasons.count(EXPIRED),
+            not_yet_valid=reasons.count(NOT_YET_VALID),
+        )
 
 
 def validate(q: RecallQuery, dim: int, model: str | None) -> None:
@@ -142,19 +184,20 @@ def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEven
     while True:
         found = kw.ranked(adm.q.text, limit=limit, kind=kind, filters=adm.q.filters)
         if found.seqs is not None:  # as vector labels are: one read of an event both arms find
-            ranked = _first(map(adm.event_for_label, found.seqs), depth)
+            ranked = _first(adm, map(adm.event_for_label, found.seqs), depth)
         else:
-            ranked = _first((adm.event(e) for e, _s in found), depth)
+            ranked = _first(adm, (adm.event(e) for e, _s in found), depth)
         if len(ranked) >= depth or len(found) < limit:
             return ranked
         limit *= 4
 
 
-def _first(events: Iterable[StoredEvent | None], depth: int) -> list[StoredEvent]:
-    """The first depth admitted events (None: not admitted), reading no further than needed."""
+def _first(adm: Admission, events: Iterable[StoredEvent | None], depth: int) -> list[StoredEvent]:
+    """The first depth admitted events (None: not admitted but for the window, which is tested
+    here), reading no further than needed."""
     out: list[StoredEvent] = []
     for ev in events:
-        if ev is not None:
+        if ev is not None and adm.in_window(ev):
             out.append(ev)
             if len(out) == depth:
                 break
@@ -176,13 +219,17 @@ def vector_arm(vec: VectorIndex, adm: Admission, depth: int) -> list[StoredEvent
     fetch = 2 * depth
     while fetch <= OVERFETCH * depth:
         found = vec.search(query, fetch)
-        out = _first((adm.event_for_label(label) for label, _s in found), depth)
+        out = _first(adm, (adm.event_for_label(label) for label, _s in found), depth)
         if len(out) >= depth or len(found) < fetch:
             return out
         fetch *= 4
-    allowed: Callable[[int], bool] = lambda label: adm.event_for_label(label) is not None  # noqa: E731
+
+    def allowed(label: int) -> bool:  # asked by the graph search of every node it visits: no notes
+        ev = adm.event_for_label(label)
+        return ev is not None and adm.in_window(ev, note=False)
+
     found = vec.search(query, depth, allowed)
-    return _first((adm.event_for_label(label) for label, _s in found), depth)
+    return _first(adm, (adm.event_for_label(label) for label, _s in found), depth)
 
 
 def _few_candidates(adm: Admission) -> list[str] | None:
@@ -218,14 +265,16 @@ def _exact_arm(ids: list[str], adm: Admission, depth: int) -> list[StoredEvent]:
     """Exact cosine ranking of these events' embeddings (ties by append order)."""
     assert adm.q.embedding is not None
     events = [ev for ev in map(adm.r.get, ids) if ev is not None and ev.embedding is not None]
-    events = [ev for ev in events if adm.admit(ev)]
+    events = [ev for ev in events if adm.admit(ev, window=False)]
     if not events:
         return []
     rows = unit(np.asarray([ev.embedding for ev in events], dtype=np.float32))
     sims = rows @ unit(np.asarray(adm.q.embedding, dtype=np.float32))
     seqs = np.asarray([ev.seq for ev in events], dtype=np.int64)
     by_seq = {ev.seq: ev for ev in events}
-    return [by_seq[seq] for seq, _sim in top(seqs, sims, depth)]
+    # The window last and best first, as in _first: what it turns away would have ranked.
+    ranked = top(seqs, sims, depth, lambda seq: adm.in_window(by_seq[seq]))
+    return [by_seq[seq] for seq, _sim in ranked]
 
 
 def fuse(rankings: list[list[StoredEvent]]) -> list[tuple[StoredEvent, float]]:
@@ -250,6 +299,7 @@ def substitute(fused: list[tuple[StoredEvent, float]], adm: Admission, k: int) -
             if ev.event_id not in hits:
                 hits[ev.event_id] = Hit(event=ev, score=score)
             continue
+        adm.withheld.setdefault(ev.event_id, SUPERSEDED)
         for head in adm.moment.heads(ev):
             if not adm.admit(head):
                 continue
@@ -301,11 +351,39 @@ def rank(kw: KeywordIndex, vec: VectorIndex, adm: Admission, k: int) -> list[Hit
             rankings.append(keyword_arm(kw, adm, depth))
         if adm.q.embedding is not None:
             rankings.append(vector_arm(vec, adm, depth))
-        hits = substitute(fuse(rankings), adm, k)
+        fused = fuse(rankings)
+        hits = substitute(fused, adm, k)
         exhausted = all(len(ranking) < depth for ranking in rankings)
         if len(hits) >= k or exhausted or depth >= MAX_ARM_DEPTH:
+            if adm.q.explain:
+                explain(hits, fused, rankings, adm.q)
             return hits
         depth = min(4 * depth, MAX_ARM_DEPTH)
+
+
+def explain(
+    hits: list[Hit],
+    fused: list[tuple[StoredEvent, float]],
+    rankings: list[list[StoredEvent]],
+    q: RecallQuery,
+) -> None:
+    """Give each ranked hit the keyword and vector ranks (from 1, None where that arm did not
+    return it or did not run) of the event whose fused score it carries."""
+    arms = iter(rankings)  # the keyword arm's first when there is text, as rank() builds them
+    keyword = _places(next(arms)) if q.text else {}
+    vector = _places(next(arms)) if q.embedding is not None else {}
+    order = _places(ev for ev, _score in fused)
+    for hit in hits:
+        # A substituted head carries the score of the first event in fused order that made it a
+        # hit (substitute): itself, or one of the superseded events it replaces.
+        made = [e for e in (hit.event.event_id, *hit.replaces) if e in order]
+        scored = min(made, key=order.__getitem__)
+        hit.ranks = (keyword.get(scored), vector.get(scored))
+
+
+def _places(events: Iterable[StoredEvent]) -> dict[str, int]:
+    """Event id -> its rank in a ranking, from 1."""
+    return {ev.event_id: n for n, ev in enumerate(events, start=1)}
 
 
 def recall(
@@ -327,4 +405,4 @@ def recall(
             whole = r.get(hit.event.event_id)
             assert whole is not None  # read from this snapshot a moment ago
             hit.event = whole
-    return RecallResult(hits=hits, walk=account)
+    return RecallResult(hits=hits, walk=account, withheld=adm.withheld_counts())

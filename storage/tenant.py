@@ -7,23 +7,27 @@ import logging
 import os
 import shutil
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
 
 import msgspec
 
+from storage.errors import DiskFull
 from storage.keyword import KeywordDoc, KeywordIndex
 from storage.log import EventLog
 from storage.model import NewEvent, StoredEvent
 from storage.purge import PurgeStats, purge_tenant
-from storage.swap import recover
+from storage.space import disk_full
+from storage.swap import PENDING, mark_pending, recover
 from storage.vectors import VectorIndex
 from storage.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
+CANNOT_OPEN = "the server's disk is full: this tenant cannot be opened until space is freed"
+NOT_SAVED = "the server's disk is full: the vector index was not saved"
 
 
 class AppendJob(msgspec.Struct, frozen=True):
@@ -66,6 +70,7 @@ class Tenant:
         except BaseException:
             self.log.close()  # a failed open leaks no file or thread
             raise
+        self._mark_if_tombstoned()
         self.vector_saved_seq = self.vector_seq
         self.catch_ups = 0  # catch_ups that read ops back from the log (open, deletes, repair)
         self.catch_up()
@@ -77,7 +82,38 @@ class Tenant:
     @classmethod
     def open(cls, tenant_id: str, root: Path, *, embedding_dim: int = 384) -> Tenant:
         """Open the tenant stored at root, creating it if needed, and bring its indexes up to date."""
-        return cls(tenant_id, root, embedding_dim)
+        try:
+            return cls(tenant_id, root, embedding_dim)
+        except Exception as exc:  # creating the log's files on a full disk, say
+            _raise_if_disk_full(exc, root)
+            raise
+
+    # -- the pending-purge marker ------------------------------------------------
+
+    def _mark_if_tombstoned(self) -> None:
+        """On open: a tenant holding tombstones but no marker (written before markers lived here,
+        or its marker lost) gets one, so the purger finds it once it is closed again."""
+        if (self.root / PENDING).exists():
+            return
+        with self.log.reader() as r:
+            tombstoned = r.txn.stat(r.dbs["tombstones"])["entries"] > 0
+        if tombstoned:
+            try:
+                mark_pending(self.root)
+            except OSError as exc:  # an open purger sweep still finds it by its tombstones
+                log.warning("tenant %s: pending-purge marker not written (%s)", self.tenant_id, exc)
+
+    def mark_before_delete(self, event_ids: Iterable[str]) -> None:
+        """On the writer thread, before a delete's commit: make the pending-purge marker durable
+        if any of these events is live, so no tombstone is ever on disk without it (a marker
+        without tombstones is harmless: the next purge drops it). Markers are made and removed
+        on this thread only, so no purge drops one between this and the commit."""
+        if (self.root / PENDING).exists():
+            return
+        with self.log.reader() as r:
+            live = any(r.exists(e) for e in event_ids)
+        if live:
+            mark_pending(self.root)
 
     # -- projections -----------------------------------------------------------
 
@@ -91,6 +127,7 @@ class Tenant:
             return KeywordIndex.open(path, committed_seq=seq), seq
         except (ValueError, OSError) as exc:
             _raise_if_out_of_fds(exc)
+            _raise_if_disk_full(exc, path)
             log.warning("tenant keyword index unreadable (%s); rebuilding from the log", type(exc).__name__)
             return KeywordIndex.create_empty(path), 0
 
@@ -101,6 +138,7 @@ class Tenant:
             index = VectorIndex.open(path, self.dim)
         except (ValueError, OSError) as exc:
             _raise_if_out_of_fds(exc)
+            _raise_if_disk_full(exc, path)
             log.warning("tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__)
             return VectorIndex.create_empty(path, self.dim), 0
         seq = self.log.meta_int("vector_seq") or 0
@@ -143,6 +181,9 @@ class Tenant:
         # Vectors go to the index's exact tail now and into the graph in the background.
         self.vectors.add(labels, vectors)
         self.vectors.delete(vec_deletes)
+        # Handed over, not yet durable: each index keeps what it was handed until it is (the
+        # keyword fold retries a failed commit with it), and only the durable marks are
+        # recorded in the log (keyword.committed_seq, vector_saved_seq), so a reopen replays.
         self.keyword_seq = self.vector_seq = last
 
     def reads_start_at_once(self) -> bool:
@@ -155,9 +196,17 @@ class Tenant:
         """Persist the vector index (tail included) and record the seq it covers."""
         if self.vector_saved_seq == self.vector_seq and self.vectors.path.exists():
             return  # nothing changed since the last save: a clean close stays fast
-        self.vectors.save()
-        self.vector_saved_seq = self.vector_seq
-        self.log.set_meta_int("vector_seq", self.vector_saved_seq)
+        seq = self.vector_seq
+        try:
+            self.vectors.save()
+        except (OSError, ValueError) as exc:
+            _raise_if_disk_full(exc, self.root, NOT_SAVED)
+            raise
+        # Recorded only once the file and the watermark are both durable: a save or a meta write
+        # that failed (a full disk) is tried again by the next save, and until then the log
+        # replays what the saved file lacks.
+        self.log.set_meta_int("vector_seq", seq)
+        self.vector_saved_seq = seq
 
     # -- writes -----------------------------------------------------------------
 
@@ -193,6 +242,10 @@ class Tenant:
         """One durable LMDB transaction for every job, then the index projections, then the answers."""
         kw_seq = self.keyword.committed_seq  # what the durable keyword index covers
         appends_only = all(isinstance(job.payload, AppendJob) for job in jobs)
+        if not appends_only:
+            self.mark_before_delete(
+                e for job in jobs if isinstance(job.payload, DeleteJob) for e in job.payload.event_ids
+            )
 
         def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
             # Runs again from the start if the map had to grow, with a fresh appender.
@@ -252,18 +305,31 @@ class Tenant:
     def close(self) -> None:
         """Drain the writer, save both indexes with their watermarks and close the log."""
         self.writer.stop()
-        self.keyword.close()
-        self.save_vectors()
+        self.keyword.close()  # a last commit that fails leaves committed_seq behind: no loss
+        try:
+            self.save_vectors()
+        except DiskFull:  # the saved watermark stays behind: the next open replays the rest
+            log.error("tenant vector index not saved: the disk is full")
         self.vectors.close()
         committed = self.keyword.committed_seq
         if self.log.meta_int("keyword_seq") != committed:  # a read-only visit writes nothing
-            self.log.set_meta_int("keyword_seq", committed)
+            try:
+                self.log.set_meta_int("keyword_seq", committed)
+            except DiskFull:  # an older watermark only replays more on open
+                log.error("tenant keyword watermark not saved: the disk is full")
         self.log.close()
 
     def erase(self) -> None:
         """Close and remove every file of this tenant."""
         self.close()
         shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _raise_if_disk_full(exc: BaseException, path: Path, detail: str = CANNOT_OPEN) -> None:
+    """Re-raise a failure caused by a full disk as DiskFull (an index that failed to open is
+    not rebuilt then: the rebuild could not be written either, and the one on disk may be whole)."""
+    if not isinstance(exc, DiskFull) and disk_full(exc, path):
+        raise DiskFull(detail) from exc
 
 
 def _raise_if_out_of_fds(exc: BaseException) -> None:

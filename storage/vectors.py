@@ -8,8 +8,11 @@ is still recallable the moment its response is sent.
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
+import mmap
 import os
+import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -18,16 +21,17 @@ from typing import BinaryIO
 import hnswlib
 import numpy as np
 
+from storage import failpoints
 from storage.flat import (
     Allowed,
     FlatSet,
     as_float32,
-    read_vectors,
     top,
     unit,
     use_one_blas_thread,
 )
 from storage.rwlock import RWLock
+from storage.vecfile import HEADER, read_vectors
 
 log = logging.getLogger("memspine.vectors")
 
@@ -49,6 +53,17 @@ MAX_TAIL = 10_000
 # Inserting is background work: it runs niced so that, when the cores are busy, the threads that
 # answer requests (the event loop, the writer) get the CPU first (Linux sets nice per thread).
 INSERT_NICENESS = 10  # added to the process's own
+# What hnswlib 0.8 holds in memory (hnswalg.h), for memory_bytes. A fixed table of 65,536
+# std::mutex (label_op_locks_, 40 bytes each) per index, however small.
+HNSW_FIXED_BYTES = 65_536 * 40
+# Per slot of capacity: its link-list mutex, level, upper-links pointer and visited-list entry.
+HNSW_SLOT_BYTES = 40 + 4 + 8 + 2
+# Per element beyond its level-0 record: its label_lookup_ node and bucket, and the upper-level
+# links that one element in M has.
+HNSW_ELEMENT_BYTES = 50
+# Per live label: its slot in the live set and its int object, with the share of the load's
+# temporaries the allocator keeps (calibrated against RSS growth, bench/RESULTS.md).
+LIVE_LABEL_BYTES = 150
 
 
 class VectorIndex:
@@ -275,6 +290,22 @@ class VectorIndex:
         data = unit(np.concatenate(rows).reshape(-1, self.dim))
         return top(np.asarray(kept, dtype=np.int64), data @ query, k)
 
+    def memory_bytes(self) -> tuple[int, int]:
+        """Estimated resident bytes of the graph (with the live set) and of the exact sets."""
+        # From counters: no walk, no lock. Level-0 records count per element, not per slot of
+        # capacity: hnswlib mallocs the whole block, but only records written to are resident.
+        index = self.index
+        record = (2 * index.M + 1) * 4 + 4 * self.dim + 8  # links and their count, vector, label
+        graph = (
+            HNSW_FIXED_BYTES
+            + index.get_max_elements() * HNSW_SLOT_BYTES
+            + index.element_count * (record + HNSW_ELEMENT_BYTES)
+            + len(self.live) * LIVE_LABEL_BYTES
+        )
+        small = self._small
+        exact = self._tail.nbytes() + (small.nbytes() if small is not None else 0)
+        return graph, exact
+
     def count(self) -> int:
         """Number of live vectors, inserted or still in the tail."""
         with self._tail_cond:
@@ -288,7 +319,30 @@ class VectorIndex:
         with self.lock.exclusive():
             live = np.asarray(sorted(self.live), dtype=np.uint64)
             _atomic_write(_live_path(self.path), lambda fh: np.save(fh, live))
-            _atomic_write(self.path, None, save=self.index.save_index)
+            _atomic_write(self.path, None, save=self._save_index)
+
+    def _save_index(self, name: str) -> None:
+        """hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
+        a file cut short that it then refuses to load (the caller holds the lock)."""
+        self.index.save_index(name)
+        _check_saved(Path(name))
+        failpoints.hit("vectors.save")
+
+
+def file_memory_bytes(path: Path, dim: int) -> int:
+    """What loading the index saved at path will hold, estimated from the file's size."""
+    # As many elements as level-0 records of `dim` fit in the file (an upper bound: the file
+    # holds upper links too), each with its share of memory_bytes' parts.
+    try:
+        size = path.stat().st_size
+    except OSError:
+        return HNSW_FIXED_BYTES
+    record = (2 * M + 1) * 4 + 4 * dim + 8
+    count = size // record
+    per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
+    if count <= EXACT_BELOW:
+        per += 2 * 4 * dim  # the small graph's rows, in an array grown by doubling
+    return HNSW_FIXED_BYTES + count * per
 
 
 def _small_set(path: Path, dim: int, live: set[int]) -> FlatSet | None:
@@ -312,8 +366,13 @@ def _load_live(path: Path, index: hnswlib.Index) -> set[int]:
     sidecar = _live_path(path)
     present = set(index.get_ids_list())
     if sidecar.exists():
-        # A sidecar newer than the index may name labels the index lacks; replay re-adds them.
-        return set(np.load(sidecar).tolist()) & present  # tolist: 5x faster than int() each
+        try:
+            saved = np.load(sidecar, allow_pickle=False)
+        except (ValueError, EOFError, OSError):
+            saved = None  # unreadable: probe each label instead
+        if saved is not None and saved.ndim == 1:
+            # A sidecar newer than the index may name labels the index lacks; replay re-adds them.
+            return set(saved.tolist()) & present  # tolist: 5x faster than int() each
     live: set[int] = set()
     for label in present:
         try:
@@ -332,17 +391,40 @@ def _atomic_write(
 ) -> None:
     """Write via a temp file beside path (to a handle, or by a saver that takes a file name), fsync, rename."""
     tmp = path.with_name(path.name + ".tmp")
-    if save is not None:
-        save(str(tmp))
-    else:
-        assert write is not None
-        with open(tmp, "wb") as fh:
-            write(fh)
-    with open(tmp, "rb+") as fh:
-        os.fsync(fh.fileno())
+    try:
+        if save is not None:
+            save(str(tmp))
+        else:
+            assert write is not None
+            with open(tmp, "wb") as fh:
+                write(fh)
+        with open(tmp, "rb+") as fh:
+            os.fsync(fh.fileno())
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # on a full disk a partial copy holds the space it needs
+        raise
     os.replace(tmp, path)
     dir_fd = os.open(path.parent, os.O_RDONLY)
     try:
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
+
+
+def _check_saved(path: Path) -> None:
+    """Raise EIO unless the file is as long as hnswlib's layout says: its header, the level-0
+    records, then each element's upper-level link list behind a 4-byte length (hnswlib 0.8)."""
+    cut = OSError(errno.EIO, "the saved vector index is shorter than its layout (a full disk?)")
+    size = path.stat().st_size
+    if size < HEADER.size:
+        raise cut
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        count, record = HEADER.unpack_from(mm, 0)[2:4]
+        pos = HEADER.size + count * record
+        length = struct.Struct("<I")
+        for _ in range(count):
+            if pos + 4 > size:
+                raise cut
+            pos += 4 + length.unpack_from(mm, pos)[0]
+    if pos != size:
+        raise cut

@@ -9,6 +9,8 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from storage.errors import MemspineError
+
 log = logging.getLogger("memspine.writer")
 
 MAX_BATCH = 512
@@ -53,6 +55,9 @@ class GroupWriter:
         """Finish queued work and end the thread."""
         self._queue.put(_STOP)
         self._thread.join()
+        # The callbacks are the owner's bound methods: dropped, a closed tenant is freed as soon
+        # as its last reference goes (its vector graph with it), not at the next full collection.
+        self._commit_batch = self._on_batch = None  # type: ignore[assignment]
 
     def _run(self) -> None:
         """Take whatever is queued (at least one job), commit it as one batch, repeat."""
@@ -80,7 +85,10 @@ class GroupWriter:
         try:
             self._commit_batch(batch)
         except BaseException as exc:  # answer every waiter, whatever went wrong
-            log.exception("writer batch of %d failed", len(batch))
+            if isinstance(exc, MemspineError):  # a refusal with its answer (DiskFull): no bug
+                log.error("writer batch of %d refused: %s", len(batch), type(exc).__name__)
+            else:
+                log.exception("writer batch of %d failed", len(batch))
             for job in batch:
                 if not job.future.done():
                     job.future.set_exception(exc)

@@ -218,3 +218,42 @@ def test_audit_records_who_did_what_and_no_secret(ready: Admin) -> None:
     assert {e["tenant_id"] for e in mine["entries"]} == {tid}
     assert "more: --after 2" in ready.ok("audit", "--limit", "2")
     assert ready.error("audit", "--limit", "5000")["error"] == "invalid_request"
+
+
+def test_key_revoke_takes_the_id_as_key_list_shows_it(ready: Admin) -> None:
+    tid = ready.json("tenant", "create", "acme")["tenant_id"]
+    first, second = (ready.json("key", "create", tid, name) for name in ("a", "b"))
+    shown = [line.split()[0] for line in ready.ok("key", "list").splitlines()[1:]]
+    assert shown == [f"smk_live_{first['key_id']}", f"smk_live_{second['key_id']}"]
+    revoked = ready.json("key", "revoke", shown[0], "--yes")  # as listed
+    assert revoked["key_id"] == first["key_id"] and revoked["revoked_at"] is not None
+    assert ready.json("key", "revoke", second["key_id"], "--yes")["revoked_at"] is not None
+    whole = ready.error("key", "revoke", first["api_key"], "--yes")  # a secret: refused
+    assert whole["error"] == "invalid_request" and "whole api key" in whole["detail"]
+
+
+def test_init_lists_the_local_mode_tenants_it_strands(admin: Admin) -> None:
+    for name in ("my-project", "other"):
+        (admin.data_dir / name / "events").mkdir(parents=True)
+    (admin.data_dir / ".erasing-x" / "events").mkdir(parents=True)  # not a tenant
+    (admin.data_dir / "notes").mkdir()  # no event log: not a tenant either
+    out = admin.ok("init").splitlines()
+    assert out[2] == (
+        "found 2 local-mode tenants that issued keys cannot reach: my-project, other "
+        f"(their files stay as they are in {admin.data_dir})"
+    )
+    assert "memspine-admin tenant adopt DIRNAME NAME" in out[3]
+    assert admin.json("init")["local_tenants"] == ["my-project", "other"]
+    assert (admin.data_dir / "my-project" / "events").is_dir()  # untouched
+
+
+@pytest.mark.parametrize("command", [["init"], ["tenant", "list"], ["key", "list"]])
+def test_a_data_directory_that_is_a_file_is_one_sentence(admin: Admin, command: list[str]) -> None:
+    result = admin.run("--data-dir", "/etc/passwd", *command)
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr == (
+        "memspine-admin: --data-dir: '/etc/passwd' exists and is not a directory\n"
+    )
+    below = admin.run("--data-dir", "/etc/passwd/data", *command)
+    assert below.returncode == 2 and "Traceback" not in below.stderr
+    assert len(below.stderr.splitlines()) == 1 and "/etc/passwd/data" in below.stderr

@@ -88,6 +88,9 @@ BAD = [
     ("MEMSPINE_MCP_ALLOWED_ORIGINS", "https://ok.example, *", "got '*'"),
     ("MEMSPINE_MCP_ALLOWED_ORIGINS", "https://a.example/app", "such as https://"),
     ("MEMSPINE_MCP_ALLOWED_ORIGINS", "ftp://a.example", "such as https://"),
+    ("MEMSPINE_MCP_ALLOWED_ORIGINS", "https://*.example.com", "wildcards are not supported"),
+    ("MEMSPINE_MCP_ALLOWED_ORIGINS", "https://ok.example,http://*:3000", "got 'http://*:3000'"),
+    ("MEMSPINE_MCP_ALLOWED_ORIGINS", "https://*", "list each origin in full"),
 ]
 
 
@@ -99,6 +102,7 @@ def test_a_bad_value_names_the_variable_and_the_fix(
     with pytest.raises(SettingsError) as err:
         load_settings({name: value.format(file=tmp_path / "file")})
     assert str(err.value).startswith(f"{name}: ")
+    assert str(err.value).count(name) == 1  # named once, by load_settings
     assert words in str(err.value)
 
 
@@ -130,7 +134,7 @@ def _server(env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
         ),
         (
             {"MEMSPINE_BIND": "127.0.0.1"},
-            "memspine-server: MEMSPINE_BIND: MEMSPINE_BIND must be host:port, got '127.0.0.1'",
+            "memspine-server: MEMSPINE_BIND: expected host:port, got '127.0.0.1'",
         ),
         (
             {"MEMSPINE_PURGE_INTERVALS": "5"},

@@ -13,6 +13,9 @@ WRITERS = 8
 MIN_ACKED = 100  # kill only once enough appends were acknowledged to make the check meaningful
 
 
+T0 = 1_791_208_939_000_000  # µs in 2026: the API refuses times before 2000
+
+
 class Writer(threading.Thread):
     """Appends as fast as the server answers and records every acknowledged event."""
 
@@ -28,7 +31,7 @@ class Writer(threading.Thread):
             for n in range(100_000):
                 body = {
                     "kind": "crash",
-                    "ts": 1_000_000 * (self.round * 100_000 + n) + self.number,
+                    "ts": T0 + 1_000_000 * (self.round * 100_000 + n) + self.number,
                     "text": f"round {self.round} writer {self.number} event {n}",
                     "embedding": [1.0, float(self.number), float(n % 7), 0.5],
                     "properties": {"writer": self.number, "n": n},

@@ -428,6 +428,10 @@ def test_seed_third_session_with_top_level_supersedes(srv: ServerProcess) -> Non
         hits = hits_of(c, STATUS_QUERY)
         assert named(ids, hits) == ["new_date", "decision", "copy_time"]
         assert hits[0]["replaces"] == [ids["old_date"]]
+        # The answer counts what current state kept out; the seed's client above sees no new field.
+        answer = c.post("/v1/memory/recall", json=STATUS_QUERY).json()
+        assert answer["withheld"] == {"superseded": 1, "expired": 0, "not_yet_valid": 0}
+        assert set(seed.post("/v1/memory/recall", json=STATUS_QUERY).json()) == {"hits"}
         assert hits[0]["text"].startswith("Billing cutover moved to Saturday 2026-10-17")
         assert hits[0]["score"] == pytest.approx(hits_of(seed, STATUS_QUERY)[0]["score"])
         assert all("replaces" not in h for h in hits[1:])
@@ -485,14 +489,14 @@ def test_append_validates_supersedes_and_windows(srv: ServerProcess) -> None:
         got = c.get(f"/v1/memory/event/{out['event_id']}").json()
         assert got["supersedes"] == [known]
         assert "unlinked" not in post(c, {**base, "supersedes": []})
-        window = post(c, {**base, "valid_from": 10, "valid_until": 20})
+        window = post(c, {**base, "valid_from": T0 + 10, "valid_until": T0 + 20})
         got = c.get(f"/v1/memory/event/{window['event_id']}").json()
-        assert (got["valid_from"], got["valid_until"], got["current"]) == (10, 20, False)
+        assert (got["valid_from"], got["valid_until"], got["current"]) == (T0 + 10, T0 + 20, False)
         for bad in (
             {"supersedes": known},
             {"supersedes": [1, 2]},
-            {"valid_from": 20, "valid_until": 20},
-            {"valid_from": 30, "valid_until": 20},
+            {"valid_from": T0 + 20, "valid_until": T0 + 20},
+            {"valid_from": T0 + 30, "valid_until": T0 + 20},
             {"valid_until": -1},
         ):
             r = c.post("/v1/memory/event", json={**base, **bad})

@@ -180,10 +180,11 @@ def test_twelve_tenants_through_a_cap_of_three_all_answer_with_bounded_fds(
     def delta(name: str) -> float:
         return metric(text, name) - metric(before, name)
 
-    # 12 new tenants, then 12 reopens (each was evicted by the time it was read again)
+    # 12 new tenants, then 12 reopens (each was evicted by the time it was read again); the
+    # warm-up's read opened nothing (a read does not create a tenant), so 9 + 12 evictions at least
     assert metric(text, "memspine_open_tenants") == 3
     assert delta("memspine_tenant_opens_total") == 24
-    assert 22 <= delta("memspine_tenant_evictions_total") <= 24
+    assert 21 <= delta("memspine_tenant_evictions_total") <= 24
 
 
 # -- idle close --------------------------------------------------------------------------------

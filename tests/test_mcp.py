@@ -4,8 +4,10 @@ server over Streamable HTTP; `memspine mcp` over stdio, embedded and as a client
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -32,7 +34,7 @@ from memspine.mcp.render import iso
 from memspine.mcp.server import Caller, build_server
 from memspine.mcp.tools import TOOLS
 from memspine_admin.control import ControlDB
-from storage.errors import Forbidden, NotFound
+from storage.errors import Forbidden, NotFound, Unavailable
 
 CHEAP_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 READ_TOOLS = {"memory_recall", "memory_get", "memory_list", "memory_cypher"}
@@ -263,8 +265,31 @@ def test_get_shows_supersession_and_list_pages_newest_first(inproc: InProcess) -
             assert [e["event_id"] for e in window["events"]] == [refund]
             later = await call(c, "memory_list", {"since": "2999-01-01T00:00:00Z"})
             assert later["events"] == []
-            earlier = await call(c, "memory_list", {"until": "1999-12-31", "kind": "fact"})
+            earlier = await call(c, "memory_list", {"until": "2000-01-01", "kind": "fact"})
             assert earlier["events"] == []
+            # Times before 2000 are refused as a likely mistake of unit (docs/api.md).
+            assert "until" in (await refused(c, "memory_list", {"until": 1791208939}))["detail"]
+
+    anyio.run(main)
+
+
+def test_recall_says_what_current_state_left_out(inproc: InProcess) -> None:
+    async def main() -> None:
+        async with inproc.client(inproc.keys["rw"]) as c:
+            fact, _refund = await seed(c)
+            newer = {"kind": "fact", "text": "Signed for at number 18.", "supersedes": [fact]}
+            await call(c, "memory_append", newer)
+            out = await c.call_tool("memory_recall", {"text": "signed for at number"})
+            assert out.structured_content["withheld"] == {
+                "superseded": 1,
+                "expired": 0,
+                "not_yet_valid": 0,
+            }
+            assert text(out).endswith(
+                "Current state left out matching events: 1 superseded by newer events."
+            )
+            plain = await c.call_tool("memory_recall", {"text": "refund"})
+            assert "withheld" not in plain.structured_content and "left out" not in text(plain)
 
     anyio.run(main)
 
@@ -604,12 +629,90 @@ def test_stdio_as_a_client_of_the_server(remote: Remote) -> None:
     anyio.run(main)
 
 
+def test_stdio_takes_the_url_of_the_mcp_endpoint_too(remote: Remote) -> None:
+    """README names http://…/mcp for the HTTP endpoint: given to --url it must not hang."""
+    params = stdio(["--url", remote.url + "/"], {"MEMSPINE_API_KEY": remote.keys["read"]})
+
+    async def main() -> None:
+        with anyio.fail_after(60):
+            async with Client(params) as c:
+                assert {t.name for t in (await c.list_tools()).tools} == READ_TOOLS
+
+    anyio.run(main)
+
+
+def test_stdio_embedded_refuses_a_directory_a_server_is_serving(remote: Remote) -> None:
+    data_dir = remote.server.data_dir
+    before = sorted(p.name for p in data_dir.iterdir())
+    done = subprocess.run(
+        [*COMMAND, "mcp", "--data-dir", str(data_dir), "--tenant", remote.keys["tenant"]],
+        env={k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+        check=False,
+    )
+    assert proc_pid(remote.server) is not None
+    assert done.returncode == 2 and done.stdout == ""
+    [line] = done.stderr.splitlines()  # one sentence, no traceback
+    assert line.startswith(f"memspine mcp: {data_dir.resolve()} is in use by memspine-server (pid ")
+    assert f"memspine mcp --url {remote.server.url}" in line
+    assert sorted(p.name for p in data_dir.iterdir()) == before
+
+
+def test_the_start_line_of_a_server_with_issued_keys(remote: Remote) -> None:
+    lines = remote.server.log_path.read_text().splitlines()
+    [start] = [
+        line for line in lines if '"logger":"memspine.server"' in line and "ready on" in line
+    ]
+    assert '"auth":"issued keys"' in start
+    assert "only keys made by memspine-admin key create are accepted" in start
+
+
+def proc_pid(server: ServerProcess) -> int | None:
+    """The server's pid while it runs."""
+    return server.proc.pid if server.proc is not None and server.proc.poll() is None else None
+
+
+def test_the_first_answer_of_a_silent_server_is_awaited_10_s_at_most(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Something that accepts the connection and never answers: a sentence, not a hang."""
+    from memspine.mcp import stdio as bridge
+
+    monkeypatch.setattr(bridge, "FIRST_ANSWER_SECS", 0.5)
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen()
+        url = f"http://127.0.0.1:{silent.getsockname()[1]}"
+        started = time.monotonic()
+        with pytest.raises(Unavailable, match=r"no answer from .* within 0 s; is memspine-server"):
+            anyio.run(bridge.serve_remote, url, "t1")
+    assert time.monotonic() - started < 10
+
+
 def test_stdio_refuses_a_bad_start(tmp_path: Path) -> None:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    (tmp_path / "a-file").write_text("not a directory")
+    issued = tmp_path / "issued"
+    issue_keys(issued)
     for args, env, expected in [
         ([], {}, "give --url"),
         (["--tenant", "../etc"], {"MEMSPINE_DATA_DIR": str(tmp_path)}, "--tenant must be"),
         (["--url", "http://127.0.0.1:9"], {"MEMSPINE_API_KEY": "t1"}, "cannot reach"),
+        (["--url", "ftp://x"], {"MEMSPINE_API_KEY": "t1"}, "--url must be the server's address"),
+        (
+            ["--data-dir", str(tmp_path / "a-file"), "--tenant", "t1"],
+            {},
+            f"--data-dir: '{tmp_path / 'a-file'}' exists and is not a directory",
+        ),
+        (
+            ["--tenant", "t1"],
+            {"MEMSPINE_DATA_DIR": str(tmp_path / "a-file" / "data")},
+            "MEMSPINE_DATA_DIR: ",
+        ),
+        (["--data-dir", str(issued), "--tenant", "t1"], {}, "has issued keys"),
     ]:
         done = subprocess.run(
             [*COMMAND, "mcp", *args],
@@ -622,4 +725,6 @@ def test_stdio_refuses_a_bad_start(tmp_path: Path) -> None:
         )
         assert done.returncode != 0, args
         assert expected in done.stderr, (args, done.stderr)
+        assert len(done.stderr.splitlines()) == 1, done.stderr  # one sentence, no traceback
         assert done.stdout == ""  # stdout is the protocol's alone
+    assert not (issued / "t1").exists()  # refused before anything was opened

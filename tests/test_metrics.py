@@ -113,6 +113,7 @@ def test_each_app_has_its_own_registry_and_503s_are_counted(tmp_path: Path) -> N
     with TestClient(first) as one, TestClient(second) as two:
         held = manager.lease("busy")
         held.wait()
+        (tmp_path / "one" / "other").mkdir()  # a tenant that exists: a read of it needs the slot
         r = one.get("/v1/memory/events", headers={"Authorization": "Bearer other"})
         assert r.status_code == 503
         held.release()

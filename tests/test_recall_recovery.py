@@ -44,7 +44,7 @@ def corpus(n: int, seed: int = 7) -> list[dict[str, Any]]:
     return [
         {
             "kind": "turn" if i % 3 else "fact",
-            "ts": 1_000_000 + i,
+            "ts": 1_791_208_939_000_000 + i,  # µs in 2026: the API refuses times before 2000
             "text": " ".join(rng.choice(WORDS, size=3)) + f" item{i}",
             "embedding": [float(x) for x in vectors[i]],
         }

@@ -13,13 +13,15 @@ from typing import Any, Protocol
 
 import msgspec
 
-from memspine.engine import NO_EVENT, Engine
+from memspine.engine import Engine
 from memspine.routes.cypher import MAX_QUERY_CHARS
+from memspine.routes.memory import delete_answer
 from memspine.schemas import (
     EventCreated,
     EventIn,
     RecallIn,
     check_kind,
+    check_time,
     decode_body,
     event_out,
     recall_out,
@@ -27,7 +29,7 @@ from memspine.schemas import (
     to_recall_query,
 )
 from memspine_admin.verifier import Principal
-from storage.errors import InvalidRequest, NotFound
+from storage.errors import InvalidRequest
 from storage.listing import ListQuery
 
 MAX_TS = 2**62
@@ -60,8 +62,10 @@ class Backend(Protocol):
         """POST /v1/memory/cypher."""
         ...
 
-    async def delete(self, event_id: str, *, cascade: bool, dry_run: bool) -> dict[str, Any]:
-        """DELETE /v1/memory/event/{id} with ?cascade=derived and ?dry_run=true."""
+    async def delete(
+        self, event_id: str, *, cascade: bool, dry_run: bool, purge: bool = False
+    ) -> dict[str, Any]:
+        """DELETE /v1/memory/event/{id} with ?cascade=derived, ?dry_run=true and ?purge=true."""
         ...
 
 
@@ -98,8 +102,8 @@ def list_query(params: dict[str, Any]) -> ListQuery:
     limit = _bounded(params, "limit", 1, 1000)
     return ListQuery(
         kind=kind,
-        since=_bounded(params, "since", 0, MAX_TS),
-        until=_bounded(params, "until", 0, MAX_TS),
+        since=check_time(_bounded(params, "since", 0, MAX_TS), "since", zero=True),
+        until=check_time(_bounded(params, "until", 0, MAX_TS), "until"),
         limit=100 if limit is None else limit,
         cursor=params.get("cursor"),
     )
@@ -158,16 +162,15 @@ class EngineBackend:
             raise InvalidRequest(f"query may be at most {MAX_QUERY_CHARS} characters")
         return dict(to_json(await self.engine.cypher(self.tenant_id, query, params)))
 
-    async def delete(self, event_id: str, *, cascade: bool, dry_run: bool) -> dict[str, Any]:
+    async def delete(
+        self, event_id: str, *, cascade: bool, dry_run: bool, purge: bool = False
+    ) -> dict[str, Any]:
         """Delete one event (with cascade, what derives from it too), or say what that would delete."""
         target = event_uuid(event_id)
         if dry_run:
             would = await self.engine.would_delete(self.tenant_id, target, cascade=cascade)
             return {"would_delete": would}
-        if cascade:
-            deleted = await self.engine.delete_cascade(self.tenant_id, target)
-        else:
-            deleted = await self.engine.delete(self.tenant_id, [target])
-        if not deleted:
-            raise NotFound(NO_EVENT)
-        return {"deleted": True, "purged": False, "deleted_ids": deleted}
+        answer = await delete_answer(
+            self.engine, self.tenant_id, target, cascade=cascade, purge=purge
+        )
+        return dict(msgspec.json.decode(answer.body))

@@ -13,6 +13,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LINE_TEXT_CHARS = 1000  # a recall or listing line cuts text here; memory_get has all of it
 TEXT_ROWS = 100  # Cypher rows shown as text; the structured content has every row
 SEP = " · "
+MAX_TIME_DIGITS = 19  # 2^62 has 19 digits
 
 
 def iso(ts: int) -> str:
@@ -28,7 +29,9 @@ def parse_time(value: str | int, field: str) -> int:
     if isinstance(value, int):
         return value
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
+        if len(text) > MAX_TIME_DIGITS:  # int() of thousands of digits is slow, then refused
+            raise InvalidRequest(f"{field} must be from 0 to 2^62 microseconds")
         return int(text)
     try:
         moment = datetime.fromisoformat(text)
@@ -65,7 +68,10 @@ def event_line(ev: dict[str, Any]) -> str:
 def recall_text(out: dict[str, Any]) -> str:
     """Ranked hits, then walked ones, then what the walk left out."""
     hits = out["hits"]
+    withheld = withheld_text(out.get("withheld"))
     if not hits:
+        if withheld:
+            return f"No current matching events. {withheld}"
         return "No matching events. Try other distinctive words, or drop kind/filter."
     ranked = [h for h in hits if "via" not in h]
     walked = [h for h in hits if "via" in h]
@@ -81,7 +87,24 @@ def recall_text(out: dict[str, Any]) -> str:
             f"The walk reached {walk['reached']} linked event(s) and left out {len(omitted)}: "
             + ", ".join(omitted)
         )
+    if withheld:
+        lines.append(withheld)
     return "\n".join(lines)
+
+
+WITHHELD_REASONS = (
+    ("superseded", "superseded by newer events"),
+    ("expired", "past their valid_until"),
+    ("not_yet_valid", "before their valid_from"),
+)
+
+
+def withheld_text(withheld: dict[str, int] | None) -> str | None:
+    """What current state kept out of a recall, in words; None if nothing."""
+    if not withheld:
+        return None
+    parts = [f"{withheld[key]} {why}" for key, why in WITHHELD_REASONS if withheld.get(key)]
+    return "Current state left out matching events: " + "; ".join(parts) + "."
 
 
 def list_text(out: dict[str, Any]) -> str:
@@ -153,10 +176,12 @@ def delete_text(out: dict[str, Any], event_id: str) -> str:
             f"{', '.join(ids)}. Confirm with the user, then call again with dry_run=false."
         )
     ids = out.get("deleted_ids") or [event_id]
-    return (
-        f"Deleted {len(ids)} event(s): {', '.join(ids)}. They are unreadable now; "
-        "their bytes leave the disk at the next purge."
-    )
+    done = f"Deleted {len(ids)} event(s): {', '.join(ids)}. They are unreadable now"
+    if out.get("purged"):
+        return done + " and their bytes have left the disk."
+    if out.get("purge_pending"):
+        return done + f", but their bytes are still on disk: {out.get('detail', '')}."
+    return done + "; their bytes leave the disk at the next purge."
 
 
 def error_text(code: str, detail: str) -> str:

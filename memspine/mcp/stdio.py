@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import anyio
 import msgspec
 from mcp.server.stdio import stdio_server
 
@@ -16,10 +17,14 @@ from memspine.config import Settings
 from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server, fixed, principal_of
+from memspine.purger import Purger
 from memspine_admin.verifier import Principal
-from storage.errors import NotFound
+from storage.errors import NotFound, Unavailable
 
 log = logging.getLogger("memspine.mcp")
+# The bridge asks the server who the key is before it serves: bounded, so a wrong address
+# (something that accepts the connection and never answers) ends in a sentence, not a hang.
+FIRST_ANSWER_SECS = 10.0
 
 
 async def serve(caller: Caller) -> None:
@@ -37,9 +42,16 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
     log.info(
         "memspine mcp: tenant %s in %s, scopes %s", tenant_id, settings.data_dir, ",".join(scopes)
     )
+    # As in the server: deletes made here leave the disk within MEMSPINE_PURGE_INTERVAL_SECS
+    # while the host keeps this process running, not only once a server next opens the directory.
+    purger = None if read_only else Purger(engine, settings.purge_interval_secs)
+    if purger is not None:
+        purger.start()
     try:
         await serve(Caller(principal, EngineBackend(engine, principal)))
     finally:
+        if purger is not None:
+            await purger.stop()
         engine.close()
 
 
@@ -47,7 +59,12 @@ async def serve_remote(url: str, api_key: str) -> None:
     """Serve the tenant of api_key on the server at url; the key's scopes decide the tools shown."""
     async with MemspineClient(url, api_key) as client:
         try:
-            principal = principal_of(await client.whoami())
+            with anyio.fail_after(FIRST_ANSWER_SECS):
+                principal = principal_of(await client.whoami())
+        except TimeoutError:
+            raise Unavailable(
+                f"no answer from {url} within {FIRST_ANSWER_SECS:.0f} s; is memspine-server running there?"
+            ) from None
         except NotFound:  # a server without /v1/whoami: show every tool, the server still refuses
             principal = Principal(tenant_id="?", key_id="?", scopes=("read", "write"))
         log.info(

@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from mcp_types import Tool, ToolAnnotations
 
+from memspine.jsonbounds import value_problem
 from memspine.mcp import render
 from memspine.mcp.backend import Backend
 from storage.errors import InvalidRequest
@@ -73,6 +74,7 @@ class DeleteArgs(msgspec.Struct, forbid_unknown_fields=True):
     id: str
     cascade: bool = False
     dry_run: bool = True
+    purge: bool = False
 
 
 async def append(b: Backend, a: AppendArgs) -> Answer:
@@ -129,7 +131,7 @@ async def cypher(b: Backend, a: CypherArgs) -> Answer:
 
 async def delete(b: Backend, a: DeleteArgs) -> Answer:
     """A dry run (the default) or the delete itself."""
-    out = await b.delete(a.id, cascade=a.cascade, dry_run=a.dry_run)
+    out = await b.delete(a.id, cascade=a.cascade, dry_run=a.dry_run, purge=a.purge)
     return out, render.delete_text(out, a.id)
 
 
@@ -143,7 +145,15 @@ class ToolSpec:
     run: Callable[[Backend, Any], Awaitable[Answer]]
 
     def parse(self, arguments: JsonObj | None) -> msgspec.Struct:
-        """The arguments as the tool's Struct; InvalidRequest saying what to fix."""
+        """The arguments as the tool's Struct; InvalidRequest saying what to fix.
+
+        The SDK's JSON parser reads NaN, Infinity and 1e400 as floats and nests up to its own
+        limit, far past what the HTTP routes take: the same bounds apply here before anything
+        is converted, re-encoded (where a NaN would turn into null) or stored.
+        """
+        problem = value_problem(arguments or {})
+        if problem is not None:
+            raise InvalidRequest(f"invalid arguments for {self.tool.name}: {problem}")
         try:
             return msgspec.convert(arguments or {}, self.args)
         except msgspec.ValidationError as exc:
@@ -362,6 +372,12 @@ DELETE = _tool(
             "default": True,
             "description": "Only report what would be deleted (default true). "
             "Pass false to delete.",
+        },
+        "purge": {
+            "type": "boolean",
+            "default": False,
+            "description": "Also erase the deleted events' bytes from disk before answering "
+            "(default false: the background purge does it within minutes).",
         },
     },
     ["id"],

@@ -12,14 +12,16 @@ from litestar.params import FromPath
 
 from memspine.auth import tenant_guard
 from memspine.engine import NO_EVENT, Engine
-from memspine.queryparams import check_params, parse_list_query
+from memspine.queryparams import check_params, one, parse_list_query
 from memspine.schemas import (
+    TIME_CHECK_HEADER,
     EventCreated,
     EventIn,
     RecallIn,
     decode_body,
     event_out,
     recall_out,
+    time_check,
     to_new_event,
     to_recall_query,
 )
@@ -54,10 +56,11 @@ class Answer(NamedTuple):
 
 
 async def append_answer(
-    engine: Engine, tenant_id: str, body: bytes, idempotency_key: str | None
+    engine: Engine, tenant_id: str, body: bytes, idempotency_key: str | None, time_header: str | None = None
 ) -> Answer:
     """Append one event from a request body: 201 when new, 200 and a header when a replay."""
-    new = to_new_event(decode_body(body, EventIn), tenant_id=tenant_id, idempotency_key=idempotency_key)
+    event_in, checked = decode_body(body, EventIn), time_check(time_header)
+    new = to_new_event(event_in, tenant_id=tenant_id, idempotency_key=idempotency_key, check_times=checked)
     result = await engine.append(tenant_id, new)
     created = msgspec.json.encode(EventCreated(event_id=result.event_id, unlinked=result.unlinked))
     if result.replayed:
@@ -65,9 +68,9 @@ async def append_answer(
     return Answer(201, created)
 
 
-async def recall_answer(engine: Engine, tenant_id: str, body: bytes) -> Answer:
+async def recall_answer(engine: Engine, tenant_id: str, body: bytes, time_header: str | None = None) -> Answer:
     """Recall from a request body."""
-    query = to_recall_query(decode_body(body, RecallIn))
+    query = to_recall_query(decode_body(body, RecallIn), check_times=time_check(time_header))
     result = await engine.recall(tenant_id, query)
     return Answer(200, msgspec.json.encode(recall_out(result)))
 
@@ -83,8 +86,8 @@ def _send(answer: Answer) -> Response[bytes]:
 async def append_event(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     """Append one event; Idempotency-Key makes retries safe."""
     check_params(request, set())
-    key = request.headers.get("idempotency-key")
-    return _send(await append_answer(state.engine, _tenant(request), await request.body(), key))
+    key, times = request.headers.get("idempotency-key"), request.headers.get(TIME_CHECK_HEADER)
+    return _send(await append_answer(state.engine, _tenant(request), await request.body(), key, times))
 
 
 @get("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "read"})
@@ -106,21 +109,34 @@ async def delete_event(request: Request[Any, Any, Any], state: State, event_id: 
     tenant_id, target = _tenant(request), _event_id(event_id)
     if dry_run:
         return _json({"would_delete": await engine.would_delete(tenant_id, target, cascade=cascade)})
+    return _send(await delete_answer(engine, tenant_id, target, cascade=cascade, purge=purge))
+
+
+async def delete_answer(
+    engine: Engine, tenant_id: str, target: str, *, cascade: bool, purge: bool
+) -> Answer:
+    """Delete an event (and, with cascade, what derives from it), then purge if asked.
+
+    200 `{"deleted", "purged", "deleted_ids"}`; when the purge asked for cannot run (a full
+    disk), 202 with `"purge_pending": true` and a detail: the delete stands and the background
+    purger finishes the erasure (docs/erasure.md).
+    """
     if cascade:
         deleted = await engine.delete_cascade(tenant_id, target)
     else:
         deleted = await engine.delete(tenant_id, [target])
     if not deleted:
         raise NotFound(NO_EVENT)
-    purged = False
-    if purge:
-        purged = await engine.purge(tenant_id)
-    return _json({"deleted": True, "purged": purged, "deleted_ids": deleted})
+    pending = await engine.purge_after_delete(tenant_id) if purge else None
+    if pending is not None:
+        body = {"deleted": True, "purged": False, "purge_pending": True, "deleted_ids": deleted}
+        return Answer(202, msgspec.json.encode(body | {"detail": pending}))
+    return Answer(200, msgspec.json.encode({"deleted": True, "purged": purge, "deleted_ids": deleted}))
 
 
 def _cascade(request: Request[Any, Any, Any]) -> bool:
     """?cascade=derived follows SOURCE_FROM links into derived events; no other value exists yet."""
-    value = request.query_params.get("cascade")
+    value = one(request, "cascade")
     if value is None:
         return False
     if value == "derived":
@@ -142,12 +158,13 @@ async def list_events(request: Request[Any, Any, Any], state: State) -> Response
 async def recall_events(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
     """Keyword and vector recall, fused, with an optional walk over SOURCE_FROM links."""
     check_params(request, set())
-    return _send(await recall_answer(state.engine, _tenant(request), await request.body()))
+    times = request.headers.get(TIME_CHECK_HEADER)
+    return _send(await recall_answer(state.engine, _tenant(request), await request.body(), times))
 
 
 def _flag(request: Request[Any, Any, Any], name: str) -> bool:
     """A boolean query parameter: true/false/1/0."""
-    value = request.query_params.get(name)
+    value = one(request, name)
     if value is None:
         return False
     if value.lower() in ("true", "1"):

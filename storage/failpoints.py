@@ -1,0 +1,138 @@
+"""Failpoints: named places in storage where a test can make real I/O fail; inert unless armed.
+
+Tests arm them through the environment of the process, read once at import:
+
+    MEMSPINE_FAILPOINTS=keyword.commit=enospc:3,log.commit=eio@5
+
+arms `keyword.commit` to fail its next 3 hits with ENOSPC, and `log.commit` to let 5 hits pass
+and then fail every one with EIO (`name=action[:count][@after]`). In-process tests call `arm`
+and `disarm_all` instead. Each point sits right before the
+operation whose I/O can fail, so what follows a hit is the store's own failure path (an aborted
+LMDB transaction, a Tantivy writer to roll back, a temp file left behind). Unarmed, `hit` costs
+one dictionary look-up: the table is empty.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Mapping
+
+import lmdb
+
+ENV = "MEMSPINE_FAILPOINTS"
+
+# Where storage calls `hit`: the points a test may arm (a typo in a spec must not arm nothing).
+POINTS = frozenset(
+    {
+        "log.commit",  # storage/log.py: a write transaction, before LMDB commits it
+        "keyword.commit",  # storage/keyword.py: a Tantivy commit, documents already staged
+        "vectors.save",  # storage/vectors.py: the saved index written to its temp file, not renamed
+        "purge.copy",  # storage/compact.py: the purge's copy of the log written, before its sync
+    }
+)
+
+
+def _os_error(code: int) -> BaseException:
+    return OSError(code, os.strerror(code))
+
+
+# What each action raises: what the store itself raises for that fault.
+ACTIONS = {
+    "enospc": lambda: _os_error(errno.ENOSPC),
+    "edquot": lambda: _os_error(errno.EDQUOT),
+    "eio": lambda: _os_error(errno.EIO),
+    "panic": lambda: lmdb.PanicError("mdb_txn_commit: MDB_PANIC: injected by a failpoint"),
+}
+
+
+class _Armed:
+    """One armed point: what it raises, how many hits pass first, how many then fail (None:
+    every one)."""
+
+    __slots__ = ("action", "left", "skip")
+
+    def __init__(self, action: str, left: int | None, skip: int) -> None:
+        self.action = action
+        self.left = left
+        self.skip = skip
+
+
+_armed: dict[str, _Armed] = {}
+_lock = threading.Lock()
+hits: dict[str, int] = {}  # failures raised per point since it was armed (for tests)
+
+
+def hit(name: str) -> None:
+    """Raise the armed fault of this point, if any."""
+    if not _armed:
+        return
+    with _lock:
+        armed = _armed.get(name)
+        if armed is None:
+            return
+        if armed.skip:
+            armed.skip -= 1
+            return
+        if armed.left is not None:
+            armed.left -= 1
+            if armed.left <= 0:
+                del _armed[name]
+        hits[name] = hits.get(name, 0) + 1
+    raise ACTIONS[armed.action]()
+
+
+def arm(name: str, action: str, count: int | None = None, *, after: int = 0) -> None:
+    """Let `after` hits of a point pass, then make the next `count` (every one if None) raise
+    `action`'s fault."""
+    if name not in POINTS:
+        raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(sorted(POINTS))}")
+    if action not in ACTIONS:
+        raise ValueError(
+            f"unknown failpoint action {action!r}; known: {', '.join(sorted(ACTIONS))}"
+        )
+    if count is not None and count < 1:
+        raise ValueError(f"a failpoint count must be at least 1, got {count}")
+    if after < 0:
+        raise ValueError(f"a failpoint's hits to let pass cannot be negative, got {after}")
+    with _lock:
+        _armed[name] = _Armed(action, count, after)
+        hits[name] = 0
+
+
+def disarm_all() -> None:
+    """Make every point inert again."""
+    with _lock:
+        _armed.clear()
+
+
+def armed() -> dict[str, int | None]:
+    """The armed points and how many more hits of each fail (None: every one)."""
+    with _lock:
+        return {name: a.left for name, a in _armed.items()}
+
+
+def load(env: Mapping[str, str]) -> None:
+    """Arm the points named in env[ENV] (`name=action[:count][@after]`, comma-separated)."""
+    spec = env.get(ENV, "").strip()
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        name, sep, rest = item.partition("=")
+        rest, _, after = rest.partition("@")
+        action, _, count = rest.partition(":")
+        if not sep or not action:
+            raise ValueError(f"{ENV}: expected name=action[:count][@after], got {item!r}")
+        try:
+            n = int(count) if count else None
+            skip = int(after) if after else 0
+        except ValueError:
+            raise ValueError(
+                f"{ENV}: expected whole numbers after ':' and '@', got {item!r}"
+            ) from None
+        try:
+            arm(name.strip(), action.strip(), n, after=skip)
+        except ValueError as exc:
+            raise ValueError(f"{ENV}: {exc}") from None
+
+
+load(os.environ)
