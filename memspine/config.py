@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 import msgspec
 
 from memspine.limits import default_max_open_bytes, machine_memory
+from memspine_admin.placement import is_node_name
+from memspine_admin.plane import is_control_url, redact
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
@@ -53,7 +55,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     body_timeout_secs: float = 30.0
     max_connections: int = msgspec.field(default_factory=lambda: default_max_connections())
     max_connections_per_client: int = 64
+    control_url: str | None = None  # PostgreSQL control plane; None: LMDB in data_dir/_control
+    node: str | None = None  # this server's name in a cluster (needs control_url)
     ui: bool = True  # the web console at /ui (memspine/routes/ui.py)
+    embedder: str = "local"  # storage.embedders.KINDS
+    embedder_url: str | None = None
+    embedder_model: str | None = None
+    embedder_api_key: str | None = None
+
+    def __repr__(self) -> str:
+        # The control URL may hold a password: keep it out of any log of the settings.
+        shown = msgspec.structs.asdict(self)
+        if self.control_url:
+            shown["control_url"] = redact(self.control_url)
+        if self.admin_key:
+            shown["admin_key"] = "<hidden>"
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 def default_max_open_tenants() -> int:
@@ -235,6 +252,72 @@ def _hosts(value: str) -> dict[str, Any]:
     return {"allowed_hosts": frozenset(names)}
 
 
+EMBEDDERS = ("local", "openai", "none")  # storage.embedders.KINDS, without importing it here
+
+
+def _embedder(value: str) -> dict[str, Any]:
+    kind = value.lower()
+    if kind not in EMBEDDERS:
+        raise SettingsError(f"expected local, openai or none, got {value!r}")
+    return {"embedder": kind}
+
+
+def _embedder_url(value: str) -> dict[str, Any]:
+    """An http(s) URL with a host: a base such as http://127.0.0.1:11434/v1, or …/embeddings."""
+    if not value:
+        return {"embedder_url": None}
+    # The value is not echoed: a URL may carry a password.
+    bad = SettingsError("expected an http:// or https:// URL with a host")
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # raises ValueError on a port that is not a number in range
+    except ValueError:
+        raise bad from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise bad
+    if parts.query or parts.fragment:
+        raise SettingsError("expected a URL without a query or fragment")
+    return {"embedder_url": value}
+
+
+def _check_embedder(s: Settings) -> None:
+    """The embedder settings agree with each other: an endpoint is named only for openai."""
+    if s.embedder == "openai":
+        if not s.embedder_url or not s.embedder_model:
+            raise SettingsError(
+                "MEMSPINE_EMBEDDER=openai needs MEMSPINE_EMBEDDER_URL and MEMSPINE_EMBEDDER_MODEL"
+            )
+        return
+    for name, value in (
+        ("MEMSPINE_EMBEDDER_URL", s.embedder_url),
+        ("MEMSPINE_EMBEDDER_MODEL", s.embedder_model),
+        ("MEMSPINE_EMBEDDER_API_KEY", s.embedder_api_key),
+    ):
+        if value:
+            raise SettingsError(
+                f"{name} is set but MEMSPINE_EMBEDDER is {s.embedder!r}; "
+                "set MEMSPINE_EMBEDDER=openai to use an endpoint"
+            )
+
+
+def _control_url(value: str) -> dict[str, Any]:
+    if not value:
+        return {"control_url": None}
+    if not is_control_url(value):
+        raise SettingsError("expected a PostgreSQL URL such as postgresql://user:pass@host/db")
+    return {"control_url": value}
+
+
+def _node(value: str) -> dict[str, Any]:
+    if not value:
+        return {"node": None}
+    if not is_node_name(value):
+        raise SettingsError(
+            f"expected a lower-case DNS label (a-z, 0-9 and -, at most 63), got {value!r}"
+        )
+    return {"node": value}
+
+
 # Every documented variable: name -> (parser, how its result enters Settings).
 PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_BIND": _bind,
@@ -272,7 +355,13 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_MAX_CONNECTIONS_PER_CLIENT": lambda v: {
         "max_connections_per_client": _int_in(1, 1_000_000)(v)
     },
+    "MEMSPINE_CONTROL_URL": _control_url,
+    "MEMSPINE_NODE": _node,
     "MEMSPINE_UI": lambda v: {"ui": _flag(v)},
+    "MEMSPINE_EMBEDDER": _embedder,
+    "MEMSPINE_EMBEDDER_URL": _embedder_url,
+    "MEMSPINE_EMBEDDER_MODEL": lambda v: {"embedder_model": v or None},
+    "MEMSPINE_EMBEDDER_API_KEY": lambda v: {"embedder_api_key": v or None},
 }
 
 
@@ -291,7 +380,12 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     unknown = [k for k in unknown if k not in IGNORED]
     if unknown:
         raise SettingsError(f"unknown setting {unknown[0]}; see docs/configuration.md")
+    if values.get("node") and not values.get("control_url"):
+        raise SettingsError("MEMSPINE_NODE: a node name needs MEMSPINE_CONTROL_URL (a cluster)")
     return Settings(**values)
+    settings = Settings(**values)
+    _check_embedder(settings)
+    return settings
 
 
 # Variables read by other tools (the MCP stdio client, tests), not by the server.

@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from memspine.auth import Authenticator
     from memspine.config import Settings
     from memspine.engine import Engine
-    from memspine_admin.control import ControlDB
+    from memspine_admin.plane import ControlPlane
 
 JSON = "application/json"
 # Who may call an operation: a key with the read or write scope, any valid key, the admin key,
@@ -154,7 +154,7 @@ class Call(NamedTuple):
 
     services: Services
     principal: Principal | None  # None for admin and public operations
-    control: ControlDB | None  # the control database, for admin operations
+    control: ControlPlane | None  # the control plane, for admin operations
     query: dict[str, Any]
     props: dict[str, str]
     headers: dict[bytes, bytes]  # lower-case names, the first of repeated headers

@@ -16,7 +16,8 @@ from memspine.pipeline import ADMIN, Call, Operation, Outcome, Query, Reply
 from memspine.queryparams import int_range, text
 from memspine.schemas import doc
 from memspine_admin import keys
-from memspine_admin.control import MAX_AUDIT_LIMIT, ControlDB, erase_tenant_dir
+from memspine_admin.control import MAX_AUDIT_LIMIT, erase_tenant_dir
+from memspine_admin.plane import ControlPlane
 from memspine_admin.records import (
     MAX_NAME_BYTES,
     MAX_TTL_SECS,
@@ -161,7 +162,7 @@ def decode_audit_cursor(cursor: str) -> int:
 
 
 def delete_tenant_everywhere(
-    control: ControlDB, engine: Engine, data_dir: Path, tenant_id: str
+    control: ControlPlane, engine: Engine, data_dir: Path, tenant_id: str
 ) -> TenantDeleted:
     """Revoke the tenant's keys and remove it, then close it in this server and erase its files."""
     revoked = control.delete_tenant(tenant_id, actor=ACTOR)
@@ -172,7 +173,7 @@ def delete_tenant_everywhere(
     return TenantDeleted(tenant_id=tenant_id, deleted=True, revoked_keys=revoked, erased=erased)
 
 
-def _control(call: Call) -> ControlDB:
+def _control(call: Call) -> ControlPlane:
     assert call.control is not None  # the pipeline checked the admin key
     return call.control
 
