@@ -74,7 +74,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def default_max_open_tenants() -> int:
-    """(soft fd limit − 64) / 12, as the seed's original computed it (at least 1)."""
+    """(soft fd limit − 64) / 12, at least 1: descriptors kept for the server itself, the
+    rest shared by open tenants."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = 1_048_576

@@ -47,9 +47,8 @@ _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], A
 class ReadThreads:
     """Threads that run blocking reads for the event loop.
 
-    anyio.to_thread.run_sync cost a recall over HTTP about 0.15 ms more at the median (its cancel
-    scope, capacity limiter and worker bookkeeping on both sides of the hop, bench/RESULTS.md):
-    here a read is a job on one queue, and its thread hands the outcome back with a single
+    anyio.to_thread.run_sync made a recall over HTTP measurably slower (its cancel scope,
+    capacity limiter and worker bookkeeping on both sides of the hop, bench/RESULTS.md): here a read is a job on one queue, and its thread hands the outcome back with a single
     call_soon_threadsafe. As with run_sync, a cancelled caller still waits for its read to end.
     Each owner (a tenant) runs at most `per_owner` reads at once; owners that wait for a
     thread take turns (memspine/shares.py), so one owner's backlog never holds every thread.
@@ -172,8 +171,8 @@ class Engine:
         short one and nothing else is under way. A tenant that does not exist reads as an empty
         one and is not created (only a write creates it).
 
-        The hop to a read thread and back cost a recall over HTTP 0.12-0.4 ms of its ~1.4 ms in
-        A/B runs (bench/RESULTS.md). It buys little while this is the only request: the read
+        The hop to a read thread and back is a sizeable share of a recall over HTTP in A/B runs
+        (bench/RESULTS.md). It buys little while this is the only request: the read
         holds the GIL for most of its time anyway, and no other request waits for the loop. So
         a short read (bounded work: one event, a recall) runs on the loop when no other request
         holds a tenant, the keyword index has nothing to fold (a search would wait for a

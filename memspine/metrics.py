@@ -6,11 +6,7 @@ Tenant ids appear only with MEMSPINE_METRICS_PER_TENANT=1; event text never does
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-import anyio.to_thread
-from litestar import Response, get
-from litestar.datastructures import State
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -214,14 +210,3 @@ class _ManagerCollector(Collector):
             ):
                 per.add_metric([tenant.tenant_id], sum(p.values()))
             yield per
-
-
-@get("/metrics", include_in_schema=False)
-async def metrics_route(state: State) -> Response[Any]:
-    """Prometheus exposition; no auth, no tenant ids unless MEMSPINE_METRICS_PER_TENANT=1."""
-    metrics: Metrics = state.metrics
-    body = await anyio.to_thread.run_sync(metrics.render)
-    return Response(body, media_type=MEDIA_TYPE)
-
-
-ROUTES = [metrics_route]
