@@ -382,7 +382,6 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         raise SettingsError(f"unknown setting {unknown[0]}; see docs/configuration.md")
     if values.get("node") and not values.get("control_url"):
         raise SettingsError("MEMSPINE_NODE: a node name needs MEMSPINE_CONTROL_URL (a cluster)")
-    return Settings(**values)
     settings = Settings(**values)
     _check_embedder(settings)
     return settings
