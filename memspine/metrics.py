@@ -147,7 +147,7 @@ class _ManagerCollector(Collector):
         yield GaugeMetricFamily(
             "memspine_vectors_pending",
             "Vectors acknowledged (searched exactly) but not yet in an HNSW graph, open tenants.",
-            value=sum(t.vectors.pending() for t in m.open_tenants()),
+            value=sum(t.vectors_pending() for t in m.open_tenants()),
         )
         sizes = m.map_sizes()
         yield GaugeMetricFamily(

@@ -53,7 +53,7 @@ class Purger:
         found = set(pending_tenants(self.engine.settings.data_dir))
         for tenant in self.engine.manager.open_tenants():
             try:
-                if tenant.log.tombstones():
+                if tenant.awaiting_purge():
                     found.add(tenant.tenant_id)
             except lmdb.Error:
                 continue  # closed since the snapshot of open tenants

@@ -2,16 +2,8 @@
 
 from __future__ import annotations
 
-from concurrent.futures import Future
-from typing import TYPE_CHECKING
-
-import lmdb
-
 from storage.model import SOURCE_FROM
 from storage.reader import LogReader
-
-if TYPE_CHECKING:
-    from storage.tenant import Tenant
 
 
 def derived_closure(r: LogReader, event_id: str) -> list[str]:
@@ -31,19 +23,8 @@ def derived_closure(r: LogReader, event_id: str) -> list[str]:
     return order
 
 
-def delete_derived(tenant: Tenant, event_id: str) -> Future[list[str]]:
-    """Delete the event and everything derived from it in one transaction on the tenant's writer,
-    so an event derived meanwhile cannot escape; resolves to the ids deleted, the event first."""
-
-    def run() -> list[str]:
-        log = tenant.log
-
-        def apply(txn: lmdb.Transaction) -> list[str]:
-            return log.delete_in(txn, derived_closure(LogReader(txn, log.dbs), event_id))
-
-        tenant.mark_before_delete([event_id])  # the closure is empty unless the event is live
-        deleted = log.write(apply)
-        tenant.catch_up()
-        return deleted
-
-    return tenant.call(run)
+def would_delete(r: LogReader, event_id: str, *, cascade: bool) -> list[str]:
+    """The ids a delete of this event would remove, the event first; empty if it does not exist."""
+    if cascade:
+        return derived_closure(r, event_id)
+    return [event_id] if r.exists(event_id) else []

@@ -99,6 +99,10 @@ class EventLog:
         with self.lock.shared(), self.env.begin(buffers=False) as txn:
             yield LogReader(txn, self.dbs)
 
+    def view(self, txn: lmdb.Transaction) -> LogReader:
+        """A LogReader over a transaction already open (a write transaction sees its own writes)."""
+        return LogReader(txn, self.dbs)
+
     # -- meta -----------------------------------------------------------------
 
     def meta_int(self, name: str) -> int | None:

@@ -14,11 +14,17 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from storage.errors import DiskFull
+from storage.cascade import derived_closure, would_delete
+from storage.current import EventState, Moment, event_state
+from storage.cypher import CypherResult
+from storage.cypher import run as run_cypher
+from storage.errors import Conflict, DiskFull
 from storage.keyword import KeywordDoc, KeywordIndex
+from storage.listing import ListQuery, list_events
 from storage.log import EventLog
 from storage.model import NewEvent, StoredEvent
 from storage.purge import PurgeStats, purge_tenant
+from storage.recall import RecallQuery, RecallResult, recall, validate
 from storage.space import disk_full
 from storage.swap import PENDING, mark_pending, recover
 from storage.vectors import VectorIndex
@@ -28,6 +34,7 @@ log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
 CANNOT_OPEN = "the server's disk is full: this tenant cannot be opened until space is freed"
 NOT_SAVED = "the server's disk is full: the vector index was not saved"
+IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
 
 
 class AppendJob(msgspec.Struct, frozen=True):
@@ -74,8 +81,8 @@ class Tenant:
         self.vector_saved_seq = self.vector_seq
         self.catch_ups = 0  # catch_ups that read ops back from the log (open, deletes, repair)
         self.catch_up()
-        self.in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
-        self.keys_lock = threading.Lock()
+        self._in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
+        self._keys_lock = threading.Lock()
         self.on_batch: Callable[[int], None] | None = None
         self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
 
@@ -186,6 +193,46 @@ class Tenant:
         # recorded in the log (keyword.committed_seq, vector_saved_seq), so a reopen replays.
         self.keyword_seq = self.vector_seq = last
 
+    # -- reads ------------------------------------------------------------------
+
+    def get(self, event_id: str) -> EventState | None:
+        """One live event with its current state now; None for an unknown or deleted id."""
+        with self.log.reader() as r:
+            return event_state(r, event_id)
+
+    def list_events(self, query: ListQuery) -> tuple[list[StoredEvent], str | None]:
+        """One page of events newest first and the cursor of the next (None at the end)."""
+        with self.log.reader() as r:
+            moment = Moment(r, current=query.current, as_of=query.as_of)
+            return list_events(r, query, keep=moment.visible)
+
+    def recall(self, query: RecallQuery, *, embeddings: bool = True) -> RecallResult:
+        """Fused keyword and vector recall with the bounded walk, over one snapshot; with
+        embeddings=False the hits' events may lack their embeddings (read light)."""
+        with self.log.reader() as r:
+            validate(query, self.dim, r.meta_str("model"))
+            return recall(r, self.keyword, self.vectors, query, embeddings=embeddings)
+
+    def cypher(
+        self, query: str, params: dict[str, Any] | None, *, timeout_ms: int, max_rows: int
+    ) -> CypherResult:
+        """A read-only Cypher query over one snapshot, bounded in time and rows."""
+        with self.log.reader() as r:
+            return run_cypher(r, query, params, timeout_ms=timeout_ms, max_rows=max_rows)
+
+    def would_delete(self, event_id: str, *, cascade: bool) -> list[str]:
+        """The ids a delete (cascading or not) would remove, the event first; changes nothing."""
+        with self.log.reader() as r:
+            return would_delete(r, event_id, cascade=cascade)
+
+    def awaiting_purge(self) -> bool:
+        """Whether deleted events of this tenant await a purge (the log holds tombstones)."""
+        return bool(self.log.tombstones())
+
+    def vectors_pending(self) -> int:
+        """Vectors acknowledged (searched exactly) but not yet in the HNSW graph."""
+        return self.vectors.pending()
+
     def reads_start_at_once(self) -> bool:
         """Whether a read would start without waiting: the keyword index has nothing to fold, and
         neither the log nor the vector index is held exclusive (a hint)."""
@@ -211,12 +258,55 @@ class Tenant:
     # -- writes -----------------------------------------------------------------
 
     def submit_append(self, events: list[NewEvent]) -> Future[Any]:
-        """Queue events for the next group commit; resolves to a list of results or errors."""
-        return self.writer.submit(AppendJob(events))
+        """Queue events for the next group commit; resolves to a list of results or errors.
+
+        Conflict (409) at once if an event's Idempotency-Key (its event_id) is still being
+        written by an earlier call: the twin would race it for the id, and be answered before
+        the first is durable. Once that call is answered, a retry replays its result.
+        """
+        keys = {ev.event_id for ev in events if ev.event_id is not None}
+        if keys:
+            self._hold_keys(keys)
+        try:
+            future = self.writer.submit(AppendJob(events))
+        except BaseException:
+            self._release_keys(keys)
+            raise
+        if keys:
+            future.add_done_callback(lambda _done: self._release_keys(keys))
+        return future
+
+    def _hold_keys(self, keys: set[str]) -> None:
+        """Mark idempotency keys in flight, or refuse them all if one of them already is."""
+        with self._keys_lock:
+            if not keys.isdisjoint(self._in_flight_keys):
+                raise Conflict(IN_FLIGHT, headers={"Retry-After": "1"})
+            self._in_flight_keys |= keys
+
+    def _release_keys(self, keys: set[str]) -> None:
+        """The call that held these keys is answered."""
+        with self._keys_lock:
+            self._in_flight_keys -= keys
 
     def submit_delete(self, event_ids: list[str]) -> Future[Any]:
         """Queue deletions; resolves to the list of ids actually deleted."""
         return self.writer.submit(DeleteJob(event_ids))
+
+    def submit_delete_cascade(self, event_id: str) -> Future[list[str]]:
+        """Delete the event and everything derived from it over SOURCE_FROM in one transaction on
+        the writer, so an event derived meanwhile cannot escape; resolves to the ids deleted, the
+        event first."""
+
+        def run() -> list[str]:
+            def apply(txn: Any) -> list[str]:
+                return self.log.delete_in(txn, derived_closure(self.log.view(txn), event_id))
+
+            self.mark_before_delete([event_id])  # the closure is empty unless the event is live
+            deleted = self.log.write(apply)
+            self.catch_up()
+            return deleted
+
+        return self.call(run)
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run fn on the writer thread, alone, between group commits; resolves to its result."""

@@ -19,7 +19,6 @@ import pytest
 from test_purge import DIM, embedding_patterns, neighbour, rare_token, scan, text_patterns
 
 from storage import swap, vecfile
-from storage.cascade import delete_derived
 from storage.manager import TenantManager
 from storage.model import NewEvent
 from storage.purge import NoRoomToPurge, for_want_of_room, purge_tenant
@@ -171,7 +170,7 @@ def test_a_delete_through_storage_marks_the_tenant_and_an_open_repairs_a_lost_ma
     ids = fill(t, rng, "none", 0, 10)
     assert t.submit_delete(["1f0e4bd4-1d4f-4a5e-9a35-0cd7e0d7c2b1"]).result() == []
     assert not (root / swap.PENDING).exists()  # deleting nothing marks nothing
-    assert delete_derived(t, ids[0]).result() == [ids[0]]  # the cascading delete marks too
+    assert t.submit_delete_cascade(ids[0]).result() == [ids[0]]  # the cascading delete marks too
     assert (root / swap.PENDING).exists()
     assert t.purge().purged == 1 and not (root / swap.PENDING).exists()
     t.submit_delete([ids[1]]).result()
@@ -190,7 +189,6 @@ def test_a_delete_through_storage_marks_the_tenant_and_an_open_repairs_a_lost_ma
 FORK_SERVER = """
 import os, signal, sys
 from pathlib import Path
-from storage.cascade import delete_derived
 from storage.purge import purge_tenant
 from storage.tenant import Tenant
 
@@ -223,7 +221,7 @@ for line in sys.stdin:
             if what == "delete":
                 t.submit_delete(ids).result()
             else:
-                delete_derived(t, ids[0]).result()
+                t.submit_delete_cascade(ids[0]).result()
         t.close()
         print(" ".join(steps), flush=True)
         os._exit(0)
