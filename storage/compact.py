@@ -82,14 +82,15 @@ def _append_all(env: lmdb.Environment, db: Any, items: Iterator[tuple[Any, Any]]
             return
 
 
-def sync_delta(live: LogReader, txn: lmdb.Transaction, dbs: dict[str, Any], since: int) -> set[str]:
-    """Make a copy taken at op `since` equal to the live log; returns the ids the ops since touched.
+def sync_delta(live: LogReader, copy: LogReader, since: int) -> set[str]:
+    """Make a copy taken at op `since` equal to the live log, in the copy's write transaction;
+    returns the ids the ops since touched.
 
     Every key a write changes belongs to an event the write names in `ops` or to one linked to
     it (a link adds a key under its target; a delete rewrites its sources' links), so syncing
     those events' keys, the new ops and the small meta database brings the copy up to date.
     """
-    copy = LogReader(txn, dbs)
+    txn, dbs = copy.txn, copy.dbs
     changed = {event_id for _seq, _op, event_id in live.ops_after(since)}
     touched = set(changed)
     for event_id in changed:

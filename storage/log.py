@@ -85,8 +85,42 @@ class EventLog:
             except lmdb.Error:
                 map_size = INITIAL_MAP_SIZE  # LMDB grows it back to the file's size on open
             self.env.close()
-            self.env = _open_env(self.path, map_size)
-            self.dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
+            self._open_in_place(map_size)
+
+    @contextmanager
+    def files_replaced(self) -> Iterator[None]:
+        """Hold every reader and writer out, with the environment closed, while the caller puts
+        new files in its place; then open what is there with the old map's size (its headroom:
+        a copy is compact, and would grow again on its first writes)."""
+        with self.lock.exclusive():
+            map_size = int(self.env.info()["map_size"])
+            self.env.close()
+            try:
+                yield
+            finally:
+                if self.path.is_dir():
+                    self._open_in_place(map_size)
+
+    def _open_in_place(self, map_size: int) -> None:
+        """Open the environment at this log's path again (the caller holds the lock exclusive)."""
+        self.env = _open_env(self.path, map_size)
+        self.env.reader_check()
+        self.dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
+
+    def map_size(self) -> int:
+        """The environment's map size in bytes (the shared lock keeps a resize out)."""
+        with self.lock.shared():
+            return int(self.env.info()["map_size"])
+
+    def grow_if_over_half(self) -> None:
+        """Double the map now if more than half of it is in use, before a long read: growing
+        waits for every reader, so a write needing room while one is held would stall reads."""
+        with self.lock.shared():
+            info, page = self.env.info(), self.env.stat()["psize"]
+            used = (info["last_pgno"] + 1) * page
+        if used * 2 > info["map_size"]:
+            with self.lock.exclusive():
+                self.env.set_mapsize(max(int(info["map_size"]), used) * 2)
 
     def close(self) -> None:
         """Close the environment once no transaction is active."""

@@ -625,11 +625,9 @@ class TenantManager:
         """The LMDB map size of each open tenant, in bytes."""
         sizes: dict[str, int] = {}
         for tenant in self.open_tenants():
-            # The log's shared lock keeps a map resize (a remap) out; a tenant closed since the
-            # snapshot raises lmdb.Error and is simply left out.
+            # A tenant closed since the snapshot raises lmdb.Error and is simply left out.
             try:
-                with tenant.log.lock.shared():
-                    sizes[tenant.tenant_id] = int(tenant.log.env.info()["map_size"])
+                sizes[tenant.tenant_id] = tenant.map_size()
             except lmdb.Error:
                 continue
         return sizes

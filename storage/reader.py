@@ -175,6 +175,20 @@ class LogReader:
         raw = self.txn.get(name.encode(), db=self.dbs["meta"])
         return None if raw is None else bytes(raw).decode()
 
+    def pages(self) -> tuple[int, int]:
+        """(pages in use by every database of the snapshot, the page size): what a logical
+        copy of it holds, none of the freed pages."""
+        psize = int(self.txn.stat(self.dbs["events"])["psize"])
+        pages = 0
+        for db in self.dbs.values():
+            st = self.txn.stat(db)
+            pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+        return pages, psize
+
+    def tombstone_count(self) -> int:
+        """How many deleted events await a purge."""
+        return int(self.txn.stat(self.dbs["tombstones"])["entries"])
+
     def tombstone(self, event_id: str) -> Tombstone | None:
         """The tombstone of a deleted, not yet purged event."""
         raw = self.txn.get(enc.id_bytes(event_id), db=self.dbs["tombstones"])

@@ -23,10 +23,10 @@ from storage.keyword import KeywordDoc, KeywordIndex
 from storage.listing import ListQuery, list_events
 from storage.log import EventLog
 from storage.model import NewEvent, StoredEvent
-from storage.purge import PurgeStats, purge_tenant
+from storage.purge import PurgeGate, PurgeStats
 from storage.recall import RecallQuery, RecallResult, recall, validate
 from storage.space import disk_full
-from storage.swap import PENDING, mark_pending, recover
+from storage.swap import PENDING, Step, mark_pending, no_step, recover
 from storage.vectors import VectorIndex
 from storage.writer import GroupWriter, Job
 
@@ -84,6 +84,7 @@ class Tenant:
         self._in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
         self._keys_lock = threading.Lock()
         self.on_batch: Callable[[int], None] | None = None
+        self._purges = PurgeGate()
         self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
 
     @classmethod
@@ -103,7 +104,7 @@ class Tenant:
         if (self.root / PENDING).exists():
             return
         with self.log.reader() as r:
-            tombstoned = r.txn.stat(r.dbs["tombstones"])["entries"] > 0
+            tombstoned = r.tombstone_count() > 0
         if tombstoned:
             try:
                 mark_pending(self.root)
@@ -229,6 +230,10 @@ class Tenant:
         """Whether deleted events of this tenant await a purge (the log holds tombstones)."""
         return bool(self.log.tombstones())
 
+    def map_size(self) -> int:
+        """The LMDB map size of the tenant's log, in bytes."""
+        return self.log.map_size()
+
     def vectors_pending(self) -> int:
         """Vectors acknowledged (searched exactly) but not yet in the HNSW graph."""
         return self.vectors.pending()
@@ -312,9 +317,15 @@ class Tenant:
         """Run fn on the writer thread, alone, between group commits; resolves to its result."""
         return self.writer.submit(CallJob(fn))
 
-    def purge(self) -> PurgeStats:
-        """Rewrite this tenant's files so the bytes of its deleted events leave the disk."""
-        return purge_tenant(self)
+    def purge(self, step: Step = no_step) -> PurgeStats:
+        """Rewrite this tenant's files so the bytes of every event deleted before this call leave
+        the disk; concurrent callers share one purge (step: a hook called at each stage)."""
+        return self._purges.run(self, step)
+
+    def swap_keyword(self, index: KeywordIndex) -> None:
+        """Put a new keyword index in place of the current one (a purge's rebuild, on the writer
+        thread once the old one is closed, with the log held exclusive)."""
+        self.keyword = index
 
     def _commit_batch(self, jobs: list[Job]) -> None:
         """Commit the batch's writes as one group, then run its calls one at a time."""

@@ -225,7 +225,6 @@ def test_a_server_killed_during_a_purge_restarts_on_whole_files(
 KILL_SCRIPT = """
 import os, signal, sys
 from pathlib import Path
-from storage.purge import purge_tenant
 from storage.tenant import Tenant
 
 root, at = Path(sys.argv[1]), sys.argv[2]
@@ -236,7 +235,7 @@ def step(name):
         os.kill(os.getpid(), signal.SIGKILL)
 
 print("go", flush=True)
-purge_tenant(t, step)
+t.purge(step)
 print("done", flush=True)
 t.close()
 """

@@ -21,7 +21,7 @@ from test_purge import DIM, embedding_patterns, neighbour, rare_token, scan, tex
 from storage import swap, vecfile
 from storage.manager import TenantManager
 from storage.model import NewEvent
-from storage.purge import NoRoomToPurge, for_want_of_room, purge_tenant
+from storage.purge import NoRoomToPurge, for_want_of_room
 from storage.tenant import Tenant
 
 REPO = Path(__file__).resolve().parent.parent
@@ -189,7 +189,6 @@ def test_a_delete_through_storage_marks_the_tenant_and_an_open_repairs_a_lost_ma
 FORK_SERVER = """
 import os, signal, sys
 from pathlib import Path
-from storage.purge import purge_tenant
 from storage.tenant import Tenant
 
 dim = int(sys.argv[1])
@@ -207,7 +206,7 @@ for line in sys.stdin:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         if what == "purge":
-            purge_tenant(t, step)
+            t.purge(step)
         else:  # a delete killed just before or just after its LMDB commit
             write = t.log.write
 
@@ -435,7 +434,7 @@ def test_a_purge_that_runs_out_of_disk_half_way_is_retried(small_disk: Path, at:
             weights.append(ballast(small_disk, leave=0))
 
     with pytest.raises(Exception) as failed:  # LMDB, Tantivy or the OS say it their own way
-        purge_tenant(t, fill_the_disk)
+        t.purge(fill_the_disk)
     assert weights and for_want_of_room(failed.value), repr(failed.value)
     assert not any((t.root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
     assert t.log.tombstones() == [vid] and (t.root / swap.PENDING).exists()

@@ -29,7 +29,7 @@ from storage.compact import rewrite, sync_delta
 from storage.keyword import KeywordDoc, KeywordIndex
 from storage.log import EventLog
 from storage.model import NewEvent, StoredEvent
-from storage.purge import PurgeStats, purge_tenant
+from storage.purge import PurgeStats
 from storage.tenant import Tenant
 from storage.vecfile import VectorFileError, count_labels, erase_labels
 
@@ -374,7 +374,7 @@ def test_writes_during_the_purge_are_kept(tmp_path: Path, rng: random.Random) ->
     thread = threading.Thread(target=write_meanwhile)
     thread.start()
     try:
-        stats = purge_tenant(t, after_snapshot)
+        stats = t.purge(after_snapshot)
     finally:
         stop.set()
         thread.join()
@@ -455,11 +455,11 @@ def test_copy_plus_delta_equals_the_live_log(data: st.DataObject) -> None:
         random_ops(live, ids, data, "before")
         with live.reader() as r:
             since = r.last_seq()
-            rewrite(r, Path(tmp, "copy"), int(live.env.info()["map_size"]))
+            rewrite(r, Path(tmp, "copy"), live.map_size())
         random_ops(live, ids, data, "after")
         copy = EventLog.open(Path(tmp, "copy"), embedding_dim=4)
         with live.reader() as r:
-            changed = copy.write(lambda txn: sync_delta(r, txn, copy.dbs, since))
+            changed = copy.write(lambda txn: sync_delta(r, copy.view(txn), since))
         assert dump(copy) == dump(live)
         with live.reader() as r:
             assert changed == {e for _s, _op, e in r.ops_after(since)}
@@ -487,12 +487,12 @@ def test_concurrent_purges_share_one(tmp_path: Path, rng: random.Random) -> None
             stages.append(name)
 
     results: list[PurgeStats] = []
-    first = threading.Thread(target=lambda: results.append(purge_tenant(t, hold)))
+    first = threading.Thread(target=lambda: results.append(t.purge(hold)))
     first.start()
     assert held.wait(10)
     t.submit_delete([ids[10]]).result()  # after the first purge's snapshot
     others = [
-        threading.Thread(target=lambda: results.append(purge_tenant(t, count))) for _ in range(2)
+        threading.Thread(target=lambda: results.append(t.purge(count))) for _ in range(2)
     ]
     for th in others:
         th.start()
@@ -556,7 +556,7 @@ def test_a_purge_failing_before_its_commit_leaves_the_tenant_as_it_was(
             raise Boom(name)
 
     with pytest.raises(Boom):
-        purge_tenant(t, fail)
+        t.purge(fail)
     assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
     assert sorted(t.log.tombstones()) == sorted(gone)  # nothing was purged
     more = append(t, [neighbour(rng, 500)])  # the writer carries on
@@ -582,7 +582,7 @@ def test_a_purge_failing_after_its_commit_still_swaps(
             raise Boom(name)
 
     with pytest.raises(Boom):
-        purge_tenant(t, fail)
+        t.purge(fail)
     assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
     check_tenant(t, ids[4:], gone)  # the new files, swapped in whole
     t.close()

@@ -20,7 +20,6 @@ from memspine.config import load_settings
 from storage import encoding as enc
 from storage.log import EventLog
 from storage.model import AppendResult, NewEvent, StoredEvent
-from storage.purge import purge_tenant
 from storage.reader import LogReader
 from storage.recall import RecallQuery, RecallResult, recall
 from storage.records import decode_event, encode_event
@@ -334,7 +333,7 @@ def test_a_purge_keeps_both_layouts_and_erases_both(old: OldTenant, reopened: Te
             late.extend(add(t, [turn(rng, 800)]))
             t.submit_delete([olds[4], new[1]]).result()
 
-    stats = purge_tenant(t, meanwhile)
+    stats = t.purge(meanwhile)
     assert stats.purged == 2
     assert t.purge().purged == 2
     gone = {*victims, olds[4], new[1]}

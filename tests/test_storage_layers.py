@@ -1,0 +1,95 @@
+"""storage's modules import one another one way only: no two import each other, directly or
+around a loop, not even for type checking (docs/architecture.md)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STORAGE = ROOT / "storage"
+
+
+def module_name(path: Path) -> str:
+    """The dotted name of a module file under the repository root."""
+    parts = list(path.relative_to(ROOT).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def modules() -> dict[str, Path]:
+    """Every module of storage by dotted name."""
+    return {module_name(p): p for p in sorted(STORAGE.rglob("*.py"))}
+
+
+def imports(path: Path, known: dict[str, Path]) -> set[str]:
+    """The storage modules a module imports, at any depth of its code (TYPE_CHECKING too)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names if a.name in known)
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                sub = f"{node.module}.{alias.name}"  # `from storage import x`: the module x
+                if sub in known:
+                    found.add(sub)
+                elif node.module in known:
+                    found.add(node.module)
+    return found
+
+
+def graph() -> dict[str, set[str]]:
+    """storage's import graph, a package's own __init__ left out of its modules' edges (a
+    package imports its modules to offer their names; that is not a loop between them)."""
+    known = modules()
+    edges: dict[str, set[str]] = {}
+    for name, path in known.items():
+        targets = imports(path, known) - {name}
+        edges[name] = {t for t in targets if not name.startswith(t + ".")}
+    return edges
+
+
+def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    found: list[list[str]] = []
+
+    def visit(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+
+    for v in sorted(edges):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_no_two_storage_modules_import_each_other() -> None:
+    assert cycles(graph()) == []
+
+
+def test_the_check_sees_a_loop() -> None:
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    edges = graph()
+    assert "storage.tenant" in edges["storage.manager"]  # it reads real imports
