@@ -8,7 +8,7 @@ import msgspec
 from litestar import Request
 
 from memspine.schemas import TIME_CHECK_HEADER, check_kind, check_time, time_check
-from storage import encoding as enc
+from storage import layout as enc
 from storage.errors import InvalidRequest
 from storage.listing import MAX_LIMIT, ListQuery
 from storage.model import FilterValue

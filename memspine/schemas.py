@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from storage import encoding as enc
+from storage import layout as enc
 from storage.errors import InvalidRequest
 from storage.model import NewEvent, StoredEvent
 from storage.recall import RecallQuery, RecallResult, Walk, Withheld

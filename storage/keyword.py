@@ -14,8 +14,7 @@ from typing import Any, cast
 import msgspec
 import tantivy
 
-from storage import encoding as enc
-from storage import failpoints
+from storage import failpoints, layout
 from storage.errors import DiskFull
 from storage.model import FilterValue
 from storage.space import disk_full
@@ -80,7 +79,7 @@ def _schema(*, with_seq: bool = True) -> tantivy.Schema:
 
 def property_tag(name: str, value: FilterValue) -> str:
     """One exact-match token per filterable property: the same typed encoding as the log's index."""
-    return enc.property_prefix(name, value).hex()
+    return layout.property_prefix(name, value).hex()
 
 
 # The Snowball project's English stop words (apostrophe forms left out: they never survive _WORD).

@@ -28,7 +28,7 @@ import msgspec
 import numpy as np
 import tantivy
 
-from storage import swap
+from storage import layout, swap
 from storage.compact import rewrite, sync_delta
 from storage.keyword import KeywordDoc, KeywordIndex, document
 from storage.log import EventLog
@@ -326,7 +326,7 @@ def _catch_up_copy(
 
     def seal(txn: lmdb.Transaction) -> int:
         copy.clear_tombstones(txn, purged)
-        copy.put_meta_int(txn, "keyword_seq", upto)
+        copy.put_meta_int(txn, layout.KEYWORD_SEQ, upto)
         return copy.view(txn).tombstone_count()
 
     pending = copy.write(seal)

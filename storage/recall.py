@@ -4,12 +4,11 @@ substitution and the bounded SOURCE_FROM walk."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import cast
 
 import msgspec
 import numpy as np
 
-from storage import encoding as enc
+from storage import layout
 from storage.current import EXPIRED, NOT_YET_VALID, SUPERSEDED, Moment
 from storage.errors import EmbeddingMismatch, InvalidRequest
 from storage.flat import as_float32, top, unit
@@ -102,7 +101,7 @@ class Admission:
         self.q = q
         self.moment = moment
         self.withheld: dict[str, str] = {}  # event id -> SUPERSEDED, EXPIRED or NOT_YET_VALID
-        self._wanted = {name: enc.value_bytes(v) for name, v in q.filters.items()}
+        self._wanted = {name: layout.value_bytes(v) for name, v in q.filters.items()}
         self._by_label: dict[int, StoredEvent | None] = {}
 
     def admit(self, ev: StoredEvent | None, *, window: bool = True) -> bool:
@@ -111,7 +110,7 @@ class Admission:
         if ev is None or (self.q.kind is not None and ev.kind != self.q.kind):
             return False
         for name, want in self._wanted.items():
-            if name not in ev.filterable or enc.value_bytes(ev.filterable[name]) != want:
+            if name not in ev.filterable or layout.value_bytes(ev.filterable[name]) != want:
                 return False
         if not self.moment.exists(ev):
             return False
@@ -235,28 +234,16 @@ def _few_candidates(adm: Admission) -> list[str] | None:
     r, q = adm.r, adm.q
     # Keys are counted before ids are listed: an id string costs 1.5 us a key, and a common kind
     # would make FEW + 1 of them on every query for nothing (0.37 ms at 100,000 events).
-    if q.kind is not None and _at_most_few(r, "by_kind", enc.kind_prefix(q.kind)):
+    if q.kind is not None and not r.more_keys_than(FEW, "by_kind", layout.kind_prefix(q.kind)):
         return list(r.ids_by_kind(q.kind))
     for name, value in q.filters.items():
-        if _at_most_few(r, "by_prop", enc.property_prefix(name, value)):
+        if not r.more_keys_than(FEW, "by_prop", layout.property_prefix(name, value)):
             return list(r.ids_by_property(name, value))
-    if q.as_of is not None and _at_most_few(r, "by_ts", b"", enc.ts_bytes(q.as_of + 1)):
-        return list(r.ids_by_ts(None, q.as_of + 1))
+    if q.as_of is not None:
+        below = layout.ts_bytes(q.as_of + 1)
+        if not r.more_keys_than(FEW, "by_ts", b"", below):
+            return list(r.ids_by_ts(None, q.as_of + 1))
     return None
-
-
-def _at_most_few(r: LogReader, db: str, prefix: bytes, below: bytes | None = None) -> bool:
-    """Whether at most FEW keys of a log index start with prefix (and sort below `below`)."""
-    cur = r.txn.cursor(db=r.dbs[db])
-    if not cur.set_range(prefix):
-        return True
-    for n, raw in enumerate(cur.iternext(keys=True, values=False)):
-        key = cast(bytes, raw)  # buffers=False (the default): keys are bytes
-        if not key.startswith(prefix) or (below is not None and key >= below):
-            return True
-        if n == FEW:  # this key is the FEW + 1st
-            return False
-    return True
 
 
 def _exact_arm(ids: list[str], adm: Admission, depth: int) -> list[StoredEvent]:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from storage import layout
 from storage.cascade import derived_closure, would_delete
 from storage.current import EventState, Moment, event_state
 from storage.cypher import CypherResult
@@ -67,7 +68,7 @@ class Tenant:
         recover(root)  # finish or discard a purge a crash interrupted, before any store opens
         self.log = EventLog.open(root / "events", embedding_dim=embedding_dim)
         try:
-            self.dim = self.log.meta_int("dim") or embedding_dim
+            self.dim = self.log.meta_int(layout.DIM) or embedding_dim
             self.keyword, self.keyword_seq = self._open_keyword()
             try:
                 self.vectors, self.vector_seq = self._open_vectors()
@@ -131,7 +132,7 @@ class Tenant:
         try:
             # No meta.json means no index at all (lost or never made): replay the whole log.
             found = (path / "meta.json").exists()
-            seq = (self.log.meta_int("keyword_seq") or 0) if found else 0
+            seq = (self.log.meta_int(layout.KEYWORD_SEQ) or 0) if found else 0
             return KeywordIndex.open(path, committed_seq=seq), seq
         except (ValueError, OSError) as exc:
             _raise_if_out_of_fds(exc)
@@ -149,7 +150,7 @@ class Tenant:
             _raise_if_disk_full(exc, path)
             log.warning("tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__)
             return VectorIndex.create_empty(path, self.dim), 0
-        seq = self.log.meta_int("vector_seq") or 0
+        seq = self.log.meta_int(layout.VECTOR_SEQ) or 0
         return index, seq if path.exists() else 0
 
     def catch_up(self) -> None:
@@ -211,7 +212,7 @@ class Tenant:
         """Fused keyword and vector recall with the bounded walk, over one snapshot; with
         embeddings=False the hits' events may lack their embeddings (read light)."""
         with self.log.reader() as r:
-            validate(query, self.dim, r.meta_str("model"))
+            validate(query, self.dim, r.meta_str(layout.MODEL))
             return recall(r, self.keyword, self.vectors, query, embeddings=embeddings)
 
     def cypher(
@@ -257,7 +258,7 @@ class Tenant:
         # Recorded only once the file and the watermark are both durable: a save or a meta write
         # that failed (a full disk) is tried again by the next save, and until then the log
         # replays what the saved file lacks.
-        self.log.set_meta_int("vector_seq", seq)
+        self.log.set_meta_int(layout.VECTOR_SEQ, seq)
         self.vector_saved_seq = seq
 
     # -- writes -----------------------------------------------------------------
@@ -360,7 +361,7 @@ class Tenant:
                 else:
                     results.append(appender.delete(p.event_ids))
             # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
-            self.log.put_meta_int(txn, "keyword_seq", kw_seq)
+            self.log.put_meta_int(txn, layout.KEYWORD_SEQ, kw_seq)
             return results, start, appender.written
 
         results, start, written = self.log.write(apply)
@@ -413,9 +414,9 @@ class Tenant:
             log.error("tenant vector index not saved: the disk is full")
         self.vectors.close()
         committed = self.keyword.committed_seq
-        if self.log.meta_int("keyword_seq") != committed:  # a read-only visit writes nothing
+        if self.log.meta_int(layout.KEYWORD_SEQ) != committed:  # a read-only visit writes nothing
             try:
-                self.log.set_meta_int("keyword_seq", committed)
+                self.log.set_meta_int(layout.KEYWORD_SEQ, committed)
             except DiskFull:  # an older watermark only replays more on open
                 log.error("tenant keyword watermark not saved: the disk is full")
         self.log.close()

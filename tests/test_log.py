@@ -14,7 +14,7 @@ import msgspec
 import pytest
 
 import storage.log as log_module
-from storage import encoding as enc
+from storage import layout as enc
 from storage.errors import EmbeddingMismatch, IdempotencyMismatch, InvalidRequest
 from storage.listing import ListQuery, decode_cursor, list_events
 from storage.log import EventLog
@@ -104,7 +104,7 @@ def test_seq_counts_appends_and_survives_reopen(tmp_path: Path) -> None:
 
 def test_meta_records_schema_dimension_and_projection_watermarks(tmp_path: Path) -> None:
     log = EventLog.open(tmp_path / "events", embedding_dim=7)
-    assert log.meta_int("schema") == log_module.SCHEMA_VERSION
+    assert log.meta_int("schema") == enc.SCHEMA_VERSION
     assert log.meta_int("dim") == 7
     assert log.meta_int("keyword_seq") is None  # nothing applied yet
     log.set_meta_int("keyword_seq", 12)

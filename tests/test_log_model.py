@@ -12,7 +12,7 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from storage import encoding as enc
+from storage import layout as enc
 from storage.errors import IdempotencyMismatch
 from storage.listing import ListQuery, list_events
 from storage.log import EventLog

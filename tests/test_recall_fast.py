@@ -8,8 +8,8 @@ from typing import Any
 import msgspec
 import pytest
 
+from storage import layout as records
 from storage import recall as recall_module
-from storage import records
 from storage.current import Moment
 from storage.model import AppendResult, NewEvent
 from storage.recall import Admission, RecallQuery, RecallResult, recall

@@ -17,12 +17,12 @@ from litestar.testing import TestClient
 
 from memspine.app import create_app
 from memspine.config import load_settings
-from storage import encoding as enc
+from storage import layout as enc
+from storage.layout import decode_event, encode_event
 from storage.log import EventLog
 from storage.model import AppendResult, NewEvent, StoredEvent
 from storage.reader import LogReader
 from storage.recall import RecallQuery, RecallResult, recall
-from storage.records import decode_event, encode_event
 from storage.tenant import Tenant
 
 DIM = 8

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from storage.current import Moment
+from storage.layout import SUPERSEDING
 from storage.model import AppendResult, NewEvent
-from storage.reader import SUPERSEDING
 from storage.recall import RecallQuery, recall
 from storage.tenant import Tenant
 
