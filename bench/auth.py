@@ -1,4 +1,4 @@
-"""What the issued-key check costs: GET throughput with a warm issued key against local mode, and one cold argon2id verification.
+"""What the issued-key check costs: GET throughput with a warm issued key against local mode, one cold argon2id verification, and another tenant's latency under a wrong-secret flood.
 
 Two memspine-server processes run side by side on loopback, one in local mode and one over a
 control database, each holding one event. Each round loads `GET /v1/memory/event/{id}` on
@@ -6,7 +6,10 @@ both at the same time, from the same asyncio client, with the same number of kee
 connections: whatever else runs on the machine slows both alike, and the server that spends
 more CPU per request answers fewer. The median ratio over the rounds is the throughput cost.
 In the same run: the check itself timed in-process (warm issued key and local mode) and one
-cold verification (a key-row read and one argon2id run).
+cold verification (a key-row read and one argon2id run). Then fairness: tenant B's first use of
+a new key and its warm key right after a control change, each without load (the baseline) and
+while 100 connections send wrong secrets for tenant A's key id, and how long each kind of
+refusal takes (unknown, revoked, expired-alike warm refusal, wrong secret).
 """
 
 from __future__ import annotations
@@ -16,7 +19,9 @@ import json
 import os
 import statistics
 import sys
+import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -32,6 +37,7 @@ from common import (  # noqa: E402  (bench scripts run as plain files)
 )
 
 from memspine.auth import Authenticator  # noqa: E402
+from memspine_admin import keys  # noqa: E402
 from memspine_admin.control import ControlDB  # noqa: E402
 from memspine_admin.verifier import KeyVerifier  # noqa: E402
 
@@ -162,6 +168,132 @@ def cold_verifications(data_dir: Path, token: str, n: int) -> dict[str, float]:
     return {"median_ms": round(median(times), 1), "min_ms": round(min(times), 1), "runs": n}
 
 
+FLOOD_CONNECTIONS = 100
+
+
+def timed_get(port: int, path: str, token: str) -> tuple[float, int]:
+    """(ms, status) of one GET on a new connection."""
+    req = urllib.request.Request(
+        f"http://127.0.0.1:{port}{path}", headers={"Authorization": f"Bearer {token}"}
+    )
+    start = time.perf_counter()
+    try:
+        with urllib.request.urlopen(req, timeout=120) as r:
+            r.read()
+            status = r.status
+    except urllib.error.HTTPError as exc:
+        status = exc.code
+    return (time.perf_counter() - start) * 1e3, status
+
+
+class Flood:
+    """`conns` keep-alive connections sending wrong secrets for one key id, each as soon as the
+    last was answered, in a thread of their own; `statuses` counts the answers."""
+
+    def __init__(self, port: int, key_id: str, conns: int) -> None:
+        self.port = port
+        self.tokens = [
+            keys.format_token(key_id, keys.random_base62(keys.SECRET_LEN)) for _ in range(500)
+        ]
+        self.conns = conns
+        self.statuses: dict[int, int] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=lambda: asyncio.run(self._main()), daemon=True)
+
+    def __enter__(self) -> Flood:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self._stop.set()
+        self._thread.join(timeout=120)
+
+    async def _main(self) -> None:
+        await asyncio.gather(*(self._connection(i) for i in range(self.conns)))
+
+    async def _connection(self, i: int) -> None:
+        reader, writer = await asyncio.open_connection("127.0.0.1", self.port)
+        try:
+            while not self._stop.is_set():
+                token = self.tokens[i % len(self.tokens)]
+                i += self.conns
+                writer.write(
+                    http_request("GET", "/v1/whoami", b"", {"Authorization": f"Bearer {token}"})
+                )
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n")[1:]:
+                    name, _, value = line.partition(b":")
+                    if name.strip().lower() == b"content-length":
+                        length = int(value)
+                await reader.readexactly(length)
+                status = int(head[9:12])
+                self.statuses[status] = self.statuses.get(status, 0) + 1
+        finally:
+            writer.close()
+
+
+def victim_latencies(port: int, tenant_id: str, warm_token: str, n: int) -> dict[str, Any]:
+    """ms of B's new keys' first use and of its warm key right after a control change."""
+    first, warm = [], []
+    for i in range(n):
+        key = call(port, "POST", "/v1/admin/keys", {"tenant_id": tenant_id, "name": "v"}, ADMIN_KEY)
+        ms, status = timed_get(port, "/v1/whoami", key["api_key"])
+        assert status == 200, status
+        first.append(ms)
+        name = f"change-{time.monotonic_ns()}-{i}"
+        call(port, "POST", "/v1/admin/tenants", {"name": name}, ADMIN_KEY)  # moves the generation
+        ms, status = timed_get(port, "/v1/whoami", warm_token)
+        assert status == 200, status
+        warm.append(ms)
+    return {
+        "first_use_ms": {"median": round(median(first), 1), "max": round(max(first), 1)},
+        "warm_after_change_ms": {"median": round(median(warm), 2), "max": round(max(warm), 2)},
+    }
+
+
+def refusal_times(port: int, tenant_id: str, n: int) -> dict[str, float]:
+    """Median ms of each kind of 401, interleaved: unknown, revoked, wrong secret."""
+    revoked = call(port, "POST", "/v1/admin/keys", {"tenant_id": tenant_id, "name": "r"}, ADMIN_KEY)
+    call(port, "DELETE", f"/v1/admin/keys/{revoked['key_id']}", None, ADMIN_KEY)
+    ids = [
+        call(port, "POST", "/v1/admin/keys", {"tenant_id": tenant_id, "name": "w"}, ADMIN_KEY)[
+            "key_id"
+        ]
+        for _ in range(n)
+    ]
+    kinds = {
+        "unknown": lambda _i: keys.generate_key().token,
+        "revoked": lambda _i: revoked["api_key"],
+        "wrong_secret": lambda i: keys.format_token(ids[i], keys.random_base62(keys.SECRET_LEN)),
+    }
+    times: dict[str, list[float]] = {kind: [] for kind in kinds}
+    for i in range(n):
+        for kind, token in kinds.items():
+            ms, status = timed_get(port, "/v1/whoami", token(i))
+            assert status == 401, (kind, status)
+            times[kind].append(ms)
+    return {kind: round(median(t), 1) for kind, t in times.items()}
+
+
+def fairness(port: int, n: int) -> dict[str, Any]:
+    """Tenant B's latencies without load and under a wrong-secret flood on tenant A's key id."""
+    a = call(port, "POST", "/v1/admin/tenants", {"name": "flood-a"}, ADMIN_KEY)["tenant_id"]
+    b = call(port, "POST", "/v1/admin/tenants", {"name": "flood-b"}, ADMIN_KEY)["tenant_id"]
+    a_key = call(port, "POST", "/v1/admin/keys", {"tenant_id": a, "name": "a"}, ADMIN_KEY)
+    b_warm = call(port, "POST", "/v1/admin/keys", {"tenant_id": b, "name": "b"}, ADMIN_KEY)
+    assert timed_get(port, "/v1/whoami", b_warm["api_key"])[1] == 200
+    out: dict[str, Any] = {"refusal_ms": refusal_times(port, b, n)}
+    out["baseline"] = victim_latencies(port, b, b_warm["api_key"], n)
+    with Flood(port, a_key["key_id"], FLOOD_CONNECTIONS) as flood:
+        time.sleep(1.0)
+        out["under_flood"] = victim_latencies(port, b, b_warm["api_key"], n)
+        ms, status = timed_get(port, "/v1/whoami", keys.generate_key().token)
+        out["under_flood"]["unknown_refusal_ms"] = round(ms, 1)
+    out["flood_statuses"] = dict(flood.statuses)
+    return out
+
+
 def main() -> int:
     """Run the benchmark and write its JSON."""
     args = parse_args(__doc__.splitlines()[0])
@@ -193,6 +325,7 @@ def main() -> int:
         paired_round(targets, 1.0, conns)  # warm-up: tenants open, the key cached
         pids = {"local": local.proc.pid, "issued": issued.proc.pid}
         measured = measure(targets, pids, secs, rounds, conns)
+        fair = fairness(issued.port, 3 if args.quick else 7)
     finally:
         local.stop()
         issued.stop()
@@ -222,6 +355,7 @@ def main() -> int:
         "in_process": micro,
         "check_share_of_request_cpu_pct": round(share, 2),
         "cold_argon2id_verify": cold_verifications(issued_dir, key, 3 if args.quick else 10),
+        "fairness": fair,
     }
     path = write_json("auth", result, args.out)
     print(json.dumps(result, indent=2))

@@ -45,6 +45,8 @@ from common import (  # noqa: E402  (bench scripts run as plain files)
     write_json,
 )
 
+from memspine_admin.keys import SECRET_LEN, format_token, random_base62  # noqa: E402
+
 ADMIN_KEY = "bench-admin-key-0e1d6c55"
 DIM = 16
 CYPHER_TIMEOUT_MS = 2000
@@ -54,6 +56,9 @@ RSS_SLACK = 0.20
 SLOW_CONNECTIONS = 1000
 AUTH_CONNECTIONS = 100
 CYPHER_CLIENTS = 8
+# The floods come from another loopback address than the victim's, as another client's would:
+# the server caps connections per client address (MEMSPINE_MAX_CONNECTIONS_PER_CLIENT).
+ATTACKER_ADDR = ("127.0.0.2", 0)
 
 
 def _chain(start: str, step: str, times: int) -> str:
@@ -238,14 +243,16 @@ def auth_attack(port: int, key_id: str) -> Callable[[threading.Event, dict[str, 
     """100 keep-alive connections sending wrong secrets for one real key id."""
 
     def body(stop: threading.Event, result: dict[str, Any]) -> None:
-        wrong = f"smk_live_{key_id}_{'x' * 43}"
+        wrong = format_token(key_id, random_base62(SECRET_LEN))  # well formed: reaches argon2
         req = http_request("GET", "/v1/whoami", b"", {"Authorization": f"Bearer {wrong}"})
         statuses: dict[str, int] = {}
 
         async def one() -> None:
             while not stop.is_set():
                 try:
-                    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                    reader, writer = await asyncio.open_connection(
+                        "127.0.0.1", port, local_addr=ATTACKER_ADDR
+                    )
                     while not stop.is_set():
                         writer.write(req)
                         head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), 60)
@@ -282,7 +289,9 @@ def slow_attack(port: int) -> Callable[[threading.Event, dict[str, Any]], None]:
         async def one(n: int) -> None:
             await asyncio.sleep(n * 0.002)  # spread the connects over two seconds
             try:
-                reader, writer = await asyncio.open_connection("127.0.0.1", port)
+                reader, writer = await asyncio.open_connection(
+                    "127.0.0.1", port, local_addr=ATTACKER_ADDR
+                )
             except OSError:
                 counts["refused"] += 1
                 return
@@ -368,7 +377,9 @@ def setup(quick: bool) -> tuple[Process, dict[str, Any]]:
         "MEMSPINE_ADMIN_KEY": ADMIN_KEY,
         "MEMSPINE_EMBEDDING_DIM": str(DIM),
         "MEMSPINE_CYPHER_TIMEOUT_MS": str(CYPHER_TIMEOUT_MS),
-        "MEMSPINE_MAX_OPEN_TENANTS": "8",
+        "MEMSPINE_MAX_OPEN_TENANTS": "64",
+        # Each crowd tenant holds ~3 MB of graph table: the budget holds about a third of them.
+        "MEMSPINE_MAX_OPEN_BYTES": "32M",
     }
     proc = serve_memspine(data, env)
     port = proc.port

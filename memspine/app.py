@@ -12,8 +12,9 @@ from litestar.datastructures import State
 from litestar.openapi.config import OpenAPIConfig
 
 from memspine import __version__
-from memspine.auth import Authenticator
+from memspine.auth import Authenticator, AuthLimits
 from memspine.config import Settings
+from memspine.edge import Edge
 from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
 from memspine.hot import HotRoutes
@@ -37,7 +38,9 @@ def create_app(
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = Engine(settings)
-    auth = auth or Authenticator(settings.data_dir, settings.admin_key)
+    auth = auth or Authenticator(
+        settings.data_dir, settings.admin_key, limits=AuthLimits.of(settings)
+    )
     engine.manager.admit = auth.admit_tenant
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
@@ -78,5 +81,7 @@ def create_app(
     )
     if hot_routes:
         app.asgi_handler = HotRoutes(app.asgi_handler, engine, auth, settings.max_body_bytes)
+    # In front of both, inside the observer: refusals at the edge are logged and counted too.
+    app.asgi_handler = Edge(app.asgi_handler, settings, local_mode=lambda: auth.control() is None)
     install_request_observer(app, [log_request, metrics.observe_request])
     return app

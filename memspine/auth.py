@@ -2,15 +2,14 @@
 
 from __future__ import annotations
 
-import hashlib
+import asyncio
 import hmac
 import re
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import anyio
 import anyio.to_thread
@@ -18,21 +17,53 @@ from argon2 import PasswordHasher
 from litestar.connection import ASGIConnection
 from litestar.handlers.base import BaseRouteHandler
 
+from memspine.config import Settings
+from memspine.shares import FairShares
 from memspine_admin import keys
+from memspine_admin.backoff import FREE_FAILURES, MAX_BACKOFF_SECS, Backoff
 from memspine_admin.control import NO_CONTROL_DB, ControlDB
-from memspine_admin.verifier import UNAUTHORIZED_DETAIL, KeyVerifier, Principal
+from memspine_admin.verifier import (
+    UNAUTHORIZED_DETAIL,
+    KeyVerifier,
+    Principal,
+    Refused,
+    token_digest,
+)
 from storage.errors import Conflict, NotFound, Unauthorized
 
 LOCAL_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
+LOCAL_TOKEN_DETAIL = (
+    "in local mode the bearer token is the tenant id: 1 to 64 characters from A-Z, a-z, 0-9, "
+    "'_' and '-', starting with a letter or a digit, or a UUID"
+)
 MAX_TOKEN_CHARS = 512
 # How long a "no control database" answer is trusted before the disk is looked at again.
 CONTROL_RECHECK_SECS = 1.0
-MAX_WARM_KEYS = 10_000
-# Verifications in worker threads at once (the verifier runs at most 4 argon2 hashes at once):
-# a flood of wrong secrets then waits here instead of holding every thread the store needs.
-MAX_VERIFY_THREADS = 4
 LOCAL_KEY_ID = "local"
+HASH_SLOTS = 4
+
+
+class AuthLimits(NamedTuple):
+    """How much argon2 work the server does at once, and how failed attempts back off."""
+
+    # argon2 verifications at once (64 MiB each with the default profile); the keys of one
+    # tenant (and dummy verifications together) get at most half, so others always find one.
+    hash_slots: int = HASH_SLOTS
+    free_failures: int = FREE_FAILURES  # failed attempts in a row per key id before back-off
+    max_backoff_secs: float = MAX_BACKOFF_SECS
+
+    @classmethod
+    def of(cls, settings: Settings) -> AuthLimits:
+        """The limits the server's settings ask for (MEMSPINE_AUTH_*)."""
+        return cls(
+            settings.auth_hash_slots, settings.auth_free_failures, settings.auth_max_backoff_secs
+        )
+
+    @property
+    def per_tenant(self) -> int:
+        """argon2 slots one tenant may hold at once."""
+        return max(1, self.hash_slots // 2)
 
 
 def _unauthorized() -> Unauthorized:
@@ -44,8 +75,11 @@ def _bytes(token: str) -> bytes:
     return token.encode("utf-8", "surrogatepass")
 
 
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(_bytes(token)).digest()
+class _Cold(NamedTuple):
+    """A well-formed issued key that this server must verify (argon2) before it is trusted."""
+
+    parsed: keys.ParsedKey
+    digest: bytes
 
 
 class Authenticator:
@@ -53,8 +87,9 @@ class Authenticator:
 
     A key the verifier has accepted is remembered with the control database's generation at
     that moment, so later requests with it are answered on the event loop (one LMDB read of
-    the generation, no thread and no argon2). Any change to tenants or keys moves the
-    generation, and the next request with each key is verified again in a thread.
+    the generation; one of the key's row after a change to tenants or keys), never behind
+    argon2 work. Any other well-formed key waits for a fair share of the argon2 slots (per
+    tenant: memspine/shares.py), then is verified in a thread.
     """
 
     def __init__(
@@ -64,18 +99,20 @@ class Authenticator:
         *,
         hasher: PasswordHasher | None = None,
         clock: Callable[[], int] | None = None,
+        limits: AuthLimits | None = None,
     ) -> None:
         """`hasher` and `clock` (µs) go to the control database; tests pass cheap or fake ones."""
         self.data_dir = data_dir
         self.admin_key = admin_key
+        self.limits = limits or AuthLimits()
         self._hasher = hasher
         self._clock = clock
         self._lock = threading.Lock()
         self._control: ControlDB | None = None
         self._verifier: KeyVerifier | None = None
         self._checked_at = -CONTROL_RECHECK_SECS
-        self._warm: OrderedDict[bytes, tuple[Principal, int]] = OrderedDict()
-        self._verify_limiter: anyio.CapacityLimiter | None = None
+        self._shares = FairShares(self.limits.hash_slots, self.limits.per_tenant)
+        self._threads: anyio.CapacityLimiter | None = None
 
     def control(self) -> ControlDB | None:
         """The control database, opened on first sight; None in local mode."""
@@ -88,7 +125,10 @@ class Authenticator:
             self._checked_at = now
             if self._control is None and ControlDB.exists(self.data_dir):
                 control = ControlDB.open(self.data_dir, hasher=self._hasher, clock=self._clock)
-                self._verifier = KeyVerifier(control)
+                backoff = Backoff(self.limits.free_failures, self.limits.max_backoff_secs)
+                self._verifier = KeyVerifier(
+                    control, max_concurrent_hashes=self.limits.hash_slots, backoff=backoff
+                )
                 self._control = control
         return self._control
 
@@ -98,8 +138,8 @@ class Authenticator:
         if control is not None and control.get_tenant(tenant_id) is None:
             raise _unauthorized()
 
-    def probe(self, token: str | None) -> Principal | None:
-        """The principal if it can be told without blocking, None if the key must be verified.
+    def probe(self, token: str | None) -> Principal | _Cold:
+        """The principal if it can be told without blocking, else the key to verify.
 
         Raises Unauthorized for a token that is refused without any I/O: missing, oversized,
         the admin key, not a valid local tenant id, or not a well-formed issued key.
@@ -110,68 +150,68 @@ class Authenticator:
             _bytes(token), _bytes(self.admin_key)
         ):
             raise _unauthorized()  # the admin key is never a tenant
-        control = self.control()
-        if control is None:
-            if not (LOCAL_TENANT.match(token) or UUID.match(token)):
-                raise _unauthorized()
-            return Principal(tenant_id=token, key_id=LOCAL_KEY_ID, scopes=("read", "write"))
+        if self.control() is None:
+            return Principal(
+                tenant_id=self._local_tenant(token), key_id=LOCAL_KEY_ID, scopes=("read", "write")
+            )
+        verifier = self._verifier
+        assert verifier is not None
         # A warm digest stands for exactly these bytes, already parsed and verified: look it up
         # before parsing (parsing and its checksum cost several times the hash).
-        digest = _digest(token)
-        with self._lock:
-            warm = self._warm.get(digest)
-            if warm is not None:
-                self._warm.move_to_end(digest)
-        if warm is None:
-            if keys.parse_token(token) is None:
-                raise _unauthorized()  # junk never reaches a thread, the database or argon2
-            return None
-        principal, generation = warm
-        if generation != control.generation():
-            return None
-        if principal.expires_at is not None and control.now() >= principal.expires_at:
-            self._forget(digest)
-            raise _unauthorized()
-        return principal
+        digest = token_digest(token)
+        principal = verifier.warm(digest)
+        if principal is not None:
+            return principal
+        parsed = keys.parse_token(token)
+        if parsed is None:
+            raise _unauthorized()  # junk never reaches a thread, the database or argon2
+        return _Cold(parsed, digest)
 
-    def verify(self, token: str) -> Principal:
-        """Verify an issued key against the control database; blocking (argon2 on a cold key)."""
-        control = self.control()
-        verifier = self._verifier
-        if control is None or verifier is None:
-            raise _unauthorized()
-        digest = _digest(token)
-        # Read before verifying: a change committed meanwhile leaves this entry stale.
-        generation = control.generation()
-        try:
-            principal = verifier.verify(token)
-        except Unauthorized:
-            self._forget(digest)
-            raise
-        with self._lock:
-            self._warm[digest] = (principal, generation)
-            self._warm.move_to_end(digest)
-            while len(self._warm) > MAX_WARM_KEYS:
-                self._warm.popitem(last=False)
-        return principal
+    def _local_tenant(self, token: str) -> str:
+        """The tenant a local-mode token names: a UUID in lower case, any other id as it is."""
+        if UUID.match(token):
+            canonical = token.lower()
+            # A tenant written under another case of its UUID before tokens were normalised
+            # keeps its directory, and that exact token keeps reaching it.
+            legacy = self.data_dir / token
+            if canonical != token and not (self.data_dir / canonical).exists() and legacy.is_dir():
+                return token
+            return canonical
+        if not LOCAL_TENANT.match(token):
+            raise Unauthorized(LOCAL_TOKEN_DETAIL)  # no secret in local mode: say what is wrong
+        return token
 
     def authenticate(self, token: str | None) -> Principal:
         """The principal behind a tenant token, blocking if needed; one Unauthorized for every failure."""
-        principal = self.probe(token)
-        if principal is not None:
-            return principal
-        assert token is not None
-        return self.verify(token)
+        try:
+            found = self.probe(token)
+        except Refused as refused:
+            time.sleep(refused.delay)
+            raise _unauthorized() from None
+        if isinstance(found, Principal):
+            return found
+        verifier = self._verifier
+        assert verifier is not None and token is not None
+        return verifier.verify(token)  # its own bound on argon2 runs at once
 
     async def authenticate_async(self, token: str | None) -> Principal:
-        """Like authenticate, but verification that may block runs in a worker thread."""
-        principal = self.probe(token)
-        if principal is not None:
-            return principal
-        assert token is not None
-        if self._verify_limiter is None:  # made here: it belongs to the running event loop
-            self._verify_limiter = anyio.CapacityLimiter(MAX_VERIFY_THREADS)
-        return await anyio.to_thread.run_sync(self.verify, token, limiter=self._verify_limiter)
+        """Like authenticate, but argon2 runs in a worker thread once the key's tenant has a
+        fair share of the slots free; a refusal known without argon2 waits as long as one
+        would take, without holding a slot; 429 while the key id backs off."""
+        try:
+            found = self.probe(token)
+            if isinstance(found, Principal):
+                return found
+            verifier = self._verifier
+            assert verifier is not None
+            attempt = verifier.begin(found.parsed, found.digest)  # 429 here costs no slot
+        except Refused as refused:
+            await asyncio.sleep(refused.delay)
+            raise _unauthorized() from None
+        async with self._shares.slot(attempt.owner):
+            if self._threads is None:  # made here: it belongs to the running event loop
+                self._threads = anyio.CapacityLimiter(self.limits.hash_slots)
+            return await anyio.to_thread.run_sync(verifier.finish, attempt, limiter=self._threads)
 
     def check_admin(self, token: str | None) -> ControlDB:
         """The control database for an admin request; 404 without an admin key, 401 for a wrong one."""
@@ -184,10 +224,6 @@ class Authenticator:
         if control is None:
             raise Conflict(NO_CONTROL_DB)
         return control
-
-    def _forget(self, digest: bytes) -> None:
-        with self._lock:
-            self._warm.pop(digest, None)
 
     def close(self) -> None:
         """Close the control database if it was opened."""

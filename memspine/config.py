@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import resource
 from collections.abc import Callable, Mapping
 from pathlib import Path
@@ -28,6 +29,9 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     port: int = 7781
     data_dir: Path = Path("./data")
     admin_key: str | None = None
+    auth_hash_slots: int = 4
+    auth_free_failures: int = 5
+    auth_max_backoff_secs: float = 60.0
     embedding_dim: int = 384
     max_open_tenants: int = 80
     max_open_bytes: int = msgspec.field(default_factory=default_max_open_bytes)
@@ -39,6 +43,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     metrics_per_tenant: bool = False
     log_level: str = "INFO"
     mcp_allowed_origins: frozenset[str] = frozenset()  # normalised: scheme://host[:port]
+    allowed_hosts: frozenset[str] = frozenset()  # lower-case host names, no port
+    header_timeout_secs: float = 10.0
+    body_timeout_secs: float = 30.0
+    max_connections: int = msgspec.field(default_factory=lambda: default_max_connections())
+    max_connections_per_client: int = 64
 
 
 def default_max_open_tenants() -> int:
@@ -47,6 +56,14 @@ def default_max_open_tenants() -> int:
     if soft == resource.RLIM_INFINITY:
         soft = 1_048_576
     return max(1, (soft - FD_RESERVE) // FDS_PER_TENANT)
+
+
+def default_max_connections() -> int:
+    """A quarter of the soft fd limit (the rest is for tenants' files), from 16 to 4096."""
+    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft == resource.RLIM_INFINITY:
+        soft = 1_048_576
+    return min(4096, max(16, (soft - FD_RESERVE) // 4))
 
 
 def _bind(value: str) -> dict[str, Any]:
@@ -191,11 +208,34 @@ def _origins(value: str) -> dict[str, Any]:
     return {"mcp_allowed_origins": frozenset(keys)}
 
 
+_HOST_NAME = re.compile(
+    r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*\Z"
+)
+
+
+def _hosts(value: str) -> dict[str, Any]:
+    """Comma-separated host names (no scheme, no port), compared in lower case."""
+    names = set()
+    for item in value.split(","):
+        name = item.strip().lower()
+        if not name:
+            continue
+        if not _HOST_NAME.match(name):
+            raise SettingsError(
+                f"expected host names such as memspine.internal, got {item.strip()!r}"
+            )
+        names.add(name)
+    return {"allowed_hosts": frozenset(names)}
+
+
 # Every documented variable: name -> (parser, how its result enters Settings).
 PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_BIND": _bind,
     "MEMSPINE_DATA_DIR": _data_dir,
     "MEMSPINE_ADMIN_KEY": lambda v: {"admin_key": _admin_key(v)},
+    "MEMSPINE_AUTH_HASH_SLOTS": lambda v: {"auth_hash_slots": _int_in(1, 64)(v)},
+    "MEMSPINE_AUTH_FREE_FAILURES": lambda v: {"auth_free_failures": _int_in(1, 1000)(v)},
+    "MEMSPINE_AUTH_MAX_BACKOFF_SECS": lambda v: {"auth_max_backoff_secs": _positive_float(v)},
     "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, 4096)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
     "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
@@ -207,6 +247,13 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_METRICS_PER_TENANT": lambda v: {"metrics_per_tenant": _flag(v)},
     "MEMSPINE_LOG_LEVEL": lambda v: {"log_level": _log_level(v)},
     "MEMSPINE_MCP_ALLOWED_ORIGINS": _origins,
+    "MEMSPINE_ALLOWED_HOSTS": _hosts,
+    "MEMSPINE_HEADER_TIMEOUT_SECS": lambda v: {"header_timeout_secs": _positive_float(v)},
+    "MEMSPINE_BODY_TIMEOUT_SECS": lambda v: {"body_timeout_secs": _positive_float(v)},
+    "MEMSPINE_MAX_CONNECTIONS": lambda v: {"max_connections": _int_in(1, 1_000_000)(v)},
+    "MEMSPINE_MAX_CONNECTIONS_PER_CLIENT": lambda v: {
+        "max_connections_per_client": _int_in(1, 1_000_000)(v)
+    },
 }
 
 

@@ -6,13 +6,14 @@ import asyncio
 import logging
 import queue
 import threading
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
 import anyio.to_thread
 
 from memspine.config import Settings
+from memspine.shares import FairShares
 from storage.current import EventState
 from storage.cypher import CypherResult
 from storage.errors import MemspineError, NotFound
@@ -32,6 +33,9 @@ PURGE_PENDING_ROOM = (
 )
 PURGE_PENDING = "the purge could not run now; the background purger retries it until it succeeds"
 READ_THREADS = 40  # as many as anyio's default pool, which reads used before
+# Reads one tenant runs at once: its further reads wait in its own queue, so a tenant with
+# many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
+READ_THREADS_PER_TENANT = 8
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
 
 
@@ -42,17 +46,27 @@ class ReadThreads:
     scope, capacity limiter and worker bookkeeping on both sides of the hop, bench/RESULTS.md):
     here a read is a job on one queue, and its thread hands the outcome back with a single
     call_soon_threadsafe. As with run_sync, a cancelled caller still waits for its read to end.
+    Each owner (a tenant) runs at most `per_owner` reads at once; owners that wait for a
+    thread take turns (memspine/shares.py), so one owner's backlog never holds every thread.
     """
 
-    def __init__(self, limit: int = READ_THREADS) -> None:
+    def __init__(self, limit: int = READ_THREADS, per_owner: int = READ_THREADS_PER_TENANT) -> None:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0  # threads done with their job and about to take the next
         self._started = 0
         self._limit = limit
+        self._shares = FairShares(limit, per_owner)
 
-    async def run(self, fn: Callable[[Any], T], arg: Any) -> T:
-        """fn(arg) on a read thread; a job waits in the queue while `limit` threads are busy."""
+    async def run(self, fn: Callable[[Any], T], arg: Any, owner: Hashable = None) -> T:
+        """fn(arg) on a read thread, once `owner` has a share of the threads free."""
+        await self._shares.acquire(owner)
+        try:
+            return await self._run(fn, arg)
+        finally:
+            self._shares.release(owner)
+
+    async def _run(self, fn: Callable[[Any], T], arg: Any) -> T:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[T] = loop.create_future()
         with self._lock:
@@ -155,7 +169,7 @@ class Engine:
         async with self.tenant(tenant_id, create=False) as t:
             if short and self._leases == 1 and t.reads_start_at_once():
                 return fn(t)
-            return await self.read_threads.run(fn, t)
+            return await self.read_threads.run(fn, t, tenant_id)
 
     async def append(self, tenant_id: str, event: NewEvent) -> AppendResult:
         """Append one event through the tenant's group commit; answers once it is durable and indexed."""

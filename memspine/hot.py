@@ -11,20 +11,20 @@ The request observer (logs.py) wraps this, so ids, logs and metrics are unchange
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, NamedTuple, cast
+from typing import Any, NamedTuple
 from urllib.parse import parse_qsl
 
 from litestar.types import ASGIApp, HTTPResponseStartEvent, Receive, Scope, Send
 
 from memspine.auth import Authenticator, bearer_token
+from memspine.body import ClientGone, read_body
 from memspine.engine import Engine
-from memspine.errors import HTTP_CODES, error_body, unexpected_error
+from memspine.errors import error_body, unexpected_error
 from memspine.routes.memory import Answer, append_answer, recall_answer
 from memspine.schemas import TIME_CHECK_HEADER
 from memspine_admin.verifier import Principal
-from storage.errors import InvalidRequest, MemspineError, PayloadTooLarge
+from storage.errors import InvalidRequest, MemspineError
 
-TOO_LARGE = HTTP_CODES[413][1]
 TIME_CHECK = TIME_CHECK_HEADER.lower().encode()
 JSON_HEADER = (b"content-type", b"application/json")
 
@@ -35,10 +35,6 @@ class HotRoute(NamedTuple):
     template: str
     scope: str
     answer: Callable[[Engine, Principal, dict[bytes, bytes], bytes], Awaitable[Answer]]
-
-
-class ClientGone(Exception):
-    """The client disconnected before its body arrived: there is no one to answer."""
 
 
 async def _append(
@@ -121,7 +117,7 @@ class HotRoutes:
         scope["state"]["principal"] = who
         if scope["query_string"]:
             _refuse_params(scope["query_string"])
-        body = await _read_body(receive, self.max_body, headers.get(b"content-length"))
+        body = await read_body(receive, self.max_body, headers.get(b"content-length"))
         return await route.answer(self.engine, who, headers, body)
 
 
@@ -129,22 +125,3 @@ def _refuse_params(query_string: bytes) -> None:
     """The hot routes take no query parameters: 400 naming the first one."""
     for name, _value in parse_qsl(query_string.decode("latin-1"), keep_blank_values=True):
         raise InvalidRequest(f"unknown query parameter '{name}'")
-
-
-async def _read_body(receive: Receive, limit: int, declared: bytes | None) -> bytes:
-    """The whole request body, refused with 413 as soon as it is known to exceed limit."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise PayloadTooLarge(TOO_LARGE)
-    chunks: list[bytes] = []
-    size = 0
-    while True:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            raise ClientGone
-        chunk = cast(bytes, message.get("body", b""))
-        size += len(chunk)
-        if size > limit:
-            raise PayloadTooLarge(TOO_LARGE)
-        chunks.append(chunk)
-        if not message.get("more_body", False):
-            return chunks[0] if len(chunks) == 1 else b"".join(chunks)

@@ -18,14 +18,19 @@ PROP_PREFIX = "prop."
 
 
 def check_params(request: Request[Any, Any, Any], allowed: set[str], *, props: bool = False) -> None:
-    """400 naming the first query parameter the route does not take."""
+    """400 naming the first query parameter the route does not take, or one given twice.
+
+    The edge (memspine/edge.py) already refuses repeated and empty parameters on every route;
+    this keeps a handler strict wherever it is mounted.
+    """
     for name in request.query_params:
         if name in allowed or (props and name.startswith(PROP_PREFIX)):
+            one(request, name)
             continue
         raise InvalidRequest(f"unknown query parameter '{name}'")
 
 
-def _one(request: Request[Any, Any, Any], name: str) -> str | None:
+def one(request: Request[Any, Any, Any], name: str) -> str | None:
     """A parameter given at most once."""
     values = request.query_params.getall(name, [])
     if len(values) > 1:
@@ -35,7 +40,7 @@ def _one(request: Request[Any, Any, Any], name: str) -> str | None:
 
 def int_param(request: Request[Any, Any, Any], name: str, lo: int, hi: int) -> int | None:
     """An integer parameter within [lo, hi], or None when absent."""
-    raw = _one(request, name)
+    raw = one(request, name)
     if raw is None:
         return None
     try:
@@ -77,18 +82,18 @@ def prop_filter(prop: str, raw: str) -> list[FilterValue]:
 def parse_list_query(request: Request[Any, Any, Any]) -> ListQuery:
     """GET /v1/memory/events parameters."""
     check_params(request, LIST_PARAMS, props=True)
-    kind = _one(request, "kind")
+    kind = one(request, "kind")
     if kind is not None:
         check_kind(kind)
     filters: dict[str, list[FilterValue]] = {}
     for name in request.query_params:
         if name.startswith(PROP_PREFIX):
-            value = _one(request, name)
+            value = one(request, name)
             assert value is not None
             prop = name[len(PROP_PREFIX) :]
             filters[prop] = prop_filter(prop, value)
     limit = int_param(request, "limit", 1, MAX_LIMIT)
-    current = _one(request, "current")
+    current = one(request, "current")
     if current is not None and current.lower() not in ("true", "false", "1", "0"):
         raise InvalidRequest("current must be true or false")
     checked = time_check(request.headers.get(TIME_CHECK_HEADER))
@@ -97,7 +102,7 @@ def parse_list_query(request: Request[Any, Any, Any]) -> ListQuery:
         since=check_time(int_param(request, "since", 0, 2**62), "since", checked=checked, zero=True),
         until=check_time(int_param(request, "until", 0, 2**62), "until", checked=checked),
         limit=100 if limit is None else limit,
-        cursor=_one(request, "cursor"),
+        cursor=one(request, "cursor"),
         filters=filters,
         current=current is None or current.lower() in ("true", "1"),
         as_of=check_time(int_param(request, "as_of", 0, 2**62), "as_of", checked=checked),

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
+from memspine.jsonbounds import check_body_nesting
 from storage import layout as enc
 from storage.errors import InvalidRequest
 from storage.model import NewEvent, StoredEvent
@@ -75,6 +76,7 @@ def decode_body(body: bytes, type_: type[T]) -> T:
     """Decode a JSON body into a Struct, with a sentence that says what to fix."""
     if not body.strip():
         raise InvalidRequest("the request body is empty; send a JSON object")
+    check_body_nesting(body)  # before msgspec, which recurses once per level
     try:
         return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
@@ -202,7 +204,7 @@ def to_new_event(
     properties_raw: bytes | None = None
     sources: tuple[str, ...] = ()
     if len(body.properties):
-        properties = msgspec.json.decode(body.properties)
+        properties = _decode_properties(body.properties)
         if properties is not None:
             if not isinstance(properties, dict):
                 raise InvalidRequest("properties must be a JSON object")
@@ -231,6 +233,18 @@ def to_new_event(
         event_id=event_id,
         body_hash=body_hash,
     )
+
+
+def _decode_properties(raw: msgspec.Raw) -> Any:
+    """The properties as values; a number no JSON reader can hold (1e400) is 400, not stored."""
+    try:
+        return msgspec.json.decode(raw)
+    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+        reason = str(exc).split(" - at ")[0].lower()  # "number out of range"
+        raise InvalidRequest(
+            f"properties hold a number no JSON reader can hold ({reason}): "
+            "numbers must be finite, within ±1.8e308"
+        ) from None
 
 
 def _body_hash(body: EventIn) -> bytes:

@@ -12,6 +12,7 @@ import uvicorn
 
 from memspine import __version__
 from memspine.config import SettingsError, load_settings
+from memspine.connguard import guarded_protocol
 from memspine.datalock import DataDirBusy, client_url, hold
 from memspine.limits import log_fd_limit, raise_fd_limit
 from memspine.logs import configure_logging
@@ -70,7 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         host=settings.host,
         port=settings.port,
         loop="uvloop",
-        http="httptools",
+        http=guarded_protocol(settings),  # httptools, with connection caps and read timeouts
+        ws="none",  # no route speaks WebSocket; an upgrade would leave the guarded protocol
         log_level="warning",
         log_config=None,  # uvicorn's own loggers go through our JSON handler
         access_log=False,

@@ -1,21 +1,37 @@
-"""Bearer token → Principal, with a bounded cache that the control database's generation guards."""
+"""Bearer token → Principal, with a bounded cache that the control database's generation guards.
+
+Every refusal of a well-formed key takes as long as an argon2 verification, so its time tells
+nothing: a key with a row is verified against its hash; a refusal known without argon2 (an
+unknown key id, or a token verified before whose key is now revoked or expired) waits for the
+duration of a recent verification instead, costing no CPU. Failed attempts are limited per key
+id (memspine_admin/backoff.py).
+"""
 
 from __future__ import annotations
 
 import hashlib
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
+from typing import NamedTuple
 
 import msgspec
 from argon2 import PasswordHasher
 
 from memspine_admin import keys
+from memspine_admin.backoff import Backoff
 from memspine_admin.control import ControlDB
 from memspine_admin.records import KeyRecord
 from storage.errors import Forbidden, Unauthorized
 
 UNAUTHORIZED_DETAIL = "invalid or expired api key"
+# Whose share of the argon2 slots a dummy verification (for a key id without a row) uses.
+UNKNOWN_KEY_IDS = "(unknown key ids)"
+# A refusal known without argon2 waits as long as the latest verification took; one older than
+# this no longer stands for the machine's load, and one dummy verification (at most one at a
+# time) measures it again while the others wait as long as that older one took.
+FRESH_SECS = 10.0
 
 
 class Principal(msgspec.Struct, frozen=True, kw_only=True):
@@ -37,13 +53,38 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class _Entry:
-    """A cached verification: the principal and the generation it was last confirmed at."""
+    """A token verified here: its principal, whether its key is revoked, and the generation
+    that was last confirmed at."""
 
-    __slots__ = ("generation", "principal")
+    __slots__ = ("generation", "principal", "revoked")
 
-    def __init__(self, principal: Principal, generation: int) -> None:
+    def __init__(self, principal: Principal, generation: int, revoked: bool = False) -> None:
         self.principal = principal
         self.generation = generation
+        self.revoked = revoked
+
+
+class Attempt(NamedTuple):
+    """A well-formed key on its way to argon2: what `begin` read, for `finish` to verify."""
+
+    key_id: str
+    secret: str
+    digest: bytes
+    generation: int  # read before the row: a change committed after it leaves the entry stale
+    record: KeyRecord | None
+
+    @property
+    def owner(self) -> str:
+        """Whose fair share of argon2 slots this attempt takes: its key's tenant."""
+        return self.record.tenant_id if self.record is not None else UNKNOWN_KEY_IDS
+
+
+class Refused(Unauthorized):
+    """A 401 decided without argon2: answer it only after `delay` seconds, what a verification takes."""
+
+    def __init__(self, delay: float) -> None:
+        super().__init__(UNAUTHORIZED_DETAIL)
+        self.delay = delay
 
 
 def _unauthorized() -> Unauthorized:
@@ -66,8 +107,18 @@ def _principal(record: KeyRecord) -> Principal:
     )
 
 
+def token_digest(token: str) -> bytes:
+    """The cache key of a token: SHA-256 of its bytes (any str encodes, even lone surrogates)."""
+    return hashlib.sha256(token.encode("utf-8", "surrogatepass")).digest()
+
+
 class KeyVerifier:
-    """Verifies bearer tokens against a ControlDB; blocking, call it off the event loop."""
+    """Verifies bearer tokens against a ControlDB; blocking, call it off the event loop.
+
+    `verify` does it all. The server splits it (memspine/auth.py): `warm` and `begin` are cheap
+    (LMDB reads, no argon2) and run on the event loop; `finish` is the argon2 run, in a thread,
+    once the key's tenant has a fair share of the slots.
+    """
 
     def __init__(
         self,
@@ -77,6 +128,7 @@ class KeyVerifier:
         clock: Callable[[], int] | None = None,
         max_entries: int = 10_000,
         max_concurrent_hashes: int = 4,
+        backoff: Backoff | None = None,
     ) -> None:
         """Use `db`'s hasher and clock unless given; cache at most `max_entries` tokens."""
         if max_entries < 1 or max_concurrent_hashes < 1:
@@ -90,6 +142,10 @@ class KeyVerifier:
         # Each argon2 run takes 64 MiB with the default profile: bound how many run at once,
         # so a flood of wrong secrets for a known key id cannot exhaust memory.
         self._hash_slots = threading.BoundedSemaphore(max_concurrent_hashes)
+        self.backoff = backoff if backoff is not None else Backoff()  # empty is falsy
+        self._dummy_hash: str | None = None
+        self._latest: tuple[float, float] | None = None  # (when, seconds) of a verification
+        self._calibrating_since: float | None = None
 
     def __len__(self) -> int:
         """Number of cached tokens."""
@@ -101,56 +157,131 @@ class KeyVerifier:
             self._cache.clear()
 
     def verify(self, token: object) -> Principal:
-        """Return the key's Principal, or raise Unauthorized for every kind of failure."""
+        """Return the key's Principal, or raise Unauthorized for every kind of failure.
+
+        TooManyRequests (429) while the key id is backing off after failed attempts.
+        """
         parsed = keys.parse_token(token)
         if parsed is None:
             raise _unauthorized()  # junk never reaches the database or argon2
         assert isinstance(token, str)
-        digest = hashlib.sha256(token.encode("ascii")).digest()
-        # Read the generation before the key row: a change committed after this read
-        # leaves the entry at an older generation, so the next call re-checks the row.
-        generation = self._db.generation()
-        now = self._clock()
+        digest = token_digest(token)
+        try:
+            principal = self.warm(digest)
+            if principal is not None:
+                return principal
+            attempt = self.begin(parsed, digest)
+        except Refused as refused:
+            time.sleep(refused.delay)
+            raise _unauthorized() from None
+        with self._hash_slots:
+            return self.finish(attempt)
+
+    def warm(self, digest: bytes) -> Principal | None:
+        """The principal of a token this verifier accepted before, if its key is still usable.
+
+        No argon2 run: one LMDB read of the generation, and one of the key's row after any
+        change to tenants or keys (a secret never changes under its key id, only revocation
+        and expiry do). None for a token not verified here; Refused for one whose key is not
+        usable now (the token is genuine, so this is no failed attempt).
+        """
         with self._lock:
             entry = self._cache.get(digest)
             if entry is not None:
                 self._cache.move_to_end(digest)
-        if entry is not None:
-            return self._confirm(digest, entry, parsed.key_id, generation, now)
-        record = self._db.get_key_record(parsed.key_id)
-        if not _usable(record, now):
-            raise _unauthorized()
-        assert record is not None
-        with self._hash_slots:
-            ok = keys.verify_secret(self._hasher, record.secret_hash, parsed.secret)
-            if ok and keys.needs_rehash(self._hasher, record.secret_hash):
-                new_hash = keys.hash_secret(self._hasher, parsed.secret)
-                self._db.update_hash(record.key_id, record.secret_hash, new_hash)
-        if not ok:
-            raise _unauthorized()
-        principal = _principal(record)
-        self._store(digest, _Entry(principal, generation))
+        if entry is None:
+            return None
+        # Read the generation before the key row: a change committed after this read
+        # leaves the entry at an older generation, so the next call re-checks the row.
+        generation = self._db.generation()
+        if entry.generation != generation and not entry.revoked:
+            record = self._db.get_key_record(entry.principal.key_id)
+            if record is None:  # rows are never removed; a damaged database is no key
+                with self._lock:
+                    self._cache.pop(digest, None)
+                return None
+            entry.principal = _principal(record)
+            entry.revoked = record.revoked_at is not None
+            entry.generation = generation
+        principal = entry.principal
+        expired = principal.expires_at is not None and self._clock() >= principal.expires_at
+        if entry.revoked or expired:
+            raise Refused(self._delay(claim=False) or 0.0)
         return principal
 
-    def _confirm(
-        self, digest: bytes, entry: _Entry, key_id: str, generation: int, now: int
-    ) -> Principal:
-        principal = entry.principal
-        expired = principal.expires_at is not None and now >= principal.expires_at
-        if not expired and entry.generation == generation:
-            return principal
-        if not expired:
-            # Something changed somewhere: re-read this key's row (cheap), not argon2 again —
-            # a secret never changes under its key id, only revocation and expiry do.
-            record = self._db.get_key_record(key_id)
-            if _usable(record, now):
-                assert record is not None
-                entry.principal = _principal(record)
-                entry.generation = generation
-                return entry.principal
+    def begin(self, parsed: keys.ParsedKey, digest: bytes) -> Attempt:
+        """Check the key id's back-off (429) and read its row; no argon2 run.
+
+        An unknown key id counts as a failed attempt and is Refused here, unless the refusal
+        delay must be measured again: then the attempt goes on to a dummy verification.
+        """
+        self.backoff.check(parsed.key_id)
+        generation = self._db.generation()
+        record = self._db.get_key_record(parsed.key_id)
+        if record is None:
+            delay = self._delay(claim=True)
+            if delay is not None:
+                self.backoff.failed(parsed.key_id)
+                raise Refused(delay)
+        return Attempt(parsed.key_id, parsed.secret, digest, generation, record)
+
+    def finish(self, attempt: Attempt) -> Principal:
+        """One argon2 verification of the attempt's secret; blocking. Unauthorized if refused.
+
+        A secret that does not match its key's hash (an unknown key id never matches) counts
+        as a failed attempt for that key id. The right secret of a revoked or expired key is
+        refused too, and remembered, so its next attempts cost no argon2 run.
+        """
+        record = attempt.record
+        try:
+            self.backoff.check(attempt.key_id)  # it may have begun while this attempt waited
+            secret_hash = record.secret_hash if record is not None else self._dummy()
+            started = time.monotonic()
+            ok = keys.verify_secret(self._hasher, secret_hash, attempt.secret)
+            self._sample(time.monotonic() - started)
+        finally:
+            if record is None:
+                self._calibrating_since = None
+        if record is None or not ok:
+            self.backoff.failed(attempt.key_id)
+            raise _unauthorized()
+        self.backoff.succeeded(attempt.key_id)
+        principal = _principal(record)
+        entry = _Entry(principal, attempt.generation, revoked=record.revoked_at is not None)
+        self._store(attempt.digest, entry)
+        if not _usable(record, self._clock()):
+            raise _unauthorized()
+        if keys.needs_rehash(self._hasher, record.secret_hash):
+            new_hash = keys.hash_secret(self._hasher, attempt.secret)
+            self._db.update_hash(record.key_id, record.secret_hash, new_hash)
+        return principal
+
+    def _sample(self, secs: float) -> None:
         with self._lock:
-            self._cache.pop(digest, None)
-        raise _unauthorized()
+            self._latest = (time.monotonic(), secs)
+
+    def _delay(self, *, claim: bool) -> float | None:
+        """How long a refusal known without argon2 waits: what the latest verification took;
+        None when the caller (`claim`) is to measure one (the latest is not fresh)."""
+        with self._lock:
+            now = time.monotonic()
+            latest = self._latest
+            if latest is not None and now - latest[0] < FRESH_SECS:
+                return latest[1]
+            since = self._calibrating_since
+            if claim and (since is None or now - since > FRESH_SECS or latest is None):
+                self._calibrating_since = now  # a claim whose attempt never ran expires
+                return None
+            return latest[1] if latest is not None else None
+
+    def _dummy(self) -> str:
+        """A hash of a secret no one knows, made once with this verifier's parameters."""
+        if self._dummy_hash is None:
+            made = keys.hash_secret(self._hasher, keys.random_base62(keys.SECRET_LEN))
+            with self._lock:
+                if self._dummy_hash is None:
+                    self._dummy_hash = made
+        return self._dummy_hash
 
     def _store(self, digest: bytes, entry: _Entry) -> None:
         with self._lock:

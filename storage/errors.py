@@ -73,6 +73,13 @@ class EmbeddingMismatch(MemspineError):
     code = "embedding_mismatch"
 
 
+class TooManyRequests(MemspineError):
+    """Too many failed attempts for one key id: wait `Retry-After` seconds (429)."""
+
+    status = 429
+    code = "too_many_requests"
+
+
 class Unavailable(MemspineError):
     """Every open tenant slot is busy (503)."""
 

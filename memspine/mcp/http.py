@@ -1,68 +1,49 @@
 """MCP over Streamable HTTP at /mcp in the Litestar app, with the keys and scopes of /v1/memory.
 
-Every request is checked before the SDK sees it: a cross-origin browser request is 403, a
-missing or bad key 401 with `WWW-Authenticate: Bearer`. The session manager runs stateless
-with JSON answers, so each POST stands alone and carries its own key; tools act for that
-key's principal only.
+Every request is checked before the SDK sees it: Host and Origin in memspine/edge.py, as for
+every route; here the method (POST, and OPTIONS for a browser's CORS preflight; GET and
+DELETE are 405), the body, read whole under the size limit and the body deadline, and the
+key (401 with `WWW-Authenticate: Bearer`). The session manager runs stateless with JSON
+answers, so each POST stands alone and carries its own key; tools act for that key's
+principal only.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
-from urllib.parse import urlsplit
 
-import msgspec
 from litestar import Litestar
 from mcp.server import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
 
 from memspine.auth import Authenticator
-from memspine.config import Settings, origin_key
+from memspine.body import ClientGone, read_body
+from memspine.config import Settings
+from memspine.edge import origin_allowed, send_error
 from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
 from memspine_admin.verifier import Principal
-from storage.errors import Unauthorized
+from storage.errors import MemspineError, Unauthorized
 
 PRINCIPAL_KEY = "memspine.principal"  # where the checked principal rides in the ASGI scope
-LOOPBACK = frozenset({"localhost", "127.0.0.1", "::1"})
-CROSS_ORIGIN = "cross-origin requests to /mcp are not allowed"
-
-
-def _hostname(authority_or_url: str) -> str | None:
-    """The lower-case host of a URL or a Host header value, None if it has none."""
-    text = authority_or_url if "//" in authority_or_url else "//" + authority_or_url
-    try:
-        return urlsplit(text).hostname
-    except ValueError:
-        return None
-
-
-def origin_allowed(
-    origin: str | None, host: str | None, bind_host: str, listed: frozenset[str] = frozenset()
-) -> bool:
-    """No Origin (not a browser), a listed origin (MEMSPINE_MCP_ALLOWED_ORIGINS), a loopback
-    origin, or the server's own host when not bound to loopback.
-
-    Bound to loopback, only loopback origins pass: a page whose name was rebound to 127.0.0.1
-    (DNS rebinding) sends its own name as both Origin and Host, so "same host" proves nothing there.
-    """
-    if origin is None:
-        return True
-    if listed and origin_key(origin) in listed:
-        return True
-    name = _hostname(origin)
-    if name is None:
-        return False  # "null" (sandboxed frames, file://) and junk
-    if name in LOOPBACK:
-        return True
-    if bind_host in LOOPBACK:
-        return False
-    return host is not None and name == _hostname(host)
+ALLOW = "POST, OPTIONS"
+NO_STREAM = (
+    "/mcp takes POST only: the endpoint is stateless and answers every request in its own "
+    "response, so there is no event stream to GET and no session to DELETE"
+)
+# What a browser page of an allowed origin may send and read (the MCP transport's headers).
+CORS_HEADERS = (
+    "authorization, content-type, accept, mcp-protocol-version, mcp-session-id, last-event-id, "
+    "x-request-id"
+)
+CORS_EXPOSED = "mcp-session-id, mcp-protocol-version, www-authenticate, retry-after, x-request-id"
+_TOKEN_LIST = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+(\s*,\s*[A-Za-z0-9!#$%&'*+.^_`|~-]+)*\Z")
 
 
 def _bearer(headers: Headers) -> str | None:
@@ -72,13 +53,40 @@ def _bearer(headers: Headers) -> str | None:
     return token.strip() or None
 
 
-async def _refuse(send: Any, status: int, code: str, detail: str, headers: dict[str, str]) -> None:
-    """Answer in the API's error shape without involving the SDK."""
-    body = msgspec.json.encode({"error": code, "detail": detail})
-    raw = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
-    raw += [(k.lower().encode(), v.encode()) for k, v in headers.items()]
-    await send({"type": "http.response.start", "status": status, "headers": raw})
-    await send({"type": "http.response.body", "body": body})
+def _cors(headers: Headers, settings: Settings) -> dict[str, str]:
+    """The headers that let a page of an allowed origin read an answer; none for other callers."""
+    origin = headers.get("origin")
+    allowed = settings.mcp_allowed_origins
+    if origin is None or not origin_allowed(origin, headers.get("host"), settings.host, allowed):
+        return {}
+    return {
+        "Access-Control-Allow-Origin": origin,
+        "Access-Control-Expose-Headers": CORS_EXPOSED,
+        "Vary": "Origin",
+    }
+
+
+def _preflight_headers(headers: Headers, settings: Settings) -> dict[str, str]:
+    """The answer to a browser's preflight: POST with the transport's headers, cached 10 minutes."""
+    cors = _cors(headers, settings)
+    if not cors:
+        return {"Allow": ALLOW}
+    asked = headers.get("access-control-request-headers", "").strip()
+    return {
+        "Allow": ALLOW,
+        "Access-Control-Allow-Origin": cors["Access-Control-Allow-Origin"],
+        "Access-Control-Allow-Methods": ALLOW,
+        "Access-Control-Allow-Headers": asked if _TOKEN_LIST.match(asked) else CORS_HEADERS,
+        "Access-Control-Max-Age": "600",
+        "Vary": "Origin, Access-Control-Request-Method, Access-Control-Request-Headers",
+    }
+
+
+async def _refuse(send: Any, exc: MemspineError, headers: dict[str, str] | None = None) -> None:
+    """Answer in the API's shape without involving the SDK."""
+    if headers:
+        exc.headers = {**exc.headers, **headers}
+    await send_error(send, exc)
 
 
 def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
@@ -91,7 +99,7 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
 
 
 class McpEndpoint:
-    """The /mcp mount: origin and key checks in front of the SDK's Streamable HTTP session manager."""
+    """The /mcp mount: method, body and key checks in front of the SDK's session manager."""
 
     def __init__(self, engine: Engine, auth: Authenticator, settings: Settings) -> None:
         self.auth = auth
@@ -119,33 +127,76 @@ class McpEndpoint:
             yield
 
     async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
-        """Check origin, size and key, then hand the request to the SDK with the principal in scope."""
+        """Method, size and key checks (memspine/edge.py checked Host and Origin), then the SDK
+        with the body already read and the principal in scope."""
         if scope["type"] != "http":
             await send({"type": "websocket.close", "code": 1008})  # MCP is plain HTTP
             return
         headers = Headers(scope=scope)
-        origin, host = headers.get("origin"), headers.get("host")
-        if not origin_allowed(origin, host, self.settings.host, self.settings.mcp_allowed_origins):
-            await _refuse(send, 403, "forbidden", CROSS_ORIGIN, {})
+        method = scope["method"]
+        if method == "OPTIONS":
+            await _empty(send, 204, _preflight_headers(headers, self.settings))
             return
-        if not _length_ok(headers.get("content-length"), self.settings.max_body_bytes):
-            detail = "the request body is larger than MEMSPINE_MAX_BODY_BYTES"
-            await _refuse(send, 413, "payload_too_large", detail, {})
+        cors = _cors(headers, self.settings)
+        if method != "POST":
+            await _refuse(send, MethodNotAllowed(NO_STREAM), {"Allow": ALLOW, **cors})
             return
-        try:
+        try:  # the key first, as the other routes: a refused caller's body is never read
             principal = await self.auth.authenticate_async(_bearer(headers))
-        except Unauthorized as exc:
-            auth_header = {"WWW-Authenticate": 'Bearer realm="memspine"'}
-            await _refuse(send, 401, exc.code, exc.detail, auth_header)
+            body = await read_body(
+                receive, self.settings.max_body_bytes, headers.get("content-length")
+            )
+        except ClientGone:
             return
-        await self.manager.handle_request({**scope, PRINCIPAL_KEY: principal}, receive, send)
+        except Unauthorized as exc:
+            await _refuse(send, exc, {"WWW-Authenticate": 'Bearer realm="memspine"', **cors})
+            return
+        except MemspineError as exc:
+            await _refuse(send, exc, cors)
+            return
+        await self.manager.handle_request(
+            {**scope, PRINCIPAL_KEY: principal}, _replay(body, receive), _with_headers(send, cors)
+        )
 
 
-def _length_ok(value: str | None, limit: int) -> bool:
-    """A declared body length within the limit (chunked bodies are bounded by the SDK)."""
-    if value is None:
-        return True
-    try:
-        return int(value) <= limit
-    except ValueError:
-        return False
+class MethodNotAllowed(MemspineError):
+    """A method /mcp does not serve (405)."""
+
+    status = 405
+    code = "method_not_allowed"
+
+
+async def _empty(send: Any, status: int, headers: dict[str, str]) -> None:
+    """An answer without a body."""
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in headers.items()]
+    await send({"type": "http.response.start", "status": status, "headers": raw})
+    await send({"type": "http.response.body", "body": b"", "more_body": False})
+
+
+def _replay(body: bytes, receive: Any) -> Any:
+    """A receive that hands the SDK the body read here, then waits on the client as before."""
+    given = False
+
+    async def replay() -> dict[str, Any]:
+        nonlocal given
+        if given:
+            message: dict[str, Any] = await receive()
+            return message
+        given = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replay
+
+
+def _with_headers(send: Any, extra: dict[str, str]) -> Any:
+    """A send that adds `extra` headers to the response start (CORS for a browser caller)."""
+    if not extra:
+        return send
+    raw = [(k.lower().encode("latin-1"), v.encode("latin-1")) for k, v in extra.items()]
+
+    async def send_with(message: dict[str, Any]) -> None:
+        if message["type"] == "http.response.start":
+            message = {**message, "headers": [*message.get("headers", ()), *raw]}
+        await send(message)
+
+    return send_with

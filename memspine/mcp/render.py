@@ -13,6 +13,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 LINE_TEXT_CHARS = 1000  # a recall or listing line cuts text here; memory_get has all of it
 TEXT_ROWS = 100  # Cypher rows shown as text; the structured content has every row
 SEP = " · "
+MAX_TIME_DIGITS = 19  # 2^62 has 19 digits
 
 
 def iso(ts: int) -> str:
@@ -28,7 +29,9 @@ def parse_time(value: str | int, field: str) -> int:
     if isinstance(value, int):
         return value
     text = value.strip()
-    if text.isdigit():
+    if text.isascii() and text.isdigit():
+        if len(text) > MAX_TIME_DIGITS:  # int() of thousands of digits is slow, then refused
+            raise InvalidRequest(f"{field} must be from 0 to 2^62 microseconds")
         return int(text)
     try:
         moment = datetime.fromisoformat(text)

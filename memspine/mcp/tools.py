@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from mcp_types import Tool, ToolAnnotations
 
+from memspine.jsonbounds import value_problem
 from memspine.mcp import render
 from memspine.mcp.backend import Backend
 from storage.errors import InvalidRequest
@@ -144,7 +145,15 @@ class ToolSpec:
     run: Callable[[Backend, Any], Awaitable[Answer]]
 
     def parse(self, arguments: JsonObj | None) -> msgspec.Struct:
-        """The arguments as the tool's Struct; InvalidRequest saying what to fix."""
+        """The arguments as the tool's Struct; InvalidRequest saying what to fix.
+
+        The SDK's JSON parser reads NaN, Infinity and 1e400 as floats and nests up to its own
+        limit, far past what the HTTP routes take: the same bounds apply here before anything
+        is converted, re-encoded (where a NaN would turn into null) or stored.
+        """
+        problem = value_problem(arguments or {})
+        if problem is not None:
+            raise InvalidRequest(f"invalid arguments for {self.tool.name}: {problem}")
         try:
             return msgspec.convert(arguments or {}, self.args)
         except msgspec.ValidationError as exc:

@@ -16,7 +16,7 @@ from litestar.params import FromPath
 
 from memspine.auth import admin_guard
 from memspine.engine import Engine
-from memspine.queryparams import check_params, int_param
+from memspine.queryparams import check_params, int_param, one
 from memspine.schemas import decode_body
 from memspine_admin import keys
 from memspine_admin.control import MAX_AUDIT_LIMIT, ControlDB, erase_tenant_dir
@@ -97,13 +97,6 @@ def _key_out(info: KeyInfo, now: int) -> KeyOut:
         revoked_at=info.revoked_at,
         status=info.status(now),
     )
-
-
-def _one(request: Request[Any, Any, Any], name: str) -> str | None:
-    values = request.query_params.getall(name, [])
-    if len(values) > 1:
-        raise InvalidRequest(f"query parameter '{name}' is given more than once")
-    return values[0] if values else None
 
 
 def encode_audit_cursor(seq: int) -> str:
@@ -200,7 +193,7 @@ async def create_key(request: Request[Any, Any, Any]) -> Response[bytes]:
 async def list_keys(request: Request[Any, Any, Any]) -> Response[bytes]:
     """Every key, or one tenant's with ?tenant_id=; never a secret or a hash."""
     check_params(request, {"tenant_id"})
-    tenant_id = _one(request, "tenant_id")
+    tenant_id = one(request, "tenant_id")
     control = _control(request)
     infos = await anyio.to_thread.run_sync(control.list_keys, tenant_id)
     now = control.now()
@@ -222,9 +215,9 @@ async def audit(request: Request[Any, Any, Any]) -> Response[bytes]:
     """The admin audit log, oldest first, paged with limit and cursor, optionally by tenant."""
     check_params(request, {"limit", "cursor", "tenant_id"})
     limit = int_param(request, "limit", 1, MAX_AUDIT_LIMIT) or DEFAULT_AUDIT_LIMIT
-    cursor = _one(request, "cursor")
+    cursor = one(request, "cursor")
     after = decode_audit_cursor(cursor) if cursor is not None else None
-    tenant_id = _one(request, "tenant_id")
+    tenant_id = one(request, "tenant_id")
     control = _control(request)
     entries, last = await anyio.to_thread.run_sync(
         lambda: control.audit(after, limit, tenant_id=tenant_id)

@@ -12,7 +12,7 @@ from litestar.params import FromPath
 
 from memspine.auth import tenant_guard
 from memspine.engine import NO_EVENT, Engine
-from memspine.queryparams import check_params, parse_list_query
+from memspine.queryparams import check_params, one, parse_list_query
 from memspine.schemas import (
     TIME_CHECK_HEADER,
     EventCreated,
@@ -136,7 +136,7 @@ async def delete_answer(
 
 def _cascade(request: Request[Any, Any, Any]) -> bool:
     """?cascade=derived follows SOURCE_FROM links into derived events; no other value exists yet."""
-    value = request.query_params.get("cascade")
+    value = one(request, "cascade")
     if value is None:
         return False
     if value == "derived":
@@ -164,7 +164,7 @@ async def recall_events(request: Request[Any, Any, Any], state: State) -> Respon
 
 def _flag(request: Request[Any, Any, Any], name: str) -> bool:
     """A boolean query parameter: true/false/1/0."""
-    value = request.query_params.get(name)
+    value = one(request, name)
     if value is None:
         return False
     if value.lower() in ("true", "1"):
