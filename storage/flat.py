@@ -17,9 +17,6 @@ from itertools import islice
 
 import numpy as np
 
-# Offered here as before; storage/vecfile.py is the one reader of hnswlib's file layout.
-from storage.vecfile import read_vectors as read_vectors
-
 Allowed = Callable[[int], bool]
 
 _BLAS_SET_THREADS = (

@@ -36,7 +36,14 @@ from storage.model import FilterValue
 from storage.reader import LogReader
 from storage.space import names_full_disk
 from storage.swap import Step, no_step
-from storage.vecfile import VectorFileError, count_labels, erase_labels
+from storage.vecfile import (
+    VectorFileError,
+    count_labels,
+    erase_labels,
+    live_path,
+    read_live,
+    write_live,
+)
 from storage.vectors import VectorIndex
 
 log = logging.getLogger("memspine.purge")
@@ -380,14 +387,14 @@ def _stage_vectors(
     signature = _signature(source)
     if signature is None:
         return _VectorStage(signature=None)  # never saved: no vector of this tenant is on disk
-    target, sidecar = dest / source.name, source.with_name(source.name + ".live.npy")
+    target, sidecar = dest / source.name, live_path(source)
     try:
         if not count_labels(source, doomed_labels, vectors.dim):
             return _VectorStage(signature=signature)  # the file holds none: it stays
         shutil.copyfile(source, target)
         erase_labels(target, doomed_labels, vectors.dim)
         keep = _live_without(sidecar, doomed_labels)
-    except (VectorFileError, _BadSidecar) as exc:
+    except VectorFileError as exc:
         # Either can only be saved anew: left alone, every later purge would fail on it too.
         log.warning("tenant %s: %s; saving the vector index anew", tenant.tenant_id, exc)
         target.unlink(missing_ok=True)
@@ -395,26 +402,17 @@ def _stage_vectors(
         return _VectorStage(signature=_signature(source))
     if keep is not None:
         with open(dest / sidecar.name, "wb") as fh:
-            np.save(fh, keep)
+            write_live(fh, keep)
         swap.fsync_file(dest / sidecar.name)
     swap.fsync_file(target)
     return _VectorStage(signature=signature)
 
 
-class _BadSidecar(ValueError):
-    """The saved list of live labels cannot be read."""
-
-
 def _live_without(sidecar: Path, doomed_labels: set[int]) -> np.ndarray | None:
     """The saved live labels less the doomed ones; None if there is no sidecar."""
-    try:
-        live = np.load(sidecar, allow_pickle=False)
-    except FileNotFoundError:
+    live = read_live(sidecar)
+    if live is None:
         return None
-    except (ValueError, EOFError, OSError) as exc:
-        raise _BadSidecar(f"live-label list unreadable ({type(exc).__name__})") from exc
-    if live.ndim != 1 or live.dtype.kind not in "ui":
-        raise _BadSidecar("live-label list has another shape")
     keep: np.ndarray = live[~np.isin(live, np.fromiter(doomed_labels, dtype=np.uint64))]
     return keep
 

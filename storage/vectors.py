@@ -8,11 +8,8 @@ is still recallable the moment its response is sent.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import mmap
 import os
-import struct
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -31,7 +28,15 @@ from storage.flat import (
     use_one_blas_thread,
 )
 from storage.rwlock import RWLock
-from storage.vecfile import HEADER, read_vectors
+from storage.vecfile import (
+    VectorFileError,
+    check_saved,
+    live_path,
+    read_live,
+    read_vectors,
+    record_bytes,
+    write_live,
+)
 
 log = logging.getLogger("memspine.vectors")
 
@@ -109,7 +114,7 @@ class VectorIndex:
     def create_empty(cls, path: Path, dim: int) -> VectorIndex:
         """A new empty index for path (the file is written on the next save)."""
         path.unlink(missing_ok=True)
-        _live_path(path).unlink(missing_ok=True)
+        live_path(path).unlink(missing_ok=True)
         return cls.open(path, dim)
 
     # -- writes ---------------------------------------------------------------
@@ -295,7 +300,7 @@ class VectorIndex:
         # From counters: no walk, no lock. Level-0 records count per element, not per slot of
         # capacity: hnswlib mallocs the whole block, but only records written to are resident.
         index = self.index
-        record = (2 * index.M + 1) * 4 + 4 * self.dim + 8  # links and their count, vector, label
+        record = record_bytes(index.M, self.dim)
         graph = (
             HNSW_FIXED_BYTES
             + index.get_max_elements() * HNSW_SLOT_BYTES
@@ -317,15 +322,14 @@ class VectorIndex:
         """Insert the tail, then write the live-label list and the index, each by temp file, fsync and rename."""
         self.flush()
         with self.lock.exclusive():
-            live = np.asarray(sorted(self.live), dtype=np.uint64)
-            _atomic_write(_live_path(self.path), lambda fh: np.save(fh, live))
+            _atomic_write(live_path(self.path), lambda fh: write_live(fh, self.live))
             _atomic_write(self.path, None, save=self._save_index)
 
     def _save_index(self, name: str) -> None:
         """hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
         a file cut short that it then refuses to load (the caller holds the lock)."""
         self.index.save_index(name)
-        _check_saved(Path(name))
+        check_saved(Path(name))
         failpoints.hit("vectors.save")
 
 
@@ -337,7 +341,7 @@ def file_memory_bytes(path: Path, dim: int) -> int:
         size = path.stat().st_size
     except OSError:
         return HNSW_FIXED_BYTES
-    record = (2 * M + 1) * 4 + 4 * dim + 8
+    record = record_bytes(M, dim)
     count = size // record
     per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
     if count <= EXACT_BELOW:
@@ -356,23 +360,16 @@ def _small_set(path: Path, dim: int, live: set[int]) -> FlatSet | None:
     return small
 
 
-def _live_path(path: Path) -> Path:
-    """The sidecar listing live labels (hnswlib has no call that lists deleted ones)."""
-    return path.with_name(path.name + ".live.npy")
-
-
 def _load_live(path: Path, index: hnswlib.Index) -> set[int]:
     """Live labels from the sidecar, or by probing each label when the sidecar is missing."""
-    sidecar = _live_path(path)
     present = set(index.get_ids_list())
-    if sidecar.exists():
-        try:
-            saved = np.load(sidecar, allow_pickle=False)
-        except (ValueError, EOFError, OSError):
-            saved = None  # unreadable: probe each label instead
-        if saved is not None and saved.ndim == 1:
-            # A sidecar newer than the index may name labels the index lacks; replay re-adds them.
-            return set(saved.tolist()) & present  # tolist: 5x faster than int() each
+    try:
+        saved = read_live(live_path(path))
+    except VectorFileError:
+        saved = None  # unreadable: probe each label instead
+    if saved is not None:
+        # A sidecar newer than the index may name labels the index lacks; replay re-adds them.
+        return set(saved.tolist()) & present  # tolist: one call, not an int() per label
     live: set[int] = set()
     for label in present:
         try:
@@ -409,22 +406,3 @@ def _atomic_write(
         os.fsync(dir_fd)
     finally:
         os.close(dir_fd)
-
-
-def _check_saved(path: Path) -> None:
-    """Raise EIO unless the file is as long as hnswlib's layout says: its header, the level-0
-    records, then each element's upper-level link list behind a 4-byte length (hnswlib 0.8)."""
-    cut = OSError(errno.EIO, "the saved vector index is shorter than its layout (a full disk?)")
-    size = path.stat().st_size
-    if size < HEADER.size:
-        raise cut
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        count, record = HEADER.unpack_from(mm, 0)[2:4]
-        pos = HEADER.size + count * record
-        length = struct.Struct("<I")
-        for _ in range(count):
-            if pos + 4 > size:
-                raise cut
-            pos += 4 + length.unpack_from(mm, pos)[0]
-    if pos != size:
-        raise cut

@@ -16,10 +16,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from storage.flat import read_vectors, unit
+from storage.flat import unit
 from storage.model import AppendResult, NewEvent
 from storage.recall import RecallQuery, RecallResult, recall
 from storage.tenant import Tenant
+from storage.vecfile import read_vectors
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = (
