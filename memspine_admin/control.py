@@ -30,6 +30,7 @@ from memspine_admin.records import (
     now_us,
 )
 from storage.errors import Conflict, InvalidRequest, NotFound
+from storage.fsync import fsync_dir
 
 CONTROL_DIR = "_control"
 SCHEMA_VERSION = 1
@@ -62,18 +63,10 @@ def erase_tenant_dir(data_dir: Path, tenant_id: str) -> bool:
         # Rename first, so a crash mid-way leaves no half-erased directory under the tenant's name.
         doomed = root / f".erasing-{tenant_id}-{uuid.uuid4().hex[:8]}"
         os.rename(target, doomed)
-        _fsync_dir(root)
+        fsync_dir(root)
         shutil.rmtree(doomed)  # fd-based on Linux: symlinks inside are unlinked, not followed
-    _fsync_dir(root)
+    fsync_dir(root)
     return True
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ControlDB:
@@ -140,7 +133,7 @@ class ControlDB:
             if cls.exists(data_dir):
                 return False
             raise
-        _fsync_dir(data_dir)
+        fsync_dir(data_dir)
         return True
 
     @classmethod

@@ -28,8 +28,9 @@ import msgspec
 import numpy as np
 import tantivy
 
-from storage import layout, swap
+from storage import files, layout, swap
 from storage.compact import rewrite, sync_delta
+from storage.fsync import fsync_file, fsync_tree
 from storage.keyword import KeywordDoc, KeywordIndex, document
 from storage.log import EventLog
 from storage.model import FilterValue
@@ -159,7 +160,7 @@ def _purge(tenant: Purgeable, step: Step) -> PurgeStats:
         step("vectors")
         keyword, building = building.finish(), None
         step("indexed")
-        copy = EventLog.open(root / swap.STAGING / "events", embedding_dim=tenant.dim)
+        copy = EventLog.open(root / swap.STAGING / files.LOG, embedding_dim=tenant.dim)
         stage = (copy, keyword)
         final = tenant.call(lambda: _final(tenant, *stage, since, doomed, vectors, step))
         stats: PurgeStats = final.result()
@@ -189,9 +190,9 @@ def _copy_log(tenant: Purgeable, step: Step) -> tuple[int, dict[str, int], _Keyw
             staging = tenant.root / swap.STAGING
             staging.mkdir()
             step("stage")
-            keyword = _KeywordBuilder(staging / "keyword")
+            keyword = _KeywordBuilder(staging / files.KEYWORD)
             taps = {"events": keyword.add}
-            rewrite(r, staging / "events", tenant.log.map_size(), taps)
+            rewrite(r, staging / files.LOG, tenant.log.map_size(), taps)
         step("copied")
     except BaseException:
         if keyword is not None:
@@ -204,7 +205,7 @@ def _check_room(tenant: Purgeable, r: LogReader) -> None:
     """Refuse before writing anything when the disk cannot hold the new generation: a purge that
     filled it would fail half-way and make every other write on it fail meanwhile."""
     pages, psize = r.pages()
-    needed = (pages + _LMDB_SPARE_PAGES) * psize + _tree_bytes(tenant.root / "keyword")
+    needed = (pages + _LMDB_SPARE_PAGES) * psize + _tree_bytes(tenant.root / files.KEYWORD)
     with contextlib.suppress(FileNotFoundError):
         needed += tenant.vectors.path.stat().st_size  # the copy made if it holds a purged vector
     free = shutil.disk_usage(tenant.root).free
@@ -218,8 +219,8 @@ _LMDB_SPARE_PAGES = 64  # meta and root pages and the free list of the new envir
 def _tree_bytes(path: Path) -> int:
     """Bytes of the files under path (a store rebuilt from the live events takes no more)."""
     total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
             with contextlib.suppress(FileNotFoundError):  # a Tantivy file merged away meanwhile
                 total += os.stat(os.path.join(dirpath, name)).st_size
     return total
@@ -288,13 +289,13 @@ def _final(
     staging = tenant.root / swap.STAGING
     if _signature(tenant.vectors.path) != vectors.signature:
         # Saved since it was staged: the log's watermark now describes the new file; stage that.
-        for name in swap.COMPONENTS[2:]:
+        for name in (files.VECTORS, files.VECTORS_LIVE):
             swap.remove(staging / name)
         _stage_vectors(tenant, staging, set(doomed.values()), tenant.save_vectors)
     purged, pending = _catch_up_copy(tenant, copy, keyword, since, doomed)
     step("synced")
     copy.close()
-    swap.fsync_tree(staging)
+    fsync_tree(staging)
     step("fsynced")
     swap.commit(tenant.root)
     step("committed")
@@ -403,8 +404,8 @@ def _stage_vectors(
     if keep is not None:
         with open(dest / sidecar.name, "wb") as fh:
             write_live(fh, keep)
-        swap.fsync_file(dest / sidecar.name)
-    swap.fsync_file(target)
+        fsync_file(dest / sidecar.name)
+    fsync_file(target)
     return _VectorStage(signature=signature)
 
 
@@ -430,8 +431,8 @@ def _swap_in(tenant: Purgeable, step: Step) -> float:
             _finish_swap(root)
             raise
         finally:
-            if (root / "events").is_dir():
-                index = KeywordIndex.open(root / "keyword", committed_seq=tenant.keyword_seq)
+            if (root / files.LOG).is_dir():
+                index = KeywordIndex.open(root / files.KEYWORD, committed_seq=tenant.keyword_seq)
                 tenant.swap_keyword(index)
     return time.perf_counter() - started
 

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from storage import layout
+from storage import files, layout
 from storage.cascade import derived_closure, would_delete
 from storage.current import EventState, Moment, event_state
 from storage.cypher import CypherResult
@@ -66,7 +66,7 @@ class Tenant:
         self.tenant_id = tenant_id
         self.root = root
         recover(root)  # finish or discard a purge a crash interrupted, before any store opens
-        self.log = EventLog.open(root / "events", embedding_dim=embedding_dim)
+        self.log = EventLog.open(root / files.LOG, embedding_dim=embedding_dim)
         try:
             self.dim = self.log.meta_int(layout.DIM) or embedding_dim
             self.keyword, self.keyword_seq = self._open_keyword()
@@ -128,7 +128,7 @@ class Tenant:
 
     def _open_keyword(self) -> tuple[KeywordIndex, int]:
         """The keyword index and the seq it has applied; a damaged index is rebuilt from the log."""
-        path = self.root / "keyword"
+        path = self.root / files.KEYWORD
         try:
             # No meta.json means no index at all (lost or never made): replay the whole log.
             found = (path / "meta.json").exists()
@@ -142,7 +142,7 @@ class Tenant:
 
     def _open_vectors(self) -> tuple[VectorIndex, int]:
         """The vector index and the seq of its last save; a damaged file is rebuilt from the log."""
-        path = self.root / "vectors.hnsw"
+        path = self.root / files.VECTORS
         try:
             index = VectorIndex.open(path, self.dim)
         except (ValueError, OSError) as exc:

@@ -26,13 +26,14 @@ from typing import BinaryIO, NamedTuple
 
 import numpy as np
 
+from storage.files import LIVE_SUFFIX
+
 # offsetLevel0, max_elements, cur_element_count, size_data_per_element, label_offset,
 # offsetData (size_t each), maxlevel (int), enterpoint_node (uint32), maxM, maxM0, M (size_t),
 # mult (double), ef_construction (size_t)
 HEADER = struct.Struct("<QQQQQQiIQQQdQ")
 DELETE_MARK = 0x01
 _LINKS_LENGTH = struct.Struct("<I")  # the byte length of an element's upper-level links
-LIVE_SUFFIX = ".live.npy"
 
 
 class VectorFileError(ValueError):

@@ -11,9 +11,7 @@ import contextlib
 import logging
 import os
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import hnswlib
 import numpy as np
@@ -27,6 +25,7 @@ from storage.flat import (
     unit,
     use_one_blas_thread,
 )
+from storage.fsync import replace_durably
 from storage.rwlock import RWLock
 from storage.vecfile import (
     VectorFileError,
@@ -322,8 +321,8 @@ class VectorIndex:
         """Insert the tail, then write the live-label list and the index, each by temp file, fsync and rename."""
         self.flush()
         with self.lock.exclusive():
-            _atomic_write(live_path(self.path), lambda fh: write_live(fh, self.live))
-            _atomic_write(self.path, None, save=self._save_index)
+            replace_durably(live_path(self.path), lambda fh: write_live(fh, self.live))
+            replace_durably(self.path, None, save=self._save_index)
 
     def _save_index(self, name: str) -> None:
         """hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
@@ -378,31 +377,3 @@ def _load_live(path: Path, index: hnswlib.Index) -> set[int]:
         except RuntimeError:
             pass  # marked deleted
     return live
-
-
-def _atomic_write(
-    path: Path,
-    write: Callable[[BinaryIO], object] | None,
-    *,
-    save: Callable[[str], object] | None = None,
-) -> None:
-    """Write via a temp file beside path (to a handle, or by a saver that takes a file name), fsync, rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        if save is not None:
-            save(str(tmp))
-        else:
-            assert write is not None
-            with open(tmp, "wb") as fh:
-                write(fh)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # on a full disk a partial copy holds the space it needs
-        raise
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)

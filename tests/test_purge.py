@@ -24,7 +24,7 @@ import tantivy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import swap
+from storage import files, swap
 from storage.compact import rewrite, sync_delta
 from storage.keyword import KeywordDoc, KeywordIndex
 from storage.log import EventLog
@@ -69,8 +69,8 @@ def text_patterns(text: str, rare: list[str]) -> dict[str, bytes]:
 def scan(root: Path, patterns: dict[str, bytes]) -> dict[str, list[str]]:
     """For each pattern, the files under root whose bytes contain it."""
     found: dict[str, list[str]] = {}
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
             path = Path(dirpath, name)
             try:
                 data = path.read_bytes()
@@ -205,7 +205,7 @@ def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) 
 
     assert scan(root, patterns) == {}
     assert index_terms(root / "keyword") & victim_terms == set()
-    assert sorted(p.name for p in root.iterdir()) == sorted(swap.COMPONENTS)
+    assert sorted(p.name for p in root.iterdir()) == sorted(files.STORES)
     gone[victim] = rare[0].lower()
     check_tenant(t, survivors, gone)
     assert record(t, derived[0]) is not None
@@ -588,14 +588,14 @@ def test_a_purge_failing_after_its_commit_still_swaps(
     t.close()
 
 
-ROLL_STEPS = [f"swap:{name}" for name in swap.COMPONENTS] + ["swap:done"]
+ROLL_STEPS = [f"swap:{name}" for name in files.STORES] + ["swap:done"]
 
 
 @pytest.mark.parametrize("at", range(len(ROLL_STEPS)))
 def test_recover_finishes_a_committed_swap_from_any_point(tmp_path: Path, at: int) -> None:
     root = tmp_path / "t"
     (root / swap.READY).mkdir(parents=True)
-    for name in swap.COMPONENTS:
+    for name in files.STORES:
         for base, content in ((root, b"old"), (root / swap.READY, b"new")):
             path = base / name
             if name in ("events", "keyword"):
@@ -611,8 +611,8 @@ def test_recover_finishes_a_committed_swap_from_any_point(tmp_path: Path, at: in
     with pytest.raises(Boom):
         swap.roll_forward(root, crash)
     swap.recover(root)
-    assert sorted(p.name for p in root.iterdir()) == sorted(swap.COMPONENTS)
-    for name in swap.COMPONENTS:
+    assert sorted(p.name for p in root.iterdir()) == sorted(files.STORES)
+    for name in files.STORES:
         path = root / name / "f" if name in ("events", "keyword") else root / name
         assert path.read_bytes() == b"new"
 

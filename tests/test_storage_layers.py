@@ -93,3 +93,19 @@ def test_the_check_sees_a_loop() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     edges = graph()
     assert "storage.tenant" in edges["storage.manager"]  # it reads real imports
+
+
+def test_only_storage_fsync_calls_fsync() -> None:
+    """Durability is made in one place (storage/fsync.py): no other module calls os.fsync."""
+    callers = []
+    for package in ("storage", "memspine", "memspine_admin"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text(), str(path))):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and node.attr in ("fsync", "fdatasync")
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "os"
+                ):
+                    callers.append(str(path.relative_to(ROOT)))
+    assert sorted(set(callers)) == ["storage/fsync.py"]
