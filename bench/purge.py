@@ -170,8 +170,8 @@ def one_run(source: Path, work: Path, seed: int) -> dict[str, Any]:
 
 
 def victim_bytes(tenant: Tenant, event_id: str) -> list[bytes]:
-    """A victim's embedding as the log stores it (raw float64s; a msgpack array in records
-    written before storage/records.py) and as hnswlib holds it."""
+    """A victim's embedding as the log stores it (raw float64s, storage/layout.py), as a msgpack
+    array (what the text of a JSON copy would hold) and as hnswlib holds it."""
     with tenant.log.reader() as r:
         ev = r.get(event_id)
     assert ev is not None and ev.embedding is not None

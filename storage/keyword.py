@@ -57,23 +57,21 @@ class KeywordDoc(msgspec.Struct, frozen=True):
     seq: int
 
 
-def _schema(*, with_seq: bool = True) -> tantivy.Schema:
+def _schema() -> tantivy.Schema:
     """Id (stored, exact), text (indexed with stemming, not stored), kind and property tags
     (exact), and the appending op's seq as a fast field.
 
     A search's hits come back as document addresses. Reading each hit's id from the document
     store decompresses a block of it per hit (and pushes the vector graph out of the CPU's
     caches); the seq is read from a column instead, and recall reaches the event from the seq
-    the way it does from a vector label. Indexes made before the seq existed (with_seq=False)
-    are still opened and searched by stored id; a purge or a rebuild gives them the seq.
+    the way it does from a vector label.
     """
     b = tantivy.SchemaBuilder()
     b.add_text_field("id", stored=True, tokenizer_name="raw")
     b.add_text_field("text", stored=False, tokenizer_name="en_stem", index_option="freq")
     b.add_text_field("kind", stored=False, tokenizer_name="raw")
     b.add_text_field("tag", stored=False, tokenizer_name="raw")
-    if with_seq:
-        b.add_unsigned_field("seq", stored=False, indexed=False, fast=True)
+    b.add_unsigned_field("seq", stored=False, indexed=False, fast=True)
     return b.build()
 
 
@@ -125,12 +123,11 @@ class KeywordIndex:
     """
 
     def __init__(
-        self, path: Path, index: tantivy.Index, committed_seq: int = 0, *, with_seq: bool = True
+        self, path: Path, index: tantivy.Index, committed_seq: int = 0
     ) -> None:
         self.path = path
         self.index = index
         self.schema = index.schema
-        self.with_seq = with_seq  # documents carry their seq (indexes made before it do not)
         self._writer: tantivy.IndexWriter | None = None  # made on first write: reopens stay light
         self.writer_lock = threading.Lock()  # Tantivy writers refuse concurrent use
         self.committed_seq = committed_seq  # the log op the committed index covers
@@ -151,13 +148,9 @@ class KeywordIndex:
     @classmethod
     def open(cls, path: Path, committed_seq: int = 0) -> KeywordIndex:
         """Open the index at path, creating an empty one if there is none; raises ValueError
-        for an index of any other schema."""
+        for an index of any other schema (the tenant then rebuilds it from the log)."""
         path.mkdir(parents=True, exist_ok=True)
-        try:
-            index = tantivy.Index(_schema(), path=str(path), reuse=True)
-        except ValueError:  # "the schema does not match": made before documents had a seq?
-            index = tantivy.Index(_schema(with_seq=False), path=str(path), reuse=True)
-            return cls(path, index, committed_seq, with_seq=False)
+        index = tantivy.Index(_schema(), path=str(path), reuse=True)
         return cls(path, index, committed_seq)
 
     @classmethod
@@ -180,7 +173,7 @@ class KeywordIndex:
         with self.writer_lock:
             for d in docs:
                 self.writer.delete_documents_by_term("id", d.event_id)
-                self.writer.add_document(document(d, with_seq=self.with_seq))
+                self.writer.add_document(document(d))
 
     def delete(self, event_ids: Iterable[str]) -> None:
         """Stage deletions by id."""
@@ -285,7 +278,7 @@ class KeywordIndex:
             for doc, event_id in ops:
                 self.writer.delete_documents_by_term("id", event_id)
                 if doc is not None:
-                    self.writer.add_document(document(doc, with_seq=self.with_seq))
+                    self.writer.add_document(document(doc))
             failpoints.hit("keyword.commit")
             self.writer.commit()
         self.index.reload()
@@ -351,9 +344,9 @@ class KeywordIndex:
         """As search, but each hit's id is read from the index only when the caller gets to it."""
         words = query_terms(text)
         if not words or limit <= 0:
-            return Ranked(None, [], with_seq=False)
+            return Ranked(None, [])
         self.flush()  # read-your-writes: every document acknowledged before now is searchable
-        return _search(self.index, words, limit, kind, filters, with_seq=self.with_seq)
+        return _search(self.index, words, limit, kind, filters)
 
     def kind_share(self, kind: str) -> float:
         """The share of documents of this kind (deleted ones not yet merged away count: a
@@ -396,7 +389,7 @@ class KeywordIndex:
                 self._writer = None
 
 
-def document(d: KeywordDoc, *, with_seq: bool = True) -> tantivy.Document:
+def document(d: KeywordDoc) -> tantivy.Document:
     """The Tantivy document of an event: id, text, kind, one tag per filterable property, seq."""
     doc = tantivy.Document()
     doc.add_text("id", d.event_id)
@@ -404,8 +397,7 @@ def document(d: KeywordDoc, *, with_seq: bool = True) -> tantivy.Document:
     doc.add_text("kind", d.kind)
     for name, value in d.filterable.items():
         doc.add_text("tag", property_tag(name, value))
-    if with_seq:
-        doc.add_unsigned("seq", d.seq)
+    doc.add_unsigned("seq", d.seq)
     return doc
 
 
@@ -415,8 +407,6 @@ def _search(
     limit: int,
     kind: str | None,
     filters: dict[str, FilterValue] | None,
-    *,
-    with_seq: bool,
 ) -> Ranked:
     """One index's BM25 hits for the words, with kind and tags as required clauses."""
     schema = index.schema
@@ -430,22 +420,20 @@ def _search(
     if len(clauses) > 1:  # alone, the parsed words: same hits and scores, 4 % faster
         query = tantivy.Query.boolean_query(clauses)
     searcher = index.searcher()
-    return Ranked(searcher, searcher.search(query, limit).hits, with_seq=with_seq)
+    return Ranked(searcher, searcher.search(query, limit).hits)
 
 
 class Ranked:
-    """A search's hits best first: their seqs from a column (None for an index made before
-    documents had one), or their event ids, each read from the index as it is reached."""
+    """A search's hits best first: their seqs, read from a column, and their event ids, each read
+    from the index's document store as it is reached."""
 
-    def __init__(
-        self, searcher: tantivy.Searcher | None, hits: list[tuple[Any, Any]], *, with_seq: bool
-    ) -> None:
+    def __init__(self, searcher: tantivy.Searcher | None, hits: list[tuple[Any, Any]]) -> None:
         self.searcher = searcher
         self.hits = hits
-        self.seqs: list[int] | None = None
-        if with_seq and searcher is not None:
+        self.seqs: list[int] = []
+        if searcher is not None:
             values = searcher.fast_field_values("seq", [addr for _score, addr in hits])
-            self.seqs = cast(list[int], values)  # every document of such an index has its seq
+            self.seqs = cast(list[int], values)  # every document has its seq
 
     def __len__(self) -> int:
         return len(self.hits)
@@ -454,5 +442,5 @@ class Ranked:
         """(event id, BM25 score) pairs."""
         for score, addr in self.hits:
             assert self.searcher is not None  # there are hits only with a searcher
-            # get_first: half the cost of doc(addr)["id"][0], which builds the whole document.
+            # get_first: cheaper than doc(addr)["id"][0], which builds the whole document.
             yield cast(str, self.searcher.doc(addr).get_first("id")), float(score)

@@ -289,8 +289,7 @@ def encode_idempotency(rec: IdempotencyRecord) -> bytes:
 #
 # A record is the msgpack map of StoredEvent's fields, in their order, with the embedding as a
 # msgpack bin of little-endian float64s. A reader that leaves the embedding out (recall's
-# candidates) skips the bin by its length instead of building its floats. Records written before
-# this layout hold the embedding as a msgpack array of floats; they are read as they are.
+# candidates) skips the bin by its length instead of building its floats.
 
 _SWAP = sys.byteorder == "big"  # array.array("d") is native order; records are little-endian
 
@@ -304,13 +303,13 @@ def _field_spec(f: msgspec.structs.FieldInfo) -> tuple[Any, ...]:
     return (f.name, f.type)
 
 
-# StoredEvent's own fields in its order, so the two cannot drift apart; the embedding is bytes
-# when written by this module, a list of floats in older records. Not kw_only: a record is built
-# from StoredEvent's values by position, which is cheaper than by name.
+# StoredEvent's own fields in its order, so the two cannot drift apart; the embedding as bytes.
+# Not kw_only: a record is built from StoredEvent's values by position, which is cheaper than by
+# name.
 _Record = msgspec.defstruct(
     "_Record",
     [
-        ("embedding", bytes | list[float] | None, None) if f.name == "embedding" else _field_spec(f)
+        ("embedding", bytes | None, None) if f.name == "embedding" else _field_spec(f)
         for f in msgspec.structs.fields(StoredEvent)
     ],
     frozen=True,
@@ -338,10 +337,10 @@ def encode_event(ev: StoredEvent) -> bytes:
 
 
 def decode_event(raw: bytes | memoryview) -> StoredEvent:
-    """The StoredEvent a record holds, in either layout; the floats exactly as appended."""
+    """The StoredEvent a record holds, the floats exactly as appended."""
     fields = msgspec.structs.asdict(_decode_record(raw))
     embedding = fields["embedding"]
-    if isinstance(embedding, bytes):
+    if embedding is not None:
         fields["embedding"] = _floats(embedding)
     return StoredEvent(**fields)
 
@@ -359,7 +358,7 @@ _decode_light = msgspec.msgpack.Decoder(_Light).decode
 
 
 def decode_light(raw: bytes | memoryview) -> StoredEvent:
-    """The StoredEvent a record holds, without its embedding (None), in either layout."""
+    """The StoredEvent a record holds, without its embedding (None)."""
     return StoredEvent(**msgspec.structs.asdict(_decode_light(raw)))
 
 

@@ -48,14 +48,13 @@ class EventLog:
         log = cls(path, env)
         with log.reader() as r:
             schema = r.meta_int(layout.SCHEMA)
-            ready = schema is not None and r.meta_int(SUPERSEDING) is not None
         if schema is not None and schema > SCHEMA_VERSION:
             env.close()
             raise LogFormatError(
                 f"the event log is in format {schema}, newer than this version reads "
                 f"({SCHEMA_VERSION}); open it with a newer memspine"
             )
-        if not ready:  # a new log, or one made before the flag: one write (none on a full disk)
+        if schema is None:  # a new log: one write (none on a full disk)
             try:
                 log.write(lambda txn: log._initialise(txn, embedding_dim))
             except BaseException:
@@ -64,13 +63,11 @@ class EventLog:
         return log
 
     def _initialise(self, txn: lmdb.Transaction, embedding_dim: int) -> None:
-        """Record the schema and dimension of a new log, and the superseding flag of any log."""
-        r = self.view(txn)
-        if r.meta_int(layout.SCHEMA) is None:
+        """Record the schema, dimension and superseding flag (none yet) of a new log."""
+        if self.view(txn).meta_int(layout.SCHEMA) is None:
             self.put_meta_int(txn, layout.SCHEMA, SCHEMA_VERSION)
             self.put_meta_int(txn, layout.DIM, embedding_dim)
-        if r.meta_int(SUPERSEDING) is None:  # new, or made before it
-            self.put_meta_int(txn, SUPERSEDING, _any_supersedes(txn, self.dbs))
+            self.put_meta_int(txn, SUPERSEDING, 0)
 
     def reopen(self) -> None:
         """Close and reopen the environment, once no transaction is active: after MDB_PANIC
@@ -396,14 +393,6 @@ def _open_env(path: Path, map_size: int) -> lmdb.Environment:
         metasync=True,
         readahead=False,
     )
-
-
-def _any_supersedes(txn: lmdb.Transaction, dbs: dict[str, Any]) -> int:
-    """1 if the log holds a SUPERSEDES link, else 0 (a scan of link keys, once per log)."""
-    code = layout.REL_CODES[SUPERSEDES]
-    cur = txn.cursor(db=dbs["links_in"])
-    at = slice(layout.ID_BYTES, layout.ID_BYTES + 1)  # a links_in key: target id, then the code
-    return int(any(key[at] == code for key in cur.iternext(keys=True, values=False)))
 
 
 def _dedupe(ids: Any) -> list[str]:

@@ -127,11 +127,6 @@ class Admission:
             self.withheld.setdefault(ev.event_id, reason)
         return False
 
-    def event(self, event_id: str) -> StoredEvent | None:
-        """The event with this id if it passes all but the window (read without its embedding)."""
-        ev = self.r.get_light(event_id)
-        return ev if self.admit(ev, window=False) else None
-
     def event_for_label(self, label: int) -> StoredEvent | None:
         """The event behind a vector label if it passes all but the window (read light)."""
         if label not in self._by_label:
@@ -180,10 +175,8 @@ def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEven
     limit = depth * 2
     while True:
         found = kw.ranked(adm.q.text, limit=limit, kind=kind, filters=adm.q.filters)
-        if found.seqs is not None:  # as vector labels are: one read of an event both arms find
-            ranked = _first(adm, map(adm.event_for_label, found.seqs), depth)
-        else:
-            ranked = _first(adm, (adm.event(e) for e, _s in found), depth)
+        # Hits reach their events by seq, as vector labels do: one read of an event both arms find.
+        ranked = _first(adm, map(adm.event_for_label, found.seqs), depth)
         if len(ranked) >= depth or len(found) < limit:
             return ranked
         limit *= 4
