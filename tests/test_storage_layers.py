@@ -6,8 +6,10 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-STORAGE = ROOT / "storage"
+import storage
+
+STORAGE = Path(storage.__file__).resolve().parent
+ROOT = STORAGE.parent
 
 
 def module_name(path: Path) -> str:
