@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean
+.PHONY: install run test lint typecheck bench clean browser
 
 install: $(STAMP)
 
@@ -21,7 +21,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy memspine memspine_admin storage
 
-test: $(STAMP) lint typecheck
+# Debian's chromium for the console's browser tests; says why and goes on when it cannot.
+browser:
+	sh scripts/install-browser
+
+test: $(STAMP) browser lint typecheck
 	$(VENV)/bin/pytest -q -p no:cacheprovider
 
 bench: $(STAMP)

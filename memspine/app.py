@@ -22,7 +22,7 @@ from memspine.logs import install_request_observer, log_request
 from memspine.mcp.lazy import LazyMcp
 from memspine.metrics import Metrics, metrics_route
 from memspine.purger import Purger
-from memspine.routes import admin, cypher, health, memory, whoami
+from memspine.routes import admin, cypher, health, memory, ui, whoami
 from storage.cypher import warm as warm_cypher
 
 log = logging.getLogger("memspine.app")
@@ -68,6 +68,7 @@ def create_app(
             *cypher.ROUTES,
             *admin.ROUTES,
             *whoami.ROUTES,
+            *ui.routes(settings),
             metrics_route,
             mcp.route(),
         ],

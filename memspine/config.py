@@ -48,6 +48,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     body_timeout_secs: float = 30.0
     max_connections: int = msgspec.field(default_factory=lambda: default_max_connections())
     max_connections_per_client: int = 64
+    ui: bool = True  # the web console at /ui (memspine/routes/ui.py)
 
 
 def default_max_open_tenants() -> int:
@@ -254,6 +255,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_MAX_CONNECTIONS_PER_CLIENT": lambda v: {
         "max_connections_per_client": _int_in(1, 1_000_000)(v)
     },
+    "MEMSPINE_UI": lambda v: {"ui": _flag(v)},
 }
 
 
