@@ -14,15 +14,15 @@ import anyio.to_thread
 
 from memspine.config import Settings
 from memspine.shares import FairShares
-from storage.current import EventState
 from storage.cypher import CypherResult
+from storage.erasure.purge import for_want_of_room
 from storage.errors import MemspineError, NotFound
-from storage.listing import ListQuery
-from storage.manager import TenantManager
 from storage.model import AppendResult, NewEvent, StoredEvent
-from storage.purge import for_want_of_room
-from storage.recall import RecallQuery, RecallResult
-from storage.tenant import Tenant
+from storage.read.current import EventState
+from storage.read.listing import ListQuery
+from storage.read.recall import RecallQuery, RecallResult
+from storage.tenants.manager import TenantManager
+from storage.tenants.tenant import Tenant
 
 T = TypeVar("T")
 log = logging.getLogger("memspine.engine")

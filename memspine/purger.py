@@ -9,9 +9,9 @@ import logging
 import lmdb
 
 from memspine.engine import Engine
+from storage.erasure.purge import for_want_of_room
+from storage.erasure.swap import PENDING, pending_tenants
 from storage.errors import Unavailable
-from storage.purge import for_want_of_room
-from storage.swap import PENDING, pending_tenants
 
 log = logging.getLogger("memspine.purger")
 

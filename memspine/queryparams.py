@@ -8,10 +8,10 @@ import msgspec
 from litestar import Request
 
 from memspine.schemas import TIME_CHECK_HEADER, check_kind, check_time, time_check
-from storage import layout as enc
 from storage.errors import InvalidRequest
-from storage.listing import MAX_LIMIT, ListQuery
+from storage.log import layout as enc
 from storage.model import FilterValue
+from storage.read.listing import MAX_LIMIT, ListQuery
 
 LIST_PARAMS = {"kind", "since", "until", "limit", "cursor", "current", "as_of"}
 PROP_PREFIX = "prop."

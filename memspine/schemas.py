@@ -13,10 +13,10 @@ from typing import Any, TypeVar
 import msgspec
 
 from memspine.jsonbounds import check_body_nesting
-from storage import layout as enc
 from storage.errors import InvalidRequest
+from storage.log import layout as enc
 from storage.model import NewEvent, StoredEvent
-from storage.recall import RecallQuery, RecallResult, Walk, Withheld
+from storage.read.recall import RecallQuery, RecallResult, Walk, Withheld
 
 T = TypeVar("T")
 

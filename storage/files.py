@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from storage.fsync import TMP_SUFFIX
 
-LOG = "events"  # the event log's LMDB environment (a directory; storage/layout.py)
+LOG = "events"  # the event log's LMDB environment (a directory; storage/log/layout.py)
 KEYWORD = "keyword"  # the Tantivy keyword index (a directory)
-VECTORS = "vectors.hnsw"  # the saved HNSW graph (storage/vecfile.py)
-LIVE_SUFFIX = ".live.npy"  # beside a saved graph, its live labels (storage/vecfile.py)
+VECTORS = "vectors.hnsw"  # the saved HNSW graph (storage/index/vecfile.py)
+LIVE_SUFFIX = ".live.npy"  # beside a saved graph, its live labels (storage/index/vecfile.py)
 VECTORS_LIVE = VECTORS + LIVE_SUFFIX
 STORES = (LOG, KEYWORD, VECTORS, VECTORS_LIVE)
 # Temp files of a vector save a crash interrupted: old vectors, possibly of purged events.

@@ -8,7 +8,7 @@ import msgspec
 
 FilterValue = bool | int | float | str
 
-# Relationship types between events (storage/layout.py gives each the byte its link keys carry).
+# Relationship types between events (storage/log/layout.py gives each the byte its link keys carry).
 SOURCE_FROM = "SOURCE_FROM"
 SUPERSEDES = "SUPERSEDES"
 

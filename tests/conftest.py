@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import pytest
 
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from conftest import ServerProcess
 
-from storage.cascade import derived_closure
 from storage.model import NewEvent
-from storage.tenant import Tenant
+from storage.read.cascade import derived_closure
+from storage.tenants.tenant import Tenant
 
 NOT_FOUND = {"error": "not_found", "detail": "no event with that id"}
 

@@ -19,13 +19,13 @@ import msgspec
 import pytest
 from conftest import ServerProcess
 
-from storage import layout as enc
-from storage.current import Moment
-from storage.listing import ListQuery, list_events
+from storage.log import layout as enc
+from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM, SUPERSEDES, NewEvent
-from storage.reader import LogReader
-from storage.recall import Hit, RecallQuery, recall
-from storage.tenant import Tenant
+from storage.read.current import Moment
+from storage.read.listing import ListQuery, list_events
+from storage.read.recall import Hit, RecallQuery, recall
+from storage.tenants.tenant import Tenant
 
 MIN = 60_000_000  # one minute in microseconds
 HOUR = 60 * MIN

@@ -26,14 +26,14 @@ from conftest import ServerProcess
 
 from storage import failpoints, space
 from storage.errors import DiskFull
+from storage.index.vecfile import check_saved
 from storage.model import AppendResult, NewEvent
-from storage.recall import RecallQuery, recall
-from storage.tenant import Tenant
-from storage.vecfile import check_saved
+from storage.read.recall import RecallQuery, recall
+from storage.tenants.tenant import Tenant
 
 TENANT = "acme"
 DIM = 4
-TERMS_PER_QUERY = 64  # storage/keyword.py MAX_QUERY_WORDS: one recall looks for 64 events' words
+TERMS_PER_QUERY = 64  # storage/index/keyword.py MAX_QUERY_WORDS: one recall looks for 64 events' words
 
 
 # -- the events -------------------------------------------------------------------

@@ -18,11 +18,12 @@ import msgspec
 import pytest
 from test_purge import DIM, embedding_patterns, neighbour, rare_token, scan, text_patterns
 
-from storage import swap, vecfile
-from storage.manager import TenantManager
+from storage.erasure import swap
+from storage.erasure.purge import NoRoomToPurge, for_want_of_room
+from storage.index import vecfile
 from storage.model import NewEvent
-from storage.purge import NoRoomToPurge, for_want_of_room
-from storage.tenant import Tenant
+from storage.tenants.manager import TenantManager
+from storage.tenants.tenant import Tenant
 
 REPO = Path(__file__).resolve().parent.parent
 VECTORS = ["none", "all", "mixed", "no-text"]  # which events carry an embedding (and text)
@@ -189,7 +190,7 @@ def test_a_delete_through_storage_marks_the_tenant_and_an_open_repairs_a_lost_ma
 FORK_SERVER = """
 import os, signal, sys
 from pathlib import Path
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 dim = int(sys.argv[1])
 print("ready", flush=True)

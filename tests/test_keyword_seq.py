@@ -10,8 +10,8 @@ from typing import Any
 import tantivy
 
 from storage.model import AppendResult, NewEvent
-from storage.recall import RecallQuery, recall
-from storage.tenant import Tenant
+from storage.read.recall import RecallQuery, recall
+from storage.tenants.tenant import Tenant
 
 DIM = 4
 WORDS = ["parcel", "refund", "carrier", "signed", "street", "number"]

@@ -1,4 +1,4 @@
-"""The event log's format has one definition (storage/layout.py) and a version: a change to its
+"""The event log's format has one definition (storage/log/layout.py) and a version: a change to its
 bytes without a bump of SCHEMA_VERSION fails here, and a log of a newer version is refused."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from storage import layout
-from storage.layout import IdempotencyRecord, Tombstone
-from storage.log import EventLog, LogFormatError
+from storage.log import layout
+from storage.log.eventlog import EventLog, LogFormatError
+from storage.log.layout import IdempotencyRecord, Tombstone
 from storage.model import SOURCE_FROM, SUPERSEDES, NewEvent, StoredEvent
 
 # The fingerprint of each version's format (fingerprint() below). A new format gets a new
@@ -86,7 +86,7 @@ def test_the_format_changes_only_with_a_new_schema_version() -> None:
         f"{layout.SCHEMA_VERSION}: {fingerprint()!r} to RECORDED"
     )
     assert fingerprint() == RECORDED[layout.SCHEMA_VERSION], (
-        "the log's on-disk format changed: bump SCHEMA_VERSION in storage/layout.py (with a "
+        "the log's on-disk format changed: bump SCHEMA_VERSION in storage/log/layout.py (with a "
         "tested migration if existing logs must still open) and record the new fingerprint"
     )
     assert max(RECORDED) == layout.SCHEMA_VERSION

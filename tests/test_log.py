@@ -13,13 +13,13 @@ import lmdb
 import msgspec
 import pytest
 
-import storage.log as log_module
-from storage import layout as enc
+import storage.log.eventlog as log_module
 from storage.errors import EmbeddingMismatch, IdempotencyMismatch, InvalidRequest
-from storage.listing import ListQuery, decode_cursor, list_events
-from storage.log import EventLog
+from storage.log import layout as enc
+from storage.log.eventlog import EventLog
 from storage.model import SOURCE_FROM, AppendResult, NewEvent
-from storage.tenant import Tenant
+from storage.read.listing import ListQuery, decode_cursor, list_events
+from storage.tenants.tenant import Tenant
 
 
 @pytest.fixture
@@ -370,7 +370,7 @@ def test_map_grows_instead_of_failing(tmp_path: Path, monkeypatch: pytest.Monkey
 _DIE_HOLDING_A_READER = """
 import os, signal, sys
 from pathlib import Path
-from storage.log import EventLog
+from storage.log.eventlog import EventLog
 log = EventLog.open(Path(sys.argv[1]), embedding_dim=4)
 txn = log.env.begin()
 txn.get(b"x")
@@ -381,7 +381,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 _OPEN_AND_LIST_READERS = """
 import sys
 from pathlib import Path
-from storage.log import EventLog
+from storage.log.eventlog import EventLog
 log = EventLog.open(Path(sys.argv[1]), embedding_dim=4)
 print(log.env.readers(), flush=True)
 """

@@ -24,14 +24,15 @@ import tantivy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import files, swap
-from storage.compact import rewrite, sync_delta
-from storage.keyword import KeywordDoc, KeywordIndex
-from storage.log import EventLog
+from storage import files
+from storage.erasure import swap
+from storage.erasure.compact import rewrite, sync_delta
+from storage.erasure.purge import PurgeStats
+from storage.index.keyword import KeywordDoc, KeywordIndex
+from storage.index.vecfile import VectorFileError, count_labels, erase_labels
+from storage.log.eventlog import EventLog
 from storage.model import NewEvent, StoredEvent
-from storage.purge import PurgeStats
-from storage.tenant import Tenant
-from storage.vecfile import VectorFileError, count_labels, erase_labels
+from storage.tenants.tenant import Tenant
 
 DIM = 16
 VOCAB = ["parcel", "order", "carrier", "refund", "street", "delivery", "agent", "customer"]

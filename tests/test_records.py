@@ -17,11 +17,11 @@ from litestar.testing import TestClient
 
 from memspine.app import create_app
 from memspine.config import load_settings
-from storage.layout import decode_event, encode_event
+from storage.log.layout import decode_event, encode_event
+from storage.log.reader import LogReader
 from storage.model import AppendResult, NewEvent, StoredEvent
-from storage.reader import LogReader
-from storage.recall import RecallQuery, RecallResult, recall
-from storage.tenant import Tenant
+from storage.read.recall import RecallQuery, RecallResult, recall
+from storage.tenants.tenant import Tenant
 
 DIM = 8
 T0 = 1_700_000_000_000_000

@@ -1,5 +1,6 @@
-"""storage's modules import one another one way only: no two import each other, directly or
-around a loop, not even for type checking (docs/architecture.md)."""
+"""storage's modules import one another one way only (docs/architecture.md): each group imports
+only the groups below it, no two modules import each other, directly or around a loop (not even
+for type checking), and only storage/fsync.py calls fsync."""
 
 from __future__ import annotations
 
@@ -87,6 +88,44 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
     return found
 
 
+# What each group of storage may import besides itself (docs/architecture.md, "Storage").
+# "base" is storage's own top-level modules: errors, model, files, fsync, space, failpoints, rwlock.
+MAY_IMPORT = {
+    "base": set(),
+    "log": {"base"},
+    "index": {"base", "log"},
+    "read": {"base", "log", "index"},
+    "cypher": {"base"},
+    "erasure": {"base", "log", "index"},
+    "embedders": {"base"},
+    "tenants": {"base", "log", "index", "read", "cypher", "erasure", "embedders"},
+}
+
+
+def group(module: str) -> str:
+    """The group of a storage module: its subpackage, or "base" for a top-level module."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and (STORAGE / parts[1]).is_dir() else "base"
+
+
+def violations(edges: dict[str, set[str]]) -> list[str]:
+    """Every import of a group the importer's group may not import."""
+    wrong = []
+    for module, targets in sorted(edges.items()):
+        mine = group(module)
+        for target in sorted(targets):
+            theirs = group(target)
+            if theirs != mine and theirs not in MAY_IMPORT.get(mine, set()):
+                wrong.append(f"{module} ({mine}) imports {target} ({theirs})")
+    return wrong
+
+
+def test_each_group_imports_only_the_groups_below_it() -> None:
+    edges = graph()
+    assert {group(m) for m in edges} <= set(MAY_IMPORT)  # every group is placed
+    assert violations(edges) == []
+
+
 def test_no_two_storage_modules_import_each_other() -> None:
     assert cycles(graph()) == []
 
@@ -94,7 +133,9 @@ def test_no_two_storage_modules_import_each_other() -> None:
 def test_the_check_sees_a_loop() -> None:
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     edges = graph()
-    assert "storage.tenant" in edges["storage.manager"]  # it reads real imports
+    assert "storage.tenants.tenant" in edges["storage.tenants.manager"]  # it reads real imports
+    upward = {"storage.log.reader": {"storage.read.current"}, "storage.read.current": set()}
+    assert violations(upward) == ["storage.log.reader (log) imports storage.read.current (read)"]
 
 
 def test_only_storage_fsync_calls_fsync() -> None:
@@ -111,3 +152,33 @@ def test_only_storage_fsync_calls_fsync() -> None:
                 ):
                     callers.append(str(path.relative_to(ROOT)))
     assert sorted(set(callers)) == ["storage/fsync.py"]
+
+
+# The modules of storage that memspine and memspine_admin may import (docs/architecture.md).
+PUBLIC = {
+    "storage.errors",
+    "storage.model",
+    "storage.space",
+    "storage.fsync",
+    "storage.log.layout",
+    "storage.read.current",
+    "storage.read.listing",
+    "storage.read.recall",
+    "storage.erasure.purge",
+    "storage.erasure.swap",
+    "storage.tenants.tenant",
+    "storage.tenants.manager",
+    "storage.tenants.footprint",
+    "storage.cypher",
+    "storage.embedders",
+}
+
+
+def test_the_server_uses_only_storages_public_modules() -> None:
+    known = modules()
+    used: dict[str, set[str]] = {}
+    for package in ("memspine", "memspine_admin"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            for target in imports(path, known):
+                used.setdefault(target, set()).add(str(path.relative_to(ROOT)))
+    assert {m: sorted(users) for m, users in used.items() if m not in PUBLIC} == {}

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage.current import Moment
-from storage.layout import SUPERSEDING, meta_key
+from storage.log.layout import SUPERSEDING, meta_key
 from storage.model import AppendResult, NewEvent
-from storage.recall import RecallQuery, recall
-from storage.tenant import Tenant
+from storage.read.current import Moment
+from storage.read.recall import RecallQuery, recall
+from storage.tenants.tenant import Tenant
 
 DIM = 4
 

@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 
 from storage.errors import Conflict
-from storage.listing import ListQuery
 from storage.model import AppendResult, NewEvent
-from storage.recall import RecallQuery
-from storage.standin import EmptyStandIn
-from storage.tenant import Tenant
+from storage.read.listing import ListQuery
+from storage.read.recall import RecallQuery
+from storage.tenants.standin import EmptyStandIn
+from storage.tenants.tenant import Tenant
 
 DIM = 4
 

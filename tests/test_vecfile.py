@@ -1,4 +1,4 @@
-"""storage/vecfile.py is the one definition of a saved vector index's layout: what it says
+"""storage/index/vecfile.py is the one definition of a saved vector index's layout: what it says
 matches what hnswlib writes, and the live-label sidecar is read and written only through it."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import hnswlib
 import numpy as np
 import pytest
 
-from storage import vecfile, vectors
+from storage.index import vecfile, vectors
 
 
 @pytest.mark.parametrize("dim", [4, 384])

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-import storage.log as log_module
+import storage.log.eventlog as log_module
 from storage.errors import EmbeddingMismatch, IdempotencyMismatch
 from storage.model import AppendResult, NewEvent
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 DIM = 4
 WORDS = ("parcel", "refund", "carrier", "zebra", "yak", "okapi", "street", "agent")

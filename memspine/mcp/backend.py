@@ -30,7 +30,7 @@ from memspine.schemas import (
 )
 from memspine_admin.verifier import Principal
 from storage.errors import InvalidRequest
-from storage.listing import ListQuery
+from storage.read.listing import ListQuery
 
 MAX_TS = 2**62
 

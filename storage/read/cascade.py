@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
+from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM
-from storage.reader import LogReader
 
 
 def derived_closure(r: LogReader, event_id: str) -> list[str]:

@@ -8,10 +8,10 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
-from storage import layout
 from storage.errors import InvalidRequest
+from storage.log import layout
+from storage.log.reader import LogReader
 from storage.model import FilterValue, StoredEvent
-from storage.reader import LogReader
 
 MAX_LIMIT = 1000
 

@@ -14,22 +14,23 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from storage import files, layout
-from storage.cascade import derived_closure, would_delete
-from storage.current import EventState, Moment, event_state
+from storage import files
 from storage.cypher import CypherResult
 from storage.cypher import run as run_cypher
+from storage.erasure.purge import PurgeGate, PurgeStats
+from storage.erasure.swap import PENDING, Step, mark_pending, no_step, recover
 from storage.errors import Conflict, DiskFull
-from storage.keyword import KeywordDoc, KeywordIndex
-from storage.listing import ListQuery, list_events
-from storage.log import EventLog
+from storage.index.keyword import KeywordDoc, KeywordIndex
+from storage.index.vectors import VectorIndex
+from storage.log import layout
+from storage.log.eventlog import EventLog
 from storage.model import NewEvent, StoredEvent
-from storage.purge import PurgeGate, PurgeStats
-from storage.recall import RecallQuery, RecallResult, recall, validate
+from storage.read.cascade import derived_closure, would_delete
+from storage.read.current import EventState, Moment, event_state
+from storage.read.listing import ListQuery, list_events
+from storage.read.recall import RecallQuery, RecallResult, recall, validate
 from storage.space import disk_full
-from storage.swap import PENDING, Step, mark_pending, no_step, recover
-from storage.vectors import VectorIndex
-from storage.writer import GroupWriter, Job
+from storage.tenants.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")

@@ -7,8 +7,8 @@ from typing import Any, cast
 
 import lmdb
 
-from storage import layout
-from storage.layout import Tombstone
+from storage.log import layout
+from storage.log.layout import Tombstone
 from storage.model import FilterValue, StoredEvent
 
 

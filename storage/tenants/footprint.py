@@ -8,9 +8,9 @@ from pathlib import Path
 from typing import Any
 
 from storage import files
-from storage.keyword import READER_BYTES
-from storage.tenant import Tenant
-from storage.vectors import file_memory_bytes
+from storage.index.keyword import READER_BYTES
+from storage.index.vectors import file_memory_bytes
+from storage.tenants.tenant import Tenant
 
 # What an open tenant holds beyond its two indexes: its LMDB environment's buffers, its writer
 # and inserter threads, its Python objects (measured on an empty tenant, bench/RESULTS.md).

@@ -1,6 +1,6 @@
 """The layout of a saved vector index: hnswlib's index file and the live-label sidecar beside it.
 
-The vector index (storage/vectors.py) saves through hnswlib and reads back through this module,
+The vector index (storage/index/vectors.py) saves through hnswlib and reads back through this module,
 the one reader of the layout. The file is hnswlib 0.8's `saveIndex`: a fixed header, then
 `cur_element_count` records of `size_data_per_element` bytes, each holding the level-0 link list
 (whose third byte carries the deleted mark), the vector and the label, then each element's

@@ -17,7 +17,8 @@ import hnswlib
 import numpy as np
 
 from storage import failpoints
-from storage.flat import (
+from storage.fsync import replace_durably
+from storage.index.flat import (
     Allowed,
     FlatSet,
     as_float32,
@@ -25,9 +26,7 @@ from storage.flat import (
     unit,
     use_one_blas_thread,
 )
-from storage.fsync import replace_durably
-from storage.rwlock import RWLock
-from storage.vecfile import (
+from storage.index.vecfile import (
     VectorFileError,
     check_saved,
     live_path,
@@ -36,6 +35,7 @@ from storage.vecfile import (
     record_bytes,
     write_live,
 )
+from storage.rwlock import RWLock
 
 log = logging.getLogger("memspine.vectors")
 

@@ -6,8 +6,8 @@ import time
 
 import msgspec
 
+from storage.log.reader import LogReader
 from storage.model import SUPERSEDES, StoredEvent
-from storage.reader import LogReader
 
 MAX_CHAIN_HOPS = 5
 # Why current state keeps an event out of an answer (recall's `withheld` counts them by these).

@@ -2,7 +2,7 @@
 graph while that is small.
 
 These keep their own unit rows because hnswlib hands vectors back slowly (`get_items` costs about
-80 µs a vector, 170 ms for 2,000), and `read_vectors` (storage/vecfile.py) takes a saved index's
+80 µs a vector, 170 ms for 2,000), and `read_vectors` (storage/index/vecfile.py) takes a saved index's
 vectors straight from its file for the same reason.
 """
 

@@ -12,11 +12,12 @@ from typing import Any, TypeVar
 import lmdb
 import msgspec
 
-from storage import failpoints, layout
+from storage import failpoints
 from storage.errors import DiskFull, EmbeddingMismatch, IdempotencyMismatch, MemspineError
-from storage.layout import DB_NAMES, SCHEMA_VERSION, SUPERSEDING, IdempotencyRecord, Tombstone
+from storage.log import layout
+from storage.log.layout import DB_NAMES, SCHEMA_VERSION, SUPERSEDING, IdempotencyRecord, Tombstone
+from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
-from storage.reader import LogReader
 from storage.rwlock import RWLock
 from storage.space import disk_full
 

@@ -17,9 +17,9 @@ from pathlib import Path
 import lmdb
 
 from storage.errors import MemspineError, Unavailable
-from storage.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
-from storage.standin import EmptyStandIn
-from storage.tenant import Tenant
+from storage.tenants.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
+from storage.tenants.standin import EmptyStandIn
+from storage.tenants.tenant import Tenant
 
 log = logging.getLogger("memspine.manager")
 

@@ -8,14 +8,14 @@ from collections.abc import Iterable
 import msgspec
 import numpy as np
 
-from storage import layout
-from storage.current import EXPIRED, NOT_YET_VALID, SUPERSEDED, Moment
 from storage.errors import EmbeddingMismatch, InvalidRequest
-from storage.flat import as_float32, top, unit
-from storage.keyword import KeywordIndex
+from storage.index.flat import as_float32, top, unit
+from storage.index.keyword import KeywordIndex
+from storage.index.vectors import VectorIndex
+from storage.log import layout
+from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM, FilterValue, StoredEvent
-from storage.reader import LogReader
-from storage.vectors import VectorIndex
+from storage.read.current import EXPIRED, NOT_YET_VALID, SUPERSEDED, Moment
 
 RRF_K = 60
 MAX_K = 100

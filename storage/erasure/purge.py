@@ -6,7 +6,7 @@ vector file with the purged vectors erased in it (in memory, a delete already re
 vector with noise). Phase 2 runs on the tenant's writer thread, so no write interleaves: it
 brings the copy and the new keyword index up to the live log, commits by one rename and swaps
 the files in. Reads wait only for that swap (the log lock held exclusive while the environment
-is reopened). See docs/erasure.md and storage/swap.py for the on-disk protocol.
+is reopened). See docs/erasure.md and storage/erasure/swap.py for the on-disk protocol.
 """
 
 from __future__ import annotations
@@ -28,16 +28,13 @@ import msgspec
 import numpy as np
 import tantivy
 
-from storage import files, layout, swap
-from storage.compact import rewrite, sync_delta
+from storage import files
+from storage.erasure import swap
+from storage.erasure.compact import rewrite, sync_delta
+from storage.erasure.swap import Step, no_step
 from storage.fsync import fsync_file, fsync_tree
-from storage.keyword import KeywordDoc, KeywordIndex, document
-from storage.log import EventLog
-from storage.model import FilterValue
-from storage.reader import LogReader
-from storage.space import names_full_disk
-from storage.swap import Step, no_step
-from storage.vecfile import (
+from storage.index.keyword import KeywordDoc, KeywordIndex, document
+from storage.index.vecfile import (
     VectorFileError,
     count_labels,
     erase_labels,
@@ -45,7 +42,12 @@ from storage.vecfile import (
     read_live,
     write_live,
 )
-from storage.vectors import VectorIndex
+from storage.index.vectors import VectorIndex
+from storage.log import layout
+from storage.log.eventlog import EventLog
+from storage.log.reader import LogReader
+from storage.model import FilterValue
+from storage.space import names_full_disk
 
 log = logging.getLogger("memspine.purge")
 T = TypeVar("T")
@@ -80,7 +82,7 @@ def for_want_of_room(exc: BaseException) -> bool:
 
 
 class Purgeable(Protocol):
-    """What a purge reads and changes of a tenant (storage/tenant.py's Tenant)."""
+    """What a purge reads and changes of a tenant (storage/tenants/tenant.py's Tenant)."""
 
     tenant_id: str
     root: Path

@@ -14,8 +14,9 @@ from typing import Any, cast
 import msgspec
 import tantivy
 
-from storage import failpoints, layout
+from storage import failpoints
 from storage.errors import DiskFull
+from storage.log import layout
 from storage.model import FilterValue
 from storage.space import disk_full
 

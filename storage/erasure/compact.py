@@ -14,10 +14,11 @@ from typing import Any
 
 import lmdb
 
-from storage import failpoints, layout
-from storage.layout import DB_NAMES
+from storage import failpoints
+from storage.log import layout
+from storage.log.layout import DB_NAMES
+from storage.log.reader import LogReader
 from storage.model import StoredEvent
-from storage.reader import LogReader
 
 COPY_TXN_ENTRIES = 20_000
 
