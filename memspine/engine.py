@@ -6,6 +6,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
@@ -14,7 +15,7 @@ import anyio.to_thread
 
 from memspine.config import Settings
 from memspine.shares import FairShares
-from storage.cypher import CypherResult
+from storage.cypher import CypherResult, Limits
 from storage.erasure.purge import for_want_of_room
 from storage.errors import MemspineError, NotFound
 from storage.model import AppendResult, NewEvent, StoredEvent
@@ -244,10 +245,21 @@ class Engine:
     async def cypher(
         self, tenant_id: str, query: str, params: dict[str, Any] | None
     ) -> CypherResult:
-        """A read-only Cypher query over one snapshot, bounded by the configured time and rows."""
-        timeout_ms, max_rows = self.settings.cypher_timeout_ms, self.settings.cypher_max_rows
+        """A read-only Cypher query over one snapshot, bounded by the configured limits; its time
+        counts from here, so a wait for a read thread is part of it."""
+        started = time.monotonic()
+        settings = self.settings
+        limits = Limits(
+            timeout_ms=settings.cypher_timeout_ms,
+            max_rows=settings.cypher_max_rows,
+            max_bytes=settings.cypher_max_bytes,
+            max_string=settings.cypher_max_string_chars,
+            max_list=settings.cypher_max_list_items,
+            max_result_bytes=settings.cypher_max_result_bytes,
+        )
+        # encoded: the answer is encoded on the read thread, row by row, under the limits.
         return await self.read(
-            tenant_id, lambda t: t.cypher(query, params, timeout_ms=timeout_ms, max_rows=max_rows)
+            tenant_id, lambda t: t.cypher(query, params, limits, encoded=True, started=started)
         )
 
     def close(self) -> None:

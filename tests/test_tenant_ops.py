@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from storage.cypher import Limits
 from storage.errors import Conflict
 from storage.model import AppendResult, NewEvent
 from storage.read.listing import ListQuery
@@ -117,8 +118,7 @@ def test_reads_and_deletes_are_tenant_methods(tenant: Tenant) -> None:
     rows = tenant.cypher(
         "MATCH (s:Event)-[:SOURCE_FROM]->(e:Event) RETURN s.event_id, e.event_id",
         None,
-        timeout_ms=1000,
-        max_rows=10,
+        Limits(timeout_ms=1000, max_rows=10),
     ).rows
     assert rows == [[c.event_id, a.event_id]]
     assert tenant.would_delete(a.event_id, cascade=True) == [a.event_id, c.event_id]

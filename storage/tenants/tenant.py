@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import msgspec
 
 from storage import files
-from storage.cypher import CypherResult
+from storage.cypher import CypherResult, Limits
 from storage.cypher import run as run_cypher
 from storage.erasure.purge import PurgeGate, PurgeStats
 from storage.erasure.swap import PENDING, Step, mark_pending, no_step, recover
@@ -217,11 +217,30 @@ class Tenant:
             return recall(r, self.keyword, self.vectors, query, embeddings=embeddings)
 
     def cypher(
-        self, query: str, params: dict[str, Any] | None, *, timeout_ms: int, max_rows: int
+        self,
+        query: str,
+        params: dict[str, Any] | None,
+        limits: Limits,
+        *,
+        encoded: bool = False,
+        started: float | None = None,
     ) -> CypherResult:
-        """A read-only Cypher query over one snapshot, bounded in time and rows."""
+        """A read-only Cypher query over one snapshot within limits, its clock running from
+        `started` (time.monotonic(); now by default); encoded: rows as their JSON."""
         with self.log.reader() as r:
-            return run_cypher(r, query, params, timeout_ms=timeout_ms, max_rows=max_rows)
+            return run_cypher(
+                r,
+                query,
+                params,
+                timeout_ms=limits.timeout_ms,
+                max_rows=limits.max_rows,
+                max_bytes=limits.max_bytes,
+                max_string=limits.max_string,
+                max_list=limits.max_list,
+                max_result_bytes=limits.max_result_bytes,
+                encoded=encoded,
+                started=started,
+            )
 
     def would_delete(self, event_id: str, *, cascade: bool) -> list[str]:
         """The ids a delete (cascading or not) would remove, the event first; changes nothing."""
