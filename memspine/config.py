@@ -44,6 +44,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     cypher_max_string_chars: int = 4 << 20
     cypher_max_list_items: int = 100_000
     cypher_max_result_bytes: int = 32 << 20
+    cypher_concurrency: int = 2
     metrics_per_tenant: bool = False
     log_level: str = "INFO"
     mcp_allowed_origins: frozenset[str] = frozenset()  # normalised: scheme://host[:port]
@@ -256,6 +257,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_CYPHER_MAX_LIST_ITEMS": lambda v: {
         "cypher_max_list_items": _int_in(16, 100_000_000)(v)
     },
+    "MEMSPINE_CYPHER_CONCURRENCY": lambda v: {"cypher_concurrency": _int_in(1, 64)(v)},
     "MEMSPINE_CYPHER_MAX_RESULT_BYTES": lambda v: {
         "cypher_max_result_bytes": _int_in(64 << 10, 4 << 30)(v)
     },

@@ -17,7 +17,7 @@ from memspine.config import Settings
 from memspine.shares import FairShares
 from storage.cypher import CypherResult, Limits
 from storage.erasure.purge import for_want_of_room
-from storage.errors import MemspineError, NotFound
+from storage.errors import MemspineError, NotFound, Unavailable
 from storage.model import AppendResult, NewEvent, StoredEvent
 from storage.read.current import EventState
 from storage.read.listing import ListQuery
@@ -37,6 +37,7 @@ READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 # Reads one tenant runs at once: its further reads wait in its own queue, so a tenant with
 # many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
 READ_THREADS_PER_TENANT = 8
+CYPHER_BUSY = "other Cypher queries kept this one waiting past its time limit; retry shortly"
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
 
 
@@ -128,6 +129,9 @@ class Engine:
         )
         self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
         self.read_threads = ReadThreads()
+        # Cypher is CPU work under the interpreter lock: each query running beside the others
+        # slows every request of every tenant, so few run at once and one tenant runs one.
+        self.cypher_shares = FairShares(settings.cypher_concurrency, per_owner=1)
         self._leases = 0  # requests holding a tenant right now (this one included)
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
 
@@ -257,10 +261,19 @@ class Engine:
             max_list=settings.cypher_max_list_items,
             max_result_bytes=settings.cypher_max_result_bytes,
         )
-        # encoded: the answer is encoded on the read thread, row by row, under the limits.
-        return await self.read(
-            tenant_id, lambda t: t.cypher(query, params, limits, encoded=True, started=started)
-        )
+        try:
+            await asyncio.wait_for(
+                self.cypher_shares.acquire(tenant_id), settings.cypher_timeout_ms / 1000
+            )
+        except TimeoutError:
+            raise Unavailable(CYPHER_BUSY, headers={"Retry-After": "1"}) from None
+        try:
+            # encoded: the answer is encoded on the read thread, row by row, under the limits.
+            return await self.read(
+                tenant_id, lambda t: t.cypher(query, params, limits, encoded=True, started=started)
+            )
+        finally:
+            self.cypher_shares.release(tenant_id)
 
     def close(self) -> None:
         """Close every open tenant and stop the read threads."""
