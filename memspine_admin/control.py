@@ -22,7 +22,7 @@ from memspine_admin.records import (
     IssuedKey,
     KeyInfo,
     KeyRecord,
-    Tenant,
+    TenantRecord,
     check_name,
     check_scopes,
     check_ttl,
@@ -193,10 +193,10 @@ class ControlDB:
 
     # -- tenants -----------------------------------------------------------------------------
 
-    def create_tenant(self, name: str, *, actor: str) -> Tenant:
+    def create_tenant(self, name: str, *, actor: str) -> TenantRecord:
         """Create a tenant; Conflict (409) if a live tenant already has that name."""
         name = check_name(name, "name")
-        tenant = Tenant(tenant_id=str(uuid.uuid4()), name=name, created_at=self.now())
+        tenant = TenantRecord(tenant_id=str(uuid.uuid4()), name=name, created_at=self.now())
         with self._env.begin(write=True) as txn:
             existing = txn.get(name.encode(), db=self._names)
             if existing is not None:
@@ -207,18 +207,18 @@ class ControlDB:
             self._log(txn, actor, "tenant.create", tenant.tenant_id, None, {"name": name})
         return tenant
 
-    def get_tenant(self, tenant_id: str) -> Tenant | None:
+    def get_tenant(self, tenant_id: str) -> TenantRecord | None:
         """The tenant with that id, or None."""
         if not is_tenant_id(tenant_id):
             return None
         with self._env.begin(db=self._tenants) as txn:
             raw = txn.get(tenant_id.encode())
-        return None if raw is None else msgspec.msgpack.decode(raw, type=Tenant)
+        return None if raw is None else msgspec.msgpack.decode(raw, type=TenantRecord)
 
-    def list_tenants(self) -> list[Tenant]:
+    def list_tenants(self) -> list[TenantRecord]:
         """Every tenant, oldest first."""
         with self._env.begin(db=self._tenants) as txn:
-            tenants = [msgspec.msgpack.decode(v, type=Tenant) for _, v in txn.cursor()]
+            tenants = [msgspec.msgpack.decode(v, type=TenantRecord) for _, v in txn.cursor()]
         return sorted(tenants, key=lambda t: (t.created_at, t.tenant_id))
 
     def delete_tenant(self, tenant_id: str, *, actor: str) -> list[str]:
@@ -232,7 +232,7 @@ class ControlDB:
             raw = txn.get(tenant_id.encode(), db=self._tenants) if is_tenant_id(tenant_id) else None
             if raw is None:
                 raise NotFound("no tenant with that id")
-            tenant = msgspec.msgpack.decode(raw, type=Tenant)
+            tenant = msgspec.msgpack.decode(raw, type=TenantRecord)
             for record in self._tenant_key_records(txn, tenant_id):
                 if record.revoked_at is None:
                     revoked_record = msgspec.structs.replace(record, revoked_at=now)

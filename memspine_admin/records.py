@@ -22,7 +22,7 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-class Tenant(msgspec.Struct, frozen=True, kw_only=True):
+class TenantRecord(msgspec.Struct, frozen=True, kw_only=True):
     """A tenant: its id (a UUIDv4, also its directory name), name and creation time (µs)."""
 
     tenant_id: str

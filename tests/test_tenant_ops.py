@@ -98,13 +98,21 @@ def test_an_append_the_writer_refuses_frees_its_key(tmp_path: Path) -> None:
 def test_reads_and_deletes_are_tenant_methods(tenant: Tenant) -> None:
     [a, b] = tenant.submit_append(
         [
-            NewEvent(kind="note", ts=1_800_000_000_000_000, text="parcel lost", embedding=[1, 0, 0, 0]),
-            NewEvent(kind="note", ts=1_800_000_000_000_001, text="parcel found", embedding=[0, 1, 0, 0]),
+            NewEvent(
+                kind="note", ts=1_800_000_000_000_000, text="parcel lost", embedding=[1, 0, 0, 0]
+            ),
+            NewEvent(
+                kind="note", ts=1_800_000_000_000_001, text="parcel found", embedding=[0, 1, 0, 0]
+            ),
         ]
     ).result(10)
     assert isinstance(a, AppendResult) and isinstance(b, AppendResult)
     [c] = tenant.submit_append(
-        [NewEvent(kind="summary", ts=1_800_000_000_000_002, text="summary", source_ids=(a.event_id,))]
+        [
+            NewEvent(
+                kind="summary", ts=1_800_000_000_000_002, text="summary", source_ids=(a.event_id,)
+            )
+        ]
     ).result(10)
     assert isinstance(c, AppendResult)
 

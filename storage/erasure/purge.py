@@ -31,7 +31,7 @@ import tantivy
 from storage import files
 from storage.erasure import swap
 from storage.erasure.compact import rewrite, sync_delta
-from storage.erasure.swap import Step, no_step
+from storage.erasure.swap import StepHook, no_step
 from storage.fsync import fsync_file, fsync_tree
 from storage.index.keyword import KeywordDoc, KeywordIndex, document
 from storage.index.vecfile import (
@@ -117,7 +117,7 @@ class PurgeGate:
         self._lock = threading.Lock()
         self._covered_from = float("-inf")  # when the last finished purge took its snapshot
 
-    def run(self, tenant: Purgeable, step: Step = no_step) -> PurgeStats:
+    def run(self, tenant: Purgeable, step: StepHook = no_step) -> PurgeStats:
         """Purge every event of the tenant deleted before this call."""
         asked = time.monotonic()
         with self._lock:
@@ -143,7 +143,7 @@ def _log_stats(tenant_id: str, stats: PurgeStats) -> None:
         )
 
 
-def _purge(tenant: Purgeable, step: Step) -> PurgeStats:
+def _purge(tenant: Purgeable, step: StepHook) -> PurgeStats:
     """Both phases, the swap and the removal of the old generation."""
     started = time.perf_counter()
     root = tenant.root
@@ -176,7 +176,7 @@ def _purge(tenant: Purgeable, step: Step) -> PurgeStats:
     return msgspec.structs.replace(stats, seconds=time.perf_counter() - started)
 
 
-def _copy_log(tenant: Purgeable, step: Step) -> tuple[int, dict[str, int], _KeywordBuilder] | None:
+def _copy_log(tenant: Purgeable, step: StepHook) -> tuple[int, dict[str, int], _KeywordBuilder] | None:
     """Copy the log at a snapshot into the stage, feeding a new keyword index on the way; the
     snapshot's last op, its tombstones (id -> vector label) and the index being built, or None
     when nothing awaits a purge."""
@@ -284,7 +284,7 @@ def _final(
     since: int,
     doomed: dict[str, int],
     vectors: _VectorStage,
-    step: Step,
+    step: StepHook,
 ) -> PurgeStats:
     """On the writer thread: catch the copy up, commit and swap."""
     paused = time.perf_counter()
@@ -420,7 +420,7 @@ def _live_without(sidecar: Path, doomed_labels: set[int]) -> np.ndarray | None:
     return keep
 
 
-def _swap_in(tenant: Purgeable, step: Step) -> float:
+def _swap_in(tenant: Purgeable, step: StepHook) -> float:
     """Move the committed files into place and reopen the log and keyword index on them."""
     tenant.keyword.close()  # release its writer's lock; searches on it still work until the swap
     started = time.perf_counter()

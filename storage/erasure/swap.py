@@ -23,7 +23,7 @@ READY = "purge.ready"  # committed; rolled forward if found on open
 OLD = "purge.old"  # the replaced generation, deleted after the swap
 PENDING = "purge.pending"  # marker: this tenant may hold deleted events not yet purged
 
-Step = Callable[[str], None]
+StepHook = Callable[[str], None]  # told the name of each stage a purge reaches (tests kill it there)
 
 
 def no_step(_name: str) -> None:
@@ -48,7 +48,7 @@ def commit(root: Path) -> None:
     fsync_dir(root)
 
 
-def roll_forward(root: Path, step: Step = no_step) -> None:
+def roll_forward(root: Path, step: StepHook = no_step) -> None:
     """Move each committed store into place (old ones aside); safe to repeat after a crash."""
     ready, old = root / READY, root / OLD
     old.mkdir(exist_ok=True)

@@ -29,7 +29,7 @@ MAX_QUERY_WORDS = 64
 WRITER_HEAP_BYTES = 16_000_000
 # The fold commits at most this often unless a search is waiting: every commit is a new segment
 # (fsyncs now, merge CPU later), and at hundreds of appends a second one commit per group commit
-# spent a fifth of a core merging tiny segments (bench/RESULTS.md, Appends).
+# spent a large share of a core merging tiny segments (bench/RESULTS.md, "Appends").
 FOLD_INTERVAL_SECS = 0.25
 # Resident memory, for memory_bytes: the searcher's own state is small (segments are
 # memory-mapped files, so page cache); a writer, once made, keeps its indexing arena and thread
@@ -83,8 +83,8 @@ def property_tag(name: str, value: FilterValue) -> str:
 
 # The Snowball project's English stop words (apostrophe forms left out: they never survive _WORD).
 # Dropped from queries only, never from the index: question words and pronouns ("when did she")
-# match most of a conversation and outvote the words that carry the question. On LoCoMo
-# conversations 0-4 this alone lifts BM25 from nDCG@10 0.438 to 0.482 (bench/RESULTS.md).
+# match most of a conversation and outvote the words that carry the question (bench/RESULTS.md,
+# "Retrieval quality on LoCoMo").
 _STOP_WORDS = """
     a about above after again against all am an and any are as at be because been before being
     below between both but by cannot could did do does doing down during each few for from further
@@ -111,8 +111,8 @@ def query_terms(text: str) -> list[str]:
 class KeywordIndex:
     """BM25 search over one tenant's event text, restricted by kind and property tags.
 
-    A durable Tantivy commit costs several fsyncs (10-100 ms), too slow to sit in every group
-    commit. So the writer only `publish`es documents, a background thread folds them into the
+    A durable Tantivy commit costs several fsyncs, too slow to sit in every group commit
+    (bench/RESULTS.md, "Appends"). So the writer only `publish`es documents, a background thread folds them into the
     index with one durable commit per round, and a search first waits until every document
     published before it began is committed: appends never wait for Tantivy, and a recall sees
     every acknowledged event, ranked exactly as if it had been committed with its append.

@@ -41,18 +41,19 @@ log = logging.getLogger("memspine.vectors")
 
 INITIAL_CAPACITY = 1024
 M = 16
-# 100, not 200: half the insert CPU (0.64 -> 0.27 ms a vector at 10-20k), and the background
-# inserter shares 2 cores with the server; vector recall@10 against exact search on 30,000
-# LoCoMo-shaped vectors went 0.9895 -> 0.9839 (bench/RESULTS.md, Appends).
+# 100, not 200: about half the insert CPU, which the background inserter takes from the cores
+# that serve requests, for a small loss of recall against exact search (bench/RESULTS.md,
+# "Appends").
 EF_CONSTRUCTION = 100
 MIN_EF = 64
 INSERT_BATCH = 256
 # Up to this many live vectors the graph is searched exactly, from a copy of its unit rows
 # (3 MB at 384 dimensions): as fast as the graph, and it never misses.
 EXACT_BELOW = 2048
-# The tail absorbs bursts faster than the graph takes them; past this many vectors (15 MB and a
-# ~1.5 ms exact scan at 384 dimensions) an append waits for the inserter: sustained overload is
-# throttled to the insert rate instead of growing memory and search time without bound.
+# The tail absorbs bursts faster than the graph takes them; past this many vectors (15 MB at 384
+# dimensions, and an exact scan of them in every search) an append waits for the inserter:
+# sustained overload is throttled to the insert rate instead of growing memory and search time
+# without bound.
 MAX_TAIL = 10_000
 # Inserting is background work: it runs niced so that, when the cores are busy, the threads that
 # answer requests (the event loop, the writer) get the CPU first (Linux sets nice per thread).

@@ -246,10 +246,6 @@ class EventLog:
         for e in event_ids:
             txn.delete(layout.id_bytes(e), db=self.dbs["tombstones"])
 
-    def disk_bytes(self) -> int:
-        """Size of the environment's data file."""
-        return os.path.getsize(self.path / "data.mdb")
-
 
 class Appender:
     """Appends events in one write transaction, reading the tenant's meta once for all of them."""

@@ -21,10 +21,9 @@ RRF_K = 60
 MAX_K = 100
 MAX_HOPS = 3
 # Each arm brings its top k to fusion. Deeper lists let RRF's sum rank events that both arms
-# place middling above events one arm places first: on LoCoMo conversations 0-4 (stop words
-# dropped), arms 50 deep gave recall@10 0.595 and arms k deep 0.653; depth k was best at
-# k = 1, 3, 5 and 20 too
-# (bench/RESULTS.md). Arms go deeper only when substitution leaves fewer than k hits.
+# place middling above events one arm places first, which ranked worse on LoCoMo at every k
+# tried (bench/RESULTS.md, "Retrieval quality on LoCoMo"). Arms go deeper only when
+# substitution leaves fewer than k hits.
 MAX_ARM_DEPTH = 1000
 # The vector arm over-fetches up to this many times its depth before it filters inside the graph,
 # and ranks exactly when a kind, filter or as_of admits at most FEW events.
@@ -32,9 +31,9 @@ OVERFETCH = 32
 FEW = 256
 # A kind held by at least this share of a tenant's documents is not a clause of the keyword
 # search but checked by the chokepoint on each hit: as a Must clause it intersects the words'
-# postings with most of the index and doubles the search (0.70 against 0.35 ms at 100,000
-# events, 70 % turns), while the arm's 2x over-fetch still brings its depth of that kind
-# (bench/RESULTS.md). The order is the same: the clause adds one constant to every score.
+# postings with most of the index and doubles the search, while the arm's over-fetch still
+# brings its depth of that kind (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
+# The order is the same: the clause adds one constant to every score.
 COMMON_KIND = 0.6
 
 
@@ -227,8 +226,9 @@ def vector_arm(vec: VectorIndex, adm: Admission, depth: int) -> list[StoredEvent
 def _few_candidates(adm: Admission) -> list[str] | None:
     """Ids of the events a kind, filter or as_of allows, if one of them allows at most FEW."""
     r, q = adm.r, adm.q
-    # Keys are counted before ids are listed: an id string costs 1.5 us a key, and a common kind
-    # would make FEW + 1 of them on every query for nothing (0.37 ms at 100,000 events).
+    # Keys are counted before ids are listed: building an id string is most of a key's cost,
+    # and a common kind would make FEW + 1 of them on every query for nothing
+    # (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
     if q.kind is not None and not r.more_keys_than(FEW, "by_kind", layout.kind_prefix(q.kind)):
         return list(r.ids_by_kind(q.kind))
     for name, value in q.filters.items():

@@ -5,7 +5,6 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import shutil
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
@@ -18,7 +17,7 @@ from storage import files
 from storage.cypher import CypherResult, Limits
 from storage.cypher import run as run_cypher
 from storage.erasure.purge import PurgeGate, PurgeStats
-from storage.erasure.swap import PENDING, Step, mark_pending, no_step, recover
+from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recover
 from storage.errors import Conflict, DiskFull
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.index.vectors import VectorIndex
@@ -338,7 +337,7 @@ class Tenant:
         """Run fn on the writer thread, alone, between group commits; resolves to its result."""
         return self.writer.submit(CallJob(fn))
 
-    def purge(self, step: Step = no_step) -> PurgeStats:
+    def purge(self, step: StepHook = no_step) -> PurgeStats:
         """Rewrite this tenant's files so the bytes of every event deleted before this call leave
         the disk; concurrent callers share one purge (step: a hook called at each stage)."""
         return self._purges.run(self, step)
@@ -440,11 +439,6 @@ class Tenant:
             except DiskFull:  # an older watermark only replays more on open
                 log.error("tenant keyword watermark not saved: the disk is full")
         self.log.close()
-
-    def erase(self) -> None:
-        """Close and remove every file of this tenant."""
-        self.close()
-        shutil.rmtree(self.root, ignore_errors=True)
 
 
 def _raise_if_disk_full(exc: BaseException, path: Path, detail: str = CANNOT_OPEN) -> None:
