@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
@@ -20,7 +18,6 @@ from storage.erasure.purge import PurgeGate, PurgeStats
 from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recover
 from storage.errors import Conflict, DiskFull
 from storage.index.keyword import KeywordDoc, KeywordIndex
-from storage.index.vectors import VectorIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
 from storage.model import NewEvent, StoredEvent
@@ -28,12 +25,11 @@ from storage.read.cascade import derived_closure, would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import RecallQuery, RecallResult, recall, validate
-from storage.space import disk_full
+from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
 from storage.tenants.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
-CANNOT_OPEN = "the server's disk is full: this tenant cannot be opened until space is freed"
 NOT_SAVED = "the server's disk is full: the vector index was not saved"
 IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
 
@@ -69,9 +65,9 @@ class Tenant:
         self.log = EventLog.open(root / files.LOG, embedding_dim=embedding_dim)
         try:
             self.dim = self.log.meta_int(layout.DIM) or embedding_dim
-            self.keyword, self.keyword_seq = self._open_keyword()
+            self.keyword, self.keyword_seq = open_keyword(root, self.log)
             try:
-                self.vectors, self.vector_seq = self._open_vectors()
+                self.vectors, self.vector_seq = open_vectors(root, self.log, self.dim)
             except BaseException:
                 self.keyword.close()
                 raise
@@ -94,7 +90,7 @@ class Tenant:
         try:
             return cls(tenant_id, root, embedding_dim)
         except Exception as exc:  # creating the log's files on a full disk, say
-            _raise_if_disk_full(exc, root)
+            raise_if_disk_full(exc, root)
             raise
 
     # -- the pending-purge marker ------------------------------------------------
@@ -125,33 +121,6 @@ class Tenant:
             mark_pending(self.root)
 
     # -- projections -----------------------------------------------------------
-
-    def _open_keyword(self) -> tuple[KeywordIndex, int]:
-        """The keyword index and the seq it has applied; a damaged index is rebuilt from the log."""
-        path = self.root / files.KEYWORD
-        try:
-            # No meta.json means no index at all (lost or never made): replay the whole log.
-            found = (path / "meta.json").exists()
-            seq = (self.log.meta_int(layout.KEYWORD_SEQ) or 0) if found else 0
-            return KeywordIndex.open(path, committed_seq=seq), seq
-        except (ValueError, OSError) as exc:
-            _raise_if_out_of_fds(exc)
-            _raise_if_disk_full(exc, path)
-            log.warning("tenant keyword index unreadable (%s); rebuilding from the log", type(exc).__name__)
-            return KeywordIndex.create_empty(path), 0
-
-    def _open_vectors(self) -> tuple[VectorIndex, int]:
-        """The vector index and the seq of its last save; a damaged file is rebuilt from the log."""
-        path = self.root / files.VECTORS
-        try:
-            index = VectorIndex.open(path, self.dim)
-        except (ValueError, OSError) as exc:
-            _raise_if_out_of_fds(exc)
-            _raise_if_disk_full(exc, path)
-            log.warning("tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__)
-            return VectorIndex.create_empty(path, self.dim), 0
-        seq = self.log.meta_int(layout.VECTOR_SEQ) or 0
-        return index, seq if path.exists() else 0
 
     def catch_up(self) -> None:
         """Apply every log operation past each index's watermark (replay on open, then per batch)."""
@@ -272,7 +241,7 @@ class Tenant:
         try:
             self.vectors.save()
         except (OSError, ValueError) as exc:
-            _raise_if_disk_full(exc, self.root, NOT_SAVED)
+            raise_if_disk_full(exc, self.root, NOT_SAVED)
             raise
         # Recorded only once the file and the watermark are both durable: a save or a meta write
         # that failed (a full disk) is tried again by the next save, and until then the log
@@ -440,19 +409,3 @@ class Tenant:
                 log.error("tenant keyword watermark not saved: the disk is full")
         self.log.close()
 
-
-def _raise_if_disk_full(exc: BaseException, path: Path, detail: str = CANNOT_OPEN) -> None:
-    """Re-raise a failure caused by a full disk as DiskFull (an index that failed to open is
-    not rebuilt then: the rebuild could not be written either, and the one on disk may be whole)."""
-    if not isinstance(exc, DiskFull) and disk_full(exc, path):
-        raise DiskFull(detail) from exc
-
-
-def _raise_if_out_of_fds(exc: BaseException) -> None:
-    """Re-raise an open failure caused by the process running out of file descriptors:
-    that is pressure, not damage, and must never cost a rebuild (let alone deleted files)."""
-    try:
-        os.close(os.open(os.devnull, os.O_RDONLY))
-    except OSError as probe:
-        if probe.errno in (errno.EMFILE, errno.ENFILE):
-            raise probe from exc
