@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean browser
+.PHONY: install run test test-cluster lint typecheck bench clean system-packages browser
 
 install: $(STAMP)
 
@@ -21,12 +21,21 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy memspine memspine_admin storage
 
+# PostgreSQL and HAProxy for the control-plane and cluster tests (Debian packages, as root);
+# without them those tests are skipped with the reason, the rest run.
+system-packages:
+	-scripts/install-debian-packages postgresql haproxy
+
 # Debian's chromium for the console's browser tests; says why and goes on when it cannot.
 browser:
 	sh scripts/install-browser
 
-test: $(STAMP) browser lint typecheck
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+test: $(STAMP) system-packages browser lint typecheck
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not cluster"
+
+# deploy/local-cluster end to end: PostgreSQL, three nodes and HAProxy (about a minute).
+test-cluster: $(STAMP) system-packages
+	$(VENV)/bin/pytest -q -p no:cacheprovider -m cluster
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

@@ -14,6 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pgcluster import control_url, pg_server  # noqa: F401  (fixtures: a real PostgreSQL)
 
 from storage.tenants.tenant import Tenant
 
