@@ -18,9 +18,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from memspine.logs import RequestRecord
-from storage.footprint import PARTS, tenant_memory
-from storage.manager import REASONS, TenantManager
-from storage.tenant import Tenant
+from storage.tenants.footprint import PARTS, tenant_memory
+from storage.tenants.manager import REASONS, TenantManager
+from storage.tenants.tenant import Tenant
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 OPEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
@@ -143,7 +143,7 @@ class _ManagerCollector(Collector):
         yield GaugeMetricFamily(
             "memspine_vectors_pending",
             "Vectors acknowledged (searched exactly) but not yet in an HNSW graph, open tenants.",
-            value=sum(t.vectors.pending() for t in m.open_tenants()),
+            value=sum(t.vectors_pending() for t in m.open_tenants()),
         )
         sizes = m.map_sizes()
         yield GaugeMetricFamily(

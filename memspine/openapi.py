@@ -24,8 +24,8 @@ from litestar.params import FromPath
 from memspine import __version__
 from memspine.pipeline import ADMIN, ANY_KEY, PROP_PREFIX, PUBLIC, READ, WRITE, Operation
 from memspine.schemas import TIME_CHECK_HEADER
-from storage import encoding as enc
 from storage.errors import NotFound
+from storage.log import layout as enc
 
 REF = "#/components/schemas/{name}"
 ERROR_REF = {"$ref": "#/components/schemas/Error"}

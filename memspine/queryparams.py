@@ -8,10 +8,10 @@ from collections.abc import Callable, Mapping
 import msgspec
 
 from memspine.schemas import MAX_TS, check_kind, check_time
-from storage import encoding as enc
 from storage.errors import InvalidRequest
-from storage.listing import MAX_LIMIT, ListQuery
+from storage.log import layout as enc
 from storage.model import FilterValue
+from storage.read.listing import MAX_LIMIT, ListQuery
 
 DEFAULT_LIST_LIMIT = 100
 TRUE, FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})

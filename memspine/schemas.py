@@ -13,11 +13,11 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from memspine.jsonbounds import check_body_nesting
-from storage import encoding as enc
 from storage.cypher.bounds import MAX_QUERY_CHARS
 from storage.errors import InvalidRequest
+from storage.log import layout as enc
 from storage.model import NewEvent, StoredEvent
-from storage.recall import RecallQuery, RecallResult, Walk, Withheld
+from storage.read.recall import RecallQuery, RecallResult, Walk, Withheld
 
 T = TypeVar("T")
 

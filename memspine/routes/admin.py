@@ -24,7 +24,7 @@ from memspine_admin.records import (
     SCOPES,
     AuditEntry,
     KeyInfo,
-    Tenant,
+    TenantRecord,
 )
 from storage.errors import InvalidRequest
 
@@ -98,7 +98,7 @@ class TenantDeleted(msgspec.Struct):
 class TenantList(msgspec.Struct):
     """GET /v1/admin/tenants."""
 
-    tenants: list[Tenant]
+    tenants: list[TenantRecord]
 
 
 class KeyOut(msgspec.Struct):

@@ -31,7 +31,7 @@ from memspine.schemas import (
     to_recall_query,
 )
 from storage.errors import InvalidRequest, NotFound
-from storage.listing import MAX_LIMIT, ListQuery
+from storage.read.listing import MAX_LIMIT, ListQuery
 
 IDEMPOTENCY_KEY = b"idempotency-key"
 TIME_CHECK = TIME_CHECK_HEADER.lower().encode()
