@@ -29,10 +29,12 @@ from memspine_admin.verifier import Principal
 from storage.errors import InvalidRequest, MemspineError
 
 if TYPE_CHECKING:
+    from memspine.allowance import Allowance
     from memspine.auth import Authenticator
     from memspine.config import Settings
     from memspine.engine import Engine
     from memspine_admin.plane import ControlPlane
+    from storage.model import Quota
 
 JSON = "application/json"
 # Who may call an operation: a key with the read or write scope, any valid key, the admin key,
@@ -92,12 +94,14 @@ class Reply:
 
 @dataclass(frozen=True)
 class Services:
-    """What operations work with: the engine, the authenticator, the settings, the metrics."""
+    """What operations work with: the engine, the authenticator, the settings, the metrics and
+    what each key and tenant is allowed (None: no limits)."""
 
     engine: Engine
     auth: Authenticator
     settings: Settings
     metrics: Any = None
+    allowance: Allowance | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -160,6 +164,7 @@ class Call(NamedTuple):
     headers: dict[bytes, bytes]  # lower-case names, the first of repeated headers
     body: Any
     path: Mapping[str, Any]
+    quota: Quota | None = None  # what the caller's tenant may store (tenant operations)
 
     @property
     def tenant_id(self) -> str:
@@ -206,9 +211,9 @@ async def admit(
     receive: Any,
     path: Mapping[str, Any],
 ) -> Call:
-    """The checks, in order: key, scope, query string, body size, body shape."""
+    """The checks, in order: key, scope, the key's rate, query string, body size, body shape."""
     headers = first_headers(scope["headers"])
-    principal = control = None
+    principal = control = quota = None
     if op.scope == ADMIN:
         control = services.auth.check_admin(bearer_token(headers.get(b"authorization")))
     elif op.scope != PUBLIC:
@@ -218,6 +223,8 @@ async def admit(
         if op.scope != ANY_KEY:
             principal.require(op.scope)
         scope.setdefault("state", {})["principal"] = principal  # the request log names the key
+        if services.allowance is not None:  # 429 before the body is read
+            quota = services.allowance.admit(principal)
     query, props = op.parse_query(scope["query_string"]) if scope["query_string"] else ({}, {})
     body = None
     if op.body is not None:
@@ -225,7 +232,7 @@ async def admit(
             receive, services.settings.max_body_bytes, headers.get(b"content-length")
         )
         body = decode_body(raw, op.body)
-    return Call(services, principal, control, query, props, headers, body, path)
+    return Call(services, principal, control, query, props, headers, body, path, quota)
 
 
 def render(outcome: Outcome) -> Answer:

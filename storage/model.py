@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import msgspec
+
+from storage.errors import MemspineError, QuotaExceeded
 
 FilterValue = bool | int | float | str
 
@@ -73,3 +75,39 @@ class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
     event_id: str
     unlinked: list[str] = []
     replayed: bool = False
+
+
+class ItemRefused(NamedTuple):
+    """Why an all-or-nothing batch stored nothing: the index of its first event that could not
+    be written, and the error that event met."""
+
+    item: int
+    error: MemspineError
+
+
+class Quota(msgspec.Struct, frozen=True, kw_only=True):
+    """What a tenant may store: live events and their bytes (None: no limit)."""
+
+    max_events: int | None = None
+    max_bytes: int | None = None
+
+    def refusal(self, events: int, size: int) -> QuotaExceeded | None:
+        """Why a tenant holding `events` live events of `size` bytes in all is over this quota,
+        or None if it is within it."""
+        if self.max_events is not None and events > self.max_events:
+            return QuotaExceeded(
+                f"this tenant may store at most {self.max_events} live events (its max_events "
+                "limit); delete events to make room, or ask the operator to raise the limit",
+                limit="max_events",
+            )
+        if self.max_bytes is not None and size > self.max_bytes:
+            return QuotaExceeded(
+                f"this tenant may store at most {self.max_bytes} bytes of live events (its "
+                "max_bytes limit); delete events to make room, or ask the operator to raise "
+                "the limit",
+                limit="max_bytes",
+            )
+        return None
+
+
+UNLIMITED = Quota()

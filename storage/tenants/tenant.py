@@ -20,12 +20,13 @@ from storage.errors import Conflict, DiskFull
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
-from storage.model import NewEvent, StoredEvent
+from storage.model import NewEvent, Quota, StoredEvent
 from storage.read.cascade import derived_closure, would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import RecallQuery, RecallResult, recall, validate
 from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
+from storage.tenants.usage import TenantUsage, usage_of
 from storage.tenants.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
@@ -35,9 +36,11 @@ IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry
 
 
 class AppendJob(msgspec.Struct, frozen=True):
-    """Events to append in one batch."""
+    """Events to append in one batch, held to a quota; atomic: all of them or none."""
 
     events: list[NewEvent]
+    quota: Quota | None = None
+    atomic: bool = False
 
 
 class DeleteJob(msgspec.Struct, frozen=True):
@@ -227,6 +230,18 @@ class Tenant:
         """Vectors acknowledged (searched exactly) but not yet in the HNSW graph."""
         return self.vectors.pending()
 
+    def usage(self) -> TenantUsage:
+        """What the tenant uses now: events, bytes by part, vectors, vector space, last write."""
+        with self.log.reader() as r:
+            return usage_of(
+                r,
+                self.root,
+                is_open=True,
+                graph=len(self.vectors.live),
+                pending=self.vectors.pending(),
+                dim=self.dim,
+            )
+
     def reads_start_at_once(self) -> bool:
         """Whether a read would start without waiting: the keyword index has nothing to fold, and
         neither the log nor the vector index is held exclusive (a hint)."""
@@ -251,8 +266,13 @@ class Tenant:
 
     # -- writes -----------------------------------------------------------------
 
-    def submit_append(self, events: list[NewEvent]) -> Future[Any]:
-        """Queue events for the next group commit; resolves to a list of results or errors.
+    def submit_append(
+        self, events: list[NewEvent], *, quota: Quota | None = None, atomic: bool = False
+    ) -> Future[Any]:
+        """Queue events for the next group commit; resolves to a list of results or errors,
+        each event held to `quota` (its max_events and max_bytes, counted with every event
+        committed before it). With atomic, all of them are written or none: the future then
+        resolves to the list of results or to the ItemRefused of the first that could not be.
 
         Conflict (409) at once if an event's Idempotency-Key (its event_id) is still being
         written by an earlier call: the twin would race it for the id, and be answered before
@@ -262,7 +282,7 @@ class Tenant:
         if keys:
             self._hold_keys(keys)
         try:
-            future = self.writer.submit(AppendJob(events))
+            future = self.writer.submit(AppendJob(events, quota, atomic))
         except BaseException:
             self._release_keys(keys)
             raise
@@ -344,8 +364,10 @@ class Tenant:
             results: list[Any] = []
             for job in jobs:
                 p = job.payload
-                if isinstance(p, AppendJob):
-                    results.append(appender.append_all(p.events))
+                if isinstance(p, AppendJob) and p.atomic:
+                    results.append(appender.append_atomic(p.events, p.quota))
+                elif isinstance(p, AppendJob):
+                    results.append(appender.append_all(p.events, p.quota))
                 else:
                     results.append(appender.delete(p.event_ids))
             # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.

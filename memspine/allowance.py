@@ -1,0 +1,136 @@
+"""What each key and tenant is allowed: a key's requests per minute (a token bucket in this
+server), a tenant's live events and bytes (a quota its writer holds every append to), each
+the key's or tenant's own limit from the control plane or else the server-wide default.
+
+The pipeline (memspine/pipeline.py) and /mcp (memspine/mcp/http.py) call `admit` once per
+request with the key it carries: a key over its rate is refused with 429 and `Retry-After`
+before its body is read, and the tenant's quota rides with the request to the engine. In a
+cluster each node keeps its own buckets, so a key may make its rate on every node.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+
+from memspine.config import Settings
+from memspine_admin.plane import ControlPlane
+from memspine_admin.verifier import Principal
+from storage.errors import TooManyRequests
+from storage.model import Quota
+
+REQUESTS_PER_MINUTE, MAX_EVENTS, MAX_BYTES = "requests_per_minute", "max_events", "max_bytes"
+REASONS = (REQUESTS_PER_MINUTE, MAX_EVENTS, MAX_BYTES)
+# Buckets kept at most; past it the least recently used goes (it is then full again when its key
+# comes back, which only ever errs towards letting a request through).
+MAX_BUCKETS = 100_000
+MAX_TENANTS = 100_000  # quotas kept from the control plane, least recently used dropped first
+
+
+class Buckets:
+    """Token buckets by key: each holds up to `rate` tokens, refilled at rate / 60 a second;
+    a request takes one."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
+        self._buckets: OrderedDict[tuple[str, str], tuple[float, float]] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def take(self, key: tuple[str, str], rate: int) -> float:
+        """Take a token for key: 0.0 if one was there, else the seconds until one will be."""
+        now = self._clock()
+        with self._lock:
+            tokens, stamp = self._buckets.get(key, (float(rate), now))
+            tokens = min(float(rate), tokens + (now - stamp) * rate / 60.0)
+            wait = 0.0
+            if tokens >= 1.0:
+                tokens -= 1.0
+            else:
+                wait = (1.0 - tokens) * 60.0 / rate
+            self._buckets[key] = (tokens, now)
+            self._buckets.move_to_end(key)
+            if len(self._buckets) > MAX_BUCKETS:
+                self._buckets.popitem(last=False)
+        return wait
+
+
+class Allowance:
+    """Each request's limits: the key's rate checked here, the tenant's quota handed on."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        control: Callable[[], ControlPlane | None],
+        *,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """`control` gives the control plane (None in local mode: only the defaults apply)."""
+        self.default_rate = settings.default_requests_per_minute
+        self.default_quota = Quota(
+            max_events=settings.default_max_events, max_bytes=settings.default_max_bytes
+        )
+        self._control = control
+        self._buckets = Buckets(clock)
+        # tenant id -> (the control plane's generation when read, the tenant's quota)
+        self._quotas: OrderedDict[str, tuple[int, Quota]] = OrderedDict()
+        self._lock = threading.Lock()
+        self.rejected = dict.fromkeys(REASONS, 0)
+
+    def admit(self, principal: Principal) -> Quota:
+        """Take a token from the key's bucket, or refuse with 429; the tenant's quota."""
+        rate = principal.requests_per_minute or self.default_rate
+        if rate:
+            wait = self._buckets.take((principal.tenant_id, principal.key_id), rate)
+            if wait > 0:
+                self.count(REQUESTS_PER_MINUTE)
+                raise TooManyRequests(
+                    f"this key may make {rate} requests a minute (its requests_per_minute "
+                    "limit); retry after the seconds Retry-After gives",
+                    headers={"Retry-After": str(max(1, math.ceil(wait)))},
+                )
+        return self.quota(principal.tenant_id)
+
+    def quota(self, tenant_id: str) -> Quota:
+        """The tenant's max_events and max_bytes: its own, else the server's default each.
+
+        Read from the control plane once per change to tenants or keys (its generation), as
+        the key verifier reads a key's row: a PATCH takes effect on the next request.
+        """
+        control = self._control()
+        if control is None:
+            return self.default_quota
+        generation = control.generation()
+        with self._lock:
+            kept = self._quotas.get(tenant_id)
+            if kept is not None and kept[0] == generation:
+                self._quotas.move_to_end(tenant_id)
+                return kept[1]
+        record = control.get_tenant(tenant_id)
+        own = (None, None) if record is None else (record.max_events, record.max_bytes)
+        quota = self.effective(*own)
+        with self._lock:
+            self._quotas[tenant_id] = (generation, quota)
+            self._quotas.move_to_end(tenant_id)
+            if len(self._quotas) > MAX_TENANTS:
+                self._quotas.popitem(last=False)
+        return quota
+
+    def effective(self, max_events: int | None, max_bytes: int | None) -> Quota:
+        """A tenant's own limits with the server's defaults where it has none."""
+        default = self.default_quota
+        return Quota(
+            max_events=max_events if max_events is not None else default.max_events,
+            max_bytes=max_bytes if max_bytes is not None else default.max_bytes,
+        )
+
+    def rate_of(self, requests_per_minute: int | None) -> int | None:
+        """A key's own rate, else the server's default (None: unlimited)."""
+        return requests_per_minute or self.default_rate
+
+    def count(self, reason: str) -> None:
+        """One request refused by a limit (memspine_rejected_total{reason})."""
+        with self._lock:
+            self.rejected[reason] = self.rejected.get(reason, 0) + 1
