@@ -156,10 +156,11 @@ def check_limit(value: object, what: str, most: int) -> int | None:
     """Return `value` if it is None or a whole number from 1 to `most`, else InvalidRequest."""
     if value is None:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise InvalidRequest(f"{what} must be a whole number, or null for none of its own")
-    if not 1 <= value <= most:
-        raise InvalidRequest(f"{what} must be between 1 and {most}, or null for none of its own")
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise InvalidRequest(
+            f"{what} must be a whole number from 1 to {most}, or null to have none of its own "
+            "(none on the command line): the server's default then applies"
+        )
     return value
 
 

@@ -50,10 +50,11 @@ class VectorSpace(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class TenantUsage(msgspec.Struct, frozen=True, kw_only=True):
-    """One tenant's figures: whether it is open in this server, its events, bytes, vectors,
-    vector space and last write (µs since the epoch, null if none since this was kept)."""
+    """One tenant's figures: whether it is open in this server (null: read by another process,
+    which cannot tell), its events, bytes, vectors, vector space and last write (µs since the
+    epoch, null if none since this was kept)."""
 
-    open: bool
+    open: bool | None
     events: EventCounts
     bytes: Bytes
     vectors: VectorCounts
@@ -82,7 +83,7 @@ def live_bytes(r: LogReader) -> int:
 
 
 def usage_of(
-    r: LogReader, root: Path, *, is_open: bool, graph: int, pending: int, dim: int | None
+    r: LogReader, root: Path, *, is_open: bool | None, graph: int, pending: int, dim: int | None
 ) -> TenantUsage:
     """A tenant's figures from one snapshot of its log and the vector counts given."""
     size = live_bytes(r)
@@ -96,11 +97,16 @@ def usage_of(
     )
 
 
-def closed_usage(root: Path) -> TenantUsage:
-    """The figures of a tenant no process of this server has open, from its files alone: the
-    log read in one read-only snapshot, the graph's vectors from the saved file's live labels;
-    vectors the log holds past the saved file's watermark (a save a crash cut short) are the
-    pending ones, which the next open replays. No tenant directory: an empty tenant."""
+def closed_usage(root: Path, *, is_open: bool | None = False) -> TenantUsage:
+    """The figures of a tenant from its files alone: the log read in one read-only snapshot,
+    the graph's vectors from the saved file's live labels; the vectors the log holds past the
+    saved file's watermark are the pending ones, which the next open replays (a server saves
+    its graph when it closes a tenant). No tenant directory: an empty tenant.
+
+    The server calls it for a tenant it has not open and keeps closed meanwhile; another
+    process (the CLI) may call it while a server has the tenant open (LMDB readers in several
+    processes are safe), with is_open=None: it cannot tell.
+    """
     try:
         with read_only(root / files.LOG) as r:
             saved = r.meta_int(layout.VECTOR_SEQ) or 0
@@ -112,14 +118,14 @@ def closed_usage(root: Path) -> TenantUsage:
             return usage_of(
                 r,
                 root,
-                is_open=False,
+                is_open=is_open,
                 graph=_saved_vectors(root / files.VECTORS),
                 pending=pending,
                 dim=r.meta_int(layout.DIM),
             )
     except FileNotFoundError:
         return TenantUsage(
-            open=False,
+            open=is_open,
             events=EMPTY_COUNTS,
             bytes=disk_bytes(root, 0),
             vectors=VectorCounts(graph=0, pending=0),
