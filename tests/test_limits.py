@@ -1,0 +1,370 @@
+"""Limits per tenant and per key: a tenant's max_events and max_bytes (403 quota_exceeded, reads
+and deletes keep working, a delete frees quota), a key's requests per minute (429 with
+Retry-After), the server-wide defaults, over both control planes and every door."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from argon2 import PasswordHasher
+from litestar.testing import TestClient
+
+from memspine.allowance import Buckets
+from memspine.app import create_app
+from memspine.auth import Authenticator
+from memspine.config import load_settings
+from memspine.engine import Engine
+from memspine.schemas import EventIn, to_new_event
+from memspine_admin.plane import ControlPlane, open_control
+from storage.errors import InvalidRequest, NotFound, QuotaExceeded
+from storage.model import Quota
+
+CHEAP = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
+ADMIN_KEY = "admin-key-for-the-limits-tests-0123456789"
+ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
+TS = 1_790_000_000_000_000
+
+
+@pytest.fixture(params=["lmdb", "postgresql"])
+def url(request: pytest.FixtureRequest) -> str | None:
+    """None for the LMDB control database, else a PostgreSQL URL of its own."""
+    if request.param == "lmdb":
+        return None
+    return str(request.getfixturevalue("control_url"))
+
+
+@pytest.fixture
+def plane(tmp_path: Path, url: str | None) -> Iterator[ControlPlane]:
+    with open_control(tmp_path, url, create=True, actor="test", hasher=CHEAP) as opened:
+        yield opened
+
+
+@dataclass
+class Server:
+    """The app in process over a control plane, with one tenant and its read-write key."""
+
+    client: TestClient[Any]
+    tenant_id: str
+    key: dict[str, str]
+
+    def issue(self, **more: Any) -> dict[str, str]:
+        body = {"tenant_id": self.tenant_id, "name": "k", **more}
+        r = self.client.post("/v1/admin/keys", json=body, headers=ADMIN)
+        assert r.status_code == 201, r.text
+        return {"Authorization": f"Bearer {r.json()['api_key']}"}
+
+    def append(self, text: str, key: dict[str, str] | None = None) -> Any:
+        body = {"kind": "note", "ts": TS, "text": text}
+        return self.client.post("/v1/memory/event", json=body, headers=key or self.key)
+
+    def patch(self, **limits: Any) -> Any:
+        return self.client.patch(f"/v1/admin/tenants/{self.tenant_id}", json=limits, headers=ADMIN)
+
+    def rejected(self) -> dict[str, float]:
+        lines = self.client.get("/metrics").text.splitlines()
+        out = {}
+        for line in lines:
+            if line.startswith("memspine_rejected_total{"):
+                reason = line.split('reason="')[1].split('"')[0]
+                out[reason] = float(line.split()[-1])
+        return out
+
+
+def start(tmp_path: Path, url: str | None, env: dict[str, str] | None = None) -> Any:
+    """The app over the control plane (made here for LMDB), as a context manager of Server."""
+    data = tmp_path / "data"
+    with open_control(data, url, create=True, actor="test", hasher=CHEAP):
+        pass
+    settings = load_settings(
+        {
+            "MEMSPINE_DATA_DIR": str(data),
+            "MEMSPINE_EMBEDDING_DIM": "4",
+            "MEMSPINE_ADMIN_KEY": ADMIN_KEY,
+            **({"MEMSPINE_CONTROL_URL": url} if url else {}),
+            **(env or {}),
+        }
+    )
+    auth = Authenticator(data, ADMIN_KEY, hasher=CHEAP, control_url=url)
+    return _Running(TestClient(create_app(settings, auth=auth)))
+
+
+class _Running:
+    def __init__(self, client: TestClient[Any]) -> None:
+        self.client = client
+
+    def __enter__(self) -> Server:
+        c = self.client.__enter__()
+        r = c.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)
+        assert r.status_code == 201, r.text
+        tenant_id = r.json()["tenant_id"]
+        server = Server(c, tenant_id, {})
+        server.key = server.issue()
+        return server
+
+    def __exit__(self, *exc: Any) -> None:
+        self.client.__exit__(*exc)
+
+
+# -- the control planes ---------------------------------------------------------------------
+
+
+def test_both_planes_keep_a_tenants_limits_and_a_keys_rate(plane: ControlPlane) -> None:
+    tenant = plane.create_tenant("acme", actor="test")
+    assert (tenant.max_events, tenant.max_bytes) == (None, None)
+    generation = plane.generation()
+    set_ = plane.set_tenant_limits(tenant.tenant_id, {"max_events": 5}, actor="alice")
+    assert (set_.max_events, set_.max_bytes) == (5, None)
+    assert plane.generation() > generation  # servers read the limits again
+    both = plane.set_tenant_limits(tenant.tenant_id, {"max_bytes": 1 << 30}, actor="alice")
+    assert (both.max_events, both.max_bytes) == (5, 1 << 30)  # the one not named stays
+    got = plane.get_tenant(tenant.tenant_id)
+    assert got is not None and (got.max_events, got.max_bytes) == (5, 1 << 30)
+    listed = [t for t in plane.list_tenants() if t.tenant_id == tenant.tenant_id]
+    assert listed == [got]
+    cleared = plane.set_tenant_limits(tenant.tenant_id, {"max_events": None}, actor="alice")
+    assert (cleared.max_events, cleared.max_bytes) == (None, 1 << 30)
+    entries, _ = plane.audit(tenant_id=tenant.tenant_id)
+    assert [(e.action, e.actor, e.detail) for e in entries if e.action == "tenant.limits"] == [
+        ("tenant.limits", "alice", {"max_events": 5}),
+        ("tenant.limits", "alice", {"max_bytes": 1 << 30}),
+        ("tenant.limits", "alice", {"max_events": None}),
+    ]
+    for bad in (
+        {"max_events": 0},
+        {"max_bytes": -1},
+        {"max_events": True},
+        {"max_events": "5"},
+        {"max_events": 2**62 + 1},
+        {"nope": 1},
+        {},
+    ):
+        with pytest.raises(InvalidRequest):
+            plane.set_tenant_limits(tenant.tenant_id, bad, actor="alice")
+    with pytest.raises(NotFound):
+        plane.set_tenant_limits(
+            "0c6c2c85-59a4-4b2d-8a4b-2b1f4a9d2a11", {"max_events": 1}, actor="a"
+        )
+
+    issued = plane.create_key(tenant.tenant_id, "bot", actor="test", requests_per_minute=30)
+    plain = plane.create_key(tenant.tenant_id, "human", actor="test")
+    assert (issued.requests_per_minute, plain.requests_per_minute) == (30, None)
+    info = plane.get_key(issued.key_id)
+    record = plane.get_key_record(issued.key_id)
+    assert info is not None and info.requests_per_minute == 30
+    assert record is not None and record.requests_per_minute == 30
+    assert {k.key_id: k.requests_per_minute for k in plane.list_keys(tenant.tenant_id)} == {
+        issued.key_id: 30,
+        plain.key_id: None,
+    }
+    for bad_rate in (0, 1_000_001, 2.5):
+        with pytest.raises(InvalidRequest, match="requests_per_minute"):
+            plane.create_key(tenant.tenant_id, "x", actor="t", requests_per_minute=bad_rate)  # type: ignore[arg-type]
+
+
+# -- quotas ------------------------------------------------------------------------------------
+
+
+def test_a_tenant_at_its_max_events_is_refused_writes_and_keeps_its_reads(
+    tmp_path: Path, url: str | None
+) -> None:
+    with start(tmp_path, url) as s:
+        r = s.patch(max_events=3)
+        assert r.status_code == 200, r.text
+        assert (r.json()["max_events"], r.json()["limits"]["max_events"]) == (3, 3)
+        ids = [s.append(f"note {i}").json()["event_id"] for i in range(2)]
+        # A batch that would pass the limit is refused whole, naming the limit.
+        events = [{"kind": "note", "text": f"batch {i}"} for i in range(2)]
+        r = s.client.post("/v1/memory/events", json={"events": events}, headers=s.key)
+        assert r.status_code == 403 and r.json()["error"] == "quota_exceeded"
+        assert r.json()["detail"].startswith("events[1]: this tenant may store at most 3")
+        assert "max_events" in r.json()["detail"]
+        assert s.append("note 2").status_code == 201
+        over = s.append("note 3")
+        assert over.status_code == 403, over.text
+        assert over.json()["error"] == "quota_exceeded" and "max_events" in over.json()["detail"]
+        # Reads keep working.
+        assert s.client.get(f"/v1/memory/event/{ids[0]}", headers=s.key).status_code == 200
+        listing = s.client.get("/v1/memory/events", headers=s.key).json()["events"]
+        assert sorted(e["text"] for e in listing) == ["note 0", "note 1", "note 2"]
+        hits = s.client.post("/v1/memory/recall", json={"text": "note"}, headers=s.key)
+        assert hits.status_code == 200 and len(hits.json()["hits"]) == 3
+        # An idempotent replay stores nothing: it is answered at the limit too.
+        body = {"kind": "note", "text": "keyed"}
+        keyed = {**s.key, "Idempotency-Key": "k-1"}
+        s.patch(max_events=4)
+        first = s.client.post("/v1/memory/event", json=body, headers=keyed)
+        assert first.status_code == 201
+        assert s.client.post("/v1/memory/event", json=body, headers=keyed).status_code == 200
+        # A delete frees quota, and the next write fits.
+        assert s.client.delete(f"/v1/memory/event/{ids[0]}", headers=s.key).status_code == 200
+        assert s.append("note 4").status_code == 201
+        assert s.append("note 5").status_code == 403
+        # Removing the tenant's own limit (no default set) lets it write again.
+        r = s.patch(max_events=None)
+        assert r.json()["max_events"] is None and r.json()["limits"]["max_events"] is None
+        assert s.append("note 5").status_code == 201
+        assert s.rejected()["max_events"] == 3
+
+
+def test_max_bytes_counts_the_live_events_records(tmp_path: Path, url: str | None) -> None:
+    with start(tmp_path, url) as s:
+        shown = s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=ADMIN).json()
+        assert shown["usage"]["bytes"]["live"] == 0
+        first = s.append("x" * 1000).json()["event_id"]
+        used = s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=ADMIN).json()
+        size = used["usage"]["bytes"]["live"]
+        assert 1000 < size < 1200
+        assert s.patch(max_bytes=size * 2 + 10).status_code == 200
+        assert s.append("y" * 1000).status_code == 201
+        over = s.append("z" * 1000)
+        assert over.status_code == 403 and "max_bytes" in over.json()["detail"]
+        assert s.append("small").status_code == 201  # what fits still goes in
+        assert s.client.delete(f"/v1/memory/event/{first}", headers=s.key).status_code == 200
+        assert s.append("z" * 1000).status_code == 201
+        assert s.rejected()["max_bytes"] == 1
+
+
+def test_concurrent_appends_never_pass_the_quota(tmp_path: Path) -> None:
+    engine = Engine(
+        load_settings({"MEMSPINE_DATA_DIR": str(tmp_path), "MEMSPINE_EMBEDDING_DIM": "4"})
+    )
+    quota = Quota(max_events=10)
+
+    async def one(i: int) -> bool:
+        new = to_new_event(EventIn(kind="k", text=f"e{i}"), tenant_id="t", idempotency_key=None)
+        try:
+            await engine.append("t", new, quota)
+        except QuotaExceeded:
+            return False
+        return True
+
+    async def main() -> list[bool]:
+        return await asyncio.gather(*(one(i) for i in range(40)))
+
+    try:
+        done = asyncio.run(main())
+        assert sum(done) == 10
+        assert engine.usage_now("t").events.live == 10
+    finally:
+        engine.close()
+
+
+# -- rates -------------------------------------------------------------------------------------
+
+
+def test_a_key_over_its_requests_per_minute_waits_for_retry_after(
+    tmp_path: Path, url: str | None
+) -> None:
+    with start(tmp_path, url) as s:
+        slow = s.issue(requests_per_minute=3)
+        listed = s.client.get("/v1/admin/keys", headers=ADMIN).json()["keys"]
+        assert sorted(k["requests_per_minute"] or 0 for k in listed) == [0, 3]
+        for _ in range(3):
+            assert s.client.get("/v1/whoami", headers=slow).status_code == 200
+        r = s.append("too many", slow)
+        assert r.status_code == 429 and r.json()["error"] == "too_many_requests"
+        assert "requests_per_minute" in r.json()["detail"]
+        # One token comes back every 20 s: the wait is said in whole seconds.
+        assert 1 <= int(r.headers["retry-after"]) <= 20
+        # The refusal comes before the body is read, and nothing was stored.
+        listing = s.client.get("/v1/memory/events", headers=s.key).json()["events"]
+        assert listing == []
+        # Another key of the tenant has its own bucket (and no limit).
+        for _ in range(10):
+            assert s.client.get("/v1/whoami", headers=s.key).status_code == 200
+        mcp = s.client.post(
+            "/mcp",
+            json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+            headers={**slow, "Accept": "application/json, text/event-stream"},
+        )
+        assert mcp.status_code == 429 and mcp.headers["retry-after"]
+        assert s.rejected()["requests_per_minute"] == 2
+
+
+def test_a_bucket_refills_at_its_rate() -> None:
+    now = [100.0]
+    buckets = Buckets(clock=lambda: now[0])
+    key = ("tenant", "key")
+    assert [buckets.take(key, 60) for _ in range(60)] == [0.0] * 60
+    assert buckets.take(key, 60) == pytest.approx(1.0)
+    now[0] += 0.5
+    assert buckets.take(key, 60) == pytest.approx(0.5)  # half a token back
+    now[0] += 0.5
+    assert buckets.take(key, 60) == 0.0
+    now[0] += 3600
+    assert [buckets.take(key, 60) for _ in range(60)] == [0.0] * 60  # full, never more
+    assert buckets.take(key, 60) > 0
+    assert buckets.take(("tenant", "other"), 60) == 0.0
+
+
+# -- defaults ----------------------------------------------------------------------------------
+
+
+def test_server_defaults_apply_to_keys_and_tenants_without_their_own(tmp_path: Path) -> None:
+    env = {"MEMSPINE_DEFAULT_MAX_EVENTS": "2", "MEMSPINE_DEFAULT_REQUESTS_PER_MINUTE": "5"}
+    with start(tmp_path, None, env) as s:
+        shown = s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=ADMIN).json()
+        assert shown["max_events"] is None and shown["limits"] == {
+            "max_events": 2,
+            "max_bytes": None,
+        }
+        assert s.append("a").status_code == 201 and s.append("b").status_code == 201
+        assert s.append("c").status_code == 403
+        assert s.patch(max_events=3).json()["limits"]["max_events"] == 3  # its own beats it
+        assert s.append("c").status_code == 201
+        fast = s.issue(requests_per_minute=100)
+        statuses = [s.client.get("/v1/whoami", headers=fast).status_code for _ in range(8)]
+        assert statuses == [200] * 8  # its own rate beats the default
+        statuses = [s.client.get("/v1/whoami", headers=s.key).status_code for _ in range(3)]
+        assert statuses == [429] * 3  # five requests a minute, spent above
+
+
+def test_the_defaults_hold_in_local_mode_too(tmp_path: Path) -> None:
+    settings = load_settings(
+        {
+            "MEMSPINE_DATA_DIR": str(tmp_path),
+            "MEMSPINE_EMBEDDING_DIM": "4",
+            "MEMSPINE_DEFAULT_MAX_BYTES": "1K",
+        }
+    )
+    with TestClient(create_app(settings)) as c:
+        auth = {"Authorization": "Bearer acme"}
+        body = {"kind": "note", "text": "x" * 600}
+        assert c.post("/v1/memory/event", json=body, headers=auth).status_code == 201
+        r = c.post("/v1/memory/event", json=body, headers=auth)
+        assert r.status_code == 403 and "at most 1024 bytes" in r.json()["detail"]
+        other = {"Authorization": "Bearer other"}  # each tenant its own quota
+        assert c.post("/v1/memory/event", json=body, headers=other).status_code == 201
+        call = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": "memory_append", "arguments": {"kind": "note", "text": "y" * 600}},
+        }
+        r = c.post(
+            "/mcp", json=call, headers={**auth, "Accept": "application/json, text/event-stream"}
+        )
+        result = r.json()["result"]
+        assert result["isError"] is True
+        assert result["structuredContent"]["error"] == "quota_exceeded"
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "why"),
+    [
+        ("MEMSPINE_DEFAULT_MAX_EVENTS", "-1", "whole number"),
+        ("MEMSPINE_DEFAULT_MAX_BYTES", "1X", "whole number"),
+        ("MEMSPINE_DEFAULT_REQUESTS_PER_MINUTE", "1000001", "at most"),
+    ],
+)
+def test_a_bad_default_stops_the_server_naming_it(name: str, value: str, why: str) -> None:
+    from memspine.config import SettingsError
+
+    with pytest.raises(SettingsError, match=f"{name}: .*{why}"):
+        load_settings({name: value})
+    assert load_settings({name: "0"}).default_max_events is None
