@@ -263,12 +263,20 @@ def test_repeated_failures_back_off_then_429_and_the_owner_gets_in_after(issued:
     with issued.server.client() as client:
         # The first /mcp request (any, this one has no key) loads the SDK.
         client.post("/mcp", json=ping, headers={"Accept": mcp["Accept"]})
+        verifications = []
         for _ in range(5):
+            started = time.perf_counter()
             r = client.get("/v1/whoami", headers=bad)
+            verifications.append(time.perf_counter() - started)
             assert r.status_code == 401, r.text
+        started = time.perf_counter()
         r = client.get("/v1/whoami", headers=bad)
+        paced = time.perf_counter() - started
         assert r.status_code == 429, r.text
         assert r.json()["error"] == "too_many_requests"
+        # A 429 is paced like a refusal: a flood's connection gets one answer per
+        # verification's time, not as many as the event loop can render.
+        assert paced > 0.5 * min(verifications), (paced, verifications)
         assert r.headers["retry-after"] == "1"
         time.sleep(1.1)
         r = client.get("/v1/whoami", headers=bad)  # verified again: wrong, so it waits longer
