@@ -20,9 +20,9 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from conftest import ServerProcess
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from servers import ServerProcess
 from test_erasure_shapes import ballast
 from test_mcp import call, stdio, text
 from test_purge import scan

@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 
 from memspine.auth import LOCAL_TOKEN_DETAIL
 from memspine_admin import keys

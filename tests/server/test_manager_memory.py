@@ -15,9 +15,9 @@ import anyio
 import httpx
 import numpy as np
 import pytest
-from conftest import ServerProcess
 from litestar.testing import TestClient
 from mcp import Client
+from servers import ServerProcess
 
 from memspine import limits
 from memspine.app import create_app

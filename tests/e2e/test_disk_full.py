@@ -22,7 +22,7 @@ import hnswlib
 import httpx
 import numpy as np
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 
 from storage import failpoints, space
 from storage.errors import DiskFull

@@ -19,8 +19,8 @@ from typing import Any, Literal
 import httpx
 import pytest
 from argon2 import PasswordHasher
-from conftest import ServerProcess
 from litestar.testing import TestClient
+from servers import ServerProcess
 
 from memspine.app import create_app
 from memspine.auth import Authenticator

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 
 from memspine.logs import JsonFormatter, configure_logging, request_id_of
 

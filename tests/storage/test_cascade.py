@@ -9,7 +9,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 
 from storage.cascade import delete_derived, derived_closure
 from storage.model import NewEvent

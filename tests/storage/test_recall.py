@@ -12,7 +12,7 @@ import httpx
 import msgspec
 import numpy as np
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 
 from storage import vectors as vectors_module
 from storage.errors import EmbeddingMismatch, InvalidRequest

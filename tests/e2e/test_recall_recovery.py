@@ -21,7 +21,7 @@ from storage.model import AppendResult, NewEvent
 from storage.recall import RecallQuery, RecallResult, recall
 from storage.tenant import Tenant
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 WORDS = (
     "parcel",
     "invoice",

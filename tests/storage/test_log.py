@@ -389,7 +389,7 @@ print(log.env.readers(), flush=True)
 
 def _python(code: str, path: Path) -> subprocess.CompletedProcess[str]:
     """Run code in a fresh interpreter (another process, as a second server would be)."""
-    repo = str(Path(__file__).resolve().parent.parent)
+    repo = str(Path(__file__).resolve().parents[2])
     env = {**os.environ, "PYTHONPATH": repo}
     return subprocess.run(
         [sys.executable, "-c", code, str(path)], capture_output=True, text=True, cwd=repo, env=env

@@ -12,7 +12,7 @@ import pytest
 
 from memspine.config import IGNORED, PARSERS, Settings, SettingsError, load_settings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CONFIG_DOC = REPO / "docs" / "configuration.md"
 
 

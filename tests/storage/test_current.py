@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 
 from storage import encoding as enc
 from storage.current import Moment
@@ -508,6 +508,6 @@ def test_append_validates_supersedes_and_windows(srv: ServerProcess) -> None:
 
 
 def test_the_docs_page_names_every_field() -> None:
-    doc = (Path(__file__).resolve().parent.parent / "docs" / "current-state.md").read_text()
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "current-state.md").read_text()
     for term in ("supersedes", "valid_from", "valid_until", "as_of", "replaces", "superseded_by"):
         assert term in doc

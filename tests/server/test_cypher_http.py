@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 from test_cypher_engine import OPS, WHO, at
 from test_recall_seed import MONDAY_9, PROJECT, SUPPORT, SUPPORT_TS, load
 

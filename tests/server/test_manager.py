@@ -15,8 +15,8 @@ from typing import Any
 
 import lmdb
 import pytest
-from conftest import ServerProcess
 from litestar.testing import TestClient
+from servers import ServerProcess
 
 from memspine.app import create_app
 from memspine.config import load_settings

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-from conftest import REPO, ServerProcess
+from servers import REPO, ServerProcess
 
 from memspine import __version__
 

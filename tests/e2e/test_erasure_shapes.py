@@ -25,7 +25,7 @@ from storage.model import NewEvent
 from storage.purge import NoRoomToPurge, for_want_of_room, purge_tenant
 from storage.tenant import Tenant
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 VECTORS = ["none", "all", "mixed", "no-text"]  # which events carry an embedding (and text)
 LIVES = ["open", "reopened", "deleted-then-reopened", "purged-before", "purged-twice"]
 

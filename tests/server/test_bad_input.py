@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 
 TENANT = "bad-input"
 T0 = 1791208939000000  # µs: times before 2000 are refused unless the request opts in

@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 
 JSON = {"Content-Type": "application/json"}
 NOT_FOUND = {"error": "not_found", "detail": "no event with that id"}

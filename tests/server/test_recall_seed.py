@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import ServerProcess
+from servers import ServerProcess
 
 MIN = 60_000_000  # one minute in microseconds
 SUPPORT_TS = 1_791_208_939_000_000  # the reply, Mon 2026-10-05 14:02:19 UTC

@@ -19,10 +19,10 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from conftest import ServerProcess
 from litestar.routes import HTTPRoute
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from servers import ServerProcess
 
 from memspine.app import create_app
 from memspine.config import Settings

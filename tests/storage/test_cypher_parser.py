@@ -24,7 +24,7 @@ from storage.cypher.planner import plan as plan_ast
 from storage.cypher.values import compare, equals, group_key, order_key
 from storage.errors import CypherSyntaxError, InvalidRequest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "cypher.md"
 
 

@@ -18,11 +18,11 @@ import httpx
 import httpx2
 import pytest
 from argon2 import PasswordHasher
-from conftest import ServerProcess
 from mcp import Client, StdioServerParameters
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import MCPError
 from mcp_types import CallToolResult
+from servers import ServerProcess
 
 from memspine.auth import Authenticator
 from memspine.client import MemspineClient

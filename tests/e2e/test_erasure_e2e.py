@@ -18,7 +18,7 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from conftest import ServerProcess
+from servers import REPO, ServerProcess
 from test_purge import (
     DIM,
     ROLL_STEPS,
@@ -274,7 +274,7 @@ def run_purge_and_kill(root: Path, at: str, delay: float | None = None) -> None:
     """A purge in its own process, killed with SIGKILL at a named step or after a delay."""
     proc = subprocess.Popen(
         [sys.executable, "-c", KILL_SCRIPT, str(root), at, str(DIM)],
-        cwd=Path(__file__).resolve().parent.parent,
+        cwd=REPO,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
     )
