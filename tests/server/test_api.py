@@ -1,4 +1,4 @@
-"""End to end against a real memspine-server: the seed's requests for append, read, list and delete."""
+"""The seed's requests for append, read, list and delete, against the app in process."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import ServerProcess
+from servers import InProcessServer, serve
 
 JSON = {"Content-Type": "application/json"}
 NOT_FOUND = {"error": "not_found", "detail": "no event with that id"}
@@ -22,15 +22,13 @@ SEED_SOURCES = [
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One server for the module (each test uses its own tenant), embedding dimension 4 as in the seed."""
-    server = ServerProcess(tmp_path_factory.mktemp("e2e") / "data").start()
-    yield server
-    server.stop()
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    """One app for the module (each test uses its own tenant), embedding dimension 4 as in the seed."""
+    yield from serve(InProcessServer(tmp_path_factory.mktemp("api") / "data"))
 
 
 @pytest.fixture
-def client(srv: ServerProcess, request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
+def client(srv: InProcessServer, request: pytest.FixtureRequest) -> Iterator[httpx.Client]:
     """A client whose token (the tenant id, in local mode) is unique to the test."""
     with srv.client(f"t-{request.node.name[5:40]}-{uuid.uuid4().hex[:8]}") as c:
         yield c
@@ -70,15 +68,15 @@ def listing(c: httpx.Client, **params: Any) -> list[dict[str, Any]]:
             return events
 
 
-def test_health_has_the_seed_shape(srv: ServerProcess) -> None:
-    body = httpx.get(srv.url + "/health").json()
+def test_health_has_the_seed_shape(srv: InProcessServer) -> None:
+    body = srv.request("GET", "/health").json()
     assert set(body) == {"service", "status", "version"}
     assert body["service"] == "memspine-server" and body["status"] == "ok"
     assert all(part.isdigit() for part in body["version"].split("."))
 
 
-def test_openapi_document_is_served(srv: ServerProcess) -> None:
-    r = httpx.get(srv.url + "/schema/openapi.json")
+def test_openapi_document_is_served(srv: InProcessServer) -> None:
+    r = srv.request("GET", "/schema/openapi.json")
     assert r.status_code == 200
     assert "/v1/memory/event" in r.json()["paths"]
 
@@ -87,7 +85,7 @@ def test_openapi_document_is_served(srv: ServerProcess) -> None:
 
 
 def test_reply_with_sources_then_read_back_and_foreign_tenant_404(
-    srv: ServerProcess, client: httpx.Client
+    srv: InProcessServer, client: httpx.Client
 ) -> None:
     customer = append(
         client,
@@ -218,7 +216,7 @@ def test_seed_release_json_with_idempotency_key_replays_the_first_id(client: htt
     assert len(listing(client)) == 1
 
 
-def test_idempotent_ids_depend_on_the_tenant(srv: ServerProcess) -> None:
+def test_idempotent_ids_depend_on_the_tenant(srv: InProcessServer) -> None:
     ids = []
     for tenant in ("company-a", "company-b"):
         with srv.client(tenant) as c:

@@ -8,9 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
-from servers import ServerProcess
+from servers import InProcessServer
 
 TENANT = "bad-input"
 T0 = 1791208939000000  # µs: times before 2000 are refused unless the request opts in
@@ -117,9 +116,9 @@ CASES = [
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
     """A server with a small body limit and one tenant holding three events."""
-    server = ServerProcess(
+    server = InProcessServer(
         tmp_path_factory.mktemp("bad") / "data", {"MEMSPINE_MAX_BODY_BYTES": str(MAX_BODY)}
     ).start()
     with server.client(TENANT) as c:
@@ -130,7 +129,7 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
     server.stop()
 
 
-def snapshot(srv: ServerProcess) -> tuple[list[Any], list[str]]:
+def snapshot(srv: InProcessServer) -> tuple[list[Any], list[str]]:
     """Everything a client can see of the tenant, and the tenant directories on disk."""
     with srv.client(TENANT) as c:
         events = c.get(EVENTS, params={"limit": 1000}).json()["events"]
@@ -139,7 +138,7 @@ def snapshot(srv: ServerProcess) -> tuple[list[Any], list[str]]:
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
-def test_bad_input_is_refused_with_a_useful_sentence(srv: ServerProcess, case: Bad) -> None:
+def test_bad_input_is_refused_with_a_useful_sentence(srv: InProcessServer, case: Bad) -> None:
     before = snapshot(srv)
     headers = {
         "Authorization": f"Bearer {TENANT}",
@@ -147,9 +146,7 @@ def test_bad_input_is_refused_with_a_useful_sentence(srv: ServerProcess, case: B
         **case.headers,
     }
     headers = {k: v for k, v in headers.items() if v}
-    r = httpx.request(
-        case.method, srv.url + case.path, content=case.body, params=case.params, headers=headers
-    )
+    r = srv.request(case.method, case.path, content=case.body, params=case.params, headers=headers)
     assert r.status_code == case.status, r.text
     assert r.headers["content-type"].startswith("application/json")
     body = r.json()
@@ -161,7 +158,7 @@ def test_bad_input_is_refused_with_a_useful_sentence(srv: ServerProcess, case: B
     assert snapshot(srv) == before
 
 
-def test_chunked_body_over_the_limit_is_413(srv: ServerProcess) -> None:
+def test_chunked_body_over_the_limit_is_413(srv: InProcessServer) -> None:
     before = snapshot(srv)
 
     def chunks() -> Iterator[bytes]:
@@ -177,7 +174,7 @@ def test_chunked_body_over_the_limit_is_413(srv: ServerProcess) -> None:
     assert snapshot(srv) == before
 
 
-def test_over_long_property_string_is_stored_but_not_filterable(srv: ServerProcess) -> None:
+def test_over_long_property_string_is_stored_but_not_filterable(srv: InProcessServer) -> None:
     note = "é" * 129  # 258 bytes
     with srv.client("long-props") as c:
         r = c.post(EVENT, json={"kind": "turn", "properties": {"note": note, "short": "ok"}})
@@ -190,7 +187,7 @@ def test_over_long_property_string_is_stored_but_not_filterable(srv: ServerProce
         assert refused.status_code == 400 and "256 bytes" in refused.json()["detail"]
 
 
-def test_an_idempotency_key_refused_with_422_keeps_the_first_event(srv: ServerProcess) -> None:
+def test_an_idempotency_key_refused_with_422_keeps_the_first_event(srv: InProcessServer) -> None:
     before = snapshot(srv)
     with srv.client(TENANT) as c:
         r = c.post(EVENT, json={"kind": "turn", "ts": T0 + 4}, headers={"Idempotency-Key": "K-1"})
@@ -198,7 +195,7 @@ def test_an_idempotency_key_refused_with_422_keeps_the_first_event(srv: ServerPr
     assert snapshot(srv) == before
 
 
-def test_unknown_route_and_method_use_the_error_shape(srv: ServerProcess) -> None:
+def test_unknown_route_and_method_use_the_error_shape(srv: InProcessServer) -> None:
     with srv.client(TENANT) as c:
         missing = c.get("/v1/memory/nothing")
         wrong = c.put(EVENT, json={"kind": "turn"})
@@ -207,7 +204,7 @@ def test_unknown_route_and_method_use_the_error_shape(srv: ServerProcess) -> Non
 
 
 def test_no_tenant_directory_is_made_for_a_refused_token(
-    srv: ServerProcess, tmp_path: Path
+    srv: InProcessServer, tmp_path: Path
 ) -> None:
     names = {p.name for p in srv.data_dir.iterdir()}
     assert not any(".." in n or "." in n.strip(".") for n in names)

@@ -1,4 +1,4 @@
-"""POST /v1/memory/cypher through a real server in local mode: the seed's four queries over its
+"""POST /v1/memory/cypher through the app in local mode: the seed's four queries over its
 three tenants (loaded through the API) return exactly the seed's rows, and the refusals, errors,
 limits and tenant isolation answer as docs/cypher.md says."""
 
@@ -11,7 +11,7 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import ServerProcess
+from servers import InProcessServer
 from test_cypher_engine import OPS, WHO, at
 from test_recall_seed import MONDAY_9, PROJECT, SUPPORT, SUPPORT_TS, load
 
@@ -34,14 +34,14 @@ NEWEST = (
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
     """One server with the default limits; each test loads its own tenants."""
-    server = ServerProcess(tmp_path_factory.mktemp("cypher") / "data").start()
+    server = InProcessServer(tmp_path_factory.mktemp("cypher") / "data").start()
     yield server
     server.stop()
 
 
-def tenant(srv: ServerProcess, name: str) -> httpx.Client:
+def tenant(srv: InProcessServer, name: str) -> httpx.Client:
     """A client for a tenant of its own (local mode: the token is the tenant id)."""
     return srv.client(f"{name}-{uuid.uuid4().hex[:8]}")
 
@@ -82,7 +82,7 @@ def refused(client: httpx.Client, query: str, params: dict[str, Any] | None = No
 
 
 @pytest.fixture(scope="module")
-def ops(srv: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
+def ops(srv: InProcessServer) -> tuple[httpx.Client, dict[str, str]]:
     """The operations tenant, loaded once for the tests that only read it."""
     client = tenant(srv, "purchasing")
     return client, load_ops(client)
@@ -114,7 +114,7 @@ def test_seed_what_a_write_had_in_front_of_it(ops: tuple[httpx.Client, dict[str,
     }  # fmt: skip
 
 
-def test_seed_derived_from_the_door_code_before_the_erasure(srv: ServerProcess) -> None:
+def test_seed_derived_from_the_door_code_before_the_erasure(srv: InProcessServer) -> None:
     client = tenant(srv, "customer-4417")
     ids = load(client, SUPPORT, SUPPORT_TS, {"conversation": "c-1005-01"})
     assert cypher(client, DERIVED, {"id": ids["door_turn"]}) == {
@@ -133,7 +133,7 @@ def test_seed_derived_from_the_door_code_before_the_erasure(srv: ServerProcess) 
     ]
 
 
-def test_seed_newest_fact_on_a_topic(srv: ServerProcess) -> None:
+def test_seed_newest_fact_on_a_topic(srv: InProcessServer) -> None:
     client = tenant(srv, "billing-ledger")
     load(client, PROJECT, MONDAY_9, {})
     assert cypher(client, NEWEST, {"kind": "fact", "topic": "cutover_date"}) == {
@@ -207,14 +207,14 @@ def test_row_and_time_limits_from_the_environment(start_server: Any) -> None:
     assert time.monotonic() - started < 5
     # the worker is free again: the next query answers at once
     assert cypher(client, "MATCH (n {kind: 'fact'}) RETURN n.topic")["rows"] == [["payment_terms"]]
-    assert httpx.get(server.url + "/health").status_code == 200
+    assert server.request("GET", "/health").status_code == 200
 
 
 # ---- isolation --------------------------------------------------------------------------------
 
 
 def test_another_tenant_sees_no_rows(
-    srv: ServerProcess, ops: tuple[httpx.Client, dict[str, str]]
+    srv: InProcessServer, ops: tuple[httpx.Client, dict[str, str]]
 ) -> None:
     _, ids = ops
     other = tenant(srv, "other-company")

@@ -1,4 +1,5 @@
-"""The seed's recalls end to end: its tenants reproduced through a real server, answers in its order.
+"""The seed's recalls: its tenants reproduced through the API (the app in process; tests/e2e/
+test_doors.py runs the first over a real server), answers in its order.
 
 `../shared/seeds/001_aa787dbcdac37a00.txt` shows the ranked and walked hits but not every event or
 embedding; the texts below are the seed's where it shows them and written to fit where it only
@@ -14,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import ServerProcess
+from servers import InProcessServer
 
 MIN = 60_000_000  # one minute in microseconds
 SUPPORT_TS = 1_791_208_939_000_000  # the reply, Mon 2026-10-05 14:02:19 UTC
@@ -149,27 +150,27 @@ def load(client: httpx.Client, rows: list[Any], t0: int, extra: dict[str, Any]) 
 
 
 @pytest.fixture(scope="module")
-def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
-    """One server for the module, embedding dimension 4 as in the seed; each test has its own tenants."""
-    server = ServerProcess(tmp_path_factory.mktemp("seed") / "data").start()
+def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    """One app for the module, embedding dimension 4 as in the seed; each test has its own tenants."""
+    server = InProcessServer(tmp_path_factory.mktemp("seed") / "data").start()
     yield server
     server.stop()
 
 
-def tenant_client(srv: ServerProcess, name: str) -> httpx.Client:
+def tenant_client(srv: InProcessServer, name: str) -> httpx.Client:
     """A client whose token (the tenant id, in local mode) is unique to this test."""
     return srv.client(f"{name}-{uuid.uuid4().hex[:8]}")
 
 
 @pytest.fixture
-def support(srv: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
+def support(srv: InProcessServer) -> tuple[httpx.Client, dict[str, str]]:
     """The support tenant loaded through the server: (its client, name -> id)."""
     client = tenant_client(srv, "customer-4417")
     return client, load(client, SUPPORT, SUPPORT_TS, {"conversation": "c-1005-01"})
 
 
 @pytest.fixture
-def project(srv: ServerProcess) -> tuple[httpx.Client, dict[str, str]]:
+def project(srv: InProcessServer) -> tuple[httpx.Client, dict[str, str]]:
     """The project tenant loaded through the server: (its client, name -> id)."""
     client = tenant_client(srv, "billing-ledger")
     return client, load(client, PROJECT, MONDAY_9, {})
@@ -206,7 +207,7 @@ def test_reviewer_recall_returns_the_reply_the_objection_then_the_replys_sources
 
 
 def test_another_tenant_recalls_nothing_of_the_customer(
-    srv: ServerProcess, support: tuple[httpx.Client, dict[str, str]]
+    srv: InProcessServer, support: tuple[httpx.Client, dict[str, str]]
 ) -> None:
     other = tenant_client(srv, "customer-5530")
     assert recall(other, {"text": "order 88213 delivered", "k": 5}) == {"hits": []}
