@@ -24,7 +24,8 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 from servers import ServerProcess
 from test_erasure_shapes import ballast
-from test_mcp import call, stdio, text
+from test_mcp import call, text
+from test_mcp_e2e import stdio
 from test_purge import scan
 
 from memspine.engine import PURGE_PENDING_ROOM

@@ -1,4 +1,6 @@
-"""Issued keys end to end: a real memspine-server over a control database made by memspine-admin init."""
+"""Issued keys through the API: the app in process over a control database made by the real
+`memspine-admin init`, keys hashed at argon2's lowest cost (the verification cost is not the
+point here; tests/e2e/test_auth_fairness.py measures it)."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import ServerProcess
+from servers import InProcessServer, cheap_hasher
 
 from memspine.auth import LOCAL_TOKEN_DETAIL
 from memspine_admin import keys
@@ -39,7 +41,7 @@ def admin_cli(data_dir: Path, *args: str) -> str:
 class Issued:
     """The issued-key server with an admin client and helpers to make tenants and keys."""
 
-    def __init__(self, server: ServerProcess) -> None:
+    def __init__(self, server: InProcessServer) -> None:
         self.server = server
         self.admin = server.client(ADMIN_KEY)
 
@@ -60,10 +62,11 @@ class Issued:
 
 @pytest.fixture(scope="module")
 def issued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Issued]:
-    """One server for the module: control database from the real CLI, admin key set."""
+    """One app for the module: control database from the real CLI, admin key set."""
     data_dir = tmp_path_factory.mktemp("issued") / "data"
     admin_cli(data_dir, "init")
-    server = ServerProcess(data_dir, {"MEMSPINE_ADMIN_KEY": ADMIN_KEY}).start()
+    env = {"MEMSPINE_ADMIN_KEY": ADMIN_KEY}
+    server = InProcessServer(data_dir, env, hasher=cheap_hasher()).start()
     yield Issued(server)
     server.stop()
 
@@ -273,10 +276,10 @@ def test_tampered_junk_and_crossed_tokens_are_401(issued: Issued) -> None:
         headers = {
             "Authorization": b"Bearer " + (token if isinstance(token, bytes) else token.encode())
         }
-        r = httpx.get(issued.server.url + "/v1/memory/events", headers=headers, timeout=30)
+        r = issued.server.request("GET", "/v1/memory/events", headers=headers, timeout=30)
         assert (r.status_code, r.json()) == (401, UNAUTHORIZED), token[:40]
     for headers in ({}, {"Authorization": f"Basic {good}"}, {"Authorization": "Bearer"}):
-        r = httpx.get(issued.server.url + "/v1/whoami", headers=headers, timeout=30)
+        r = issued.server.request("GET", "/v1/whoami", headers=headers, timeout=30)
         assert (r.status_code, r.json()) == (401, UNAUTHORIZED)
     with issued.client(good) as tenant_client:
         for method, path in (("GET", "/v1/admin/tenants"), ("GET", "/v1/admin/audit")):
@@ -412,13 +415,13 @@ def test_admin_routes_are_404_without_an_admin_key(start_server: Any) -> None:
         assert c.get("/v1/whoami").json() == {
             "tenant_id": "t1", "key_id": "local", "scopes": ["read", "write"], "expires_at": None,
         }  # fmt: skip
-    r = httpx.get(server.url + "/v1/whoami", headers={"Authorization": "Bearer ../t1"})
+    r = server.request("GET", "/v1/whoami", headers={"Authorization": "Bearer ../t1"})
     assert (r.status_code, r.json()["detail"]) == (401, LOCAL_TOKEN_DETAIL)  # no secret to hide
 
 
 def test_admin_key_before_and_after_init(start_server: Any, tmp_path: Path) -> None:
     """409 until memspine-admin init runs beside the live server; then issued keys only."""
-    server = start_server(env={"MEMSPINE_ADMIN_KEY": ADMIN_KEY})
+    server = start_server(env={"MEMSPINE_ADMIN_KEY": ADMIN_KEY}, hasher=cheap_hasher())
     admin = server.client(ADMIN_KEY)
     r = admin.get("/v1/admin/tenants")
     assert (r.status_code, r.json()) == (

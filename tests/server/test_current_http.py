@@ -12,7 +12,6 @@ import pytest
 from servers import InProcessServer
 from test_current import HOUR, MIN, T0
 
-
 MONDAY_9 = 1_791_190_800_000_000  # Mon 2026-10-05 09:00:00 UTC
 DAY = 24 * HOUR
 STATUS_QUERY = {
