@@ -155,7 +155,13 @@ def issued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Issued]:
     """One issued-key server (default argon2id profile) for the module."""
     data_dir = tmp_path_factory.mktemp("fairness") / "data"
     ControlDB.init(data_dir, actor="test")
-    env = {"MEMSPINE_ADMIN_KEY": ADMIN_KEY, "MEMSPINE_CYPHER_TIMEOUT_MS": str(CYPHER_TIMEOUT_MS)}
+    env = {
+        "MEMSPINE_ADMIN_KEY": ADMIN_KEY,
+        "MEMSPINE_CYPHER_TIMEOUT_MS": str(CYPHER_TIMEOUT_MS),
+        # The floods come from the victim's own address: the per-address connection cap would
+        # refuse the victim before argon2's shares are reached (test_edge.py tests that cap).
+        "MEMSPINE_MAX_CONNECTIONS_PER_CLIENT": str(2 * FLOOD_CONNECTIONS + 50),
+    }
     server = ServerProcess(data_dir, env).start()
     yield Issued(server)
     # The flooders' requests still queued would take their turns first: nothing here to keep.
