@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test lint typecheck bench clean
+.PHONY: install run test test-fast lint typecheck bench clean
 
 install: $(STAMP)
 
@@ -21,8 +21,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy memspine memspine_admin storage
 
+# The suite starts Python processes by the dozen (servers, CLIs, crash victims): with bytecode
+# caching off (PYTHONDONTWRITEBYTECODE) each would compile memspine and storage from source
+# again, and pytest would rewrite every test module again on each run.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovider
+
 test: $(STAMP) lint typecheck
-	$(VENV)/bin/pytest -q -p no:cacheprovider
+	$(PYTEST)
+
+test-fast: $(STAMP)
+	$(PYTEST) tests/storage tests/server
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py
