@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint typecheck bench clean
+.PHONY: install run test test-fast lint typecheck bench clean browser
 
 install: $(STAMP)
 
@@ -21,12 +21,16 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy memspine memspine_admin storage
 
+# Debian's chromium for the console's browser tests; says why and goes on when it cannot.
+browser:
+	sh scripts/install-browser
+
 # The suite starts Python processes by the dozen (servers, CLIs, crash victims): with bytecode
 # caching off (PYTHONDONTWRITEBYTECODE) each would compile memspine and storage from source
 # again, and pytest would rewrite every test module again on each run.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovider
 
-test: $(STAMP) lint typecheck
+test: $(STAMP) browser lint typecheck
 	$(PYTEST)
 
 test-fast: $(STAMP)

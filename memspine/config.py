@@ -40,6 +40,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_body_bytes: int = 1_048_576
     cypher_timeout_ms: int = 2000
     cypher_max_rows: int = 10_000
+    cypher_max_bytes: int = 64 << 20  # the defaults of storage.cypher.Limits
+    cypher_max_string_chars: int = 4 << 20
+    cypher_max_list_items: int = 100_000
+    cypher_max_result_bytes: int = 32 << 20
     metrics_per_tenant: bool = False
     log_level: str = "INFO"
     mcp_allowed_origins: frozenset[str] = frozenset()  # normalised: scheme://host[:port]
@@ -48,6 +52,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     body_timeout_secs: float = 30.0
     max_connections: int = msgspec.field(default_factory=lambda: default_max_connections())
     max_connections_per_client: int = 64
+    ui: bool = True  # the web console at /ui (memspine/routes/ui.py)
 
 
 def default_max_open_tenants() -> int:
@@ -244,6 +249,16 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_MAX_BODY_BYTES": lambda v: {"max_body_bytes": _int_in(1024, 64 << 20)(v)},
     "MEMSPINE_CYPHER_TIMEOUT_MS": lambda v: {"cypher_timeout_ms": _int_in(10, 600_000)(v)},
     "MEMSPINE_CYPHER_MAX_ROWS": lambda v: {"cypher_max_rows": _int_in(1, 1_000_000)(v)},
+    "MEMSPINE_CYPHER_MAX_BYTES": lambda v: {"cypher_max_bytes": _int_in(1 << 20, 64 << 30)(v)},
+    "MEMSPINE_CYPHER_MAX_STRING_CHARS": lambda v: {
+        "cypher_max_string_chars": _int_in(1024, 1 << 30)(v)
+    },
+    "MEMSPINE_CYPHER_MAX_LIST_ITEMS": lambda v: {
+        "cypher_max_list_items": _int_in(16, 100_000_000)(v)
+    },
+    "MEMSPINE_CYPHER_MAX_RESULT_BYTES": lambda v: {
+        "cypher_max_result_bytes": _int_in(64 << 10, 4 << 30)(v)
+    },
     "MEMSPINE_METRICS_PER_TENANT": lambda v: {"metrics_per_tenant": _flag(v)},
     "MEMSPINE_LOG_LEVEL": lambda v: {"log_level": _log_level(v)},
     "MEMSPINE_MCP_ALLOWED_ORIGINS": _origins,
@@ -254,6 +269,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_MAX_CONNECTIONS_PER_CLIENT": lambda v: {
         "max_connections_per_client": _int_in(1, 1_000_000)(v)
     },
+    "MEMSPINE_UI": lambda v: {"ui": _flag(v)},
 }
 
 

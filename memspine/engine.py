@@ -6,6 +6,7 @@ import asyncio
 import logging
 import queue
 import threading
+import time
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
@@ -301,7 +302,9 @@ class Engine:
     async def cypher(
         self, tenant_id: str, query: str, params: dict[str, Any] | None
     ) -> CypherResult:
-        """A read-only Cypher query over one snapshot, bounded by the configured time and rows."""
+        """A read-only Cypher query over one snapshot, bounded by the configured limits; its time
+        counts from here, so a wait for a read thread is part of it."""
+        started = time.monotonic()
 
         def run(t: Tenant) -> CypherResult:
             with t.log.reader() as r:
@@ -311,6 +314,12 @@ class Engine:
                     params,
                     timeout_ms=self.settings.cypher_timeout_ms,
                     max_rows=self.settings.cypher_max_rows,
+                    max_bytes=self.settings.cypher_max_bytes,
+                    max_string=self.settings.cypher_max_string_chars,
+                    max_list=self.settings.cypher_max_list_items,
+                    max_result_bytes=self.settings.cypher_max_result_bytes,
+                    encoded=True,  # the answer is encoded here, row by row, under the limits
+                    started=started,
                 )
 
         return await self.read(tenant_id, run)

@@ -63,6 +63,7 @@ class RecallIn(msgspec.Struct, forbid_unknown_fields=True):
     filter: dict[str, bool | int | float | str] | None = None
     current: bool = True
     as_of: int | None = None
+    explain: bool = False
 
 
 class CypherIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -315,6 +316,8 @@ class HitOut(msgspec.Struct):
     via: str | msgspec.UnsetType = msgspec.UNSET
     hop: int | msgspec.UnsetType = msgspec.UNSET
     replaces: list[str] | msgspec.UnsetType = msgspec.UNSET
+    keyword_rank: int | None | msgspec.UnsetType = msgspec.UNSET  # with explain, ranked hits only
+    vector_rank: int | None | msgspec.UnsetType = msgspec.UNSET
 
 
 class RecallOut(msgspec.Struct):
@@ -353,6 +356,7 @@ def to_recall_query(body: RecallIn, *, check_times: bool = True) -> RecallQuery:
         filters=filters,
         current=body.current,
         as_of=body.as_of,
+        explain=body.explain,
     )
 
 
@@ -369,6 +373,8 @@ def recall_out(result: RecallResult) -> RecallOut:
             via=h.via if h.via is not None else msgspec.UNSET,
             hop=h.hop if h.hop is not None else msgspec.UNSET,
             replaces=h.replaces if h.replaces else msgspec.UNSET,
+            keyword_rank=h.ranks[0] if h.ranks is not None else msgspec.UNSET,
+            vector_rank=h.ranks[1] if h.ranks is not None else msgspec.UNSET,
         )
         for h in result.hits
     ]

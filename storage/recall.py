@@ -51,16 +51,18 @@ class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
     filters: dict[str, FilterValue] = {}
     current: bool = True
     as_of: int | None = None
+    explain: bool = False  # ranked hits carry the arm ranks their score was fused from
 
 
 class Hit(msgspec.Struct, kw_only=True):
-    """One recalled event: ranked (score, maybe replaces) or walked (via, hop)."""
+    """One recalled event: ranked (score, maybe replaces, with explain its ranks) or walked (via, hop)."""
 
     event: StoredEvent
     score: float
     via: str | None = None
     hop: int | None = None
     replaces: list[str] = []
+    ranks: tuple[int | None, int | None] | None = None  # (keyword, vector); None: not explained
 
 
 class Walk(msgspec.Struct, frozen=True, kw_only=True):
@@ -349,11 +351,39 @@ def rank(kw: KeywordIndex, vec: VectorIndex, adm: Admission, k: int) -> list[Hit
             rankings.append(keyword_arm(kw, adm, depth))
         if adm.q.embedding is not None:
             rankings.append(vector_arm(vec, adm, depth))
-        hits = substitute(fuse(rankings), adm, k)
+        fused = fuse(rankings)
+        hits = substitute(fused, adm, k)
         exhausted = all(len(ranking) < depth for ranking in rankings)
         if len(hits) >= k or exhausted or depth >= MAX_ARM_DEPTH:
+            if adm.q.explain:
+                explain(hits, fused, rankings, adm.q)
             return hits
         depth = min(4 * depth, MAX_ARM_DEPTH)
+
+
+def explain(
+    hits: list[Hit],
+    fused: list[tuple[StoredEvent, float]],
+    rankings: list[list[StoredEvent]],
+    q: RecallQuery,
+) -> None:
+    """Give each ranked hit the keyword and vector ranks (from 1, None where that arm did not
+    return it or did not run) of the event whose fused score it carries."""
+    arms = iter(rankings)  # the keyword arm's first when there is text, as rank() builds them
+    keyword = _places(next(arms)) if q.text else {}
+    vector = _places(next(arms)) if q.embedding is not None else {}
+    order = _places(ev for ev, _score in fused)
+    for hit in hits:
+        # A substituted head carries the score of the first event in fused order that made it a
+        # hit (substitute): itself, or one of the superseded events it replaces.
+        made = [e for e in (hit.event.event_id, *hit.replaces) if e in order]
+        scored = min(made, key=order.__getitem__)
+        hit.ranks = (keyword.get(scored), vector.get(scored))
+
+
+def _places(events: Iterable[StoredEvent]) -> dict[str, int]:
+    """Event id -> its rank in a ranking, from 1."""
+    return {ev.event_id: n for n, ev in enumerate(events, start=1)}
 
 
 def recall(

@@ -33,10 +33,15 @@ _TERMINAL_WORDS = {
 _HIDDEN_TERMINALS = {"QUOTED_NAME", "FLOAT"}  # already covered by "a name", "a number"
 
 
+def without_text(query: str) -> str:
+    """query with its strings, quoted names and comments blanked: only the code is left."""
+    return _NOT_CODE.sub(" ", query)
+
+
 def is_write_attempt(query: str) -> bool:
     """Whether a query that failed to parse uses a write clause keyword outside strings,
     comments and property names: such a query is refused, not reported as a syntax error."""
-    return _WRITE_WORD.search(_NOT_CODE.sub(" ", query)) is not None
+    return _WRITE_WORD.search(without_text(query)) is not None
 
 
 def syntax_error(

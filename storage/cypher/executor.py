@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import math
-import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
+import msgspec
+
 from storage.cypher import ast
+from storage.cypher.bounds import LIST_BYTES, SLOT_BYTES, Meter, node_bytes
 from storage.cypher.expressions import Fn, Row, compile_expr, truth
 from storage.cypher.graph import GraphReader, Relationship
 from storage.cypher.operators import (
@@ -31,36 +33,30 @@ from storage.errors import InvalidRequest
 from storage.model import StoredEvent
 
 # Nodes and link lists a query keeps once read, so a node reached twice is decoded once. Past
-# this many, new ones are read but not kept: a scan of 100,000 events would otherwise hold
-# them all (113 MB measured) until the query ends.
+# this many (or this many bytes of nodes), new ones are read but not kept: a scan of 100,000
+# events would otherwise hold them all (113 MB measured) until the query ends.
 CACHE_ENTRIES = 10_000
+CACHE_NODE_BYTES = 16 << 20
 
 
 class Context:
-    """What every operator shares: the reader, parameters, the deadline and per-query caches."""
+    """What every operator shares: the reader, parameters, the meter and per-query caches."""
 
-    def __init__(self, reader: GraphReader, params: dict[str, Any], timeout_ms: int) -> None:
+    def __init__(self, reader: GraphReader, params: dict[str, Any], meter: Meter) -> None:
         self.reader = reader
         self.params = params
-        self.timeout_ms = timeout_ms
-        self.deadline = time.monotonic() + timeout_ms / 1000
+        self.meter = meter
+        self.tick = meter.tick
         self._nodes: dict[str, StoredEvent | None] = {}
+        self._node_bytes = 0
         self._links: dict[tuple[str, str, bool], list[str]] = {}
         self._compiled: dict[Any, Fn] = {}
-
-    def tick(self) -> None:
-        """InvalidRequest once the query has run past its time limit."""
-        if time.monotonic() > self.deadline:
-            raise InvalidRequest(
-                f"query exceeded the {self.timeout_ms} ms time limit; "
-                "narrow it with an indexed predicate"
-            )
 
     def compile(self, expr: ast.Expr) -> Fn:
         """expr compiled once per query (AST nodes are hashable values)."""
         fn = self._compiled.get(expr)
         if fn is None:
-            fn = self._compiled[expr] = compile_expr(expr, self.params)
+            fn = self._compiled[expr] = compile_expr(expr, self.params, self.meter)
         return fn
 
     def node(self, event_id: str) -> StoredEvent | None:
@@ -68,8 +64,9 @@ class Context:
         if event_id in self._nodes:
             return self._nodes[event_id]
         node = self.reader.get(event_id)
-        if len(self._nodes) < CACHE_ENTRIES:
+        if len(self._nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
             self._nodes[event_id] = node
+            self._node_bytes += 0 if node is None else node_bytes(node)
         return node
 
     def links(self, event_id: str, rel: str, outgoing: bool) -> list[str]:
@@ -84,17 +81,25 @@ class Context:
         return found
 
 
-def execute(plan: Plan, ctx: Context, max_rows: int) -> list[list[Any]]:
-    """The result rows of plan, rendered for JSON; InvalidRequest past max_rows or the deadline."""
+def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
+    """The result rows of plan, rendered for JSON (encoded: each row as JSON bytes already, so
+    encoding the answer is done here, row by row under the meter, and the caller's encoder
+    only copies bytes); InvalidRequest past a bound of ctx.meter."""
+    meter = ctx.meter
+    max_rows = meter.limits.max_rows
     rows: Iterator[Row] = iter([{}])
     for step in plan.steps:
         rows = _STEPS[type(step)](step, rows, ctx)
-    out: list[list[Any]] = []
+    out: list[Any] = []
+    width = LIST_BYTES + SLOT_BYTES * len(plan.columns)
     for row in rows:
-        ctx.tick()
+        meter.tick()
         if len(out) >= max_rows:
             raise InvalidRequest(f"query produced more than {max_rows} rows; add LIMIT")
-        out.append([to_json(row[column]) for column in plan.columns])
+        meter.row_values = 0
+        meter.render(width, len(plan.columns))
+        rendered = [to_json(row[column], meter) for column in plan.columns]
+        out.append(msgspec.Raw(msgspec.json.encode(rendered)) if encoded else rendered)
     return out
 
 
@@ -110,6 +115,7 @@ def _match(step: MatchStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
 def _optional(step: MatchStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
     nulls = dict.fromkeys(step.introduced)
     for row in rows:
+        ctx.tick()
         matched = False
         for out in _run_ops(step.ops, iter([row]), ctx):
             matched = True
@@ -127,6 +133,7 @@ def _run_ops(ops: Iterable[Any], rows: Iterator[Row], ctx: Context) -> Iterator[
 def _unwind(step: UnwindStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
     fn = ctx.compile(step.expr)
     for row in rows:
+        ctx.tick()
         value = fn(row)
         for item in value if isinstance(value, list) else ([] if value is None else [value]):
             ctx.tick()
@@ -134,7 +141,7 @@ def _unwind(step: UnwindStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row
 
 
 def _project(step: ProjectStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
-    return project(step, rows, ctx.compile, ctx.tick)
+    return project(step, rows, ctx.compile, ctx.meter)
 
 
 _STEPS: dict[type, Callable[[Any, Iterator[Row], Context], Iterator[Row]]] = {
@@ -149,6 +156,7 @@ _STEPS: dict[type, Callable[[Any, Iterator[Row], Context], Iterator[Row]]] = {
 
 def _argument(op: Argument, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
     for row in rows:
+        ctx.tick()
         value = row.get(op.var)
         if value is None:
             continue  # a null from OPTIONAL MATCH matches nothing
@@ -162,6 +170,7 @@ def _seek(ids: Callable[[Any, Row, Context], Iterable[str]]) -> Callable[..., It
 
     def run(op: Any, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
         for row in rows:
+            ctx.tick()
             for event_id in ids(op, row, ctx):
                 ctx.tick()
                 node = ctx.node(event_id)
@@ -213,17 +222,11 @@ def _ids_by_property(op: SeekByProperty, row: Row, ctx: Context) -> Iterable[str
 
 def _seekable(value: Any) -> Any:
     """value as the property index holds it, or None if no filterable property can equal it:
-    only a boolean, a number or a string can. The index keeps numbers as float64, so an
-    integer past 64 bits is looked up as its float (the filter after the seek decides)."""
+    only a boolean, a number or a string can (every integer of a query is within 64 bits)."""
     if isinstance(value, bool | str):
         return value
     if not is_number(value):
         return None
-    if isinstance(value, int) and not TS_MIN <= value <= TS_MAX:
-        try:
-            return float(value)
-        except OverflowError:
-            return None
     return None if math.isnan(value) else value
 
 
@@ -280,6 +283,7 @@ def _scan_all(op: ScanAll, row: Row, ctx: Context) -> Iterable[str]:
 
 def _expand(op: Expand, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
     for row in rows:
+        ctx.tick()
         source = row.get(op.source)
         if source is None:
             continue

@@ -7,6 +7,7 @@ from typing import Any
 
 import msgspec
 
+from storage.cypher.bounds import SET_ENTRY_BYTES, SLOT_BYTES, Meter, checked, held_bytes
 from storage.cypher.values import group_key, is_number, order_key, type_name
 from storage.errors import InvalidRequest
 
@@ -18,6 +19,7 @@ class ScalarFunction(msgspec.Struct, frozen=True):
     min_args: int
     max_args: int | None  # None: any number from min_args up
     fn: Callable[..., Any]
+    builds_string: bool = False  # its result is a new string, held to the query's bounds
 
 
 class Aggregate:
@@ -33,10 +35,10 @@ class Aggregate:
 
 
 class AggregateFunction(msgspec.Struct, frozen=True):
-    """An aggregating function: make() starts one accumulator per group."""
+    """An aggregating function: make(meter) starts one accumulator per group."""
 
     name: str
-    make: Callable[[], Aggregate]
+    make: Callable[[Meter], Aggregate]
 
 
 def _string_fn(name: str, fn: Callable[[str], Any]) -> Callable[[Any], Any]:
@@ -67,14 +69,14 @@ FUNCTIONS: dict[str, ScalarFunction] = {
     for f in (
         ScalarFunction("size", 1, 1, _size),
         ScalarFunction("coalesce", 1, None, _coalesce),
-        ScalarFunction("toLower", 1, 1, _string_fn("toLower", str.lower)),
-        ScalarFunction("toUpper", 1, 1, _string_fn("toUpper", str.upper)),
+        ScalarFunction("toLower", 1, 1, _string_fn("toLower", str.lower), builds_string=True),
+        ScalarFunction("toUpper", 1, 1, _string_fn("toUpper", str.upper), builds_string=True),
     )
 }
 
 
 class _Count(Aggregate):
-    def __init__(self) -> None:
+    def __init__(self, meter: Meter) -> None:
         self.n = 0
 
     def add(self, value: Any) -> None:
@@ -85,10 +87,13 @@ class _Count(Aggregate):
 
 
 class _Collect(Aggregate):
-    def __init__(self) -> None:
+    def __init__(self, meter: Meter) -> None:
+        self.meter = meter
         self.items: list[Any] = []
 
     def add(self, value: Any) -> None:
+        self.meter.list_length(len(self.items) + 1)
+        self.meter.charge(SLOT_BYTES + held_bytes(value))  # held until the end
         self.items.append(value)
 
     def result(self) -> Any:
@@ -98,13 +103,14 @@ class _Collect(Aggregate):
 class _Extreme(Aggregate):
     """min or max under the same global order ORDER BY uses."""
 
-    def __init__(self, sign: int) -> None:
+    def __init__(self, meter: Meter, sign: int) -> None:
+        self.meter = meter
         self.sign = sign
         self.best: Any = None
         self.best_key: Any = None
 
     def add(self, value: Any) -> None:
-        key = order_key(value)
+        key = order_key(value, self.meter)
         if self.best_key is None or (key > self.best_key if self.sign > 0 else key < self.best_key):
             self.best, self.best_key = value, key
 
@@ -115,15 +121,21 @@ class _Extreme(Aggregate):
 class _Sum(Aggregate):
     name = "sum"
 
-    def __init__(self) -> None:
+    def __init__(self, meter: Meter) -> None:
         self.total: int | float = 0
         self.n = 0
 
     def add(self, value: Any) -> None:
         if not is_number(value):
             raise InvalidRequest(f"{self.name}() expects numbers, got {type_name(value)}")
-        self.total += value
+        total = self.total + value
+        if type(total) is int:
+            total = self._checked(total, value)
+        self.total = total
         self.n += 1
+
+    def _checked(self, total: int, value: int) -> int:
+        return checked(total, self.total, "+", value)
 
     def result(self) -> Any:
         return self.total
@@ -132,6 +144,11 @@ class _Sum(Aggregate):
 class _Avg(_Sum):
     name = "avg"
 
+    def _checked(self, total: int, value: int) -> int:
+        # the running total of an average is never shown, and the average is a float: it may
+        # pass 64 bits (by a few bits per doubling of the row count, so it stays cheap)
+        return total
+
     def result(self) -> Any:
         return self.total / self.n if self.n else None
 
@@ -139,13 +156,15 @@ class _Avg(_Sum):
 class Distinct(Aggregate):
     """Passes each distinct value (by equivalence) once to the wrapped aggregate."""
 
-    def __init__(self, inner: Aggregate) -> None:
+    def __init__(self, inner: Aggregate, meter: Meter) -> None:
         self.inner = inner
+        self.meter = meter
         self.seen: set[Any] = set()
 
     def add(self, value: Any) -> None:
-        key = group_key(value)
+        key = group_key(value, self.meter)
         if key not in self.seen:
+            self.meter.charge(SET_ENTRY_BYTES + held_bytes(value))
             self.seen.add(key)
             self.inner.add(value)
 
@@ -158,8 +177,8 @@ AGGREGATES: dict[str, AggregateFunction] = {
     for f in (
         AggregateFunction("count", _Count),
         AggregateFunction("collect", _Collect),
-        AggregateFunction("min", lambda: _Extreme(-1)),
-        AggregateFunction("max", lambda: _Extreme(1)),
+        AggregateFunction("min", lambda meter: _Extreme(meter, -1)),
+        AggregateFunction("max", lambda meter: _Extreme(meter, 1)),
         AggregateFunction("sum", _Sum),
         AggregateFunction("avg", _Avg),
     )

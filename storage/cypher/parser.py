@@ -2,17 +2,25 @@
 
 from __future__ import annotations
 
+import math
 import re
 from functools import cache
 from importlib import resources
+from itertools import accumulate
 from typing import Any
 
 import msgspec
-from lark import Lark, Token, Transformer, v_args
+from lark import Lark, Token, Transformer, Tree, v_args
 from lark.exceptions import UnexpectedInput, VisitError
 
 from storage.cypher import ast
-from storage.cypher.diagnostics import READ_ONLY_MESSAGE, is_write_attempt, syntax_error
+from storage.cypher.bounds import INT_MAX, INT_MIN, MAX_QUERY_CHARS, UNMETERED, Meter
+from storage.cypher.diagnostics import (
+    READ_ONLY_MESSAGE,
+    is_write_attempt,
+    syntax_error,
+    without_text,
+)
 from storage.cypher.functions import check_call
 from storage.cypher.graph import LABEL, REL_TYPES
 from storage.errors import CypherSyntaxError, InvalidRequest
@@ -36,37 +44,78 @@ def _keywords() -> frozenset[str]:
     return frozenset(t.name for t in _lark().terminals if t.pattern.value == rf"{t.name}\b")
 
 
-def parse(query: str) -> ast.Query:
-    """The AST of query; CypherSyntaxError (line, column) or InvalidRequest if it has none."""
+def parse(query: str, meter: Meter = UNMETERED) -> ast.Query:
+    """The AST of query; CypherSyntaxError (line, column) or InvalidRequest if it has none.
+    Parsing counts against meter's clock: lark takes tens of microseconds per character."""
+    if len(query) > MAX_QUERY_CHARS:
+        raise InvalidRequest(f"query may be at most {MAX_QUERY_CHARS} characters")
+    if _bracket_depth(query) > MAX_DEPTH:
+        raise InvalidRequest(_TOO_DEEP)  # before lark spends time on what will be refused
+    tree = _tree(query, meter)
     try:
-        tree = _lark().parse(query)
-    except UnexpectedInput as err:
-        if is_write_attempt(query):
-            raise InvalidRequest(READ_ONLY_MESSAGE) from None
-        raise syntax_error(err, query, _lark().terminals) from None
-    try:
-        result: ast.Query = _ToAst(query).transform(tree)
+        result: ast.Query = _ToAst(query, meter).transform(tree)
     except VisitError as err:
         raise err.orig_exc from None
     except RecursionError:
         raise InvalidRequest(_TOO_DEEP) from None
-    if _depth(result) > MAX_DEPTH:
-        raise InvalidRequest(_TOO_DEEP)
+    _check_tree(result, meter)
     return result
 
 
-def _depth(node: Any) -> int:
-    """How deep the tree under node goes (iteratively: the point is to avoid recursion)."""
-    deepest = 0
+def _tree(query: str, meter: Meter) -> Tree[Token]:
+    """lark's tree for query, fed one token at a time so the clock is read as it goes."""
+    parser = _lark().parse_interactive(query)
+    last: Token | None = None
+    try:
+        for n, token in enumerate(parser.iter_parse()):
+            if not n % _TOKENS_PER_TICK:
+                meter.tick()
+            last = token
+        tree: Tree[Token] = parser.feed_eof(last)
+    except UnexpectedInput as err:
+        if is_write_attempt(query):
+            raise InvalidRequest(READ_ONLY_MESSAGE) from None
+        # as Lark.parse does: the parser state lets the error list what would have fit
+        err.interactive_parser = parser
+        raise syntax_error(err, query, _lark().terminals) from None
+    return tree
+
+
+_TOKENS_PER_TICK = 32
+
+_STEP = {"[": 1, "{": 1, "]": -1, "}": -1}
+
+
+def _bracket_depth(query: str) -> int:
+    """How deep lists and maps nest in the query's code, strings and comments left out
+    (parentheses are not counted: they add no depth to the tree). C loops only: a regex, a
+    filter and itertools, so a 20,000-character query costs about a millisecond."""
+    code = without_text(query)
+    brackets = "".join(filter(_STEP.__contains__, code))
+    return max(accumulate(map(_STEP.__getitem__, brackets)), default=0)
+
+
+def _check_tree(node: Any, meter: Meter) -> None:
+    """Refuse a tree deeper than MAX_DEPTH or an integer literal beyond 64 bits (iteratively:
+    the point is to avoid recursion)."""
     stack = [(node, 1)]
     while stack:
         item, level = stack.pop()
-        deepest = max(deepest, level)
-        if isinstance(item, msgspec.Struct):
+        if level > MAX_DEPTH:
+            raise InvalidRequest(_TOO_DEEP)
+        if isinstance(item, ast.Literal):
+            if type(item.value) is int and not INT_MIN <= item.value <= INT_MAX:
+                raise InvalidRequest(_out_of_range(str(item.value)))
+        elif isinstance(item, msgspec.Struct):
             stack.extend((getattr(item, f), level + 1) for f in item.__struct_fields__)
         elif isinstance(item, tuple):
             stack.extend((child, level) for child in item)
-    return deepest
+        meter.step(1)
+
+
+def _out_of_range(digits: str) -> str:
+    shown = digits if len(digits) <= 24 else f"{digits[:20]}… ({len(digits)} digits)"
+    return f"the integer {shown} is outside the 64-bit integer range"
 
 
 def _error_at(meta: Any, message: str, query: str) -> CypherSyntaxError:
@@ -99,9 +148,18 @@ def _present(items: Any) -> list[Any]:
 class _ToAst(Transformer[Token, Any]):
     """lark tree -> AST. Keyword tokens arrive as children and are skipped by position."""
 
-    def __init__(self, query: str) -> None:
+    def __init__(self, query: str, meter: Meter) -> None:
         super().__init__()
         self.query = query
+        self.meter = meter
+        self.calls = 0
+
+    def _call_userfunc(self, tree: Any, new_children: Any = None) -> Any:
+        # every node of the tree passes here: the clock is read every few dozen of them
+        self.calls += 1
+        if not self.calls % _TOKENS_PER_TICK:
+            self.meter.tick()
+        return super()._call_userfunc(tree, new_children)
 
     # ---- clauses ------------------------------------------------------------------------
 
@@ -207,10 +265,10 @@ class _ToAst(Transformer[Token, Any]):
         return tuple(_present(names))
 
     def range_literal(self, low: Any, dots: Any, high: Any) -> tuple[int, int | None]:
-        lo = 1 if low is None else int(low)
+        lo = 1 if low is None else _hops(low)
         if dots is None:
             return lo, None if low is None else lo  # `*` alone is unbounded, `*3` is exactly 3
-        return lo, None if high is None else int(high)
+        return lo, None if high is None else _hops(high)
 
     # ---- expressions --------------------------------------------------------------------
 
@@ -318,10 +376,19 @@ class _ToAst(Transformer[Token, Any]):
         return key, value
 
     def integer(self, token: Token) -> ast.Literal:
-        return ast.literal(int(token))
+        # 2**63 itself may stand: `-9223372036854775808` is the literal negated (see unary);
+        # _check_tree refuses what is still out of range. Longer digit strings are refused
+        # before int() (which would take quadratic time, and refuses past 4,300 digits).
+        digits = token.lstrip("0") or "0"
+        if len(digits) > 19:
+            raise _literal_error(token, _out_of_range(digits))
+        return ast.literal(int(digits))
 
     def float(self, token: Token) -> ast.Literal:
-        return ast.literal(float(token))
+        value = float(token)
+        if math.isinf(value):
+            raise _literal_error(token, f"the number {_short(token)} is too large for a float")
+        return ast.literal(value)
 
     def string(self, token: Token) -> ast.Literal:
         return ast.literal(_unescape(token[1:-1]))
@@ -339,6 +406,21 @@ class _ToAst(Transformer[Token, Any]):
         if token.type == "QUOTED_NAME":
             return token[1:-1].replace("``", "`")
         return str(token)
+
+
+def _hops(token: Token) -> int:
+    """A hop count; any count of more than six digits is far past MAX_HOPS, and stays there."""
+    digits = token.lstrip("0") or "0"
+    return int(digits) if len(digits) <= 6 else 1_000_000
+
+
+def _literal_error(token: Token, message: str) -> CypherSyntaxError:
+    # without the query: the line would repeat the whole literal
+    return CypherSyntaxError(message, line=token.line or 1, col=token.column or 1)
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 24 else f"{text[:20]}… ({len(text)} characters)"
 
 
 def _relationship(direction: str, detail: dict[str, Any] | None) -> ast.RelPattern:

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import heapq
 import sys
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Any
+from typing import Any, NamedTuple
 
 from storage.cypher import ast
+from storage.cypher.bounds import SET_ENTRY_BYTES, Meter, held_bytes, row_bytes
 from storage.cypher.expressions import Fn, Row, truth
 from storage.cypher.functions import AGGREGATES, Aggregate, Distinct
 from storage.cypher.operators import ProjectStep
@@ -15,28 +17,40 @@ from storage.cypher.values import group_key, order_key, type_name
 from storage.errors import InvalidRequest
 
 Compile = Callable[[ast.Expr], Fn]
-Tick = Callable[[], None]
 # (the row ORDER BY sees, the projected row): ORDER BY may read variables the projection drops
 Pair = tuple[Row, Row]
+# Rows sorted by one C call: a sort of this many keys holds the interpreter for about a
+# millisecond; longer inputs are sorted in runs of this size and merged.
+SORT_RUN = 1024
 
 
-def project(step: ProjectStep, rows: Iterator[Row], compile: Compile, tick: Tick) -> Iterator[Row]:
+def project(
+    step: ProjectStep, rows: Iterator[Row], compile: Compile, meter: Meter
+) -> Iterator[Row]:
     """The rows after one WITH or RETURN."""
-    pairs = _group(step, rows, compile, tick) if step.aggregates else _plain(step, rows, compile)
+    if step.aggregates:
+        pairs = _group(step, rows, compile, meter)
+    else:
+        pairs = _plain(step, rows, compile, meter)
     if step.distinct:
-        pairs = _distinct(pairs)
+        pairs = _distinct(pairs, meter)
+    start, stop = _page_bounds(step, compile)
     if step.order_by:
-        pairs = _sort(step, pairs, compile, tick)
-    pairs = _page(step, pairs, compile)
+        pairs = _sort(step, pairs, compile, meter, keep=stop)
+    if start or stop is not None:
+        pairs = islice(pairs, start, stop)
     out: Iterator[Row] = (projected for _, projected in pairs)
     if step.where is not None:
-        out = _where(step.where, out, compile, tick)
+        out = _where(step.where, out, compile, meter)
     return out
 
 
-def _plain(step: ProjectStep, rows: Iterator[Row], compile: Compile) -> Iterator[Pair]:
+def _plain(
+    step: ProjectStep, rows: Iterator[Row], compile: Compile, meter: Meter
+) -> Iterator[Pair]:
     items = [(name, compile(expr)) for name, expr in step.items]
     for row in rows:
+        meter.tick()
         projected = {name: row.get(name) for name in step.star}
         projected.update((name, fn(row)) for name, fn in items)
         yield row, projected
@@ -50,7 +64,9 @@ class _Group:
         self.accumulators = accumulators
 
 
-def _group(step: ProjectStep, rows: Iterator[Row], compile: Compile, tick: Tick) -> Iterator[Pair]:
+def _group(
+    step: ProjectStep, rows: Iterator[Row], compile: Compile, meter: Meter
+) -> Iterator[Pair]:
     """openCypher aggregation: the non-aggregate items (and `*` variables) are the grouping key."""
     keyed = {name: expr for name, expr in step.items}
     key_fns = [compile(ast.Variable(n)) for n in step.star]
@@ -58,20 +74,23 @@ def _group(step: ProjectStep, rows: Iterator[Row], compile: Compile, tick: Tick)
     args = [None if call.star else compile(call.args[0]) for _, call in step.aggregates]
     groups: dict[Any, _Group] = {}
     for row in rows:
-        tick()
-        key = tuple(group_key(fn(row)) for fn in key_fns)
+        meter.tick()
+        key = tuple(group_key(fn(row), meter) for fn in key_fns)
         group = groups.get(key)
         if group is None:
-            group = groups[key] = _Group(row, [_start(call) for _, call in step.aggregates])
+            meter.charge(SET_ENTRY_BYTES + row_bytes(row))  # the group holds its row
+            accumulators = [_start(call, meter) for _, call in step.aggregates]
+            group = groups[key] = _Group(row, accumulators)
         for arg, acc in zip(args, group.accumulators, strict=True):
             value = True if arg is None else arg(row)  # count(*) counts rows, nulls included
             if value is not None:
                 acc.add(value)
     if not groups and not key_fns:
         # no rows and nothing to group by: one row of empty aggregates (count 0, collect [])
-        groups[()] = _Group({}, [_start(call) for _, call in step.aggregates])
+        groups[()] = _Group({}, [_start(call, meter) for _, call in step.aggregates])
     items = [(name, compile(expr)) for name, expr in step.items]
     for group in groups.values():
+        meter.tick()
         results = {
             name: acc.result()
             for (name, _), acc in zip(step.aggregates, group.accumulators, strict=True)
@@ -82,42 +101,109 @@ def _group(step: ProjectStep, rows: Iterator[Row], compile: Compile, tick: Tick)
         yield {**projected, **results}, projected
 
 
-def _start(call: ast.FunctionCall) -> Aggregate:
-    acc = AGGREGATES[call.name].make()
-    return Distinct(acc) if call.distinct else acc
+def _start(call: ast.FunctionCall, meter: Meter) -> Aggregate:
+    acc = AGGREGATES[call.name].make(meter)
+    return Distinct(acc, meter) if call.distinct else acc
 
 
-def _distinct(pairs: Iterator[Pair]) -> Iterator[Pair]:
+def _distinct(pairs: Iterator[Pair], meter: Meter) -> Iterator[Pair]:
     seen: set[Any] = set()
     for env, projected in pairs:
-        key = tuple(group_key(v) for v in projected.values())
+        meter.tick()
+        key = tuple(group_key(v, meter) for v in projected.values())
         if key not in seen:
+            meter.charge(SET_ENTRY_BYTES + sum(held_bytes(v) for v in projected.values()))
             seen.add(key)
             yield env, projected
 
 
-def _sort(step: ProjectStep, pairs: Iterator[Pair], compile: Compile, tick: Tick) -> Iterator[Pair]:
+class _Sorted(NamedTuple):
+    """A row waiting in ORDER BY: its sort keys, the pair, and the bytes charged for it."""
+
+    keys: list[Any]
+    pair: Pair
+    cost: int
+
+
+class _Descending:
+    """A sort key compared the other way round, to merge runs sorted with reverse=True."""
+
+    __slots__ = ("key",)
+
+    def __init__(self, key: Any) -> None:
+        self.key = key
+
+    def __lt__(self, other: _Descending) -> bool:
+        return bool(other.key < self.key)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Descending) and bool(self.key == other.key)
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _sort(
+    step: ProjectStep, pairs: Iterator[Pair], compile: Compile, meter: Meter, keep: int | None
+) -> Iterator[Pair]:
+    """The pairs in ORDER BY order, stable. Sorted in runs of SORT_RUN and merged, so no one
+    step holds the interpreter long; with a LIMIT, only the rows the page can reach are kept
+    (and their bytes given back as others push them out)."""
     fns = [compile(item.expr) for item in step.order_by]
-    keyed = []
+    descending = [item.descending for item in step.order_by]
+    runs: list[list[_Sorted]] = []
+    held, buffer = 0, []
     for env, projected in pairs:
-        tick()
+        meter.tick()
         view = {**env, **projected}
-        keyed.append(([order_key(fn(view)) for fn in fns], (env, projected)))
+        keys = [order_key(fn(view), meter) for fn in fns]
+        cost = row_bytes(view) + 2 * SET_ENTRY_BYTES * (1 + len(keys))
+        meter.charge(cost)
+        buffer.append(_Sorted(keys, (env, projected), cost))
+        if len(buffer) == SORT_RUN:
+            runs.append(_sorted(buffer, descending))
+            held, buffer = held + SORT_RUN, []
+            if keep is not None and held >= 2 * keep + SORT_RUN:
+                kept = list(islice(_merge(runs, descending, meter), keep))
+                meter.release(sum(e.cost for run in runs for e in run) - sum(e.cost for e in kept))
+                runs, held = [kept], len(kept)
+    if buffer:
+        runs.append(_sorted(buffer, descending))
+    for entry in _merge(runs, descending, meter):
+        yield entry.pair
+
+
+def _sorted(run: list[_Sorted], descending: list[bool]) -> list[_Sorted]:
     # one stable sort per key, least significant first: DESC flips one key, not the others
-    for i in reversed(range(len(fns))):
-        keyed.sort(key=lambda entry: entry[0][i], reverse=step.order_by[i].descending)
-    tick()
-    return iter([pair for _, pair in keyed])
+    for i in reversed(range(len(descending))):
+        run.sort(key=lambda entry: entry.keys[i], reverse=descending[i])
+    return run
 
 
-def _page(step: ProjectStep, pairs: Iterator[Pair], compile: Compile) -> Iterator[Pair]:
+def _merge(runs: list[list[_Sorted]], descending: list[bool], meter: Meter) -> Iterator[_Sorted]:
+    """The sorted runs as one order; heapq.merge takes equal keys from earlier runs first,
+    so the sort stays stable."""
+    if len(runs) == 1:
+        yield from runs[0]
+        return
+
+    def key(entry: _Sorted) -> tuple[Any, ...]:
+        return tuple(
+            _Descending(k) if d else k for k, d in zip(entry.keys, descending, strict=True)
+        )
+
+    for n, entry in enumerate(heapq.merge(*runs, key=key)):
+        if not n % SORT_RUN:
+            meter.tick()
+        yield entry
+
+
+def _page_bounds(step: ProjectStep, compile: Compile) -> tuple[int, int | None]:
+    """(first, one past the last) row of SKIP and LIMIT."""
     skip = _count(step.skip, "SKIP", compile)
     limit = _count(step.limit, "LIMIT", compile)
-    if skip is None and limit is None:
-        return pairs
     # islice takes no more than sys.maxsize; a larger SKIP or LIMIT means "all" just the same
     start = min(skip or 0, sys.maxsize)
-    return islice(pairs, start, None if limit is None else min(start + limit, sys.maxsize))
+    return start, None if limit is None else min(start + limit, sys.maxsize)
 
 
 def _count(expr: ast.Expr | None, clause: str, compile: Compile) -> int | None:
@@ -130,9 +216,11 @@ def _count(expr: ast.Expr | None, clause: str, compile: Compile) -> int | None:
     return value
 
 
-def _where(predicate: ast.Expr, rows: Iterator[Row], compile: Compile, tick: Tick) -> Iterator[Row]:
+def _where(
+    predicate: ast.Expr, rows: Iterator[Row], compile: Compile, meter: Meter
+) -> Iterator[Row]:
     fn = compile(predicate)
     for row in rows:
-        tick()
+        meter.tick()
         if truth(fn(row), "WHERE") is True:
             yield row

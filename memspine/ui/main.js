@@ -1,0 +1,117 @@
+// The console: a hash router over five pages. The key typed at sign-in is kept in this tab's
+// sessionStorage; what it may do (whoami's scopes) decides which controls the pages draw.
+
+import { ApiError, forgetKey, storedKey, whoami } from "./api.js";
+import { el, fill } from "./dom.js";
+import { when } from "./format.js";
+import { renderCypher } from "./page-cypher.js";
+import { renderEvent } from "./page-event.js";
+import { renderRecall } from "./page-recall.js";
+import { renderSignIn } from "./page-signin.js";
+import { renderTimeline } from "./page-timeline.js";
+
+const PAGES = [
+  ["timeline", "Time line", renderTimeline],
+  ["recall", "Recall", renderRecall],
+  ["cypher", "Cypher", renderCypher],
+];
+
+const session = {
+  who: null,
+  canWrite() {
+    return Boolean(this.who && this.who.scopes.includes("write"));
+  },
+};
+
+function route() {
+  const hash = location.hash.startsWith("#/") ? location.hash.slice(2) : "";
+  const [page, ...rest] = hash.split("/");
+  return { page: page || "timeline", arg: rest.join("/") };
+}
+
+function drawHeader() {
+  const nav = document.getElementById("nav");
+  const who = document.getElementById("who");
+  const { page } = route();
+  if (!session.who) {
+    nav.hidden = true;
+    fill(who);
+    return;
+  }
+  nav.hidden = false;
+  fill(nav, el("ul", null, PAGES.map(([name, title]) =>
+    el("li", null, el("a", { href: `#/${name}`, "aria-current": page === name ? "page" : undefined }, title)))));
+  const expires = session.who.expires_at === null ? "never expires" : `expires ${when(session.who.expires_at)}`;
+  fill(who,
+    el("span", { class: "who-text", "data-testid": "who" },
+      el("span", null, "tenant ", el("span", { class: "mono" }, session.who.tenant_id)),
+      el("span", null, " · key ", el("span", { class: "mono" }, session.who.key_id)),
+      el("span", { "data-testid": "scopes" }, ` · ${session.who.scopes.join(" + ")}`),
+      el("span", null, ` · ${expires}`)),
+    el("button", { type: "button", class: "quiet", id: "sign-out", on: { click: signOut } }, "Sign out"));
+}
+
+function go(hash) {
+  if (location.hash === hash) render();
+  else location.hash = hash; // hashchange renders
+}
+
+function signOut() {
+  forgetKey();
+  session.who = null;
+  go("#/signin");
+}
+
+window.addEventListener("memspine:unauthorized", () => {
+  if (!session.who) return;
+  session.notice = "The server no longer accepts this key (revoked or expired): sign in again.";
+  signOut();
+});
+
+async function render() {
+  const main = document.getElementById("main");
+  if (!session.who && storedKey()) {
+    try {
+      session.who = await whoami();
+    } catch (err) {
+      if (!(err instanceof ApiError) || err.status === 401) forgetKey();
+    }
+  }
+  drawHeader();
+  const { page, arg } = route();
+  const ctx = { session, signedIn: onSignedIn, go };
+  // Each page draws into a view of its own: a page still loading when another is opened
+  // writes into a view that is no longer on screen.
+  const view = el("div", { class: "view" });
+  fill(main, view);
+  if (!session.who || page === "signin") {
+    document.title = "Sign in · memspine console";
+    return renderSignIn(view, ctx);
+  }
+  if (page === "event" && arg) {
+    document.title = "Event · memspine console";
+    return renderEvent(view, ctx, arg);
+  }
+  const found = PAGES.find(([name]) => name === page) || PAGES[0];
+  document.title = `${found[1]} · memspine console`;
+  return found[2](view, ctx);
+}
+
+function onSignedIn(who) {
+  session.who = who;
+  go("#/timeline");
+}
+
+window.addEventListener("hashchange", () => {
+  render().then(() => {
+    const heading = document.querySelector("main h1");
+    if (heading) heading.focus({ preventScroll: false }); // a new page: say so to a screen reader
+  });
+});
+
+document.getElementById("skip").addEventListener("click", (ev) => {
+  ev.preventDefault(); // "#main" is not a route
+  document.getElementById("main").focus();
+});
+
+render();
