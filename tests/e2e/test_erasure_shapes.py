@@ -1,7 +1,7 @@
 """Erasure completes for every shape of tenant, on real LMDB, Tantivy and hnswlib files: without
 vectors, with only vectors, mixed; reopened, evicted, idle-closed, purged before; after a kill -9
 at each step of a purge; and when the disk cannot hold the purge, until it can. Each check is a
-byte scan of the whole data directory, as tests/test_purge.py does."""
+byte scan of the whole data directory, as tests/storage/test_purge.py does."""
 
 from __future__ import annotations
 

@@ -18,7 +18,7 @@ from memspine.app import create_app
 from memspine.config import SettingsError, load_settings
 from memspine.routes.ui import ASSETS, load_assets
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 BASE = "http://127.0.0.1:7781"
 
 

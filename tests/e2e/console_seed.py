@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from conftest import ServerProcess
-from test_cypher_e2e import load_ops
+from servers import ServerProcess
+from test_cypher_http import load_ops
 from test_recall_seed import MONDAY_9, PROJECT, SUPPORT, SUPPORT_TS, load
 
 from memspine_admin.control import ControlDB

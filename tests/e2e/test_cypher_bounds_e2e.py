@@ -19,9 +19,9 @@ import anyio
 import httpx
 import httpx2
 import pytest
-from conftest import ServerProcess
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
+from servers import ServerProcess
 
 from memspine.jsonbounds import NESTING_DETAIL
 
