@@ -8,7 +8,9 @@ shared), the number of tests, and the sum of the per-test durations overall, per
 layout (tests/storage, tests/server, tests/e2e) and for the slowest files. The sum of durations
 and the CPU time move less with the machine's load than the wall time does.
 
-`--tree DIR` measures another checkout (say `git archive main | tar -x -C DIR`) with this
+`--split` runs pytest as `make test` does: tests/storage and tests/server on one
+pytest-xdist worker per core, then the rest alone. `--tree DIR` measures another checkout (say
+`git archive main | tar -x -C DIR`, whose `make test` ran one serial pytest) with this
 checkout's virtualenv: DIR goes first on PYTHONPATH, so its packages, tests and the servers
 they start are DIR's own. `--quick` runs tests/storage only.
 """
@@ -49,7 +51,7 @@ def timed(cmd: list[str], tree: Path, env: dict[str, str], log: Path) -> dict[st
     with open(log, "ab") as out:
         rc = subprocess.run(cmd, cwd=tree, env=env, stdout=out, stderr=out, check=False).returncode
     return {
-        "cmd": " ".join(cmd[:3]),
+        "cmd": " ".join(c for c in cmd if not c.startswith("--junitxml")),
         "wall_s": round(time.perf_counter() - wall0, 1),
         "cpu_s": round(children_cpu() - cpu0, 1),
         "rc": rc,
@@ -64,12 +66,13 @@ def part(classname: str) -> tuple[str, str]:
     return where, "/".join(parts)
 
 
-def durations(junit: Path) -> dict[str, Any]:
+def durations(junits: list[Path]) -> dict[str, Any]:
     """Test count and summed durations overall, per part and for the 15 slowest files."""
     by_part: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
     by_file: dict[str, float] = defaultdict(float)
     outcomes: dict[str, int] = defaultdict(int)
-    for case in ET.parse(junit).getroot().iter("testcase"):
+    cases = [case for junit in junits for case in ET.parse(junit).getroot().iter("testcase")]
+    for case in cases:
         where, name = part(case.get("classname", ""))
         seconds = float(case.get("time", 0))
         by_part[where][0] += seconds
@@ -94,6 +97,7 @@ def main() -> None:
     ap.add_argument("--tree", type=Path, default=REPO, help="the checkout to measure")
     ap.add_argument("--paths", nargs="*", default=None, help="pytest paths (default: all)")
     ap.add_argument("--no-lint", action="store_true", help="skip ruff and mypy")
+    ap.add_argument("--split", action="store_true", help="as make test: in process on xdist")
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     tree = args.tree.resolve()
@@ -102,7 +106,7 @@ def main() -> None:
         env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(":")
     paths = ["tests/storage"] if args.quick else (args.paths or [])
     work = Path(tempfile.mkdtemp(prefix="suite-"))
-    log, junit = work / "log.txt", work / "junit.xml"
+    log = work / "log.txt"
     result: dict[str, Any] = {"tree": str(tree), "paths": paths or ["tests"], "load_before": load()}
     steps = []
     if not (args.quick or args.no_lint):
@@ -111,12 +115,19 @@ def main() -> None:
             timed([str(VENV_BIN / "ruff"), "check", *packages, "tests", "bench"], tree, env, log)
         )
         steps.append(timed([str(VENV_BIN / "mypy"), *packages], tree, env, log))
-    pytest = [str(VENV_BIN / "pytest"), "-q", "-p", "no:cacheprovider", f"--junitxml={junit}"]
-    steps.append(timed([*pytest, *paths], tree, env, log))
+    pytest = [str(VENV_BIN / "pytest"), "-q", "-p", "no:cacheprovider"]
+    runs = [paths]
+    if args.split:
+        in_process = ["tests/storage", "tests/server"]
+        runs = [["-n", "auto", *in_process], ["tests", *(f"--ignore={p}" for p in in_process)]]
+    junits = []
+    for i, run in enumerate(runs):
+        junits.append(work / f"junit{i}.xml")
+        steps.append(timed([*pytest, f"--junitxml={junits[-1]}", *run], tree, env, log))
     result["steps"] = steps
     result["wall_s"] = round(sum(s["wall_s"] for s in steps), 1)
     result["load_after"] = load()
-    result |= durations(junit)
+    result |= durations(junits)
     result["log"] = str(log)
     text = json.dumps(result, indent=2)
     print(text)
