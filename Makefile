@@ -2,7 +2,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test test-fast lint typecheck bench clean browser
+.PHONY: install run test test-fast test-cluster lint typecheck bench clean system-packages browser
 
 install: $(STAMP)
 
@@ -21,6 +21,11 @@ lint: $(STAMP)
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy memspine memspine_admin storage
 
+# PostgreSQL and HAProxy for the control-plane and cluster tests (Debian packages, as root);
+# without them those tests are skipped with the reason, the rest run.
+system-packages:
+	-scripts/install-debian-packages postgresql haproxy
+
 # Debian's chromium for the console's browser tests; says why and goes on when it cannot.
 browser:
 	sh scripts/install-browser
@@ -34,12 +39,16 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovid
 # latency) assume the machine is not also running the rest of the suite.
 IN_PROCESS := tests/storage tests/server
 
-test: $(STAMP) browser lint typecheck
-	$(PYTEST) -n auto $(IN_PROCESS)
-	$(PYTEST) tests $(addprefix --ignore=,$(IN_PROCESS))
+test: $(STAMP) system-packages browser lint typecheck
+	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
+	$(PYTEST) -m "not cluster" tests $(addprefix --ignore=,$(IN_PROCESS))
 
 test-fast: $(STAMP)
-	$(PYTEST) -n auto $(IN_PROCESS)
+	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
+
+# deploy/local-cluster end to end: PostgreSQL, three nodes and HAProxy (about a minute).
+test-cluster: $(STAMP) system-packages
+	$(PYTEST) -m cluster
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

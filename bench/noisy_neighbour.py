@@ -93,10 +93,11 @@ def call(port: int, method: str, path: str, body: Any, token: str, timeout: floa
         return json.loads(r.read())
 
 
-def rss_bytes(proc: Process) -> int:
-    """The server's resident set size now."""
+def rss_bytes(proc: Process, field: str = "VmRSS") -> int:
+    """The server's resident set size now (VmRSS), or one part of it (RssAnon: what the process
+    itself holds, without the pages of the files it maps, which the kernel may reclaim)."""
     for line in Path(f"/proc/{proc.proc.pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+        if line.startswith(field + ":"):
             return int(line.split()[1]) * 1024
     return 0
 
@@ -433,17 +434,20 @@ def main() -> None:
     try:
         results["alone"] = {"victim": victim.run(seconds), "rss_mb": rss_bytes(proc) / 2**20}
         for name, body in scenarios.items():
-            rss_start = rss_bytes(proc)
+            rss_start, anon_start = rss_bytes(proc), rss_bytes(proc, "RssAnon")
             with Background(name, body) as attack:
                 measured = victim.run(seconds)
             time.sleep(3.0)  # the server settles: queued attack work drains
-            rss_end = rss_bytes(proc)
+            rss_end, anon_end = rss_bytes(proc), rss_bytes(proc, "RssAnon")
             results[name] = {
                 "victim": measured,
                 "attack": attack.result,
                 "rss_start_mb": round(rss_start / 2**20, 1),
                 "rss_end_mb": round(rss_end / 2**20, 1),
+                "anon_start_mb": round(anon_start / 2**20, 1),
+                "anon_end_mb": round(anon_end / 2**20, 1),
                 "rss_ok": rss_end <= rss_start * (1 + RSS_SLACK),
+                "anon_ok": anon_end <= anon_start * (1 + RSS_SLACK),
                 "victim_ok": measured["p99_ms"] <= VICTIM_P99_MS and measured["over_1s"] == 0,
             }
             print(name, json.dumps(results[name]), flush=True)

@@ -59,7 +59,11 @@ def create_app(
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     engine = Engine(settings)
     auth = auth or Authenticator(
-        settings.data_dir, settings.admin_key, limits=AuthLimits.of(settings)
+        settings.data_dir,
+        settings.admin_key,
+        limits=AuthLimits.of(settings),
+        control_url=settings.control_url,
+        node=settings.node,
     )
     engine.manager.admit = auth.admit_tenant
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)

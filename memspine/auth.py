@@ -21,7 +21,8 @@ from memspine.config import Settings
 from memspine.shares import FairShares
 from memspine_admin import keys
 from memspine_admin.backoff import FREE_FAILURES, MAX_BACKOFF_SECS, Backoff
-from memspine_admin.control import NO_CONTROL_DB, ControlDB
+from memspine_admin.control import NO_CONTROL_DB
+from memspine_admin.plane import ControlPlane, control_exists, open_control
 from memspine_admin.verifier import (
     UNAUTHORIZED_DETAIL,
     KeyVerifier,
@@ -100,21 +101,31 @@ class Authenticator:
         hasher: PasswordHasher | None = None,
         clock: Callable[[], int] | None = None,
         limits: AuthLimits | None = None,
+        control_url: str | None = None,
+        node: str | None = None,
     ) -> None:
-        """`hasher` and `clock` (µs) go to the control database; tests pass cheap or fake ones."""
+        """`hasher` and `clock` (µs) go to the control database; tests pass cheap or fake ones.
+
+        With `control_url` (MEMSPINE_CONTROL_URL) the control plane is PostgreSQL, opened here
+        (so a server that cannot reach it does not start) and `node` is this server's name.
+        """
         self.data_dir = data_dir
+        self.control_url = control_url
+        self.node = node
         self.admin_key = admin_key
         self.limits = limits or AuthLimits()
         self._hasher = hasher
         self._clock = clock
         self._lock = threading.Lock()
-        self._control: ControlDB | None = None
+        self._control: ControlPlane | None = None
         self._verifier: KeyVerifier | None = None
         self._checked_at = -CONTROL_RECHECK_SECS
         self._shares = FairShares(self.limits.hash_slots, self.limits.per_tenant)
         self._threads: anyio.CapacityLimiter | None = None
+        if control_url:
+            self.control()
 
-    def control(self) -> ControlDB | None:
+    def control(self) -> ControlPlane | None:
         """The control database, opened on first sight; None in local mode."""
         if self._control is not None:
             return self._control
@@ -123,8 +134,15 @@ class Authenticator:
             return None
         with self._lock:
             self._checked_at = now
-            if self._control is None and ControlDB.exists(self.data_dir):
-                control = ControlDB.open(self.data_dir, hasher=self._hasher, clock=self._clock)
+            if self._control is None and control_exists(self.data_dir, self.control_url):
+                control = open_control(
+                    self.data_dir,
+                    self.control_url,
+                    hasher=self._hasher,
+                    clock=self._clock,
+                    node=self.node,
+                    watch=True,  # PostgreSQL: the generation from a listening thread
+                )
                 backoff = Backoff(self.limits.free_failures, self.limits.max_backoff_secs)
                 self._verifier = KeyVerifier(
                     control, max_concurrent_hashes=self.limits.hash_slots, backoff=backoff
@@ -213,7 +231,7 @@ class Authenticator:
                 self._threads = anyio.CapacityLimiter(self.limits.hash_slots)
             return await anyio.to_thread.run_sync(verifier.finish, attempt, limiter=self._threads)
 
-    def check_admin(self, token: str | None) -> ControlDB:
+    def check_admin(self, token: str | None) -> ControlPlane:
         """The control database for an admin request; 404 without an admin key, 401 for a wrong one."""
         if self.admin_key is None:
             raise NotFound("no such route")

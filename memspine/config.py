@@ -13,6 +13,8 @@ from urllib.parse import urlsplit
 import msgspec
 
 from memspine.limits import default_max_open_bytes, machine_memory
+from memspine_admin.placement import is_node_name
+from memspine_admin.plane import is_control_url, redact
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
@@ -44,6 +46,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     cypher_max_string_chars: int = 4 << 20
     cypher_max_list_items: int = 100_000
     cypher_max_result_bytes: int = 32 << 20
+    cypher_concurrency: int = 2
     metrics_per_tenant: bool = False
     log_level: str = "INFO"
     mcp_allowed_origins: frozenset[str] = frozenset()  # normalised: scheme://host[:port]
@@ -52,7 +55,18 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     body_timeout_secs: float = 30.0
     max_connections: int = msgspec.field(default_factory=lambda: default_max_connections())
     max_connections_per_client: int = 64
+    control_url: str | None = None  # PostgreSQL control plane; None: LMDB in data_dir/_control
+    node: str | None = None  # this server's name in a cluster (needs control_url)
     ui: bool = True  # the web console at /ui (memspine/routes/ui.py)
+
+    def __repr__(self) -> str:
+        # The control URL may hold a password: keep it out of any log of the settings.
+        shown = msgspec.structs.asdict(self)
+        if self.control_url:
+            shown["control_url"] = redact(self.control_url)
+        if self.admin_key:
+            shown["admin_key"] = "<hidden>"
+        return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
 def default_max_open_tenants() -> int:
@@ -233,6 +247,24 @@ def _hosts(value: str) -> dict[str, Any]:
     return {"allowed_hosts": frozenset(names)}
 
 
+def _control_url(value: str) -> dict[str, Any]:
+    if not value:
+        return {"control_url": None}
+    if not is_control_url(value):
+        raise SettingsError("expected a PostgreSQL URL such as postgresql://user:pass@host/db")
+    return {"control_url": value}
+
+
+def _node(value: str) -> dict[str, Any]:
+    if not value:
+        return {"node": None}
+    if not is_node_name(value):
+        raise SettingsError(
+            f"expected a lower-case DNS label (a-z, 0-9 and -, at most 63), got {value!r}"
+        )
+    return {"node": value}
+
+
 # Every documented variable: name -> (parser, how its result enters Settings).
 PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_BIND": _bind,
@@ -256,6 +288,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_CYPHER_MAX_LIST_ITEMS": lambda v: {
         "cypher_max_list_items": _int_in(16, 100_000_000)(v)
     },
+    "MEMSPINE_CYPHER_CONCURRENCY": lambda v: {"cypher_concurrency": _int_in(1, 64)(v)},
     "MEMSPINE_CYPHER_MAX_RESULT_BYTES": lambda v: {
         "cypher_max_result_bytes": _int_in(64 << 10, 4 << 30)(v)
     },
@@ -269,6 +302,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_MAX_CONNECTIONS_PER_CLIENT": lambda v: {
         "max_connections_per_client": _int_in(1, 1_000_000)(v)
     },
+    "MEMSPINE_CONTROL_URL": _control_url,
+    "MEMSPINE_NODE": _node,
     "MEMSPINE_UI": lambda v: {"ui": _flag(v)},
 }
 
@@ -288,6 +323,8 @@ def load_settings(env: Mapping[str, str]) -> Settings:
     unknown = [k for k in unknown if k not in IGNORED]
     if unknown:
         raise SettingsError(f"unknown setting {unknown[0]}; see docs/configuration.md")
+    if values.get("node") and not values.get("control_url"):
+        raise SettingsError("MEMSPINE_NODE: a node name needs MEMSPINE_CONTROL_URL (a cluster)")
     return Settings(**values)
 
 

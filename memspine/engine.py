@@ -20,7 +20,7 @@ from storage.cascade import delete_derived, derived_closure
 from storage.current import Moment
 from storage.cypher import CypherResult
 from storage.cypher import run as run_cypher
-from storage.errors import Conflict, MemspineError, NotFound
+from storage.errors import Conflict, MemspineError, NotFound, Unavailable
 from storage.listing import ListQuery, list_events
 from storage.manager import TenantManager
 from storage.model import AppendResult, NewEvent, StoredEvent
@@ -40,6 +40,7 @@ READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 # Reads one tenant runs at once: its further reads wait in its own queue, so a tenant with
 # many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
 READ_THREADS_PER_TENANT = 8
+CYPHER_BUSY = "other Cypher queries kept this one waiting past its time limit; retry shortly"
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
 
 
@@ -139,6 +140,9 @@ class Engine:
         )
         self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
         self.read_threads = ReadThreads()
+        # Cypher is CPU work under the interpreter lock: each query running beside the others
+        # slows every request of every tenant, so few run at once and one tenant runs one.
+        self.cypher_shares = FairShares(settings.cypher_concurrency, per_owner=1)
         self._leases = 0  # requests holding a tenant right now (this one included)
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
 
@@ -322,7 +326,16 @@ class Engine:
                     started=started,
                 )
 
-        return await self.read(tenant_id, run)
+        try:
+            await asyncio.wait_for(
+                self.cypher_shares.acquire(tenant_id), self.settings.cypher_timeout_ms / 1000
+            )
+        except TimeoutError:
+            raise Unavailable(CYPHER_BUSY, headers={"Retry-After": "1"}) from None
+        try:
+            return await self.read(tenant_id, run)
+        finally:
+            self.cypher_shares.release(tenant_id)
 
     def close(self) -> None:
         """Close every open tenant and stop the read threads."""

@@ -17,6 +17,7 @@ from memspine.datalock import DataDirBusy, client_url, hold
 from memspine.limits import log_fd_limit, raise_fd_limit
 from memspine.logs import configure_logging
 from memspine.startline import ReadyServer
+from storage.errors import MemspineError
 
 log = logging.getLogger("memspine.server")
 
@@ -65,6 +66,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     except OSError as exc:  # e.g. a data directory that cannot be created: one clear line
         print(f"memspine-server: cannot use MEMSPINE_DATA_DIR: {exc.strerror}", file=sys.stderr)
+        return 2
+    except MemspineError as exc:  # e.g. MEMSPINE_CONTROL_URL's database cannot be reached
+        print(f"memspine-server: {exc.detail}", file=sys.stderr)
         return 2
     config = uvicorn.Config(
         app,

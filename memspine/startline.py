@@ -13,6 +13,7 @@ from memspine import __version__
 from memspine.config import Settings
 from memspine.datalock import client_url
 from memspine_admin.control import ControlDB, control_path
+from memspine_admin.plane import redact
 
 log = logging.getLogger("memspine.server")
 
@@ -26,7 +27,14 @@ def start_line(settings: Settings) -> tuple[str, dict[str, Any]]:
     """The one line logged once the server listens: where, which data, which auth, ready."""
     url = client_url(settings.host, settings.port)
     data_dir = settings.data_dir.resolve()
-    if ControlDB.exists(data_dir):
+    if settings.control_url:
+        auth = "issued keys"
+        node = f", as node {settings.node}" if settings.node else ""
+        means = (
+            "only keys made by memspine-admin key create are accepted (control plane "
+            f"{redact(settings.control_url)}{node})"
+        )
+    elif ControlDB.exists(data_dir):
         auth = "issued keys"
         means = (
             f"only keys made by memspine-admin key create are accepted ({control_path(data_dir)})"

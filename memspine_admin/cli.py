@@ -6,6 +6,7 @@ import argparse
 import datetime as dt
 import getpass
 import os
+import socket
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -14,9 +15,10 @@ from typing import Any
 import msgspec
 
 from memspine_admin import keys
-from memspine_admin.control import ControlDB, erase_tenant_dir
+from memspine_admin.control import erase_tenant_dir
+from memspine_admin.plane import ControlPlane, init_control, open_control
 from memspine_admin.records import now_us
-from storage.errors import MemspineError, NotFound
+from storage.errors import Conflict, MemspineError, NotFound
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ABORTED = 0, 1, 2, 3
 
@@ -62,8 +64,13 @@ def _confirm(args: argparse.Namespace, question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def _open(args: argparse.Namespace) -> ControlDB:
-    return ControlDB.open(args.data_dir)
+def control_url() -> str | None:
+    """MEMSPINE_CONTROL_URL: the PostgreSQL control plane, as the server reads it; None for LMDB."""
+    return os.environ.get("MEMSPINE_CONTROL_URL", "").strip() or None
+
+
+def _open(args: argparse.Namespace) -> ControlPlane:
+    return open_control(args.data_dir, control_url(), actor=actor())
 
 
 ADOPT = "memspine-admin tenant adopt DIRNAME NAME"
@@ -106,9 +113,9 @@ def _adopt_hint() -> str:
 
 def cmd_init(args: argparse.Namespace) -> int:
     """Create the control database."""
-    created = ControlDB.init(args.data_dir, actor=actor())
-    path = args.data_dir / "_control"
+    created = init_control(args.data_dir, control_url(), actor=actor())
     with _open(args) as db:
+        path = db.where()
         generation = db.generation()
         stranded = local_tenants(args.data_dir, {t.tenant_id for t in db.list_tenants()})
     human = (
@@ -157,6 +164,14 @@ def cmd_tenant_delete(args: argparse.Namespace) -> int:
         tenant = db.get_tenant(args.tenant_id)
         if tenant is None:
             raise NotFound("no tenant with that id")
+        if tenant.node is not None and not (args.data_dir / tenant.tenant_id).exists():
+            # Its files are on another machine: deleting here would leave them unerased.
+            raise Conflict(
+                f"tenant {tenant.tenant_id} is held by node {tenant.node}, not in "
+                f"{args.data_dir}: delete it through the admin route "
+                f"(DELETE /v1/admin/tenants/{tenant.tenant_id} via the proxy), which reaches "
+                "that node and erases its directory"
+            )
         active = [k for k in db.list_keys(tenant.tenant_id) if k.revoked_at is None]
         question = (
             f"delete tenant {tenant.tenant_id} ({tenant.name}), revoke its "
@@ -249,6 +264,35 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_proxy_sync(args: argparse.Namespace) -> int:
+    """Keep an HAProxy routes map current from the PostgreSQL control plane (runs until stopped)."""
+    import logging
+    import signal
+    import threading
+
+    from memspine_admin.proxysync import ProxySync, Runtime, wait_for_runtime
+
+    url = control_url()
+    if url is None:
+        return _usage("proxy-sync needs MEMSPINE_CONTROL_URL (the cluster's control plane)")
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    runtime = Runtime(args.runtime)
+    wait_for_runtime(runtime, timeout=30)
+    sync = ProxySync(url, runtime, args.map, args.name)
+    try:
+        if args.once:
+            generation = sync.sync_once()
+            _emit(args, {"generation": generation}, f"routes applied at generation {generation}")
+            return EXIT_OK
+        stop = threading.Event()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, lambda *_: stop.set())
+        sync.run(stop)
+    finally:
+        sync.close()
+    return EXIT_OK
+
+
 def _common() -> argparse.ArgumentParser:
     # SUPPRESS defaults let --data-dir/--json go before or after the subcommand.
     common = argparse.ArgumentParser(add_help=False)
@@ -306,6 +350,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(ksub, "revoke", cmd_key_revoke)
     p.add_argument("key_id", help="the key's id, bare or as key list shows it (smk_live_<id>)")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+
+    p = command(sub, "proxy-sync", cmd_proxy_sync)
+    p.add_argument("--runtime", required=True, help="HAProxy runtime API: socket path or host:port")
+    p.add_argument("--map", type=Path, required=True, help="the routes map file HAProxy loads")
+    p.add_argument("--name", default=socket.gethostname(), help="this proxy's name (default: host)")
+    p.add_argument("--once", action="store_true", help="apply the routes once and exit")
 
     p = command(sub, "audit", cmd_audit)
     p.add_argument("--after", type=int, default=None, help="show entries after this seq")

@@ -1,4 +1,8 @@
-"""The control database: tenants, API keys, the admin audit log and a generation counter (LMDB)."""
+"""The control database: tenants, API keys, the admin audit log and a generation counter (LMDB).
+
+The embedded backend of memspine_admin/plane.py's ControlPlane; memspine_admin/control_pg.py
+is the PostgreSQL one.
+"""
 
 from __future__ import annotations
 
@@ -38,6 +42,19 @@ MAX_AUDIT_LIMIT = 1000
 NO_CONTROL_DB = "no control database: run memspine-admin init"
 
 _U64 = struct.Struct(">Q")
+
+
+class StoredTenant(msgspec.Struct, frozen=True, kw_only=True):
+    """A tenant as the LMDB record holds it: Tenant's fields and its route (internal)."""
+
+    tenant_id: str
+    name: str
+    created_at: int
+    route: str | None = None  # None for a tenant made before routes, until its next key
+
+    def tenant(self) -> Tenant:
+        """What callers see."""
+        return Tenant(tenant_id=self.tenant_id, name=self.name, created_at=self.created_at)
 
 
 def control_path(data_dir: Path) -> Path:
@@ -101,6 +118,8 @@ class ControlDB:
         self._keys = env.open_db(b"keys", create=False)
         self._tenant_keys = env.open_db(b"tenant_keys", create=False)
         self._audit = env.open_db(b"audit", create=False)
+        # Added after schema 1 shipped: made on first open, empty until tenants get routes.
+        self._routes = env.open_db(b"tenant_routes")
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -122,7 +141,14 @@ class ControlDB:
         env = _open_env(tmp, create=True)
         try:
             with env.begin(write=True) as txn:
-                for name in (b"meta", b"tenants", b"tenant_names", b"keys", b"tenant_keys"):
+                for name in (
+                    b"meta",
+                    b"tenants",
+                    b"tenant_names",
+                    b"keys",
+                    b"tenant_keys",
+                    b"tenant_routes",
+                ):
                     env.open_db(name, txn=txn)
                 audit = env.open_db(b"audit", txn=txn)
                 meta = env.open_db(b"meta", txn=txn)
@@ -174,6 +200,10 @@ class ControlDB:
         """Close the environment."""
         self._env.close()
 
+    def where(self) -> str:
+        """The control database's directory."""
+        return str(self.path)
+
     def __enter__(self) -> ControlDB:
         return self
 
@@ -203,13 +233,16 @@ class ControlDB:
     def create_tenant(self, name: str, *, actor: str) -> Tenant:
         """Create a tenant; Conflict (409) if a live tenant already has that name."""
         name = check_name(name, "name")
-        tenant = Tenant(tenant_id=str(uuid.uuid4()), name=name, created_at=self.now())
         with self._env.begin(write=True) as txn:
             existing = txn.get(name.encode(), db=self._names)
             if existing is not None:
                 raise Conflict(f"a tenant named {name!r} already exists: {existing.decode()}")
+            tenant_id = str(uuid.uuid4())
+            route = self._claim_route(txn, tenant_id)
+            stored = StoredTenant(tenant_id=tenant_id, name=name, created_at=self.now(), route=route)
+            tenant = stored.tenant()
             txn.put(name.encode(), tenant.tenant_id.encode(), db=self._names)
-            txn.put(tenant.tenant_id.encode(), msgspec.msgpack.encode(tenant), db=self._tenants)
+            txn.put(tenant.tenant_id.encode(), msgspec.msgpack.encode(stored), db=self._tenants)
             self._bump(txn)
             self._log(txn, actor, "tenant.create", tenant.tenant_id, None, {"name": name})
         return tenant
@@ -218,14 +251,25 @@ class ControlDB:
         """The tenant with that id, or None."""
         if not is_tenant_id(tenant_id):
             return None
+        stored = self._stored(tenant_id)
+        return None if stored is None else stored.tenant()
+
+    def tenant_route(self, tenant_id: str) -> str | None:
+        """The tenant's route (the start of its key ids), None if unknown or not given yet."""
+        stored = self._stored(tenant_id)
+        return None if stored is None else stored.route
+
+    def _stored(self, tenant_id: str) -> StoredTenant | None:
+        if not is_tenant_id(tenant_id):
+            return None
         with self._env.begin(db=self._tenants) as txn:
             raw = txn.get(tenant_id.encode())
-        return None if raw is None else msgspec.msgpack.decode(raw, type=Tenant)
+        return None if raw is None else msgspec.msgpack.decode(raw, type=StoredTenant)
 
     def list_tenants(self) -> list[Tenant]:
         """Every tenant, oldest first."""
         with self._env.begin(db=self._tenants) as txn:
-            tenants = [msgspec.msgpack.decode(v, type=Tenant) for _, v in txn.cursor()]
+            tenants = [msgspec.msgpack.decode(v, type=StoredTenant).tenant() for _, v in txn.cursor()]
         return sorted(tenants, key=lambda t: (t.created_at, t.tenant_id))
 
     def delete_tenant(self, tenant_id: str, *, actor: str) -> list[str]:
@@ -239,7 +283,7 @@ class ControlDB:
             raw = txn.get(tenant_id.encode(), db=self._tenants) if is_tenant_id(tenant_id) else None
             if raw is None:
                 raise NotFound("no tenant with that id")
-            tenant = msgspec.msgpack.decode(raw, type=Tenant)
+            tenant = msgspec.msgpack.decode(raw, type=StoredTenant)
             for record in self._tenant_key_records(txn, tenant_id):
                 if record.revoked_at is None:
                     revoked_record = msgspec.structs.replace(record, revoked_at=now)
@@ -247,6 +291,8 @@ class ControlDB:
                     revoked.append(record.key_id)
             txn.delete(tenant_id.encode(), db=self._tenants)
             txn.delete(tenant.name.encode(), db=self._names)
+            if tenant.route is not None:
+                txn.delete(tenant.route.encode(), db=self._routes)
             self._bump(txn)
             detail = {"name": tenant.name, "revoked_keys": revoked}
             self._log(txn, actor, "tenant.delete", tenant_id, None, detail)
@@ -267,18 +313,23 @@ class ControlDB:
         name = check_name(name, "name")
         scope_tuple = check_scopes(scopes)
         ttl = check_ttl(ttl_secs)
-        if self.get_tenant(tenant_id) is None:
+        stored = self._stored(tenant_id)
+        if stored is None:
             raise NotFound("no tenant with that id")  # before paying for argon2
-        generated = keys.generate_key()
+        route = stored.route or self._give_route(tenant_id)
+        generated = keys.generate_key(route)
         # Hash outside the write transaction: argon2 is slow and writers are serialised.
         secret_hash = keys.hash_secret(self.hasher, generated.secret)
         now = self.now()
         expires_at = None if ttl is None else now + ttl * 1_000_000
         with self._env.begin(write=True) as txn:
-            if txn.get(tenant_id.encode(), db=self._tenants) is None:
+            raw = txn.get(tenant_id.encode(), db=self._tenants)
+            if raw is None:
                 raise NotFound("no tenant with that id")
+            if msgspec.msgpack.decode(raw, type=StoredTenant).route != route:
+                raise Conflict("the tenant changed while its key was made; try again")
             while txn.get(generated.key_id.encode(), db=self._keys) is not None:
-                generated = keys.with_new_key_id(generated)
+                generated = keys.with_new_key_id(generated, route)
             record = KeyRecord(
                 key_id=generated.key_id,
                 tenant_id=tenant_id,
@@ -365,6 +416,28 @@ class ControlDB:
             self._put_key(txn, msgspec.structs.replace(record, secret_hash=new_hash))
         return True
 
+    def _claim_route(self, txn: lmdb.Transaction, tenant_id: str) -> str:
+        """A route no live tenant has, recorded for `tenant_id`."""
+        route = keys.new_route()
+        while txn.get(route.encode(), db=self._routes) is not None:
+            route = keys.new_route()
+        txn.put(route.encode(), tenant_id.encode(), db=self._routes)
+        return route
+
+    def _give_route(self, tenant_id: str) -> str:
+        """Give a tenant made before routes existed its route (on its first key since)."""
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(tenant_id.encode(), db=self._tenants)
+            if raw is None:
+                raise NotFound("no tenant with that id")
+            stored = msgspec.msgpack.decode(raw, type=StoredTenant)
+            if stored.route is not None:
+                return stored.route
+            route = self._claim_route(txn, tenant_id)
+            stored = msgspec.structs.replace(stored, route=route)
+            txn.put(tenant_id.encode(), msgspec.msgpack.encode(stored), db=self._tenants)
+        return route
+
     def _put_key(self, txn: lmdb.Transaction, record: KeyRecord) -> None:
         txn.put(record.key_id.encode(), msgspec.msgpack.encode(record), db=self._keys)
 
@@ -409,16 +482,7 @@ class ControlDB:
         self, after: int | None = None, limit: int = 100, *, tenant_id: str | None = None
     ) -> tuple[list[AuditEntry], int | None]:
         """Audit entries with seq > `after`, oldest first; the cursor is the last seq or None."""
-        if (
-            isinstance(limit, bool)
-            or not isinstance(limit, int)
-            or not 1 <= limit <= MAX_AUDIT_LIMIT
-        ):
-            raise InvalidRequest(f"limit must be between 1 and {MAX_AUDIT_LIMIT}")
-        if after is not None and (
-            isinstance(after, bool) or not isinstance(after, int) or after < 0
-        ):
-            raise InvalidRequest("after must be a non-negative integer")
+        check_audit_page(after, limit)
         entries: list[AuditEntry] = []
         more = False
         with self._env.begin(db=self._audit) as txn:
@@ -433,6 +497,14 @@ class ControlDB:
                     entries.append(entry)
                 found = cursor.next()
         return entries, (entries[-1].seq if more else None)
+
+
+def check_audit_page(after: object, limit: object) -> None:
+    """InvalidRequest unless `limit` is 1..MAX_AUDIT_LIMIT and `after` None or a seq (>= 0)."""
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_AUDIT_LIMIT:
+        raise InvalidRequest(f"limit must be between 1 and {MAX_AUDIT_LIMIT}")
+    if after is not None and (isinstance(after, bool) or not isinstance(after, int) or after < 0):
+        raise InvalidRequest("after must be a non-negative integer")
 
 
 def _open_env(path: Path, *, create: bool) -> lmdb.Environment:

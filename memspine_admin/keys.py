@@ -1,4 +1,9 @@
-"""API key format (`smk_live_<key id>_<secret><checksum>`) and argon2id hashing of the secret."""
+"""API key format (`smk_live_<key id>_<secret><checksum>`) and argon2id hashing of the secret.
+
+A key id issued now starts with its tenant's route (`ROUTE_LEN` characters), so a proxy can
+pick the tenant's node from the token alone (deploy/haproxy/memspine.cfg); the rest is random.
+Key ids issued before routes existed are random throughout and keep working everywhere.
+"""
 
 from __future__ import annotations
 
@@ -15,6 +20,7 @@ from storage.errors import InvalidRequest
 PREFIX = "smk_live_"
 ALPHABET = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz"
 KEY_ID_LEN = 12  # ~71 bits: ids only need to be unique, they are not secret
+ROUTE_LEN = 6  # a tenant's route: the first characters of its key ids (62**6 routes)
 SECRET_LEN = 32  # ~190 bits of entropy, well above the 128 the issue asks for
 CHECKSUM_LEN = 6  # 62**6 > 2**32, so every CRC32 value has its own 6 characters
 TOKEN_LEN = len(PREFIX) + KEY_ID_LEN + 1 + SECRET_LEN + CHECKSUM_LEN
@@ -26,6 +32,7 @@ TOKEN_PATTERN = re.compile(
     rf"smk_live_({_B62}{{{KEY_ID_LEN}}})_({_B62}{{{SECRET_LEN}}})({_B62}{{{CHECKSUM_LEN}}})"
 )
 _KEY_ID_RE = re.compile(rf"{_B62}{{{KEY_ID_LEN}}}")
+_ROUTE_RE = re.compile(rf"{_B62}{{{ROUTE_LEN}}}")
 
 
 class ParsedKey(NamedTuple):
@@ -64,16 +71,39 @@ def format_token(key_id: str, secret: str) -> str:
     return body + checksum(body)
 
 
-def generate_key() -> GeneratedKey:
-    """Generate a new random key id and secret."""
-    key_id = random_base62(KEY_ID_LEN)
+def new_route() -> str:
+    """A fresh random tenant route (`ROUTE_LEN` base62 characters)."""
+    return random_base62(ROUTE_LEN)
+
+
+def is_route(value: object) -> bool:
+    """True if `value` has the shape of a tenant route."""
+    return isinstance(value, str) and _ROUTE_RE.fullmatch(value) is not None
+
+
+def route_of(key_id: str) -> str:
+    """The route part of a key id: its first `ROUTE_LEN` characters (random in a legacy id)."""
+    return key_id[:ROUTE_LEN]
+
+
+def _key_id(route: str | None) -> str:
+    if route is None:
+        return random_base62(KEY_ID_LEN)
+    if not is_route(route):
+        raise ValueError("not a tenant route")
+    return route + random_base62(KEY_ID_LEN - ROUTE_LEN)
+
+
+def generate_key(route: str | None = None) -> GeneratedKey:
+    """Generate a new key id (starting with `route` if given) and a random secret."""
+    key_id = _key_id(route)
     secret = random_base62(SECRET_LEN)
     return GeneratedKey(key_id, secret, format_token(key_id, secret))
 
 
-def with_new_key_id(key: GeneratedKey) -> GeneratedKey:
-    """Return the same secret under a fresh key id (after an id collision)."""
-    key_id = random_base62(KEY_ID_LEN)
+def with_new_key_id(key: GeneratedKey, route: str | None = None) -> GeneratedKey:
+    """Return the same secret under a fresh key id with the same route (after an id collision)."""
+    key_id = _key_id(route)
     return GeneratedKey(key_id, key.secret, format_token(key_id, key.secret))
 
 

@@ -22,12 +22,14 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-class Tenant(msgspec.Struct, frozen=True, kw_only=True):
-    """A tenant: its id (a UUIDv4, also its directory name), name and creation time (µs)."""
+class Tenant(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+    """A tenant: its id (a UUIDv4, also its directory name), name and creation time (µs);
+    in a cluster, the node that holds it (shown only then)."""
 
     tenant_id: str
     name: str
     created_at: int
+    node: str | None = None  # None: not placed (one node, or no MEMSPINE_NODE)
 
 
 class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -21,7 +21,7 @@ from argon2 import PasswordHasher
 
 from memspine_admin import keys
 from memspine_admin.backoff import Backoff
-from memspine_admin.control import ControlDB
+from memspine_admin.plane import ControlPlane
 from memspine_admin.records import KeyRecord
 from storage.errors import Forbidden, Unauthorized
 
@@ -113,7 +113,7 @@ def token_digest(token: str) -> bytes:
 
 
 class KeyVerifier:
-    """Verifies bearer tokens against a ControlDB; blocking, call it off the event loop.
+    """Verifies bearer tokens against a control plane; blocking, call it off the event loop.
 
     `verify` does it all. The server splits it (memspine/auth.py): `warm` and `begin` are cheap
     (LMDB reads, no argon2) and run on the event loop; `finish` is the argon2 run, in a thread,
@@ -122,7 +122,7 @@ class KeyVerifier:
 
     def __init__(
         self,
-        db: ControlDB,
+        db: ControlPlane,
         *,
         hasher: PasswordHasher | None = None,
         clock: Callable[[], int] | None = None,

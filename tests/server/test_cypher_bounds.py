@@ -9,6 +9,7 @@ on a real log in tmp_path and must end as a 400 naming its bound, within the tim
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import math
 import random
@@ -27,7 +28,7 @@ from memspine.config import Settings
 from memspine.engine import Engine
 from storage.cypher import CypherResult, Limits, PlanCache, run, warm
 from storage.cypher.bounds import INT_MAX, INT_MIN, Meter
-from storage.errors import InvalidRequest
+from storage.errors import InvalidRequest, Unavailable
 from storage.log import EventLog
 from storage.model import NewEvent
 
@@ -491,3 +492,45 @@ def test_the_server_defaults_are_the_engine_defaults() -> None:
     assert settings.cypher_max_string_chars == limits.max_string
     assert settings.cypher_max_list_items == limits.max_list
     assert settings.cypher_max_result_bytes == limits.max_result_bytes
+
+
+def test_one_tenant_runs_one_cypher_query_at_a_time_and_others_keep_their_turn(
+    tmp_path: Path,
+) -> None:
+    """A tenant firing many slow queries holds one Cypher slot; another tenant's query runs at
+    once beside them, and a query that waits past its time limit is told so (503)."""
+    settings = Settings(
+        data_dir=tmp_path / "data", embedding_dim=4, cypher_timeout_ms=400, cypher_concurrency=2
+    )
+    engine = Engine(settings)
+    warm()  # the parser is built at start in a server; here it must not count against a query
+    slow = "UNWIND $xs AS a UNWIND $xs AS b UNWIND $xs AS c RETURN count(*)"
+    xs = {"xs": list(range(500))}
+
+    async def attacker() -> str:
+        try:
+            await engine.cypher("attacker", slow, xs)
+        except InvalidRequest as exc:
+            return "limit" if "time limit" in exc.detail else exc.detail
+        except Unavailable:
+            return "busy"
+        return "answered"
+
+    async def main() -> None:
+        attacks = [asyncio.create_task(attacker()) for _ in range(4)]
+        await asyncio.sleep(0.05)  # the attacker's first query holds its one slot
+        assert engine.cypher_shares.held("attacker") == 1
+        started = time.monotonic()
+        answer = await engine.cypher("victim", "RETURN 1 AS one", None)
+        victim_secs = time.monotonic() - started
+        outcomes = await asyncio.gather(*attacks)
+        assert msgspec.json.decode(msgspec.json.encode(answer))["rows"] == [[1]]
+        assert victim_secs < 0.3, f"the victim waited {victim_secs:.2f} s behind the attacker"
+        # The first runs into its limit; the others waited their turn past theirs.
+        assert outcomes.count("limit") >= 1 and "busy" in outcomes, outcomes
+        assert engine.cypher_shares.held("attacker") == 0
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.close()

@@ -1,4 +1,7 @@
-"""The control database on real LMDB: tenants, keys, audit, generation, tenant erasure."""
+"""The control plane on real LMDB and on a real PostgreSQL: one suite for both backends.
+
+Tenants, keys, audit, generation; tenant erasure; the LMDB-only lifecycle of `_control`.
+"""
 
 from __future__ import annotations
 
@@ -18,6 +21,7 @@ from memspine_admin.control import (
     control_path,
     erase_tenant_dir,
 )
+from memspine_admin.plane import ControlPlane, init_control, open_control
 from memspine_admin.records import MAX_TTL_SECS, is_tenant_id
 from storage.errors import Conflict, InvalidRequest, NotFound
 
@@ -40,10 +44,40 @@ def clock() -> Clock:
     return Clock()
 
 
+@pytest.fixture(params=["lmdb", "postgresql"])
+def url(request: pytest.FixtureRequest) -> str | None:
+    """None for the LMDB control database in tmp_path, else a PostgreSQL URL of its own."""
+    if request.param == "lmdb":
+        return None
+    return str(request.getfixturevalue("control_url"))
+
+
 @pytest.fixture
-def db(tmp_path: Path, clock: Clock) -> Iterator[ControlDB]:
-    with ControlDB.open(tmp_path, create=True, actor="test", hasher=WEAK, clock=clock) as opened:
+def db(tmp_path: Path, clock: Clock, url: str | None) -> Iterator[ControlPlane]:
+    with open_control(tmp_path, url, create=True, actor="test", hasher=WEAK, clock=clock) as opened:
         yield opened
+
+
+def stored_bytes(db: ControlPlane, data_dir: Path) -> bytes:
+    """Every byte the backend keeps: LMDB's files, or every row of every PostgreSQL table."""
+    if isinstance(db, ControlDB):
+        return b"".join(p.read_bytes() for p in control_path(data_dir).iterdir())
+    import psycopg
+
+    with psycopg.connect(db.url) as conn:  # type: ignore[attr-defined]
+        tables = [
+            r[0]
+            for r in conn.execute(
+                "SELECT tablename FROM pg_tables WHERE schemaname = current_schema()"
+            )
+        ]
+        assert {"tenants", "keys", "audit", "control_meta"} <= set(tables)
+        rows = [
+            str(row).encode()
+            for table in tables
+            for row in conn.execute(f"SELECT t::text FROM {table} t")
+        ]
+    return b"\n".join(rows)
 
 
 # -- lifecycle ---------------------------------------------------------------------------------
@@ -58,35 +92,55 @@ def test_open_without_init_is_the_documented_conflict(tmp_path: Path) -> None:
     assert not control_path(tmp_path).exists()
 
 
-def test_init_is_idempotent_and_leaves_no_temporary_directory(tmp_path: Path) -> None:
+def test_init_is_idempotent_and_leaves_no_temporary_directory(
+    tmp_path: Path, url: str | None
+) -> None:
     data = tmp_path / "data"
-    assert ControlDB.init(data, actor="test") is True
-    assert ControlDB.exists(data)
-    assert ControlDB.init(data, actor="test") is False
-    assert sorted(p.name for p in data.iterdir()) == ["_control"]
-    assert control_path(data).stat().st_mode & 0o077 == 0  # hashes are not world-readable
-    with ControlDB.open(data) as db:
+    assert init_control(data, url, actor="test") is True
+    assert init_control(data, url, actor="test") is False
+    if url is None:
+        assert ControlDB.exists(data)
+        assert sorted(p.name for p in data.iterdir()) == ["_control"]
+        assert control_path(data).stat().st_mode & 0o077 == 0  # hashes are not world-readable
+    with open_control(data, url) as db:
         assert db.generation() == 1
         entries, cursor = db.audit()
     assert [(e.seq, e.action, e.actor) for e in entries] == [(1, "control.init", "test")]
     assert cursor is None
 
 
-def test_changes_survive_reopening(tmp_path: Path) -> None:
-    with ControlDB.open(tmp_path, create=True, hasher=WEAK) as db:
+def test_changes_survive_reopening(tmp_path: Path, url: str | None) -> None:
+    with open_control(tmp_path, url, create=True, hasher=WEAK) as db:
         tenant = db.create_tenant("acme", actor="test")
         issued = db.create_key(tenant.tenant_id, "agent", actor="test")
         generation = db.generation()
-    with ControlDB.open(tmp_path, hasher=WEAK) as db:
+    with open_control(tmp_path, url, hasher=WEAK) as db:
         assert db.get_tenant(tenant.tenant_id) == tenant
         assert [k.key_id for k in db.list_keys()] == [issued.key_id]
         assert db.generation() == generation
 
 
+def test_key_ids_start_with_their_tenants_route(db: ControlPlane, clock: Clock) -> None:
+    one = db.create_tenant("one", actor="test")
+    clock.t += 1
+    two = db.create_tenant("two", actor="test")
+    route_one, route_two = db.tenant_route(one.tenant_id), db.tenant_route(two.tenant_id)
+    assert keys.is_route(route_one) and keys.is_route(route_two) and route_one != route_two
+    assert db.get_tenant(one.tenant_id) == one and db.list_tenants() == [one, two]
+    assert set(msgspec.json.decode(msgspec.json.encode(one))) == {"tenant_id", "name", "created_at"}
+    assert db.tenant_route(str(uuid.uuid4())) is None
+    issued = [db.create_key(t.tenant_id, "k", actor="test") for t in (one, two, one)]
+    assert [keys.route_of(k.key_id) for k in issued] == [route_one, route_two, route_one]
+    assert len({k.key_id for k in issued}) == 3
+    for key in issued:  # still the documented 60-character shape
+        assert len(key.api_key) == keys.TOKEN_LEN == 60
+        assert keys.parse_token(key.api_key) == (key.key_id, key.api_key[22:54])
+
+
 # -- tenants -----------------------------------------------------------------------------------
 
 
-def test_create_get_list_tenants(db: ControlDB, clock: Clock) -> None:
+def test_create_get_list_tenants(db: ControlPlane, clock: Clock) -> None:
     first = db.create_tenant("customer-4417", actor="test")
     clock.t += 1
     second = db.create_tenant("customer-4418", actor="test")
@@ -98,7 +152,7 @@ def test_create_get_list_tenants(db: ControlDB, clock: Clock) -> None:
     assert db.list_tenants() == [first, second]
 
 
-def test_duplicate_tenant_name_is_a_conflict_naming_the_existing_tenant(db: ControlDB) -> None:
+def test_duplicate_tenant_name_is_a_conflict_naming_the_existing_tenant(db: ControlPlane) -> None:
     tenant = db.create_tenant("customer-4417", actor="test")
     generation = db.generation()
     with pytest.raises(Conflict) as info:
@@ -112,20 +166,20 @@ def test_duplicate_tenant_name_is_a_conflict_naming_the_existing_tenant(db: Cont
 @pytest.mark.parametrize(
     "name", ["", "   ", " padded", "padded ", "x" * 129, "é" * 65, "tab\there", "nul\x00", 7, None]
 )
-def test_bad_tenant_names_are_invalid_requests(db: ControlDB, name: object) -> None:
+def test_bad_tenant_names_are_invalid_requests(db: ControlPlane, name: object) -> None:
     with pytest.raises(InvalidRequest):
         db.create_tenant(name, actor="test")  # type: ignore[arg-type]
     assert db.list_tenants() == []
 
 
-def test_deleted_tenant_releases_its_name(db: ControlDB) -> None:
+def test_deleted_tenant_releases_its_name(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     db.delete_tenant(tenant.tenant_id, actor="test")
     again = db.create_tenant("acme", actor="test")
     assert again.tenant_id != tenant.tenant_id
 
 
-def test_delete_tenant_revokes_its_keys_in_one_change(db: ControlDB, clock: Clock) -> None:
+def test_delete_tenant_revokes_its_keys_in_one_change(db: ControlPlane, clock: Clock) -> None:
     tenant = db.create_tenant("acme", actor="test")
     other = db.create_tenant("other", actor="test")
     a = db.create_key(tenant.tenant_id, "a", actor="test")
@@ -157,7 +211,7 @@ def test_delete_tenant_revokes_its_keys_in_one_change(db: ControlDB, clock: Cloc
 @pytest.mark.parametrize(
     "tenant_id", ["_control", "..", "", "70c963d1-c1c1-409f-9016-1555edf4764f", "x" * 10_000]
 )
-def test_delete_unknown_tenant_is_not_found(db: ControlDB, tenant_id: str) -> None:
+def test_delete_unknown_tenant_is_not_found(db: ControlPlane, tenant_id: str) -> None:
     generation = db.generation()
     with pytest.raises(NotFound):
         db.delete_tenant(tenant_id, actor="test")
@@ -167,7 +221,7 @@ def test_delete_unknown_tenant_is_not_found(db: ControlDB, tenant_id: str) -> No
 # -- keys --------------------------------------------------------------------------------------
 
 
-def test_create_key_returns_the_plaintext_once(db: ControlDB, clock: Clock) -> None:
+def test_create_key_returns_the_plaintext_once(db: ControlPlane, clock: Clock) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(
         tenant.tenant_id, "reviewer", ["write", "read", "read"], 86_400, actor="t"
@@ -186,13 +240,13 @@ def test_create_key_returns_the_plaintext_once(db: ControlDB, clock: Clock) -> N
     assert info.status(issued.expires_at) == "expired"
 
 
-def test_default_scopes_and_no_expiry(db: ControlDB) -> None:
+def test_default_scopes_and_no_expiry(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     assert issued.scopes == ("read", "write") and issued.expires_at is None
 
 
-def test_key_for_unknown_tenant_is_not_found(db: ControlDB) -> None:
+def test_key_for_unknown_tenant_is_not_found(db: ControlPlane) -> None:
     for tenant_id in (str(uuid.uuid4()), "_control", "../etc", ""):
         with pytest.raises(NotFound) as info:
             db.create_key(tenant_id, "agent", actor="test")
@@ -204,7 +258,7 @@ def test_key_for_unknown_tenant_is_not_found(db: ControlDB) -> None:
     ("scopes", "fragment"),
     [(["read", "admin"], "'admin'"), ([], "empty"), ("read", "list"), ([None], "None")],
 )
-def test_bad_scopes_are_invalid_requests(db: ControlDB, scopes: object, fragment: str) -> None:
+def test_bad_scopes_are_invalid_requests(db: ControlPlane, scopes: object, fragment: str) -> None:
     tenant = db.create_tenant("acme", actor="test")
     with pytest.raises(InvalidRequest) as info:
         db.create_key(tenant.tenant_id, "agent", scopes, actor="test")  # type: ignore[arg-type]
@@ -212,21 +266,21 @@ def test_bad_scopes_are_invalid_requests(db: ControlDB, scopes: object, fragment
 
 
 @pytest.mark.parametrize("ttl", [0, -1, MAX_TTL_SECS + 1, 10**30, True, 1.5, "60"])
-def test_bad_ttl_is_an_invalid_request(db: ControlDB, ttl: object) -> None:
+def test_bad_ttl_is_an_invalid_request(db: ControlPlane, ttl: object) -> None:
     tenant = db.create_tenant("acme", actor="test")
     with pytest.raises(InvalidRequest) as info:
         db.create_key(tenant.tenant_id, "agent", ttl_secs=ttl, actor="test")  # type: ignore[arg-type]
     assert "ttl_secs" in info.value.detail
 
 
-def test_ttl_bounds_are_inclusive(db: ControlDB) -> None:
+def test_ttl_bounds_are_inclusive(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     assert db.create_key(tenant.tenant_id, "a", ttl_secs=1, actor="t").expires_at == T0 + 1_000_000
     longest = db.create_key(tenant.tenant_id, "b", ttl_secs=MAX_TTL_SECS, actor="t")
     assert longest.expires_at == T0 + MAX_TTL_SECS * 1_000_000
 
 
-def test_list_keys_shows_no_secret_and_no_hash(db: ControlDB) -> None:
+def test_list_keys_shows_no_secret_and_no_hash(db: ControlPlane) -> None:
     one = db.create_tenant("one", actor="test")
     two = db.create_tenant("two", actor="test")
     a = db.create_key(one.tenant_id, "a", actor="test")
@@ -239,7 +293,7 @@ def test_list_keys_shows_no_secret_and_no_hash(db: ControlDB) -> None:
     assert [k.key_id for k in db.list_keys(two.tenant_id)] == [b.key_id]
 
 
-def test_revoke_key(db: ControlDB, clock: Clock) -> None:
+def test_revoke_key(db: ControlPlane, clock: Clock) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     generation = db.generation()
@@ -256,7 +310,7 @@ def test_revoke_key(db: ControlDB, clock: Clock) -> None:
             db.revoke_key(unknown, actor="test")
 
 
-def test_update_hash_only_replaces_the_expected_hash(db: ControlDB) -> None:
+def test_update_hash_only_replaces_the_expected_hash(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     record = db.get_key_record(issued.key_id)
@@ -269,7 +323,7 @@ def test_update_hash_only_replaces_the_expected_hash(db: ControlDB) -> None:
     assert not db.update_hash("abcdefghijkl", "a", "b")
 
 
-def test_every_change_bumps_the_generation_and_reads_do_not(db: ControlDB) -> None:
+def test_every_change_bumps_the_generation_and_reads_do_not(db: ControlPlane) -> None:
     seen = [db.generation()]
     tenant = db.create_tenant("acme", actor="test")
     seen.append(db.generation())
@@ -286,12 +340,13 @@ def test_every_change_bumps_the_generation_and_reads_do_not(db: ControlDB) -> No
     assert seen == [1, 2, 3, 3, 4, 5]
 
 
-def test_no_file_holds_a_secret(db: ControlDB) -> None:
+def test_no_file_holds_a_secret(db: ControlPlane, tmp_path: Path) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = [db.create_key(tenant.tenant_id, f"k{i}", actor="test") for i in range(5)]
     db.revoke_key(issued[0].key_id, actor="test")
     db.delete_tenant(tenant.tenant_id, actor="test")
-    blobs = b"".join(p.read_bytes() for p in control_path(db.path.parent).iterdir())
+    blobs = stored_bytes(db, tmp_path)
+    assert tenant.tenant_id.encode() in blobs  # the search does see the records
     for key in issued:
         parsed = keys.parse_token(key.api_key)
         assert parsed is not None
@@ -302,7 +357,7 @@ def test_no_file_holds_a_secret(db: ControlDB) -> None:
 # -- audit -------------------------------------------------------------------------------------
 
 
-def test_audit_pages_with_a_cursor(db: ControlDB) -> None:
+def test_audit_pages_with_a_cursor(db: ControlPlane) -> None:
     tenants = [db.create_tenant(f"t{i}", actor="cli:bob") for i in range(24)]
     seqs: list[int] = []
     cursor: int | None = None
@@ -322,7 +377,7 @@ def test_audit_pages_with_a_cursor(db: ControlDB) -> None:
 
 
 @pytest.mark.parametrize(("after", "limit"), [(None, 0), (None, 1001), (-1, 10), (None, True)])
-def test_audit_rejects_bad_paging(db: ControlDB, after: object, limit: object) -> None:
+def test_audit_rejects_bad_paging(db: ControlPlane, after: object, limit: object) -> None:
     with pytest.raises(InvalidRequest):
         db.audit(after, limit)  # type: ignore[arg-type]
 
@@ -370,3 +425,41 @@ def test_erase_tenant_dir_refuses_anything_but_a_tenant_id(tmp_path: Path, tenan
     with pytest.raises(InvalidRequest):
         erase_tenant_dir(tmp_path / "data", tenant_id)
     assert ControlDB.exists(tmp_path / "data") and (tmp_path / "outside").is_dir()
+
+
+# -- tenants and keys made before routes existed (LMDB) ----------------------------------------
+
+
+def test_a_tenant_from_before_routes_gets_one_with_its_next_key(tmp_path: Path) -> None:
+    """A record written by the previous version (no route) and its random key id keep
+    working; the tenant's next key starts with a route it keeps from then on."""
+    from memspine_admin.verifier import KeyVerifier
+
+    with ControlDB.open(tmp_path, create=True, actor="test", hasher=WEAK) as db:
+        tenant = db.create_tenant("old", actor="test")
+        legacy = keys.generate_key()  # a random 12-character id, as issued before routes
+        record = {"tenant_id": tenant.tenant_id, "name": "old", "created_at": tenant.created_at}
+        env = db._env
+        with env.begin(write=True) as txn:  # the tenant as the previous version stored it
+            txn.put(tenant.tenant_id.encode(), msgspec.msgpack.encode(record), db=db._tenants)
+            key_row = {
+                "key_id": legacy.key_id,
+                "tenant_id": tenant.tenant_id,
+                "name": "legacy",
+                "scopes": ["read", "write"],
+                "created_at": tenant.created_at,
+                "secret_hash": keys.hash_secret(WEAK, legacy.secret),
+            }
+            txn.put(legacy.key_id.encode(), msgspec.msgpack.encode(key_row), db=db._keys)
+            txn.put(f"{tenant.tenant_id}/{legacy.key_id}".encode(), b"", db=db._tenant_keys)
+        assert (
+            db.tenant_route(tenant.tenant_id) is None and db.get_tenant(tenant.tenant_id) == tenant
+        )
+        assert KeyVerifier(db).verify(legacy.token).tenant_id == tenant.tenant_id
+        first = db.create_key(tenant.tenant_id, "new", actor="test")
+        route = db.tenant_route(tenant.tenant_id)
+        assert route is not None and first.key_id.startswith(route)
+        second = db.create_key(tenant.tenant_id, "newer", actor="test")
+        assert second.key_id.startswith(route) and db.tenant_route(tenant.tenant_id) == route
+        assert db.get_tenant(tenant.tenant_id) == tenant
+        assert KeyVerifier(db).verify(legacy.token).key_id == legacy.key_id

@@ -1,4 +1,5 @@
-"""The API key format, its checksum and the argon2id hashing of secrets."""
+"""The API key format, its checksum and the argon2id hashing of secrets; the verifier over
+both control-plane backends (LMDB and a real PostgreSQL)."""
 
 from __future__ import annotations
 
@@ -20,6 +21,8 @@ from hypothesis.stateful import Bundle, RuleBasedStateMachine, invariant, rule
 
 from memspine_admin import keys
 from memspine_admin.control import ControlDB
+from memspine_admin.control_pg import ControlUnavailable
+from memspine_admin.plane import ControlPlane, open_control
 from memspine_admin.verifier import UNAUTHORIZED_DETAIL, KeyVerifier, Principal
 from storage.errors import Conflict, Forbidden, NotFound, Unauthorized
 
@@ -163,9 +166,12 @@ def hasher() -> CountingHasher:
     return CountingHasher()
 
 
-@pytest.fixture
-def db(tmp_path: Path, clock: Clock, hasher: CountingHasher) -> Iterator[ControlDB]:
-    with ControlDB.open(tmp_path, create=True, hasher=hasher, clock=clock) as opened:
+@pytest.fixture(params=["lmdb", "postgresql"])
+def db(
+    request: pytest.FixtureRequest, tmp_path: Path, clock: Clock, hasher: CountingHasher
+) -> Iterator[ControlPlane]:
+    url = None if request.param == "lmdb" else str(request.getfixturevalue("control_url"))
+    with open_control(tmp_path, url, create=True, hasher=hasher, clock=clock) as opened:
         yield opened
 
 
@@ -176,7 +182,7 @@ def _unauthorized(verifier: KeyVerifier, token: object) -> None:
     assert info.value.detail == UNAUTHORIZED_DETAIL
 
 
-def test_verify_resolves_the_key_to_its_tenant_and_scopes(db: ControlDB) -> None:
+def test_verify_resolves_the_key_to_its_tenant_and_scopes(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "review", ["read"], 86_400, actor="test")
     principal = KeyVerifier(db).verify(issued.api_key)
@@ -193,7 +199,7 @@ def test_verify_resolves_the_key_to_its_tenant_and_scopes(db: ControlDB) -> None
     assert info.value.status == 403 and info.value.detail == "api key is missing the 'write' scope"
 
 
-def test_a_cached_key_costs_no_argon2_run(db: ControlDB, hasher: CountingHasher) -> None:
+def test_a_cached_key_costs_no_argon2_run(db: ControlPlane, hasher: CountingHasher) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     verifier = KeyVerifier(db)
@@ -205,7 +211,7 @@ def test_a_cached_key_costs_no_argon2_run(db: ControlDB, hasher: CountingHasher)
     assert hasher.verifies == 1
 
 
-def test_revocation_takes_effect_on_the_next_request(db: ControlDB) -> None:
+def test_revocation_takes_effect_on_the_next_request(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     other = db.create_key(tenant.tenant_id, "other", actor="test")
@@ -218,7 +224,7 @@ def test_revocation_takes_effect_on_the_next_request(db: ControlDB) -> None:
     assert verifier.verify(other.api_key).key_id == other.key_id
 
 
-def test_expiry_takes_effect_even_for_a_cached_key(db: ControlDB, clock: Clock) -> None:
+def test_expiry_takes_effect_even_for_a_cached_key(db: ControlPlane, clock: Clock) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", ttl_secs=60, actor="test")
     verifier = KeyVerifier(db)
@@ -231,7 +237,7 @@ def test_expiry_takes_effect_even_for_a_cached_key(db: ControlDB, clock: Clock) 
     assert verifier.verify(issued.api_key).key_id == issued.key_id
 
 
-def test_deleting_the_tenant_stops_its_keys(db: ControlDB) -> None:
+def test_deleting_the_tenant_stops_its_keys(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     verifier = KeyVerifier(db)
@@ -240,7 +246,7 @@ def test_deleting_the_tenant_stops_its_keys(db: ControlDB) -> None:
     _unauthorized(verifier, issued.api_key)
 
 
-def test_every_bad_token_gets_the_same_401(db: ControlDB, hasher: CountingHasher) -> None:
+def test_every_bad_token_gets_the_same_401(db: ControlPlane, hasher: CountingHasher) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     parsed = keys.parse_token(issued.api_key)
@@ -266,25 +272,25 @@ def test_every_bad_token_gets_the_same_401(db: ControlDB, hasher: CountingHasher
 
 
 def test_malformed_tokens_touch_neither_database_nor_argon2(
-    db: ControlDB, hasher: CountingHasher
+    db: ControlPlane, hasher: CountingHasher
 ) -> None:
     verifier = KeyVerifier(db)
-    db.close()  # any database read from here on raises lmdb.Error
+    db.close()  # any database read from here on raises
     token = keys.generate_key().token
     for junk in ("smk_live_" + "a" * 51, token[:-1] + ("A" if token[-1] != "A" else "B"), "é" * 60):
         _unauthorized(verifier, junk)
-    with pytest.raises(lmdb.Error):
+    with pytest.raises((lmdb.Error, ControlUnavailable)):
         verifier.verify(token)  # a well-formed token does reach the (closed) database
     assert hasher.verifies == 0
 
 
 @given(st.text(max_size=300))
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200)
-def test_arbitrary_text_never_crashes_the_verifier(db: ControlDB, token: str) -> None:
+def test_arbitrary_text_never_crashes_the_verifier(db: ControlPlane, token: str) -> None:
     _unauthorized(KeyVerifier(db), token)
 
 
-def test_weak_hashes_are_rehashed_on_verify(db: ControlDB) -> None:
+def test_weak_hashes_are_rehashed_on_verify(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     before = db.get_key_record(issued.key_id)
@@ -298,7 +304,7 @@ def test_weak_hashes_are_rehashed_on_verify(db: ControlDB) -> None:
     assert KeyVerifier(db, hasher=stronger).verify(issued.api_key).key_id == issued.key_id
 
 
-def test_the_cache_is_bounded(db: ControlDB) -> None:
+def test_the_cache_is_bounded(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     tokens = [db.create_key(tenant.tenant_id, f"k{i}", actor="test").api_key for i in range(6)]
     verifier = KeyVerifier(db, max_entries=3)
@@ -310,7 +316,7 @@ def test_the_cache_is_bounded(db: ControlDB) -> None:
     assert len(verifier) == 3
 
 
-def test_revocation_is_seen_by_every_thread(db: ControlDB) -> None:
+def test_revocation_is_seen_by_every_thread(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     verifier = KeyVerifier(db)

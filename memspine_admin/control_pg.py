@@ -1,0 +1,669 @@
+"""The control plane in PostgreSQL (`MEMSPINE_CONTROL_URL=postgresql://…`), shared by nodes.
+
+The same records and answers as the LMDB ControlDB (memspine_admin/control.py). Every change
+locks the one `control_meta` row first, so changes are serialised as LMDB's writers are, the
+audit seqs have no gaps, and the generation moves by one per change; the change's transaction
+ends with NOTIFY on `memspine_control`. A server keeps the generation current from a thread
+that LISTENs on that channel and reads the counter again at least every POLL_SECS, so a
+revocation through any node is seen by every node within milliseconds, and within POLL_SECS
+if a notification were lost. A generation not confirmed for STALE_SECS (the listening
+connection is down) is read from the database on each call instead: a node that cannot reach
+the control plane refuses keys (503) rather than trust a stale generation.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.resources
+import logging
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Iterator
+from types import TracebackType
+from typing import Any
+
+import msgspec
+import psycopg
+from argon2 import PasswordHasher
+from psycopg.types.json import Json
+from psycopg_pool import ConnectionPool, PoolTimeout
+
+from memspine_admin import keys
+from memspine_admin.control import NO_CONTROL_DB, check_audit_page
+from memspine_admin.placement import interim_node, is_node_name
+from memspine_admin.plane import redact
+from memspine_admin.records import (
+    SCOPES,
+    AuditEntry,
+    IssuedKey,
+    KeyInfo,
+    KeyRecord,
+    Tenant,
+    check_name,
+    check_scopes,
+    check_ttl,
+    is_tenant_id,
+    now_us,
+)
+from storage.errors import Conflict, InvalidRequest, NotFound, Unavailable
+
+log = logging.getLogger("memspine.control")
+
+CHANNEL = "memspine_control"
+POLL_SECS = 0.25  # the generation is read again at least this often, notification or not
+STALE_SECS = 0.5  # past this without a confirmation, generation() asks the database itself
+POOL_MAX = 8
+POOL_TIMEOUT_SECS = 5.0
+CONNECT_TIMEOUT_SECS = 5
+HEARTBEAT_SECS = 5.0  # how often a node refreshes its nodes.seen_at
+# A tenant's creation waits, at most this long, until every proxy seen within PROXY_LIVE_SECS
+# has applied its route (memspine_admin/proxysync.py), so its first key is routed to its node.
+PROXY_WAIT_SECS = 3.0
+PROXY_LIVE_SECS = 10.0
+MAX_BIGINT = 2**63 - 1
+_MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql\Z")
+
+_TENANT_COLUMNS = "tenant_id, name, created_at, node"
+_KEY_COLUMNS = "key_id, tenant_id, name, scopes, created_at, expires_at, revoked_at, secret_hash"
+
+
+class ControlUnavailable(Unavailable):
+    """The PostgreSQL control plane cannot be reached (503 with Retry-After)."""
+
+    def __init__(self, detail: str = "the control plane cannot be reached; retry shortly") -> None:
+        super().__init__(detail, headers={"Retry-After": "1"})
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """The package's migrations (memspine_admin/migrations/NNNN_name.sql) in order."""
+    found = []
+    for entry in importlib.resources.files("memspine_admin.migrations").iterdir():
+        match = _MIGRATION.match(entry.name)
+        if match:
+            found.append((int(match.group(1)), match.group(2), entry.read_text(encoding="utf-8")))
+    found.sort()
+    versions = [v for v, _, _ in found]
+    if versions != list(range(1, len(found) + 1)):
+        raise RuntimeError(f"migrations must be numbered 1, 2, 3 … without gaps: {versions}")
+    return found
+
+
+def migrate(conn: psycopg.Connection[Any], *, clock: Callable[[], int] = now_us) -> list[int]:
+    """Apply the migrations `conn`'s schema lacks, in order, in the caller's transaction;
+    return the versions applied now. Concurrent callers wait on an advisory lock."""
+    conn.execute(
+        "SELECT pg_advisory_xact_lock(hashtextextended('memspine:' || current_schema(), 0))"
+    )
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS memspine_migrations ("
+        " version integer PRIMARY KEY, name text NOT NULL, applied_at bigint NOT NULL)"
+    )
+    done = {row[0] for row in conn.execute("SELECT version FROM memspine_migrations")}
+    known = migrations()
+    if done and max(done) > len(known):
+        raise Conflict("the control database has an unknown schema version")
+    applied = []
+    for version, name, sql in known:
+        if version in done:
+            continue
+        conn.execute(sql.encode())  # no parameters: several statements in one go
+        conn.execute(
+            "INSERT INTO memspine_migrations (version, name, applied_at) VALUES (%s, %s, %s)",
+            (version, name, clock()),
+        )
+        applied.append(version)
+    return applied
+
+
+def _connect(url: str) -> psycopg.Connection[Any]:
+    try:
+        return psycopg.connect(
+            url, connect_timeout=CONNECT_TIMEOUT_SECS, application_name="memspine"
+        )
+    except psycopg.OperationalError as exc:
+        raise ControlUnavailable(
+            f"cannot reach the control plane at {redact(url)}: {_first_line(exc)}"
+        ) from None
+    except psycopg.ProgrammingError as exc:  # a URL libpq cannot parse
+        raise InvalidRequest(f"MEMSPINE_CONTROL_URL is not a valid PostgreSQL URL: {exc}") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[-1].strip() if text else type(exc).__name__
+
+
+def _tenant(row: tuple[Any, ...]) -> Tenant:
+    return Tenant(tenant_id=row[0], name=row[1], created_at=row[2], node=row[3])
+
+
+def _key(row: tuple[Any, ...]) -> KeyRecord:
+    return KeyRecord(
+        key_id=row[0],
+        tenant_id=row[1],
+        name=row[2],
+        scopes=tuple(row[3]),
+        created_at=row[4],
+        expires_at=row[5],
+        revoked_at=row[6],
+        secret_hash=row[7],
+    )
+
+
+class _Change:
+    """One change to the control plane: holds the meta row's lock, counts what it writes."""
+
+    def __init__(self, conn: psycopg.Connection[Any], now: Callable[[], int]) -> None:
+        row = conn.execute("SELECT generation, audit_seq FROM control_meta FOR UPDATE").fetchone()
+        if row is None:
+            raise Conflict(NO_CONTROL_DB)
+        self.conn = conn
+        self.now = now
+        self.generation, self.seq = int(row[0]), int(row[1])
+        self.start = self.generation
+
+    def bump(self) -> None:
+        """Tenants or keys changed: move the generation (once per change)."""
+        self.generation = self.start + 1
+
+    def log(
+        self,
+        actor: str,
+        action: str,
+        tenant_id: str | None,
+        key_id: str | None,
+        detail: dict[str, Any],
+    ) -> None:
+        """Append an audit entry with the next seq."""
+        self.seq += 1
+        self.conn.execute(
+            "INSERT INTO audit (seq, ts, actor, action, tenant_id, key_id, detail)"
+            " VALUES (%s, %s, %s, %s, %s, %s, %s)",
+            (self.seq, self.now(), actor, action, tenant_id, key_id, Json(detail)),
+        )
+
+    def finish(self) -> None:
+        """Write the counters back; NOTIFY (sent at commit) if the generation moved."""
+        self.conn.execute(
+            "UPDATE control_meta SET generation = %s, audit_seq = %s", (self.generation, self.seq)
+        )
+        if self.generation != self.start:
+            self.conn.execute("SELECT pg_notify(%s, %s)", (CHANNEL, str(self.generation)))
+
+
+class GenerationWatcher:
+    """A thread that keeps the generation current: LISTEN, and a read every POLL_SECS."""
+
+    def __init__(self, url: str, node: str | None = None, *, poll_secs: float = POLL_SECS) -> None:
+        """Starts at once; `node` gets its nodes.seen_at refreshed every HEARTBEAT_SECS."""
+        self.url = url
+        self.node = node
+        self.poll_secs = poll_secs
+        self._seen: tuple[int, float] | None = None  # (generation, monotonic time confirmed)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="control-watch", daemon=True)
+        self._thread.start()
+
+    def current(self) -> int | None:
+        """The generation if it was confirmed within STALE_SECS, else None."""
+        seen = self._seen
+        if seen is None or time.monotonic() - seen[1] > STALE_SECS:
+            return None
+        return seen[0]
+
+    def wait_confirmed(self, timeout: float) -> bool:
+        """Wait until a first generation is known; True if it is."""
+        deadline = time.monotonic() + timeout
+        while self.current() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        return self.current() is not None
+
+    def _run(self) -> None:
+        failures = 0
+        while not self._stop.is_set():
+            try:
+                with psycopg.connect(
+                    self.url,
+                    autocommit=True,
+                    connect_timeout=CONNECT_TIMEOUT_SECS,
+                    application_name="memspine-watch",
+                ) as conn:
+                    conn.execute(f"LISTEN {CHANNEL}")  # before the read: no change falls between
+                    beat = 0.0
+                    while not self._stop.is_set():
+                        row = conn.execute("SELECT generation FROM control_meta").fetchone()
+                        self._seen = (int(row[0]) if row else 0, time.monotonic())
+                        failures = 0
+                        if self.node is not None and time.monotonic() - beat > HEARTBEAT_SECS:
+                            conn.execute(
+                                "UPDATE nodes SET seen_at = %s WHERE name = %s",
+                                (now_us(), self.node),
+                            )
+                            beat = time.monotonic()
+                        for _ in conn.notifies(timeout=self.poll_secs, stop_after=1):
+                            pass
+            except psycopg.Error as exc:
+                failures += 1
+                if failures == 1:
+                    log.warning("control plane watch lost: %s", _first_line(exc))
+                self._stop.wait(min(2.0, 0.1 * failures))
+
+    def stop(self) -> None:
+        """Stop the thread (it ends within POLL_SECS)."""
+        self._stop.set()
+        self._thread.join(timeout=self.poll_secs + CONNECT_TIMEOUT_SECS)
+
+
+class PgControl:
+    """Tenants, keys, audit and generation in PostgreSQL; safe across processes and nodes.
+
+    One per process; thread-safe (a connection pool of at most POOL_MAX).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        pool: ConnectionPool[Any],
+        *,
+        hasher: PasswordHasher | None = None,
+        clock: Callable[[], int] | None = None,
+        node: str | None = None,
+        watcher: GenerationWatcher | None = None,
+    ) -> None:
+        """Wrap an open pool; use PgControl.open instead."""
+        self.url = url
+        self.hasher = hasher or keys.default_hasher()
+        self.now: Callable[[], int] = clock or now_us
+        self.node = node
+        self._pool = pool
+        self._watcher = watcher
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    @classmethod
+    def init(cls, url: str, *, actor: str) -> bool:
+        """Apply the migrations and make the meta row unless present; True if this call made it."""
+        with _connect(url) as conn, conn.transaction():
+            migrate(conn)
+            if conn.execute("SELECT 1 FROM control_meta").fetchone() is not None:
+                return False
+            conn.execute("INSERT INTO control_meta (generation, audit_seq) VALUES (1, 1)")
+            conn.execute(
+                "INSERT INTO audit (seq, ts, actor, action, detail) VALUES (1, %s, %s, %s, %s)",
+                (now_us(), actor, "control.init", Json({})),
+            )
+        return True
+
+    @classmethod
+    def open(
+        cls,
+        url: str,
+        *,
+        actor: str = "system",
+        hasher: PasswordHasher | None = None,
+        clock: Callable[[], int] | None = None,
+        node: str | None = None,
+        watch: bool = False,
+    ) -> PgControl:
+        """Connect, migrate (and init) if needed, register `node`; ControlUnavailable if the
+        database cannot be reached."""
+        if node is not None and not is_node_name(node):
+            raise InvalidRequest("a node name is a lower-case DNS label (a-z, 0-9 and -)")
+        cls.init(url, actor=actor)
+        if node is not None:
+            with _connect(url) as conn:
+                t = now_us()
+                conn.execute(
+                    "INSERT INTO nodes (name, registered_at, seen_at) VALUES (%s, %s, %s)"
+                    " ON CONFLICT (name) DO UPDATE SET seen_at = EXCLUDED.seen_at",
+                    (node, t, t),
+                )
+        pool: ConnectionPool[Any] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=POOL_MAX,
+            timeout=POOL_TIMEOUT_SECS,
+            kwargs={"connect_timeout": CONNECT_TIMEOUT_SECS, "application_name": "memspine"},
+            name="memspine-control",
+            open=False,
+        )
+        try:
+            pool.open(wait=True, timeout=POOL_TIMEOUT_SECS + CONNECT_TIMEOUT_SECS)
+        except PoolTimeout:
+            pool.close()
+            raise ControlUnavailable(f"cannot reach the control plane at {redact(url)}") from None
+        watcher = GenerationWatcher(url, node) if watch else None
+        db = cls(url, pool, hasher=hasher, clock=clock, node=node, watcher=watcher)
+        if watcher is not None and not watcher.wait_confirmed(POOL_TIMEOUT_SECS):
+            db.close()
+            raise ControlUnavailable(f"cannot listen on the control plane at {redact(url)}")
+        return db
+
+    def close(self) -> None:
+        """Stop the watcher and close the pool."""
+        if self._watcher is not None:
+            self._watcher.stop()
+        self._pool.close()
+
+    def __enter__(self) -> PgControl:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def where(self) -> str:
+        """The database's URL, without its password."""
+        return redact(self.url)
+
+    @contextlib.contextmanager
+    def _conn(self) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection in a transaction (committed on exit, rolled back on an error);
+        a database that cannot be reached is ControlUnavailable, never a 500."""
+        try:
+            with self._pool.connection() as conn:
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            log.warning("control plane unavailable: %s", _first_line(exc))
+            raise ControlUnavailable() from None
+
+    # -- generation --------------------------------------------------------------------------
+
+    def generation(self) -> int:
+        """The counter bumped by every change to tenants or keys: the watcher's if it is
+        current (no I/O), else one query."""
+        if self._watcher is not None:
+            current = self._watcher.current()
+            if current is not None:
+                return current
+        with self._conn() as conn:
+            row = conn.execute("SELECT generation FROM control_meta").fetchone()
+        return int(row[0]) if row is not None else 0
+
+    # -- tenants -----------------------------------------------------------------------------
+
+    def create_tenant(self, name: str, *, actor: str) -> Tenant:
+        """Create a tenant, placed on a registered node (memspine_admin/placement.py) if any;
+        Conflict (409) if a live tenant already has that name."""
+        name = check_name(name, "name")
+        with self._conn() as conn:
+            change = _Change(conn, self.now)
+            existing = conn.execute(
+                "SELECT tenant_id FROM tenants WHERE name = %s", (name,)
+            ).fetchone()
+            if existing is not None:
+                raise Conflict(f"a tenant named {name!r} already exists: {existing[0]}")
+            tenant_id = str(uuid.uuid4())
+            route = keys.new_route()
+            while conn.execute("SELECT 1 FROM tenants WHERE route = %s", (route,)).fetchone():
+                route = keys.new_route()
+            nodes = [r[0] for r in conn.execute("SELECT name FROM nodes")]
+            tenant = Tenant(
+                tenant_id=tenant_id,
+                name=name,
+                created_at=self.now(),
+                node=interim_node(tenant_id, nodes),
+            )
+            conn.execute(
+                "INSERT INTO tenants (tenant_id, name, created_at, route, node)"
+                " VALUES (%s, %s, %s, %s, %s)",
+                (tenant.tenant_id, tenant.name, tenant.created_at, route, tenant.node),
+            )
+            change.bump()
+            change.log(actor, "tenant.create", tenant_id, None, {"name": name})
+            change.finish()
+        if tenant.node is not None:
+            self._await_proxies(change.generation)
+        return tenant
+
+    def _await_proxies(self, generation: int) -> None:
+        """Wait (at most PROXY_WAIT_SECS) until every live proxy has applied `generation`."""
+        deadline = time.monotonic() + PROXY_WAIT_SECS
+        while True:
+            with self._conn() as conn:
+                row = conn.execute(
+                    "SELECT count(*) FROM proxies WHERE seen_at >= %s AND applied_generation < %s",
+                    (now_us() - int(PROXY_LIVE_SECS * 1e6), generation),
+                ).fetchone()
+            if row is None or row[0] == 0:
+                return
+            if time.monotonic() >= deadline:
+                log.warning("%d proxy map(s) have not applied generation %d", row[0], generation)
+                return
+            time.sleep(0.01)
+
+    def get_tenant(self, tenant_id: str) -> Tenant | None:
+        """The tenant with that id, or None."""
+        if not is_tenant_id(tenant_id):
+            return None
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT {_TENANT_COLUMNS} FROM tenants WHERE tenant_id = %s", (tenant_id,)
+            ).fetchone()
+        return None if row is None else _tenant(row)
+
+    def tenant_route(self, tenant_id: str) -> str | None:
+        """The tenant's route (the start of its key ids), None if unknown."""
+        if not is_tenant_id(tenant_id):
+            return None
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT route FROM tenants WHERE tenant_id = %s", (tenant_id,)
+            ).fetchone()
+        return None if row is None else str(row[0])
+
+    def list_tenants(self) -> list[Tenant]:
+        """Every tenant, oldest first."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                f'SELECT {_TENANT_COLUMNS} FROM tenants ORDER BY created_at, tenant_id COLLATE "C"'
+            ).fetchall()
+        return [_tenant(r) for r in rows]
+
+    def delete_tenant(self, tenant_id: str, *, actor: str) -> list[str]:
+        """Delete a tenant and revoke its keys in one transaction; return the revoked key ids.
+
+        The caller then erases the directory with `erase_tenant_dir` on the node that holds it.
+        """
+        if not is_tenant_id(tenant_id):
+            raise NotFound("no tenant with that id")
+        now = self.now()
+        with self._conn() as conn:
+            change = _Change(conn, self.now)
+            row = conn.execute(
+                "DELETE FROM tenants WHERE tenant_id = %s RETURNING name", (tenant_id,)
+            ).fetchone()
+            if row is None:
+                raise NotFound("no tenant with that id")
+            revoked = sorted(
+                r[0]
+                for r in conn.execute(
+                    "UPDATE keys SET revoked_at = %s"
+                    " WHERE tenant_id = %s AND revoked_at IS NULL RETURNING key_id",
+                    (now, tenant_id),
+                )
+            )
+            change.bump()
+            detail = {"name": row[0], "revoked_keys": revoked}
+            change.log(actor, "tenant.delete", tenant_id, None, detail)
+            change.finish()
+        return revoked
+
+    # -- keys --------------------------------------------------------------------------------
+
+    def create_key(
+        self,
+        tenant_id: str,
+        name: str,
+        scopes: Iterable[str] = SCOPES,
+        ttl_secs: int | None = None,
+        *,
+        actor: str,
+    ) -> IssuedKey:
+        """Issue a key for a tenant; its id starts with the tenant's route."""
+        name = check_name(name, "name")
+        scope_tuple = check_scopes(scopes)
+        ttl = check_ttl(ttl_secs)
+        route = self.tenant_route(tenant_id)
+        if route is None:
+            raise NotFound("no tenant with that id")  # before paying for argon2
+        generated = keys.generate_key(route)
+        secret_hash = keys.hash_secret(self.hasher, generated.secret)  # outside any transaction
+        now = self.now()
+        expires_at = None if ttl is None else now + ttl * 1_000_000
+        with self._conn() as conn:
+            change = _Change(conn, self.now)
+            row = conn.execute(
+                "SELECT route FROM tenants WHERE tenant_id = %s", (tenant_id,)
+            ).fetchone()
+            if row is None:
+                raise NotFound("no tenant with that id")
+            if row[0] != route:
+                raise Conflict("the tenant changed while its key was made; try again")
+            while conn.execute(
+                "SELECT 1 FROM keys WHERE key_id = %s", (generated.key_id,)
+            ).fetchone():
+                generated = keys.with_new_key_id(generated, route)
+            conn.execute(
+                f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL, %s)",
+                (
+                    generated.key_id,
+                    tenant_id,
+                    name,
+                    list(scope_tuple),
+                    now,
+                    expires_at,
+                    secret_hash,
+                ),
+            )
+            change.bump()
+            detail = {"name": name, "scopes": list(scope_tuple), "expires_at": expires_at}
+            change.log(actor, "key.create", tenant_id, generated.key_id, detail)
+            change.finish()
+        return IssuedKey(
+            key_id=generated.key_id,
+            api_key=generated.token,
+            tenant_id=tenant_id,
+            name=name,
+            scopes=scope_tuple,
+            created_at=now,
+            expires_at=expires_at,
+        )
+
+    def get_key(self, key_id: str) -> KeyInfo | None:
+        """The key with that id (no hash), or None."""
+        record = self.get_key_record(key_id)
+        return None if record is None else record.info()
+
+    def get_key_record(self, key_id: str) -> KeyRecord | None:
+        """The stored record, hash included: for the verifier only, never for display."""
+        if not keys.is_key_id(key_id):
+            return None
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT {_KEY_COLUMNS} FROM keys WHERE key_id = %s", (key_id,)
+            ).fetchone()
+        return None if row is None else _key(row)
+
+    def list_keys(self, tenant_id: str | None = None) -> list[KeyInfo]:
+        """Every key, or one tenant's (NotFound if the tenant is unknown), oldest first."""
+        order = 'ORDER BY created_at, key_id COLLATE "C"'
+        with self._conn() as conn:
+            if tenant_id is None:
+                rows = conn.execute(f"SELECT {_KEY_COLUMNS} FROM keys {order}").fetchall()
+            else:
+                if (
+                    not is_tenant_id(tenant_id)
+                    or not conn.execute(
+                        "SELECT 1 FROM tenants WHERE tenant_id = %s", (tenant_id,)
+                    ).fetchone()
+                ):
+                    raise NotFound("no tenant with that id")
+                rows = conn.execute(
+                    f"SELECT {_KEY_COLUMNS} FROM keys WHERE tenant_id = %s {order}", (tenant_id,)
+                ).fetchall()
+        return [_key(r).info() for r in rows]
+
+    def revoke_key(self, key_id: str, *, actor: str) -> KeyInfo:
+        """Revoke a key (every node refuses it within POLL_SECS); revoking twice changes nothing."""
+        if not keys.is_key_id(key_id):
+            raise NotFound("no key with that id")
+        with self._conn() as conn:
+            change = _Change(conn, self.now)
+            row = conn.execute(
+                f"SELECT {_KEY_COLUMNS} FROM keys WHERE key_id = %s", (key_id,)
+            ).fetchone()
+            if row is None:
+                raise NotFound("no key with that id")
+            record = _key(row)
+            if record.revoked_at is not None:
+                return record.info()
+            record = msgspec.structs.replace(record, revoked_at=self.now())
+            conn.execute(
+                "UPDATE keys SET revoked_at = %s WHERE key_id = %s", (record.revoked_at, key_id)
+            )
+            change.bump()
+            change.log(actor, "key.revoke", record.tenant_id, key_id, {"name": record.name})
+            change.finish()
+        return record.info()
+
+    def update_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        """Replace a key's hash if it is still `old_hash` (rehash after verify); True if done."""
+        with self._conn() as conn:
+            done = conn.execute(
+                "UPDATE keys SET secret_hash = %s"
+                " WHERE key_id = %s AND secret_hash = %s AND revoked_at IS NULL",
+                (new_hash, key_id, old_hash),
+            ).rowcount
+        return done == 1
+
+    # -- audit -------------------------------------------------------------------------------
+
+    def audit(
+        self, after: int | None = None, limit: int = 100, *, tenant_id: str | None = None
+    ) -> tuple[list[AuditEntry], int | None]:
+        """Audit entries with seq > `after`, oldest first; the cursor is the last seq or None."""
+        check_audit_page(after, limit)
+        start = min(after or 0, MAX_BIGINT)
+        query = "SELECT seq, ts, actor, action, tenant_id, key_id, detail FROM audit WHERE seq > %s"
+        params: list[Any] = [start]
+        if tenant_id is not None:
+            query += " AND tenant_id = %s"
+            params.append(tenant_id)
+        query += " ORDER BY seq LIMIT %s"
+        params.append(limit + 1)
+        with self._conn() as conn:
+            rows = conn.execute(query, params).fetchall()
+        entries = [
+            AuditEntry(
+                seq=r[0], ts=r[1], actor=r[2], action=r[3], tenant_id=r[4], key_id=r[5], detail=r[6]
+            )
+            for r in rows[:limit]
+        ]
+        more = len(rows) > limit
+        return entries, (entries[-1].seq if more else None)
+
+    # -- the cluster -------------------------------------------------------------------------
+
+    def nodes(self) -> list[str]:
+        """Registered node names, sorted."""
+        with self._conn() as conn:
+            return sorted(r[0] for r in conn.execute("SELECT name FROM nodes"))
+
+    def routes(self) -> dict[str, str]:
+        """What a proxy routes: each placed tenant's route and id, to its node."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT route, tenant_id, node FROM tenants WHERE node IS NOT NULL"
+            ).fetchall()
+        table: dict[str, str] = {}
+        for route, tenant_id, node in rows:
+            table[route] = node
+            table[tenant_id] = node  # /v1/admin/tenants/{id} goes to the node that holds it
+        return table

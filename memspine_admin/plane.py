@@ -1,0 +1,177 @@
+"""The control plane's interface, and the choice between its two backends.
+
+`ControlDB` (memspine_admin/control.py, LMDB in `DATA_DIR/_control`) is the embedded default;
+`PgControl` (memspine_admin/control_pg.py) keeps the same records in PostgreSQL when
+`MEMSPINE_CONTROL_URL` is set, so several nodes share one control plane. Both answer every
+call alike (tests/test_control.py runs one suite over both).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from types import TracebackType
+from typing import Protocol
+from urllib.parse import urlsplit, urlunsplit
+
+from argon2 import PasswordHasher
+
+from memspine_admin.records import AuditEntry, IssuedKey, KeyInfo, KeyRecord, Tenant
+
+CONTROL_URL_SCHEMES = ("postgresql://", "postgres://")
+
+
+class ControlPlane(Protocol):
+    """Tenants, keys, the audit log and the generation counter, wherever they are kept.
+
+    Every change to tenants or keys moves the generation in the same transaction; readers
+    that cache anything about a key (memspine_admin/verifier.py) compare generations.
+    """
+
+    hasher: PasswordHasher
+    now: Callable[[], int]
+
+    def where(self) -> str:
+        """Where the records live, for messages: a path, or a URL without its password."""
+        ...
+
+    def generation(self) -> int:
+        """The counter bumped by every change to tenants or keys; cheap enough per request."""
+        ...
+
+    def create_tenant(self, name: str, *, actor: str) -> Tenant:
+        """Create a tenant; Conflict (409) if a live tenant already has that name."""
+        ...
+
+    def get_tenant(self, tenant_id: str) -> Tenant | None:
+        """The tenant with that id, or None."""
+        ...
+
+    def tenant_route(self, tenant_id: str) -> str | None:
+        """The tenant's route (the start of its key ids), None if unknown or not given yet."""
+        ...
+
+    def list_tenants(self) -> list[Tenant]:
+        """Every tenant, oldest first."""
+        ...
+
+    def delete_tenant(self, tenant_id: str, *, actor: str) -> list[str]:
+        """Delete a tenant and revoke its keys in one transaction; return the revoked key ids."""
+        ...
+
+    def create_key(
+        self,
+        tenant_id: str,
+        name: str,
+        scopes: Iterable[str] = ...,
+        ttl_secs: int | None = None,
+        *,
+        actor: str,
+    ) -> IssuedKey:
+        """Issue a key for a tenant; the plaintext is in the result and nowhere else."""
+        ...
+
+    def get_key(self, key_id: str) -> KeyInfo | None:
+        """The key with that id (no hash), or None."""
+        ...
+
+    def get_key_record(self, key_id: str) -> KeyRecord | None:
+        """The stored record, hash included: for the verifier only, never for display."""
+        ...
+
+    def list_keys(self, tenant_id: str | None = None) -> list[KeyInfo]:
+        """Every key, or one tenant's (NotFound if the tenant is unknown), oldest first."""
+        ...
+
+    def revoke_key(self, key_id: str, *, actor: str) -> KeyInfo:
+        """Revoke a key; revoking twice changes nothing."""
+        ...
+
+    def update_hash(self, key_id: str, old_hash: str, new_hash: str) -> bool:
+        """Replace a key's hash if it is still `old_hash`; no generation move, no audit entry."""
+        ...
+
+    def audit(
+        self, after: int | None = None, limit: int = 100, *, tenant_id: str | None = None
+    ) -> tuple[list[AuditEntry], int | None]:
+        """Audit entries with seq > `after`, oldest first; the cursor is the last seq or None."""
+        ...
+
+    def close(self) -> None:
+        """Release what the plane holds (environment, connections, threads)."""
+        ...
+
+    def __enter__(self) -> ControlPlane: ...
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+
+def redact(url: str) -> str:
+    """A control URL without its password, for messages and logs."""
+    try:
+        parts = urlsplit(url)
+        password = parts.password
+    except ValueError:
+        return "postgresql://…"
+    if password is None:
+        return url
+    host = parts.netloc.rsplit("@", 1)[1]
+    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
+
+
+def is_control_url(value: str) -> bool:
+    """True if `value` names a PostgreSQL control plane (a libpq URL)."""
+    return value.startswith(CONTROL_URL_SCHEMES)
+
+
+def control_exists(data_dir: Path, url: str | None) -> bool:
+    """True once issued keys are in force: a PostgreSQL URL is set, or `init` made `_control`."""
+    if url:
+        return True
+    from memspine_admin.control import ControlDB
+
+    return ControlDB.exists(data_dir)
+
+
+def init_control(data_dir: Path, url: str | None, *, actor: str) -> bool:
+    """Create the control plane unless it exists (PostgreSQL: apply the migrations); True if
+    this call created it."""
+    if url:
+        from memspine_admin.control_pg import PgControl
+
+        return PgControl.init(url, actor=actor)
+    from memspine_admin.control import ControlDB
+
+    return ControlDB.init(data_dir, actor=actor)
+
+
+def open_control(
+    data_dir: Path,
+    url: str | None = None,
+    *,
+    create: bool = False,
+    actor: str = "system",
+    hasher: PasswordHasher | None = None,
+    clock: Callable[[], int] | None = None,
+    node: str | None = None,
+    watch: bool = False,
+) -> ControlPlane:
+    """Open the control plane: PostgreSQL at `url` if given, else the LMDB one in `data_dir`.
+
+    `node` registers this server as a node of the cluster (PostgreSQL only); `watch` keeps the
+    generation current from a listening thread instead of one query per call (the server).
+    A PostgreSQL plane is migrated on open whatever `create` says: its URL is the operator's
+    choice of issued keys, as `memspine-admin init` is for LMDB.
+    """
+    if url:
+        from memspine_admin.control_pg import PgControl
+
+        return PgControl.open(url, actor=actor, hasher=hasher, clock=clock, node=node, watch=watch)
+    from memspine_admin.control import ControlDB
+
+    return ControlDB.open(data_dir, create=create, actor=actor, hasher=hasher, clock=clock)
