@@ -19,7 +19,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 CLUSTER = REPO / "deploy" / "local-cluster"
 TENANTS = 6
 UNAUTHORIZED = {"error": "unauthorized", "detail": "invalid or expired api key"}

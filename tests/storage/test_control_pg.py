@@ -10,7 +10,7 @@ from pathlib import Path
 import psycopg
 import pytest
 from argon2 import PasswordHasher
-from conftest import free_port
+from servers import free_port
 
 from memspine_admin.control_pg import (
     POLL_SECS,

@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO, ServerProcess, free_port
+from servers import REPO, ServerProcess, free_port
 
 from memspine_admin.pgserver import PrivatePostgres
 

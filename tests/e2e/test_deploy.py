@@ -13,7 +13,7 @@ import kubernetes_validate
 import pytest
 import yaml
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 K8S = REPO / "deploy" / "k8s"
 CFG = REPO / "deploy" / "haproxy" / "memspine.cfg"
 
