@@ -98,16 +98,25 @@ def main() -> None:
     ap.add_argument("--paths", nargs="*", default=None, help="pytest paths (default: all)")
     ap.add_argument("--no-lint", action="store_true", help="skip ruff and mypy")
     ap.add_argument("--split", action="store_true", help="as make test: in process on xdist")
+    ap.add_argument("--markers", default="not cluster", help="pytest -m (make test's default)")
+    ap.add_argument(
+        "--env-as-is",
+        action="store_true",
+        help="keep PYTHONDONTWRITEBYTECODE if set (make test unsets it; a Makefile before did not)",
+    )
     ap.add_argument("--out", type=Path, default=None)
     args = ap.parse_args()
     tree = args.tree.resolve()
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    env = dict(os.environ)
+    if not args.env_as_is:
+        env.pop("PYTHONDONTWRITEBYTECODE", None)
     if tree != REPO:
         env["PYTHONPATH"] = os.pathsep.join([str(tree), env.get("PYTHONPATH", "")]).rstrip(":")
     paths = ["tests/storage"] if args.quick else (args.paths or [])
     work = Path(tempfile.mkdtemp(prefix="suite-"))
     log = work / "log.txt"
-    result: dict[str, Any] = {"tree": str(tree), "paths": paths or ["tests"], "load_before": load()}
+    result: dict[str, Any] = {"tree": str(tree), "split": args.split, "load_before": load()}
+    result["bytecode"] = "PYTHONDONTWRITEBYTECODE" not in env
     steps = []
     if not (args.quick or args.no_lint):
         packages = ["memspine", "memspine_admin", "storage"]
@@ -115,7 +124,7 @@ def main() -> None:
             timed([str(VENV_BIN / "ruff"), "check", *packages, "tests", "bench"], tree, env, log)
         )
         steps.append(timed([str(VENV_BIN / "mypy"), *packages], tree, env, log))
-    pytest = [str(VENV_BIN / "pytest"), "-q", "-p", "no:cacheprovider"]
+    pytest = [str(VENV_BIN / "pytest"), "-q", "-p", "no:cacheprovider", "-m", args.markers]
     runs = [paths]
     if args.split:
         in_process = ["tests/storage", "tests/server"]
