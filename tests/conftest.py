@@ -15,7 +15,7 @@ import pytest
 from pgcluster import control_url, pg_server  # noqa: F401  (fixtures: a real PostgreSQL)
 from servers import REPO, ServerProcess, free_port  # noqa: F401  (re-exported for test modules)
 
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 
 @pytest.fixture

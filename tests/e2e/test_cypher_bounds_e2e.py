@@ -202,8 +202,12 @@ def test_pathological_queries_neither_stall_another_tenant_nor_take_its_memory(
             started = time.perf_counter()
             answers = at_once(others, query)
             answered[f"{name} x3"] = time.perf_counter() - started
-            assert [r.status_code for r in answers] == [400] * 3, name
-            assert all(says in r.json()["detail"] for r in answers), name
+            # One tenant runs one query at a time (MEMSPINE_CYPHER_CONCURRENCY): the others
+            # wait their turn, and one that waits past its time limit is told to retry (503).
+            statuses = sorted(r.status_code for r in answers)
+            assert statuses[0] == 400 and set(statuses) <= {400, 503}, (name, statuses)
+            assert all(says in r.json()["detail"] for r in answers if r.status_code == 400), name
+            assert all("Retry-After" in r.headers for r in answers if r.status_code == 503), name
     during_three = summary(victim.latencies)
     rss_after = rss_mb(srv)
     print(f"\nvictim GET alone: {alone}")

@@ -17,17 +17,15 @@ import pytest
 from servers import REPO
 from test_erasure_shapes import DIM, append, check_erased, fill, victim
 
-from storage import swap
-from storage.tenant import Tenant
+from storage.erasure import swap
+from storage.tenants.tenant import Tenant
 
 # One process that has imported storage forks a child per kill: each child opens the tenant and
 # runs the purge (or a delete) and kills itself with SIGKILL at the named point.
 FORK_SERVER = """
 import os, signal, sys
 from pathlib import Path
-from storage.cascade import delete_derived
-from storage.purge import purge_tenant
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 dim = int(sys.argv[1])
 print("ready", flush=True)
@@ -44,7 +42,7 @@ for line in sys.stdin:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         if what == "purge":
-            purge_tenant(t, step)
+            t.purge(step)
         else:  # a delete killed just before or just after its LMDB commit
             write = t.log.write
 
@@ -58,7 +56,7 @@ for line in sys.stdin:
             if what == "delete":
                 t.submit_delete(ids).result()
             else:
-                delete_derived(t, ids[0]).result()
+                t.submit_delete_cascade(ids[0]).result()
         t.close()
         print(" ".join(steps), flush=True)
         os._exit(0)

@@ -22,7 +22,7 @@ from test_manager_memory import (
     vm_rss,
 )
 
-from storage.manager import MEMORY
+from storage.tenants.manager import MEMORY
 
 
 @pytest.fixture(scope="module")

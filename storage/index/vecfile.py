@@ -1,0 +1,183 @@
+"""The layout of a saved vector index: hnswlib's index file and the live-label sidecar beside it.
+
+The vector index (storage/index/vectors.py) saves through hnswlib and reads back through this module,
+the one reader of the layout. The file is hnswlib 0.8's `saveIndex`: a fixed header, then
+`cur_element_count` records of `size_data_per_element` bytes, each holding the level-0 link list
+(whose third byte carries the deleted mark), the vector and the label, then each element's
+upper-level link list behind a 4-byte length. An index that never held a vector is saved as the
+header alone (no record): every reader here takes that as an empty file, not a damaged one.
+hnswlib has no call that lists deleted labels, so the live ones are saved beside the file, as a
+.npy array of uint64.
+
+A purge copies the saved file and erases the purged vectors in the copy: cheaper than saving the
+whole in-memory index again (hnswlib holds the GIL while it writes, stalling every request of
+the process for as long as that takes). tests/test_purge.py checks the result against hnswlib.
+"""
+
+from __future__ import annotations
+
+import errno
+import mmap
+import os
+import struct
+from collections.abc import Collection
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+import numpy as np
+
+from storage.files import LIVE_SUFFIX
+
+# offsetLevel0, max_elements, cur_element_count, size_data_per_element, label_offset,
+# offsetData (size_t each), maxlevel (int), enterpoint_node (uint32), maxM, maxM0, M (size_t),
+# mult (double), ef_construction (size_t)
+HEADER = struct.Struct("<QQQQQQiIQQQdQ")
+DELETE_MARK = 0x01
+_LINKS_LENGTH = struct.Struct("<I")  # the byte length of an element's upper-level links
+
+
+class VectorFileError(ValueError):
+    """The file does not have the layout this module knows."""
+
+
+class Layout(NamedTuple):
+    """Where the records of a saved index lie; checked against the file's size and the dimension."""
+
+    records: int  # after the header (0 for an index that never held a vector)
+    size: int  # bytes a record
+    level0: int  # offset of the level-0 link list in a record
+    data_at: int  # offset of the vector
+    label_at: int  # offset of the label (uint64)
+
+
+def layout(head: bytes, file_size: int, dim: int) -> Layout:
+    """The layout the header describes, or VectorFileError if the file cannot hold it."""
+    if file_size < HEADER.size or len(head) < HEADER.size:
+        raise VectorFileError("vector index file is truncated (shorter than its header)")
+    level0, _max, count, size, label_at, data_at = HEADER.unpack_from(head, 0)[:6]
+    if not (level0 + 4 <= data_at and data_at + dim * 4 <= label_at and label_at + 8 <= size):
+        raise VectorFileError("vector index file records do not match the dimension")
+    if HEADER.size + count * size > file_size:
+        raise VectorFileError("vector index file is truncated (shorter than its records)")
+    return Layout(records=count, size=size, level0=level0, data_at=data_at, label_at=label_at)
+
+
+def record_bytes(m: int, dim: int) -> int:
+    """The bytes of one level-0 record of an index of this M and dimension: 2M links and their
+    count, the float32 vector, the label."""
+    return (2 * m + 1) * 4 + 4 * dim + 8
+
+
+def live_path(path: Path) -> Path:
+    """The live-label sidecar of the index saved at path."""
+    return path.with_name(path.name + LIVE_SUFFIX)
+
+
+def write_live(fh: BinaryIO, labels: Collection[int] | np.ndarray) -> None:
+    """Write a live-label list (ascending) to an open file."""
+    np.save(fh, np.sort(np.fromiter(labels, dtype=np.uint64, count=len(labels))))
+
+
+def read_live(sidecar: Path) -> np.ndarray | None:
+    """The labels a sidecar lists; None if there is none, VectorFileError if it is unreadable."""
+    try:
+        live = np.load(sidecar, allow_pickle=False)
+    except FileNotFoundError:
+        return None
+    except (ValueError, EOFError, OSError) as exc:
+        raise VectorFileError(f"live-label list unreadable ({type(exc).__name__})") from exc
+    if live.ndim != 1 or live.dtype.kind not in "ui":
+        raise VectorFileError("live-label list has another shape")
+    return live
+
+
+def check_saved(path: Path) -> None:
+    """Raise EIO unless the file is as long as its header says: the level-0 records, then each
+    element's upper-level links. hnswlib does not check its own writes, and a full disk leaves
+    a file cut short that it then refuses to load."""
+    cut = OSError(errno.EIO, "the saved vector index is shorter than its layout (a full disk?)")
+    size = path.stat().st_size
+    if size < HEADER.size:
+        raise cut
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        count, record = HEADER.unpack_from(mm, 0)[2:4]
+        pos = HEADER.size + count * record
+        for _ in range(count):
+            if pos + _LINKS_LENGTH.size > size:
+                raise cut
+            pos += _LINKS_LENGTH.size + _LINKS_LENGTH.unpack_from(mm, pos)[0]
+    if pos != size:
+        raise cut
+
+
+def read_vectors(path: Path, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """(labels, vectors) of every record in a saved index (deleted ones included; cosine indexes
+    hold unit vectors); both empty for an index saved without a vector."""
+    with open(path, "rb") as fh:
+        head = fh.read(HEADER.size)
+        shape = layout(head, _size(fh.fileno()), dim)
+        raw = np.fromfile(fh, dtype=np.uint8, count=shape.records * shape.size)
+    if raw.size != shape.records * shape.size:
+        raise VectorFileError("vector index file is truncated (shorter than its records)")
+    records = raw.reshape(shape.records, shape.size)
+    at, width = shape.data_at, 4 * dim
+    vectors = np.ascontiguousarray(records[:, at : at + width]).view(np.float32)
+    labels = np.ascontiguousarray(records[:, shape.label_at : shape.label_at + 8]).view(np.uint64)
+    return labels.reshape(-1).astype(np.int64), vectors.reshape(shape.records, dim)
+
+
+def count_labels(path: Path, labels: Collection[int], dim: int) -> int:
+    """How many of these labels have a record in the saved file (deleted or not)."""
+    if not labels:
+        return 0
+    with open(path, "rb") as fh:
+        shape = layout(fh.read(HEADER.size), _size(fh.fileno()), dim)
+        if not shape.records:
+            return 0
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+            return len(_records(mm, shape, labels))
+
+
+def erase_labels(path: Path, labels: Collection[int], dim: int) -> int:
+    """Overwrite the vectors saved under these labels with noise and mark them deleted, in place;
+    returns how many were found. The caller fsyncs."""
+    if not labels:
+        return 0
+    with open(path, "r+b") as fh:
+        shape = layout(fh.read(HEADER.size), _size(fh.fileno()), dim)
+        if not shape.records:
+            return 0  # a header alone (mmap cannot map a file it would not touch anyway)
+        with mmap.mmap(fh.fileno(), 0) as mm:
+            found = _records(mm, shape, labels)
+            rng = np.random.default_rng()
+            width = dim * 4
+            for i in found:
+                base = HEADER.size + i * shape.size
+                noise = rng.standard_normal(dim).astype("<f4")
+                noise /= np.linalg.norm(noise) or 1.0  # cosine space stores unit vectors
+                at = base + shape.data_at
+                mm[at : at + width] = noise.tobytes()
+                mm[base + shape.level0 + 2] |= DELETE_MARK
+            mm.flush()
+    return len(found)
+
+
+def _size(fd: int) -> int:
+    """The size of an open file."""
+    return os.fstat(fd).st_size
+
+
+def _records(mm: mmap.mmap, shape: Layout, labels: Collection[int]) -> list[int]:
+    """The record numbers holding these labels (the file holds at least one record)."""
+    stored = np.ndarray(
+        (shape.records,),
+        dtype="<u8",
+        buffer=mm,
+        offset=HEADER.size + shape.label_at,
+        strides=(shape.size,),
+    )
+    try:
+        wanted = np.fromiter(labels, dtype=np.uint64)
+        return [int(i) for i in np.nonzero(np.isin(stored, wanted))[0]]
+    finally:
+        del stored  # the view must go before the map closes

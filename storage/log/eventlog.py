@@ -1,0 +1,407 @@
+"""The event log: one LMDB environment per tenant holding every record and secondary index."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+import msgspec
+
+from storage import failpoints
+from storage.errors import DiskFull, EmbeddingMismatch, IdempotencyMismatch, MemspineError
+from storage.log import layout
+from storage.log.layout import DB_NAMES, SCHEMA_VERSION, SUPERSEDING, IdempotencyRecord, Tombstone
+from storage.log.reader import LogReader
+from storage.model import SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
+from storage.rwlock import RWLock
+from storage.space import disk_full
+
+INITIAL_MAP_SIZE = 32 << 20
+T = TypeVar("T")
+
+NOT_WRITTEN = "the server's disk is full: nothing was written; retry once space is freed"
+
+
+class LogFormatError(RuntimeError):
+    """The log was made in a format this code does not know (by a newer version)."""
+
+
+class EventLog:
+    """The durable log of one tenant; the only source of truth."""
+
+    def __init__(self, path: Path, env: lmdb.Environment) -> None:
+        self.path = path
+        self.env = env
+        self.lock = RWLock()
+        self.dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
+
+    @classmethod
+    def open(cls, path: Path, *, embedding_dim: int = 384) -> EventLog:
+        """Open (creating if needed) the log at path; a new log records embedding_dim."""
+        path.mkdir(parents=True, exist_ok=True)
+        env = _open_env(path, INITIAL_MAP_SIZE)
+        env.reader_check()  # clear slots left by a process that died holding a read transaction
+        log = cls(path, env)
+        with log.reader() as r:
+            schema = r.meta_int(layout.SCHEMA)
+        if schema is not None and schema > SCHEMA_VERSION:
+            env.close()
+            raise LogFormatError(
+                f"the event log is in format {schema}, newer than this version reads "
+                f"({SCHEMA_VERSION}); open it with a newer memspine"
+            )
+        if schema is None:  # a new log: one write (none on a full disk)
+            try:
+                log.write(lambda txn: log._initialise(txn, embedding_dim))
+            except BaseException:
+                env.close()
+                raise
+        return log
+
+    def _initialise(self, txn: lmdb.Transaction, embedding_dim: int) -> None:
+        """Record the schema, dimension and superseding flag (none yet) of a new log."""
+        if self.view(txn).meta_int(layout.SCHEMA) is None:
+            self.put_meta_int(txn, layout.SCHEMA, SCHEMA_VERSION)
+            self.put_meta_int(txn, layout.DIM, embedding_dim)
+            self.put_meta_int(txn, SUPERSEDING, 0)
+
+    def reopen(self) -> None:
+        """Close and reopen the environment, once no transaction is active: after MDB_PANIC
+        LMDB refuses every transaction of the environment until it is opened again."""
+        with self.lock.exclusive():
+            try:
+                map_size = int(self.env.info()["map_size"])
+            except lmdb.Error:
+                map_size = INITIAL_MAP_SIZE  # LMDB grows it back to the file's size on open
+            self.env.close()
+            self._open_in_place(map_size)
+
+    @contextmanager
+    def files_replaced(self) -> Iterator[None]:
+        """Hold every reader and writer out, with the environment closed, while the caller puts
+        new files in its place; then open what is there with the old map's size (its headroom:
+        a copy is compact, and would grow again on its first writes)."""
+        with self.lock.exclusive():
+            map_size = int(self.env.info()["map_size"])
+            self.env.close()
+            try:
+                yield
+            finally:
+                if self.path.is_dir():
+                    self._open_in_place(map_size)
+
+    def _open_in_place(self, map_size: int) -> None:
+        """Open the environment at this log's path again (the caller holds the lock exclusive)."""
+        self.env = _open_env(self.path, map_size)
+        self.env.reader_check()
+        self.dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
+
+    def map_size(self) -> int:
+        """The environment's map size in bytes (the shared lock keeps a resize out)."""
+        with self.lock.shared():
+            return int(self.env.info()["map_size"])
+
+    def grow_if_over_half(self) -> None:
+        """Double the map now if more than half of it is in use, before a long read: growing
+        waits for every reader, so a write needing room while one is held would stall reads."""
+        with self.lock.shared():
+            info, page = self.env.info(), self.env.stat()["psize"]
+            used = (info["last_pgno"] + 1) * page
+        if used * 2 > info["map_size"]:
+            with self.lock.exclusive():
+                self.env.set_mapsize(max(int(info["map_size"]), used) * 2)
+
+    def close(self) -> None:
+        """Close the environment once no transaction is active."""
+        with self.lock.exclusive():
+            self.env.close()
+
+    @contextmanager
+    def reader(self) -> Iterator[LogReader]:
+        """A consistent read-only view of the log."""
+        with self.lock.shared(), self.env.begin(buffers=False) as txn:
+            yield LogReader(txn, self.dbs)
+
+    def view(self, txn: lmdb.Transaction) -> LogReader:
+        """A LogReader over a transaction already open (a write transaction sees its own writes)."""
+        return LogReader(txn, self.dbs)
+
+    # -- meta -----------------------------------------------------------------
+
+    def meta_int(self, name: str) -> int | None:
+        """An integer meta value, or None."""
+        with self.reader() as r:
+            return r.meta_int(name)
+
+    def set_meta_int(self, name: str, value: int) -> None:
+        """Store an integer meta value durably."""
+        self.write(lambda txn: self.put_meta_int(txn, name, value))
+
+    def put_meta_int(self, txn: lmdb.Transaction, name: str, value: int) -> None:
+        """Store an integer meta value inside a write transaction."""
+        txn.put(layout.meta_key(name), layout.u64(value), db=self.dbs["meta"])
+
+    # -- writes ---------------------------------------------------------------
+
+    def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """Run fn in one durable write transaction, growing the map instead of failing when full;
+        DiskFull if the disk is (nothing was written: LMDB aborted the transaction)."""
+        reopened = False
+        while True:
+            try:
+                with self.lock.shared(), self.env.begin(write=True) as txn:
+                    result = fn(txn)
+                    failpoints.hit("log.commit")
+                    return result  # the transaction commits here, as the block ends
+            except lmdb.MapFullError:
+                self._grow()
+            except Exception as exc:
+                if disk_full(exc, self.path):
+                    raise DiskFull(NOT_WRITTEN) from exc
+                if not isinstance(exc, lmdb.PanicError) or reopened:
+                    raise
+                # A failed meta page write leaves the environment refusing every transaction:
+                # open it again and retry once.
+                self.reopen()
+                reopened = True
+
+    def _grow(self) -> None:
+        """Double the map size; LMDB allows this only with no transaction active."""
+        with self.lock.exclusive():
+            self.env.set_mapsize(self.env.info()["map_size"] * 2)
+
+    def append_batch(
+        self, events: list[NewEvent]
+    ) -> list[AppendResult | MemspineError]:
+        """Append events in one transaction; each gets its result or its own error."""
+        return self.write(lambda txn: self.appender(txn).append_all(events))
+
+    def appender(self, txn: lmdb.Transaction) -> Appender:
+        """An appender for many events inside the write transaction txn."""
+        return Appender(self, txn)
+
+    def append_one(self, txn: lmdb.Transaction, ev: NewEvent) -> AppendResult | MemspineError:
+        """Write one event and its index entries, or return why it cannot be written."""
+        return Appender(self, txn).append(ev)
+
+    def delete(self, event_ids: list[str]) -> list[str]:
+        """Delete events with their links and index entries, leaving tombstones; returns the ids deleted."""
+        return self.write(lambda txn: self.delete_in(txn, event_ids))
+
+    def delete_in(self, txn: lmdb.Transaction, event_ids: list[str]) -> list[str]:
+        """Delete events inside a write transaction; returns the ids that existed."""
+        return [e for e in _dedupe(event_ids) if self._delete_one(txn, e)]
+
+    def _delete_one(self, txn: lmdb.Transaction, event_id: str) -> bool:
+        """Remove one event everywhere but the tombstone list; False if it does not exist."""
+        r = LogReader(txn, self.dbs)
+        ev = r.get(event_id)
+        if ev is None:
+            return False
+        d = self.dbs
+        raw_id = layout.id_bytes(event_id)
+        # Number the delete before dropping the append op: were the append the newest op, the
+        # delete would reuse its seq and the projections (already past it) would never replay it.
+        seq = r.last_seq() + 1
+        txn.delete(raw_id, db=d["events"])
+        txn.delete(layout.op_key(ev.seq), db=d["ops"])
+        txn.put(layout.op_key(seq), layout.op_value(layout.OP_DELETE, raw_id), db=d["ops"])
+        for name, key in layout.index_keys(ev):
+            txn.delete(key, db=d[name])
+        for rel in layout.REL_CODES:
+            for target in r.links_out(event_id, rel):
+                in_key = layout.link_in_key(layout.id_bytes(target), rel, ev.seq, raw_id)
+                txn.delete(in_key, db=d["links_in"])
+            _delete_prefix(txn, d["links_out"], layout.link_prefix(raw_id, rel))
+            for source in r.links_in(event_id, rel):
+                self._unlink_out(txn, r, source, rel, raw_id)
+            _delete_prefix(txn, d["links_in"], layout.link_prefix(raw_id, rel))
+        tomb = Tombstone(seq=ev.seq, deleted_at=time.time_ns() // 1000)
+        txn.put(raw_id, layout.encode_tombstone(tomb), db=d["tombstones"])
+        return True
+
+    def _unlink_out(
+        self, txn: lmdb.Transaction, r: LogReader, source: str, rel: str, raw_target: bytes
+    ) -> None:
+        """Drop raw_target from source's ordered out-links, keeping the order of the rest."""
+        raw_source = layout.id_bytes(source)
+        targets = [layout.id_bytes(t) for t in r.links_out(source, rel)]
+        kept = [t for t in targets if t != raw_target]
+        _delete_prefix(txn, self.dbs["links_out"], layout.link_prefix(raw_source, rel))
+        for i, t in enumerate(kept):
+            txn.put(layout.link_out_key(raw_source, rel, i), t, db=self.dbs["links_out"])
+
+    def tombstones(self) -> list[str]:
+        """Ids deleted since the last purge."""
+        with self.reader() as r:
+            return r.tombstone_ids()
+
+    def clear_tombstones(self, txn: lmdb.Transaction, event_ids: list[str]) -> None:
+        """Forget tombstones once their bytes have left the disk."""
+        for e in event_ids:
+            txn.delete(layout.id_bytes(e), db=self.dbs["tombstones"])
+
+
+class Appender:
+    """Appends events in one write transaction, reading the tenant's meta once for all of them."""
+
+    # It numbers ops itself from the last seq it read, so every other write to the ops of txn
+    # must go through it (`delete`). `written` keeps every record it wrote, in seq order: what
+    # the writer projects into the indexes without reading the log back.
+
+    def __init__(self, log: EventLog, txn: lmdb.Transaction) -> None:
+        self.log = log
+        self.txn = txn
+        self.reader = LogReader(txn, log.dbs)
+        self.dim = self.reader.meta_int(layout.DIM)
+        self.model = self.reader.meta_str(layout.MODEL)
+        self.last = self.reader.last_seq()  # the newest op in txn
+        self.written: list[StoredEvent] = []
+        self._random = b""  # random bytes for ids, drawn from the OS a few dozen ids at a time
+
+    def delete(self, event_ids: list[str]) -> list[str]:
+        """Delete events (EventLog.delete_in) in this appender's transaction."""
+        deleted = self.log.delete_in(self.txn, event_ids)
+        self.last = self.reader.last_seq()
+        return deleted
+
+    def append_all(self, events: list[NewEvent]) -> list[AppendResult | MemspineError]:
+        """Append each event in order; each gets its result or its own error."""
+        return [self.append(ev) for ev in events]
+
+    def append(self, ev: NewEvent) -> AppendResult | MemspineError:
+        """Write one event and its index entries, or return why it cannot be written."""
+        txn, d, r = self.txn, self.log.dbs, self.reader
+        if ev.event_id is None:
+            raw_id = self._random_id()
+            event_id = layout.id_str(raw_id)
+        else:
+            event_id = ev.event_id
+            raw_id = layout.id_bytes(event_id)
+        if ev.event_id is not None and ev.body_hash is not None:
+            prior = txn.get(raw_id, db=d["idem"])
+            if prior is not None:
+                rec = layout.decode_idempotency(prior)
+                if rec.body_hash != ev.body_hash:
+                    return IdempotencyMismatch(
+                        "this Idempotency-Key was first used with a different body; "
+                        "use a new key for a different event"
+                    )
+                return AppendResult(event_id=event_id, unlinked=rec.unlinked, replayed=True)
+        problem = self._check_embedding(ev)
+        if problem is not None:
+            return problem
+        seq = self.last + 1
+        properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
+        filterable = layout.filterable_properties(properties if isinstance(properties, dict) else {})
+        sources: list[str] = []
+        supersedes: list[str] = []
+        unlinked: list[str] = []
+        if ev.source_ids or ev.supersedes:  # most events link nothing: skip four dedupes
+            wanted_sources = _dedupe(ev.source_ids)
+            wanted_supersedes = _dedupe(ev.supersedes)
+            # An existence check, not r.get: decoding a whole record (embedding included) is
+            # most of what a lookup costs and nothing here reads it.
+            sources = [s for s in wanted_sources if r.exists(s)]
+            supersedes = [s for s in wanted_supersedes if r.exists(s)]
+            unlinked = [s for s in wanted_sources if s not in sources]
+            unlinked += [s for s in wanted_supersedes if s not in supersedes and s not in unlinked]
+        record = StoredEvent(
+            event_id=event_id,
+            seq=seq,
+            kind=ev.kind,
+            ts=ev.ts,
+            text=ev.text,
+            embedding=ev.embedding,
+            embedding_model=ev.embedding_model,
+            properties_raw=ev.properties_raw,
+            filterable=filterable,
+            supersedes=supersedes,
+            valid_from=ev.valid_from,
+            valid_until=ev.valid_until,
+        )
+        txn.put(raw_id, layout.encode_event(record), db=d["events"])
+        # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
+        # this appender's back, and numbering on would overwrite or reorder ops.
+        op = layout.op_value(layout.OP_APPEND, raw_id)
+        if not txn.put(layout.op_key(seq), op, db=d["ops"], append=True):
+            raise RuntimeError(f"op {seq} is not past the newest op: ops written outside it")
+        self.last = seq
+        for name, key in layout.index_keys(record):
+            txn.put(key, b"", db=d[name])
+        if supersedes:
+            self.log.put_meta_int(txn, SUPERSEDING, 1)
+        for rel, targets in ((SOURCE_FROM, sources), (SUPERSEDES, supersedes)):
+            for i, target in enumerate(targets):
+                raw_target = layout.id_bytes(target)
+                txn.put(layout.link_out_key(raw_id, rel, i), raw_target, db=d["links_out"])
+                txn.put(layout.link_in_key(raw_target, rel, seq, raw_id), b"", db=d["links_in"])
+        if ev.event_id is not None and ev.body_hash is not None:
+            idem = IdempotencyRecord(body_hash=ev.body_hash, unlinked=unlinked)
+            txn.put(raw_id, layout.encode_idempotency(idem), db=d["idem"])
+        self.written.append(record)
+        return AppendResult(event_id=event_id, unlinked=unlinked)
+
+    def _random_id(self) -> bytes:
+        """The 16 bytes of a random UUIDv4, as uuid.uuid4() makes them, without a syscall each."""
+        if not self._random:
+            self._random = os.urandom(16 * 32)
+        raw = bytearray(self._random[:16])
+        self._random = self._random[16:]
+        raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
+        raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
+        return bytes(raw)
+
+    def _check_embedding(self, ev: NewEvent) -> MemspineError | None:
+        """Refuse an embedding of the wrong length or from a model other than the tenant's."""
+        if ev.embedding is not None:
+            dim = self.dim
+            if dim is not None and len(ev.embedding) != dim:
+                return EmbeddingMismatch(
+                    f"embedding has {len(ev.embedding)} values; this tenant's vectors have {dim}"
+                )
+        if ev.embedding_model is not None:
+            known = self.model
+            if known is None:
+                model = ev.embedding_model.encode()
+                self.txn.put(layout.meta_key(layout.MODEL), model, db=self.log.dbs["meta"])
+                self.model = ev.embedding_model
+            elif known != ev.embedding_model:
+                return EmbeddingMismatch(
+                    f"this tenant's embeddings come from '{known}'; "
+                    "vectors from another model cannot be mixed with them"
+                )
+        return None
+
+
+def _open_env(path: Path, map_size: int) -> lmdb.Environment:
+    """The log's LMDB environment, every commit synced."""
+    return lmdb.open(
+        str(path),
+        map_size=map_size,
+        max_dbs=len(DB_NAMES) + 1,
+        max_readers=256,
+        sync=True,
+        metasync=True,
+        readahead=False,
+    )
+
+
+def _dedupe(ids: Any) -> list[str]:
+    """Ids in first-seen order without repeats."""
+    return list(dict.fromkeys(ids))
+
+
+def _delete_prefix(txn: lmdb.Transaction, db: Any, prefix: bytes) -> None:
+    """Delete every key that starts with prefix."""
+    cur = txn.cursor(db=db)
+    if not cur.set_range(prefix):
+        return
+    while bytes(cur.key()).startswith(prefix):
+        if not cur.delete():
+            break

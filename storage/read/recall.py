@@ -1,0 +1,388 @@
+"""Recall: keyword and vector arms behind one admission chokepoint, RRF fusion, current-state
+substitution and the bounded SOURCE_FROM walk."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import msgspec
+import numpy as np
+
+from storage.errors import EmbeddingMismatch, InvalidRequest
+from storage.index.flat import as_float32, top, unit
+from storage.index.keyword import KeywordIndex
+from storage.index.vectors import VectorIndex
+from storage.log import layout
+from storage.log.reader import LogReader
+from storage.model import SOURCE_FROM, FilterValue, StoredEvent
+from storage.read.current import EXPIRED, NOT_YET_VALID, SUPERSEDED, Moment
+
+RRF_K = 60
+MAX_K = 100
+MAX_HOPS = 3
+# Each arm brings its top k to fusion. Deeper lists let RRF's sum rank events that both arms
+# place middling above events one arm places first, which ranked worse on LoCoMo at every k
+# tried (bench/RESULTS.md, "Retrieval quality on LoCoMo"). Arms go deeper only when
+# substitution leaves fewer than k hits.
+MAX_ARM_DEPTH = 1000
+# The vector arm over-fetches up to this many times its depth before it filters inside the graph,
+# and ranks exactly when a kind, filter or as_of admits at most FEW events.
+OVERFETCH = 32
+FEW = 256
+# A kind held by at least this share of a tenant's documents is not a clause of the keyword
+# search but checked by the chokepoint on each hit: as a Must clause it intersects the words'
+# postings with most of the index and doubles the search, while the arm's over-fetch still
+# brings its depth of that kind (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
+# The order is the same: the clause adds one constant to every score.
+COMMON_KIND = 0.6
+
+
+class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
+    """A validated recall request."""
+
+    text: str | None = None
+    embedding: list[float] | None = None
+    embedding_model: str | None = None
+    kind: str | None = None
+    k: int = 10
+    hops: int = 0
+    filters: dict[str, FilterValue] = {}
+    current: bool = True
+    as_of: int | None = None
+    explain: bool = False  # ranked hits carry the arm ranks their score was fused from
+
+
+class Hit(msgspec.Struct, kw_only=True):
+    """One recalled event: ranked (score, maybe replaces, with explain its ranks) or walked (via, hop)."""
+
+    event: StoredEvent
+    score: float
+    via: str | None = None
+    hop: int | None = None
+    replaces: list[str] = []
+    ranks: tuple[int | None, int | None] | None = None  # (keyword, vector); None: not explained
+
+
+class Walk(msgspec.Struct, frozen=True, kw_only=True):
+    """What the walk found within hops, and what the allowance left out."""
+
+    reached: int
+    returned: int
+    omitted: list[str]
+
+
+class Withheld(msgspec.Struct, frozen=True, kw_only=True):
+    """Events current state kept out of the answer among those recall read to fill it, by reason."""
+
+    superseded: int = 0
+    expired: int = 0
+    not_yet_valid: int = 0
+
+
+class RecallResult(msgspec.Struct, kw_only=True):
+    """Ranked hits followed by walked hits, the walk's account when hops > 0, and what current
+    state withheld when it withheld anything."""
+
+    hits: list[Hit]
+    walk: Walk | None = None
+    withheld: Withheld | None = None
+
+
+class Admission:
+    """The one chokepoint: a candidate of either arm is live, of the kind, matches the filters,
+    exists and (with current state) is inside its window.
+
+    The arms read their rankings best first and take the window test last, in `_first`, so the
+    events it turns away are the ones that would have ranked: `withheld` keeps them (and the
+    superseded hits substitution passes over) with the reason, for the answer to report.
+    """
+
+    def __init__(self, r: LogReader, q: RecallQuery, moment: Moment) -> None:
+        self.r = r
+        self.q = q
+        self.moment = moment
+        self.withheld: dict[str, str] = {}  # event id -> SUPERSEDED, EXPIRED or NOT_YET_VALID
+        self._wanted = {name: layout.value_bytes(v) for name, v in q.filters.items()}
+        self._by_label: dict[int, StoredEvent | None] = {}
+
+    def admit(self, ev: StoredEvent | None, *, window: bool = True) -> bool:
+        """Whether an event may rank (superseded ones may: recall substitutes their heads);
+        with window=False, everything but the window test."""
+        if ev is None or (self.q.kind is not None and ev.kind != self.q.kind):
+            return False
+        for name, want in self._wanted.items():
+            if name not in ev.filterable or layout.value_bytes(ev.filterable[name]) != want:
+                return False
+        if not self.moment.exists(ev):
+            return False
+        return not window or not self.moment.current or self.moment.in_window(ev)
+
+    def in_window(self, ev: StoredEvent, *, note: bool = True) -> bool:
+        """The window test of current state; an event it turns away is noted as withheld."""
+        if not self.moment.current:
+            return True
+        reason = self.moment.window_reason(ev)
+        if reason is None:
+            return True
+        if note:
+            self.withheld.setdefault(ev.event_id, reason)
+        return False
+
+    def event_for_label(self, label: int) -> StoredEvent | None:
+        """The event behind a vector label if it passes all but the window (read light)."""
+        if label not in self._by_label:
+            raw_id = self.r.raw_id_for_seq(label)  # bytes all the way: no id string to parse
+            ev = self.r.get_light_raw(raw_id) if raw_id is not None else None
+            self._by_label[label] = ev if self.admit(ev, window=False) else None
+        return self._by_label[label]
+
+    def withheld_counts(self) -> Withheld | None:
+        """The withheld events by reason, None if there are none."""
+        if not self.withheld:
+            return None
+        reasons = list(self.withheld.values())
+        return Withheld(
+            superseded=reasons.count(SUPERSEDED),
+            expired=reasons.count(EXPIRED),
+            not_yet_valid=reasons.count(NOT_YET_VALID),
+        )
+
+
+def validate(q: RecallQuery, dim: int, model: str | None) -> None:
+    """Refuse what recall cannot answer, with a sentence saying what to fix."""
+    if not q.text and q.embedding is None:
+        raise InvalidRequest("send text, an embedding, or both")
+    if not 1 <= q.k <= MAX_K:
+        raise InvalidRequest(f"k must be from 1 to {MAX_K}")
+    if not 0 <= q.hops <= MAX_HOPS:
+        raise InvalidRequest(f"hops must be from 0 to {MAX_HOPS}")
+    if q.embedding is not None and len(q.embedding) != dim:
+        raise EmbeddingMismatch(
+            f"embedding has {len(q.embedding)} values; this tenant's vectors have {dim}"
+        )
+    if q.embedding_model is not None and model is not None and q.embedding_model != model:
+        raise EmbeddingMismatch(
+            f"this tenant's embeddings come from '{model}'; query with a vector from the same model"
+        )
+
+
+def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEvent]:
+    """BM25 ranking restricted inside the search by filters and an uncommon kind, then by the
+    chokepoint; over-fetches until depth admitted events or the index runs out."""
+    assert adm.q.text
+    kind = adm.q.kind
+    if kind is not None and kw.kind_share(kind) >= COMMON_KIND:
+        kind = None  # the chokepoint checks it on each hit
+    limit = depth * 2
+    while True:
+        found = kw.ranked(adm.q.text, limit=limit, kind=kind, filters=adm.q.filters)
+        # Hits reach their events by seq, as vector labels do: one read of an event both arms find.
+        ranked = _first(adm, map(adm.event_for_label, found.seqs), depth)
+        if len(ranked) >= depth or len(found) < limit:
+            return ranked
+        limit *= 4
+
+
+def _first(adm: Admission, events: Iterable[StoredEvent | None], depth: int) -> list[StoredEvent]:
+    """The first depth admitted events (None: not admitted but for the window, which is tested
+    here), reading no further than needed."""
+    out: list[StoredEvent] = []
+    for ev in events:
+        if ev is not None and adm.in_window(ev):
+            out.append(ev)
+            if len(out) == depth:
+                break
+    return out
+
+
+def vector_arm(vec: VectorIndex, adm: Admission, depth: int) -> list[StoredEvent]:
+    """Cosine ranking restricted by the chokepoint before the cut.
+
+    A restriction that admits few events is answered exactly from the log's own indexes. Else
+    the graph is searched unfiltered for a few times depth and the chokepoint checks what comes
+    back, best first: hnswlib's filter would call into Python, and LMDB, for every node it
+    visits. Only when that leaves too few does the graph search take the filter."""
+    assert adm.q.embedding is not None
+    few = _few_candidates(adm)
+    if few is not None:
+        return _exact_arm(few, adm, depth)
+    query = as_float32(adm.q.embedding)  # once, however many searches follow
+    fetch = 2 * depth
+    while fetch <= OVERFETCH * depth:
+        found = vec.search(query, fetch)
+        out = _first(adm, (adm.event_for_label(label) for label, _s in found), depth)
+        if len(out) >= depth or len(found) < fetch:
+            return out
+        fetch *= 4
+
+    def allowed(label: int) -> bool:  # asked by the graph search of every node it visits: no notes
+        ev = adm.event_for_label(label)
+        return ev is not None and adm.in_window(ev, note=False)
+
+    found = vec.search(query, depth, allowed)
+    return _first(adm, (adm.event_for_label(label) for label, _s in found), depth)
+
+
+def _few_candidates(adm: Admission) -> list[str] | None:
+    """Ids of the events a kind, filter or as_of allows, if one of them allows at most FEW."""
+    r, q = adm.r, adm.q
+    # Keys are counted before ids are listed: building an id string is most of a key's cost,
+    # and a common kind would make FEW + 1 of them on every query for nothing
+    # (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
+    if q.kind is not None and not r.more_keys_than(FEW, "by_kind", layout.kind_prefix(q.kind)):
+        return list(r.ids_by_kind(q.kind))
+    for name, value in q.filters.items():
+        if not r.more_keys_than(FEW, "by_prop", layout.property_prefix(name, value)):
+            return list(r.ids_by_property(name, value))
+    if q.as_of is not None:
+        below = layout.ts_bytes(q.as_of + 1)
+        if not r.more_keys_than(FEW, "by_ts", b"", below):
+            return list(r.ids_by_ts(None, q.as_of + 1))
+    return None
+
+
+def _exact_arm(ids: list[str], adm: Admission, depth: int) -> list[StoredEvent]:
+    """Exact cosine ranking of these events' embeddings (ties by append order)."""
+    assert adm.q.embedding is not None
+    events = [ev for ev in map(adm.r.get, ids) if ev is not None and ev.embedding is not None]
+    events = [ev for ev in events if adm.admit(ev, window=False)]
+    if not events:
+        return []
+    rows = unit(np.asarray([ev.embedding for ev in events], dtype=np.float32))
+    sims = rows @ unit(np.asarray(adm.q.embedding, dtype=np.float32))
+    seqs = np.asarray([ev.seq for ev in events], dtype=np.int64)
+    by_seq = {ev.seq: ev for ev in events}
+    # The window last and best first, as in _first: what it turns away would have ranked.
+    ranked = top(seqs, sims, depth, lambda seq: adm.in_window(by_seq[seq]))
+    return [by_seq[seq] for seq, _sim in ranked]
+
+
+def fuse(rankings: list[list[StoredEvent]]) -> list[tuple[StoredEvent, float]]:
+    """Reciprocal rank fusion: score = Σ 1/(60 + rank), ranks from 1; ties keep first-seen order."""
+    scores: dict[str, float] = {}
+    events: dict[str, StoredEvent] = {}
+    for ranking in rankings:
+        for rank, ev in enumerate(ranking, start=1):
+            scores[ev.event_id] = scores.get(ev.event_id, 0.0) + 1.0 / (RRF_K + rank)
+            events.setdefault(ev.event_id, ev)
+    order = sorted(scores, key=lambda e: -scores[e])  # sorted() is stable
+    return [(events[e], scores[e]) for e in order]
+
+
+def substitute(fused: list[tuple[StoredEvent, float]], adm: Admission, k: int) -> list[Hit]:
+    """Up to k ranked hits; a superseded hit gives way, once, to its current heads at its rank."""
+    hits: dict[str, Hit] = {}
+    for ev, score in fused:
+        if len(hits) >= k and ev.event_id not in hits:
+            break
+        if not adm.moment.current or not adm.moment.is_superseded(ev):
+            if ev.event_id not in hits:
+                hits[ev.event_id] = Hit(event=ev, score=score)
+            continue
+        adm.withheld.setdefault(ev.event_id, SUPERSEDED)
+        for head in adm.moment.heads(ev):
+            if not adm.admit(head):
+                continue
+            hit = hits.get(head.event_id)
+            if hit is None:
+                if len(hits) >= k:
+                    continue  # no room for this head, but a later one may already be a hit
+                hits[head.event_id] = hit = Hit(event=head, score=score)
+            if ev.event_id not in hit.replaces:
+                hit.replaces.append(ev.event_id)
+    return list(hits.values())[:k]
+
+
+def walk(
+    r: LogReader, hits: list[Hit], moment: Moment, hops: int, allowance: int
+) -> tuple[list[Hit], Walk]:
+    """Breadth-first over SOURCE_FROM both ways from the hits, in hit and link order, adding at most allowance events."""
+    seen = {h.event.event_id for h in hits}
+    frontier = [
+        (h.event.event_id, h.event.event_id) for h in hits
+    ]  # (node, ranked hit it came from)
+    added: list[Hit] = []
+    omitted: list[str] = []
+    for hop in range(1, hops + 1):
+        nxt: list[tuple[str, str]] = []
+        for node, origin in frontier:
+            for nid in r.links_out(node, SOURCE_FROM) + r.links_in(node, SOURCE_FROM):
+                if nid in seen:
+                    continue
+                ev = r.get_light(nid)
+                if ev is None or not moment.visible(ev):
+                    continue
+                seen.add(nid)
+                nxt.append((nid, origin))
+                if len(added) < allowance:
+                    added.append(Hit(event=ev, score=0.0, via=origin, hop=hop))
+                else:
+                    omitted.append(nid)
+        frontier = nxt
+    return added, Walk(reached=len(added) + len(omitted), returned=len(added), omitted=omitted)
+
+
+def rank(kw: KeywordIndex, vec: VectorIndex, adm: Admission, k: int) -> list[Hit]:
+    """Fuse each arm's top k and substitute heads; deeper while that leaves fewer than k hits."""
+    depth = k
+    while True:
+        rankings: list[list[StoredEvent]] = []
+        if adm.q.text:
+            rankings.append(keyword_arm(kw, adm, depth))
+        if adm.q.embedding is not None:
+            rankings.append(vector_arm(vec, adm, depth))
+        fused = fuse(rankings)
+        hits = substitute(fused, adm, k)
+        exhausted = all(len(ranking) < depth for ranking in rankings)
+        if len(hits) >= k or exhausted or depth >= MAX_ARM_DEPTH:
+            if adm.q.explain:
+                explain(hits, fused, rankings, adm.q)
+            return hits
+        depth = min(4 * depth, MAX_ARM_DEPTH)
+
+
+def explain(
+    hits: list[Hit],
+    fused: list[tuple[StoredEvent, float]],
+    rankings: list[list[StoredEvent]],
+    q: RecallQuery,
+) -> None:
+    """Give each ranked hit the keyword and vector ranks (from 1, None where that arm did not
+    return it or did not run) of the event whose fused score it carries."""
+    arms = iter(rankings)  # the keyword arm's first when there is text, as rank() builds them
+    keyword = _places(next(arms)) if q.text else {}
+    vector = _places(next(arms)) if q.embedding is not None else {}
+    order = _places(ev for ev, _score in fused)
+    for hit in hits:
+        # A substituted head carries the score of the first event in fused order that made it a
+        # hit (substitute): itself, or one of the superseded events it replaces.
+        made = [e for e in (hit.event.event_id, *hit.replaces) if e in order]
+        scored = min(made, key=order.__getitem__)
+        hit.ranks = (keyword.get(scored), vector.get(scored))
+
+
+def _places(events: Iterable[StoredEvent]) -> dict[str, int]:
+    """Event id -> its rank in a ranking, from 1."""
+    return {ev.event_id: n for n, ev in enumerate(events, start=1)}
+
+
+def recall(
+    r: LogReader, kw: KeywordIndex, vec: VectorIndex, q: RecallQuery, *, embeddings: bool = True
+) -> RecallResult:
+    """Rank by keyword and vector, fuse, apply current state, then walk the links.
+
+    Candidates are read without their embeddings; with embeddings=False the hits' events may
+    lack theirs too (the HTTP answer never shows them), else each hit's event is read whole."""
+    moment = Moment(r, current=q.current, as_of=q.as_of)
+    adm = Admission(r, q, moment)
+    hits = rank(kw, vec, adm, q.k)
+    account = None
+    if q.hops > 0:
+        walked, account = walk(r, hits, moment, q.hops, q.k)
+        hits = hits + walked
+    if embeddings:
+        for hit in hits:
+            whole = r.get(hit.event.event_id)
+            assert whole is not None  # read from this snapshot a moment ago
+            hit.event = whole
+    return RecallResult(hits=hits, walk=account, withheld=adm.withheld_counts())

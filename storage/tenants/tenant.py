@@ -1,0 +1,411 @@
+"""One tenant: its event log, the two index projections and the single writer that feeds them."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any, TypeVar
+
+import msgspec
+
+from storage import files
+from storage.cypher import CypherResult, Limits
+from storage.cypher import run as run_cypher
+from storage.erasure.purge import PurgeGate, PurgeStats
+from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recover
+from storage.errors import Conflict, DiskFull
+from storage.index.keyword import KeywordDoc, KeywordIndex
+from storage.log import layout
+from storage.log.eventlog import EventLog
+from storage.model import NewEvent, StoredEvent
+from storage.read.cascade import derived_closure, would_delete
+from storage.read.current import EventState, Moment, event_state
+from storage.read.listing import ListQuery, list_events
+from storage.read.recall import RecallQuery, RecallResult, recall, validate
+from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
+from storage.tenants.writer import GroupWriter, Job
+
+log = logging.getLogger("memspine.tenant")
+T = TypeVar("T")
+NOT_SAVED = "the server's disk is full: the vector index was not saved"
+IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
+
+
+class AppendJob(msgspec.Struct, frozen=True):
+    """Events to append in one batch."""
+
+    events: list[NewEvent]
+
+
+class DeleteJob(msgspec.Struct, frozen=True):
+    """Event ids to delete."""
+
+    event_ids: list[str]
+
+
+class CallJob:
+    """Work to run on the writer thread between group commits (a purge's swap, a cascading delete)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn: Callable[[], Any]) -> None:
+        self.fn = fn
+
+
+class Tenant:
+    """An open tenant; all writes go through its writer, reads through log readers and indexes."""
+
+    def __init__(self, tenant_id: str, root: Path, embedding_dim: int) -> None:
+        self.tenant_id = tenant_id
+        self.root = root
+        recover(root)  # finish or discard a purge a crash interrupted, before any store opens
+        self.log = EventLog.open(root / files.LOG, embedding_dim=embedding_dim)
+        try:
+            self.dim = self.log.meta_int(layout.DIM) or embedding_dim
+            self.keyword, self.keyword_seq = open_keyword(root, self.log)
+            try:
+                self.vectors, self.vector_seq = open_vectors(root, self.log, self.dim)
+            except BaseException:
+                self.keyword.close()
+                raise
+        except BaseException:
+            self.log.close()  # a failed open leaks no file or thread
+            raise
+        self._mark_if_tombstoned()
+        self.vector_saved_seq = self.vector_seq
+        self.catch_ups = 0  # catch_ups that read ops back from the log (open, deletes, repair)
+        self.catch_up()
+        self._in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
+        self._keys_lock = threading.Lock()
+        self.on_batch: Callable[[int], None] | None = None
+        self._purges = PurgeGate()
+        self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
+
+    @classmethod
+    def open(cls, tenant_id: str, root: Path, *, embedding_dim: int = 384) -> Tenant:
+        """Open the tenant stored at root, creating it if needed, and bring its indexes up to date."""
+        try:
+            return cls(tenant_id, root, embedding_dim)
+        except Exception as exc:  # creating the log's files on a full disk, say
+            raise_if_disk_full(exc, root)
+            raise
+
+    # -- the pending-purge marker ------------------------------------------------
+
+    def _mark_if_tombstoned(self) -> None:
+        """On open: a tenant holding tombstones but no marker (written before markers lived here,
+        or its marker lost) gets one, so the purger finds it once it is closed again."""
+        if (self.root / PENDING).exists():
+            return
+        with self.log.reader() as r:
+            tombstoned = r.tombstone_count() > 0
+        if tombstoned:
+            try:
+                mark_pending(self.root)
+            except OSError as exc:  # an open purger sweep still finds it by its tombstones
+                log.warning("tenant %s: pending-purge marker not written (%s)", self.tenant_id, exc)
+
+    def mark_before_delete(self, event_ids: Iterable[str]) -> None:
+        """On the writer thread, before a delete's commit: make the pending-purge marker durable
+        if any of these events is live, so no tombstone is ever on disk without it (a marker
+        without tombstones is harmless: the next purge drops it). Markers are made and removed
+        on this thread only, so no purge drops one between this and the commit."""
+        if (self.root / PENDING).exists():
+            return
+        with self.log.reader() as r:
+            live = any(r.exists(e) for e in event_ids)
+        if live:
+            mark_pending(self.root)
+
+    # -- projections -----------------------------------------------------------
+
+    def catch_up(self) -> None:
+        """Apply every log operation past each index's watermark (replay on open, then per batch)."""
+        docs: list[KeywordDoc] = []
+        kw_deletes: list[str] = []
+        labels: list[int] = []
+        vectors: list[list[float]] = []
+        vec_deletes: list[int] = []
+        start = min(self.keyword_seq, self.vector_seq)
+        last = start
+        with self.log.reader() as r:
+            for seq, op, event_id in r.ops_after(start):
+                last = seq
+                if op == b"D":
+                    if seq > self.keyword_seq:
+                        kw_deletes.append(event_id)
+                    tomb = r.tombstone(event_id)
+                    if seq > self.vector_seq and tomb is not None:
+                        vec_deletes.append(tomb.seq)
+                    continue
+                ev = r.get(event_id)
+                if ev is None:
+                    continue
+                if seq > self.keyword_seq and ev.text:
+                    docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq))
+                if seq > self.vector_seq and ev.embedding is not None:
+                    labels.append(seq)
+                    vectors.append(ev.embedding)
+        if last == start:
+            return
+        self.catch_ups += 1
+        # Neither index makes the acknowledgement wait: the keyword index commits in the
+        # background (a search waits for what was published before it), and vectors are
+        # searched exactly from memory until the background insert places them in the graph.
+        self.keyword.publish(docs, kw_deletes, last)
+        # Vectors go to the index's exact tail now and into the graph in the background.
+        self.vectors.add(labels, vectors)
+        self.vectors.delete(vec_deletes)
+        # Handed over, not yet durable: each index keeps what it was handed until it is (the
+        # keyword fold retries a failed commit with it), and only the durable marks are
+        # recorded in the log (keyword.committed_seq, vector_saved_seq), so a reopen replays.
+        self.keyword_seq = self.vector_seq = last
+
+    # -- reads ------------------------------------------------------------------
+
+    def get(self, event_id: str) -> EventState | None:
+        """One live event with its current state now; None for an unknown or deleted id."""
+        with self.log.reader() as r:
+            return event_state(r, event_id)
+
+    def list_events(self, query: ListQuery) -> tuple[list[StoredEvent], str | None]:
+        """One page of events newest first and the cursor of the next (None at the end)."""
+        with self.log.reader() as r:
+            moment = Moment(r, current=query.current, as_of=query.as_of)
+            return list_events(r, query, keep=moment.visible)
+
+    def recall(self, query: RecallQuery, *, embeddings: bool = True) -> RecallResult:
+        """Fused keyword and vector recall with the bounded walk, over one snapshot; with
+        embeddings=False the hits' events may lack their embeddings (read light)."""
+        with self.log.reader() as r:
+            validate(query, self.dim, r.meta_str(layout.MODEL))
+            return recall(r, self.keyword, self.vectors, query, embeddings=embeddings)
+
+    def cypher(
+        self,
+        query: str,
+        params: dict[str, Any] | None,
+        limits: Limits,
+        *,
+        encoded: bool = False,
+        started: float | None = None,
+    ) -> CypherResult:
+        """A read-only Cypher query over one snapshot within limits, its clock running from
+        `started` (time.monotonic(); now by default); encoded: rows as their JSON."""
+        with self.log.reader() as r:
+            return run_cypher(
+                r,
+                query,
+                params,
+                timeout_ms=limits.timeout_ms,
+                max_rows=limits.max_rows,
+                max_bytes=limits.max_bytes,
+                max_string=limits.max_string,
+                max_list=limits.max_list,
+                max_result_bytes=limits.max_result_bytes,
+                encoded=encoded,
+                started=started,
+            )
+
+    def would_delete(self, event_id: str, *, cascade: bool) -> list[str]:
+        """The ids a delete (cascading or not) would remove, the event first; changes nothing."""
+        with self.log.reader() as r:
+            return would_delete(r, event_id, cascade=cascade)
+
+    def awaiting_purge(self) -> bool:
+        """Whether deleted events of this tenant await a purge (the log holds tombstones)."""
+        return bool(self.log.tombstones())
+
+    def map_size(self) -> int:
+        """The LMDB map size of the tenant's log, in bytes."""
+        return self.log.map_size()
+
+    def vectors_pending(self) -> int:
+        """Vectors acknowledged (searched exactly) but not yet in the HNSW graph."""
+        return self.vectors.pending()
+
+    def reads_start_at_once(self) -> bool:
+        """Whether a read would start without waiting: the keyword index has nothing to fold, and
+        neither the log nor the vector index is held exclusive (a hint)."""
+        locks = (self.log.lock, self.vectors.lock)
+        return self.keyword.settled() and all(lock.uncontended() for lock in locks)
+
+    def save_vectors(self) -> None:
+        """Persist the vector index (tail included) and record the seq it covers."""
+        if self.vector_saved_seq == self.vector_seq and self.vectors.path.exists():
+            return  # nothing changed since the last save: a clean close stays fast
+        seq = self.vector_seq
+        try:
+            self.vectors.save()
+        except (OSError, ValueError) as exc:
+            raise_if_disk_full(exc, self.root, NOT_SAVED)
+            raise
+        # Recorded only once the file and the watermark are both durable: a save or a meta write
+        # that failed (a full disk) is tried again by the next save, and until then the log
+        # replays what the saved file lacks.
+        self.log.set_meta_int(layout.VECTOR_SEQ, seq)
+        self.vector_saved_seq = seq
+
+    # -- writes -----------------------------------------------------------------
+
+    def submit_append(self, events: list[NewEvent]) -> Future[Any]:
+        """Queue events for the next group commit; resolves to a list of results or errors.
+
+        Conflict (409) at once if an event's Idempotency-Key (its event_id) is still being
+        written by an earlier call: the twin would race it for the id, and be answered before
+        the first is durable. Once that call is answered, a retry replays its result.
+        """
+        keys = {ev.event_id for ev in events if ev.event_id is not None}
+        if keys:
+            self._hold_keys(keys)
+        try:
+            future = self.writer.submit(AppendJob(events))
+        except BaseException:
+            self._release_keys(keys)
+            raise
+        if keys:
+            future.add_done_callback(lambda _done: self._release_keys(keys))
+        return future
+
+    def _hold_keys(self, keys: set[str]) -> None:
+        """Mark idempotency keys in flight, or refuse them all if one of them already is."""
+        with self._keys_lock:
+            if not keys.isdisjoint(self._in_flight_keys):
+                raise Conflict(IN_FLIGHT, headers={"Retry-After": "1"})
+            self._in_flight_keys |= keys
+
+    def _release_keys(self, keys: set[str]) -> None:
+        """The call that held these keys is answered."""
+        with self._keys_lock:
+            self._in_flight_keys -= keys
+
+    def submit_delete(self, event_ids: list[str]) -> Future[Any]:
+        """Queue deletions; resolves to the list of ids actually deleted."""
+        return self.writer.submit(DeleteJob(event_ids))
+
+    def submit_delete_cascade(self, event_id: str) -> Future[list[str]]:
+        """Delete the event and everything derived from it over SOURCE_FROM in one transaction on
+        the writer, so an event derived meanwhile cannot escape; resolves to the ids deleted, the
+        event first."""
+
+        def run() -> list[str]:
+            def apply(txn: Any) -> list[str]:
+                return self.log.delete_in(txn, derived_closure(self.log.view(txn), event_id))
+
+            self.mark_before_delete([event_id])  # the closure is empty unless the event is live
+            deleted = self.log.write(apply)
+            self.catch_up()
+            return deleted
+
+        return self.call(run)
+
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run fn on the writer thread, alone, between group commits; resolves to its result."""
+        return self.writer.submit(CallJob(fn))
+
+    def purge(self, step: StepHook = no_step) -> PurgeStats:
+        """Rewrite this tenant's files so the bytes of every event deleted before this call leave
+        the disk; concurrent callers share one purge (step: a hook called at each stage)."""
+        return self._purges.run(self, step)
+
+    def swap_keyword(self, index: KeywordIndex) -> None:
+        """Put a new keyword index in place of the current one (a purge's rebuild, on the writer
+        thread once the old one is closed, with the log held exclusive)."""
+        self.keyword = index
+
+    def _commit_batch(self, jobs: list[Job]) -> None:
+        """Commit the batch's writes as one group, then run its calls one at a time."""
+        writes = [job for job in jobs if not isinstance(job.payload, CallJob)]
+        if writes:
+            self._commit_writes(writes)
+        for job in jobs:
+            if isinstance(job.payload, CallJob):
+                try:
+                    job.future.set_result(job.payload.fn())
+                except BaseException as exc:  # the caller gets it; the writer carries on
+                    job.future.set_exception(exc)
+
+    def _commit_writes(self, jobs: list[Job]) -> None:
+        """One durable LMDB transaction for every job, then the index projections, then the answers."""
+        kw_seq = self.keyword.committed_seq  # what the durable keyword index covers
+        appends_only = all(isinstance(job.payload, AppendJob) for job in jobs)
+        if not appends_only:
+            self.mark_before_delete(
+                e for job in jobs if isinstance(job.payload, DeleteJob) for e in job.payload.event_ids
+            )
+
+        def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
+            # Runs again from the start if the map had to grow, with a fresh appender.
+            appender = self.log.appender(txn)
+            start = appender.last
+            results: list[Any] = []
+            for job in jobs:
+                p = job.payload
+                if isinstance(p, AppendJob):
+                    results.append(appender.append_all(p.events))
+                else:
+                    results.append(appender.delete(p.event_ids))
+            # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
+            self.log.put_meta_int(txn, layout.KEYWORD_SEQ, kw_seq)
+            return results, start, appender.written
+
+        results, start, written = self.log.write(apply)
+        if not (appends_only and self._project(start, written)):
+            self.catch_up()
+        for job, result in zip(jobs, results, strict=True):
+            job.future.set_result(result)
+
+    def _project(self, start: int, written: list[StoredEvent]) -> bool:
+        """Feed both indexes an append-only batch's records from memory; False if catch_up must."""
+        # Only when it is provably what catch_up would do, reading back no log: it would replay
+        # exactly the ops after start, here these records, one op each, in order, and each still
+        # the live record of its id (the batch deleted nothing and, ids being distinct,
+        # overwrote nothing).
+        if not (start == self.keyword_seq == self.vector_seq):
+            return False
+        if any(rec.seq != start + i for i, rec in enumerate(written, 1)):
+            return False
+        if len({rec.event_id for rec in written}) != len(written):
+            return False
+        if not written:
+            return True  # no op written (replays, errors): catch_up would have nothing to do
+        docs = [
+            KeywordDoc(r.event_id, r.kind, r.text, r.filterable, r.seq) for r in written if r.text
+        ]
+        labels = [r.seq for r in written if r.embedding is not None]
+        vectors = [r.embedding for r in written if r.embedding is not None]
+        last = written[-1].seq
+        # The same order as catch_up: a failure here leaves the watermarks behind, and the next
+        # batch (then taking catch_up's path) replays what was not applied.
+        self.keyword.publish(docs, [], last)
+        self.vectors.add(labels, vectors)
+        self.keyword_seq = self.vector_seq = last
+        return True
+
+    def _observe_batch(self, size: int) -> None:
+        """Forward a batch size to whoever measures them."""
+        if self.on_batch is not None:
+            self.on_batch(size)
+
+    # -- lifecycle --------------------------------------------------------------
+
+    def close(self) -> None:
+        """Drain the writer, save both indexes with their watermarks and close the log."""
+        self.writer.stop()
+        self.keyword.close()  # a last commit that fails leaves committed_seq behind: no loss
+        try:
+            self.save_vectors()
+        except DiskFull:  # the saved watermark stays behind: the next open replays the rest
+            log.error("tenant vector index not saved: the disk is full")
+        self.vectors.close()
+        committed = self.keyword.committed_seq
+        if self.log.meta_int(layout.KEYWORD_SEQ) != committed:  # a read-only visit writes nothing
+            try:
+                self.log.set_meta_int(layout.KEYWORD_SEQ, committed)
+            except DiskFull:  # an older watermark only replays more on open
+                log.error("tenant keyword watermark not saved: the disk is full")
+        self.log.close()
+
