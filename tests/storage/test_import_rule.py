@@ -11,8 +11,9 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # What memspine_admin may import of storage: the error hierarchy its commands and the verifier
-# answer with. The rest of storage is the server's (memspine) to use.
-STORAGE_PUBLIC = ("storage.errors",)
+# answer with, and the durable file writes of its control database. The rest of storage is the
+# server's (memspine) to use; test_storage_layers.py lists what memspine itself may import.
+STORAGE_PUBLIC = ("storage.errors", "storage.fsync")
 STORAGE_FORBIDDEN = ("litestar", "memspine", "memspine_admin")
 
 
@@ -76,13 +77,14 @@ def test_memspine_admin_imports_storage_only_through_its_public_modules() -> Non
         ("storage/x.py", "from memspine.config import Settings\n", True),
         ("storage/x.py", "def f():\n    import litestar.types\n", True),
         ("storage/x.py", "import memspine_admin\n", True),
-        ("storage/cypher/x.py", "from .. import tenant\nfrom ..errors import NotFound\n", False),
+        ("storage/cypher/x.py", "from .. import model\nfrom ..errors import NotFound\n", False),
         ("memspine_admin/x.py", "from storage.tenant import Tenant\n", True),
         ("memspine_admin/x.py", "from storage import tenant\n", True),
         ("memspine_admin/x.py", "from storage import Tenant\n", True),
         ("memspine_admin/x.py", "import storage.log\n", True),
         ("memspine_admin/x.py", "from storage.errors import NotFound\n", False),
         ("memspine_admin/x.py", "from storage import errors\n", False),
+        ("memspine_admin/x.py", "from storage.fsync import fsync_dir\n", False),
     ],
 )
 def test_the_rule_reads_every_form_of_import(

@@ -69,7 +69,7 @@ def test_in_memory_projection_answers_like_a_replay_of_the_log(tmp_path: Path) -
         [
             ("append", [ev(1, "parcel refund", [1.0, 0, 0, 0], properties_raw=agent)]),
             # Twins of one key in one call are answered in order (another call with the key
-            # while this one is in flight is refused: tests/test_tenant_ops.py).
+            # while this one is in flight is refused: tests/storage/test_tenant_ops.py).
             (
                 "append",
                 [

@@ -1,4 +1,4 @@
-"""Schemathesis hooks for tests/test_contract.py (loaded by the schemathesis CLI, not pytest)."""
+"""Schemathesis hooks for tests/e2e/test_contract.py (loaded by the schemathesis CLI, not pytest)."""
 
 from __future__ import annotations
 

@@ -2,7 +2,7 @@
 with every check, for a read-write key, a read-only key and the admin key; and the document
 lists every route and status docs/api.md lists.
 
-tests/schemathesis.toml and tests/contract_hooks.py say where an answer depends on what no
+tests/e2e/schemathesis.toml and tests/e2e/contract_hooks.py say where an answer depends on what no
 JSON Schema can state (a Cypher query's syntax, an order between two fields, stored state).
 """
 
@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 import pytest
-from conftest import REPO, ServerProcess
+from servers import REPO, ServerProcess
 
 from memspine_admin.control import ControlDB
 
@@ -175,7 +175,7 @@ def test_the_schema_viewer_needs_no_other_host(live: Live) -> None:
 
 
 def test_the_hooks_excuse_only_what_no_schema_can_state() -> None:
-    """tests/contract_hooks.py drops failures: each rule must drop its case and nothing else."""
+    """tests/e2e/contract_hooks.py drops failures: each rule must drop its case and nothing else."""
     import contract_hooks as hooks
 
     assert hooks.whole_numbers_as_integers({"k": 74.0, "e": [1.5, 2.0], "t": "1.0"}) == {

@@ -23,7 +23,7 @@ from storage.embedders import Embedder, EmbedderError, make_embedder
 from storage.embedders.local import DIM, MODEL_NAME, LocalEmbedder
 from storage.embedders.openai_compat import OpenAIEmbedder, endpoint_url, retry_after_secs
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # shared/ lies beside the checkout (CI's clone, /work/main) or at /work/shared (a worktree).
 LOCOMO = next(
     (
