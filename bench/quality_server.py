@@ -454,7 +454,8 @@ class Sweep:
         for j in kw[:hits]:
             words = {w.lower() for w in re.findall(r"[^\W_]+", self.convs[n].turns[j].text)}
             counts.update(w for w in words if w not in STOP_WORDS and w not in asked and len(w) > 2)
-        extra = [w for w, _c in counts.most_common(terms)]
+        # Ties by the word itself: a set's order changes with each run's string hashing.
+        extra = sorted(counts, key=lambda w: (-counts[w], w))[:terms]
         return self._keyword(n, question + " " + " ".join(extra)) if extra else kw
 
 
@@ -560,6 +561,7 @@ def cost(emb: Embeddings, quick: bool) -> dict[str, Any]:
     spec = importlib.util.spec_from_file_location("bench_recall", BENCH / "recall.py")
     assert spec is not None and spec.loader is not None
     bench_recall = importlib.util.module_from_spec(spec)
+    sys.modules["bench_recall"] = bench_recall  # its dataclasses look their module up
     spec.loader.exec_module(bench_recall)
     bench_recall.DATA = NPZ
     corpus = bench_recall.load_corpus()
@@ -588,6 +590,7 @@ def cost(emb: Embeddings, quick: bool) -> dict[str, Any]:
     finally:
         tenant.close()
         shutil.rmtree(root.parent, ignore_errors=True)
+    emb.embedder.embed(["the model loads before the clock starts"])
     embed_ms = []
     for text in corpus.q_texts[: 50 if quick else 300]:
         started = time.perf_counter()

@@ -392,15 +392,17 @@ def moved_query(adm: Admission, keyword: list[StoredEvent], feedback: Feedback) 
     Their records are read whole here (ranking reads records without their embeddings)."""
     assert adm.q.embedding is not None
     query = unit(as_float32(adm.q.embedding))
-    rows = []
+    total: np.ndarray | None = None
+    n = 0
     for ev in keyword[: feedback.hits]:
         whole = adm.r.get(ev.event_id)
         if whole is not None and whole.embedding is not None and len(whole.embedding) == len(query):
-            rows.append(as_float32(whole.embedding))
-    if not rows:
+            row = unit(as_float32(whole.embedding))
+            total = row if total is None else total + row
+            n += 1
+    if total is None:
         return query
-    centre = np.mean(unit(np.asarray(rows, dtype=np.float32)), axis=0)
-    return unit(query + np.float32(feedback.weight) * centre)
+    return unit(query + np.float32(feedback.weight / n) * total)
 
 
 def explain(
