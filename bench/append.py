@@ -183,7 +183,7 @@ def lmdb_loop(payloads: list[bytes], seconds: float) -> dict[str, Any]:
 def preload_template(payloads: list[bytes], count: int) -> Path:
     """A data directory whose tenant `bench` holds count events built from the bench bodies."""
     from memspine.schemas import EventIn, decode_body, to_new_event
-    from storage.tenant import Tenant
+    from storage.tenants.tenant import Tenant
 
     data_dir = scratch_dir("preload") / "data"
     tenant = Tenant.open("bench", data_dir / "bench", embedding_dim=DIM)

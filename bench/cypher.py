@@ -39,7 +39,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import median, parse_args, percentile, scratch_dir, write_json  # noqa: E402
 
 from storage.cypher import plan, run  # noqa: E402
-from storage.log import EventLog  # noqa: E402
+from storage.log.eventlog import EventLog  # noqa: E402
 from storage.model import AppendResult, NewEvent  # noqa: E402
 
 SEED = 20261006

@@ -38,7 +38,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import OUT, parse_args, percentile, write_json  # noqa: E402  (run as a plain file)
 
 from storage.model import NewEvent  # noqa: E402
-from storage.tenant import Tenant  # noqa: E402
+from storage.tenants.tenant import Tenant  # noqa: E402
 
 DIM = 384
 BATCH = 1000
@@ -170,8 +170,8 @@ def one_run(source: Path, work: Path, seed: int) -> dict[str, Any]:
 
 
 def victim_bytes(tenant: Tenant, event_id: str) -> list[bytes]:
-    """A victim's embedding as the log stores it (raw float64s; a msgpack array in records
-    written before storage/records.py) and as hnswlib holds it."""
+    """A victim's embedding as the log stores it (raw float64s, storage/log/layout.py), as a msgpack
+    array (what the text of a JSON copy would hold) and as hnswlib holds it."""
     with tenant.log.reader() as r:
         ev = r.get(event_id)
     assert ev is not None and ev.embedding is not None

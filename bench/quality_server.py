@@ -7,7 +7,7 @@ client sends it (`f"{speaker}: {text}"` plus the image caption, the texts of
 made as the server makes it (`storage.embedders`' local all-MiniLM-L6-v2, then `server_vectors`).
 Every question (categories 1-4 with evidence) is asked with its text only; its vector is the
 same embedder's vector of the question, and recall runs as the engine runs it (validate, then
-`storage.recall.recall`) with the procedure's feedback.
+`storage.read.recall.recall`) with the procedure's feedback.
 
 Procedures, each end to end through the stores:
   client      the npz's reference vectors sent by a client (bench/quality.py's fused figure)
@@ -19,7 +19,7 @@ Procedures, each end to end through the stores:
 `--sweep` also runs every variant tried (turn texts, turn-vector context, question rephrasings,
 fusion, pseudo-relevance feedback, keyword expansion) in process: the keyword arm from the same
 stores, the vector arm by exact cosine (what storage does for tenants this small), fused as
-storage.recall fuses; checked against the end-to-end figure of `chosen` in the same run.
+storage.read.recall fuses; checked against the end-to-end figure of `chosen` in the same run.
 `--cost` measures what feedback adds to one fused recall at 100,000 events (bench/recall.py's
 corpus) and what embedding a query costs.
 
@@ -56,10 +56,10 @@ sys.path.insert(0, str(BENCH.parent))
 from common import OUT, median, percentile, scratch_dir, write_json  # noqa: E402  (plain files)
 
 from storage.embedders import Embedder, make_embedder  # noqa: E402
-from storage.keyword import STOP_WORDS, query_terms  # noqa: E402
+from storage.index.keyword import STOP_WORDS, query_terms  # noqa: E402
 from storage.model import AppendResult, NewEvent  # noqa: E402
-from storage.recall import Feedback, RecallQuery, recall, validate  # noqa: E402
-from storage.tenant import Tenant  # noqa: E402
+from storage.read.recall import Feedback, RecallQuery, recall, validate  # noqa: E402
+from storage.tenants.tenant import Tenant  # noqa: E402
 
 # shared/ beside the checkout, as bench/quality.py reads it, or at /work/shared from a worktree.
 SHARED = next(
@@ -435,7 +435,7 @@ class Sweep:
         return rows
 
     def _fuse(self, v: Variant, kw: list[int], vec: list[int]) -> list[int]:
-        """storage.recall's fusion with v's k, weights and depths (deeper x4 while < K hits)."""
+        """storage.read.recall's fusion with v's k, weights and depths (deeper x4 while < K hits)."""
         grow = 1
         while True:
             scores: dict[int, float] = {}

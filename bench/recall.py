@@ -52,10 +52,10 @@ from common import (  # noqa: E402  (bench scripts run as plain files)
     write_json,
 )
 
-from storage.keyword import query_terms  # noqa: E402
+from storage.index.keyword import query_terms  # noqa: E402
+from storage.index.vectors import VectorIndex  # noqa: E402
 from storage.model import NewEvent  # noqa: E402
-from storage.tenant import Tenant  # noqa: E402
-from storage.vectors import VectorIndex  # noqa: E402
+from storage.tenants.tenant import Tenant  # noqa: E402
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz"
 DIM = 384

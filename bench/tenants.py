@@ -10,7 +10,7 @@
   through the same cap (nothing reopens) as the ceiling.
 - cycles: 10,000 open/close cycles in process through a cap of 1 over three tenants: file
   descriptors, threads and LMDB reader slots before and after.
-- memory: the accounted memory of open tenants (storage/footprint.py) against the RSS they add,
+- memory: the accounted memory of open tenants (storage/tenants/footprint.py) against the RSS they add,
   in a fresh process, at several sizes; then 12 tenants of 10,000 events recalled round-robin
   over HTTP, three rounds, by a server with MEMSPINE_MAX_OPEN_BYTES=96M and by one whose
   budget holds them all (the baseline): VmRSS before, at its peak and after each round,
@@ -54,17 +54,17 @@ from common import (
     write_json,
 )
 
-from storage.footprint import (  # noqa: E402
+from storage.index.keyword import KeywordIndex  # noqa: E402
+from storage.index.vectors import VectorIndex  # noqa: E402
+from storage.log.eventlog import EventLog  # noqa: E402
+from storage.model import NewEvent  # noqa: E402
+from storage.tenants.footprint import (  # noqa: E402
     closed_tenant_bytes,
     give_back_memory,
     tenant_bytes,
 )
-from storage.keyword import KeywordIndex  # noqa: E402
-from storage.log import EventLog  # noqa: E402
-from storage.manager import TenantManager  # noqa: E402
-from storage.model import NewEvent  # noqa: E402
-from storage.tenant import Tenant  # noqa: E402
-from storage.vectors import VectorIndex  # noqa: E402
+from storage.tenants.manager import TenantManager  # noqa: E402
+from storage.tenants.tenant import Tenant  # noqa: E402
 
 DIM = 384
 BATCH = 1000

@@ -11,9 +11,7 @@ from contextlib import asynccontextmanager
 
 from litestar import Litestar
 from litestar.datastructures import State
-from litestar.openapi.config import OpenAPIConfig
 
-from memspine import __version__
 from memspine.auth import Authenticator, AuthLimits
 from memspine.config import Settings
 from memspine.edge import Edge
@@ -22,9 +20,11 @@ from memspine.errors import EXCEPTION_HANDLERS
 from memspine.hot import HotRoutes
 from memspine.logs import install_request_observer, log_request
 from memspine.mcp.lazy import LazyMcp
-from memspine.metrics import Metrics, metrics_route
+from memspine.metrics import Metrics
+from memspine.openapi import schema_routes
+from memspine.pipeline import Services
 from memspine.purger import Purger
-from memspine.routes import admin, cypher, health, memory, ui, whoami
+from memspine.routes import OPERATIONS, litestar_handlers, ui
 from storage.cypher import warm as warm_cypher
 
 log = logging.getLogger("memspine.app")
@@ -69,6 +69,7 @@ def create_app(
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
     mcp = LazyMcp(engine, auth, settings)  # the MCP SDK loads on the first /mcp request
+    services = Services(engine=engine, auth=auth, settings=settings, metrics=metrics)
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
@@ -76,7 +77,8 @@ def create_app(
         engine.on_purge = metrics.observe_purge
         purger = Purger(engine, settings.purge_interval_secs)
         purger.start()
-        # lark builds the Cypher parser in 0.2-0.8 s: beside startup, not in a first query
+        # lark takes a noticeable part of a second to build the Cypher parser: beside startup,
+        # not in a first query
         threading.Thread(target=_settle, name="cypher-warm", daemon=True).start()
         try:
             yield
@@ -87,25 +89,21 @@ def create_app(
 
     app = Litestar(
         route_handlers=[
-            *health.ROUTES,
-            *memory.ROUTES,
-            *cypher.ROUTES,
-            *admin.ROUTES,
-            *whoami.ROUTES,
+            *litestar_handlers(services),
+            *schema_routes(OPERATIONS, settings.embedding_dim, ui=settings.ui),
             *ui.routes(settings),
-            metrics_route,
             mcp.route(),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
         state=State({"engine": engine, "auth": auth, "settings": settings, "metrics": metrics}),
         lifespan=[lifespan, mcp.lifespan],  # MCP sessions end before the engine closes
         request_max_body_size=settings.max_body_bytes,
-        openapi_config=OpenAPIConfig(title="memspine", version=__version__, path="/schema"),
+        openapi_config=None,  # memspine/openapi.py builds the document from the operations
         debug=False,
         logging_config=None,  # logging is configured once, as JSON lines, by the server (logs.py)
     )
     if hot_routes:
-        app.asgi_handler = HotRoutes(app.asgi_handler, engine, auth, settings.max_body_bytes)
+        app.asgi_handler = HotRoutes(app.asgi_handler, services)
     # In front of both, inside the observer: refusals at the edge are logged and counted too.
     app.asgi_handler = Edge(app.asgi_handler, settings, local_mode=lambda: auth.control() is None)
     install_request_observer(app, [log_request, metrics.observe_request])

@@ -9,13 +9,11 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import NamedTuple
 
 import anyio
 import anyio.to_thread
 from argon2 import PasswordHasher
-from litestar.connection import ASGIConnection
-from litestar.handlers.base import BaseRouteHandler
 
 from memspine.config import Settings
 from memspine.shares import FairShares
@@ -247,41 +245,3 @@ class Authenticator:
         """Close the control database if it was opened."""
         if self._control is not None:
             self._control.close()
-
-
-def bearer(connection: ASGIConnection[Any, Any, Any, Any]) -> str | None:
-    """The token of an `Authorization: Bearer` header, or None."""
-    return bearer_token(connection.headers.get("authorization"))
-
-
-def bearer_token(header: str | None) -> str | None:
-    """The token of an Authorization header value of the Bearer scheme, or None."""
-    if not header:
-        return None
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip() or None
-
-
-async def tenant_guard(
-    connection: ASGIConnection[Any, Any, Any, Any], handler: BaseRouteHandler
-) -> None:
-    """Authenticate a tenant request and check the scope the route declares in opt["scope"].
-
-    A route that declares `opt={"scope": None}` takes any valid key (whoami).
-    """
-    auth: Authenticator = connection.app.state.auth
-    principal = await auth.authenticate_async(bearer(connection))
-    scope = handler.opt.get("scope", "read")
-    if scope is not None:
-        principal.require(scope)
-    connection.state.principal = principal
-
-
-async def admin_guard(
-    connection: ASGIConnection[Any, Any, Any, Any], _handler: BaseRouteHandler
-) -> None:
-    """Admin routes take MEMSPINE_ADMIN_KEY, compared in constant time."""
-    auth: Authenticator = connection.app.state.auth
-    connection.state.control = auth.check_admin(bearer(connection))

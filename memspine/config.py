@@ -74,7 +74,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def default_max_open_tenants() -> int:
-    """(soft fd limit − 64) / 12, as the seed's original computed it (at least 1)."""
+    """(soft fd limit − 64) / 12, at least 1: descriptors kept for the server itself, the
+    rest shared by open tenants."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = 1_048_576
@@ -381,7 +382,6 @@ def load_settings(env: Mapping[str, str]) -> Settings:
         raise SettingsError(f"unknown setting {unknown[0]}; see docs/configuration.md")
     if values.get("node") and not values.get("control_url"):
         raise SettingsError("MEMSPINE_NODE: a node name needs MEMSPINE_CONTROL_URL (a cluster)")
-    return Settings(**values)
     settings = Settings(**values)
     _check_embedder(settings)
     return settings

@@ -12,21 +12,18 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
 import anyio.to_thread
-import msgspec
 
 from memspine.config import Settings
 from memspine.shares import FairShares
-from storage.cascade import delete_derived, derived_closure
-from storage.current import Moment
-from storage.cypher import CypherResult
-from storage.cypher import run as run_cypher
-from storage.errors import Conflict, MemspineError, NotFound, Unavailable
-from storage.listing import ListQuery, list_events
-from storage.manager import TenantManager
+from storage.cypher import CypherResult, Limits
+from storage.erasure.purge import for_want_of_room
+from storage.errors import MemspineError, NotFound, Unavailable
 from storage.model import AppendResult, NewEvent, StoredEvent
-from storage.purge import for_want_of_room
-from storage.recall import RecallQuery, RecallResult, recall, validate
-from storage.tenant import Tenant
+from storage.read.current import EventState
+from storage.read.listing import ListQuery
+from storage.read.recall import RecallQuery, RecallResult
+from storage.tenants.manager import TenantManager
+from storage.tenants.tenant import Tenant
 
 T = TypeVar("T")
 log = logging.getLogger("memspine.engine")
@@ -47,9 +44,8 @@ _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], A
 class ReadThreads:
     """Threads that run blocking reads for the event loop.
 
-    anyio.to_thread.run_sync cost a recall over HTTP about 0.15 ms more at the median (its cancel
-    scope, capacity limiter and worker bookkeeping on both sides of the hop, bench/RESULTS.md):
-    here a read is a job on one queue, and its thread hands the outcome back with a single
+    anyio.to_thread.run_sync made a recall over HTTP measurably slower (its cancel scope,
+    capacity limiter and worker bookkeeping on both sides of the hop, bench/RESULTS.md): here a read is a job on one queue, and its thread hands the outcome back with a single
     call_soon_threadsafe. As with run_sync, a cancelled caller still waits for its read to end.
     Each owner (a tenant) runs at most `per_owner` reads at once; owners that wait for a
     thread take turns (memspine/shares.py), so one owner's backlog never holds every thread.
@@ -118,14 +114,6 @@ def _settle(done: asyncio.Future[Any], setter: Callable[[Any], object], value: A
         setter(value)
 
 
-class EventState(msgspec.Struct, frozen=True):
-    """An event with whether it is current now and the live events that supersede it directly."""
-
-    event: StoredEvent
-    current: bool
-    superseded_by: list[str]
-
-
 class Engine:
     """The server's handle on every tenant: opening through the manager, blocking work in threads."""
 
@@ -172,8 +160,8 @@ class Engine:
         short one and nothing else is under way. A tenant that does not exist reads as an empty
         one and is not created (only a write creates it).
 
-        The hop to a read thread and back cost a recall over HTTP 0.12-0.4 ms of its ~1.4 ms in
-        A/B runs (bench/RESULTS.md). It buys little while this is the only request: the read
+        The hop to a read thread and back is a sizeable share of a recall over HTTP in A/B runs
+        (bench/RESULTS.md). It buys little while this is the only request: the read
         holds the GIL for most of its time anyway, and no other request waits for the loop. So
         a short read (bounded work: one event, a recall) runs on the loop when no other request
         holds a tenant, the keyword index has nothing to fold (a search would wait for a
@@ -190,21 +178,7 @@ class Engine:
     async def append(self, tenant_id: str, event: NewEvent) -> AppendResult:
         """Append one event through the tenant's group commit; answers once it is durable and indexed."""
         async with self.tenant(tenant_id) as t:
-            key = event.event_id
-            if key is not None:
-                with t.keys_lock:
-                    if key in t.in_flight_keys:
-                        raise Conflict(
-                            "a request with this Idempotency-Key is still being processed; retry shortly",
-                            headers={"Retry-After": "1"},
-                        )
-                    t.in_flight_keys.add(key)
-            try:
-                results = await asyncio.wrap_future(t.submit_append([event]))
-            finally:
-                if key is not None:
-                    with t.keys_lock:
-                        t.in_flight_keys.discard(key)
+            results = await asyncio.wrap_future(t.submit_append([event]))
         result = results[0]
         if isinstance(result, MemspineError):
             raise result
@@ -213,19 +187,7 @@ class Engine:
 
     async def get(self, tenant_id: str, event_id: str) -> EventState:
         """One live event with its current state; 404 for unknown, deleted or foreign ids alike."""
-
-        def fetch(t: Tenant) -> EventState | None:
-            with t.log.reader() as r:
-                ev = r.get(event_id)
-                if ev is None:
-                    return None
-                moment = Moment(r)
-                newer = [e.event_id for e in moment.superseders(ev)]
-                # is_current would look the superseders up a second time: use the list we have.
-                current = moment.exists(ev) and moment.in_window(ev) and not newer
-                return EventState(event=ev, current=current, superseded_by=newer)
-
-        state = await self.read(tenant_id, fetch, short=True)
+        state = await self.read(tenant_id, lambda t: t.get(event_id), short=True)
         if state is None:
             raise NotFound(NO_EVENT)
         return state
@@ -240,30 +202,22 @@ class Engine:
     async def delete_cascade(self, tenant_id: str, event_id: str) -> list[str]:
         """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids deleted."""
         async with self.tenant(tenant_id) as t:
-            deleted = await asyncio.wrap_future(delete_derived(t, event_id))
+            deleted = await asyncio.wrap_future(t.submit_delete_cascade(event_id))
         return deleted
 
     async def would_delete(self, tenant_id: str, event_id: str, *, cascade: bool) -> list[str]:
         """The ids a delete would remove, the event first; 404 for an unknown id. Changes nothing."""
-
-        def find(t: Tenant) -> list[str]:
-            with t.log.reader() as r:
-                if cascade:
-                    return derived_closure(r, event_id)
-                return [event_id] if r.exists(event_id) else []
-
-        ids = await self.read(tenant_id, find)
+        ids = await self.read(tenant_id, lambda t: t.would_delete(event_id, cascade=cascade))
         if not ids:
             raise NotFound(NO_EVENT)
         return ids
 
-    async def purge(self, tenant_id: str) -> bool:
+    async def purge(self, tenant_id: str) -> None:
         """Rewrite the tenant's files so its deleted events' bytes leave the disk (docs/erasure.md)."""
         async with self.tenant(tenant_id) as t:
             stats = await anyio.to_thread.run_sync(t.purge)
         if stats.purged and self.on_purge is not None:
             self.on_purge(stats.seconds)
-        return True
 
     async def purge_after_delete(self, tenant_id: str) -> str | None:
         """The purge a delete asked for: None once its bytes are gone, else why it is pending.
@@ -284,24 +238,12 @@ class Engine:
 
     async def list(self, tenant_id: str, query: ListQuery) -> tuple[list[StoredEvent], str | None]:
         """One page of events newest first."""
-
-        def page(t: Tenant) -> tuple[list[StoredEvent], str | None]:
-            with t.log.reader() as r:
-                moment = Moment(r, current=query.current, as_of=query.as_of)
-                return list_events(r, query, keep=moment.visible)
-
-        return await self.read(tenant_id, page)
+        return await self.read(tenant_id, lambda t: t.list_events(query))
 
     async def recall(self, tenant_id: str, query: RecallQuery) -> RecallResult:
         """Fused keyword and vector recall with the bounded walk."""
-
-        def run(t: Tenant) -> RecallResult:
-            with t.log.reader() as r:
-                validate(query, t.dim, r.meta_str("model"))
-                # Answers never show embeddings: hits keep the records ranking read without them.
-                return recall(r, t.keyword, t.vectors, query, embeddings=False)
-
-        return await self.read(tenant_id, run, short=True)
+        # Answers never show embeddings: hits keep the records ranking read without them.
+        return await self.read(tenant_id, lambda t: t.recall(query, embeddings=False), short=True)
 
     async def cypher(
         self, tenant_id: str, query: str, params: dict[str, Any] | None
@@ -309,31 +251,26 @@ class Engine:
         """A read-only Cypher query over one snapshot, bounded by the configured limits; its time
         counts from here, so a wait for a read thread is part of it."""
         started = time.monotonic()
-
-        def run(t: Tenant) -> CypherResult:
-            with t.log.reader() as r:
-                return run_cypher(
-                    r,
-                    query,
-                    params,
-                    timeout_ms=self.settings.cypher_timeout_ms,
-                    max_rows=self.settings.cypher_max_rows,
-                    max_bytes=self.settings.cypher_max_bytes,
-                    max_string=self.settings.cypher_max_string_chars,
-                    max_list=self.settings.cypher_max_list_items,
-                    max_result_bytes=self.settings.cypher_max_result_bytes,
-                    encoded=True,  # the answer is encoded here, row by row, under the limits
-                    started=started,
-                )
-
+        settings = self.settings
+        limits = Limits(
+            timeout_ms=settings.cypher_timeout_ms,
+            max_rows=settings.cypher_max_rows,
+            max_bytes=settings.cypher_max_bytes,
+            max_string=settings.cypher_max_string_chars,
+            max_list=settings.cypher_max_list_items,
+            max_result_bytes=settings.cypher_max_result_bytes,
+        )
         try:
             await asyncio.wait_for(
-                self.cypher_shares.acquire(tenant_id), self.settings.cypher_timeout_ms / 1000
+                self.cypher_shares.acquire(tenant_id), settings.cypher_timeout_ms / 1000
             )
         except TimeoutError:
             raise Unavailable(CYPHER_BUSY, headers={"Retry-After": "1"}) from None
         try:
-            return await self.read(tenant_id, run)
+            # encoded: the answer is encoded on the read thread, row by row, under the limits.
+            return await self.read(
+                tenant_id, lambda t: t.cypher(query, params, limits, encoded=True, started=started)
+            )
         finally:
             self.cypher_shares.release(tenant_id)
 

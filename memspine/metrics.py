@@ -6,11 +6,7 @@ Tenant ids appear only with MEMSPINE_METRICS_PER_TENANT=1; event text never does
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
-import anyio.to_thread
-from litestar import Response, get
-from litestar.datastructures import State
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -22,9 +18,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from memspine.logs import RequestRecord
-from storage.footprint import PARTS, tenant_memory
-from storage.manager import REASONS, TenantManager
-from storage.tenant import Tenant
+from storage.tenants.footprint import PARTS, tenant_memory
+from storage.tenants.manager import REASONS, TenantManager
+from storage.tenants.tenant import Tenant
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 OPEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)
@@ -147,7 +143,7 @@ class _ManagerCollector(Collector):
         yield GaugeMetricFamily(
             "memspine_vectors_pending",
             "Vectors acknowledged (searched exactly) but not yet in an HNSW graph, open tenants.",
-            value=sum(t.vectors.pending() for t in m.open_tenants()),
+            value=sum(t.vectors_pending() for t in m.open_tenants()),
         )
         sizes = m.map_sizes()
         yield GaugeMetricFamily(
@@ -214,14 +210,3 @@ class _ManagerCollector(Collector):
             ):
                 per.add_metric([tenant.tenant_id], sum(p.values()))
             yield per
-
-
-@get("/metrics", include_in_schema=False)
-async def metrics_route(state: State) -> Response[Any]:
-    """Prometheus exposition; no auth, no tenant ids unless MEMSPINE_METRICS_PER_TENANT=1."""
-    metrics: Metrics = state.metrics
-    body = await anyio.to_thread.run_sync(metrics.render)
-    return Response(body, media_type=MEDIA_TYPE)
-
-
-ROUTES = [metrics_route]

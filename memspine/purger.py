@@ -9,9 +9,9 @@ import logging
 import lmdb
 
 from memspine.engine import Engine
+from storage.erasure.purge import for_want_of_room
+from storage.erasure.swap import PENDING, pending_tenants
 from storage.errors import Unavailable
-from storage.purge import for_want_of_room
-from storage.swap import PENDING, pending_tenants
 
 log = logging.getLogger("memspine.purger")
 
@@ -53,7 +53,7 @@ class Purger:
         found = set(pending_tenants(self.engine.settings.data_dir))
         for tenant in self.engine.manager.open_tenants():
             try:
-                if tenant.log.tombstones():
+                if tenant.awaiting_purge():
                     found.add(tenant.tenant_id)
             except lmdb.Error:
                 continue  # closed since the snapshot of open tenants

@@ -1,55 +1,59 @@
-"""Query-string parsing shared by the routes: unknown parameters are refused by name."""
+"""Parsers of query parameter values (str in, value out, 400 saying what to send), and the
+listing query they build, shared by the HTTP routes and the MCP tools."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable, Mapping
 
 import msgspec
-from litestar import Request
 
-from memspine.schemas import TIME_CHECK_HEADER, check_kind, check_time, time_check
-from storage import encoding as enc
+from memspine.schemas import MAX_TS, check_kind, check_time
 from storage.errors import InvalidRequest
-from storage.listing import MAX_LIMIT, ListQuery
+from storage.log import layout as enc
 from storage.model import FilterValue
+from storage.read.listing import MAX_LIMIT, ListQuery
 
-LIST_PARAMS = {"kind", "since", "until", "limit", "cursor", "current", "as_of"}
-PROP_PREFIX = "prop."
-
-
-def check_params(request: Request[Any, Any, Any], allowed: set[str], *, props: bool = False) -> None:
-    """400 naming the first query parameter the route does not take, or one given twice.
-
-    The edge (memspine/edge.py) already refuses repeated and empty parameters on every route;
-    this keeps a handler strict wherever it is mounted.
-    """
-    for name in request.query_params:
-        if name in allowed or (props and name.startswith(PROP_PREFIX)):
-            one(request, name)
-            continue
-        raise InvalidRequest(f"unknown query parameter '{name}'")
+DEFAULT_LIST_LIMIT = 100
+TRUE, FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
 
 
-def one(request: Request[Any, Any, Any], name: str) -> str | None:
-    """A parameter given at most once."""
-    values = request.query_params.getall(name, [])
-    if len(values) > 1:
-        raise InvalidRequest(f"query parameter '{name}' is given more than once")
-    return values[0] if values else None
+def flag(name: str) -> Callable[[str], bool]:
+    """A boolean parameter: true/false/1/0, any case."""
+
+    def parse(raw: str) -> bool:
+        value = raw.lower()
+        if value in TRUE:
+            return True
+        if value in FALSE:
+            return False
+        raise InvalidRequest(f"{name} must be true or false")
+
+    return parse
 
 
-def int_param(request: Request[Any, Any, Any], name: str, lo: int, hi: int) -> int | None:
-    """An integer parameter within [lo, hi], or None when absent."""
-    raw = one(request, name)
-    if raw is None:
-        return None
-    try:
-        value = int(raw)
-    except ValueError:
-        raise InvalidRequest(f"{name} must be an integer") from None
+def int_range(name: str, lo: int, hi: int) -> Callable[[str], int]:
+    """An integer parameter within [lo, hi]."""
+
+    def parse(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise InvalidRequest(f"{name} must be an integer") from None
+        return in_range(value, name, lo, hi)
+
+    return parse
+
+
+def in_range(value: int, name: str, lo: int, hi: int) -> int:
+    """An integer within [lo, hi], or 400 naming the range."""
     if not lo <= value <= hi:
         raise InvalidRequest(f"{name} must be from {lo} to {hi}")
     return value
+
+
+def text(raw: str) -> str:
+    """A parameter taken as it is (ids, cursors: the operation checks them)."""
+    return raw
 
 
 def prop_values(raw: str) -> list[FilterValue]:
@@ -79,31 +83,34 @@ def prop_filter(prop: str, raw: str) -> list[FilterValue]:
     return prop_values(raw)
 
 
-def parse_list_query(request: Request[Any, Any, Any]) -> ListQuery:
-    """GET /v1/memory/events parameters."""
-    check_params(request, LIST_PARAMS, props=True)
-    kind = one(request, "kind")
+def list_query(
+    *,
+    kind: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    limit: int | None = None,
+    cursor: str | None = None,
+    props: Mapping[str, str] | None = None,
+    current: bool = True,
+    as_of: int | None = None,
+    checked: bool = True,
+) -> ListQuery:
+    """A listing's query from parsed values (GET /v1/memory/events, memory_list): kinds,
+    ranges, property filters and times checked here, once for both doors."""
     if kind is not None:
         check_kind(kind)
-    filters: dict[str, list[FilterValue]] = {}
-    for name in request.query_params:
-        if name.startswith(PROP_PREFIX):
-            value = one(request, name)
-            assert value is not None
-            prop = name[len(PROP_PREFIX) :]
-            filters[prop] = prop_filter(prop, value)
-    limit = int_param(request, "limit", 1, MAX_LIMIT)
-    current = one(request, "current")
-    if current is not None and current.lower() not in ("true", "false", "1", "0"):
-        raise InvalidRequest("current must be true or false")
-    checked = time_check(request.headers.get(TIME_CHECK_HEADER))
+    filters = {name: prop_filter(name, raw) for name, raw in (props or {}).items()}
     return ListQuery(
         kind=kind,
-        since=check_time(int_param(request, "since", 0, 2**62), "since", checked=checked, zero=True),
-        until=check_time(int_param(request, "until", 0, 2**62), "until", checked=checked),
-        limit=100 if limit is None else limit,
-        cursor=one(request, "cursor"),
+        since=check_time(_bounded(since, "since"), "since", checked=checked, zero=True),
+        until=check_time(_bounded(until, "until"), "until", checked=checked),
+        limit=DEFAULT_LIST_LIMIT if limit is None else in_range(limit, "limit", 1, MAX_LIMIT),
+        cursor=cursor,
         filters=filters,
-        current=current is None or current.lower() in ("true", "1"),
-        as_of=check_time(int_param(request, "as_of", 0, 2**62), "as_of", checked=checked),
+        current=current,
+        as_of=check_time(_bounded(as_of, "as_of"), "as_of", checked=checked),
     )
+
+
+def _bounded(value: int | None, name: str) -> int | None:
+    return None if value is None else in_range(value, name, 0, MAX_TS)

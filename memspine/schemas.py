@@ -8,15 +8,16 @@ import re
 import time
 import uuid
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Annotated, Any, TypeVar
 
 import msgspec
 
 from memspine.jsonbounds import check_body_nesting
-from storage import encoding as enc
+from storage.cypher.bounds import MAX_QUERY_CHARS
 from storage.errors import InvalidRequest
+from storage.log import layout as enc
 from storage.model import NewEvent, StoredEvent
-from storage.recall import RecallQuery, RecallResult, Walk, Withheld
+from storage.read.recall import RecallQuery, RecallResult, Walk, Withheld
 
 T = TypeVar("T")
 
@@ -26,22 +27,82 @@ MAX_IDS = 1000
 MAX_TS = 2**62
 MAX_MODEL_CHARS = 200
 MAX_IDEMPOTENCY_KEY = 255
+MAX_RECALL_TEXT_CHARS = 10_000
+MAX_K, MAX_HOPS = 100, 3
+KIND_PATTERN = "^[^\\x00-\\x1f\\x7f]+$"
 _KIND = re.compile(r"^[^\x00-\x1f\x7f]+\Z")  # \Z: "$" would accept a trailing newline
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+\Z")
+# A time a client sends must fall from 2000 through 9999 unless the request says
+# `Memspine-Time-Check: off`: seconds or milliseconds read as microseconds land in January
+# 1970, nanoseconds past the year 10000, and either would be stored without a word.
+EARLIEST_TS = 946_684_800_000_000  # 2000-01-01T00:00:00Z
+LATEST_TS = 253_402_300_800_000_000  # 10000-01-01T00:00:00Z, excluded
+
+
+def doc(description: str = "", **schema: Any) -> msgspec.Meta:
+    """JSON Schema for /schema/openapi.json only: msgspec checks none of it while decoding (the
+    checks below do, with sentences in the API's words)."""
+    return msgspec.Meta(description=description or None, extra_json_schema=schema)
+
+
+# The bounds schemas can state; to_new_event and to_recall_query enforce them.
+TIME = {"minimum": EARLIEST_TS, "maximum": LATEST_TS - 1}
+KIND_SCHEMA = {"minLength": 1, "maxLength": MAX_KIND_BYTES, "pattern": KIND_PATTERN}
+Kind = Annotated[str, doc(f"1-{MAX_KIND_BYTES} bytes of printable text.", **KIND_SCHEMA)]
+Time = Annotated[int, doc("Microseconds since the Unix epoch, 2000 through 9999.", **TIME)]
+From = Annotated[
+    int,
+    doc("Microseconds since the Unix epoch, 2000 through 9999, or 0.", anyOf=[{"const": 0}, TIME]),
+]
+Vector = Annotated[
+    list[float], doc("Finite numbers, as many as the tenant's dimension.", minItems=1)
+]
+Model = Annotated[str, doc(minLength=1, maxLength=MAX_MODEL_CHARS)]
+Ids = Annotated[list[str], doc(f"Event ids, at most {MAX_IDS}.", maxItems=MAX_IDS)]
+Properties = Annotated[
+    msgspec.Raw,
+    doc(
+        "A JSON object, stored and returned byte for byte; null or absent: none.",
+        type=["object", "null"],
+        properties={
+            "source_event_ids": {
+                "type": ["array", "null"],
+                "items": {"type": "string"},
+                "maxItems": MAX_IDS,
+            }
+        },
+    ),
+]
+FILTER_VALUE = {
+    "anyOf": [
+        {"type": "boolean"},
+        {"type": "number"},
+        {"type": "string", "maxLength": enc.MAX_FILTER_STRING_BYTES},
+    ]
+}
+PROPERTY_NAME = f"^[A-Za-z][A-Za-z0-9_]{{0,{enc.MAX_FILTER_NAME_BYTES - 1}}}$"
+Filter = Annotated[
+    dict[str, bool | int | float | str],
+    doc(
+        "Equality on filterable properties.",
+        propertyNames={"pattern": PROPERTY_NAME},
+        additionalProperties=FILTER_VALUE,
+    ),
+]
 
 
 class EventIn(msgspec.Struct, forbid_unknown_fields=True):
     """POST /v1/memory/event."""
 
-    kind: str
-    ts: int | None = None
-    text: str | None = None
-    embedding: list[float] | None = None
-    embedding_model: str | None = None
-    properties: msgspec.Raw = msgspec.Raw()  # kept as sent; empty when absent
-    supersedes: list[str] | None = None
-    valid_from: int | None = None
-    valid_until: int | None = None
+    kind: Kind
+    ts: Time | None = None
+    text: Annotated[str, doc(maxLength=MAX_TEXT_CHARS)] | None = None
+    embedding: Vector | None = None
+    embedding_model: Model | None = None
+    properties: Properties | msgspec.UnsetType = msgspec.UNSET  # kept as sent
+    supersedes: Ids | None = None
+    valid_from: From | None = None
+    valid_until: Time | None = None
 
 
 class EventCreated(msgspec.Struct, omit_defaults=True):
@@ -52,24 +113,24 @@ class EventCreated(msgspec.Struct, omit_defaults=True):
 
 
 class RecallIn(msgspec.Struct, forbid_unknown_fields=True):
-    """POST /v1/memory/recall."""
+    """POST /v1/memory/recall: text, an embedding, or both."""
 
-    text: str | None = None
-    embedding: list[float] | None = None
-    embedding_model: str | None = None
-    kind: str | None = None
-    k: int = 10
-    hops: int = 0
-    filter: dict[str, bool | int | float | str] | None = None
+    text: Annotated[str, doc(maxLength=MAX_RECALL_TEXT_CHARS)] | None = None
+    embedding: Vector | None = None
+    embedding_model: Model | None = None
+    kind: Kind | None = None
+    k: Annotated[int, doc(minimum=1, maximum=MAX_K)] = 10
+    hops: Annotated[int, doc(minimum=0, maximum=MAX_HOPS)] = 0
+    filter: Filter | None = None
     current: bool = True
-    as_of: int | None = None
+    as_of: Time | None = None
     explain: bool = False
 
 
 class CypherIn(msgspec.Struct, forbid_unknown_fields=True):
     """POST /v1/memory/cypher."""
 
-    query: str
+    query: Annotated[str, doc("One read-only openCypher query.", maxLength=MAX_QUERY_CHARS)]
     params: dict[str, Any] | None = None
 
 
@@ -84,6 +145,34 @@ def decode_body(body: bytes, type_: type[T]) -> T:
         raise InvalidRequest(f"invalid request body: {_explain(str(exc))}") from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
+
+
+def convert_body(values: dict[str, Any], type_: type[T]) -> T:
+    """A body given as Python values (the MCP tools) into its Struct, in decode_body's words."""
+    try:
+        return msgspec.convert(values, type=type_)
+    except msgspec.ValidationError as exc:
+        raise InvalidRequest(f"invalid request body: {_explain(str(exc))}") from None
+
+
+def event_in(values: dict[str, Any]) -> EventIn:
+    """An append body from Python values; its properties become the JSON bytes that are stored."""
+    properties = values.get("properties")
+    event = convert_body({k: v for k, v in values.items() if k != "properties"}, EventIn)
+    if properties is not None:
+        event.properties = msgspec.Raw(msgspec.json.encode(properties))
+    return event
+
+
+def plain(value: Any) -> Any:
+    """An answer as plain Python values, as a client decodes it (stored properties decoded)."""
+    return msgspec.to_builtins(value, enc_hook=_decode_raw)
+
+
+def _decode_raw(value: Any) -> Any:
+    if isinstance(value, msgspec.Raw):
+        return msgspec.json.decode(value)
+    raise TypeError(f"cannot render {type(value).__name__}")
 
 
 def _explain(message: str) -> str:
@@ -109,11 +198,8 @@ def check_embedding(values: list[float], field: str = "embedding") -> list[float
     return values  # msgspec decoded them as list[float]: integers already came out as floats
 
 
-# A time a client sends must fall from 2000 through 9999 unless the request says
-# `Memspine-Time-Check: off`: seconds or milliseconds read as microseconds land in January
-# 1970, nanoseconds past the year 10000, and either would be stored without a word.
-EARLIEST_TS = 946_684_800_000_000  # 2000-01-01T00:00:00Z
-LATEST_TS = 253_402_300_800_000_000  # 10000-01-01T00:00:00Z, excluded
+# A time a client sends must fall from EARLIEST_TS to LATEST_TS unless the request says
+# `Memspine-Time-Check: off` (constants above the Structs, which document them).
 TIME_CHECK_HEADER = "Memspine-Time-Check"
 _UNITS = (("seconds", 1_000_000, 1), ("milliseconds", 1000, 1), ("nanoseconds", 1, 1000))
 
@@ -178,7 +264,7 @@ def _id_list(value: Any, field: str) -> tuple[str, ...]:
 
 
 def idempotent_id(tenant_id: str, key: str) -> str:
-    """uuid5(uuid5(NAMESPACE_URL, "memspine:" + tenant), key), as API.md fixes it."""
+    """uuid5(uuid5(NAMESPACE_URL, "memspine:" + tenant), key), as docs/api.md states it."""
     namespace = uuid.uuid5(uuid.NAMESPACE_URL, "memspine:" + tenant_id)
     return str(uuid.uuid5(namespace, key))
 
@@ -204,7 +290,7 @@ def to_new_event(
         raise InvalidRequest(f"embedding_model must be 1 to {MAX_MODEL_CHARS} characters")
     properties_raw: bytes | None = None
     sources: tuple[str, ...] = ()
-    if len(body.properties):
+    if body.properties is not msgspec.UNSET:
         properties = _decode_properties(body.properties)
         if properties is not None:
             if not isinstance(properties, dict):
@@ -251,7 +337,8 @@ def _decode_properties(raw: msgspec.Raw) -> Any:
 def _body_hash(body: EventIn) -> bytes:
     """SHA-256 of the body in a canonical form (sorted keys), so whitespace changes are the same body."""
     obj: dict[str, Any] = {f: getattr(body, f) for f in body.__struct_fields__}
-    obj["properties"] = msgspec.json.decode(body.properties) if len(body.properties) else None
+    raw = body.properties
+    obj["properties"] = msgspec.json.decode(raw) if raw is not msgspec.UNSET else None
     return hashlib.sha256(msgspec.json.encode(obj, order="sorted")).digest()
 
 
@@ -262,7 +349,7 @@ class EventOut(msgspec.Struct):
     kind: str
     ts: int
     text: str | None
-    properties: msgspec.Raw
+    properties: Annotated[msgspec.Raw, doc("As sent; {} when none were.", type="object")]
     embedding: list[float] | msgspec.UnsetType = msgspec.UNSET
     embedding_model: str | msgspec.UnsetType = msgspec.UNSET
     supersedes: list[str] | msgspec.UnsetType = msgspec.UNSET
@@ -284,7 +371,8 @@ def event_out(
     current: bool | None = None,
     superseded_by: list[str] | None = None,
 ) -> EventOut:
-    """The client's view of a stored event; the seed's fields always, the others when they apply."""
+    """The client's view of a stored event: event_id, kind, ts, text and properties always, the
+    others when they apply."""
     return EventOut(
         event_id=ev.event_id,
         kind=ev.kind,
@@ -301,7 +389,27 @@ def event_out(
     )
 
 
-MAX_RECALL_TEXT_CHARS = 10_000
+class EventPage(msgspec.Struct):
+    """One page of a listing, newest first, and the cursor of the next (null on the last)."""
+
+    events: list[EventOut]
+    next_cursor: str | None
+
+
+class DeleteDone(msgspec.Struct, kw_only=True, omit_defaults=True):
+    """A delete's answer; `purge_pending` and `detail` only when a purge asked for is pending."""
+
+    deleted: bool
+    purged: bool
+    purge_pending: bool | msgspec.UnsetType = msgspec.UNSET
+    deleted_ids: list[str]
+    detail: str | msgspec.UnsetType = msgspec.UNSET
+
+
+class WouldDelete(msgspec.Struct):
+    """A dry run's answer: what the delete would remove, the event first."""
+
+    would_delete: list[str]
 
 
 class HitOut(msgspec.Struct):
@@ -311,7 +419,7 @@ class HitOut(msgspec.Struct):
     kind: str
     ts: int
     text: str | None
-    properties: msgspec.Raw
+    properties: Annotated[msgspec.Raw, doc("As sent; {} when none were.", type="object")]
     score: float
     via: str | msgspec.UnsetType = msgspec.UNSET
     hop: int | msgspec.UnsetType = msgspec.UNSET

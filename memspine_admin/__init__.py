@@ -16,7 +16,7 @@ from memspine_admin.records import (
     IssuedKey,
     KeyInfo,
     KeyRecord,
-    Tenant,
+    TenantRecord,
     is_tenant_id,
     now_us,
 )
@@ -34,7 +34,7 @@ __all__ = [
     "KeyRecord",
     "KeyVerifier",
     "Principal",
-    "Tenant",
+    "TenantRecord",
     "control_path",
     "erase_tenant_dir",
     "is_tenant_id",

@@ -26,7 +26,7 @@ from memspine_admin.records import (
     IssuedKey,
     KeyInfo,
     KeyRecord,
-    Tenant,
+    TenantRecord,
     check_name,
     check_scopes,
     check_ttl,
@@ -34,6 +34,7 @@ from memspine_admin.records import (
     now_us,
 )
 from storage.errors import Conflict, InvalidRequest, NotFound
+from storage.fsync import fsync_dir
 
 CONTROL_DIR = "_control"
 SCHEMA_VERSION = 1
@@ -45,16 +46,16 @@ _U64 = struct.Struct(">Q")
 
 
 class StoredTenant(msgspec.Struct, frozen=True, kw_only=True):
-    """A tenant as the LMDB record holds it: Tenant's fields and its route (internal)."""
+    """A tenant as the LMDB record holds it: TenantRecord's fields and its route (internal)."""
 
     tenant_id: str
     name: str
     created_at: int
     route: str | None = None  # None for a tenant made before routes, until its next key
 
-    def tenant(self) -> Tenant:
+    def tenant(self) -> TenantRecord:
         """What callers see."""
-        return Tenant(tenant_id=self.tenant_id, name=self.name, created_at=self.created_at)
+        return TenantRecord(tenant_id=self.tenant_id, name=self.name, created_at=self.created_at)
 
 
 def control_path(data_dir: Path) -> Path:
@@ -79,18 +80,10 @@ def erase_tenant_dir(data_dir: Path, tenant_id: str) -> bool:
         # Rename first, so a crash mid-way leaves no half-erased directory under the tenant's name.
         doomed = root / f".erasing-{tenant_id}-{uuid.uuid4().hex[:8]}"
         os.rename(target, doomed)
-        _fsync_dir(root)
+        fsync_dir(root)
         shutil.rmtree(doomed)  # fd-based on Linux: symlinks inside are unlinked, not followed
-    _fsync_dir(root)
+    fsync_dir(root)
     return True
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class ControlDB:
@@ -166,7 +159,7 @@ class ControlDB:
             if cls.exists(data_dir):
                 return False
             raise
-        _fsync_dir(data_dir)
+        fsync_dir(data_dir)
         return True
 
     @classmethod
@@ -230,7 +223,7 @@ class ControlDB:
 
     # -- tenants -----------------------------------------------------------------------------
 
-    def create_tenant(self, name: str, *, actor: str) -> Tenant:
+    def create_tenant(self, name: str, *, actor: str) -> TenantRecord:
         """Create a tenant; Conflict (409) if a live tenant already has that name."""
         name = check_name(name, "name")
         with self._env.begin(write=True) as txn:
@@ -247,7 +240,7 @@ class ControlDB:
             self._log(txn, actor, "tenant.create", tenant.tenant_id, None, {"name": name})
         return tenant
 
-    def get_tenant(self, tenant_id: str) -> Tenant | None:
+    def get_tenant(self, tenant_id: str) -> TenantRecord | None:
         """The tenant with that id, or None."""
         if not is_tenant_id(tenant_id):
             return None
@@ -266,7 +259,7 @@ class ControlDB:
             raw = txn.get(tenant_id.encode())
         return None if raw is None else msgspec.msgpack.decode(raw, type=StoredTenant)
 
-    def list_tenants(self) -> list[Tenant]:
+    def list_tenants(self) -> list[TenantRecord]:
         """Every tenant, oldest first."""
         with self._env.begin(db=self._tenants) as txn:
             tenants = [msgspec.msgpack.decode(v, type=StoredTenant).tenant() for _, v in txn.cursor()]

@@ -40,7 +40,7 @@ from memspine_admin.records import (
     IssuedKey,
     KeyInfo,
     KeyRecord,
-    Tenant,
+    TenantRecord,
     check_name,
     check_scopes,
     check_ttl,
@@ -135,8 +135,8 @@ def _first_line(exc: BaseException) -> str:
     return text[-1].strip() if text else type(exc).__name__
 
 
-def _tenant(row: tuple[Any, ...]) -> Tenant:
-    return Tenant(tenant_id=row[0], name=row[1], created_at=row[2], node=row[3])
+def _tenant(row: tuple[Any, ...]) -> TenantRecord:
+    return TenantRecord(tenant_id=row[0], name=row[1], created_at=row[2], node=row[3])
 
 
 def _key(row: tuple[Any, ...]) -> KeyRecord:
@@ -388,7 +388,7 @@ class PgControl:
 
     # -- tenants -----------------------------------------------------------------------------
 
-    def create_tenant(self, name: str, *, actor: str) -> Tenant:
+    def create_tenant(self, name: str, *, actor: str) -> TenantRecord:
         """Create a tenant, placed on a registered node (memspine_admin/placement.py) if any;
         Conflict (409) if a live tenant already has that name."""
         name = check_name(name, "name")
@@ -404,7 +404,7 @@ class PgControl:
             while conn.execute("SELECT 1 FROM tenants WHERE route = %s", (route,)).fetchone():
                 route = keys.new_route()
             nodes = [r[0] for r in conn.execute("SELECT name FROM nodes")]
-            tenant = Tenant(
+            tenant = TenantRecord(
                 tenant_id=tenant_id,
                 name=name,
                 created_at=self.now(),
@@ -438,7 +438,7 @@ class PgControl:
                 return
             time.sleep(0.01)
 
-    def get_tenant(self, tenant_id: str) -> Tenant | None:
+    def get_tenant(self, tenant_id: str) -> TenantRecord | None:
         """The tenant with that id, or None."""
         if not is_tenant_id(tenant_id):
             return None
@@ -458,7 +458,7 @@ class PgControl:
             ).fetchone()
         return None if row is None else str(row[0])
 
-    def list_tenants(self) -> list[Tenant]:
+    def list_tenants(self) -> list[TenantRecord]:
         """Every tenant, oldest first."""
         with self._conn() as conn:
             rows = conn.execute(

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from argon2 import PasswordHasher
 
-from memspine_admin.records import AuditEntry, IssuedKey, KeyInfo, KeyRecord, Tenant
+from memspine_admin.records import AuditEntry, IssuedKey, KeyInfo, KeyRecord, TenantRecord
 
 CONTROL_URL_SCHEMES = ("postgresql://", "postgres://")
 
@@ -39,11 +39,11 @@ class ControlPlane(Protocol):
         """The counter bumped by every change to tenants or keys; cheap enough per request."""
         ...
 
-    def create_tenant(self, name: str, *, actor: str) -> Tenant:
+    def create_tenant(self, name: str, *, actor: str) -> TenantRecord:
         """Create a tenant; Conflict (409) if a live tenant already has that name."""
         ...
 
-    def get_tenant(self, tenant_id: str) -> Tenant | None:
+    def get_tenant(self, tenant_id: str) -> TenantRecord | None:
         """The tenant with that id, or None."""
         ...
 
@@ -51,7 +51,7 @@ class ControlPlane(Protocol):
         """The tenant's route (the start of its key ids), None if unknown or not given yet."""
         ...
 
-    def list_tenants(self) -> list[Tenant]:
+    def list_tenants(self) -> list[TenantRecord]:
         """Every tenant, oldest first."""
         ...
 

@@ -12,7 +12,6 @@ applied in `proxies`, which a tenant's creation waits for (memspine_admin/contro
 from __future__ import annotations
 
 import logging
-import os
 import socket
 import threading
 import time
@@ -24,6 +23,7 @@ import psycopg
 from memspine_admin.control_pg import CHANNEL, CONNECT_TIMEOUT_SECS, PgControl
 from memspine_admin.records import now_us
 from storage.errors import Unavailable
+from storage.fsync import replace_durably
 
 log = logging.getLogger("memspine.proxysync")
 
@@ -117,17 +117,10 @@ def diff(live: dict[str, str], wanted: dict[str, str]) -> list[tuple[str, str, s
 
 
 def write_map(path: Path, wanted: dict[str, str]) -> None:
-    """Replace the map file atomically (a temporary file renamed over it)."""
-    tmp = path.with_name(f".{path.name}.tmp")
+    """Replace the map file atomically (a temporary file fsynced and renamed over it)."""
+    head = "# memspine routes: key-id route or tenant id -> node (memspine-admin proxy-sync)\n"
     body = "".join(f"{k} {v}\n" for k, v in sorted(wanted.items()))
-    with open(tmp, "w", encoding="ascii") as f:
-        f.write(
-            "# memspine routes: key-id route or tenant id -> node (memspine-admin proxy-sync)\n"
-        )
-        f.write(body)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    replace_durably(path, lambda f: f.write((head + body).encode("ascii")))
 
 
 class ProxySync:

@@ -22,7 +22,7 @@ def now_us() -> int:
     return time.time_ns() // 1000
 
 
-class Tenant(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
+class TenantRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A tenant: its id (a UUIDv4, also its directory name), name and creation time (µs);
     in a cluster, the node that holds it (shown only then)."""
 

@@ -26,10 +26,10 @@ ENV = "MEMSPINE_FAILPOINTS"
 # Where storage calls `hit`: the points a test may arm (a typo in a spec must not arm nothing).
 POINTS = frozenset(
     {
-        "log.commit",  # storage/log.py: a write transaction, before LMDB commits it
-        "keyword.commit",  # storage/keyword.py: a Tantivy commit, documents already staged
-        "vectors.save",  # storage/vectors.py: the saved index written to its temp file, not renamed
-        "purge.copy",  # storage/compact.py: the purge's copy of the log written, before its sync
+        "log.commit",  # storage/log/eventlog.py: a write transaction, before LMDB commits it
+        "keyword.commit",  # storage/index/keyword.py: a Tantivy commit, documents already staged
+        "vectors.save",  # storage/index/vectors.py: the saved index written to its temp file, not renamed
+        "purge.copy",  # storage/erasure/compact.py: the purge's copy of the log written, before its sync
     }
 )
 

@@ -8,10 +8,9 @@ import msgspec
 
 FilterValue = bool | int | float | str
 
-# Relationship types between events; the byte is the one used in LMDB link keys.
+# Relationship types between events (storage/log/layout.py gives each the byte its link keys carry).
 SOURCE_FROM = "SOURCE_FROM"
 SUPERSEDES = "SUPERSEDES"
-REL_CODES: dict[str, bytes] = {SOURCE_FROM: b"S", SUPERSEDES: b"P"}
 
 
 class NewEvent(msgspec.Struct, frozen=True, kw_only=True):

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from pgcluster import control_url, pg_server  # noqa: F401  (fixtures: a real PostgreSQL)
 
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 REPO = Path(__file__).resolve().parent.parent
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from storage import keyword
-from storage.keyword import KeywordDoc, KeywordIndex
+from storage.index import keyword
+from storage.index.keyword import KeywordDoc, KeywordIndex
 
 
 def _doc(i: int) -> KeywordDoc:

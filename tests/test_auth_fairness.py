@@ -33,7 +33,7 @@ from memspine_admin.control import ControlDB
 from memspine_admin.verifier import UNAUTHORIZED_DETAIL, KeyVerifier
 from storage.errors import TooManyRequests, Unauthorized
 from storage.model import NewEvent
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 ADMIN_KEY = "fairness-admin-key-41c9d2"
 FLOOD_CONNECTIONS = 100

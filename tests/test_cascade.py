@@ -11,9 +11,9 @@ import httpx
 import pytest
 from conftest import ServerProcess
 
-from storage.cascade import delete_derived, derived_closure
 from storage.model import NewEvent
-from storage.tenant import Tenant
+from storage.read.cascade import derived_closure
+from storage.tenants.tenant import Tenant
 
 NOT_FOUND = {"error": "not_found", "detail": "no event with that id"}
 
@@ -60,14 +60,14 @@ def test_cascading_delete_is_one_transaction_and_reaches_the_indexes(tenant: Ten
     a = add(tenant, "alpha")
     b = add(tenant, "beta", (a,))
     keep = add(tenant, "gamma")
-    deleted = delete_derived(tenant, a).result()
+    deleted = tenant.submit_delete_cascade(a).result()
     assert deleted == [a, b]
     with tenant.log.reader() as r:
         assert r.get(a) is None and r.get(b) is None and r.get(keep) is not None
         assert sorted(r.tombstone_ids()) == sorted([a, b])
     assert tenant.keyword.search("beta", limit=5) == []
     assert [e for e, _s in tenant.keyword.search("gamma", limit=5)] == [keep]
-    assert delete_derived(tenant, a).result() == []
+    assert tenant.submit_delete_cascade(a).result() == []
 
 
 def test_an_event_derived_while_the_cascade_is_queued_goes_with_it(tenant: Tenant) -> None:
@@ -75,7 +75,7 @@ def test_an_event_derived_while_the_cascade_is_queued_goes_with_it(tenant: Tenan
     gate = threading.Event()
     blocker = tenant.call(gate.wait)  # hold the writer so both jobs queue behind it
     late = tenant.submit_append([NewEvent(kind="fact", ts=9, text="late", source_ids=(root,))])
-    cascade = delete_derived(tenant, root)
+    cascade = tenant.submit_delete_cascade(root)
     gate.set()
     blocker.result()
     [appended] = late.result()

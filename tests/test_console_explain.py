@@ -15,8 +15,8 @@ from test_recall import add, ev, run
 from memspine.app import create_app
 from memspine.config import load_settings
 from storage.model import NewEvent
-from storage.recall import RRF_K
-from storage.tenant import Tenant
+from storage.read.recall import RRF_K
+from storage.tenants.tenant import Tenant
 
 
 def _fused(ranks: tuple[int | None, int | None]) -> float:

@@ -19,13 +19,13 @@ import msgspec
 import pytest
 from conftest import ServerProcess
 
-from storage import encoding as enc
-from storage.current import Moment
-from storage.listing import ListQuery, list_events
-from storage.model import REL_CODES, SOURCE_FROM, SUPERSEDES, NewEvent
-from storage.reader import LogReader
-from storage.recall import Hit, RecallQuery, recall
-from storage.tenant import Tenant
+from storage.log import layout as enc
+from storage.log.reader import LogReader
+from storage.model import SOURCE_FROM, SUPERSEDES, NewEvent
+from storage.read.current import Moment
+from storage.read.listing import ListQuery, list_events
+from storage.read.recall import Hit, RecallQuery, recall
+from storage.tenants.tenant import Tenant
 
 MIN = 60_000_000  # one minute in microseconds
 HOUR = 60 * MIN
@@ -116,11 +116,12 @@ def force_supersedes(t: Tenant, newer: str, older: str) -> None:
         r = LogReader(txn, t.log.dbs)
         ev = r.get(newer)
         assert ev is not None
-        code = REL_CODES[SUPERSEDES]
         n = len(r.links_out(newer, SUPERSEDES))
         raw_new, raw_old = enc.id_bytes(newer), enc.id_bytes(older)
-        txn.put(raw_new + code + n.to_bytes(2, "big"), raw_old, db=t.log.dbs["links_out"])
-        txn.put(raw_old + code + enc.u64(ev.seq) + raw_new, b"", db=t.log.dbs["links_in"])
+        out_key = enc.link_out_key(raw_new, SUPERSEDES, n)
+        txn.put(out_key, raw_old, db=t.log.dbs["links_out"])
+        in_key = enc.link_in_key(raw_old, SUPERSEDES, ev.seq, raw_new)
+        txn.put(in_key, b"", db=t.log.dbs["links_in"])
 
     t.log.write(put)
 

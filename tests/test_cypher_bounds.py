@@ -29,7 +29,7 @@ from memspine.engine import Engine
 from storage.cypher import CypherResult, Limits, PlanCache, run, warm
 from storage.cypher.bounds import INT_MAX, INT_MIN, Meter
 from storage.errors import InvalidRequest, Unavailable
-from storage.log import EventLog
+from storage.log.eventlog import EventLog
 from storage.model import NewEvent
 
 MiB = 1 << 20

@@ -17,7 +17,7 @@ from cypher_table import table
 from storage.cypher import READ_ONLY_MESSAGE, CypherResult, GraphReader, plan, run
 from storage.cypher.diagnostics import WRITE_KEYWORDS
 from storage.errors import CypherSyntaxError, InvalidRequest
-from storage.log import EventLog
+from storage.log.eventlog import EventLog
 from storage.model import NewEvent, StoredEvent
 
 DAY = 1_791_244_800_000_000  # 2026-10-06 00:00 UTC in microseconds, the seed's Tuesday

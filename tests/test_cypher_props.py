@@ -20,9 +20,9 @@ from hypothesis import strategies as st
 
 from storage.cypher import run
 from storage.errors import InvalidRequest
-from storage.log import EventLog
+from storage.log.eventlog import EventLog
+from storage.log.reader import LogReader
 from storage.model import AppendResult, NewEvent
-from storage.reader import LogReader
 
 KINDS = ("turn", "fact", "tool_call")
 SUPPLIERS = ("A", "B", "C")

@@ -26,14 +26,14 @@ from conftest import ServerProcess
 
 from storage import failpoints, space
 from storage.errors import DiskFull
+from storage.index.vecfile import check_saved
 from storage.model import AppendResult, NewEvent
-from storage.recall import RecallQuery, recall
-from storage.tenant import Tenant
-from storage.vectors import _check_saved
+from storage.read.recall import RecallQuery, recall
+from storage.tenants.tenant import Tenant
 
 TENANT = "acme"
 DIM = 4
-TERMS_PER_QUERY = 64  # storage/keyword.py MAX_QUERY_WORDS: one recall looks for 64 events' words
+TERMS_PER_QUERY = 64  # storage/index/keyword.py MAX_QUERY_WORDS: one recall looks for 64 events' words
 
 
 # -- the events -------------------------------------------------------------------
@@ -467,12 +467,12 @@ def test_a_vector_file_cut_short_is_caught(tmp_path: Path) -> None:
     index.add_items(np.random.default_rng(1).standard_normal((500, DIM)).astype(np.float32))
     path = tmp_path / "v.hnsw"
     index.save_index(str(path))
-    _check_saved(path)
+    check_saved(path)
     whole = path.read_bytes()
     for cut in (1, 4, len(whole) // 3, len(whole) - 10):
         path.write_bytes(whole[:-cut])
         with pytest.raises(OSError):
-            _check_saved(path)
+            check_saved(path)
 
 
 def test_the_ways_stores_say_the_disk_is_full(tmp_path: Path) -> None:

@@ -28,7 +28,8 @@ from test_mcp import call, stdio, text
 from test_purge import scan
 
 from memspine.engine import PURGE_PENDING_ROOM
-from storage import swap, vecfile
+from storage.erasure import swap
+from storage.index import vecfile
 
 FIRST_ENV = {  # every tenant closes soon: after 1 s idle, or when two others were used since
     "MEMSPINE_TENANT_IDLE_SECS": "1",

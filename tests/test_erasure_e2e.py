@@ -33,9 +33,9 @@ from test_purge import (
     text_of,
 )
 
-from storage import swap
+from storage.erasure import swap
 from storage.model import NewEvent
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 TENANT = "4a2cd816-0f6f-4f89-ac26-41ef06c06e47"
 REPLY_TS = 1_791_208_939_000_000
@@ -225,8 +225,7 @@ def test_a_server_killed_during_a_purge_restarts_on_whole_files(
 KILL_SCRIPT = """
 import os, signal, sys
 from pathlib import Path
-from storage.purge import purge_tenant
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 root, at = Path(sys.argv[1]), sys.argv[2]
 t = Tenant.open("t1", root, embedding_dim=int(sys.argv[3]))
@@ -236,7 +235,7 @@ def step(name):
         os.kill(os.getpid(), signal.SIGKILL)
 
 print("go", flush=True)
-purge_tenant(t, step)
+t.purge(step)
 print("done", flush=True)
 t.close()
 """

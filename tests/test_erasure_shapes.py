@@ -18,12 +18,12 @@ import msgspec
 import pytest
 from test_purge import DIM, embedding_patterns, neighbour, rare_token, scan, text_patterns
 
-from storage import swap, vecfile
-from storage.cascade import delete_derived
-from storage.manager import TenantManager
+from storage.erasure import swap
+from storage.erasure.purge import NoRoomToPurge, for_want_of_room
+from storage.index import vecfile
 from storage.model import NewEvent
-from storage.purge import NoRoomToPurge, for_want_of_room, purge_tenant
-from storage.tenant import Tenant
+from storage.tenants.manager import TenantManager
+from storage.tenants.tenant import Tenant
 
 REPO = Path(__file__).resolve().parent.parent
 VECTORS = ["none", "all", "mixed", "no-text"]  # which events carry an embedding (and text)
@@ -171,7 +171,7 @@ def test_a_delete_through_storage_marks_the_tenant_and_an_open_repairs_a_lost_ma
     ids = fill(t, rng, "none", 0, 10)
     assert t.submit_delete(["1f0e4bd4-1d4f-4a5e-9a35-0cd7e0d7c2b1"]).result() == []
     assert not (root / swap.PENDING).exists()  # deleting nothing marks nothing
-    assert delete_derived(t, ids[0]).result() == [ids[0]]  # the cascading delete marks too
+    assert t.submit_delete_cascade(ids[0]).result() == [ids[0]]  # the cascading delete marks too
     assert (root / swap.PENDING).exists()
     assert t.purge().purged == 1 and not (root / swap.PENDING).exists()
     t.submit_delete([ids[1]]).result()
@@ -190,9 +190,7 @@ def test_a_delete_through_storage_marks_the_tenant_and_an_open_repairs_a_lost_ma
 FORK_SERVER = """
 import os, signal, sys
 from pathlib import Path
-from storage.cascade import delete_derived
-from storage.purge import purge_tenant
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 dim = int(sys.argv[1])
 print("ready", flush=True)
@@ -209,7 +207,7 @@ for line in sys.stdin:
                 os.kill(os.getpid(), signal.SIGKILL)
 
         if what == "purge":
-            purge_tenant(t, step)
+            t.purge(step)
         else:  # a delete killed just before or just after its LMDB commit
             write = t.log.write
 
@@ -223,7 +221,7 @@ for line in sys.stdin:
             if what == "delete":
                 t.submit_delete(ids).result()
             else:
-                delete_derived(t, ids[0]).result()
+                t.submit_delete_cascade(ids[0]).result()
         t.close()
         print(" ".join(steps), flush=True)
         os._exit(0)
@@ -437,7 +435,7 @@ def test_a_purge_that_runs_out_of_disk_half_way_is_retried(small_disk: Path, at:
             weights.append(ballast(small_disk, leave=0))
 
     with pytest.raises(Exception) as failed:  # LMDB, Tantivy or the OS say it their own way
-        purge_tenant(t, fill_the_disk)
+        t.purge(fill_the_disk)
     assert weights and for_want_of_room(failed.value), repr(failed.value)
     assert not any((t.root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
     assert t.log.tombstones() == [vid] and (t.root / swap.PENDING).exists()

@@ -1,6 +1,5 @@
 """Keyword hits carry their event's seq in a fast field, so recall reaches events without reading
-Tantivy's document store; indexes made before the field existed still open, answer alike, and
-get it at the next purge."""
+Tantivy's document store; an index of any other schema is rebuilt from the log on open."""
 
 from __future__ import annotations
 
@@ -10,11 +9,9 @@ from typing import Any
 
 import tantivy
 
-from storage import keyword
-from storage.keyword import KeywordDoc, KeywordIndex
 from storage.model import AppendResult, NewEvent
-from storage.recall import RecallQuery, recall
-from storage.tenant import Tenant
+from storage.read.recall import RecallQuery, recall
+from storage.tenants.tenant import Tenant
 
 DIM = 4
 WORDS = ["parcel", "refund", "carrier", "signed", "street", "number"]
@@ -56,23 +53,30 @@ def answers(t: Tenant) -> list[list[tuple[str, float]]]:
     return out
 
 
-def make_old_index(t: Tenant) -> None:
-    """Replace the tenant's keyword index with one of the schema before the seq, from its log."""
+def make_seqless_index(t: Tenant) -> None:
+    """Replace the tenant's keyword index with one whose documents have no seq, from its log."""
     path = t.root / "keyword"
     t.keyword.close()
     shutil.rmtree(path)
     path.mkdir()
-    index = tantivy.Index(keyword._schema(with_seq=False), path=str(path), reuse=True)
-    old = KeywordIndex(path, index, with_seq=False)
+    b = tantivy.SchemaBuilder()
+    b.add_text_field("id", stored=True, tokenizer_name="raw")
+    b.add_text_field("text", stored=False, tokenizer_name="en_stem", index_option="freq")
+    b.add_text_field("kind", stored=False, tokenizer_name="raw")
+    b.add_text_field("tag", stored=False, tokenizer_name="raw")
+    index = tantivy.Index(b.build(), path=str(path), reuse=True)
+    writer = index.writer(heap_size=15_000_000, num_threads=1)
     with t.log.reader() as r:
-        docs = [
-            KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq)
-            for ev in (r.get(e) for _s, _op, e in r.ops_after(0))
-            if ev is not None and ev.text
-        ]
-    old.add(docs)
-    old.commit()
-    old.close()
+        for _s, _op, e in r.ops_after(0):
+            ev = r.get(e)
+            if ev is not None and ev.text:
+                doc = tantivy.Document()
+                doc.add_text("id", ev.event_id)
+                doc.add_text("text", ev.text)
+                doc.add_text("kind", ev.kind)
+                writer.add_document(doc)
+    writer.commit()
+    writer.wait_merging_threads()
 
 
 def test_hits_carry_the_seq_of_their_event(tmp_path: Path) -> None:
@@ -88,45 +92,21 @@ def test_hits_carry_the_seq_of_their_event(tmp_path: Path) -> None:
     t.close()
 
 
-def test_an_index_made_before_the_seq_opens_and_answers_alike(tmp_path: Path) -> None:
+def test_an_index_of_another_schema_is_rebuilt_from_the_log(tmp_path: Path) -> None:
     new = Tenant.open("t", tmp_path / "new", embedding_dim=DIM)
-    old = Tenant.open("t", tmp_path / "old", embedding_dim=DIM)
+    other = Tenant.open("t", tmp_path / "other", embedding_dim=DIM)
     batch = events(60)
     add(new, batch)
-    add(old, batch)
-    old.close()
-    reopened = Tenant.open("t", tmp_path / "old", embedding_dim=DIM)
-    make_old_index(reopened)
-    reopened.close()
+    add(other, batch)
+    make_seqless_index(other)
+    other.close()  # its watermark says the index covers the whole log
 
-    old = Tenant.open("t", tmp_path / "old", embedding_dim=DIM)
-    assert not old.keyword.with_seq  # opened as it is, not rebuilt
-    assert old.keyword.ranked("parcel", limit=10).seqs is None
-    assert new.keyword.with_seq
-    assert answers(old) == answers(new)
-
-    # It goes on taking documents (without a seq) and finds them.
-    more = [
-        NewEvent(
-            kind="turn",
-            ts=2_000_000,
-            text="zanzibar parcel",
-            embedding=[0.0, 0.0, 1.0, 1.0],
-            event_id="00000000-0000-4000-8000-999999999999",
-        )
-    ]
-    assert add(old, more) and add(new, more)
-    assert answers(old) == answers(new)
-    with old.log.reader() as r:
-        hits = recall(r, old.keyword, old.vectors, RecallQuery(text="zanzibar")).hits
-    assert [h.event.text for h in hits] == ["zanzibar parcel"]
-
-    # A purge rebuilds the keyword index: it has the seq from then on, and answers the same.
-    victim = answers(old)[0][0][0]
-    for t in (old, new):
-        t.submit_delete([victim]).result()
-        t.purge()
-    assert old.keyword.with_seq
-    assert answers(old) == answers(new)
-    old.close()
-    new.close()
+    other = Tenant.open("t", tmp_path / "other", embedding_dim=DIM)
+    try:
+        assert other.catch_ups == 1  # rebuilt: every op replayed into a new index
+        found = other.keyword.ranked("parcel", limit=10)
+        assert len(found.seqs) == len(found) > 0
+        assert answers(other) == answers(new)
+    finally:
+        other.close()
+        new.close()

@@ -13,13 +13,13 @@ import lmdb
 import msgspec
 import pytest
 
-import storage.log as log_module
-from storage import encoding as enc
+import storage.log.eventlog as log_module
 from storage.errors import EmbeddingMismatch, IdempotencyMismatch, InvalidRequest
-from storage.listing import ListQuery, decode_cursor, list_events
-from storage.log import EventLog
+from storage.log import layout as enc
+from storage.log.eventlog import EventLog
 from storage.model import SOURCE_FROM, AppendResult, NewEvent
-from storage.tenant import Tenant
+from storage.read.listing import ListQuery, decode_cursor, list_events
+from storage.tenants.tenant import Tenant
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_seq_counts_appends_and_survives_reopen(tmp_path: Path) -> None:
 
 def test_meta_records_schema_dimension_and_projection_watermarks(tmp_path: Path) -> None:
     log = EventLog.open(tmp_path / "events", embedding_dim=7)
-    assert log.meta_int("schema") == log_module.SCHEMA_VERSION
+    assert log.meta_int("schema") == enc.SCHEMA_VERSION
     assert log.meta_int("dim") == 7
     assert log.meta_int("keyword_seq") is None  # nothing applied yet
     log.set_meta_int("keyword_seq", 12)
@@ -370,7 +370,7 @@ def test_map_grows_instead_of_failing(tmp_path: Path, monkeypatch: pytest.Monkey
 _DIE_HOLDING_A_READER = """
 import os, signal, sys
 from pathlib import Path
-from storage.log import EventLog
+from storage.log.eventlog import EventLog
 log = EventLog.open(Path(sys.argv[1]), embedding_dim=4)
 txn = log.env.begin()
 txn.get(b"x")
@@ -381,7 +381,7 @@ os.kill(os.getpid(), signal.SIGKILL)
 _OPEN_AND_LIST_READERS = """
 import sys
 from pathlib import Path
-from storage.log import EventLog
+from storage.log.eventlog import EventLog
 log = EventLog.open(Path(sys.argv[1]), embedding_dim=4)
 print(log.env.readers(), flush=True)
 """

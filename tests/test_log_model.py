@@ -12,11 +12,11 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
-from storage import encoding as enc
 from storage.errors import IdempotencyMismatch
-from storage.listing import ListQuery, list_events
-from storage.log import EventLog
+from storage.log import layout as enc
+from storage.log.eventlog import EventLog
 from storage.model import SOURCE_FROM, AppendResult, NewEvent
+from storage.read.listing import ListQuery, list_events
 
 KINDS = st.sampled_from(["turn", "fact", "tool_call"])
 TIMES = st.integers(0, 20)  # a narrow range, so equal times (ties broken by id) are common

@@ -22,10 +22,10 @@ from memspine.app import create_app
 from memspine.config import load_settings
 from memspine.limits import raise_fd_limit
 from storage.errors import Unavailable
-from storage.log import EventLog
-from storage.manager import TenantManager
+from storage.log.eventlog import EventLog
 from storage.model import NewEvent
-from storage.tenant import Tenant
+from storage.tenants.manager import TenantManager
+from storage.tenants.tenant import Tenant
 
 DIM = 4
 PER_WRITER = 12  # appends by each of four writers to the hot tenant

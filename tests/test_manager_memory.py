@@ -1,4 +1,4 @@
-"""Open tenants within a memory budget (storage/manager.py) on real stores and a real server, and
+"""Open tenants within a memory budget (storage/tenants/manager.py) on real stores and a real server, and
 reads of tenants that do not exist: they answer as an empty tenant and create nothing."""
 
 from __future__ import annotations
@@ -29,9 +29,9 @@ from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
 from memspine_admin.control import ControlDB
 from storage.errors import Unauthorized, Unavailable
-from storage.manager import BUSY_MEMORY, CAP, MEMORY, TenantManager
 from storage.model import NewEvent
-from storage.tenant import Tenant
+from storage.tenants.manager import BUSY_MEMORY, CAP, MEMORY, TenantManager
+from storage.tenants.tenant import Tenant
 
 DIM = 16
 EVENTS = 300  # per in-process tenant

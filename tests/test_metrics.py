@@ -14,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from memspine.app import create_app
 from memspine.config import load_settings
 from memspine.metrics import Metrics
-from storage.manager import TenantManager
+from storage.tenants.manager import TenantManager
 
 SECRET_TENANT = "acme-private-7f3a"
 SECRET_TEXT = "zebra orchid manifesto"

@@ -24,14 +24,15 @@ import tantivy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import swap
-from storage.compact import rewrite, sync_delta
-from storage.keyword import KeywordDoc, KeywordIndex
-from storage.log import EventLog
+from storage import files
+from storage.erasure import swap
+from storage.erasure.compact import rewrite, sync_delta
+from storage.erasure.purge import PurgeStats
+from storage.index.keyword import KeywordDoc, KeywordIndex
+from storage.index.vecfile import VectorFileError, count_labels, erase_labels
+from storage.log.eventlog import EventLog
 from storage.model import NewEvent, StoredEvent
-from storage.purge import PurgeStats, purge_tenant
-from storage.tenant import Tenant
-from storage.vecfile import VectorFileError, count_labels, erase_labels
+from storage.tenants.tenant import Tenant
 
 DIM = 16
 VOCAB = ["parcel", "order", "carrier", "refund", "street", "delivery", "agent", "customer"]
@@ -69,8 +70,8 @@ def text_patterns(text: str, rare: list[str]) -> dict[str, bytes]:
 def scan(root: Path, patterns: dict[str, bytes]) -> dict[str, list[str]]:
     """For each pattern, the files under root whose bytes contain it."""
     found: dict[str, list[str]] = {}
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
             path = Path(dirpath, name)
             try:
                 data = path.read_bytes()
@@ -205,7 +206,7 @@ def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) 
 
     assert scan(root, patterns) == {}
     assert index_terms(root / "keyword") & victim_terms == set()
-    assert sorted(p.name for p in root.iterdir()) == sorted(swap.COMPONENTS)
+    assert sorted(p.name for p in root.iterdir()) == sorted(files.STORES)
     gone[victim] = rare[0].lower()
     check_tenant(t, survivors, gone)
     assert record(t, derived[0]) is not None
@@ -374,7 +375,7 @@ def test_writes_during_the_purge_are_kept(tmp_path: Path, rng: random.Random) ->
     thread = threading.Thread(target=write_meanwhile)
     thread.start()
     try:
-        stats = purge_tenant(t, after_snapshot)
+        stats = t.purge(after_snapshot)
     finally:
         stop.set()
         thread.join()
@@ -455,11 +456,11 @@ def test_copy_plus_delta_equals_the_live_log(data: st.DataObject) -> None:
         random_ops(live, ids, data, "before")
         with live.reader() as r:
             since = r.last_seq()
-            rewrite(r, Path(tmp, "copy"), int(live.env.info()["map_size"]))
+            rewrite(r, Path(tmp, "copy"), live.map_size())
         random_ops(live, ids, data, "after")
         copy = EventLog.open(Path(tmp, "copy"), embedding_dim=4)
         with live.reader() as r:
-            changed = copy.write(lambda txn: sync_delta(r, txn, copy.dbs, since))
+            changed = copy.write(lambda txn: sync_delta(r, copy.view(txn), since))
         assert dump(copy) == dump(live)
         with live.reader() as r:
             assert changed == {e for _s, _op, e in r.ops_after(since)}
@@ -487,12 +488,12 @@ def test_concurrent_purges_share_one(tmp_path: Path, rng: random.Random) -> None
             stages.append(name)
 
     results: list[PurgeStats] = []
-    first = threading.Thread(target=lambda: results.append(purge_tenant(t, hold)))
+    first = threading.Thread(target=lambda: results.append(t.purge(hold)))
     first.start()
     assert held.wait(10)
     t.submit_delete([ids[10]]).result()  # after the first purge's snapshot
     others = [
-        threading.Thread(target=lambda: results.append(purge_tenant(t, count))) for _ in range(2)
+        threading.Thread(target=lambda: results.append(t.purge(count))) for _ in range(2)
     ]
     for th in others:
         th.start()
@@ -556,7 +557,7 @@ def test_a_purge_failing_before_its_commit_leaves_the_tenant_as_it_was(
             raise Boom(name)
 
     with pytest.raises(Boom):
-        purge_tenant(t, fail)
+        t.purge(fail)
     assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
     assert sorted(t.log.tombstones()) == sorted(gone)  # nothing was purged
     more = append(t, [neighbour(rng, 500)])  # the writer carries on
@@ -582,20 +583,20 @@ def test_a_purge_failing_after_its_commit_still_swaps(
             raise Boom(name)
 
     with pytest.raises(Boom):
-        purge_tenant(t, fail)
+        t.purge(fail)
     assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
     check_tenant(t, ids[4:], gone)  # the new files, swapped in whole
     t.close()
 
 
-ROLL_STEPS = [f"swap:{name}" for name in swap.COMPONENTS] + ["swap:done"]
+ROLL_STEPS = [f"swap:{name}" for name in files.STORES] + ["swap:done"]
 
 
 @pytest.mark.parametrize("at", range(len(ROLL_STEPS)))
 def test_recover_finishes_a_committed_swap_from_any_point(tmp_path: Path, at: int) -> None:
     root = tmp_path / "t"
     (root / swap.READY).mkdir(parents=True)
-    for name in swap.COMPONENTS:
+    for name in files.STORES:
         for base, content in ((root, b"old"), (root / swap.READY, b"new")):
             path = base / name
             if name in ("events", "keyword"):
@@ -611,8 +612,8 @@ def test_recover_finishes_a_committed_swap_from_any_point(tmp_path: Path, at: in
     with pytest.raises(Boom):
         swap.roll_forward(root, crash)
     swap.recover(root)
-    assert sorted(p.name for p in root.iterdir()) == sorted(swap.COMPONENTS)
-    for name in swap.COMPONENTS:
+    assert sorted(p.name for p in root.iterdir()) == sorted(files.STORES)
+    for name in files.STORES:
         path = root / name / "f" if name in ("events", "keyword") else root / name
         assert path.read_bytes() == b"new"
 

@@ -14,11 +14,11 @@ import numpy as np
 import pytest
 from conftest import ServerProcess
 
-from storage import vectors as vectors_module
 from storage.errors import EmbeddingMismatch, InvalidRequest
+from storage.index import vectors as vectors_module
 from storage.model import AppendResult, NewEvent, StoredEvent
-from storage.recall import RRF_K, RecallQuery, RecallResult, fuse, recall, validate
-from storage.tenant import Tenant
+from storage.read.recall import RRF_K, RecallQuery, RecallResult, fuse, recall, validate
+from storage.tenants.tenant import Tenant
 
 
 def ev(

@@ -8,12 +8,12 @@ from typing import Any
 import msgspec
 import pytest
 
-from storage import recall as recall_module
-from storage import records
-from storage.current import Moment
+from storage.log import layout as records
 from storage.model import AppendResult, NewEvent
-from storage.recall import Admission, RecallQuery, RecallResult, recall
-from storage.tenant import Tenant
+from storage.read import recall as recall_module
+from storage.read.current import Moment
+from storage.read.recall import Admission, RecallQuery, RecallResult, recall
+from storage.tenants.tenant import Tenant
 
 T0 = 1_000_000
 

@@ -1,4 +1,4 @@
-"""Pseudo-relevance feedback for the vector arm (storage.recall.Feedback) on a real tenant: the
+"""Pseudo-relevance feedback for the vector arm (storage.read.recall.Feedback) on a real tenant: the
 query moves toward the keyword arm's first admitted hits, and without feedback nothing moves."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import msgspec
 import pytest
 
 from storage.model import AppendResult, NewEvent
-from storage.recall import Feedback, RecallQuery, RecallResult, recall, validate
-from storage.tenant import Tenant
+from storage.read.recall import Feedback, RecallQuery, RecallResult, recall, validate
+from storage.tenants.tenant import Tenant
 
 # Vectors in 4 dimensions. The query's vector is APPLE's; the word "banana" is BANANA's text.
 # Ranked by the query vector alone: apple (1.0), durian (0.8), then the rest. Moved toward

@@ -11,13 +11,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import recall as recall_module
-from storage import vectors as vectors_module
-from storage.current import Moment
-from storage.flat import FlatSet, top, unit
+from storage.index import vectors as vectors_module
+from storage.index.flat import FlatSet, top, unit
 from storage.model import AppendResult, NewEvent
-from storage.recall import Admission, RecallQuery, keyword_arm, vector_arm
-from storage.tenant import Tenant
+from storage.read import recall as recall_module
+from storage.read.current import Moment
+from storage.read.recall import Admission, RecallQuery, keyword_arm, vector_arm
+from storage.tenants.tenant import Tenant
 
 DIM = 3
 KINDS = ("turn", "fact", "tool_call")

@@ -16,10 +16,11 @@ import msgspec
 import numpy as np
 import pytest
 
-from storage.flat import read_vectors, unit
+from storage.index.flat import unit
+from storage.index.vecfile import read_vectors
 from storage.model import AppendResult, NewEvent
-from storage.recall import RecallQuery, RecallResult, recall
-from storage.tenant import Tenant
+from storage.read.recall import RecallQuery, RecallResult, recall
+from storage.tenants.tenant import Tenant
 
 REPO = Path(__file__).resolve().parent.parent
 WORDS = (
@@ -140,9 +141,9 @@ CRASH_SCRIPT = textwrap.dedent(
     import os, signal, sys
     import msgspec
     from pathlib import Path
-    from storage.keyword import KeywordDoc
+    from storage.index.keyword import KeywordDoc
     from storage.model import NewEvent
-    from storage.tenant import Tenant
+    from storage.tenants.tenant import Tenant
 
     root, stage = Path(sys.argv[1]), sys.argv[2]
     events = [NewEvent(**e) for e in msgspec.json.decode(sys.stdin.buffer.read())]

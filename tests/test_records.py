@@ -1,5 +1,5 @@
-"""The events database's record layout: embeddings as raw little-endian float64 bytes, and records
-written before that (embeddings as msgpack float arrays) read as they are, with no migration."""
+"""The events database's record layout: embeddings as raw little-endian float64 bytes, given back
+bit for bit by every read, across a reopen, a purge and the HTTP routes."""
 
 from __future__ import annotations
 
@@ -17,14 +17,11 @@ from litestar.testing import TestClient
 
 from memspine.app import create_app
 from memspine.config import load_settings
-from storage import encoding as enc
-from storage.log import EventLog
+from storage.log.layout import decode_event, encode_event
+from storage.log.reader import LogReader
 from storage.model import AppendResult, NewEvent, StoredEvent
-from storage.purge import purge_tenant
-from storage.reader import LogReader
-from storage.recall import RecallQuery, RecallResult, recall
-from storage.records import decode_event, encode_event
-from storage.tenant import Tenant
+from storage.read.recall import RecallQuery, RecallResult, recall
+from storage.tenants.tenant import Tenant
 
 DIM = 8
 T0 = 1_700_000_000_000_000
@@ -32,7 +29,6 @@ TENANT = "acme"
 EDGES = [0.1, 1e-300, -2.5, -0.0, 5e-324, 1.7976931348623157e308, 1 / 3, 2.0**-1022]
 # Doubles a JSON client may send (float32 would round every one): no overflow in the vector index.
 SENT = [0.1, 1e-300, -2.5, -0.0, 5e-324, 1 / 3, 2.0**-1022, 123456.789]
-_decode_old = msgspec.msgpack.Decoder(StoredEvent).decode  # how records were read before
 
 
 def bits(values: list[float] | None) -> list[str] | None:
@@ -99,13 +95,11 @@ def test_a_record_without_an_embedding_is_byte_for_byte_the_old_one() -> None:
     assert encode_event(ev) == msgspec.msgpack.encode(ev)
 
 
-@pytest.mark.parametrize("embedding", EMBEDDINGS)
-def test_an_old_record_decodes_as_it_always_did(embedding: list[float] | None) -> None:
-    ev = stored(embedding)
-    old = msgspec.msgpack.encode(ev)  # what the log wrote before: a msgpack array of floats
-    back = decode_event(old)
-    assert back == _decode_old(old) == ev
-    assert bits(back.embedding) == bits(_decode_old(old).embedding) == bits(embedding)
+@pytest.mark.parametrize("embedding", [e for e in EMBEDDINGS if e])
+def test_an_embedding_as_a_float_array_is_not_this_layout(embedding: list[float]) -> None:
+    # A layout no released version wrote: refused, never misread as another event.
+    with pytest.raises(msgspec.ValidationError):
+        decode_event(msgspec.msgpack.encode(stored(embedding)))
 
 
 def test_integers_given_as_an_embedding_come_back_as_floats() -> None:
@@ -119,7 +113,7 @@ def test_a_new_record_is_one_byte_a_float_smaller() -> None:
     assert len(old) - len(new) == 384  # msgpack's 0xcb before each float
 
 
-# -- a tenant written with the old layout, opened with this code ---------------------------------
+# -- a tenant written, closed and opened again -----------------------------------------------------
 
 
 def vector(rng: random.Random) -> list[float]:
@@ -170,18 +164,6 @@ def fill(t: Tenant, rng: random.Random, at: int, n: int) -> list[str]:
     )
 
 
-def to_old_layout(events_dir: Path) -> int:
-    """Rewrite every record of a closed tenant's log as the code before this layout wrote it."""
-    log = EventLog.open(events_dir)
-    with log.env.begin(write=True) as txn:
-        db = log.dbs["events"]
-        rows = [(bytes(k), decode_event(v)) for k, v in txn.cursor(db=db)]
-        for key, ev in rows:
-            txn.put(key, msgspec.msgpack.encode(ev), db=db)
-    log.env.close()
-    return len(rows)
-
-
 def layout(t: Tenant, event_id: str) -> str:
     """Which layout the event's record has on disk: "bin", "array" or "none"."""
     with t.log.reader() as r:
@@ -191,7 +173,7 @@ def layout(t: Tenant, event_id: str) -> str:
 
 def raw_record(r: LogReader, event_id: str) -> bytes:
     """The event's record as the events database holds it."""
-    raw = r.txn.get(enc.id_bytes(event_id), db=r.dbs["events"])
+    raw = r.record(event_id)
     assert raw is not None
     return bytes(raw)
 
@@ -226,8 +208,8 @@ def answers(t: Tenant) -> list[list[tuple[Any, ...]]]:
     return out
 
 
-class OldTenant(msgspec.Struct):
-    """A tenant whose every record has the old layout, closed, and what it held."""
+class ClosedTenant(msgspec.Struct):
+    """A tenant written and closed, and what it held."""
 
     data: Path
     events: dict[str, StoredEvent]
@@ -236,7 +218,7 @@ class OldTenant(msgspec.Struct):
 
 
 @pytest.fixture
-def old(tmp_path: Path) -> OldTenant:
+def old(tmp_path: Path) -> ClosedTenant:
     data = tmp_path / "data"
     t = Tenant.open(TENANT, data / TENANT, embedding_dim=DIM)
     rng = random.Random(20261130)
@@ -248,37 +230,37 @@ def old(tmp_path: Path) -> OldTenant:
     t.keyword.flush()
     before = answers(t)
     t.close()
-    assert to_old_layout(data / TENANT / "events") == 37
-    return OldTenant(data, events, sent, before)
+    return ClosedTenant(data, events, sent, before)
 
 
 @pytest.fixture
-def reopened(old: OldTenant) -> Iterator[Tenant]:
+def reopened(old: ClosedTenant) -> Iterator[Tenant]:
     t = Tenant.open(TENANT, old.data / TENANT, embedding_dim=DIM)
     yield t
     t.close()
 
 
-def test_old_records_read_back_as_they_were_written(old: OldTenant, reopened: Tenant) -> None:
+def test_records_read_back_as_they_were_written(old: ClosedTenant, reopened: Tenant) -> None:
     t = reopened
-    assert {layout(t, e) for e, ev in old.events.items() if ev.embedding is not None} == {"array"}
+    assert {layout(t, e) for e, ev in old.events.items() if ev.embedding is not None} == {"bin"}
+    assert {layout(t, e) for e, ev in old.events.items() if ev.embedding is None} == {"none"}
     assert everything(t) == old.events
     with t.log.reader() as r:
         for event_id, ev in old.events.items():
             got = r.get(event_id)
             assert got is not None and bits(got.embedding) == bits(ev.embedding)
-            assert got == _decode_old(raw_record(r, event_id))
+            assert got == decode_event(raw_record(r, event_id))
             assert r.get_light(event_id) == msgspec.structs.replace(ev, embedding=None)
         for event_id, embedding in old.sent.items():
             got = r.get(event_id)
             assert got is not None and bits(got.embedding) == bits(embedding)
 
 
-def test_recall_over_old_records_answers_as_before(old: OldTenant, reopened: Tenant) -> None:
+def test_recall_after_a_reopen_answers_as_before(old: ClosedTenant, reopened: Tenant) -> None:
     assert answers(reopened) == old.answers
 
 
-def test_old_and_new_records_live_side_by_side(old: OldTenant, reopened: Tenant) -> None:
+def test_records_written_after_a_reopen_join_the_others(old: ClosedTenant, reopened: Tenant) -> None:
     t = reopened
     rng = random.Random(99)
     batch = [turn(rng, 500 + i) for i in range(5)]
@@ -313,28 +295,27 @@ def on_disk(root: Path, pattern: bytes) -> list[str]:
     return found
 
 
-def test_a_purge_keeps_both_layouts_and_erases_both(old: OldTenant, reopened: Tenant) -> None:
+def test_a_purge_keeps_the_layout_and_erases_the_embeddings(
+    old: ClosedTenant, reopened: Tenant
+) -> None:
     t = reopened
     rng = random.Random(7)
     new = add(t, [turn(rng, 700 + i) for i in range(6)])
     olds = [e for e, ev in old.events.items() if ev.embedding is not None]
-    victims = {olds[3]: "array", new[0]: "bin"}
+    victims = {olds[3]: "written before the reopen", new[0]: "written after it"}
     whole = everything(t)
-    patterns = {
-        olds[3]: msgspec.msgpack.encode(whole[olds[3]].embedding),
-        new[0]: f8(whole[new[0]].embedding or []),
-    }
+    patterns = {e: f8(whole[e].embedding or []) for e in victims}
     t.save_vectors()
     assert all(on_disk(t.root, p) for p in patterns.values())  # the scan can fail
     assert t.submit_delete(list(victims)).result() == list(victims)
     late: list[str] = []
 
     def meanwhile(name: str) -> None:
-        if name == "copied":  # between the snapshot and the swap: the delta decodes both layouts
+        if name == "copied":  # between the snapshot and the swap: the delta reads these too
             late.extend(add(t, [turn(rng, 800)]))
             t.submit_delete([olds[4], new[1]]).result()
 
-    stats = purge_tenant(t, meanwhile)
+    stats = t.purge(meanwhile)
     assert stats.purged == 2
     assert t.purge().purged == 2
     gone = {*victims, olds[4], new[1]}
@@ -344,8 +325,7 @@ def test_a_purge_keeps_both_layouts_and_erases_both(old: OldTenant, reopened: Te
     assert [bits(ev.embedding) for ev in after.values() if ev.event_id in expected] == [
         bits(expected[e].embedding) for e in after if e in expected
     ]
-    assert {layout(t, e) for e in olds if e not in gone} == {"array"}
-    assert {layout(t, e) for e in [*new, *late] if e not in gone} == {"bin"}
+    assert {layout(t, e) for e in [*olds, *new, *late] if e not in gone} == {"bin"}
     for event_id, pattern in patterns.items():
         assert on_disk(t.root, pattern) == [], victims[event_id]
     t.keyword.flush()
@@ -356,7 +336,7 @@ def test_a_purge_keeps_both_layouts_and_erases_both(old: OldTenant, reopened: Te
 
 
 @pytest.mark.parametrize("hot", [True, False])
-def test_get_over_http_returns_the_floats_sent(old: OldTenant, hot: bool) -> None:
+def test_get_over_http_returns_the_floats_sent(old: ClosedTenant, hot: bool) -> None:
     settings = load_settings(
         {"MEMSPINE_DATA_DIR": str(old.data), "MEMSPINE_EMBEDDING_DIM": str(DIM)}
     )
@@ -375,16 +355,15 @@ def test_get_over_http_returns_the_floats_sent(old: OldTenant, hot: bool) -> Non
 # -- reads that leave the embedding out ------------------------------------------------------------
 
 
-@pytest.mark.parametrize("old_layout", [False, True])
-def test_a_light_read_never_builds_the_embedding(tmp_path: Path, old_layout: bool) -> None:
+@pytest.mark.parametrize("reopen", [False, True])
+def test_a_light_read_never_builds_the_embedding(tmp_path: Path, reopen: bool) -> None:
     dim = 2048
     t = Tenant.open("big", tmp_path / "big", embedding_dim=dim)
     embedding = [random.Random(1).uniform(-1, 1) for _ in range(dim)]
     [event_id] = add(t, [NewEvent(kind="turn", ts=T0, text="big", embedding=embedding)])
-    t.close()
-    if old_layout:
-        to_old_layout(tmp_path / "big" / "events")
-    t = Tenant.open("big", tmp_path / "big", embedding_dim=dim)
+    if reopen:
+        t.close()
+        t = Tenant.open("big", tmp_path / "big", embedding_dim=dim)
     floats = dim * 24  # what 2048 Python floats alone take, the list aside
     with t.log.reader() as r:
         size = len(raw_record(r, event_id))

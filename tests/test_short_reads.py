@@ -13,8 +13,8 @@ import pytest
 from memspine.config import Settings
 from memspine.engine import Engine
 from storage.model import NewEvent
-from storage.recall import RecallQuery
-from storage.tenant import Tenant
+from storage.read.recall import RecallQuery
+from storage.tenants.tenant import Tenant
 
 TENANT = "acme"
 

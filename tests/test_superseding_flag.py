@@ -1,16 +1,16 @@
 """The log's `superseding` flag: 0 until an event supersedes another, when reads skip the
-supersession probe; set with the first SUPERSEDES link, never cleared; logs made before the flag
-get it from their links on open."""
+supersession probe; set with the first SUPERSEDES link, never cleared; a log without it is read
+as one that may supersede (every hit probed), never as one that does not."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from storage.current import Moment
+from storage.log.layout import SUPERSEDING, meta_key
 from storage.model import AppendResult, NewEvent
-from storage.reader import SUPERSEDING
-from storage.recall import RecallQuery, recall
-from storage.tenant import Tenant
+from storage.read.current import Moment
+from storage.read.recall import RecallQuery, recall
+from storage.tenants.tenant import Tenant
 
 DIM = 4
 
@@ -42,9 +42,9 @@ def recalled(t: Tenant, text: str) -> list[str]:
 
 
 def forget_flag(root: Path) -> None:
-    """Make the tenant's log look as if written before the flag existed."""
+    """Remove the flag from the tenant's log (as a log lost it, or one never had it)."""
     t = Tenant.open("t", root, embedding_dim=DIM)
-    t.log.write(lambda txn: txn.delete(SUPERSEDING.encode(), db=t.log.dbs["meta"]))
+    t.log.write(lambda txn: txn.delete(meta_key(SUPERSEDING), db=t.log.dbs["meta"]))
     t.close()
 
 
@@ -73,7 +73,7 @@ def test_without_the_flag_every_event_is_probed_and_none_is_superseded(tmp_path:
     t.close()
 
 
-def test_a_log_made_before_the_flag_gets_it_from_its_links(tmp_path: Path) -> None:
+def test_a_log_without_the_flag_probes_every_hit(tmp_path: Path) -> None:
     plain, linked = tmp_path / "plain", tmp_path / "linked"
     t = Tenant.open("t", plain, embedding_dim=DIM)
     add(t, event("parcel signed", 1), event("parcel lost", 2))
@@ -86,9 +86,12 @@ def test_a_log_made_before_the_flag_gets_it_from_its_links(tmp_path: Path) -> No
         forget_flag(root)
 
     t = Tenant.open("t", plain, embedding_dim=DIM)
-    assert flag(t) == 0
+    assert flag(t) is None  # opening writes nothing to a log that has its schema
+    with t.log.reader() as r:
+        assert r.may_supersede()
+    assert len(recalled(t, "parcel")) == 2
     t.close()
     t = Tenant.open("t", linked, embedding_dim=DIM)
-    assert flag(t) == 1
-    assert recalled(t, "address high street") == [new]
+    assert flag(t) is None
+    assert recalled(t, "address high street") == [new]  # the probe still finds the link
     t.close()

@@ -9,7 +9,7 @@ import pytest
 from memspine.auth import Authenticator
 from memspine_admin.control import ControlDB
 from storage.errors import Unauthorized
-from storage.manager import TenantManager
+from storage.tenants.manager import TenantManager
 
 
 def test_an_erased_tenant_is_not_recreated_by_a_late_request(tmp_path: Path) -> None:

@@ -10,7 +10,7 @@ from pathlib import Path
 import msgspec
 
 from storage.model import NewEvent
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 
 def _fill(root: Path) -> list[str]:
@@ -33,7 +33,7 @@ def test_out_of_file_descriptors_is_an_error_not_a_rebuild(tmp_path: Path) -> No
         f"""
         import os, resource, sys
         from pathlib import Path
-        from storage.tenant import Tenant
+        from storage.tenants.tenant import Tenant
         used = len(os.listdir("/proc/self/fd"))
         hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
         for limit in range(used + 2, used + 40):

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from storage import vectors
-from storage.vectors import VectorIndex
+from storage.index import vectors
+from storage.index.vectors import VectorIndex
 
 DIM = 8
 

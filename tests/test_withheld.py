@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from storage.model import NewEvent
-from storage.recall import RecallQuery, RecallResult, Withheld, recall
-from storage.tenant import Tenant
+from storage.read.recall import RecallQuery, RecallResult, Withheld, recall
+from storage.tenants.tenant import Tenant
 
 HOUR = 3_600_000_000
 NOW = time.time_ns() // 1000

@@ -28,6 +28,7 @@ from memspine.edge import origin_allowed, send_error
 from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
+from memspine.pipeline import bearer_token
 from memspine_admin.verifier import Principal
 from storage.errors import MemspineError, Unauthorized
 
@@ -44,13 +45,6 @@ CORS_HEADERS = (
 )
 CORS_EXPOSED = "mcp-session-id, mcp-protocol-version, www-authenticate, retry-after, x-request-id"
 _TOKEN_LIST = re.compile(r"^[A-Za-z0-9!#$%&'*+.^_`|~-]+(\s*,\s*[A-Za-z0-9!#$%&'*+.^_`|~-]+)*\Z")
-
-
-def _bearer(headers: Headers) -> str | None:
-    scheme, _, token = headers.get("authorization", "").partition(" ")
-    if scheme.lower() != "bearer":
-        return None
-    return token.strip() or None
 
 
 def _cors(headers: Headers, settings: Settings) -> dict[str, str]:
@@ -142,7 +136,7 @@ class McpEndpoint:
             await _refuse(send, MethodNotAllowed(NO_STREAM), {"Allow": ALLOW, **cors})
             return
         try:  # the key first, as the other routes: a refused caller's body is never read
-            principal = await self.auth.authenticate_async(_bearer(headers))
+            principal = await self.auth.authenticate_async(bearer_token(headers.get("authorization")))
             body = await read_body(
                 receive, self.settings.max_body_bytes, headers.get("content-length")
             )

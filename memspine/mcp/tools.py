@@ -12,10 +12,12 @@ from mcp_types import Tool, ToolAnnotations
 from memspine.jsonbounds import value_problem
 from memspine.mcp import render
 from memspine.mcp.backend import Backend
+from memspine.routes import memory as ops
+from memspine.routes.cypher import CYPHER as CYPHER_OP
 from storage.errors import InvalidRequest
 
 JsonObj = dict[str, Any]
-Answer = tuple[JsonObj, str]  # structured content (the route's JSON) and its text
+ToolAnswer = tuple[JsonObj, str]  # structured content (the route's JSON) and its text
 
 ID_SCHEMA = {
     "type": "string",
@@ -77,7 +79,7 @@ class DeleteArgs(msgspec.Struct, forbid_unknown_fields=True):
     purge: bool = False
 
 
-async def append(b: Backend, a: AppendArgs) -> Answer:
+async def append(b: Backend, a: AppendArgs) -> ToolAnswer:
     """Append one event; source ids travel in properties.source_event_ids as the HTTP API takes them."""
     properties = dict(a.properties or {})
     if a.source_event_ids is not None:
@@ -95,7 +97,7 @@ async def append(b: Backend, a: AppendArgs) -> Answer:
     return out, render.append_text(out)
 
 
-async def recall(b: Backend, a: RecallArgs) -> Answer:
+async def recall(b: Backend, a: RecallArgs) -> ToolAnswer:
     """Keyword recall (the model has no embeddings) with the optional walk."""
     body: JsonObj = {"text": a.text, "k": a.k, "hops": a.hops}
     if a.kind is not None:
@@ -106,14 +108,14 @@ async def recall(b: Backend, a: RecallArgs) -> Answer:
     return out, render.recall_text(out)
 
 
-async def get(b: Backend, a: GetArgs) -> Answer:
+async def get(b: Backend, a: GetArgs) -> ToolAnswer:
     """One event in full; the embedding is left out (a model cannot use it)."""
     out = await b.get(a.id)
     out.pop("embedding", None)
     return out, render.event_text(out)
 
 
-async def list_(b: Backend, a: ListArgs) -> Answer:
+async def list_(b: Backend, a: ListArgs) -> ToolAnswer:
     """One page of events newest first."""
     params: JsonObj = {"kind": a.kind, "limit": a.limit, "cursor": a.cursor}
     for name in ("since", "until"):
@@ -123,13 +125,13 @@ async def list_(b: Backend, a: ListArgs) -> Answer:
     return out, render.list_text(out)
 
 
-async def cypher(b: Backend, a: CypherArgs) -> Answer:
+async def cypher(b: Backend, a: CypherArgs) -> ToolAnswer:
     """A read-only Cypher query."""
     out = await b.cypher(a.query, a.params)
     return out, render.cypher_text(out)
 
 
-async def delete(b: Backend, a: DeleteArgs) -> Answer:
+async def delete(b: Backend, a: DeleteArgs) -> ToolAnswer:
     """A dry run (the default) or the delete itself."""
     out = await b.delete(a.id, cascade=a.cascade, dry_run=a.dry_run, purge=a.purge)
     return out, render.delete_text(out, a.id)
@@ -142,7 +144,7 @@ class ToolSpec:
     tool: Tool
     scope: str
     args: type[msgspec.Struct]
-    run: Callable[[Backend, Any], Awaitable[Answer]]
+    run: Callable[[Backend, Any], Awaitable[ToolAnswer]]
 
     def parse(self, arguments: JsonObj | None) -> msgspec.Struct:
         """The arguments as the tool's Struct; InvalidRequest saying what to fix.
@@ -384,12 +386,13 @@ DELETE = _tool(
     **DESTRUCTIVE,
 )
 
+# Each tool needs the scope of the HTTP operation it stands for (memspine/routes/).
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(RECALL, "read", RecallArgs, recall),
-    ToolSpec(APPEND, "write", AppendArgs, append),
-    ToolSpec(GET, "read", GetArgs, get),
-    ToolSpec(LIST, "read", ListArgs, list_),
-    ToolSpec(CYPHER, "read", CypherArgs, cypher),
-    ToolSpec(DELETE, "write", DeleteArgs, delete),
+    ToolSpec(RECALL, ops.RECALL.scope, RecallArgs, recall),
+    ToolSpec(APPEND, ops.APPEND.scope, AppendArgs, append),
+    ToolSpec(GET, ops.GET.scope, GetArgs, get),
+    ToolSpec(LIST, ops.LIST.scope, ListArgs, list_),
+    ToolSpec(CYPHER, CYPHER_OP.scope, CypherArgs, cypher),
+    ToolSpec(DELETE, ops.DELETE.scope, DeleteArgs, delete),
 )
 BY_NAME = {spec.tool.name: spec for spec in TOOLS}

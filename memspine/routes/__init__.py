@@ -1,1 +1,64 @@
-"""HTTP routes, one module per area."""
+"""HTTP routes, one module per area, each a tuple of Operations (memspine/pipeline.py), and the
+Litestar door: one generated handler per operation, a thin adapter onto pipeline.serve."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from litestar import Request, Response, route
+from litestar.enums import HttpMethod
+from litestar.handlers import HTTPRouteHandler
+
+from memspine.body import ClientGone
+from memspine.pipeline import Operation, Services, error_answer, serve
+from memspine.routes import admin, cypher, health, memory, whoami
+from storage.errors import InvalidRequest
+
+GONE = "the client disconnected before its body arrived"
+
+OPERATIONS: tuple[Operation, ...] = (
+    *health.OPERATIONS,
+    *memory.OPERATIONS,
+    *cypher.OPERATIONS,
+    *whoami.OPERATIONS,
+    *admin.OPERATIONS,
+)
+
+
+def litestar_handler(ops: dict[str, Operation], services: Services) -> HTTPRouteHandler:
+    """One Litestar route for the operations of one path: routing (404, and 405 with an Allow
+    that lists every method of the path) is Litestar's, everything else pipeline.serve's."""
+
+    async def handle(request: Request[Any, Any, Any]) -> Response[bytes]:
+        scope: dict[str, Any] = request.scope  # type: ignore[assignment]
+        op = ops[request.method]
+        try:
+            answer = await serve(op, services, scope, request.receive, request.path_params)
+        except ClientGone:  # no one reads this; Litestar must still be handed an answer
+            answer = error_answer(InvalidRequest(GONE))
+        return Response(
+            answer.body,
+            status_code=answer.status,
+            media_type=answer.media_type,
+            headers=answer.headers,
+        )
+
+    first = next(iter(ops.values()))
+    handle.__doc__ = "; ".join(op.summary for op in ops.values())
+    # The status here only satisfies Litestar's checks at startup; every answer sets its own.
+    handler: HTTPRouteHandler = route(
+        first.path,
+        http_method=[HttpMethod(method) for method in ops],
+        name="+".join(op.name for op in ops.values()),
+        status_code=200,
+        include_in_schema=False,
+    )(handle)
+    return handler
+
+
+def litestar_handlers(services: Services) -> list[HTTPRouteHandler]:
+    """Every operation as a Litestar route, one handler per path."""
+    by_path: dict[str, dict[str, Operation]] = {}
+    for op in OPERATIONS:
+        by_path.setdefault(op.path, {})[op.method] = op
+    return [litestar_handler(ops, services) for ops in by_path.values()]

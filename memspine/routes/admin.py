@@ -6,21 +6,26 @@ import base64
 import binascii
 import struct
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import anyio.to_thread
 import msgspec
-from litestar import Request, Response, delete, get, post
-from litestar.datastructures import State
-from litestar.params import FromPath
 
-from memspine.auth import admin_guard
 from memspine.engine import Engine
-from memspine.queryparams import check_params, int_param, one
-from memspine.schemas import decode_body
+from memspine.pipeline import ADMIN, Call, Operation, Outcome, Query, Reply
+from memspine.queryparams import int_range, text
+from memspine.schemas import doc
 from memspine_admin import keys
-from memspine_admin.control import MAX_AUDIT_LIMIT, ControlDB, erase_tenant_dir
-from memspine_admin.records import SCOPES, AuditEntry, KeyInfo
+from memspine_admin.control import MAX_AUDIT_LIMIT, erase_tenant_dir
+from memspine_admin.plane import ControlPlane
+from memspine_admin.records import (
+    MAX_NAME_BYTES,
+    MAX_TTL_SECS,
+    SCOPES,
+    AuditEntry,
+    KeyInfo,
+    TenantRecord,
+)
 from storage.errors import InvalidRequest
 
 JSON = "application/json"
@@ -29,14 +34,33 @@ DEFAULT_AUDIT_LIMIT = 100
 _SEQ = struct.Struct(">Q")
 
 
+# memspine_admin/records.check_name: 1-128 bytes, no control characters, no whitespace at
+# either end (the document's pattern covers the control characters of Latin-1).
+_EDGE, _INNER = r"[^\s\x00-\x1f\x7f-\x9f]", r"[^\x00-\x1f\x7f-\x9f]"
+Name = Annotated[
+    str,
+    doc(
+        f"1-{MAX_NAME_BYTES} bytes, no control characters, no whitespace at either end.",
+        minLength=1,
+        maxLength=MAX_NAME_BYTES,
+        pattern=f"^{_EDGE}(?:{_INNER}*{_EDGE})?$",
+    ),
+]
+Scopes = Annotated[
+    list[Annotated[str, doc(enum=list(SCOPES))]],
+    doc("Null or absent: read and write. Repeats count once.", minItems=1),
+]
+Ttl = Annotated[int, doc("Seconds until the key expires.", minimum=1, maximum=MAX_TTL_SECS)]
+
+
 class TenantIn(msgspec.Struct, forbid_unknown_fields=True):
     """POST /v1/admin/tenants."""
 
-    name: str
+    name: Name
 
 
 class TenantCreated(msgspec.Struct):
-    """The answer to a tenant creation, exactly the seed's two fields."""
+    """The answer to a tenant creation: exactly these two fields."""
 
     tenant_id: str
     name: str
@@ -46,9 +70,9 @@ class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
     """POST /v1/admin/keys."""
 
     tenant_id: str
-    name: str
-    scopes: list[str] | None = None  # null or absent: read and write
-    ttl_secs: int | None = None
+    name: Name
+    scopes: Scopes | None = None  # null or absent: read and write
+    ttl_secs: Ttl | None = None
 
 
 class KeyIssued(msgspec.Struct):
@@ -60,6 +84,21 @@ class KeyIssued(msgspec.Struct):
     name: str
     scopes: list[str]
     expires_at: int | None
+
+
+class TenantDeleted(msgspec.Struct):
+    """A deleted tenant: how many keys were revoked and whether its directory was erased."""
+
+    tenant_id: str
+    deleted: bool
+    revoked_keys: list[str]
+    erased: bool
+
+
+class TenantList(msgspec.Struct):
+    """GET /v1/admin/tenants."""
+
+    tenants: list[TenantRecord]
 
 
 class KeyOut(msgspec.Struct):
@@ -76,13 +115,17 @@ class KeyOut(msgspec.Struct):
     status: str
 
 
-def _json(obj: Any, status: int = 200) -> Response[bytes]:
-    return Response(msgspec.json.encode(obj), status_code=status, media_type=JSON)
+class KeyList(msgspec.Struct):
+    """GET /v1/admin/keys."""
+
+    keys: list[KeyOut]
 
 
-def _control(request: Request[Any, Any, Any]) -> ControlDB:
-    control: ControlDB = request.state.control  # set by admin_guard
-    return control
+class AuditPage(msgspec.Struct):
+    """GET /v1/admin/audit: one page and the cursor of the next (null on the last)."""
+
+    entries: list[AuditEntry]
+    next_cursor: str | None
 
 
 def _key_out(info: KeyInfo, now: int) -> KeyOut:
@@ -118,57 +161,52 @@ def decode_audit_cursor(cursor: str) -> int:
     return seq
 
 
-@post("/v1/admin/tenants", guards=[admin_guard], status_code=201)
-async def create_tenant(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """Create a tenant; a name already in use is 409."""
-    check_params(request, set())
-    body = decode_body(await request.body(), TenantIn)
-    control = _control(request)
-    tenant = await anyio.to_thread.run_sync(lambda: control.create_tenant(body.name, actor=ACTOR))
-    return _json(TenantCreated(tenant_id=tenant.tenant_id, name=tenant.name), 201)
-
-
-@get("/v1/admin/tenants", guards=[admin_guard])
-async def list_tenants(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """Every tenant, oldest first."""
-    check_params(request, set())
-    tenants = await anyio.to_thread.run_sync(_control(request).list_tenants)
-    return _json({"tenants": tenants})
-
-
 def delete_tenant_everywhere(
-    control: ControlDB, engine: Engine, data_dir: Path, tenant_id: str
-) -> dict[str, Any]:
+    control: ControlPlane, engine: Engine, data_dir: Path, tenant_id: str
+) -> TenantDeleted:
     """Revoke the tenant's keys and remove it, then close it in this server and erase its files."""
     revoked = control.delete_tenant(tenant_id, actor=ACTOR)
     # No new request authenticates as the tenant from here on; exclusive() waits for the
     # requests already in flight and keeps the tenant closed while its directory goes.
     with engine.manager.exclusive(tenant_id):
         erased = erase_tenant_dir(data_dir, tenant_id)
-    return {"tenant_id": tenant_id, "deleted": True, "revoked_keys": revoked, "erased": erased}
+    return TenantDeleted(tenant_id=tenant_id, deleted=True, revoked_keys=revoked, erased=erased)
 
 
-@delete("/v1/admin/tenants/{tenant_id:str}", guards=[admin_guard], status_code=200)
-async def delete_tenant(
-    request: Request[Any, Any, Any], state: State, tenant_id: FromPath[str]
-) -> Response[bytes]:
+def _control(call: Call) -> ControlPlane:
+    assert call.control is not None  # the pipeline checked the admin key
+    return call.control
+
+
+async def _create_tenant(call: Call) -> Outcome:
+    """Create a tenant; a name already in use is 409."""
+    control, body = _control(call), call.body
+    tenant = await anyio.to_thread.run_sync(lambda: control.create_tenant(body.name, actor=ACTOR))
+    return Outcome(201, TenantCreated(tenant_id=tenant.tenant_id, name=tenant.name))
+
+
+async def _list_tenants(call: Call) -> Outcome:
+    """Every tenant, oldest first."""
+    tenants = await anyio.to_thread.run_sync(_control(call).list_tenants)
+    return Outcome(200, TenantList(tenants))
+
+
+async def _delete_tenant(call: Call) -> Outcome:
     """Delete a tenant: revoke its keys, then erase its directory."""
-    check_params(request, set())
-    control = _control(request)
-    engine: Engine = state.engine
-    data_dir: Path = state.settings.data_dir
+    services = call.services
     result = await anyio.to_thread.run_sync(
-        delete_tenant_everywhere, control, engine, data_dir, tenant_id
+        delete_tenant_everywhere,
+        _control(call),
+        services.engine,
+        services.settings.data_dir,
+        call.path["tenant_id"],
     )
-    return _json(result)
+    return Outcome(200, result)
 
 
-@post("/v1/admin/keys", guards=[admin_guard], status_code=201)
-async def create_key(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def _create_key(call: Call) -> Outcome:
     """Issue a key; the plaintext is in this response only."""
-    check_params(request, set())
-    body = decode_body(await request.body(), KeyIn)
-    control = _control(request)
+    control, body = _control(call), call.body
     issued = await anyio.to_thread.run_sync(
         lambda: control.create_key(
             body.tenant_id,
@@ -186,45 +224,124 @@ async def create_key(request: Request[Any, Any, Any]) -> Response[bytes]:
         scopes=list(issued.scopes),
         expires_at=issued.expires_at,
     )
-    return _json(out, 201)
+    return Outcome(201, out)
 
 
-@get("/v1/admin/keys", guards=[admin_guard])
-async def list_keys(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def _list_keys(call: Call) -> Outcome:
     """Every key, or one tenant's with ?tenant_id=; never a secret or a hash."""
-    check_params(request, {"tenant_id"})
-    tenant_id = one(request, "tenant_id")
-    control = _control(request)
-    infos = await anyio.to_thread.run_sync(control.list_keys, tenant_id)
+    control = _control(call)
+    infos = await anyio.to_thread.run_sync(control.list_keys, call.query.get("tenant_id"))
     now = control.now()
-    return _json({"keys": [_key_out(info, now) for info in infos]})
+    return Outcome(200, KeyList([_key_out(info, now) for info in infos]))
 
 
-@delete("/v1/admin/keys/{key_id:str}", guards=[admin_guard], status_code=200)
-async def revoke_key(request: Request[Any, Any, Any], key_id: FromPath[str]) -> Response[bytes]:
+async def _revoke_key(call: Call) -> Outcome:
     """Revoke a key, effective on the next request; revoking twice changes nothing."""
-    check_params(request, set())
-    control = _control(request)
-    bare = keys.key_id_from(key_id)  # the id, or smk_live_<id> as listings show it
+    control = _control(call)
+    bare = keys.key_id_from(call.path["key_id"])  # the id, or smk_live_<id> as listings show it
     info = await anyio.to_thread.run_sync(lambda: control.revoke_key(bare, actor=ACTOR))
-    return _json(_key_out(info, control.now()))
+    return Outcome(200, _key_out(info, control.now()))
 
 
-@get("/v1/admin/audit", guards=[admin_guard])
-async def audit(request: Request[Any, Any, Any]) -> Response[bytes]:
+async def _audit(call: Call) -> Outcome:
     """The admin audit log, oldest first, paged with limit and cursor, optionally by tenant."""
-    check_params(request, {"limit", "cursor", "tenant_id"})
-    limit = int_param(request, "limit", 1, MAX_AUDIT_LIMIT) or DEFAULT_AUDIT_LIMIT
-    cursor = one(request, "cursor")
+    q, control = call.query, _control(call)
+    limit = q.get("limit") or DEFAULT_AUDIT_LIMIT
+    cursor = q.get("cursor")
     after = decode_audit_cursor(cursor) if cursor is not None else None
-    tenant_id = one(request, "tenant_id")
-    control = _control(request)
+    tenant_id = q.get("tenant_id")
     entries, last = await anyio.to_thread.run_sync(
         lambda: control.audit(after, limit, tenant_id=tenant_id)
     )
-    page: list[AuditEntry] = entries
     next_cursor = encode_audit_cursor(last) if last is not None else None
-    return _json({"entries": page, "next_cursor": next_cursor})
+    return Outcome(200, AuditPage(entries, next_cursor))
 
 
-ROUTES = [create_tenant, list_tenants, delete_tenant, create_key, list_keys, revoke_key, audit]
+TENANT_ID = Query("tenant_id", text, {"type": "string"}, "Only this tenant's.")
+TENANTS = "/v1/admin/tenants"
+KEYS = "/v1/admin/keys"
+
+
+def _admin(name: str, method: str, path: str, run: Any, summary: str, **more: Any) -> Operation:
+    return Operation(name, method, path, ADMIN, run, summary, tag="admin", **more)
+
+
+OPERATIONS = (
+    _admin(
+        "create_tenant",
+        "POST",
+        TENANTS,
+        _create_tenant,
+        "Create a tenant",
+        body=TenantIn,
+        replies={201: Reply(TenantCreated, "The new tenant.")},
+        errors=(413,),
+    ),
+    _admin(
+        "list_tenants",
+        "GET",
+        TENANTS,
+        _list_tenants,
+        "Every tenant, oldest first",
+        replies={200: Reply(TenantList, "The tenants.")},
+    ),
+    _admin(
+        "delete_tenant",
+        "DELETE",
+        TENANTS + "/{tenant_id:str}",
+        _delete_tenant,
+        "Delete a tenant: revoke its keys, then erase its directory",
+        replies={200: Reply(TenantDeleted, "Deleted.")},
+    ),
+    _admin(
+        "create_key",
+        "POST",
+        KEYS,
+        _create_key,
+        "Issue a key; the plaintext api_key is in this answer only",
+        body=KeyIn,
+        replies={201: Reply(KeyIssued, "The new key, with its secret.")},
+        errors=(413,),
+    ),
+    _admin(
+        "list_keys",
+        "GET",
+        KEYS,
+        _list_keys,
+        "Every key, or one tenant's; never a secret or a hash",
+        query=(TENANT_ID,),
+        replies={200: Reply(KeyList, "The keys.")},
+    ),
+    _admin(
+        "revoke_key",
+        "DELETE",
+        KEYS + "/{key_id:str}",
+        _revoke_key,
+        "Revoke a key, effective on the next request",
+        replies={200: Reply(KeyOut, "The revoked key.")},
+    ),
+    _admin(
+        "audit",
+        "GET",
+        "/v1/admin/audit",
+        _audit,
+        "The admin audit log, oldest first, paged",
+        query=(
+            Query(
+                "limit",
+                int_range("limit", 1, MAX_AUDIT_LIMIT),
+                {"type": "integer", "minimum": 1, "maximum": MAX_AUDIT_LIMIT, "default": 100},
+                "Entries on one page.",
+            ),
+            Query(
+                "cursor",
+                text,
+                # encode_audit_cursor: 8 bytes in 11 characters, the last one's low bits zero
+                {"type": "string", "pattern": "^[A-Za-z0-9_-]{10}[AEIMQUYcgkosw048]$"},
+                "next_cursor of the previous page, unchanged.",
+            ),
+            TENANT_ID,
+        ),
+        replies={200: Reply(AuditPage, "One page, and the cursor of the next (null on the last).")},
+    ),
+)

@@ -2,32 +2,38 @@
 
 from __future__ import annotations
 
-from typing import Any
-
-import msgspec
-from litestar import Request, Response, post
-from litestar.datastructures import State
-
-from memspine.auth import tenant_guard
 from memspine.engine import Engine
-from memspine.queryparams import check_params
-from memspine.schemas import CypherIn, decode_body
-from storage.cypher import MAX_QUERY_CHARS
+from memspine.pipeline import READ, Call, Operation, Outcome, Reply
+from memspine.schemas import CypherIn
+from storage.cypher import MAX_QUERY_CHARS, CypherResult
 from storage.errors import InvalidRequest
 
-__all__ = ["MAX_QUERY_CHARS", "ROUTES", "cypher_query"]
+__all__ = ["CYPHER", "MAX_QUERY_CHARS", "OPERATIONS", "cypher_query"]
 
 
-@post("/v1/memory/cypher", guards=[tenant_guard], opt={"scope": "read"}, status_code=200)
-async def cypher_query(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
+async def cypher_query(engine: Engine, tenant_id: str, body: CypherIn) -> Outcome:
     """Run one read-only query; the answer is {"columns": [...], "rows": [[...], ...]}."""
-    check_params(request, set())
-    body = decode_body(await request.body(), CypherIn)  # its nesting checked before decoding
     if len(body.query) > MAX_QUERY_CHARS:
         raise InvalidRequest(f"query may be at most {MAX_QUERY_CHARS} characters")
-    engine: Engine = state.engine
-    result = await engine.cypher(str(request.state.principal.tenant_id), body.query, body.params)
-    return Response(msgspec.json.encode(result), media_type="application/json")
+    result = await engine.cypher(tenant_id, body.query, body.params)
+    return Outcome(200, result)
 
 
-ROUTES = [cypher_query]
+async def _cypher(call: Call) -> Outcome:
+    return await cypher_query(call.services.engine, call.tenant_id, call.body)
+
+
+CYPHER = Operation(
+    "cypher",
+    "POST",
+    "/v1/memory/cypher",
+    READ,
+    _cypher,
+    "A read-only openCypher query over the caller's tenant",
+    body=CypherIn,
+    replies={200: Reply(CypherResult, "Column names and one array per row.")},
+    errors=(413,),
+    description="Bounded by MEMSPINE_CYPHER_TIMEOUT_MS and MEMSPINE_CYPHER_MAX_ROWS (docs/cypher.md).",
+)
+
+OPERATIONS = (CYPHER,)

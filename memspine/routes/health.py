@@ -1,16 +1,59 @@
-"""GET /health: no auth, no tenant data."""
+"""GET /health and GET /metrics: no auth, no tenant data."""
 
 from __future__ import annotations
 
-from litestar import get
+import anyio.to_thread
+import msgspec
 
 from memspine import __version__
+from memspine.metrics import MEDIA_TYPE
+from memspine.pipeline import PUBLIC, Call, Operation, Outcome, Reply
 
 
-@get("/health")
-async def health() -> dict[str, str]:
+class Health(msgspec.Struct):
     """Liveness: the service name, status and version."""
-    return {"service": "memspine-server", "status": "ok", "version": __version__}
+
+    service: str
+    status: str
+    version: str
 
 
-ROUTES = [health]
+HEALTHY = Health(service="memspine-server", status="ok", version=__version__)
+
+
+async def _health(_call: Call) -> Outcome:
+    return Outcome(200, HEALTHY)
+
+
+async def _metrics(call: Call) -> Outcome:
+    """Prometheus exposition (rendering reads every open tenant's map size: in a thread)."""
+    body = await anyio.to_thread.run_sync(call.services.metrics.render)
+    return Outcome(200, body, media_type=MEDIA_TYPE)
+
+
+HEALTH = Operation(
+    "health",
+    "GET",
+    "/health",
+    PUBLIC,
+    _health,
+    "Liveness: the service name, status and version",
+    replies={200: Reply(Health, "The server is up.")},
+    strict_query=False,
+    tag="server",
+)
+METRICS = Operation(
+    "metrics",
+    "GET",
+    "/metrics",
+    PUBLIC,
+    _metrics,
+    "Prometheus metrics; tenant ids only with MEMSPINE_METRICS_PER_TENANT=1",
+    replies={
+        200: Reply(str, "Prometheus text exposition (docs/operations.md).", media_type=MEDIA_TYPE)
+    },
+    strict_query=False,
+    tag="server",
+)
+
+OPERATIONS = (HEALTH, METRICS)

@@ -1,24 +1,29 @@
-"""The /v1/memory routes: thin handlers that parse, make one engine call and render."""
+"""The /v1/memory operations: append, get, delete, list and recall (cypher has its own module).
+
+Each is a typed function (engine, tenant, checked values -> Outcome) that the MCP backend
+calls directly, and an Operation that serves it over HTTP through memspine/pipeline.py.
+"""
 
 from __future__ import annotations
 
-import uuid
-from typing import Any, NamedTuple
-
-import msgspec
-from litestar import Request, Response, delete, get, post
-from litestar.datastructures import State
-from litestar.params import FromPath
-
-from memspine.auth import tenant_guard
 from memspine.engine import NO_EVENT, Engine
-from memspine.queryparams import check_params, one, parse_list_query
+from memspine.pipeline import READ, WRITE, Call, Header, Operation, Outcome, Query, Reply, event_id
+from memspine.queryparams import flag, int_range, list_query, text
 from memspine.schemas import (
+    KIND_SCHEMA,
+    MAX_IDEMPOTENCY_KEY,
+    MAX_TS,
+    TIME,
     TIME_CHECK_HEADER,
+    DeleteDone,
     EventCreated,
     EventIn,
+    EventOut,
+    EventPage,
     RecallIn,
-    decode_body,
+    RecallOut,
+    WouldDelete,
+    check_kind,
     event_out,
     recall_out,
     time_check,
@@ -26,101 +31,53 @@ from memspine.schemas import (
     to_recall_query,
 )
 from storage.errors import InvalidRequest, NotFound
+from storage.read.listing import MAX_LIMIT, ListQuery
 
-JSON = "application/json"
-
-
-def _json(obj: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response[bytes]:
-    """A JSON response encoded by msgspec (Raw properties pass through byte for byte)."""
-    return Response(msgspec.json.encode(obj), status_code=status, media_type=JSON, headers=headers)
+IDEMPOTENCY_KEY = b"idempotency-key"
+TIME_CHECK = TIME_CHECK_HEADER.lower().encode()
 
 
-def _event_id(value: str) -> str:
-    """A path id must be a UUID."""
-    try:
-        return str(uuid.UUID(value))
-    except ValueError:
-        raise InvalidRequest("event id must be a UUID such as 009cfbc7-bc4d-48c4-9a4a-7ad5f4cc17da") from None
-
-
-def _tenant(request: Request[Any, Any, Any]) -> str:
-    return str(request.state.principal.tenant_id)
-
-
-class Answer(NamedTuple):
-    """A route's answer before it is sent: status, JSON body and extra headers."""
-
-    status: int
-    body: bytes
-    headers: dict[str, str] | None = None
-
-
-async def append_answer(
-    engine: Engine, tenant_id: str, body: bytes, idempotency_key: str | None, time_header: str | None = None
-) -> Answer:
-    """Append one event from a request body: 201 when new, 200 and a header when a replay."""
-    event_in, checked = decode_body(body, EventIn), time_check(time_header)
-    new = to_new_event(event_in, tenant_id=tenant_id, idempotency_key=idempotency_key, check_times=checked)
+async def append_event(
+    engine: Engine,
+    tenant_id: str,
+    body: EventIn,
+    idempotency_key: str | None,
+    *,
+    check_times: bool = True,
+) -> Outcome:
+    """Append one event: 201 when new, 200 and Idempotent-Replayed when a replay."""
+    new = to_new_event(
+        body, tenant_id=tenant_id, idempotency_key=idempotency_key, check_times=check_times
+    )
     result = await engine.append(tenant_id, new)
-    created = msgspec.json.encode(EventCreated(event_id=result.event_id, unlinked=result.unlinked))
+    created = EventCreated(event_id=result.event_id, unlinked=result.unlinked)
     if result.replayed:
-        return Answer(200, created, {"Idempotent-Replayed": "true"})
-    return Answer(201, created)
+        return Outcome(200, created, {"Idempotent-Replayed": "true"})
+    return Outcome(201, created)
 
 
-async def recall_answer(engine: Engine, tenant_id: str, body: bytes, time_header: str | None = None) -> Answer:
-    """Recall from a request body."""
-    query = to_recall_query(decode_body(body, RecallIn), check_times=time_check(time_header))
-    result = await engine.recall(tenant_id, query)
-    return Answer(200, msgspec.json.encode(recall_out(result)))
+async def get_event(engine: Engine, tenant_id: str, target: str) -> Outcome:
+    """One live event with its current state."""
+    found = await engine.get(tenant_id, event_id(target))
+    return Outcome(
+        200, event_out(found.event, current=found.current, superseded_by=found.superseded_by)
+    )
 
 
-def _send(answer: Answer) -> Response[bytes]:
-    return Response(answer.body, status_code=answer.status, media_type=JSON, headers=answer.headers)
-
-
-# POST /v1/memory/event and /v1/memory/recall are served by memspine/hot.py ahead of Litestar
-# (same checks, same answer functions); these handlers document them in /schema and serve them
-# when the app is built without hot routes.
-@post("/v1/memory/event", guards=[tenant_guard], opt={"scope": "write"})
-async def append_event(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
-    """Append one event; Idempotency-Key makes retries safe."""
-    check_params(request, set())
-    key, times = request.headers.get("idempotency-key"), request.headers.get(TIME_CHECK_HEADER)
-    return _send(await append_answer(state.engine, _tenant(request), await request.body(), key, times))
-
-
-@get("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "read"})
-async def get_event(request: Request[Any, Any, Any], state: State, event_id: FromPath[str]) -> Response[bytes]:
-    """One event by id."""
-    check_params(request, set())
-    engine: Engine = state.engine
-    found = await engine.get(_tenant(request), _event_id(event_id))
-    return _json(event_out(found.event, current=found.current, superseded_by=found.superseded_by))
-
-
-@delete("/v1/memory/event/{event_id:str}", guards=[tenant_guard], opt={"scope": "write"}, status_code=200)
-async def delete_event(request: Request[Any, Any, Any], state: State, event_id: FromPath[str]) -> Response[bytes]:
-    """Delete one event (with ?cascade=derived, what derives from it too): unreadable at once,
-    bytes gone at the next purge; ?dry_run=true only says what would go."""
-    check_params(request, {"purge", "cascade", "dry_run"})
-    purge, cascade, dry_run = _flag(request, "purge"), _cascade(request), _flag(request, "dry_run")
-    engine: Engine = state.engine
-    tenant_id, target = _tenant(request), _event_id(event_id)
-    if dry_run:
-        return _json({"would_delete": await engine.would_delete(tenant_id, target, cascade=cascade)})
-    return _send(await delete_answer(engine, tenant_id, target, cascade=cascade, purge=purge))
-
-
-async def delete_answer(
-    engine: Engine, tenant_id: str, target: str, *, cascade: bool, purge: bool
-) -> Answer:
+async def delete_event(
+    engine: Engine, tenant_id: str, target: str, *, cascade: bool, purge: bool, dry_run: bool
+) -> Outcome:
     """Delete an event (and, with cascade, what derives from it), then purge if asked.
 
     200 `{"deleted", "purged", "deleted_ids"}`; when the purge asked for cannot run (a full
     disk), 202 with `"purge_pending": true` and a detail: the delete stands and the background
-    purger finishes the erasure (docs/erasure.md).
+    purger finishes the erasure (docs/erasure.md). With dry_run, 200 `{"would_delete"}`.
     """
+    target = event_id(target)
+    if dry_run:
+        return Outcome(
+            200, WouldDelete(await engine.would_delete(tenant_id, target, cascade=cascade))
+        )
     if cascade:
         deleted = await engine.delete_cascade(tenant_id, target)
     else:
@@ -129,49 +86,181 @@ async def delete_answer(
         raise NotFound(NO_EVENT)
     pending = await engine.purge_after_delete(tenant_id) if purge else None
     if pending is not None:
-        body = {"deleted": True, "purged": False, "purge_pending": True, "deleted_ids": deleted}
-        return Answer(202, msgspec.json.encode(body | {"detail": pending}))
-    return Answer(200, msgspec.json.encode({"deleted": True, "purged": purge, "deleted_ids": deleted}))
+        done = DeleteDone(
+            deleted=True, purged=False, deleted_ids=deleted, purge_pending=True, detail=pending
+        )
+        return Outcome(202, done)
+    return Outcome(200, DeleteDone(deleted=True, purged=purge, deleted_ids=deleted))
 
 
-def _cascade(request: Request[Any, Any, Any]) -> bool:
+async def recall_events(
+    engine: Engine, tenant_id: str, body: RecallIn, *, check_times: bool = True
+) -> Outcome:
+    """Fused keyword and vector recall with the optional walk."""
+    query = to_recall_query(body, check_times=check_times)
+    return Outcome(200, recall_out(await engine.recall(tenant_id, query)))
+
+
+async def list_page(engine: Engine, tenant_id: str, query: ListQuery) -> Outcome:
+    """One page of events newest first, without embeddings."""
+    events, cursor = await engine.list(tenant_id, query)
+    return Outcome(200, EventPage([event_out(e, with_embedding=False) for e in events], cursor))
+
+
+def cascade_value(raw: str) -> bool:
     """?cascade=derived follows SOURCE_FROM links into derived events; no other value exists yet."""
-    value = one(request, "cascade")
-    if value is None:
-        return False
-    if value == "derived":
+    if raw == "derived":
         return True
-    raise InvalidRequest("cascade must be derived (delete the event and every event derived from it)")
+    raise InvalidRequest(
+        "cascade must be derived (delete the event and every event derived from it)"
+    )
 
 
-@get("/v1/memory/events", guards=[tenant_guard], opt={"scope": "read"})
-async def list_events(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
-    """Events newest first, by kind, time range and properties."""
-    query = parse_list_query(request)
-    engine: Engine = state.engine
-    events, cursor = await engine.list(_tenant(request), query)
-    page = [event_out(e, with_embedding=False) for e in events]
-    return _json({"events": page, "next_cursor": cursor})
+def _checked(call: Call) -> bool:
+    return time_check(call.header(TIME_CHECK))
 
 
-@post("/v1/memory/recall", guards=[tenant_guard], opt={"scope": "read"})
-async def recall_events(request: Request[Any, Any, Any], state: State) -> Response[bytes]:
-    """Keyword and vector recall, fused, with an optional walk over SOURCE_FROM links."""
-    check_params(request, set())
-    times = request.headers.get(TIME_CHECK_HEADER)
-    return _send(await recall_answer(state.engine, _tenant(request), await request.body(), times))
+async def _append(call: Call) -> Outcome:
+    engine, key = call.services.engine, call.header(IDEMPOTENCY_KEY)
+    return await append_event(engine, call.tenant_id, call.body, key, check_times=_checked(call))
 
 
-def _flag(request: Request[Any, Any, Any], name: str) -> bool:
-    """A boolean query parameter: true/false/1/0."""
-    value = one(request, name)
-    if value is None:
-        return False
-    if value.lower() in ("true", "1"):
-        return True
-    if value.lower() in ("false", "0"):
-        return False
-    raise InvalidRequest(f"{name} must be true or false")
+async def _get(call: Call) -> Outcome:
+    return await get_event(call.services.engine, call.tenant_id, call.path["event_id"])
 
 
-ROUTES = [append_event, get_event, delete_event, list_events, recall_events]
+async def _delete(call: Call) -> Outcome:
+    q = call.query
+    return await delete_event(
+        call.services.engine,
+        call.tenant_id,
+        call.path["event_id"],
+        cascade=q.get("cascade", False),
+        purge=q.get("purge", False),
+        dry_run=q.get("dry_run", False),
+    )
+
+
+async def _list(call: Call) -> Outcome:
+    query = list_query(props=call.props, checked=_checked(call), **call.query)
+    return await list_page(call.services.engine, call.tenant_id, query)
+
+
+async def _recall(call: Call) -> Outcome:
+    return await recall_events(
+        call.services.engine, call.tenant_id, call.body, check_times=_checked(call)
+    )
+
+
+# The checked range (memspine/schemas.py); `Memspine-Time-Check: off` widens it to 0-2^62.
+TIME_SCHEMA = {"type": "integer", **TIME}
+SINCE_SCHEMA = {"type": "integer", "anyOf": [{"const": 0}, TIME]}
+TIME_NOTE = (
+    " Microseconds since the Unix epoch; from 2000-01-01 through 9999-12-31 unless the request "
+    f"says `{TIME_CHECK_HEADER}: off` (0-2^62 then)."
+)
+IDEMPOTENCY = Header(
+    "Idempotency-Key",
+    {"type": "string", "pattern": f"^[\\x21-\\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}$"},
+    "Makes a retry safe: the same key with the same body stores nothing new and answers 200 "
+    "with the first answer and `Idempotent-Replayed: true`; another body is 422.",
+)
+FLAG_SCHEMA = {"type": "string", "enum": ["true", "false", "1", "0"]}
+EVENT_PATH = "/v1/memory/event/{event_id:str}"
+
+APPEND = Operation(
+    "append_event",
+    "POST",
+    "/v1/memory/event",
+    WRITE,
+    _append,
+    "Append one event",
+    headers=(IDEMPOTENCY,),
+    body=EventIn,
+    replies={
+        201: Reply(EventCreated, "The new event's id (and ids that named no event)."),
+        200: Reply(
+            EventCreated, "An idempotent replay: the first answer.", ("Idempotent-Replayed",)
+        ),
+    },
+    errors=(409, 413, 422, 503),
+    description="Durable and visible to every read route once answered (docs/api.md).",
+)
+GET = Operation(
+    "get_event",
+    "GET",
+    EVENT_PATH,
+    READ,
+    _get,
+    "One event by id, with its current state",
+    replies={200: Reply(EventOut, "The event.")},
+    errors=(404,),
+)
+DELETE = Operation(
+    "delete_event",
+    "DELETE",
+    EVENT_PATH,
+    WRITE,
+    _delete,
+    "Delete one event (with cascade=derived, what derives from it too)",
+    query=(
+        Query("purge", flag("purge"), FLAG_SCHEMA, "Wait for the purge that erases its bytes."),
+        Query(
+            "cascade",
+            cascade_value,
+            {"type": "string", "enum": ["derived"]},
+            "Also delete every event derived from it over SOURCE_FROM, transitively.",
+        ),
+        Query("dry_run", flag("dry_run"), FLAG_SCHEMA, "Delete nothing; say what would go."),
+    ),
+    replies={
+        200: Reply((DeleteDone, WouldDelete), "Deleted (or, with dry_run, what would be)."),
+        202: Reply(
+            DeleteDone, "Deleted, but the purge asked for is pending (the detail says why)."
+        ),
+    },
+    errors=(404, 503),
+    description="Unreadable at once; bytes leave the disk at the next purge (docs/erasure.md).",
+)
+LIST = Operation(
+    "list_events",
+    "GET",
+    "/v1/memory/events",
+    READ,
+    _list,
+    "Events newest first, by kind, time range and properties",
+    query=(
+        Query("kind", check_kind, {"type": "string", **KIND_SCHEMA}, "Only events of this kind."),
+        Query("since", int_range("since", 0, MAX_TS), SINCE_SCHEMA, "ts >= since." + TIME_NOTE),
+        Query("until", int_range("until", 0, MAX_TS), TIME_SCHEMA, "ts < until." + TIME_NOTE),
+        Query(
+            "limit",
+            int_range("limit", 1, MAX_LIMIT),
+            {"type": "integer", "minimum": 1, "maximum": MAX_LIMIT, "default": 100},
+            "Events on one page.",
+        ),
+        Query(
+            "cursor",
+            text,
+            {"type": "string", "pattern": "^[A-Za-z0-9_-]{32}$"},  # storage/listing.py's 24 bytes
+            "next_cursor of the previous page, unchanged.",
+        ),
+        Query("current", flag("current"), FLAG_SCHEMA, "Only current events (default true)."),
+        Query("as_of", int_range("as_of", 0, MAX_TS), TIME_SCHEMA, "Current as of." + TIME_NOTE),
+    ),
+    props=True,
+    replies={200: Reply(EventPage, "One page, and the cursor of the next (null on the last).")},
+)
+RECALL = Operation(
+    "recall",
+    "POST",
+    "/v1/memory/recall",
+    READ,
+    _recall,
+    "Keyword and vector recall, fused, with an optional walk over SOURCE_FROM links",
+    body=RecallIn,
+    replies={200: Reply(RecallOut, "Ranked hits, then walked ones.")},
+    errors=(413, 422),
+)
+
+OPERATIONS = (APPEND, GET, DELETE, LIST, RECALL)

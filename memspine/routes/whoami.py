@@ -2,13 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
-from litestar import Request, Response, get
 
-from memspine.auth import tenant_guard
-from memspine.queryparams import check_params
+from memspine.pipeline import ANY_KEY, Call, Operation, Outcome, Reply
 from memspine_admin.verifier import Principal
 
 
@@ -21,18 +17,30 @@ class WhoAmI(msgspec.Struct):
     expires_at: int | None
 
 
-@get("/v1/whoami", guards=[tenant_guard], opt={"scope": None})
-async def whoami(request: Request[Any, Any, Any]) -> Response[bytes]:
-    """The tenant, key id, scopes and expiry of the key that made the request."""
-    check_params(request, set())
-    principal: Principal = request.state.principal
-    out = WhoAmI(
+def whoami_of(principal: Principal) -> WhoAmI:
+    """The tenant, key id, scopes and expiry of a key."""
+    return WhoAmI(
         tenant_id=principal.tenant_id,
         key_id=principal.key_id,
         scopes=list(principal.scopes),
         expires_at=principal.expires_at,
     )
-    return Response(msgspec.json.encode(out), media_type="application/json")
 
 
-ROUTES = [whoami]
+async def _whoami(call: Call) -> Outcome:
+    assert call.principal is not None
+    return Outcome(200, whoami_of(call.principal))
+
+
+WHOAMI = Operation(
+    "whoami",
+    "GET",
+    "/v1/whoami",
+    ANY_KEY,
+    _whoami,
+    "The tenant, key id, scopes and expiry of the key that made the request",
+    replies={200: Reply(WhoAmI, "The calling key.")},
+    tag="keys",
+)
+
+OPERATIONS = (WHOAMI,)

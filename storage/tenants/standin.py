@@ -10,7 +10,7 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
-from storage.tenant import Tenant
+from storage.tenants.tenant import Tenant
 
 log = logging.getLogger("memspine.standin")
 

@@ -8,13 +8,12 @@ from collections.abc import Callable, Iterator
 
 import msgspec
 
-from storage import encoding as enc
 from storage.errors import InvalidRequest
+from storage.log import layout
+from storage.log.reader import LogReader
 from storage.model import FilterValue, StoredEvent
-from storage.reader import LogReader
 
 MAX_LIMIT = 1000
-_CURSOR_BYTES = 24  # ts (8) + id (16)
 
 
 class ListQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -32,17 +31,17 @@ class ListQuery(msgspec.Struct, frozen=True, kw_only=True):
 
 def encode_cursor(ev: StoredEvent) -> str:
     """An opaque, URL-safe position just after ev in newest-first order."""
-    raw = enc.ts_bytes(ev.ts) + enc.id_bytes(ev.event_id)
+    raw = layout.time_key(ev.ts, layout.id_bytes(ev.event_id))
     return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
 
 
 def decode_cursor(cursor: str) -> bytes:
-    """The (ts, id) key a cursor stands for; 400 if it is not one of ours."""
+    """The by_ts key (ts, id) a cursor stands for; 400 if it is not one of ours."""
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
     except (binascii.Error, ValueError):
         raw = b""
-    if len(raw) != _CURSOR_BYTES:
+    if len(raw) != layout.TIME_KEY_BYTES:
         raise InvalidRequest("cursor is not valid; pass next_cursor from a previous page unchanged")
     return raw
 
@@ -58,7 +57,7 @@ def list_events(
     before = decode_cursor(q.cursor) if q.cursor else None
     for bound in (q.until, None if q.as_of is None else q.as_of + 1):
         if bound is not None:
-            key = enc.ts_bytes(bound)
+            key = layout.ts_bytes(bound)
             before = key if before is None else min(before, key)
     source = _by_property(r, q, before) if q.filters else r.newest_first(q.kind, q.since, before)
     page: list[StoredEvent] = []
@@ -76,8 +75,8 @@ def _matches(ev: StoredEvent, filters: dict[str, list[FilterValue]]) -> bool:
     for name, accepted in filters.items():
         if name not in ev.filterable:
             return False
-        have = enc.value_bytes(ev.filterable[name])
-        if not any(enc.value_bytes(v) == have for v in accepted):
+        have = layout.value_bytes(ev.filterable[name])
+        if not any(layout.value_bytes(v) == have for v in accepted):
             return False
     return True
 
@@ -93,7 +92,7 @@ def _by_property(r: LogReader, q: ListQuery, before: bytes | None) -> Iterator[S
                 continue
             if q.since is not None and ev.ts < q.since:
                 continue
-            key = enc.ts_bytes(ev.ts) + enc.id_bytes(ev.event_id)
+            key = layout.time_key(ev.ts, layout.id_bytes(ev.event_id))
             if before is None or key < before:
                 keys.append((key, ev))
     keys.sort(key=lambda kv: kv[0], reverse=True)

@@ -4,28 +4,26 @@ substitution and the bounded SOURCE_FROM walk."""
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import cast
 
 import msgspec
 import numpy as np
 
-from storage import encoding as enc
-from storage.current import EXPIRED, NOT_YET_VALID, SUPERSEDED, Moment
 from storage.errors import EmbeddingMismatch, InvalidRequest
-from storage.flat import as_float32, top, unit
-from storage.keyword import KeywordIndex
+from storage.index.flat import as_float32, top, unit
+from storage.index.keyword import KeywordIndex
+from storage.index.vectors import VectorIndex
+from storage.log import layout
+from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM, FilterValue, StoredEvent
-from storage.reader import LogReader
-from storage.vectors import VectorIndex
+from storage.read.current import EXPIRED, NOT_YET_VALID, SUPERSEDED, Moment
 
 RRF_K = 60
 MAX_K = 100
 MAX_HOPS = 3
 # Each arm brings its top k to fusion. Deeper lists let RRF's sum rank events that both arms
-# place middling above events one arm places first: on LoCoMo conversations 0-4 (stop words
-# dropped), arms 50 deep gave recall@10 0.595 and arms k deep 0.653; depth k was best at
-# k = 1, 3, 5 and 20 too
-# (bench/RESULTS.md). Arms go deeper only when substitution leaves fewer than k hits.
+# place middling above events one arm places first, which ranked worse on LoCoMo at every k
+# tried (bench/RESULTS.md, "Retrieval quality on LoCoMo"). Arms go deeper only when
+# substitution leaves fewer than k hits.
 MAX_ARM_DEPTH = 1000
 # The vector arm over-fetches up to this many times its depth before it filters inside the graph,
 # and ranks exactly when a kind, filter or as_of admits at most FEW events.
@@ -33,9 +31,9 @@ OVERFETCH = 32
 FEW = 256
 # A kind held by at least this share of a tenant's documents is not a clause of the keyword
 # search but checked by the chokepoint on each hit: as a Must clause it intersects the words'
-# postings with most of the index and doubles the search (0.70 against 0.35 ms at 100,000
-# events, 70 % turns), while the arm's 2x over-fetch still brings its depth of that kind
-# (bench/RESULTS.md). The order is the same: the clause adds one constant to every score.
+# postings with most of the index and doubles the search, while the arm's over-fetch still
+# brings its depth of that kind (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
+# The order is the same: the clause adds one constant to every score.
 COMMON_KIND = 0.6
 
 
@@ -118,7 +116,7 @@ class Admission:
         self.q = q
         self.moment = moment
         self.withheld: dict[str, str] = {}  # event id -> SUPERSEDED, EXPIRED or NOT_YET_VALID
-        self._wanted = {name: enc.value_bytes(v) for name, v in q.filters.items()}
+        self._wanted = {name: layout.value_bytes(v) for name, v in q.filters.items()}
         self._by_label: dict[int, StoredEvent | None] = {}
 
     def admit(self, ev: StoredEvent | None, *, window: bool = True) -> bool:
@@ -127,7 +125,7 @@ class Admission:
         if ev is None or (self.q.kind is not None and ev.kind != self.q.kind):
             return False
         for name, want in self._wanted.items():
-            if name not in ev.filterable or enc.value_bytes(ev.filterable[name]) != want:
+            if name not in ev.filterable or layout.value_bytes(ev.filterable[name]) != want:
                 return False
         if not self.moment.exists(ev):
             return False
@@ -143,11 +141,6 @@ class Admission:
         if note:
             self.withheld.setdefault(ev.event_id, reason)
         return False
-
-    def event(self, event_id: str) -> StoredEvent | None:
-        """The event with this id if it passes all but the window (read without its embedding)."""
-        ev = self.r.get_light(event_id)
-        return ev if self.admit(ev, window=False) else None
 
     def event_for_label(self, label: int) -> StoredEvent | None:
         """The event behind a vector label if it passes all but the window (read light)."""
@@ -197,10 +190,8 @@ def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEven
     limit = depth * 2
     while True:
         found = kw.ranked(adm.q.text, limit=limit, kind=kind, filters=adm.q.filters)
-        if found.seqs is not None:  # as vector labels are: one read of an event both arms find
-            ranked = _first(adm, map(adm.event_for_label, found.seqs), depth)
-        else:
-            ranked = _first(adm, (adm.event(e) for e, _s in found), depth)
+        # Hits reach their events by seq, as vector labels do: one read of an event both arms find.
+        ranked = _first(adm, map(adm.event_for_label, found.seqs), depth)
         if len(ranked) >= depth or len(found) < limit:
             return ranked
         limit *= 4
@@ -253,30 +244,19 @@ def vector_arm(
 def _few_candidates(adm: Admission) -> list[str] | None:
     """Ids of the events a kind, filter or as_of allows, if one of them allows at most FEW."""
     r, q = adm.r, adm.q
-    # Keys are counted before ids are listed: an id string costs 1.5 us a key, and a common kind
-    # would make FEW + 1 of them on every query for nothing (0.37 ms at 100,000 events).
-    if q.kind is not None and _at_most_few(r, "by_kind", enc.kind_prefix(q.kind)):
+    # Keys are counted before ids are listed: building an id string is most of a key's cost,
+    # and a common kind would make FEW + 1 of them on every query for nothing
+    # (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
+    if q.kind is not None and not r.more_keys_than(FEW, "by_kind", layout.kind_prefix(q.kind)):
         return list(r.ids_by_kind(q.kind))
     for name, value in q.filters.items():
-        if _at_most_few(r, "by_prop", enc.property_prefix(name, value)):
+        if not r.more_keys_than(FEW, "by_prop", layout.property_prefix(name, value)):
             return list(r.ids_by_property(name, value))
-    if q.as_of is not None and _at_most_few(r, "by_ts", b"", enc.ts_bytes(q.as_of + 1)):
-        return list(r.ids_by_ts(None, q.as_of + 1))
+    if q.as_of is not None:
+        below = layout.ts_bytes(q.as_of + 1)
+        if not r.more_keys_than(FEW, "by_ts", b"", below):
+            return list(r.ids_by_ts(None, q.as_of + 1))
     return None
-
-
-def _at_most_few(r: LogReader, db: str, prefix: bytes, below: bytes | None = None) -> bool:
-    """Whether at most FEW keys of a log index start with prefix (and sort below `below`)."""
-    cur = r.txn.cursor(db=r.dbs[db])
-    if not cur.set_range(prefix):
-        return True
-    for n, raw in enumerate(cur.iternext(keys=True, values=False)):
-        key = cast(bytes, raw)  # buffers=False (the default): keys are bytes
-        if not key.startswith(prefix) or (below is not None and key >= below):
-            return True
-        if n == FEW:  # this key is the FEW + 1st
-            return False
-    return True
 
 
 def _exact_arm(ids: list[str], adm: Admission, depth: int, query: np.ndarray) -> list[StoredEvent]:

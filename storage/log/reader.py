@@ -6,36 +6,10 @@ from collections.abc import Iterator
 from typing import Any, cast
 
 import lmdb
-import msgspec
 
-from storage import encoding as enc
-from storage.model import REL_CODES, FilterValue, StoredEvent
-from storage.records import decode_event, decode_light
-
-# Named databases of the log environment (see DESIGN.md, "One tenant on disk").
-DB_NAMES = (
-    "events",  # id -> StoredEvent (msgpack, storage/records.py)
-    "ops",  # seq -> b"A"+id (append) | b"D"+id (delete): what the projections replay
-    "by_ts",  # ts + id -> ""
-    "by_kind",  # kind + ts + id -> ""
-    "by_prop",  # name + typed value + id -> ""
-    "links_out",  # id + rel + index -> target id (link order)
-    "links_in",  # target id + rel + seq of the linking event + its id -> ""
-    "idem",  # idempotency-derived id -> IdempotencyRecord
-    "tombstones",  # id -> Tombstone
-    "meta",  # schema, dim, model, keyword_seq, vector_seq, superseding
-)
-# Meta flag: 1 once any event of the log has superseded another (set with the link, never
-# cleared). While it is 0 no event is superseded, and reads skip the supersession probe of each
-# hit (a links_in seek, 2-4 us). Logs made before it get it on their next open (a key scan).
-SUPERSEDING = "superseding"
-
-
-class Tombstone(msgspec.Struct, frozen=True):
-    """A deleted event awaiting purge: its append seq and deletion time, never content."""
-
-    seq: int
-    deleted_at: int
+from storage.log import layout
+from storage.log.layout import Tombstone
+from storage.model import FilterValue, StoredEvent
 
 
 class LogReader:
@@ -47,23 +21,23 @@ class LogReader:
 
     def get(self, event_id: str) -> StoredEvent | None:
         """The live event with this id, or None (unknown, malformed or deleted)."""
-        raw = self._record(event_id)
-        return None if raw is None else decode_event(raw)
+        raw = self.record(event_id)
+        return None if raw is None else layout.decode_event(raw)
 
     def get_light(self, event_id: str) -> StoredEvent | None:
         """As get, without the embedding (None): most of what decoding a record costs."""
-        raw = self._record(event_id)
-        return None if raw is None else decode_light(raw)
+        raw = self.record(event_id)
+        return None if raw is None else layout.decode_light(raw)
 
     def get_light_raw(self, raw_id: bytes) -> StoredEvent | None:
         """As get_light, by the id's 16 bytes."""
         raw = self.txn.get(raw_id, db=self.dbs["events"])
-        return None if raw is None else decode_light(raw)
+        return None if raw is None else layout.decode_light(raw)
 
-    def _record(self, event_id: str) -> bytes | None:
-        """The stored record of the live event with this id, or None."""
+    def record(self, event_id: str) -> bytes | None:
+        """The stored record of the live event with this id, as it is on disk, or None."""
         try:
-            raw_id = enc.id_bytes(event_id)
+            raw_id = layout.id_bytes(event_id)
         except (ValueError, TypeError, AttributeError):
             return None
         return cast(bytes | None, self.txn.get(raw_id, db=self.dbs["events"]))
@@ -71,7 +45,7 @@ class LogReader:
     def exists(self, event_id: str) -> bool:
         """Whether a live event has this id (without decoding its record)."""
         try:
-            raw_id = enc.id_bytes(event_id)
+            raw_id = layout.id_bytes(event_id)
         except (ValueError, TypeError, AttributeError):
             return False
         return self.txn.get(raw_id, db=self.dbs["events"]) is not None
@@ -87,29 +61,43 @@ class LogReader:
                 return
             yield key
 
+    def more_keys_than(self, n: int, db: str, prefix: bytes, below: bytes | None = None) -> bool:
+        """Whether more than n keys of a database start with prefix (and sort below `below`),
+        counted without decoding one."""
+        cur = self.txn.cursor(db=self.dbs[db])
+        if not cur.set_range(prefix):
+            return False
+        for i, raw in enumerate(cur.iternext(keys=True, values=False)):
+            key = _b(raw)
+            if not key.startswith(prefix) or (below is not None and key >= below):
+                return False
+            if i == n:  # this key is the n + 1st
+                return True
+        return False
+
     def ids_by_kind(self, kind: str, lo: int | None = None, hi: int | None = None) -> Iterator[str]:
         """Ids of one kind with lo <= ts < hi (None: unbounded), ascending by time."""
-        prefix = enc.kind_prefix(kind)
-        start = enc.ts_bytes(lo) if lo is not None else b""
+        prefix = layout.kind_prefix(kind)
+        start = layout.ts_bytes(lo) if lo is not None else b""
         for key in self._keys("by_kind", prefix, start):
-            if hi is not None and enc.read_ts(key[len(prefix) :]) >= hi:
+            if hi is not None and layout.read_ts(key[len(prefix) :]) >= hi:
                 return
-            yield enc.id_str(key[-16:])
+            yield layout.key_id(key)
 
     def ids_by_property(self, name: str, value: FilterValue) -> Iterator[str]:
         """Ids whose filterable property name equals value (1 and 1.0 are equal)."""
-        if not enc.is_filterable_value(value):
+        if not layout.is_filterable_value(value):
             return
-        for key in self._keys("by_prop", enc.property_prefix(name, value)):
-            yield enc.id_str(key[-16:])
+        for key in self._keys("by_prop", layout.property_prefix(name, value)):
+            yield layout.key_id(key)
 
     def ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[str]:
         """Ids with lo <= ts < hi, ascending by time."""
-        start = enc.ts_bytes(lo) if lo is not None else b""
+        start = layout.ts_bytes(lo) if lo is not None else b""
         for key in self._keys("by_ts", b"", start):
-            if hi is not None and enc.read_ts(key) >= hi:
+            if hi is not None and layout.read_ts(key) >= hi:
                 return
-            yield enc.id_str(key[8:])
+            yield layout.key_id(key)
 
     def all_ids(self) -> Iterator[str]:
         """Every live id, ascending by time."""
@@ -117,20 +105,20 @@ class LogReader:
 
     def links_out(self, event_id: str, rel: str) -> list[str]:
         """The events this one links to under rel, in link order."""
-        prefix = enc.id_bytes(event_id) + REL_CODES[rel]
+        prefix = layout.link_prefix(layout.id_bytes(event_id), rel)
         cur = self.txn.cursor(db=self.dbs["links_out"])
         out: list[str] = []
         if cur.set_range(prefix):
             for key, value in cur:
                 if not _b(key).startswith(prefix):
                     break
-                out.append(enc.id_str(_b(value)))
+                out.append(layout.id_str(_b(value)))
         return out
 
     def links_in(self, event_id: str, rel: str) -> list[str]:
         """The events that link to this one under rel, in append order."""
-        prefix = enc.id_bytes(event_id) + REL_CODES[rel]
-        return [enc.id_str(key[-16:]) for key in self._keys("links_in", prefix)]
+        prefix = layout.link_prefix(layout.id_bytes(event_id), rel)
+        return [layout.key_id(key) for key in self._keys("links_in", prefix)]
 
     def count(self) -> int:
         """Number of live events."""
@@ -139,56 +127,72 @@ class LogReader:
     def last_seq(self) -> int:
         """The highest operation number written (0 for an empty log)."""
         cur = self.txn.cursor(db=self.dbs["ops"])
-        return enc.read_u64(_b(cur.key())) if cur.last() else 0
+        return layout.read_u64(_b(cur.key())) if cur.last() else 0
 
     def ops_after(self, seq: int) -> Iterator[tuple[int, bytes, str]]:
         """Operations (seq, b"A" or b"D", id) after seq, in order: what a projection replays."""
         cur = self.txn.cursor(db=self.dbs["ops"])
-        if not cur.set_range(enc.u64(seq + 1)):
+        if not cur.set_range(layout.op_key(seq + 1)):
             return
         for key, value in cur:
-            yield enc.read_u64(_b(key)), _b(value[:1]), enc.id_str(_b(value[1:]))
+            op, raw_id = layout.read_op(_b(value))
+            yield layout.read_u64(_b(key)), op, layout.id_str(raw_id)
 
     def id_for_seq(self, seq: int) -> str | None:
         """The live event appended as operation seq (vector labels are seqs)."""
         raw = self.raw_id_for_seq(seq)
-        return None if raw is None else enc.id_str(raw)
+        return None if raw is None else layout.id_str(raw)
 
     def raw_id_for_seq(self, seq: int) -> bytes | None:
         """As id_for_seq, the id's 16 bytes (what the events database is keyed by)."""
-        value = self.txn.get(enc.u64(seq), db=self.dbs["ops"])
-        if value is None or value[:1] != b"A":
+        value = self.txn.get(layout.op_key(seq), db=self.dbs["ops"])
+        if value is None:
             return None
-        return _b(value[1:])
+        op, raw_id = layout.read_op(_b(value))
+        return raw_id if op == layout.OP_APPEND else None
 
     def meta_int(self, name: str) -> int | None:
         """An integer meta value, or None."""
-        raw = self.txn.get(name.encode(), db=self.dbs["meta"])
-        return None if raw is None else enc.read_u64(_b(raw))
+        raw = self.txn.get(layout.meta_key(name), db=self.dbs["meta"])
+        return None if raw is None else layout.read_u64(_b(raw))
 
     def may_supersede(self) -> bool:
         """False when no event of this snapshot has ever superseded another (log meta flag)."""
-        return self.meta_int(SUPERSEDING) != 0  # absent (None): not known, so maybe
+        return self.meta_int(layout.SUPERSEDING) != 0  # absent (None): not known, so maybe
 
     def meta_str(self, name: str) -> str | None:
         """A string meta value, or None."""
-        raw = self.txn.get(name.encode(), db=self.dbs["meta"])
+        raw = self.txn.get(layout.meta_key(name), db=self.dbs["meta"])
         return None if raw is None else bytes(raw).decode()
+
+    def pages(self) -> tuple[int, int]:
+        """(pages in use by every database of the snapshot, the page size): what a logical
+        copy of it holds, none of the freed pages."""
+        psize = int(self.txn.stat(self.dbs["events"])["psize"])
+        pages = 0
+        for db in self.dbs.values():
+            st = self.txn.stat(db)
+            pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
+        return pages, psize
+
+    def tombstone_count(self) -> int:
+        """How many deleted events await a purge."""
+        return int(self.txn.stat(self.dbs["tombstones"])["entries"])
 
     def tombstone(self, event_id: str) -> Tombstone | None:
         """The tombstone of a deleted, not yet purged event."""
-        raw = self.txn.get(enc.id_bytes(event_id), db=self.dbs["tombstones"])
-        return None if raw is None else msgspec.msgpack.decode(raw, type=Tombstone)
+        raw = self.txn.get(layout.id_bytes(event_id), db=self.dbs["tombstones"])
+        return None if raw is None else layout.decode_tombstone(raw)
 
     def tombstone_ids(self) -> list[str]:
         """Ids deleted and not yet purged."""
-        return [enc.id_str(k) for k in self._keys("tombstones")]
+        return [layout.id_str(k) for k in self._keys("tombstones")]
 
     def newest_first(
         self, kind: str | None, since: int | None, before: bytes | None
     ) -> Iterator[StoredEvent]:
         """Events newest first, optionally of one kind, with ts >= since and (ts, id) key < before."""
-        prefix = enc.kind_prefix(kind) if kind is not None else b""
+        prefix = layout.kind_prefix(kind) if kind is not None else b""
         cur = self.txn.cursor(db=self.dbs["by_kind" if kind is not None else "by_ts"])
         upper = prefix + before if before is not None else _after_prefix(prefix)
         positioned = cur.set_range(upper) if upper else False
@@ -197,10 +201,10 @@ class LogReader:
             key = _b(cur.key())
             if not key.startswith(prefix):
                 return
-            ts = enc.read_ts(key[len(prefix) :])
+            ts = layout.read_ts(key[len(prefix) :])
             if since is not None and ts < since:
                 return
-            ev = self.get(enc.id_str(key[-16:]))
+            ev = self.get(layout.key_id(key))
             if ev is not None:
                 yield ev
             ok = cur.prev()

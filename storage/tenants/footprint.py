@@ -7,9 +7,10 @@ import ctypes
 from pathlib import Path
 from typing import Any
 
-from storage.keyword import READER_BYTES
-from storage.tenant import Tenant
-from storage.vectors import file_memory_bytes
+from storage import files
+from storage.index.keyword import READER_BYTES
+from storage.index.vectors import file_memory_bytes
+from storage.tenants.tenant import Tenant
 
 # What an open tenant holds beyond its two indexes: its LMDB environment's buffers, its writer
 # and inserter threads, its Python objects (measured on an empty tenant, bench/RESULTS.md).
@@ -37,7 +38,7 @@ def tenant_bytes(tenant: Tenant) -> int:
 def closed_tenant_bytes(root: Path, dim: int) -> int:
     """What the tenant stored at root will hold once open, guessed from its vector file's size
     (one stat) before opening it."""
-    return TENANT_BASE_BYTES + READER_BYTES + file_memory_bytes(root / "vectors.hnsw", dim)
+    return TENANT_BASE_BYTES + READER_BYTES + file_memory_bytes(root / files.VECTORS, dim)
 
 
 def _load_libc() -> Any:

@@ -12,32 +12,23 @@ from typing import Any, TypeVar
 import lmdb
 import msgspec
 
-from storage import encoding as enc
 from storage import failpoints
 from storage.errors import DiskFull, EmbeddingMismatch, IdempotencyMismatch, MemspineError
-from storage.model import REL_CODES, SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
-from storage.reader import DB_NAMES, SUPERSEDING, LogReader, Tombstone
-from storage.records import encode_event
+from storage.log import layout
+from storage.log.layout import DB_NAMES, SCHEMA_VERSION, SUPERSEDING, IdempotencyRecord, Tombstone
+from storage.log.reader import LogReader
+from storage.model import SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
 from storage.rwlock import RWLock
 from storage.space import disk_full
 
-SCHEMA_VERSION = 1
 INITIAL_MAP_SIZE = 32 << 20
 T = TypeVar("T")
 
-OP_APPEND = b"A"
-OP_DELETE = b"D"
 NOT_WRITTEN = "the server's disk is full: nothing was written; retry once space is freed"
 
 
-class IdempotencyRecord(msgspec.Struct, frozen=True):
-    """What a retry under the same Idempotency-Key needs: the body hash and the first answer's unlinked ids."""
-
-    body_hash: bytes
-    unlinked: list[str] = []
-
-
-_decode_idem = msgspec.msgpack.Decoder(IdempotencyRecord).decode
+class LogFormatError(RuntimeError):
+    """The log was made in a format this code does not know (by a newer version)."""
 
 
 class EventLog:
@@ -48,7 +39,6 @@ class EventLog:
         self.env = env
         self.lock = RWLock()
         self.dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
-        self.encoder = msgspec.msgpack.Encoder()
 
     @classmethod
     def open(cls, path: Path, *, embedding_dim: int = 384) -> EventLog:
@@ -58,8 +48,14 @@ class EventLog:
         env.reader_check()  # clear slots left by a process that died holding a read transaction
         log = cls(path, env)
         with log.reader() as r:
-            ready = r.meta_int("schema") is not None and r.meta_int(SUPERSEDING) is not None
-        if not ready:  # a new log, or one made before the flag: one write (none on a full disk)
+            schema = r.meta_int(layout.SCHEMA)
+        if schema is not None and schema > SCHEMA_VERSION:
+            env.close()
+            raise LogFormatError(
+                f"the event log is in format {schema}, newer than this version reads "
+                f"({SCHEMA_VERSION}); open it with a newer memspine"
+            )
+        if schema is None:  # a new log: one write (none on a full disk)
             try:
                 log.write(lambda txn: log._initialise(txn, embedding_dim))
             except BaseException:
@@ -68,13 +64,11 @@ class EventLog:
         return log
 
     def _initialise(self, txn: lmdb.Transaction, embedding_dim: int) -> None:
-        """Record the schema and dimension of a new log, and the superseding flag of any log."""
-        meta = self.dbs["meta"]
-        if txn.get(b"schema", db=meta) is None:
-            txn.put(b"schema", enc.u64(SCHEMA_VERSION), db=meta)
-            txn.put(b"dim", enc.u64(embedding_dim), db=meta)
-        if LogReader(txn, self.dbs).meta_int(SUPERSEDING) is None:  # new, or made before it
-            self.put_meta_int(txn, SUPERSEDING, _any_supersedes(txn, self.dbs))
+        """Record the schema, dimension and superseding flag (none yet) of a new log."""
+        if self.view(txn).meta_int(layout.SCHEMA) is None:
+            self.put_meta_int(txn, layout.SCHEMA, SCHEMA_VERSION)
+            self.put_meta_int(txn, layout.DIM, embedding_dim)
+            self.put_meta_int(txn, SUPERSEDING, 0)
 
     def reopen(self) -> None:
         """Close and reopen the environment, once no transaction is active: after MDB_PANIC
@@ -85,8 +79,42 @@ class EventLog:
             except lmdb.Error:
                 map_size = INITIAL_MAP_SIZE  # LMDB grows it back to the file's size on open
             self.env.close()
-            self.env = _open_env(self.path, map_size)
-            self.dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
+            self._open_in_place(map_size)
+
+    @contextmanager
+    def files_replaced(self) -> Iterator[None]:
+        """Hold every reader and writer out, with the environment closed, while the caller puts
+        new files in its place; then open what is there with the old map's size (its headroom:
+        a copy is compact, and would grow again on its first writes)."""
+        with self.lock.exclusive():
+            map_size = int(self.env.info()["map_size"])
+            self.env.close()
+            try:
+                yield
+            finally:
+                if self.path.is_dir():
+                    self._open_in_place(map_size)
+
+    def _open_in_place(self, map_size: int) -> None:
+        """Open the environment at this log's path again (the caller holds the lock exclusive)."""
+        self.env = _open_env(self.path, map_size)
+        self.env.reader_check()
+        self.dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
+
+    def map_size(self) -> int:
+        """The environment's map size in bytes (the shared lock keeps a resize out)."""
+        with self.lock.shared():
+            return int(self.env.info()["map_size"])
+
+    def grow_if_over_half(self) -> None:
+        """Double the map now if more than half of it is in use, before a long read: growing
+        waits for every reader, so a write needing room while one is held would stall reads."""
+        with self.lock.shared():
+            info, page = self.env.info(), self.env.stat()["psize"]
+            used = (info["last_pgno"] + 1) * page
+        if used * 2 > info["map_size"]:
+            with self.lock.exclusive():
+                self.env.set_mapsize(max(int(info["map_size"]), used) * 2)
 
     def close(self) -> None:
         """Close the environment once no transaction is active."""
@@ -98,6 +126,10 @@ class EventLog:
         """A consistent read-only view of the log."""
         with self.lock.shared(), self.env.begin(buffers=False) as txn:
             yield LogReader(txn, self.dbs)
+
+    def view(self, txn: lmdb.Transaction) -> LogReader:
+        """A LogReader over a transaction already open (a write transaction sees its own writes)."""
+        return LogReader(txn, self.dbs)
 
     # -- meta -----------------------------------------------------------------
 
@@ -112,7 +144,7 @@ class EventLog:
 
     def put_meta_int(self, txn: lmdb.Transaction, name: str, value: int) -> None:
         """Store an integer meta value inside a write transaction."""
-        txn.put(name.encode(), enc.u64(value), db=self.dbs["meta"])
+        txn.put(layout.meta_key(name), layout.u64(value), db=self.dbs["meta"])
 
     # -- writes ---------------------------------------------------------------
 
@@ -172,39 +204,37 @@ class EventLog:
         if ev is None:
             return False
         d = self.dbs
-        raw_id = enc.id_bytes(event_id)
+        raw_id = layout.id_bytes(event_id)
         # Number the delete before dropping the append op: were the append the newest op, the
         # delete would reuse its seq and the projections (already past it) would never replay it.
         seq = r.last_seq() + 1
         txn.delete(raw_id, db=d["events"])
-        txn.delete(enc.u64(ev.seq), db=d["ops"])
-        txn.put(enc.u64(seq), OP_DELETE + raw_id, db=d["ops"])
-        ts_key = enc.ts_bytes(ev.ts) + raw_id
-        txn.delete(ts_key, db=d["by_ts"])
-        txn.delete(enc.kind_prefix(ev.kind) + ts_key, db=d["by_kind"])
-        for name, value in ev.filterable.items():
-            txn.delete(enc.property_prefix(name, value) + raw_id, db=d["by_prop"])
-        for rel, code in REL_CODES.items():
+        txn.delete(layout.op_key(ev.seq), db=d["ops"])
+        txn.put(layout.op_key(seq), layout.op_value(layout.OP_DELETE, raw_id), db=d["ops"])
+        for name, key in layout.index_keys(ev):
+            txn.delete(key, db=d[name])
+        for rel in layout.REL_CODES:
             for target in r.links_out(event_id, rel):
-                txn.delete(enc.id_bytes(target) + code + enc.u64(ev.seq) + raw_id, db=d["links_in"])
-            _delete_prefix(txn, d["links_out"], raw_id + code)
+                in_key = layout.link_in_key(layout.id_bytes(target), rel, ev.seq, raw_id)
+                txn.delete(in_key, db=d["links_in"])
+            _delete_prefix(txn, d["links_out"], layout.link_prefix(raw_id, rel))
             for source in r.links_in(event_id, rel):
                 self._unlink_out(txn, r, source, rel, raw_id)
-            _delete_prefix(txn, d["links_in"], raw_id + code)
+            _delete_prefix(txn, d["links_in"], layout.link_prefix(raw_id, rel))
         tomb = Tombstone(seq=ev.seq, deleted_at=time.time_ns() // 1000)
-        txn.put(raw_id, self.encoder.encode(tomb), db=d["tombstones"])
+        txn.put(raw_id, layout.encode_tombstone(tomb), db=d["tombstones"])
         return True
 
     def _unlink_out(
         self, txn: lmdb.Transaction, r: LogReader, source: str, rel: str, raw_target: bytes
     ) -> None:
         """Drop raw_target from source's ordered out-links, keeping the order of the rest."""
-        code = REL_CODES[rel]
-        raw_source = enc.id_bytes(source)
-        kept = [enc.id_bytes(t) for t in r.links_out(source, rel) if enc.id_bytes(t) != raw_target]
-        _delete_prefix(txn, self.dbs["links_out"], raw_source + code)
+        raw_source = layout.id_bytes(source)
+        targets = [layout.id_bytes(t) for t in r.links_out(source, rel)]
+        kept = [t for t in targets if t != raw_target]
+        _delete_prefix(txn, self.dbs["links_out"], layout.link_prefix(raw_source, rel))
         for i, t in enumerate(kept):
-            txn.put(raw_source + code + i.to_bytes(2, "big"), t, db=self.dbs["links_out"])
+            txn.put(layout.link_out_key(raw_source, rel, i), t, db=self.dbs["links_out"])
 
     def tombstones(self) -> list[str]:
         """Ids deleted since the last purge."""
@@ -214,11 +244,7 @@ class EventLog:
     def clear_tombstones(self, txn: lmdb.Transaction, event_ids: list[str]) -> None:
         """Forget tombstones once their bytes have left the disk."""
         for e in event_ids:
-            txn.delete(enc.id_bytes(e), db=self.dbs["tombstones"])
-
-    def disk_bytes(self) -> int:
-        """Size of the environment's data file."""
-        return os.path.getsize(self.path / "data.mdb")
+            txn.delete(layout.id_bytes(e), db=self.dbs["tombstones"])
 
 
 class Appender:
@@ -232,8 +258,8 @@ class Appender:
         self.log = log
         self.txn = txn
         self.reader = LogReader(txn, log.dbs)
-        self.dim = self.reader.meta_int("dim")
-        self.model = self.reader.meta_str("model")
+        self.dim = self.reader.meta_int(layout.DIM)
+        self.model = self.reader.meta_str(layout.MODEL)
         self.last = self.reader.last_seq()  # the newest op in txn
         self.written: list[StoredEvent] = []
         self._random = b""  # random bytes for ids, drawn from the OS a few dozen ids at a time
@@ -253,14 +279,14 @@ class Appender:
         txn, d, r = self.txn, self.log.dbs, self.reader
         if ev.event_id is None:
             raw_id = self._random_id()
-            event_id = enc.id_str(raw_id)
+            event_id = layout.id_str(raw_id)
         else:
             event_id = ev.event_id
-            raw_id = enc.id_bytes(event_id)
+            raw_id = layout.id_bytes(event_id)
         if ev.event_id is not None and ev.body_hash is not None:
             prior = txn.get(raw_id, db=d["idem"])
             if prior is not None:
-                rec = _decode_idem(prior)
+                rec = layout.decode_idempotency(prior)
                 if rec.body_hash != ev.body_hash:
                     return IdempotencyMismatch(
                         "this Idempotency-Key was first used with a different body; "
@@ -272,7 +298,7 @@ class Appender:
             return problem
         seq = self.last + 1
         properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
-        filterable = enc.filterable_properties(properties if isinstance(properties, dict) else {})
+        filterable = layout.filterable_properties(properties if isinstance(properties, dict) else {})
         sources: list[str] = []
         supersedes: list[str] = []
         unlinked: list[str] = []
@@ -299,28 +325,25 @@ class Appender:
             valid_from=ev.valid_from,
             valid_until=ev.valid_until,
         )
-        txn.put(raw_id, encode_event(record), db=d["events"])
+        txn.put(raw_id, layout.encode_event(record), db=d["events"])
         # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
         # this appender's back, and numbering on would overwrite or reorder ops.
-        if not txn.put(enc.u64(seq), OP_APPEND + raw_id, db=d["ops"], append=True):
+        op = layout.op_value(layout.OP_APPEND, raw_id)
+        if not txn.put(layout.op_key(seq), op, db=d["ops"], append=True):
             raise RuntimeError(f"op {seq} is not past the newest op: ops written outside it")
         self.last = seq
-        ts_key = enc.ts_bytes(ev.ts) + raw_id
-        txn.put(ts_key, b"", db=d["by_ts"])
-        txn.put(enc.kind_prefix(ev.kind) + ts_key, b"", db=d["by_kind"])
-        for name, value in filterable.items():
-            txn.put(enc.property_prefix(name, value) + raw_id, b"", db=d["by_prop"])
+        for name, key in layout.index_keys(record):
+            txn.put(key, b"", db=d[name])
         if supersedes:
             self.log.put_meta_int(txn, SUPERSEDING, 1)
         for rel, targets in ((SOURCE_FROM, sources), (SUPERSEDES, supersedes)):
-            code = REL_CODES[rel]
             for i, target in enumerate(targets):
-                raw_target = enc.id_bytes(target)
-                txn.put(raw_id + code + i.to_bytes(2, "big"), raw_target, db=d["links_out"])
-                txn.put(raw_target + code + enc.u64(seq) + raw_id, b"", db=d["links_in"])
+                raw_target = layout.id_bytes(target)
+                txn.put(layout.link_out_key(raw_id, rel, i), raw_target, db=d["links_out"])
+                txn.put(layout.link_in_key(raw_target, rel, seq, raw_id), b"", db=d["links_in"])
         if ev.event_id is not None and ev.body_hash is not None:
             idem = IdempotencyRecord(body_hash=ev.body_hash, unlinked=unlinked)
-            txn.put(raw_id, self.log.encoder.encode(idem), db=d["idem"])
+            txn.put(raw_id, layout.encode_idempotency(idem), db=d["idem"])
         self.written.append(record)
         return AppendResult(event_id=event_id, unlinked=unlinked)
 
@@ -345,7 +368,8 @@ class Appender:
         if ev.embedding_model is not None:
             known = self.model
             if known is None:
-                self.txn.put(b"model", ev.embedding_model.encode(), db=self.log.dbs["meta"])
+                model = ev.embedding_model.encode()
+                self.txn.put(layout.meta_key(layout.MODEL), model, db=self.log.dbs["meta"])
                 self.model = ev.embedding_model
             elif known != ev.embedding_model:
                 return EmbeddingMismatch(
@@ -366,13 +390,6 @@ def _open_env(path: Path, map_size: int) -> lmdb.Environment:
         metasync=True,
         readahead=False,
     )
-
-
-def _any_supersedes(txn: lmdb.Transaction, dbs: dict[str, Any]) -> int:
-    """1 if the log holds a SUPERSEDES link, else 0 (a scan of link keys, once per log)."""
-    code = REL_CODES[SUPERSEDES]
-    cur = txn.cursor(db=dbs["links_in"])
-    return int(any(key[16:17] == code for key in cur.iternext(keys=True, values=False)))
 
 
 def _dedupe(ids: Any) -> list[str]:

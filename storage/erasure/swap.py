@@ -15,47 +15,19 @@ import shutil
 from collections.abc import Callable
 from pathlib import Path
 
+from storage.files import STALE, STORES
+from storage.fsync import fsync_dir
+
 STAGING = "purge.new"  # being written; discarded if found on open
 READY = "purge.ready"  # committed; rolled forward if found on open
 OLD = "purge.old"  # the replaced generation, deleted after the swap
 PENDING = "purge.pending"  # marker: this tenant may hold deleted events not yet purged
 
-# Every store of a tenant, relative to its directory (DESIGN.md, "One tenant on disk").
-COMPONENTS = ("events", "keyword", "vectors.hnsw", "vectors.hnsw.live.npy")
-# Temp files of a vector save a crash interrupted: old vectors, possibly of purged events.
-STALE = ("vectors.hnsw.tmp", "vectors.hnsw.live.npy.tmp")
-
-Step = Callable[[str], None]
+StepHook = Callable[[str], None]  # told the name of each stage a purge reaches (tests kill it there)
 
 
 def no_step(_name: str) -> None:
     """The default progress hook: nothing."""
-
-
-def fsync_dir(path: Path) -> None:
-    """Make renames and removals inside a directory durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_file(path: Path) -> None:
-    """Make a file's content durable."""
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def fsync_tree(path: Path) -> None:
-    """fsync every file and directory under path, deepest first, then path itself."""
-    for dirpath, _dirnames, filenames in os.walk(path, topdown=False):
-        for name in filenames:
-            fsync_file(Path(dirpath, name))
-        fsync_dir(Path(dirpath))
 
 
 def remove(path: Path) -> bool:
@@ -76,11 +48,11 @@ def commit(root: Path) -> None:
     fsync_dir(root)
 
 
-def roll_forward(root: Path, step: Step = no_step) -> None:
+def roll_forward(root: Path, step: StepHook = no_step) -> None:
     """Move each committed store into place (old ones aside); safe to repeat after a crash."""
     ready, old = root / READY, root / OLD
     old.mkdir(exist_ok=True)
-    for name in COMPONENTS:
+    for name in STORES:
         new = ready / name
         if not new.exists():
             continue  # moved already, or this generation has no such store

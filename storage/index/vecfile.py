@@ -1,31 +1,39 @@
-"""The layout of a saved hnswlib index file: reading its vectors and erasing some in place.
+"""The layout of a saved vector index: hnswlib's index file and the live-label sidecar beside it.
 
-A purge copies the tenant's saved vector file and erases the purged vectors in the copy: cheaper
-than saving the whole in-memory index again (hnswlib holds the GIL while it writes, stalling
-every request of the process for as long as that takes). The layout read here is hnswlib 0.8's
-`saveIndex`: a fixed header, then `cur_element_count` records of `size_data_per_element` bytes,
-each holding the level-0 link list (whose third byte carries the deleted mark), the vector and
-the label. An index that never held a vector is saved as the header alone (no record): every
-reader here takes that as an empty file, not a damaged one. tests/test_purge.py checks the
-result against hnswlib itself.
+The vector index (storage/index/vectors.py) saves through hnswlib and reads back through this module,
+the one reader of the layout. The file is hnswlib 0.8's `saveIndex`: a fixed header, then
+`cur_element_count` records of `size_data_per_element` bytes, each holding the level-0 link list
+(whose third byte carries the deleted mark), the vector and the label, then each element's
+upper-level link list behind a 4-byte length. An index that never held a vector is saved as the
+header alone (no record): every reader here takes that as an empty file, not a damaged one.
+hnswlib has no call that lists deleted labels, so the live ones are saved beside the file, as a
+.npy array of uint64.
+
+A purge copies the saved file and erases the purged vectors in the copy: cheaper than saving the
+whole in-memory index again (hnswlib holds the GIL while it writes, stalling every request of
+the process for as long as that takes). tests/test_purge.py checks the result against hnswlib.
 """
 
 from __future__ import annotations
 
+import errno
 import mmap
 import os
 import struct
 from collections.abc import Collection
 from pathlib import Path
-from typing import NamedTuple
+from typing import BinaryIO, NamedTuple
 
 import numpy as np
+
+from storage.files import LIVE_SUFFIX
 
 # offsetLevel0, max_elements, cur_element_count, size_data_per_element, label_offset,
 # offsetData (size_t each), maxlevel (int), enterpoint_node (uint32), maxM, maxM0, M (size_t),
 # mult (double), ef_construction (size_t)
 HEADER = struct.Struct("<QQQQQQiIQQQdQ")
 DELETE_MARK = 0x01
+_LINKS_LENGTH = struct.Struct("<I")  # the byte length of an element's upper-level links
 
 
 class VectorFileError(ValueError):
@@ -52,6 +60,54 @@ def layout(head: bytes, file_size: int, dim: int) -> Layout:
     if HEADER.size + count * size > file_size:
         raise VectorFileError("vector index file is truncated (shorter than its records)")
     return Layout(records=count, size=size, level0=level0, data_at=data_at, label_at=label_at)
+
+
+def record_bytes(m: int, dim: int) -> int:
+    """The bytes of one level-0 record of an index of this M and dimension: 2M links and their
+    count, the float32 vector, the label."""
+    return (2 * m + 1) * 4 + 4 * dim + 8
+
+
+def live_path(path: Path) -> Path:
+    """The live-label sidecar of the index saved at path."""
+    return path.with_name(path.name + LIVE_SUFFIX)
+
+
+def write_live(fh: BinaryIO, labels: Collection[int] | np.ndarray) -> None:
+    """Write a live-label list (ascending) to an open file."""
+    np.save(fh, np.sort(np.fromiter(labels, dtype=np.uint64, count=len(labels))))
+
+
+def read_live(sidecar: Path) -> np.ndarray | None:
+    """The labels a sidecar lists; None if there is none, VectorFileError if it is unreadable."""
+    try:
+        live = np.load(sidecar, allow_pickle=False)
+    except FileNotFoundError:
+        return None
+    except (ValueError, EOFError, OSError) as exc:
+        raise VectorFileError(f"live-label list unreadable ({type(exc).__name__})") from exc
+    if live.ndim != 1 or live.dtype.kind not in "ui":
+        raise VectorFileError("live-label list has another shape")
+    return live
+
+
+def check_saved(path: Path) -> None:
+    """Raise EIO unless the file is as long as its header says: the level-0 records, then each
+    element's upper-level links. hnswlib does not check its own writes, and a full disk leaves
+    a file cut short that it then refuses to load."""
+    cut = OSError(errno.EIO, "the saved vector index is shorter than its layout (a full disk?)")
+    size = path.stat().st_size
+    if size < HEADER.size:
+        raise cut
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        count, record = HEADER.unpack_from(mm, 0)[2:4]
+        pos = HEADER.size + count * record
+        for _ in range(count):
+            if pos + _LINKS_LENGTH.size > size:
+                raise cut
+            pos += _LINKS_LENGTH.size + _LINKS_LENGTH.unpack_from(mm, pos)[0]
+    if pos != size:
+        raise cut
 
 
 def read_vectors(path: Path, dim: int) -> tuple[np.ndarray, np.ndarray]:

@@ -6,7 +6,7 @@ vector file with the purged vectors erased in it (in memory, a delete already re
 vector with noise). Phase 2 runs on the tenant's writer thread, so no write interleaves: it
 brings the copy and the new keyword index up to the live log, commits by one rename and swaps
 the files in. Reads wait only for that swap (the log lock held exclusive while the environment
-is reopened). See docs/erasure.md and storage/swap.py for the on-disk protocol.
+is reopened). See docs/erasure.md and storage/erasure/swap.py for the on-disk protocol.
 """
 
 from __future__ import annotations
@@ -18,30 +18,39 @@ import os
 import shutil
 import threading
 import time
-import weakref
 from collections.abc import Callable
+from concurrent.futures import Future
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import Protocol, TypeVar
 
 import lmdb
 import msgspec
 import numpy as np
 import tantivy
 
-from storage import swap
-from storage.compact import rewrite, sync_delta
-from storage.keyword import KeywordDoc, KeywordIndex, document
-from storage.log import EventLog
+from storage import files
+from storage.erasure import swap
+from storage.erasure.compact import rewrite, sync_delta
+from storage.erasure.swap import StepHook, no_step
+from storage.fsync import fsync_file, fsync_tree
+from storage.index.keyword import KeywordDoc, KeywordIndex, document
+from storage.index.vecfile import (
+    VectorFileError,
+    count_labels,
+    erase_labels,
+    live_path,
+    read_live,
+    write_live,
+)
+from storage.index.vectors import VectorIndex
+from storage.log import layout
+from storage.log.eventlog import EventLog
+from storage.log.reader import LogReader
 from storage.model import FilterValue
-from storage.reader import LogReader
 from storage.space import names_full_disk
-from storage.swap import Step, no_step
-from storage.vecfile import VectorFileError, count_labels, erase_labels
-
-if TYPE_CHECKING:
-    from storage.tenant import Tenant
 
 log = logging.getLogger("memspine.purge")
+T = TypeVar("T")
 
 REBUILD_HEAP_BYTES = 64_000_000
 REBUILD_THREADS = 1  # two were slower on 2 cores: documents are made in Python meanwhile
@@ -72,42 +81,69 @@ def for_want_of_room(exc: BaseException) -> bool:
     return names_full_disk(exc)
 
 
-class _State:
-    """Per tenant: one purge at a time, and when the last finished purge took its snapshot."""
+class Purgeable(Protocol):
+    """What a purge reads and changes of a tenant (storage/tenants/tenant.py's Tenant)."""
+
+    tenant_id: str
+    root: Path
+    dim: int
+    log: EventLog
+    keyword: KeywordIndex
+    keyword_seq: int
+    vectors: VectorIndex
+
+    def call(self, fn: Callable[[], T]) -> Future[T]:
+        """Run fn on the tenant's writer thread, between group commits."""
+        ...
+
+    def catch_up(self) -> None:
+        """Apply every log operation past each index's watermark."""
+        ...
+
+    def save_vectors(self) -> None:
+        """Persist the vector index and record the seq it covers."""
+        ...
+
+    def swap_keyword(self, index: KeywordIndex) -> None:
+        """Put a new keyword index in place of the current one."""
+        ...
+
+
+class PurgeGate:
+    """One tenant's purges: one at a time, and a caller that asked while one ran shares the
+    next one to finish (it began after the caller asked, so it covers the caller's deletes)."""
 
     def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.covered_from = float("-inf")
+        self._lock = threading.Lock()
+        self._covered_from = float("-inf")  # when the last finished purge took its snapshot
+
+    def run(self, tenant: Purgeable, step: StepHook = no_step) -> PurgeStats:
+        """Purge every event of the tenant deleted before this call."""
+        asked = time.monotonic()
+        with self._lock:
+            if self._covered_from > asked:
+                return PurgeStats(purged=0)  # a purge that began after we asked has just finished
+            began = time.monotonic()
+            stats = _purge(tenant, step)
+            self._covered_from = began
+        _log_stats(tenant.tenant_id, stats)
+        return stats
 
 
-_states: weakref.WeakKeyDictionary[Tenant, _State] = weakref.WeakKeyDictionary()
-_states_lock = threading.Lock()
-
-
-def purge_tenant(tenant: Tenant, step: Step = no_step) -> PurgeStats:
-    """Purge every event deleted before this call; concurrent callers share one purge."""
-    asked = time.monotonic()
-    with _states_lock:
-        state = _states.setdefault(tenant, _State())
-    with state.lock:
-        if state.covered_from > asked:
-            return PurgeStats(purged=0)  # a purge that began after we asked has just finished
-        began = time.monotonic()
-        stats = _purge(tenant, step)
-        state.covered_from = began
+def _log_stats(tenant_id: str, stats: PurgeStats) -> None:
+    """One line for a purge that erased something."""
     if stats.purged:
         log.info(
             "tenant %s: purged %d deleted events in %.2f s (writes paused %.3f s, reads %.3f s)",
-            tenant.tenant_id,
+            tenant_id,
             stats.purged,
             stats.seconds,
             stats.writes_paused,
             stats.reads_paused,
         )
-    return stats
 
 
-def _purge(tenant: Tenant, step: Step) -> PurgeStats:
+def _purge(tenant: Purgeable, step: StepHook) -> PurgeStats:
     """Both phases, the swap and the removal of the old generation."""
     started = time.perf_counter()
     root = tenant.root
@@ -126,7 +162,7 @@ def _purge(tenant: Tenant, step: Step) -> PurgeStats:
         step("vectors")
         keyword, building = building.finish(), None
         step("indexed")
-        copy = EventLog.open(root / swap.STAGING / "events", embedding_dim=tenant.dim)
+        copy = EventLog.open(root / swap.STAGING / files.LOG, embedding_dim=tenant.dim)
         stage = (copy, keyword)
         final = tenant.call(lambda: _final(tenant, *stage, since, doomed, vectors, step))
         stats: PurgeStats = final.result()
@@ -140,22 +176,11 @@ def _purge(tenant: Tenant, step: Step) -> PurgeStats:
     return msgspec.structs.replace(stats, seconds=time.perf_counter() - started)
 
 
-def _make_room(log_: EventLog) -> None:
-    """Grow a map more than half full now: growing waits for every reader, and the copy holds
-    one for seconds, so a write needing room during the copy would stall the tenant's reads."""
-    with log_.lock.shared():
-        info, page = log_.env.info(), log_.env.stat()["psize"]
-        used = (info["last_pgno"] + 1) * page
-    if used * 2 > info["map_size"]:
-        with log_.lock.exclusive():
-            log_.env.set_mapsize(max(int(info["map_size"]), used) * 2)
-
-
-def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int], _KeywordBuilder] | None:
+def _copy_log(tenant: Purgeable, step: StepHook) -> tuple[int, dict[str, int], _KeywordBuilder] | None:
     """Copy the log at a snapshot into the stage, feeding a new keyword index on the way; the
     snapshot's last op, its tombstones (id -> vector label) and the index being built, or None
     when nothing awaits a purge."""
-    _make_room(tenant.log)
+    tenant.log.grow_if_over_half()  # the copy holds a reader for seconds
     keyword: _KeywordBuilder | None = None
     try:
         with tenant.log.reader() as r:
@@ -167,9 +192,9 @@ def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int], _Keyword
             staging = tenant.root / swap.STAGING
             staging.mkdir()
             step("stage")
-            keyword = _KeywordBuilder(staging / "keyword")
+            keyword = _KeywordBuilder(staging / files.KEYWORD)
             taps = {"events": keyword.add}
-            rewrite(r, staging / "events", int(tenant.log.env.info()["map_size"]), taps)
+            rewrite(r, staging / files.LOG, tenant.log.map_size(), taps)
         step("copied")
     except BaseException:
         if keyword is not None:
@@ -178,15 +203,11 @@ def _copy_log(tenant: Tenant, step: Step) -> tuple[int, dict[str, int], _Keyword
     return since, doomed, keyword
 
 
-def _check_room(tenant: Tenant, r: LogReader) -> None:
+def _check_room(tenant: Purgeable, r: LogReader) -> None:
     """Refuse before writing anything when the disk cannot hold the new generation: a purge that
     filled it would fail half-way and make every other write on it fail meanwhile."""
-    psize = int(r.txn.stat(r.dbs["events"])["psize"])
-    pages = 0
-    for db in r.dbs.values():  # the copy holds the live pages only, none of the freed ones
-        st = r.txn.stat(db)
-        pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
-    needed = (pages + _LMDB_SPARE_PAGES) * psize + _tree_bytes(tenant.root / "keyword")
+    pages, psize = r.pages()
+    needed = (pages + _LMDB_SPARE_PAGES) * psize + _tree_bytes(tenant.root / files.KEYWORD)
     with contextlib.suppress(FileNotFoundError):
         needed += tenant.vectors.path.stat().st_size  # the copy made if it holds a purged vector
     free = shutil.disk_usage(tenant.root).free
@@ -200,8 +221,8 @@ _LMDB_SPARE_PAGES = 64  # meta and root pages and the free list of the new envir
 def _tree_bytes(path: Path) -> int:
     """Bytes of the files under path (a store rebuilt from the live events takes no more)."""
     total = 0
-    for dirpath, _dirs, files in os.walk(path):
-        for name in files:
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
             with contextlib.suppress(FileNotFoundError):  # a Tantivy file merged away meanwhile
                 total += os.stat(os.path.join(dirpath, name)).st_size
     return total
@@ -257,26 +278,26 @@ class _KeywordBuilder:
 
 
 def _final(
-    tenant: Tenant,
+    tenant: Purgeable,
     copy: EventLog,
     keyword: KeywordIndex,
     since: int,
     doomed: dict[str, int],
     vectors: _VectorStage,
-    step: Step,
+    step: StepHook,
 ) -> PurgeStats:
     """On the writer thread: catch the copy up, commit and swap."""
     paused = time.perf_counter()
     staging = tenant.root / swap.STAGING
     if _signature(tenant.vectors.path) != vectors.signature:
         # Saved since it was staged: the log's watermark now describes the new file; stage that.
-        for name in swap.COMPONENTS[2:]:
+        for name in (files.VECTORS, files.VECTORS_LIVE):
             swap.remove(staging / name)
         _stage_vectors(tenant, staging, set(doomed.values()), tenant.save_vectors)
     purged, pending = _catch_up_copy(tenant, copy, keyword, since, doomed)
     step("synced")
     copy.close()
-    swap.fsync_tree(staging)
+    fsync_tree(staging)
     step("fsynced")
     swap.commit(tenant.root)
     step("committed")
@@ -292,7 +313,7 @@ def _final(
 
 
 def _catch_up_copy(
-    tenant: Tenant,
+    tenant: Purgeable,
     copy: EventLog,
     keyword: KeywordIndex,
     since: int,
@@ -308,15 +329,15 @@ def _catch_up_copy(
     tenant.vectors.delete(sorted(doomed.values()))
     with tenant.log.reader() as live:
         upto = live.last_seq()
-        changed = copy.write(lambda txn: sync_delta(live, txn, copy.dbs, since))
+        changed = copy.write(lambda txn: sync_delta(live, copy.view(txn), since))
         _catch_up_keyword(keyword, live, since)
     # An id deleted, then written and deleted again since the snapshot keeps its new tombstone.
     purged = [e for e in doomed if e not in changed]
 
     def seal(txn: lmdb.Transaction) -> int:
         copy.clear_tombstones(txn, purged)
-        copy.put_meta_int(txn, "keyword_seq", upto)
-        return len(LogReader(txn, copy.dbs).tombstone_ids())
+        copy.put_meta_int(txn, layout.KEYWORD_SEQ, upto)
+        return copy.view(txn).tombstone_count()
 
     pending = copy.write(seal)
     keyword.commit()
@@ -355,7 +376,7 @@ def _signature(path: Path) -> tuple[int, int, int] | None:
 
 
 def _stage_vectors(
-    tenant: Tenant, dest: Path, doomed_labels: set[int], save: Callable[[], object]
+    tenant: Purgeable, dest: Path, doomed_labels: set[int], save: Callable[[], object]
 ) -> _VectorStage:
     """Put in dest the tenant's saved vector file with the doomed vectors erased, if it has any.
 
@@ -369,14 +390,14 @@ def _stage_vectors(
     signature = _signature(source)
     if signature is None:
         return _VectorStage(signature=None)  # never saved: no vector of this tenant is on disk
-    target, sidecar = dest / source.name, source.with_name(source.name + ".live.npy")
+    target, sidecar = dest / source.name, live_path(source)
     try:
         if not count_labels(source, doomed_labels, vectors.dim):
             return _VectorStage(signature=signature)  # the file holds none: it stays
         shutil.copyfile(source, target)
         erase_labels(target, doomed_labels, vectors.dim)
         keep = _live_without(sidecar, doomed_labels)
-    except (VectorFileError, _BadSidecar) as exc:
+    except VectorFileError as exc:
         # Either can only be saved anew: left alone, every later purge would fail on it too.
         log.warning("tenant %s: %s; saving the vector index anew", tenant.tenant_id, exc)
         target.unlink(missing_ok=True)
@@ -384,51 +405,37 @@ def _stage_vectors(
         return _VectorStage(signature=_signature(source))
     if keep is not None:
         with open(dest / sidecar.name, "wb") as fh:
-            np.save(fh, keep)
-        swap.fsync_file(dest / sidecar.name)
-    swap.fsync_file(target)
+            write_live(fh, keep)
+        fsync_file(dest / sidecar.name)
+    fsync_file(target)
     return _VectorStage(signature=signature)
-
-
-class _BadSidecar(ValueError):
-    """The saved list of live labels cannot be read."""
 
 
 def _live_without(sidecar: Path, doomed_labels: set[int]) -> np.ndarray | None:
     """The saved live labels less the doomed ones; None if there is no sidecar."""
-    try:
-        live = np.load(sidecar, allow_pickle=False)
-    except FileNotFoundError:
+    live = read_live(sidecar)
+    if live is None:
         return None
-    except (ValueError, EOFError, OSError) as exc:
-        raise _BadSidecar(f"live-label list unreadable ({type(exc).__name__})") from exc
-    if live.ndim != 1 or live.dtype.kind not in "ui":
-        raise _BadSidecar("live-label list has another shape")
     keep: np.ndarray = live[~np.isin(live, np.fromiter(doomed_labels, dtype=np.uint64))]
     return keep
 
 
-def _swap_in(tenant: Tenant, step: Step) -> float:
+def _swap_in(tenant: Purgeable, step: StepHook) -> float:
     """Move the committed files into place and reopen the log and keyword index on them."""
     tenant.keyword.close()  # release its writer's lock; searches on it still work until the swap
     started = time.perf_counter()
-    log_ = tenant.log
-    with log_.lock.exclusive():
-        map_size = int(log_.env.info()["map_size"])
-        log_.env.close()
+    root = tenant.root
+    # Reads wait for the log here, so none sees the new log with the old keyword index.
+    with tenant.log.files_replaced():
         try:
-            swap.roll_forward(tenant.root, step)
+            swap.roll_forward(root, step)
         except BaseException:
-            _finish_swap(tenant.root)
+            _finish_swap(root)
             raise
         finally:
-            if (tenant.root / "events").is_dir():
-                fresh = EventLog.open(log_.path, embedding_dim=tenant.dim)
-                fresh.env.set_mapsize(map_size)  # keep the headroom the old map had
-                log_.env, log_.dbs = fresh.env, fresh.dbs
-                tenant.keyword = KeywordIndex.open(
-                    tenant.root / "keyword", committed_seq=tenant.keyword_seq
-                )
+            if (root / files.LOG).is_dir():
+                index = KeywordIndex.open(root / files.KEYWORD, committed_seq=tenant.keyword_seq)
+                tenant.swap_keyword(index)
     return time.perf_counter() - started
 
 
@@ -454,7 +461,7 @@ def _abandon(copy: EventLog | None, keyword: KeywordIndex | None, root: Path) ->
         swap.discard_old(root)
 
 
-def _forget_marker_if_clean(tenant: Tenant) -> None:
+def _forget_marker_if_clean(tenant: Purgeable) -> None:
     """On the writer thread, where no delete can slip between the check and the removal."""
     if not tenant.log.tombstones():
         swap.clear_pending(tenant.root)

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
+import msgspec
+
+from storage.log.reader import LogReader
 from storage.model import SUPERSEDES, StoredEvent
-from storage.reader import LogReader
 
 MAX_CHAIN_HOPS = 5
 # Why current state keeps an event out of an answer (recall's `withheld` counts them by these).
@@ -88,3 +90,23 @@ class Moment:
                 break
             frontier = nxt
         return heads
+
+
+class EventState(msgspec.Struct, frozen=True):
+    """An event with whether it is current now and the live events that supersede it directly."""
+
+    event: StoredEvent
+    current: bool
+    superseded_by: list[str]
+
+
+def event_state(r: LogReader, event_id: str) -> EventState | None:
+    """The live event with this id and its current state now; None for an unknown or deleted id."""
+    ev = r.get(event_id)
+    if ev is None:
+        return None
+    moment = Moment(r)
+    newer = [e.event_id for e in moment.superseders(ev)]
+    # is_current would look the superseders up a second time: use the list we have.
+    current = moment.exists(ev) and moment.in_window(ev) and not newer
+    return EventState(event=ev, current=current, superseded_by=newer)

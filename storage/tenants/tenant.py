@@ -2,10 +2,7 @@
 
 from __future__ import annotations
 
-import errno
 import logging
-import os
-import shutil
 import threading
 from collections.abc import Callable, Iterable
 from concurrent.futures import Future
@@ -14,20 +11,27 @@ from typing import Any, TypeVar
 
 import msgspec
 
-from storage.errors import DiskFull
-from storage.keyword import KeywordDoc, KeywordIndex
-from storage.log import EventLog
+from storage import files
+from storage.cypher import CypherResult, Limits
+from storage.cypher import run as run_cypher
+from storage.erasure.purge import PurgeGate, PurgeStats
+from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recover
+from storage.errors import Conflict, DiskFull
+from storage.index.keyword import KeywordDoc, KeywordIndex
+from storage.log import layout
+from storage.log.eventlog import EventLog
 from storage.model import NewEvent, StoredEvent
-from storage.purge import PurgeStats, purge_tenant
-from storage.space import disk_full
-from storage.swap import PENDING, mark_pending, recover
-from storage.vectors import VectorIndex
-from storage.writer import GroupWriter, Job
+from storage.read.cascade import derived_closure, would_delete
+from storage.read.current import EventState, Moment, event_state
+from storage.read.listing import ListQuery, list_events
+from storage.read.recall import RecallQuery, RecallResult, recall, validate
+from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
+from storage.tenants.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
-CANNOT_OPEN = "the server's disk is full: this tenant cannot be opened until space is freed"
 NOT_SAVED = "the server's disk is full: the vector index was not saved"
+IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
 
 
 class AppendJob(msgspec.Struct, frozen=True):
@@ -58,12 +62,12 @@ class Tenant:
         self.tenant_id = tenant_id
         self.root = root
         recover(root)  # finish or discard a purge a crash interrupted, before any store opens
-        self.log = EventLog.open(root / "events", embedding_dim=embedding_dim)
+        self.log = EventLog.open(root / files.LOG, embedding_dim=embedding_dim)
         try:
-            self.dim = self.log.meta_int("dim") or embedding_dim
-            self.keyword, self.keyword_seq = self._open_keyword()
+            self.dim = self.log.meta_int(layout.DIM) or embedding_dim
+            self.keyword, self.keyword_seq = open_keyword(root, self.log)
             try:
-                self.vectors, self.vector_seq = self._open_vectors()
+                self.vectors, self.vector_seq = open_vectors(root, self.log, self.dim)
             except BaseException:
                 self.keyword.close()
                 raise
@@ -74,9 +78,10 @@ class Tenant:
         self.vector_saved_seq = self.vector_seq
         self.catch_ups = 0  # catch_ups that read ops back from the log (open, deletes, repair)
         self.catch_up()
-        self.in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
-        self.keys_lock = threading.Lock()
+        self._in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
+        self._keys_lock = threading.Lock()
         self.on_batch: Callable[[int], None] | None = None
+        self._purges = PurgeGate()
         self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
 
     @classmethod
@@ -85,7 +90,7 @@ class Tenant:
         try:
             return cls(tenant_id, root, embedding_dim)
         except Exception as exc:  # creating the log's files on a full disk, say
-            _raise_if_disk_full(exc, root)
+            raise_if_disk_full(exc, root)
             raise
 
     # -- the pending-purge marker ------------------------------------------------
@@ -96,7 +101,7 @@ class Tenant:
         if (self.root / PENDING).exists():
             return
         with self.log.reader() as r:
-            tombstoned = r.txn.stat(r.dbs["tombstones"])["entries"] > 0
+            tombstoned = r.tombstone_count() > 0
         if tombstoned:
             try:
                 mark_pending(self.root)
@@ -116,33 +121,6 @@ class Tenant:
             mark_pending(self.root)
 
     # -- projections -----------------------------------------------------------
-
-    def _open_keyword(self) -> tuple[KeywordIndex, int]:
-        """The keyword index and the seq it has applied; a damaged index is rebuilt from the log."""
-        path = self.root / "keyword"
-        try:
-            # No meta.json means no index at all (lost or never made): replay the whole log.
-            found = (path / "meta.json").exists()
-            seq = (self.log.meta_int("keyword_seq") or 0) if found else 0
-            return KeywordIndex.open(path, committed_seq=seq), seq
-        except (ValueError, OSError) as exc:
-            _raise_if_out_of_fds(exc)
-            _raise_if_disk_full(exc, path)
-            log.warning("tenant keyword index unreadable (%s); rebuilding from the log", type(exc).__name__)
-            return KeywordIndex.create_empty(path), 0
-
-    def _open_vectors(self) -> tuple[VectorIndex, int]:
-        """The vector index and the seq of its last save; a damaged file is rebuilt from the log."""
-        path = self.root / "vectors.hnsw"
-        try:
-            index = VectorIndex.open(path, self.dim)
-        except (ValueError, OSError) as exc:
-            _raise_if_out_of_fds(exc)
-            _raise_if_disk_full(exc, path)
-            log.warning("tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__)
-            return VectorIndex.create_empty(path, self.dim), 0
-        seq = self.log.meta_int("vector_seq") or 0
-        return index, seq if path.exists() else 0
 
     def catch_up(self) -> None:
         """Apply every log operation past each index's watermark (replay on open, then per batch)."""
@@ -186,6 +164,69 @@ class Tenant:
         # recorded in the log (keyword.committed_seq, vector_saved_seq), so a reopen replays.
         self.keyword_seq = self.vector_seq = last
 
+    # -- reads ------------------------------------------------------------------
+
+    def get(self, event_id: str) -> EventState | None:
+        """One live event with its current state now; None for an unknown or deleted id."""
+        with self.log.reader() as r:
+            return event_state(r, event_id)
+
+    def list_events(self, query: ListQuery) -> tuple[list[StoredEvent], str | None]:
+        """One page of events newest first and the cursor of the next (None at the end)."""
+        with self.log.reader() as r:
+            moment = Moment(r, current=query.current, as_of=query.as_of)
+            return list_events(r, query, keep=moment.visible)
+
+    def recall(self, query: RecallQuery, *, embeddings: bool = True) -> RecallResult:
+        """Fused keyword and vector recall with the bounded walk, over one snapshot; with
+        embeddings=False the hits' events may lack their embeddings (read light)."""
+        with self.log.reader() as r:
+            validate(query, self.dim, r.meta_str(layout.MODEL))
+            return recall(r, self.keyword, self.vectors, query, embeddings=embeddings)
+
+    def cypher(
+        self,
+        query: str,
+        params: dict[str, Any] | None,
+        limits: Limits,
+        *,
+        encoded: bool = False,
+        started: float | None = None,
+    ) -> CypherResult:
+        """A read-only Cypher query over one snapshot within limits, its clock running from
+        `started` (time.monotonic(); now by default); encoded: rows as their JSON."""
+        with self.log.reader() as r:
+            return run_cypher(
+                r,
+                query,
+                params,
+                timeout_ms=limits.timeout_ms,
+                max_rows=limits.max_rows,
+                max_bytes=limits.max_bytes,
+                max_string=limits.max_string,
+                max_list=limits.max_list,
+                max_result_bytes=limits.max_result_bytes,
+                encoded=encoded,
+                started=started,
+            )
+
+    def would_delete(self, event_id: str, *, cascade: bool) -> list[str]:
+        """The ids a delete (cascading or not) would remove, the event first; changes nothing."""
+        with self.log.reader() as r:
+            return would_delete(r, event_id, cascade=cascade)
+
+    def awaiting_purge(self) -> bool:
+        """Whether deleted events of this tenant await a purge (the log holds tombstones)."""
+        return bool(self.log.tombstones())
+
+    def map_size(self) -> int:
+        """The LMDB map size of the tenant's log, in bytes."""
+        return self.log.map_size()
+
+    def vectors_pending(self) -> int:
+        """Vectors acknowledged (searched exactly) but not yet in the HNSW graph."""
+        return self.vectors.pending()
+
     def reads_start_at_once(self) -> bool:
         """Whether a read would start without waiting: the keyword index has nothing to fold, and
         neither the log nor the vector index is held exclusive (a hint)."""
@@ -200,31 +241,80 @@ class Tenant:
         try:
             self.vectors.save()
         except (OSError, ValueError) as exc:
-            _raise_if_disk_full(exc, self.root, NOT_SAVED)
+            raise_if_disk_full(exc, self.root, NOT_SAVED)
             raise
         # Recorded only once the file and the watermark are both durable: a save or a meta write
         # that failed (a full disk) is tried again by the next save, and until then the log
         # replays what the saved file lacks.
-        self.log.set_meta_int("vector_seq", seq)
+        self.log.set_meta_int(layout.VECTOR_SEQ, seq)
         self.vector_saved_seq = seq
 
     # -- writes -----------------------------------------------------------------
 
     def submit_append(self, events: list[NewEvent]) -> Future[Any]:
-        """Queue events for the next group commit; resolves to a list of results or errors."""
-        return self.writer.submit(AppendJob(events))
+        """Queue events for the next group commit; resolves to a list of results or errors.
+
+        Conflict (409) at once if an event's Idempotency-Key (its event_id) is still being
+        written by an earlier call: the twin would race it for the id, and be answered before
+        the first is durable. Once that call is answered, a retry replays its result.
+        """
+        keys = {ev.event_id for ev in events if ev.event_id is not None}
+        if keys:
+            self._hold_keys(keys)
+        try:
+            future = self.writer.submit(AppendJob(events))
+        except BaseException:
+            self._release_keys(keys)
+            raise
+        if keys:
+            future.add_done_callback(lambda _done: self._release_keys(keys))
+        return future
+
+    def _hold_keys(self, keys: set[str]) -> None:
+        """Mark idempotency keys in flight, or refuse them all if one of them already is."""
+        with self._keys_lock:
+            if not keys.isdisjoint(self._in_flight_keys):
+                raise Conflict(IN_FLIGHT, headers={"Retry-After": "1"})
+            self._in_flight_keys |= keys
+
+    def _release_keys(self, keys: set[str]) -> None:
+        """The call that held these keys is answered."""
+        with self._keys_lock:
+            self._in_flight_keys -= keys
 
     def submit_delete(self, event_ids: list[str]) -> Future[Any]:
         """Queue deletions; resolves to the list of ids actually deleted."""
         return self.writer.submit(DeleteJob(event_ids))
 
+    def submit_delete_cascade(self, event_id: str) -> Future[list[str]]:
+        """Delete the event and everything derived from it over SOURCE_FROM in one transaction on
+        the writer, so an event derived meanwhile cannot escape; resolves to the ids deleted, the
+        event first."""
+
+        def run() -> list[str]:
+            def apply(txn: Any) -> list[str]:
+                return self.log.delete_in(txn, derived_closure(self.log.view(txn), event_id))
+
+            self.mark_before_delete([event_id])  # the closure is empty unless the event is live
+            deleted = self.log.write(apply)
+            self.catch_up()
+            return deleted
+
+        return self.call(run)
+
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run fn on the writer thread, alone, between group commits; resolves to its result."""
         return self.writer.submit(CallJob(fn))
 
-    def purge(self) -> PurgeStats:
-        """Rewrite this tenant's files so the bytes of its deleted events leave the disk."""
-        return purge_tenant(self)
+    def purge(self, step: StepHook = no_step) -> PurgeStats:
+        """Rewrite this tenant's files so the bytes of every event deleted before this call leave
+        the disk; concurrent callers share one purge (step: a hook called at each stage)."""
+        return self._purges.run(self, step)
+
+    def swap_keyword(self, index: KeywordIndex) -> None:
+        """Put a new keyword index in place of the current one (a purge's rebuild, on the writer
+        thread once the old one is closed, with the log held exclusive)."""
+        self.keyword = index
 
     def _commit_batch(self, jobs: list[Job]) -> None:
         """Commit the batch's writes as one group, then run its calls one at a time."""
@@ -259,7 +349,7 @@ class Tenant:
                 else:
                     results.append(appender.delete(p.event_ids))
             # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
-            self.log.put_meta_int(txn, "keyword_seq", kw_seq)
+            self.log.put_meta_int(txn, layout.KEYWORD_SEQ, kw_seq)
             return results, start, appender.written
 
         results, start, written = self.log.write(apply)
@@ -312,31 +402,10 @@ class Tenant:
             log.error("tenant vector index not saved: the disk is full")
         self.vectors.close()
         committed = self.keyword.committed_seq
-        if self.log.meta_int("keyword_seq") != committed:  # a read-only visit writes nothing
+        if self.log.meta_int(layout.KEYWORD_SEQ) != committed:  # a read-only visit writes nothing
             try:
-                self.log.set_meta_int("keyword_seq", committed)
+                self.log.set_meta_int(layout.KEYWORD_SEQ, committed)
             except DiskFull:  # an older watermark only replays more on open
                 log.error("tenant keyword watermark not saved: the disk is full")
         self.log.close()
 
-    def erase(self) -> None:
-        """Close and remove every file of this tenant."""
-        self.close()
-        shutil.rmtree(self.root, ignore_errors=True)
-
-
-def _raise_if_disk_full(exc: BaseException, path: Path, detail: str = CANNOT_OPEN) -> None:
-    """Re-raise a failure caused by a full disk as DiskFull (an index that failed to open is
-    not rebuilt then: the rebuild could not be written either, and the one on disk may be whole)."""
-    if not isinstance(exc, DiskFull) and disk_full(exc, path):
-        raise DiskFull(detail) from exc
-
-
-def _raise_if_out_of_fds(exc: BaseException) -> None:
-    """Re-raise an open failure caused by the process running out of file descriptors:
-    that is pressure, not damage, and must never cost a rebuild (let alone deleted files)."""
-    try:
-        os.close(os.open(os.devnull, os.O_RDONLY))
-    except OSError as probe:
-        if probe.errno in (errno.EMFILE, errno.ENFILE):
-            raise probe from exc

@@ -1,9 +1,9 @@
 """Exact cosine search over in-memory vector sets: the vector index's insert tail, and its whole
 graph while that is small.
 
-These keep their own unit rows because hnswlib hands vectors back slowly (`get_items` costs about
-80 µs a vector, 170 ms for 2,000), and `read_vectors` (storage/vecfile.py) takes a saved index's
-vectors straight from its file for the same reason.
+These keep their own unit rows because hnswlib hands vectors back slowly, one call a vector
+(bench/RESULTS.md, "Code choices measured"), and `read_vectors` (storage/index/vecfile.py)
+takes a saved index's vectors straight from its file for the same reason.
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ from collections.abc import Callable, Iterable
 from itertools import islice
 
 import numpy as np
-
-# Offered here as before; storage/vecfile.py is the one reader of hnswlib's file layout.
-from storage.vecfile import read_vectors as read_vectors
 
 Allowed = Callable[[int], bool]
 
@@ -34,9 +31,10 @@ _blas_limited = False
 def use_one_blas_thread() -> None:
     """Make numpy's OpenBLAS use one thread (Linux; elsewhere, or for another BLAS, a no-op).
 
-    The products here are small (2,000 x 384 is 0.05 ms on one thread), and OpenBLAS's thread
-    pool spins: on a busy two-core host a threaded 2,000 x 384 product had a p99 of 33 ms against
-    1.3 ms on one thread, and fused recall on a 2,000-event tenant a p50 of 4-8 ms against 0.6.
+    The products here are small, and OpenBLAS's thread pool spins: on a busy host its threads
+    wait for cores the server needs, and a product that takes a fraction of a millisecond on
+    one thread takes tens (bench/RESULTS.md, "Recall at 10,000 and 100,000 events" and "Code
+    choices measured").
     """
     global _blas_limited
     if _blas_limited:
@@ -60,7 +58,7 @@ def use_one_blas_thread() -> None:
 
 def as_float32(values: list[float] | np.ndarray) -> np.ndarray:
     """One vector as float32; from a list through array.array, which converts in one C loop
-    (np.asarray first discovers each element's type: 11 against 7 us at 384 floats)."""
+    (np.asarray first discovers each element's type)."""
     if isinstance(values, list):
         return np.frombuffer(array.array("f", values), dtype=np.float32)
     return np.asarray(values, dtype=np.float32)
@@ -70,7 +68,7 @@ def unit(v: np.ndarray) -> np.ndarray:
     """Rows (or one vector) scaled to length 1; a zero vector stays zero, as hnswlib leaves it."""
     v = np.asarray(v, dtype=np.float32)
     # What np.linalg.norm(v, axis=-1, keepdims=True) computes, bit for bit, without its
-    # argument handling; one vector (a query) is divided by a scalar: 5.5 -> 2.3 us.
+    # argument handling; one vector (a query) is divided by a scalar, which is cheaper still.
     if v.ndim == 1:
         norm = np.sqrt(np.add.reduce(v * v))
         return v / norm if norm else v.copy()

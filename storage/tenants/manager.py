@@ -17,9 +17,9 @@ from pathlib import Path
 import lmdb
 
 from storage.errors import MemspineError, Unavailable
-from storage.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
-from storage.standin import EmptyStandIn
-from storage.tenant import Tenant
+from storage.tenants.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
+from storage.tenants.standin import EmptyStandIn
+from storage.tenants.tenant import Tenant
 
 log = logging.getLogger("memspine.manager")
 
@@ -625,11 +625,9 @@ class TenantManager:
         """The LMDB map size of each open tenant, in bytes."""
         sizes: dict[str, int] = {}
         for tenant in self.open_tenants():
-            # The log's shared lock keeps a map resize (a remap) out; a tenant closed since the
-            # snapshot raises lmdb.Error and is simply left out.
+            # A tenant closed since the snapshot raises lmdb.Error and is simply left out.
             try:
-                with tenant.log.lock.shared():
-                    sizes[tenant.tenant_id] = int(tenant.log.env.info()["map_size"])
+                sizes[tenant.tenant_id] = tenant.map_size()
             except lmdb.Error:
                 continue
         return sizes

@@ -14,9 +14,9 @@ from typing import Any, cast
 import msgspec
 import tantivy
 
-from storage import encoding as enc
 from storage import failpoints
 from storage.errors import DiskFull
+from storage.log import layout
 from storage.model import FilterValue
 from storage.space import disk_full
 
@@ -29,7 +29,7 @@ MAX_QUERY_WORDS = 64
 WRITER_HEAP_BYTES = 16_000_000
 # The fold commits at most this often unless a search is waiting: every commit is a new segment
 # (fsyncs now, merge CPU later), and at hundreds of appends a second one commit per group commit
-# spent a fifth of a core merging tiny segments (bench/RESULTS.md, Appends).
+# spent a large share of a core merging tiny segments (bench/RESULTS.md, "Appends").
 FOLD_INTERVAL_SECS = 0.25
 # Resident memory, for memory_bytes: the searcher's own state is small (segments are
 # memory-mapped files, so page cache); a writer, once made, keeps its indexing arena and thread
@@ -58,35 +58,33 @@ class KeywordDoc(msgspec.Struct, frozen=True):
     seq: int
 
 
-def _schema(*, with_seq: bool = True) -> tantivy.Schema:
+def _schema() -> tantivy.Schema:
     """Id (stored, exact), text (indexed with stemming, not stored), kind and property tags
     (exact), and the appending op's seq as a fast field.
 
     A search's hits come back as document addresses. Reading each hit's id from the document
     store decompresses a block of it per hit (and pushes the vector graph out of the CPU's
     caches); the seq is read from a column instead, and recall reaches the event from the seq
-    the way it does from a vector label. Indexes made before the seq existed (with_seq=False)
-    are still opened and searched by stored id; a purge or a rebuild gives them the seq.
+    the way it does from a vector label.
     """
     b = tantivy.SchemaBuilder()
     b.add_text_field("id", stored=True, tokenizer_name="raw")
     b.add_text_field("text", stored=False, tokenizer_name="en_stem", index_option="freq")
     b.add_text_field("kind", stored=False, tokenizer_name="raw")
     b.add_text_field("tag", stored=False, tokenizer_name="raw")
-    if with_seq:
-        b.add_unsigned_field("seq", stored=False, indexed=False, fast=True)
+    b.add_unsigned_field("seq", stored=False, indexed=False, fast=True)
     return b.build()
 
 
 def property_tag(name: str, value: FilterValue) -> str:
     """One exact-match token per filterable property: the same typed encoding as the log's index."""
-    return enc.property_prefix(name, value).hex()
+    return layout.property_prefix(name, value).hex()
 
 
 # The Snowball project's English stop words (apostrophe forms left out: they never survive _WORD).
 # Dropped from queries only, never from the index: question words and pronouns ("when did she")
-# match most of a conversation and outvote the words that carry the question. On LoCoMo
-# conversations 0-4 this alone lifts BM25 from nDCG@10 0.438 to 0.482 (bench/RESULTS.md).
+# match most of a conversation and outvote the words that carry the question (bench/RESULTS.md,
+# "Retrieval quality on LoCoMo").
 _STOP_WORDS = """
     a about above after again against all am an and any are as at be because been before being
     below between both but by cannot could did do does doing down during each few for from further
@@ -113,8 +111,8 @@ def query_terms(text: str) -> list[str]:
 class KeywordIndex:
     """BM25 search over one tenant's event text, restricted by kind and property tags.
 
-    A durable Tantivy commit costs several fsyncs (10-100 ms), too slow to sit in every group
-    commit. So the writer only `publish`es documents, a background thread folds them into the
+    A durable Tantivy commit costs several fsyncs, too slow to sit in every group commit
+    (bench/RESULTS.md, "Appends"). So the writer only `publish`es documents, a background thread folds them into the
     index with one durable commit per round, and a search first waits until every document
     published before it began is committed: appends never wait for Tantivy, and a recall sees
     every acknowledged event, ranked exactly as if it had been committed with its append.
@@ -126,12 +124,11 @@ class KeywordIndex:
     """
 
     def __init__(
-        self, path: Path, index: tantivy.Index, committed_seq: int = 0, *, with_seq: bool = True
+        self, path: Path, index: tantivy.Index, committed_seq: int = 0
     ) -> None:
         self.path = path
         self.index = index
         self.schema = index.schema
-        self.with_seq = with_seq  # documents carry their seq (indexes made before it do not)
         self._writer: tantivy.IndexWriter | None = None  # made on first write: reopens stay light
         self.writer_lock = threading.Lock()  # Tantivy writers refuse concurrent use
         self.committed_seq = committed_seq  # the log op the committed index covers
@@ -152,13 +149,9 @@ class KeywordIndex:
     @classmethod
     def open(cls, path: Path, committed_seq: int = 0) -> KeywordIndex:
         """Open the index at path, creating an empty one if there is none; raises ValueError
-        for an index of any other schema."""
+        for an index of any other schema (the tenant then rebuilds it from the log)."""
         path.mkdir(parents=True, exist_ok=True)
-        try:
-            index = tantivy.Index(_schema(), path=str(path), reuse=True)
-        except ValueError:  # "the schema does not match": made before documents had a seq?
-            index = tantivy.Index(_schema(with_seq=False), path=str(path), reuse=True)
-            return cls(path, index, committed_seq, with_seq=False)
+        index = tantivy.Index(_schema(), path=str(path), reuse=True)
         return cls(path, index, committed_seq)
 
     @classmethod
@@ -181,7 +174,7 @@ class KeywordIndex:
         with self.writer_lock:
             for d in docs:
                 self.writer.delete_documents_by_term("id", d.event_id)
-                self.writer.add_document(document(d, with_seq=self.with_seq))
+                self.writer.add_document(document(d))
 
     def delete(self, event_ids: Iterable[str]) -> None:
         """Stage deletions by id."""
@@ -286,7 +279,7 @@ class KeywordIndex:
             for doc, event_id in ops:
                 self.writer.delete_documents_by_term("id", event_id)
                 if doc is not None:
-                    self.writer.add_document(document(doc, with_seq=self.with_seq))
+                    self.writer.add_document(document(doc))
             failpoints.hit("keyword.commit")
             self.writer.commit()
         self.index.reload()
@@ -352,9 +345,9 @@ class KeywordIndex:
         """As search, but each hit's id is read from the index only when the caller gets to it."""
         words = query_terms(text)
         if not words or limit <= 0:
-            return Ranked(None, [], with_seq=False)
+            return Ranked(None, [])
         self.flush()  # read-your-writes: every document acknowledged before now is searchable
-        return _search(self.index, words, limit, kind, filters, with_seq=self.with_seq)
+        return _search(self.index, words, limit, kind, filters)
 
     def kind_share(self, kind: str) -> float:
         """The share of documents of this kind (deleted ones not yet merged away count: a
@@ -397,7 +390,7 @@ class KeywordIndex:
                 self._writer = None
 
 
-def document(d: KeywordDoc, *, with_seq: bool = True) -> tantivy.Document:
+def document(d: KeywordDoc) -> tantivy.Document:
     """The Tantivy document of an event: id, text, kind, one tag per filterable property, seq."""
     doc = tantivy.Document()
     doc.add_text("id", d.event_id)
@@ -405,8 +398,7 @@ def document(d: KeywordDoc, *, with_seq: bool = True) -> tantivy.Document:
     doc.add_text("kind", d.kind)
     for name, value in d.filterable.items():
         doc.add_text("tag", property_tag(name, value))
-    if with_seq:
-        doc.add_unsigned("seq", d.seq)
+    doc.add_unsigned("seq", d.seq)
     return doc
 
 
@@ -416,8 +408,6 @@ def _search(
     limit: int,
     kind: str | None,
     filters: dict[str, FilterValue] | None,
-    *,
-    with_seq: bool,
 ) -> Ranked:
     """One index's BM25 hits for the words, with kind and tags as required clauses."""
     schema = index.schema
@@ -431,22 +421,20 @@ def _search(
     if len(clauses) > 1:  # alone, the parsed words: same hits and scores, 4 % faster
         query = tantivy.Query.boolean_query(clauses)
     searcher = index.searcher()
-    return Ranked(searcher, searcher.search(query, limit).hits, with_seq=with_seq)
+    return Ranked(searcher, searcher.search(query, limit).hits)
 
 
 class Ranked:
-    """A search's hits best first: their seqs from a column (None for an index made before
-    documents had one), or their event ids, each read from the index as it is reached."""
+    """A search's hits best first: their seqs, read from a column, and their event ids, each read
+    from the index's document store as it is reached."""
 
-    def __init__(
-        self, searcher: tantivy.Searcher | None, hits: list[tuple[Any, Any]], *, with_seq: bool
-    ) -> None:
+    def __init__(self, searcher: tantivy.Searcher | None, hits: list[tuple[Any, Any]]) -> None:
         self.searcher = searcher
         self.hits = hits
-        self.seqs: list[int] | None = None
-        if with_seq and searcher is not None:
+        self.seqs: list[int] = []
+        if searcher is not None:
             values = searcher.fast_field_values("seq", [addr for _score, addr in hits])
-            self.seqs = cast(list[int], values)  # every document of such an index has its seq
+            self.seqs = cast(list[int], values)  # every document has its seq
 
     def __len__(self) -> int:
         return len(self.hits)
@@ -455,5 +443,5 @@ class Ranked:
         """(event id, BM25 score) pairs."""
         for score, addr in self.hits:
             assert self.searcher is not None  # there are hits only with a searcher
-            # get_first: half the cost of doc(addr)["id"][0], which builds the whole document.
+            # get_first: cheaper than doc(addr)["id"][0], which builds the whole document.
             yield cast(str, self.searcher.doc(addr).get_first("id")), float(score)

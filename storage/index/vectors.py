@@ -8,21 +8,17 @@ is still recallable the moment its response is sent.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
-import mmap
 import os
-import struct
 import threading
-from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
 
 import hnswlib
 import numpy as np
 
 from storage import failpoints
-from storage.flat import (
+from storage.fsync import replace_durably
+from storage.index.flat import (
     Allowed,
     FlatSet,
     as_float32,
@@ -30,25 +26,34 @@ from storage.flat import (
     unit,
     use_one_blas_thread,
 )
+from storage.index.vecfile import (
+    VectorFileError,
+    check_saved,
+    live_path,
+    read_live,
+    read_vectors,
+    record_bytes,
+    write_live,
+)
 from storage.rwlock import RWLock
-from storage.vecfile import HEADER, read_vectors
 
 log = logging.getLogger("memspine.vectors")
 
 INITIAL_CAPACITY = 1024
 M = 16
-# 100, not 200: half the insert CPU (0.64 -> 0.27 ms a vector at 10-20k), and the background
-# inserter shares 2 cores with the server; vector recall@10 against exact search on 30,000
-# LoCoMo-shaped vectors went 0.9895 -> 0.9839 (bench/RESULTS.md, Appends).
+# 100, not 200: about half the insert CPU, which the background inserter takes from the cores
+# that serve requests, for a small loss of recall against exact search (bench/RESULTS.md,
+# "Appends").
 EF_CONSTRUCTION = 100
 MIN_EF = 64
 INSERT_BATCH = 256
 # Up to this many live vectors the graph is searched exactly, from a copy of its unit rows
 # (3 MB at 384 dimensions): as fast as the graph, and it never misses.
 EXACT_BELOW = 2048
-# The tail absorbs bursts faster than the graph takes them; past this many vectors (15 MB and a
-# ~1.5 ms exact scan at 384 dimensions) an append waits for the inserter: sustained overload is
-# throttled to the insert rate instead of growing memory and search time without bound.
+# The tail absorbs bursts faster than the graph takes them; past this many vectors (15 MB at 384
+# dimensions, and an exact scan of them in every search) an append waits for the inserter:
+# sustained overload is throttled to the insert rate instead of growing memory and search time
+# without bound.
 MAX_TAIL = 10_000
 # Inserting is background work: it runs niced so that, when the cores are busy, the threads that
 # answer requests (the event loop, the writer) get the CPU first (Linux sets nice per thread).
@@ -109,7 +114,7 @@ class VectorIndex:
     def create_empty(cls, path: Path, dim: int) -> VectorIndex:
         """A new empty index for path (the file is written on the next save)."""
         path.unlink(missing_ok=True)
-        _live_path(path).unlink(missing_ok=True)
+        live_path(path).unlink(missing_ok=True)
         return cls.open(path, dim)
 
     # -- writes ---------------------------------------------------------------
@@ -295,7 +300,7 @@ class VectorIndex:
         # From counters: no walk, no lock. Level-0 records count per element, not per slot of
         # capacity: hnswlib mallocs the whole block, but only records written to are resident.
         index = self.index
-        record = (2 * index.M + 1) * 4 + 4 * self.dim + 8  # links and their count, vector, label
+        record = record_bytes(index.M, self.dim)
         graph = (
             HNSW_FIXED_BYTES
             + index.get_max_elements() * HNSW_SLOT_BYTES
@@ -317,15 +322,14 @@ class VectorIndex:
         """Insert the tail, then write the live-label list and the index, each by temp file, fsync and rename."""
         self.flush()
         with self.lock.exclusive():
-            live = np.asarray(sorted(self.live), dtype=np.uint64)
-            _atomic_write(_live_path(self.path), lambda fh: np.save(fh, live))
-            _atomic_write(self.path, None, save=self._save_index)
+            replace_durably(live_path(self.path), lambda fh: write_live(fh, self.live))
+            replace_durably(self.path, None, save=self._save_index)
 
     def _save_index(self, name: str) -> None:
         """hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
         a file cut short that it then refuses to load (the caller holds the lock)."""
         self.index.save_index(name)
-        _check_saved(Path(name))
+        check_saved(Path(name))
         failpoints.hit("vectors.save")
 
 
@@ -337,7 +341,7 @@ def file_memory_bytes(path: Path, dim: int) -> int:
         size = path.stat().st_size
     except OSError:
         return HNSW_FIXED_BYTES
-    record = (2 * M + 1) * 4 + 4 * dim + 8
+    record = record_bytes(M, dim)
     count = size // record
     per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
     if count <= EXACT_BELOW:
@@ -356,23 +360,16 @@ def _small_set(path: Path, dim: int, live: set[int]) -> FlatSet | None:
     return small
 
 
-def _live_path(path: Path) -> Path:
-    """The sidecar listing live labels (hnswlib has no call that lists deleted ones)."""
-    return path.with_name(path.name + ".live.npy")
-
-
 def _load_live(path: Path, index: hnswlib.Index) -> set[int]:
     """Live labels from the sidecar, or by probing each label when the sidecar is missing."""
-    sidecar = _live_path(path)
     present = set(index.get_ids_list())
-    if sidecar.exists():
-        try:
-            saved = np.load(sidecar, allow_pickle=False)
-        except (ValueError, EOFError, OSError):
-            saved = None  # unreadable: probe each label instead
-        if saved is not None and saved.ndim == 1:
-            # A sidecar newer than the index may name labels the index lacks; replay re-adds them.
-            return set(saved.tolist()) & present  # tolist: 5x faster than int() each
+    try:
+        saved = read_live(live_path(path))
+    except VectorFileError:
+        saved = None  # unreadable: probe each label instead
+    if saved is not None:
+        # A sidecar newer than the index may name labels the index lacks; replay re-adds them.
+        return set(saved.tolist()) & present  # tolist: one call, not an int() per label
     live: set[int] = set()
     for label in present:
         try:
@@ -381,50 +378,3 @@ def _load_live(path: Path, index: hnswlib.Index) -> set[int]:
         except RuntimeError:
             pass  # marked deleted
     return live
-
-
-def _atomic_write(
-    path: Path,
-    write: Callable[[BinaryIO], object] | None,
-    *,
-    save: Callable[[str], object] | None = None,
-) -> None:
-    """Write via a temp file beside path (to a handle, or by a saver that takes a file name), fsync, rename."""
-    tmp = path.with_name(path.name + ".tmp")
-    try:
-        if save is not None:
-            save(str(tmp))
-        else:
-            assert write is not None
-            with open(tmp, "wb") as fh:
-                write(fh)
-        with open(tmp, "rb+") as fh:
-            os.fsync(fh.fileno())
-    except BaseException:
-        tmp.unlink(missing_ok=True)  # on a full disk a partial copy holds the space it needs
-        raise
-    os.replace(tmp, path)
-    dir_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _check_saved(path: Path) -> None:
-    """Raise EIO unless the file is as long as hnswlib's layout says: its header, the level-0
-    records, then each element's upper-level link list behind a 4-byte length (hnswlib 0.8)."""
-    cut = OSError(errno.EIO, "the saved vector index is shorter than its layout (a full disk?)")
-    size = path.stat().st_size
-    if size < HEADER.size:
-        raise cut
-    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
-        count, record = HEADER.unpack_from(mm, 0)[2:4]
-        pos = HEADER.size + count * record
-        length = struct.Struct("<I")
-        for _ in range(count):
-            if pos + 4 > size:
-                raise cut
-            pos += 4 + length.unpack_from(mm, pos)[0]
-    if pos != size:
-        raise cut

@@ -14,11 +14,11 @@ from typing import Any
 
 import lmdb
 
-from storage import encoding as enc
 from storage import failpoints
-from storage.model import REL_CODES, StoredEvent
-from storage.reader import DB_NAMES, LogReader
-from storage.records import decode_event
+from storage.log import layout
+from storage.log.layout import DB_NAMES
+from storage.log.reader import LogReader
+from storage.model import StoredEvent
 
 COPY_TXN_ENTRIES = 20_000
 
@@ -82,25 +82,26 @@ def _append_all(env: lmdb.Environment, db: Any, items: Iterator[tuple[Any, Any]]
             return
 
 
-def sync_delta(live: LogReader, txn: lmdb.Transaction, dbs: dict[str, Any], since: int) -> set[str]:
-    """Make a copy taken at op `since` equal to the live log; returns the ids the ops since touched.
+def sync_delta(live: LogReader, copy: LogReader, since: int) -> set[str]:
+    """Make a copy taken at op `since` equal to the live log, in the copy's write transaction;
+    returns the ids the ops since touched.
 
     Every key a write changes belongs to an event the write names in `ops` or to one linked to
     it (a link adds a key under its target; a delete rewrites its sources' links), so syncing
     those events' keys, the new ops and the small meta database brings the copy up to date.
     """
-    copy = LogReader(txn, dbs)
+    txn, dbs = copy.txn, copy.dbs
     changed = {event_id for _seq, _op, event_id in live.ops_after(since)}
     touched = set(changed)
     for event_id in changed:
         for view in (live, copy):
-            for rel in REL_CODES:
+            for rel in layout.REL_CODES:
                 touched.update(view.links_out(event_id, rel))
                 touched.update(view.links_in(event_id, rel))
     for event_id in sorted(touched):
         _sync_event(live, txn, dbs, event_id)
     ops = live.txn.cursor(db=live.dbs["ops"])
-    if ops.set_range(enc.u64(since + 1)):
+    if ops.set_range(layout.op_key(since + 1)):
         for key, value in ops.iternext():
             txn.put(key, value, db=dbs["ops"])
     for name in DB_NAMES:
@@ -111,14 +112,14 @@ def sync_delta(live: LogReader, txn: lmdb.Transaction, dbs: dict[str, Any], sinc
 
 def _sync_event(live: LogReader, txn: lmdb.Transaction, dbs: dict[str, Any], event_id: str) -> None:
     """Replace every key owned by one event in the copy with the live log's keys."""
-    raw_id = enc.id_bytes(event_id)
+    raw_id = layout.id_bytes(event_id)
     before = txn.get(raw_id, db=dbs["events"])
     if before is not None:
-        for name, key in _index_keys(decode_event(before)):
+        for name, key in _owned_keys(layout.decode_light(before)):
             txn.delete(key, db=dbs[name])
     now = live.txn.get(raw_id, db=live.dbs["events"])
     if now is not None:
-        for name, key in _index_keys(decode_event(now)):
+        for name, key in _owned_keys(layout.decode_light(now)):
             value = live.txn.get(key, db=live.dbs[name])
             if value is not None:
                 txn.put(key, value, db=dbs[name])
@@ -132,17 +133,10 @@ def _sync_event(live: LogReader, txn: lmdb.Transaction, dbs: dict[str, Any], eve
             txn.put(raw_id, value, db=dbs[name])
 
 
-def _index_keys(ev: StoredEvent) -> list[tuple[str, bytes]]:
-    """The keys an append writes for an event beside its record (EventLog.append_one)."""
-    raw_id = enc.id_bytes(ev.event_id)
-    ts_key = enc.ts_bytes(ev.ts) + raw_id
-    keys = [
-        ("ops", enc.u64(ev.seq)),
-        ("by_ts", ts_key),
-        ("by_kind", enc.kind_prefix(ev.kind) + ts_key),
-    ]
-    keys += [("by_prop", enc.property_prefix(n, v) + raw_id) for n, v in ev.filterable.items()]
-    return keys
+def _owned_keys(ev: StoredEvent) -> list[tuple[str, bytes]]:
+    """The keys an append writes for an event beside its record and its links: its op and its
+    index keys."""
+    return [("ops", layout.op_key(ev.seq)), *layout.index_keys(ev)]
 
 
 def _replace_prefix(

@@ -1,0 +1,15 @@
+"""The names of the files in a tenant's directory (one directory per tenant under the data
+directory): its three stores, and the temp files a save leaves if a crash interrupts it."""
+
+from __future__ import annotations
+
+from storage.fsync import TMP_SUFFIX
+
+LOG = "events"  # the event log's LMDB environment (a directory; storage/log/layout.py)
+KEYWORD = "keyword"  # the Tantivy keyword index (a directory)
+VECTORS = "vectors.hnsw"  # the saved HNSW graph (storage/index/vecfile.py)
+LIVE_SUFFIX = ".live.npy"  # beside a saved graph, its live labels (storage/index/vecfile.py)
+VECTORS_LIVE = VECTORS + LIVE_SUFFIX
+STORES = (LOG, KEYWORD, VECTORS, VECTORS_LIVE)
+# Temp files of a vector save a crash interrupted: old vectors, possibly of purged events.
+STALE = (VECTORS + TMP_SUFFIX, VECTORS_LIVE + TMP_SUFFIX)

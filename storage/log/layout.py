@@ -1,0 +1,371 @@
+"""The event log's format on disk: its named databases, every key and value in them, the meta names.
+
+Every module that reads or writes a tenant's LMDB environment builds and parses its keys and
+values here; no other module spells out a byte of them. SCHEMA_VERSION names this format and is
+stored in each log's meta when the log is made.
+
+Bump SCHEMA_VERSION in the same commit as any change to what is below: a database, the bytes of
+a key, the encoding of a value, a meta name, or a field of StoredEvent (a record is its fields,
+in order). tests/test_layout.py holds a fingerprint of each version's bytes and fails when they
+change without a bump; a log made by a newer version than this code knows is refused on open.
+"""
+
+from __future__ import annotations
+
+import array
+import functools
+import re
+import struct
+import sys
+import uuid
+from typing import Any
+
+import msgspec
+
+from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
+
+SCHEMA_VERSION = 1
+
+# -- the named databases ----------------------------------------------------------------------
+
+DB_NAMES = (
+    "events",  # raw id -> the event's record (encode_event)
+    "ops",  # op_key(seq) -> op_value(OP_APPEND | OP_DELETE, raw id): what projections replay
+    "by_ts",  # time_key(ts, raw id) -> b""
+    "by_kind",  # kind_key(kind, ts, raw id) -> b""
+    "by_prop",  # property_key(name, value, raw id) -> b""
+    "links_out",  # link_out_key(raw id, rel, position) -> raw target id (link order)
+    "links_in",  # link_in_key(raw target id, rel, seq of the linking event, its raw id) -> b""
+    "idem",  # raw id derived from an Idempotency-Key -> IdempotencyRecord (msgpack)
+    "tombstones",  # raw id -> Tombstone (msgpack)
+    "meta",  # meta_key(name) -> u64(value), or MODEL's name as UTF-8
+)
+
+# -- meta names -------------------------------------------------------------------------------
+
+SCHEMA = "schema"  # SCHEMA_VERSION of the format the log was made in
+DIM = "dim"  # the tenant's embedding dimension, fixed when the log is made
+MODEL = "model"  # the embedding model of the tenant's first embedding (UTF-8), if any
+KEYWORD_SEQ = "keyword_seq"  # the last op the durable keyword index covers
+VECTOR_SEQ = "vector_seq"  # the last op the saved vector file covers
+# 1 once any event of the log has superseded another (set with the link, never cleared): while it
+# is 0 no event is superseded, and reads skip the supersession probe of each hit. Absent: not
+# known, so reads probe.
+SUPERSEDING = "superseding"
+META_NAMES = (SCHEMA, DIM, MODEL, KEYWORD_SEQ, VECTOR_SEQ, SUPERSEDING)
+
+
+def meta_key(name: str) -> bytes:
+    """The meta database's key for a meta name."""
+    return name.encode()
+
+
+# -- ids, numbers and times -------------------------------------------------------------------
+
+ID_BYTES = 16  # an event id is a UUID, stored as its 16 bytes
+_SIGN = 1 << 63
+
+
+def id_bytes(event_id: str) -> bytes:
+    """The 16 raw bytes of a UUID string."""
+    # Every lookup and scan step converts ids: the canonical form is read directly (faster than
+    # uuid.UUID); anything else, junk included, gets exactly uuid.UUID's answer.
+    e = event_id
+    if len(e) == 36 and e[8] == e[13] == e[18] == e[23] == "-":
+        try:
+            raw = bytes.fromhex(e[:8] + e[9:13] + e[14:18] + e[19:23] + e[24:])
+        except ValueError:
+            raw = b""
+        if len(raw) == ID_BYTES:  # 32 hex digits; fromhex skips spaces, so fewer bytes is not a UUID
+            return raw
+    return uuid.UUID(event_id).bytes
+
+
+def id_str(raw: bytes) -> str:
+    """The canonical UUID string of 16 raw bytes."""
+    h = bytes(raw).hex()  # faster than str(uuid.UUID(bytes=raw)), the same text
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def u64(n: int) -> bytes:
+    """Big-endian unsigned 64-bit, so byte order is numeric order."""
+    return struct.pack(">Q", n)
+
+
+def read_u64(raw: bytes) -> int:
+    """Inverse of u64."""
+    return int(struct.unpack(">Q", bytes(raw[:8]))[0])
+
+
+def ts_bytes(ts: int) -> bytes:
+    """A signed microsecond time as 8 bytes that sort in time order."""
+    return struct.pack(">Q", ts + _SIGN)
+
+
+def read_ts(raw: bytes) -> int:
+    """Inverse of ts_bytes."""
+    return int(struct.unpack(">Q", bytes(raw[:8]))[0]) - _SIGN
+
+
+# -- keys -------------------------------------------------------------------------------------
+
+OP_APPEND = b"A"
+OP_DELETE = b"D"
+# Relationship types as the byte their link keys carry.
+REL_CODES: dict[str, bytes] = {SOURCE_FROM: b"S", SUPERSEDES: b"P"}
+TIME_KEY_BYTES = 8 + ID_BYTES
+
+
+def op_key(seq: int) -> bytes:
+    """The ops key of operation seq: ops sort in the order they were written."""
+    return u64(seq)
+
+
+def op_value(op: bytes, raw_id: bytes) -> bytes:
+    """What an op records: OP_APPEND or OP_DELETE, then the event's raw id."""
+    return op + raw_id
+
+
+def read_op(value: bytes) -> tuple[bytes, bytes]:
+    """Inverse of op_value: (OP_APPEND or OP_DELETE, raw id)."""
+    return value[:1], value[1:]
+
+
+def time_key(ts: int, raw_id: bytes) -> bytes:
+    """The by_ts key of an event (and the tail of its by_kind key); listing cursors are one."""
+    return ts_bytes(ts) + raw_id
+
+
+def kind_prefix(kind: str) -> bytes:
+    """The by_kind key prefix: length-prefixed so one kind never prefixes another."""
+    raw = kind.encode()
+    return len(raw).to_bytes(2, "big") + raw
+
+
+def kind_key(kind: str, ts: int, raw_id: bytes) -> bytes:
+    """The by_kind key of an event: its kind, then its time key."""
+    return kind_prefix(kind) + time_key(ts, raw_id)
+
+
+def _number_bytes(x: float) -> bytes:
+    """A float64 as 8 bytes that sort numerically (sign bit flipped, negatives inverted)."""
+    (bits,) = struct.unpack(">Q", struct.pack(">d", float(x) + 0.0))  # + 0.0 folds -0.0 into 0.0
+    bits = bits ^ 0xFFFFFFFFFFFFFFFF if bits & _SIGN else bits | _SIGN
+    return struct.pack(">Q", bits)
+
+
+def value_bytes(value: FilterValue) -> bytes:
+    """A filterable value with its type tag; 1 and 1.0 encode alike so equality is numeric."""
+    if isinstance(value, bool):
+        return b"b" + (b"\x01" if value else b"\x00")
+    if isinstance(value, int | float):
+        return b"n" + _number_bytes(value)
+    raw = value.encode()
+    return b"s" + struct.pack(">H", len(raw)) + raw
+
+
+def property_prefix(name: str, value: FilterValue) -> bytes:
+    """The key prefix under which every event with name == value is listed."""
+    raw_name = name.encode()
+    return bytes([len(raw_name)]) + raw_name + value_bytes(value)
+
+
+def property_key(name: str, value: FilterValue, raw_id: bytes) -> bytes:
+    """The by_prop key of one filterable property of an event."""
+    return property_prefix(name, value) + raw_id
+
+
+def key_id(key: bytes) -> str:
+    """The event id that ends a by_ts, by_kind, by_prop or links_in key."""
+    return id_str(key[-ID_BYTES:])
+
+
+def link_prefix(raw_id: bytes, rel: str) -> bytes:
+    """What begins an event's links_out keys (its targets) and links_in keys (its sources)."""
+    return raw_id + REL_CODES[rel]
+
+
+def link_out_key(raw_source: bytes, rel: str, position: int) -> bytes:
+    """The links_out key of a source's link at this position of its list."""
+    return link_prefix(raw_source, rel) + position.to_bytes(2, "big")
+
+
+def link_in_key(raw_target: bytes, rel: str, seq: int, raw_source: bytes) -> bytes:
+    """The links_in key of a link, under its target: sources sort in the order they were appended."""
+    return link_prefix(raw_target, rel) + u64(seq) + raw_source
+
+
+def index_keys(ev: StoredEvent) -> list[tuple[str, bytes]]:
+    """(database, key) of every key an append writes for an event beside its record, its op
+    and its links: what a delete removes again."""
+    raw_id = id_bytes(ev.event_id)
+    keys = [("by_ts", time_key(ev.ts, raw_id)), ("by_kind", kind_key(ev.kind, ev.ts, raw_id))]
+    keys += [("by_prop", property_key(n, v, raw_id)) for n, v in ev.filterable.items()]
+    return keys
+
+
+# -- filterable properties (each gets a by_prop key) --------------------------------------------
+
+PROPERTY_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_]*\Z")  # \Z: "$" would accept a trailing newline
+MAX_FILTERABLE = 16
+# With these, a by_prop key (1 + name + tag + 2 + string + id) stays under LMDB's 511-byte limit.
+MAX_FILTER_STRING_BYTES = 256
+MAX_FILTER_NAME_BYTES = 128
+
+
+def is_filterable_value(value: object) -> bool:
+    """Whether a property value can be indexed: a boolean, a finite number or a short string."""
+    if isinstance(value, bool):
+        return True
+    if isinstance(value, int):
+        return -(2**63) <= value < 2**63
+    if isinstance(value, float):
+        return value == value and value not in (float("inf"), float("-inf"))
+    if isinstance(value, str):
+        return len(value.encode()) <= MAX_FILTER_STRING_BYTES
+    return False
+
+
+def filterable_properties(properties: dict[str, object]) -> dict[str, FilterValue]:
+    """The first 16 top-level properties, by sorted name, with a valid name and an indexable value."""
+    picked: dict[str, FilterValue] = {}
+    # Sorted names make the filterable set independent of how a client orders its JSON keys.
+    for name in sorted(properties):
+        if len(picked) == MAX_FILTERABLE:
+            break
+        value = properties[name]
+        if _valid_name(name) and is_filterable_value(value):
+            picked[name] = value  # type: ignore[assignment]
+    return picked
+
+
+_NAMES: dict[str, bool] = {}  # property names already judged: clients send the same few each time
+
+
+def _valid_name(name: str) -> bool:
+    """Whether a property name can be filtered on (PROPERTY_NAME, at most 128 bytes)."""
+    ok = _NAMES.get(name)
+    if ok is None:
+        ok = bool(PROPERTY_NAME.match(name)) and len(name) <= MAX_FILTER_NAME_BYTES
+        if len(_NAMES) >= 4096:  # bounded: names are client data
+            _NAMES.clear()
+        _NAMES[name] = ok
+    return ok
+
+
+# -- values -----------------------------------------------------------------------------------
+
+
+class Tombstone(msgspec.Struct, frozen=True):
+    """A deleted event awaiting purge: its append seq and deletion time, never content."""
+
+    seq: int
+    deleted_at: int
+
+
+class IdempotencyRecord(msgspec.Struct, frozen=True):
+    """What a retry under the same Idempotency-Key needs: the body hash and the first answer's unlinked ids."""
+
+    body_hash: bytes
+    unlinked: list[str] = []
+
+
+_encode_value = msgspec.msgpack.Encoder().encode
+decode_tombstone = msgspec.msgpack.Decoder(Tombstone).decode
+decode_idempotency = msgspec.msgpack.Decoder(IdempotencyRecord).decode
+
+
+def encode_tombstone(tomb: Tombstone) -> bytes:
+    """The tombstones value of a deleted event."""
+    return _encode_value(tomb)
+
+
+def encode_idempotency(rec: IdempotencyRecord) -> bytes:
+    """The idem value of an event appended under an Idempotency-Key."""
+    return _encode_value(rec)
+
+
+# -- the event record -------------------------------------------------------------------------
+#
+# A record is the msgpack map of StoredEvent's fields, in their order, with the embedding as a
+# msgpack bin of little-endian float64s. A reader that leaves the embedding out (recall's
+# candidates) skips the bin by its length instead of building its floats.
+
+_SWAP = sys.byteorder == "big"  # array.array("d") is native order; records are little-endian
+
+
+def _field_spec(f: msgspec.structs.FieldInfo) -> tuple[Any, ...]:
+    """A StoredEvent field as msgspec.defstruct takes it, default and all."""
+    if f.default is not msgspec.NODEFAULT:
+        return (f.name, f.type, f.default)
+    if f.default_factory is not msgspec.NODEFAULT:
+        return (f.name, f.type, msgspec.field(default_factory=f.default_factory))
+    return (f.name, f.type)
+
+
+# StoredEvent's own fields in its order, so the two cannot drift apart; the embedding as bytes.
+# Not kw_only: a record is built from StoredEvent's values by position, which is cheaper than by
+# name.
+_Record = msgspec.defstruct(
+    "_Record",
+    [
+        ("embedding", bytes | None, None) if f.name == "embedding" else _field_spec(f)
+        for f in msgspec.structs.fields(StoredEvent)
+    ],
+    frozen=True,
+)
+_EMBEDDING = StoredEvent.__struct_fields__.index("embedding")
+
+_encode_record = msgspec.msgpack.Encoder().encode
+_decode_record = msgspec.msgpack.Decoder(_Record).decode
+
+
+@functools.cache
+def _packer(n: int) -> struct.Struct:
+    """Packs n floats as little-endian float64s (one per embedding length a tenant uses)."""
+    # struct.pack from the list is the fastest of the ways measured (bench/RESULTS.md, "Code
+    # choices measured").
+    return struct.Struct(f"<{n}d")
+
+
+def encode_event(ev: StoredEvent) -> bytes:
+    """The record that stores ev."""
+    values: list[Any] = list(msgspec.structs.astuple(ev))
+    if ev.embedding is not None:
+        values[_EMBEDDING] = _packer(len(ev.embedding)).pack(*ev.embedding)
+    return _encode_record(_Record(*values))
+
+
+def decode_event(raw: bytes | memoryview) -> StoredEvent:
+    """The StoredEvent a record holds, the floats exactly as appended."""
+    fields = msgspec.structs.asdict(_decode_record(raw))
+    embedding = fields["embedding"]
+    if embedding is not None:
+        fields["embedding"] = _floats(embedding)
+    return StoredEvent(**fields)
+
+
+# A record less its embedding, for readers that never look at it (recall's candidates, the
+# supersession chains): msgspec skips the embedding's bytes by their length instead of building
+# its floats. Made from StoredEvent's own fields, so the two cannot drift apart.
+_Light = msgspec.defstruct(
+    "_Light",
+    [_field_spec(f) for f in msgspec.structs.fields(StoredEvent) if f.name != "embedding"],
+    kw_only=True,
+    frozen=True,
+)
+_decode_light = msgspec.msgpack.Decoder(_Light).decode
+
+
+def decode_light(raw: bytes | memoryview) -> StoredEvent:
+    """The StoredEvent a record holds, without its embedding (None)."""
+    return StoredEvent(**msgspec.structs.asdict(_decode_light(raw)))
+
+
+def _floats(raw: bytes) -> list[float]:
+    """Little-endian float64s as a list."""
+    # array.array is the fastest of the ways measured (bench/RESULTS.md, "Code choices measured").
+    values = array.array("d", raw)
+    if _SWAP:
+        values.byteswap()
+    return values.tolist()

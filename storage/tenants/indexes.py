@@ -1,0 +1,71 @@
+"""Opening a tenant's two indexes: each with the seq it covers, or rebuilt from the log when it
+cannot be read; pressure (a full disk, no file descriptors left) is told from damage and never
+costs a rebuild."""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+from pathlib import Path
+
+from storage import files
+from storage.errors import DiskFull
+from storage.index.keyword import KeywordIndex
+from storage.index.vectors import VectorIndex
+from storage.log import layout
+from storage.log.eventlog import EventLog
+from storage.space import disk_full
+
+log = logging.getLogger("memspine.tenant")
+CANNOT_OPEN = "the server's disk is full: this tenant cannot be opened until space is freed"
+
+
+def open_keyword(root: Path, events: EventLog) -> tuple[KeywordIndex, int]:
+    """The keyword index and the seq it has applied; a damaged index is rebuilt from the log."""
+    path = root / files.KEYWORD
+    try:
+        # No meta.json means no index at all (lost or never made): replay the whole log.
+        found = (path / "meta.json").exists()
+        seq = (events.meta_int(layout.KEYWORD_SEQ) or 0) if found else 0
+        return KeywordIndex.open(path, committed_seq=seq), seq
+    except (ValueError, OSError) as exc:
+        raise_if_out_of_fds(exc)
+        raise_if_disk_full(exc, path)
+        log.warning(
+            "tenant keyword index unreadable (%s); rebuilding from the log", type(exc).__name__
+        )
+        return KeywordIndex.create_empty(path), 0
+
+
+def open_vectors(root: Path, events: EventLog, dim: int) -> tuple[VectorIndex, int]:
+    """The vector index and the seq of its last save; a damaged file is rebuilt from the log."""
+    path = root / files.VECTORS
+    try:
+        index = VectorIndex.open(path, dim)
+    except (ValueError, OSError) as exc:
+        raise_if_out_of_fds(exc)
+        raise_if_disk_full(exc, path)
+        log.warning(
+            "tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__
+        )
+        return VectorIndex.create_empty(path, dim), 0
+    seq = events.meta_int(layout.VECTOR_SEQ) or 0
+    return index, seq if path.exists() else 0
+
+
+def raise_if_disk_full(exc: BaseException, path: Path, detail: str = CANNOT_OPEN) -> None:
+    """Re-raise a failure caused by a full disk as DiskFull (an index that failed to open is
+    not rebuilt then: the rebuild could not be written either, and the one on disk may be whole)."""
+    if not isinstance(exc, DiskFull) and disk_full(exc, path):
+        raise DiskFull(detail) from exc
+
+
+def raise_if_out_of_fds(exc: BaseException) -> None:
+    """Re-raise an open failure caused by the process running out of file descriptors:
+    that is pressure, not damage, and must never cost a rebuild (let alone deleted files)."""
+    try:
+        os.close(os.open(os.devnull, os.O_RDONLY))
+    except OSError as probe:
+        if probe.errno in (errno.EMFILE, errno.ENFILE):
+            raise probe from exc

@@ -1,0 +1,128 @@
+"""The event log's format has one definition (storage/log/layout.py) and a version: a change to its
+bytes without a bump of SCHEMA_VERSION fails here, and a log of a newer version is refused."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+
+import lmdb
+import pytest
+
+from storage.log import layout
+from storage.log.eventlog import EventLog, LogFormatError
+from storage.log.layout import IdempotencyRecord, Tombstone
+from storage.model import SOURCE_FROM, SUPERSEDES, NewEvent, StoredEvent
+
+# The fingerprint of each version's format (fingerprint() below). A new format gets a new
+# version, and its fingerprint is added here; a recorded one is never edited.
+RECORDED = {
+    1: "49ff625c7290d189b16ace7148b01b1a0089e944568fed4ed9a7363791ecef59",
+}
+
+ID = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b6c8a1f"
+OTHER = "9b1e7c3d-2a4f-4e6b-8c0d-1f3a5b7c9e2d"
+
+
+def sample_event(*, embedding: list[float] | None) -> StoredEvent:
+    """An event with every field set (the record holds all of them)."""
+    return StoredEvent(
+        event_id=ID,
+        seq=7,
+        kind="note",
+        ts=1_800_000_000_123_456,
+        text="the parcel arrived",
+        embedding=embedding,
+        embedding_model="m-1",
+        properties_raw=b'{"speaker":"agent","n":3}',
+        filterable={"speaker": "agent", "n": 3, "flag": True, "x": -0.5},
+        supersedes=[OTHER],
+        valid_from=1_800_000_000_000_000,
+        valid_until=1_900_000_000_000_000,
+    )
+
+
+def fingerprint() -> str:
+    """A hash of every byte the format decides: names, keys and values of fixed samples."""
+    h = hashlib.sha256()
+
+    def feed(label: str, data: bytes) -> None:
+        h.update(label.encode() + b"\x00" + len(data).to_bytes(4, "big") + data)
+
+    raw, other = layout.id_bytes(ID), layout.id_bytes(OTHER)
+    feed("databases", ",".join(layout.DB_NAMES).encode())
+    feed("meta names", ",".join(layout.META_NAMES).encode())
+    feed("meta key", layout.meta_key(layout.KEYWORD_SEQ))
+    feed("id", raw + layout.id_str(raw).encode())
+    feed("u64", layout.u64(2**40 + 3))
+    feed("ts", layout.ts_bytes(-5) + layout.ts_bytes(1_800_000_000_123_456))
+    feed("op", layout.op_key(9) + layout.op_value(layout.OP_APPEND, raw))
+    feed("op", layout.op_value(layout.OP_DELETE, raw))
+    feed("by_ts", layout.time_key(1_800_000_000_123_456, raw))
+    feed("by_kind", layout.kind_key("note", 1_800_000_000_123_456, raw))
+    for value in (True, False, 3, 3.0, -0.0, -1.5, 2**62, "agent", ""):
+        feed(f"by_prop {value!r}", layout.property_key("speaker", value, raw))
+    for rel in (SOURCE_FROM, SUPERSEDES):
+        feed(f"links_out {rel}", layout.link_out_key(raw, rel, 2))
+        feed(f"links_in {rel}", layout.link_in_key(other, rel, 7, raw))
+    for name, key in layout.index_keys(sample_event(embedding=None)):
+        feed(f"index {name}", key)
+    feed("tombstone", layout.encode_tombstone(Tombstone(seq=7, deleted_at=1_800_000_000_000_001)))
+    idem = IdempotencyRecord(body_hash=b"\x01" * 32, unlinked=[OTHER])
+    feed("idempotency", layout.encode_idempotency(idem))
+    feed("record", layout.encode_event(sample_event(embedding=[0.5, -1.25, 3.0e-8, 7.0])))
+    feed("record without embedding", layout.encode_event(sample_event(embedding=None)))
+    feed(
+        "filterable limits",
+        f"{layout.MAX_FILTERABLE},{layout.MAX_FILTER_NAME_BYTES},"
+        f"{layout.MAX_FILTER_STRING_BYTES},{layout.PROPERTY_NAME.pattern}".encode(),
+    )
+    return h.hexdigest()
+
+
+def test_the_format_changes_only_with_a_new_schema_version() -> None:
+    assert layout.SCHEMA_VERSION in RECORDED, (
+        f"SCHEMA_VERSION {layout.SCHEMA_VERSION} has no recorded fingerprint: add "
+        f"{layout.SCHEMA_VERSION}: {fingerprint()!r} to RECORDED"
+    )
+    assert fingerprint() == RECORDED[layout.SCHEMA_VERSION], (
+        "the log's on-disk format changed: bump SCHEMA_VERSION in storage/log/layout.py (with a "
+        "tested migration if existing logs must still open) and record the new fingerprint"
+    )
+    assert max(RECORDED) == layout.SCHEMA_VERSION
+
+
+def test_the_fingerprint_sees_a_change_of_one_byte(monkeypatch: pytest.MonkeyPatch) -> None:
+    before = fingerprint()
+    monkeypatch.setitem(layout.REL_CODES, SUPERSEDES, b"Q")
+    assert fingerprint() != before
+
+
+def test_a_new_log_records_the_schema_version(tmp_path: Path) -> None:
+    log = EventLog.open(tmp_path / "events", embedding_dim=4)
+    assert log.meta_int(layout.SCHEMA) == layout.SCHEMA_VERSION
+    assert log.meta_int(layout.DIM) == 4
+    log.close()
+
+
+def test_a_log_of_a_newer_format_is_refused_and_left_as_it_is(tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    log = EventLog.open(path, embedding_dim=4)
+    log.append_batch([NewEvent(kind="note", ts=1_800_000_000_000_000, text="kept")])
+    log.set_meta_int(layout.SCHEMA, layout.SCHEMA_VERSION + 1)
+    log.close()
+    with pytest.raises(LogFormatError, match="newer than this version reads"):
+        EventLog.open(path, embedding_dim=4)
+    # Nothing was changed: with its version set back (by hand), it opens with its event.
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        assert txn.get(layout.meta_key(layout.SCHEMA), db=meta) == layout.u64(
+            layout.SCHEMA_VERSION + 1
+        )
+        txn.put(layout.meta_key(layout.SCHEMA), layout.u64(layout.SCHEMA_VERSION), db=meta)
+    env.close()
+    log = EventLog.open(path, embedding_dim=4)
+    with log.reader() as r:
+        assert [e.text for e in r.newest_first(None, None, None)] == ["kept"]
+    log.close()
