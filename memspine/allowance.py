@@ -2,10 +2,13 @@
 server), a tenant's live events and bytes (a quota its writer holds every append to), each
 the key's or tenant's own limit from the control plane or else the server-wide default.
 
-The pipeline (memspine/pipeline.py) and /mcp (memspine/mcp/http.py) call `admit` once per
-request with the key it carries: a key over its rate is refused with 429 and `Retry-After`
-before its body is read, and the tenant's quota rides with the request to the engine. In a
-cluster each node keeps its own buckets, so a key may make its rate on every node.
+The pipeline (memspine/pipeline.py, so Litestar's handlers and the hot routes of
+memspine/hot.py alike) and /mcp (memspine/mcp/http.py) call `admit` once per request with the
+key it carries: a key over its rate is refused with 429 and `Retry-After` before its body is
+read, and the request carries its tenant's quota source to the engine. The tenant's writer asks
+it when the group commit that holds the write starts (storage/tenants/tenant.py), so a limit
+changed before then holds for the write. In a cluster a key's requests all go to its tenant's
+node (docs/scaling.md), so that node's bucket is the key's.
 """
 
 from __future__ import annotations
@@ -15,12 +18,14 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable
+from functools import partial
 
 from memspine.config import Settings
 from memspine_admin.plane import ControlPlane
+from memspine_admin.records import TenantRecord
 from memspine_admin.verifier import Principal
 from storage.errors import TooManyRequests
-from storage.model import Quota
+from storage.model import UNLIMITED, Quota, QuotaSource
 
 REQUESTS_PER_MINUTE, MAX_EVENTS, MAX_BYTES = "requests_per_minute", "max_events", "max_bytes"
 REASONS = (REQUESTS_PER_MINUTE, MAX_EVENTS, MAX_BYTES)
@@ -76,11 +81,14 @@ class Allowance:
         self._buckets = Buckets(clock)
         # tenant id -> (the control plane's generation when read, the tenant's quota)
         self._quotas: OrderedDict[str, tuple[int, Quota]] = OrderedDict()
+        # tenant id -> how many times this server changed its limits (see `learn`)
+        self._changes: dict[str, int] = {}
         self._lock = threading.Lock()
         self.rejected = dict.fromkeys(REASONS, 0)
 
-    def admit(self, principal: Principal) -> Quota:
-        """Take a token from the key's bucket, or refuse with 429; the tenant's quota."""
+    def admit(self, principal: Principal) -> Quota | QuotaSource | None:
+        """Take a token from the key's bucket, or refuse with 429; what the tenant's writes
+        are held to (None: nothing)."""
         rate = principal.requests_per_minute or self.default_rate
         if rate:
             wait = self._buckets.take((principal.tenant_id, principal.key_id), rate)
@@ -91,13 +99,15 @@ class Allowance:
                     "limit); retry after the seconds Retry-After gives",
                     headers={"Retry-After": str(max(1, math.ceil(wait)))},
                 )
-        return self.quota(principal.tenant_id)
+        if self._control() is None:  # local mode: the defaults, the same for every tenant
+            return None if self.default_quota == UNLIMITED else self.default_quota
+        return partial(self.quota, principal.tenant_id)
 
     def quota(self, tenant_id: str) -> Quota:
         """The tenant's max_events and max_bytes: its own, else the server's default each.
 
         Read from the control plane once per change to tenants or keys (its generation), as
-        the key verifier reads a key's row: a PATCH takes effect on the next request.
+        the key verifier reads a key's row: a change takes effect on the next group commit.
         """
         control = self._control()
         if control is None:
@@ -108,15 +118,41 @@ class Allowance:
             if kept is not None and kept[0] == generation:
                 self._quotas.move_to_end(tenant_id)
                 return kept[1]
+            changes = self._changes.get(tenant_id, 0)
         record = control.get_tenant(tenant_id)
         own = (None, None) if record is None else (record.max_events, record.max_bytes)
         quota = self.effective(*own)
         with self._lock:
-            self._quotas[tenant_id] = (generation, quota)
-            self._quotas.move_to_end(tenant_id)
-            if len(self._quotas) > MAX_TENANTS:
-                self._quotas.popitem(last=False)
+            # A change `learn` kept meanwhile is newer than this read: keep it, not this.
+            if self._changes.get(tenant_id, 0) == changes:
+                self._keep(tenant_id, generation, quota)
         return quota
+
+    def learn(self, record: TenantRecord) -> None:
+        """A tenant's limits as this server just changed them (PATCH /v1/admin/tenants/{id}),
+        in force for its next group commit.
+
+        A PostgreSQL control plane tells of a change through a notification that may arrive
+        after the PATCH is answered: until then the generation has not moved, and the limits
+        kept from before would still pass.
+        """
+        control = self._control()
+        if control is None:
+            return
+        generation = control.generation()
+        quota = self.effective(record.max_events, record.max_bytes)
+        with self._lock:
+            self._changes[record.tenant_id] = self._changes.get(record.tenant_id, 0) + 1
+            if len(self._changes) > MAX_TENANTS:
+                self._changes.pop(next(iter(self._changes)))
+            self._keep(record.tenant_id, generation, quota)
+
+    def _keep(self, tenant_id: str, generation: int, quota: Quota) -> None:
+        """Remember a tenant's quota as of a generation (the lock held)."""
+        self._quotas[tenant_id] = (generation, quota)
+        self._quotas.move_to_end(tenant_id)
+        if len(self._quotas) > MAX_TENANTS:
+            self._quotas.popitem(last=False)
 
     def effective(self, max_events: int | None, max_bytes: int | None) -> Quota:
         """A tenant's own limits with the server's defaults where it has none."""
@@ -125,10 +161,6 @@ class Allowance:
             max_events=max_events if max_events is not None else default.max_events,
             max_bytes=max_bytes if max_bytes is not None else default.max_bytes,
         )
-
-    def rate_of(self, requests_per_minute: int | None) -> int | None:
-        """A key's own rate, else the server's default (None: unlimited)."""
-        return requests_per_minute or self.default_rate
 
     def count(self, reason: str) -> None:
         """One request refused by a limit (memspine_rejected_total{reason})."""

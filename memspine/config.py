@@ -41,6 +41,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     tenant_idle_secs: float = 3600.0
     purge_interval_secs: float = 60.0
     max_body_bytes: int = 1_048_576
+    max_batch_bytes: int = 16 << 20  # POST /v1/memory/events (1,000 embedded events fit)
     cypher_timeout_ms: int = 2000
     cypher_max_rows: int = 10_000
     cypher_max_bytes: int = 64 << 20  # the defaults of storage.cypher.Limits
@@ -361,6 +362,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},
     "MEMSPINE_PURGE_INTERVAL_SECS": lambda v: {"purge_interval_secs": _positive_float(v)},
     "MEMSPINE_MAX_BODY_BYTES": lambda v: {"max_body_bytes": _int_in(1024, 64 << 20)(v)},
+    "MEMSPINE_MAX_BATCH_BYTES": lambda v: {"max_batch_bytes": _int_in(1024, 256 << 20)(v)},
     "MEMSPINE_CYPHER_TIMEOUT_MS": lambda v: {"cypher_timeout_ms": _int_in(10, 600_000)(v)},
     "MEMSPINE_CYPHER_MAX_ROWS": lambda v: {"cypher_max_rows": _int_in(1, 1_000_000)(v)},
     "MEMSPINE_CYPHER_MAX_BYTES": lambda v: {"cypher_max_bytes": _int_in(1 << 20, 64 << 30)(v)},

@@ -19,7 +19,7 @@ from memspine.shares import FairShares
 from storage.cypher import CypherResult, Limits
 from storage.erasure.purge import for_want_of_room
 from storage.errors import MemspineError, NotFound, QuotaExceeded, Unavailable
-from storage.model import AppendResult, ItemRefused, NewEvent, Quota, StoredEvent
+from storage.model import AppendResult, ItemRefused, NewEvent, Quota, QuotaSource, StoredEvent
 from storage.read.current import EventState
 from storage.read.listing import ListQuery
 from storage.read.recall import RecallQuery, RecallResult
@@ -179,7 +179,7 @@ class Engine:
             return await self.read_threads.run(fn, t, tenant_id)
 
     async def append(
-        self, tenant_id: str, event: NewEvent, quota: Quota | None = None
+        self, tenant_id: str, event: NewEvent, quota: Quota | QuotaSource | None = None
     ) -> AppendResult:
         """Append one event through the tenant's group commit, within its quota; answers once
         it is durable and indexed."""
@@ -192,17 +192,17 @@ class Engine:
         return result
 
     async def append_batch(
-        self, tenant_id: str, events: list[NewEvent], quota: Quota | None = None
+        self, tenant_id: str, events: list[NewEvent], quota: Quota | QuotaSource | None = None
     ) -> list[AppendResult]:
         """Append events in order as one all-or-nothing job of the tenant's group commit,
         within its quota; an event that cannot be written refuses them all, its error naming
         its index (events[i])."""
         async with self.tenant(tenant_id) as t:
-            outcome = await asyncio.wrap_future(
-                t.submit_append(events, quota=quota, atomic=True)
-            )
+            outcome = await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
         if isinstance(outcome, ItemRefused):
             raise self._refused(outcome.error, outcome.item)
+        if isinstance(outcome, MemspineError):  # the tenant's limits could not be read
+            raise outcome
         results: list[AppendResult] = outcome
         return results
 

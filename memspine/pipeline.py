@@ -22,7 +22,7 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from memspine.body import ClientGone, read_body
+from memspine.body import TOO_LARGE, ClientGone, read_body
 from memspine.errors import error_body, unexpected_error
 from memspine.schemas import decode_body
 from memspine_admin.verifier import Principal
@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from memspine.config import Settings
     from memspine.engine import Engine
     from memspine_admin.plane import ControlPlane
-    from storage.model import Quota
+    from storage.model import Quota, QuotaSource
 
 JSON = "application/json"
 # Who may call an operation: a key with the read or write scope, any valid key, the admin key,
@@ -121,6 +121,7 @@ class Operation:
     replies: Mapping[int, Reply] = field(default_factory=dict)
     errors: tuple[int, ...] = ()  # statuses beyond the ones every operation of its scope has
     strict_query: bool = True  # False: unknown parameters pass (/health and /metrics)
+    body_limit: str = "max_body_bytes"  # the Settings field bounding the body (MEMSPINE_<NAME>)
     description: str = ""
     tag: str = "memory"
     params: dict[str, Query] = field(init=False, repr=False)
@@ -164,7 +165,7 @@ class Call(NamedTuple):
     headers: dict[bytes, bytes]  # lower-case names, the first of repeated headers
     body: Any
     path: Mapping[str, Any]
-    quota: Quota | None = None  # what the caller's tenant may store (tenant operations)
+    quota: Quota | QuotaSource | None = None  # what its tenant may store (tenant operations)
 
     @property
     def tenant_id(self) -> str:
@@ -228,11 +229,18 @@ async def admit(
     query, props = op.parse_query(scope["query_string"]) if scope["query_string"] else ({}, {})
     body = None
     if op.body is not None:
-        raw = await read_body(
-            receive, services.settings.max_body_bytes, headers.get(b"content-length")
-        )
+        limit, too_large = _body_limit(op, services.settings)
+        raw = await read_body(receive, limit, headers.get(b"content-length"), too_large)
         body = decode_body(raw, op.body)
     return Call(services, principal, control, query, props, headers, body, path, quota)
+
+
+def _body_limit(op: Operation, settings: Settings) -> tuple[int, str]:
+    """The largest body op takes, and the detail of the 413 past it."""
+    limit: int = getattr(settings, op.body_limit)
+    if op.body_limit == "max_body_bytes":
+        return limit, TOO_LARGE
+    return limit, f"the request body is larger than MEMSPINE_{op.body_limit.upper()} ({limit} bytes)"
 
 
 def render(outcome: Outcome) -> Answer:

@@ -17,7 +17,7 @@ import msgspec
 from memspine_admin import keys
 from memspine_admin.control import erase_tenant_dir
 from memspine_admin.plane import ControlPlane, init_control, open_control
-from memspine_admin.records import LIMITS, TenantRecord, now_us
+from memspine_admin.records import LIMITS, KeyCounts, TenantRecord, now_us
 from storage.errors import Conflict, MemspineError, NotFound
 from storage.tenants.usage import TenantUsage, closed_usage
 
@@ -214,12 +214,16 @@ def _own(value: int | None) -> str:
     return "none of its own (the server's default applies)" if value is None else str(value)
 
 
-def _show(tenant: TenantRecord, usage: TenantUsage | None, data_dir: Path) -> str:
-    """tenant show's text: the record, its limits, and its figures when its files are here."""
+def _show(
+    tenant: TenantRecord, keys: KeyCounts, usage: TenantUsage | None, data_dir: Path
+) -> str:
+    """tenant show's text: the record, its limits, its keys, and its figures when its files
+    are here."""
     lines = [
         f"tenant {tenant.tenant_id} ({tenant.name}), created {_when(tenant.created_at)}",
         f"max_events: {_own(tenant.max_events)}",
         f"max_bytes: {_own(tenant.max_bytes)}",
+        f"keys: {keys.active} active, {keys.revoked} revoked, {keys.expired} expired",
     ]
     if tenant.node is not None:
         lines.insert(1, f"node: {tenant.node}")
@@ -237,6 +241,7 @@ def _show(tenant: TenantRecord, usage: TenantUsage | None, data_dir: Path) -> st
         f"vectors: {v.graph} in the saved graph, {v.pending} not yet in it",
         f"vector space: {space.dim} dimensions, {space.metric}, model {space.model or 'none named'}",
         f"last write: {_when(usage.last_write)}",
+        f"memory when open: {usage.memory} bytes (estimated)",
         "read from the files (a running server's GET /v1/admin/tenants/{id} gives its live view)",
     ]
     return "\n".join(lines)
@@ -246,14 +251,15 @@ def cmd_tenant_show(args: argparse.Namespace) -> int:
     """Show a tenant: its record, its limits and what it uses (from its files)."""
     with _open(args) as db:
         tenant = db.get_tenant(args.tenant_id)
-    if tenant is None:
-        raise NotFound("no tenant with that id")
+        if tenant is None:
+            raise NotFound("no tenant with that id")
+        keys = KeyCounts.of(db.list_keys(tenant.tenant_id), now_us())
     root = args.data_dir / tenant.tenant_id
     usage = closed_usage(root, is_open=None) if root.is_dir() else None
     # Its own limits always (null: none), which the record leaves out when unset.
     payload = {**msgspec.to_builtins(tenant), "max_events": tenant.max_events}
-    payload |= {"max_bytes": tenant.max_bytes, "usage": usage}
-    _emit(args, payload, _show(tenant, usage, args.data_dir))
+    payload |= {"max_bytes": tenant.max_bytes, "keys": keys, "usage": usage}
+    _emit(args, payload, _show(tenant, keys, usage, args.data_dir))
     return EXIT_OK
 
 

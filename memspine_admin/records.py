@@ -59,6 +59,24 @@ class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
         return "active"
 
 
+class KeyCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """How many of a tenant's keys are active, revoked and expired."""
+
+    active: int = 0
+    revoked: int = 0
+    expired: int = 0
+
+    @classmethod
+    def of(cls, keys: list[KeyInfo], now: int) -> KeyCounts:
+        """The counts of these keys at time `now` (µs)."""
+        statuses = [k.status(now) for k in keys]
+        return cls(
+            active=statuses.count("active"),
+            revoked=statuses.count("revoked"),
+            expired=statuses.count("expired"),
+        )
+
+
 class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
     """A key as stored: KeyInfo's fields plus the argon2id hash of the secret."""
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import msgspec
@@ -111,3 +112,16 @@ class Quota(msgspec.Struct, frozen=True, kw_only=True):
 
 
 UNLIMITED = Quota()
+# What gives a tenant's quota when its writer starts a group commit (it may raise a
+# MemspineError: the limits cannot be known, and nothing of the job is written).
+QuotaSource = Callable[[], Quota]
+
+
+def current_quota(quota: Quota | QuotaSource | None) -> Quota | MemspineError | None:
+    """The quota in force: `quota` itself, or what its source gives now (or its error)."""
+    if quota is None or isinstance(quota, Quota):
+        return quota
+    try:
+        return quota()
+    except MemspineError as exc:
+        return exc

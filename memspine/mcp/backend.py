@@ -17,7 +17,7 @@ from memspine.routes.memory import append_event, delete_event, get_event, list_p
 from memspine.routes.whoami import whoami_of
 from memspine.schemas import CypherIn, RecallIn, convert_body, event_in, plain
 from memspine_admin.verifier import Principal
-from storage.model import Quota
+from storage.model import Quota, QuotaSource
 
 
 class Backend(Protocol):
@@ -57,7 +57,9 @@ class Backend(Protocol):
 class EngineBackend:
     """The tools' operations for one tenant, through the HTTP operations' functions."""
 
-    def __init__(self, engine: Engine, principal: Principal, quota: Quota | None = None) -> None:
+    def __init__(
+        self, engine: Engine, principal: Principal, quota: Quota | QuotaSource | None = None
+    ) -> None:
         """`quota`: what the tenant may store (memspine/allowance.py), None for no limit."""
         self.engine = engine
         self.principal = principal

@@ -25,8 +25,10 @@ from memspine_admin.records import (
     MAX_TTL_SECS,
     SCOPES,
     AuditEntry,
+    KeyCounts,
     KeyInfo,
     TenantRecord,
+    now_us,
 )
 from storage.errors import InvalidRequest, NotFound
 from storage.model import Quota
@@ -122,7 +124,8 @@ class Limits(msgspec.Struct):
 
 class TenantShown(msgspec.Struct):
     """One tenant: its record, its own limits (null: none of its own, the server's default
-    applies), the limits in force and what it uses; in a cluster, the node that holds it."""
+    applies), the limits in force, its keys and what it uses; in a cluster, the node that
+    holds it."""
 
     tenant_id: str
     name: str
@@ -130,6 +133,7 @@ class TenantShown(msgspec.Struct):
     max_events: int | None
     max_bytes: int | None
     limits: Limits
+    keys: KeyCounts
     usage: TenantUsage
     node: str | msgspec.UnsetType = msgspec.UNSET
 
@@ -241,8 +245,11 @@ async def _list_tenants(call: Call) -> Outcome:
     return Outcome(200, TenantList(tenants))
 
 
-def tenant_shown(record: TenantRecord, limits: Quota, usage: TenantUsage) -> TenantShown:
-    """A tenant's record, its limits in force and its usage, as GET and PATCH answer."""
+def tenant_shown(
+    record: TenantRecord, limits: Quota, keys: KeyCounts, usage: TenantUsage
+) -> TenantShown:
+    """A tenant's record, its limits in force, its keys and its usage, as GET and PATCH
+    answer."""
     return TenantShown(
         tenant_id=record.tenant_id,
         name=record.name,
@@ -250,6 +257,7 @@ def tenant_shown(record: TenantRecord, limits: Quota, usage: TenantUsage) -> Ten
         max_events=record.max_events,
         max_bytes=record.max_bytes,
         limits=Limits(max_events=limits.max_events, max_bytes=limits.max_bytes),
+        keys=keys,
         usage=usage,
         node=record.node if record.node is not None else msgspec.UNSET,
     )
@@ -265,8 +273,10 @@ async def _show(call: Call, record: TenantRecord | None) -> Outcome:
         if allowance is not None
         else Quota(max_events=record.max_events, max_bytes=record.max_bytes)
     )
+    control = _control(call)
+    keys = await anyio.to_thread.run_sync(control.list_keys, record.tenant_id)
     usage = await anyio.to_thread.run_sync(services.engine.usage_now, record.tenant_id)
-    return Outcome(200, tenant_shown(record, limits, usage))
+    return Outcome(200, tenant_shown(record, limits, KeyCounts.of(keys, now_us()), usage))
 
 
 async def _get_tenant(call: Call) -> Outcome:
@@ -287,6 +297,8 @@ async def _patch_tenant(call: Call) -> Outcome:
     record = await anyio.to_thread.run_sync(
         lambda: control.set_tenant_limits(call.path["tenant_id"], changes, actor=ACTOR)
     )
+    if call.services.allowance is not None:  # in force for the tenant's next group commit
+        await anyio.to_thread.run_sync(call.services.allowance.learn, record)
     return await _show(call, record)
 
 

@@ -32,7 +32,7 @@ from memspine.schemas import (
     to_recall_query,
 )
 from storage.errors import InvalidRequest, NotFound
-from storage.model import Quota
+from storage.model import Quota, QuotaSource
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 IDEMPOTENCY_KEY = b"idempotency-key"
@@ -47,7 +47,7 @@ async def append_event(
     idempotency_key: str | None,
     *,
     check_times: bool = True,
-    quota: Quota | None = None,
+    quota: Quota | QuotaSource | None = None,
 ) -> Outcome:
     """Append one event within the tenant's quota: 201 when new, 200 and Idempotent-Replayed
     when a replay."""
@@ -68,7 +68,7 @@ async def append_events(
     idempotency_key: str | None,
     *,
     check_times: bool = True,
-    quota: Quota | None = None,
+    quota: Quota | QuotaSource | None = None,
 ) -> Outcome:
     """Append a batch, all of it or none, within the tenant's quota: 201 when any event is
     new, 200 and Idempotent-Replayed when every event was a replay."""
@@ -246,7 +246,9 @@ BATCH = Operation(
     },
     errors=(409, 413, 422, 503),
     description="One group commit: durable and visible to every read route once answered, or "
-    "nothing stored; an event may link to an earlier one of the batch as `$N` (docs/api.md).",
+    "nothing stored; an event may link to an earlier one of the batch as `$N` (docs/api.md). "
+    "The body may be up to MEMSPINE_MAX_BATCH_BYTES.",
+    body_limit="max_batch_bytes",
 )
 GET = Operation(
     "get_event",

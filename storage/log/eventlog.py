@@ -202,7 +202,14 @@ class EventLog:
         self, events: list[NewEvent], quota: Quota | None = None
     ) -> list[AppendResult | MemspineError]:
         """Append events in one transaction; each gets its result or its own error."""
-        return self.write(lambda txn: self.appender(txn).append_all(events, quota))
+
+        def apply(txn: lmdb.Transaction) -> list[AppendResult | MemspineError]:
+            appender = self.appender(txn)
+            results = appender.append_all(events, quota)
+            appender.finish()
+            return results
+
+        return self.write(apply)
 
     def appender(self, txn: lmdb.Transaction) -> Appender:
         """An appender for many events inside the write transaction txn."""
@@ -210,7 +217,10 @@ class EventLog:
 
     def append_one(self, txn: lmdb.Transaction, ev: NewEvent) -> AppendResult | MemspineError:
         """Write one event and its index entries, or return why it cannot be written."""
-        return Appender(self, txn).append(ev)
+        appender = Appender(self, txn)
+        result = appender.append(ev)
+        appender.finish()
+        return result
 
     def delete(self, event_ids: list[str]) -> list[str]:
         """Delete events with their links and index entries, leaving tombstones; returns the ids deleted."""
@@ -289,7 +299,8 @@ class Appender:
     # It numbers ops itself from the last seq it read, so every other write to the ops of txn
     # must go through it (`delete`). `written` keeps every record it wrote, in seq order: what
     # the writer projects into the indexes without reading the log back. It keeps the tenant's
-    # live events and bytes as it goes, so each append is held to a quota without a read.
+    # live events and bytes as it goes, so each append is held to a quota without a read, and
+    # writes the bytes and the last write's time to the meta once, in `finish`.
 
     def __init__(self, log: EventLog, txn: lmdb.Transaction) -> None:
         self.log = log
@@ -302,9 +313,19 @@ class Appender:
         self.bytes = self.reader.meta_int(LIVE_BYTES) or 0
         self.written: list[StoredEvent] = []
         self._random = b""  # random bytes for ids, drawn from the OS a few dozen ids at a time
+        self._unsaved = False  # events appended since the meta last had the live bytes
+
+    def finish(self) -> None:
+        """Write the live bytes and the time of the last write to the meta, if events were
+        appended since they were last written (call it before the transaction commits)."""
+        if self._unsaved:
+            self.log.put_meta_int(self.txn, LIVE_BYTES, self.bytes)
+            self.log.put_meta_int(self.txn, LAST_WRITE, time.time_ns() // 1000)
+            self._unsaved = False
 
     def delete(self, event_ids: list[str]) -> list[str]:
         """Delete events (EventLog.delete_in) in this appender's transaction."""
+        self.finish()  # delete_in counts the freed bytes from the meta's figure
         deleted = self.log.delete_in(self.txn, event_ids)
         self.last = self.reader.last_seq()
         self.events = self.reader.event_count()
@@ -329,6 +350,7 @@ class Appender:
         try:
             sub = Appender(self.log, child)
             sub._random = self._random
+            sub.bytes = self.bytes  # the meta's figure lags until finish: carry this one's
             for i, ev in enumerate(events):
                 result = sub.append(ev, quota)
                 if isinstance(result, MemspineError):
@@ -340,6 +362,7 @@ class Appender:
             raise
         child.commit()
         self.last, self.model, self.events, self.bytes = sub.last, sub.model, sub.events, sub.bytes
+        self._unsaved = self._unsaved or sub._unsaved
         self.written += sub.written
         self._random = sub._random
         return results
@@ -414,8 +437,7 @@ class Appender:
             raise RuntimeError(f"op {seq} is not past the newest op: ops written outside it")
         self.last = seq
         self.events, self.bytes = events, size
-        self.log.put_meta_int(txn, LIVE_BYTES, size)
-        self.log.put_meta_int(txn, LAST_WRITE, time.time_ns() // 1000)
+        self._unsaved = True
         for name, key in layout.index_keys(record):
             txn.put(key, b"", db=d[name])
         if supersedes:

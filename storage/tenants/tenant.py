@@ -16,11 +16,11 @@ from storage.cypher import CypherResult, Limits
 from storage.cypher import run as run_cypher
 from storage.erasure.purge import PurgeGate, PurgeStats
 from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recover
-from storage.errors import Conflict, DiskFull
+from storage.errors import Conflict, DiskFull, MemspineError
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
-from storage.model import NewEvent, Quota, StoredEvent
+from storage.model import NewEvent, Quota, QuotaSource, StoredEvent, current_quota
 from storage.read.cascade import derived_closure, would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
@@ -36,10 +36,11 @@ IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry
 
 
 class AppendJob(msgspec.Struct, frozen=True):
-    """Events to append in one batch, held to a quota; atomic: all of them or none."""
+    """Events to append in one batch, held to a quota (or to what a QuotaSource gives when the
+    group commit starts); atomic: all of them or none."""
 
     events: list[NewEvent]
-    quota: Quota | None = None
+    quota: Quota | QuotaSource | None = None
     atomic: bool = False
 
 
@@ -231,7 +232,12 @@ class Tenant:
         return self.vectors.pending()
 
     def usage(self) -> TenantUsage:
-        """What the tenant uses now: events, bytes by part, vectors, vector space, last write."""
+        """What the tenant uses now: events, bytes by part, vectors, vector space, last write,
+        memory."""
+        # footprint.py reads a Tenant (this module): import it late.
+        from storage.tenants.footprint import tenant_bytes
+
+        memory = tenant_bytes(self)
         with self.log.reader() as r:
             return usage_of(
                 r,
@@ -240,6 +246,7 @@ class Tenant:
                 graph=len(self.vectors.live),
                 pending=self.vectors.pending(),
                 dim=self.dim,
+                memory=memory,
             )
 
     def reads_start_at_once(self) -> bool:
@@ -267,12 +274,18 @@ class Tenant:
     # -- writes -----------------------------------------------------------------
 
     def submit_append(
-        self, events: list[NewEvent], *, quota: Quota | None = None, atomic: bool = False
+        self,
+        events: list[NewEvent],
+        *,
+        quota: Quota | QuotaSource | None = None,
+        atomic: bool = False,
     ) -> Future[Any]:
         """Queue events for the next group commit; resolves to a list of results or errors,
         each event held to `quota` (its max_events and max_bytes, counted with every event
-        committed before it). With atomic, all of them are written or none: the future then
-        resolves to the list of results or to the ItemRefused of the first that could not be.
+        committed before it; a QuotaSource is asked when the group commit starts, so a limit
+        changed before then holds). With atomic, all of them are written or none: the future
+        then resolves to the list of results, to the ItemRefused of the first that could not
+        be, or to the error that kept the quota from being known.
 
         Conflict (409) at once if an event's Idempotency-Key (its event_id) is still being
         written by an earlier call: the twin would race it for the id, and be answered before
@@ -357,19 +370,30 @@ class Tenant:
                 e for job in jobs if isinstance(job.payload, DeleteJob) for e in job.payload.event_ids
             )
 
+        # Outside the transaction: asking a control plane for a tenant's limits may take a
+        # round trip, which must not hold the log's writer.
+        quotas = [
+            current_quota(job.payload.quota) if isinstance(job.payload, AppendJob) else None
+            for job in jobs
+        ]
+
         def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
             # Runs again from the start if the map had to grow, with a fresh appender.
             appender = self.log.appender(txn)
             start = appender.last
             results: list[Any] = []
-            for job in jobs:
+            for job, quota in zip(jobs, quotas, strict=True):
                 p = job.payload
-                if isinstance(p, AppendJob) and p.atomic:
-                    results.append(appender.append_atomic(p.events, p.quota))
+                if isinstance(quota, MemspineError):  # its limits unknown: nothing written
+                    assert isinstance(p, AppendJob)
+                    results.append(quota if p.atomic else [quota] * len(p.events))
+                elif isinstance(p, AppendJob) and p.atomic:
+                    results.append(appender.append_atomic(p.events, quota))
                 elif isinstance(p, AppendJob):
-                    results.append(appender.append_all(p.events, p.quota))
+                    results.append(appender.append_all(p.events, quota))
                 else:
                     results.append(appender.delete(p.event_ids))
+            appender.finish()
             # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
             self.log.put_meta_int(txn, layout.KEYWORD_SEQ, kw_seq)
             return results, start, appender.written
@@ -430,4 +454,3 @@ class Tenant:
             except DiskFull:  # an older watermark only replays more on open
                 log.error("tenant keyword watermark not saved: the disk is full")
         self.log.close()
-

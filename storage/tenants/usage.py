@@ -51,8 +51,10 @@ class VectorSpace(msgspec.Struct, frozen=True, kw_only=True):
 
 class TenantUsage(msgspec.Struct, frozen=True, kw_only=True):
     """One tenant's figures: whether it is open in this server (null: read by another process,
-    which cannot tell), its events, bytes, vectors, vector space and last write (µs since the
-    epoch, null if none since this was kept)."""
+    which cannot tell), its events, bytes, vectors, vector space, last write (µs since the
+    epoch, null if none since this was kept), and `memory`: the bytes it holds in memory while
+    open, counted against MEMSPINE_MAX_OPEN_BYTES (estimated from its counters when open, from
+    its vector file's size when closed: what opening it would take)."""
 
     open: bool | None
     events: EventCounts
@@ -60,6 +62,7 @@ class TenantUsage(msgspec.Struct, frozen=True, kw_only=True):
     vectors: VectorCounts
     vector_space: VectorSpace
     last_write: int | None
+    memory: int
 
 
 EMPTY_COUNTS = EventCounts(live=0, deleted=0)
@@ -83,9 +86,16 @@ def live_bytes(r: LogReader) -> int:
 
 
 def usage_of(
-    r: LogReader, root: Path, *, is_open: bool | None, graph: int, pending: int, dim: int | None
+    r: LogReader,
+    root: Path,
+    *,
+    is_open: bool | None,
+    graph: int,
+    pending: int,
+    dim: int | None,
+    memory: int,
 ) -> TenantUsage:
-    """A tenant's figures from one snapshot of its log and the vector counts given."""
+    """A tenant's figures from one snapshot of its log and the vector and memory counts given."""
     size = live_bytes(r)
     return TenantUsage(
         open=is_open,
@@ -94,6 +104,7 @@ def usage_of(
         vectors=VectorCounts(graph=graph, pending=pending),
         vector_space=VectorSpace(dim=dim, model=r.meta_str(layout.MODEL)),
         last_write=r.meta_int(layout.LAST_WRITE),
+        memory=memory,
     )
 
 
@@ -107,6 +118,9 @@ def closed_usage(root: Path, *, is_open: bool | None = False) -> TenantUsage:
     process (the CLI) may call it while a server has the tenant open (LMDB readers in several
     processes are safe), with is_open=None: it cannot tell.
     """
+    # footprint.py reads open tenants (tenant.py, which imports this module): import it late.
+    from storage.tenants.footprint import closed_tenant_bytes
+
     try:
         with read_only(root / files.LOG) as r:
             saved = r.meta_int(layout.VECTOR_SEQ) or 0
@@ -122,6 +136,7 @@ def closed_usage(root: Path, *, is_open: bool | None = False) -> TenantUsage:
                 graph=_saved_vectors(root / files.VECTORS),
                 pending=pending,
                 dim=r.meta_int(layout.DIM),
+                memory=closed_tenant_bytes(root, r.meta_int(layout.DIM) or 0),
             )
     except FileNotFoundError:
         return TenantUsage(
@@ -131,6 +146,7 @@ def closed_usage(root: Path, *, is_open: bool | None = False) -> TenantUsage:
             vectors=VectorCounts(graph=0, pending=0),
             vector_space=VectorSpace(dim=None, model=None),
             last_write=None,
+            memory=closed_tenant_bytes(root, 0),
         )
 
 

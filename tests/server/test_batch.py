@@ -14,9 +14,6 @@ from memspine.app import create_app
 from memspine.batch import MAX_BATCH
 from memspine.config import load_settings
 from memspine.schemas import idempotent_id
-from storage.errors import EmbeddingMismatch
-from storage.log.eventlog import EventLog
-from storage.model import AppendResult, ItemRefused, NewEvent
 
 AUTH = {"Authorization": "Bearer acme"}
 TS = 1_790_000_000_000_000
@@ -39,9 +36,15 @@ def batch(c: TestClient[Any], events: list[dict[str, Any]], **headers: str) -> A
 
 def stored(c: TestClient[Any]) -> list[str]:
     """Every live event's text, newest first."""
-    page = c.get("/v1/memory/events", params={"limit": 1000, "current": "false"}, headers=AUTH)
-    assert page.status_code == 200, page.text
-    return [e["text"] for e in page.json()["events"]]
+    texts: list[str] = []
+    params: dict[str, Any] = {"limit": 1000, "current": "false"}
+    while True:
+        page = c.get("/v1/memory/events", params=params, headers=AUTH)
+        assert page.status_code == 200, page.text
+        texts += [e["text"] for e in page.json()["events"]]
+        if page.json()["next_cursor"] is None:
+            return texts
+        params["cursor"] = page.json()["next_cursor"]
 
 
 def test_a_batch_answers_every_id_in_order_and_every_event_is_readable(
@@ -106,38 +109,6 @@ def test_an_embedding_model_other_than_the_tenants_refuses_the_batch_in_the_writ
     assert r.status_code == 422 and r.json()["error"] == "embedding_mismatch"
     assert r.json()["detail"].startswith("events[2]: this tenant's embeddings come from 'm-1'")
     assert stored(client) == ["turn number 0"]
-
-
-def test_a_refused_batch_leaves_the_other_jobs_of_its_group_commit_written(
-    tmp_path: Path,
-) -> None:
-    log = EventLog.open(tmp_path / "events", embedding_dim=4)
-
-    def one(i: int, dim: int = 4) -> NewEvent:
-        return NewEvent(kind="k", ts=TS + i, text=f"e{i}", embedding=[1.0] * dim)
-
-    def apply(txn: Any) -> tuple[Any, Any, Any, Any]:
-        appender = log.appender(txn)
-        before = appender.append_all([one(0)])
-        refused = appender.append_atomic([one(1), one(2), one(3, dim=3)])
-        good = appender.append_atomic([one(4), one(5)])
-        after = appender.append_all([one(6)])
-        return before, refused, good, after
-
-    before, refused, good, after = log.write(apply)
-    assert isinstance(refused, ItemRefused) and refused.item == 2
-    assert isinstance(refused.error, EmbeddingMismatch)
-    assert all(isinstance(r, AppendResult) for r in (*before, *good, *after))
-    with log.reader() as r:
-        assert sorted(e.text or "" for e in r.newest_first(None, None, None)) == [
-            "e0",
-            "e4",
-            "e5",
-            "e6",
-        ]
-        # Ops stay numbered without a gap: nothing of the refused batch took a seq.
-        assert [seq for seq, _op, _id in r.ops_after(0)] == [1, 2, 3, 4]
-    log.close()
 
 
 def test_a_replayed_batch_answers_the_same_ids_and_stores_nothing(
@@ -237,11 +208,32 @@ def test_the_size_of_a_batch_is_bounded(client: TestClient[Any]) -> None:
     assert r.status_code == 400 and "at least one event" in r.json()["detail"]
     r = batch(client, [{"kind": "k"}] * (MAX_BATCH + 1))
     assert r.status_code == 400 and f"at most {MAX_BATCH} events" in r.json()["detail"]
-    big = [event(i, text="x" * 2000) for i in range(600)]  # over the 1 MiB body limit
-    r = batch(client, big)
-    assert r.status_code == 413 and r.json()["error"] == "payload_too_large"
+    # A batch has its own body limit, above one event's (MEMSPINE_MAX_BODY_BYTES, 1 MiB).
+    big = [event(i, text="x" * 2000) for i in range(600)]
+    assert batch(client, big).status_code == 201
+    one = client.post("/v1/memory/event", json=event(0, text="x" * 1_200_000), headers=AUTH)
+    assert one.status_code == 413
     assert batch(client, [{"kind": "k"}] * MAX_BATCH).status_code == 201
-    assert len(stored(client)) == MAX_BATCH
+    assert len(stored(client)) == MAX_BATCH + 600
+
+
+@pytest.mark.parametrize("hot", [True, False])
+def test_a_batch_over_its_body_limit_is_413_naming_the_setting(tmp_path: Path, hot: bool) -> None:
+    settings = load_settings(
+        {
+            "MEMSPINE_DATA_DIR": str(tmp_path),
+            "MEMSPINE_EMBEDDING_DIM": "4",
+            "MEMSPINE_MAX_BATCH_BYTES": "50000",
+        }
+    )
+    with TestClient(create_app(settings, hot_routes=hot)) as c:
+        r = batch(c, [event(i, text="x" * 1000) for i in range(60)])
+        assert r.status_code == 413 and r.json() == {
+            "error": "payload_too_large",
+            "detail": "the request body is larger than MEMSPINE_MAX_BATCH_BYTES (50000 bytes)",
+        }
+        assert batch(c, [event(i, text="x" * 1000) for i in range(40)]).status_code == 201
+        assert len(stored(c)) == 40
 
 
 def test_the_batch_route_is_write_scoped_and_strict(client: TestClient[Any]) -> None:
