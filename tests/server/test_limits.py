@@ -5,6 +5,8 @@ Retry-After), the server-wide defaults, over both control planes and every door.
 from __future__ import annotations
 
 import asyncio
+import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -75,11 +77,20 @@ class Server:
         return out
 
 
-def start(tmp_path: Path, url: str | None, env: dict[str, str] | None = None) -> Any:
-    """The app over the control plane (made here for LMDB), as a context manager of Server."""
+def start(
+    tmp_path: Path,
+    url: str | None,
+    env: dict[str, str] | None = None,
+    *,
+    hot: bool = True,
+    again: Server | None = None,
+) -> Any:
+    """The app over the control plane (made here for LMDB), as a context manager of Server:
+    a new tenant and key, or with `again` those of an earlier start on the same files."""
     data = tmp_path / "data"
-    with open_control(data, url, create=True, actor="test", hasher=CHEAP):
-        pass
+    if again is None:
+        with open_control(data, url, create=True, actor="test", hasher=CHEAP):
+            pass
     settings = load_settings(
         {
             "MEMSPINE_DATA_DIR": str(data),
@@ -90,15 +101,18 @@ def start(tmp_path: Path, url: str | None, env: dict[str, str] | None = None) ->
         }
     )
     auth = Authenticator(data, ADMIN_KEY, hasher=CHEAP, control_url=url)
-    return _Running(TestClient(create_app(settings, auth=auth)))
+    return _Running(TestClient(create_app(settings, auth=auth, hot_routes=hot)), again)
 
 
 class _Running:
-    def __init__(self, client: TestClient[Any]) -> None:
+    def __init__(self, client: TestClient[Any], again: Server | None) -> None:
         self.client = client
+        self.again = again
 
     def __enter__(self) -> Server:
         c = self.client.__enter__()
+        if self.again is not None:
+            return Server(c, self.again.tenant_id, self.again.key)
         r = c.post("/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)
         assert r.status_code == 201, r.text
         tenant_id = r.json()["tenant_id"]
@@ -369,3 +383,176 @@ def test_a_bad_default_stops_the_server_naming_it(name: str, value: str, why: st
     with pytest.raises(SettingsError, match=f"{name}: .*{why}"):
         load_settings({name: value})
     assert load_settings({name: "0"}).default_max_events is None
+
+
+# -- hostile paths -------------------------------------------------------------------------------
+
+
+def _queued(tenant: Any, n: int, timeout: float = 10.0) -> None:
+    """Wait until n jobs wait in the tenant's writer queue."""
+    deadline = time.monotonic() + timeout
+    while tenant.writer._queue.qsize() < n:
+        waiting = tenant.writer._queue.qsize()
+        assert time.monotonic() < deadline, f"{waiting} of {n} appends reached the writer"
+        time.sleep(0.01)
+
+
+@pytest.mark.parametrize("hot", [True, False])
+def test_a_limit_lowered_while_appends_wait_holds_for_them(
+    tmp_path: Path, url: str | None, hot: bool
+) -> None:
+    with start(tmp_path, url, hot=hot) as s:
+        assert s.append("first").status_code == 201 and s.append("second").status_code == 201
+        engine = s.client.app.state["engine"]
+        busy, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            busy.set()
+            release.wait()
+
+        with engine.manager.inspect(s.tenant_id) as tenant:
+            held = tenant.call(hold)  # the writer is busy until released
+        assert busy.wait(10)  # and nothing queued after this joins the call's batch
+        statuses: list[int] = []
+        lock = threading.Lock()
+
+        def one(i: int) -> None:
+            status = s.append(f"waiting {i}").status_code
+            with lock:
+                statuses.append(status)
+
+        threads = [threading.Thread(target=one, args=(i,)) for i in range(6)]
+        try:
+            for t in threads:
+                t.start()
+            _queued(tenant, 6)  # admitted, their quota taken, waiting for the writer
+            # Lowered while they wait: the writer holds them to it when it gets to them.
+            assert s.patch(max_events=4).status_code == 200
+        finally:
+            release.set()
+            held.result(timeout=10)
+            for t in threads:
+                t.join(timeout=30)
+        assert sorted(statuses) == [201, 201, 403, 403, 403, 403]
+        shown = s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=ADMIN).json()
+        assert shown["usage"]["events"]["live"] == 4
+        # Raised again while refused: the next write goes in.
+        assert s.patch(max_events=5).status_code == 200
+        assert s.append("fits again").status_code == 201
+
+
+def test_a_tenant_at_its_quota_appending_a_batch(tmp_path: Path, url: str | None) -> None:
+    with start(tmp_path, url) as s:
+
+        def post(events: list[dict[str, Any]]) -> Any:
+            return s.client.post("/v1/memory/events", json={"events": events}, headers=s.key)
+
+        assert s.patch(max_events=5).status_code == 200
+        keyed = [
+            {"kind": "note", "text": f"keyed {i}", "idempotency_key": f"k{i}"} for i in range(3)
+        ]
+        first = post(keyed)
+        assert first.status_code == 201
+        # Exactly the room left: it goes in whole.
+        two = [{"kind": "note", "text": f"fill {i}"} for i in range(2)]
+        assert post(two).status_code == 201
+        # At the limit: a replay of the keyed batch stores nothing and is answered as before.
+        again = post(keyed)
+        assert again.status_code == 200 and again.json()["event_ids"] == first.json()["event_ids"]
+        # Replays and one new event: the new one does not fit, so the batch stores nothing.
+        r = post([*keyed, {"kind": "note", "text": "one too many"}])
+        assert r.status_code == 403 and r.json()["error"] == "quota_exceeded"
+        assert r.json()["detail"].startswith("events[3]: this tenant may store at most 5 live")
+        assert r.json()["detail"].endswith("the batch stored nothing")
+        shown = s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=ADMIN).json()
+        assert shown["usage"]["events"]["live"] == 5
+        # A delete frees room for exactly one.
+        victim = first.json()["event_ids"][0]
+        assert s.client.delete(f"/v1/memory/event/{victim}", headers=s.key).status_code == 200
+        assert post(two).status_code == 403
+        assert post(two[:1]).status_code == 201
+        assert s.rejected()["max_events"] == 2
+
+
+def test_limits_and_rates_survive_a_restart(tmp_path: Path, url: str | None) -> None:
+    with start(tmp_path, url) as s:
+        assert s.patch(max_events=2, max_bytes=1 << 20).status_code == 200
+        slow = s.issue(requests_per_minute=2)
+        assert s.append("a").status_code == 201 and s.append("b").status_code == 201
+        assert s.append("c").status_code == 403
+        first = s
+    with start(tmp_path, url, again=first) as s:
+        shown = s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=ADMIN).json()
+        assert (shown["max_events"], shown["max_bytes"]) == (2, 1 << 20)
+        assert shown["usage"]["events"]["live"] == 2 and shown["keys"]["active"] == 2
+        assert s.append("c").status_code == 403
+        keys = s.client.get("/v1/admin/keys", headers=ADMIN).json()["keys"]
+        assert sorted(k["requests_per_minute"] or 0 for k in keys) == [0, 2]
+        # A bucket starts full in a new process: the key's rate, not what it spent before.
+        assert [s.client.get("/v1/whoami", headers=slow).status_code for _ in range(3)] == [
+            200,
+            200,
+            429,
+        ]
+
+
+def test_every_door_refuses_over_the_limits_the_same_way(tmp_path: Path) -> None:
+    accept = {"Accept": "application/json, text/event-stream"}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "tools/call",
+        "params": {"name": "memory_append", "arguments": {"kind": "note", "text": "over"}},
+    }
+    for hot in (True, False):
+        with start(tmp_path / str(hot), None, hot=hot) as s:
+            assert s.patch(max_events=1).status_code == 200
+            assert s.append("in").status_code == 201
+            http = s.append("over")
+            batch = s.client.post(
+                "/v1/memory/events", json={"events": [{"kind": "k"}]}, headers=s.key
+            )
+            mcp = s.client.post("/mcp", json=call, headers={**s.key, **accept}).json()["result"]
+            assert http.status_code == batch.status_code == 403
+            assert mcp["isError"] is True
+            assert http.json()["error"] == mcp["structuredContent"]["error"] == "quota_exceeded"
+            assert http.json()["detail"] == mcp["structuredContent"]["detail"]
+            assert batch.json()["detail"] == "events[0]: " + http.json()["detail"] + (
+                "; the batch stored nothing"
+            )
+            slow = s.issue(requests_per_minute=1)
+            assert s.client.get("/v1/whoami", headers=slow).status_code == 200
+            refused = [
+                s.append("x", slow),
+                s.client.post("/v1/memory/events", json={"events": [{"kind": "k"}]}, headers=slow),
+                s.client.post("/v1/memory/recall", json={"text": "x"}, headers=slow),
+                s.client.post("/mcp", json=call, headers={**slow, **accept}),
+            ]
+            assert [r.status_code for r in refused] == [429] * 4
+            assert len({r.json()["detail"] for r in refused}) == 1
+            assert all(1 <= int(r.headers["retry-after"]) <= 60 for r in refused)
+
+
+def test_concurrent_requests_of_one_key_get_exactly_its_rate(tmp_path: Path) -> None:
+    with start(tmp_path, None) as s:
+        rate = 40
+        key = s.issue(requests_per_minute=rate)
+        statuses: list[int] = []
+        lock = threading.Lock()
+        began = time.monotonic()
+
+        def hammer() -> None:
+            for _ in range(10):
+                status = s.client.get("/v1/whoami", headers=key).status_code
+                with lock:
+                    statuses.append(status)
+
+        threads = [threading.Thread(target=hammer) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.monotonic() - began
+        refilled = int(elapsed * rate / 60)  # tokens that came back while it ran
+        assert set(statuses) == {200, 429}
+        assert rate <= statuses.count(200) <= rate + refilled

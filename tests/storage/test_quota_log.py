@@ -135,9 +135,15 @@ def test_a_quota_source_is_asked_when_the_group_commit_starts(tmp_path: Path) ->
     t = Tenant.open("t", tmp_path / "t", embedding_dim=4)
     try:
         limit = [Quota()]
-        release = threading.Event()
+        busy, release = threading.Event(), threading.Event()
+
+        def hold() -> None:
+            busy.set()
+            release.wait()
+
         # The writer is busy: the appends queue up, then the limit changes before they commit.
-        held = t.call(release.wait)
+        held = t.call(hold)
+        assert busy.wait(10)
         queued = [t.submit_append([one(i)], quota=lambda: limit[0]) for i in range(4)]
         limit[0] = Quota(max_events=2)
         release.set()
