@@ -287,13 +287,15 @@ async def _get_tenant(call: Call) -> Outcome:
 
 
 async def _patch_tenant(call: Call) -> Outcome:
-    """Set or remove a tenant's own limits; the answer is GET's."""
+    """Set or remove a tenant's own limits; the answer is GET's (and {} changes nothing)."""
     control, body = _control(call), call.body
     changes = {
         name: getattr(body, name)
         for name in body.__struct_fields__
         if getattr(body, name) is not msgspec.UNSET
     }
+    if not changes:
+        return await _get_tenant(call)
     record = await anyio.to_thread.run_sync(
         lambda: control.set_tenant_limits(call.path["tenant_id"], changes, actor=ACTOR)
     )

@@ -556,3 +556,32 @@ def test_concurrent_requests_of_one_key_get_exactly_its_rate(tmp_path: Path) -> 
         refilled = int(elapsed * rate / 60)  # tokens that came back while it ran
         assert set(statuses) == {200, 429}
         assert rate <= statuses.count(200) <= rate + refilled
+
+
+def test_patch_refuses_bad_limits_and_takes_an_empty_change(tmp_path: Path) -> None:
+    with start(tmp_path, None) as s:
+        assert s.patch(max_events=7).status_code == 200
+        for bad, words in (
+            ({"max_events": 0}, "max_events"),
+            ({"max_bytes": "5"}, "max_bytes"),
+            ({"max_events": 1.5}, "max_events"),
+            ({"max_keys": 1}, "max_keys"),
+        ):
+            r = s.patch(**bad)
+            assert r.status_code == 400 and r.json()["error"] == "invalid_request", r.text
+            assert words in r.json()["detail"]
+        same = s.patch()
+        assert same.status_code == 200 and same.json()["max_events"] == 7
+        entries = s.client.get("/v1/admin/audit", headers=ADMIN).json()["entries"]
+        assert [e["detail"] for e in entries if e["action"] == "tenant.limits"] == [
+            {"max_events": 7}
+        ]
+        unknown = "0c6c2c85-59a4-4b2d-8a4b-2b1f4a9d2a11"
+        for method in ("GET", "PATCH"):
+            r = s.client.request(
+                method, f"/v1/admin/tenants/{unknown}", json={"max_events": 1}, headers=ADMIN
+            )
+            assert r.status_code == 404 and r.json()["detail"] == "no tenant with that id"
+        r = s.client.get("/v1/admin/tenants/not-a-tenant", headers=ADMIN)
+        assert r.status_code == 404
+        assert s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=s.key).status_code == 401
