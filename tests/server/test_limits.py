@@ -345,6 +345,7 @@ def test_the_defaults_hold_in_local_mode_too(tmp_path: Path) -> None:
             "MEMSPINE_DATA_DIR": str(tmp_path),
             "MEMSPINE_EMBEDDING_DIM": "4",
             "MEMSPINE_DEFAULT_MAX_BYTES": "1K",
+            "MEMSPINE_DEFAULT_REQUESTS_PER_MINUTE": "6",
         }
     )
     with TestClient(create_app(settings)) as c:
@@ -367,6 +368,10 @@ def test_the_defaults_hold_in_local_mode_too(tmp_path: Path) -> None:
         result = r.json()["result"]
         assert result["isError"] is True
         assert result["structuredContent"]["error"] == "quota_exceeded"
+        # Six requests a minute for each tenant id: acme has made three, other one.
+        statuses = [c.get("/v1/whoami", headers=auth).status_code for _ in range(4)]
+        assert statuses == [200, 200, 200, 429]
+        assert c.get("/v1/whoami", headers=other).status_code == 200
 
 
 @pytest.mark.parametrize(
