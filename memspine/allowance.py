@@ -22,13 +22,13 @@ from functools import partial
 
 from memspine.config import Settings
 from memspine_admin.plane import ControlPlane
-from memspine_admin.records import TenantRecord
+from memspine_admin.records import LIMITS, TenantRecord
 from memspine_admin.verifier import Principal
 from storage.errors import TooManyRequests
 from storage.model import UNLIMITED, Quota, QuotaSource
 
-REQUESTS_PER_MINUTE, MAX_EVENTS, MAX_BYTES = "requests_per_minute", "max_events", "max_bytes"
-REASONS = (REQUESTS_PER_MINUTE, MAX_EVENTS, MAX_BYTES)
+REQUESTS_PER_MINUTE = "requests_per_minute"
+REASONS = (REQUESTS_PER_MINUTE, *LIMITS)  # memspine_rejected_total's reasons
 # Buckets kept at most; past it the least recently used goes (it is then full again when its key
 # comes back, which only ever errs towards letting a request through).
 MAX_BUCKETS = 100_000
@@ -75,7 +75,9 @@ class Allowance:
         """`control` gives the control plane (None in local mode: only the defaults apply)."""
         self.default_rate = settings.default_requests_per_minute
         self.default_quota = Quota(
-            max_events=settings.default_max_events, max_bytes=settings.default_max_bytes
+            max_events=settings.default_max_events,
+            max_bytes=settings.default_max_bytes,
+            max_memory=settings.default_max_memory,
         )
         self._control = control
         self._buckets = Buckets(clock)
@@ -104,7 +106,8 @@ class Allowance:
         return partial(self.quota, principal.tenant_id)
 
     def quota(self, tenant_id: str) -> Quota:
-        """The tenant's max_events and max_bytes: its own, else the server's default each.
+        """The tenant's limits (max_events, max_bytes, max_memory): its own, else the server's
+        default each.
 
         Read from the control plane once per change to tenants or keys (its generation), as
         the key verifier reads a key's row: a change takes effect on the next group commit.
@@ -120,8 +123,7 @@ class Allowance:
                 return kept[1]
             changes = self._changes.get(tenant_id, 0)
         record = control.get_tenant(tenant_id)
-        own = (None, None) if record is None else (record.max_events, record.max_bytes)
-        quota = self.effective(*own)
+        quota = self.default_quota if record is None else self.effective(record)
         with self._lock:
             # A change `learn` kept meanwhile is newer than this read: keep it, not this.
             if self._changes.get(tenant_id, 0) == changes:
@@ -140,7 +142,7 @@ class Allowance:
         if control is None:
             return
         generation = control.generation()
-        quota = self.effective(record.max_events, record.max_bytes)
+        quota = self.effective(record)
         with self._lock:
             self._changes[record.tenant_id] = self._changes.get(record.tenant_id, 0) + 1
             if len(self._changes) > MAX_TENANTS:
@@ -154,12 +156,12 @@ class Allowance:
         if len(self._quotas) > MAX_TENANTS:
             self._quotas.popitem(last=False)
 
-    def effective(self, max_events: int | None, max_bytes: int | None) -> Quota:
+    def effective(self, record: TenantRecord) -> Quota:
         """A tenant's own limits with the server's defaults where it has none."""
         default = self.default_quota
+        own = {name: getattr(record, name) for name in LIMITS}
         return Quota(
-            max_events=max_events if max_events is not None else default.max_events,
-            max_bytes=max_bytes if max_bytes is not None else default.max_bytes,
+            **{name: getattr(default, name) if v is None else v for name, v in own.items()}
         )
 
     def count(self, reason: str) -> None:

@@ -68,6 +68,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     default_requests_per_minute: int | None = None
     default_max_events: int | None = None
     default_max_bytes: int | None = None
+    default_max_memory: int | None = None
 
     def __repr__(self) -> str:
         # The control URL may hold a password: keep it out of any log of the settings.
@@ -399,6 +400,9 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_DEFAULT_MAX_EVENTS": lambda v: {"default_max_events": _limit(MAX_QUOTA)(v)},
     "MEMSPINE_DEFAULT_MAX_BYTES": lambda v: {
         "default_max_bytes": _limit(MAX_QUOTA, units=True)(v)
+    },
+    "MEMSPINE_DEFAULT_MAX_MEMORY": lambda v: {
+        "default_max_memory": _limit(MAX_QUOTA, units=True)(v)
     },
 }
 

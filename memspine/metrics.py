@@ -119,11 +119,12 @@ class _RejectedCollector(Collector):
         return iter(())
 
     def collect(self) -> Iterator[Metric]:
-        """One counter per limit: requests_per_minute (429), max_events and max_bytes (403)."""
+        """One counter per limit: requests_per_minute (429), max_events, max_bytes and
+        max_memory (403)."""
         family = CounterMetricFamily(
             "memspine_rejected",
             "Requests refused by a limit: a key over its requests_per_minute (429), a tenant "
-            "at its max_events or max_bytes (403).",
+            "at its max_events, max_bytes or max_memory (403).",
             labels=["reason"],
         )
         for reason, count in sorted(self.rejected().items()):

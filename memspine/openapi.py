@@ -37,7 +37,7 @@ PATH_PARAM = re.compile(r"\{(\w+):\w+\}")
 EDGE_ERRORS = {
     400: "Malformed request: a bad field or parameter, an unknown or repeated parameter.",
     403: "A foreign Origin or Host (docs/api.md, the edge); for keys, a missing scope, or "
-    "(quota_exceeded, on writes) a tenant at its max_events or max_bytes.",
+    "(quota_exceeded, on writes) a tenant at its max_events, max_bytes or max_memory.",
     408: "The headers or the body did not arrive in time; the connection is closed.",
     431: "Request line and headers over 64 KiB; the connection is closed.",
     500: "A bug: the server log has the traceback, the answer says nothing of it.",

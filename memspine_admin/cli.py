@@ -223,6 +223,7 @@ def _show(
         f"tenant {tenant.tenant_id} ({tenant.name}), created {_when(tenant.created_at)}",
         f"max_events: {_own(tenant.max_events)}",
         f"max_bytes: {_own(tenant.max_bytes)}",
+        f"max_memory: {_own(tenant.max_memory)}",
         f"keys: {keys.active} active, {keys.revoked} revoked, {keys.expired} expired",
     ]
     if tenant.node is not None:
@@ -257,23 +258,23 @@ def cmd_tenant_show(args: argparse.Namespace) -> int:
     root = args.data_dir / tenant.tenant_id
     usage = closed_usage(root, is_open=None) if root.is_dir() else None
     # Its own limits always (null: none), which the record leaves out when unset.
-    payload = {**msgspec.to_builtins(tenant), "max_events": tenant.max_events}
-    payload |= {"max_bytes": tenant.max_bytes, "keys": keys, "usage": usage}
+    payload = {**msgspec.to_builtins(tenant), **{name: getattr(tenant, name) for name in LIMITS}}
+    payload |= {"keys": keys, "usage": usage}
     _emit(args, payload, _show(tenant, keys, usage, args.data_dir))
     return EXIT_OK
 
 
 def cmd_tenant_limits(args: argparse.Namespace) -> int:
-    """Set or remove a tenant's own max_events and max_bytes."""
+    """Set or remove a tenant's own max_events, max_bytes and max_memory."""
     changes = {name: getattr(args, name) for name in LIMITS if getattr(args, name) is not KEEP}
     if not changes:
-        return _usage("tenant limits: give --max-events and/or --max-bytes (a number, or none)")
+        return _usage(
+            "tenant limits: give --max-events, --max-bytes and/or --max-memory (a number, or none)"
+        )
     with _open(args) as db:
         tenant = db.set_tenant_limits(args.tenant_id, changes, actor=actor())
-    human = (
-        f"tenant {tenant.tenant_id}: max_events {_own(tenant.max_events)}, "
-        f"max_bytes {_own(tenant.max_bytes)}"
-    )
+    own = ", ".join(f"{name} {_own(getattr(tenant, name))}" for name in LIMITS)
+    human = f"tenant {tenant.tenant_id}: {own}"
     _emit(args, tenant, human)
     return EXIT_OK
 

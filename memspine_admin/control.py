@@ -58,6 +58,7 @@ class StoredTenant(msgspec.Struct, frozen=True, kw_only=True):
     route: str | None = None  # None for a tenant made before routes, until its next key
     max_events: int | None = None
     max_bytes: int | None = None
+    max_memory: int | None = None
 
     def tenant(self) -> TenantRecord:
         """What callers see."""
@@ -67,11 +68,12 @@ class StoredTenant(msgspec.Struct, frozen=True, kw_only=True):
             created_at=self.created_at,
             max_events=self.max_events,
             max_bytes=self.max_bytes,
+            max_memory=self.max_memory,
         )
 
 
 def check_limits(limits: Mapping[str, object]) -> dict[str, int | None]:
-    """The limits a change sets (max_events, max_bytes; None removes one), each checked."""
+    """The limits a change sets (records.LIMITS; None removes one), each checked."""
     unknown = sorted(set(limits) - set(LIMITS))
     if unknown:
         raise InvalidRequest(f"unknown limit {unknown[0]!r} (limits: {', '.join(LIMITS)})")
@@ -321,7 +323,7 @@ class ControlDB:
     def set_tenant_limits(
         self, tenant_id: str, limits: dict[str, int | None], *, actor: str
     ) -> TenantRecord:
-        """Set or remove (None) a tenant's own max_events and max_bytes; the others stay."""
+        """Set or remove (None) a tenant's own limits (records.LIMITS); the others stay."""
         changes = check_limits(limits)
         with self._env.begin(write=True) as txn:
             raw = txn.get(tenant_id.encode(), db=self._tenants) if is_tenant_id(tenant_id) else None

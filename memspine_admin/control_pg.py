@@ -71,7 +71,7 @@ PROXY_LIVE_SECS = 10.0
 MAX_BIGINT = 2**63 - 1
 _MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql\Z")
 
-_TENANT_COLUMNS = "tenant_id, name, created_at, node, max_events, max_bytes"
+_TENANT_COLUMNS = "tenant_id, name, created_at, node, max_events, max_bytes, max_memory"
 _KEY_COLUMNS = (
     "key_id, tenant_id, name, scopes, created_at, expires_at, revoked_at, secret_hash,"
     " requests_per_minute"
@@ -152,6 +152,7 @@ def _tenant(row: tuple[Any, ...]) -> TenantRecord:
         node=row[3],
         max_events=row[4],
         max_bytes=row[5],
+        max_memory=row[6],
     )
 
 
@@ -515,7 +516,7 @@ class PgControl:
     def set_tenant_limits(
         self, tenant_id: str, limits: dict[str, int | None], *, actor: str
     ) -> TenantRecord:
-        """Set or remove (None) a tenant's own max_events and max_bytes; the others stay."""
+        """Set or remove (None) a tenant's own limits (records.LIMITS); the others stay."""
         changes = check_limits(limits)
         if not is_tenant_id(tenant_id):
             raise NotFound("no tenant with that id")

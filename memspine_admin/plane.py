@@ -62,8 +62,8 @@ class ControlPlane(Protocol):
     def set_tenant_limits(
         self, tenant_id: str, limits: dict[str, int | None], *, actor: str
     ) -> TenantRecord:
-        """Set or remove (None) a tenant's own max_events and max_bytes (records.LIMITS); the
-        limits not named stay; NotFound for an unknown tenant."""
+        """Set or remove (None) a tenant's own limits (records.LIMITS); the limits not named
+        stay; NotFound for an unknown tenant."""
         ...
 
     def create_key(

@@ -15,9 +15,9 @@ from storage.errors import InvalidRequest
 SCOPES = ("read", "write")
 MAX_TTL_SECS = 10 * 365 * 86_400
 MAX_NAME_BYTES = 128
-MAX_QUOTA = 2**62  # max_events and max_bytes (a bigint column in PostgreSQL)
+MAX_QUOTA = 2**62  # max_events, max_bytes, max_memory (bigint columns in PostgreSQL)
 MAX_REQUESTS_PER_MINUTE = 1_000_000
-LIMITS = ("max_events", "max_bytes")  # what PATCH /v1/admin/tenants/{id} sets
+LIMITS = ("max_events", "max_bytes", "max_memory")  # what PATCH /v1/admin/tenants/{id} sets
 
 
 def now_us() -> int:
@@ -36,6 +36,7 @@ class TenantRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     node: str | None = None  # None: not placed (one node, or no MEMSPINE_NODE)
     max_events: int | None = None
     max_bytes: int | None = None
+    max_memory: int | None = None
 
 
 class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):

@@ -87,14 +87,16 @@ class ItemRefused(NamedTuple):
 
 
 class Quota(msgspec.Struct, frozen=True, kw_only=True):
-    """What a tenant may store: live events and their bytes (None: no limit)."""
+    """What a tenant may store: live events, their bytes, and the memory it holds open (None:
+    no limit)."""
 
     max_events: int | None = None
     max_bytes: int | None = None
+    max_memory: int | None = None
 
-    def refusal(self, events: int, size: int) -> QuotaExceeded | None:
-        """Why a tenant holding `events` live events of `size` bytes in all is over this quota,
-        or None if it is within it."""
+    def refusal(self, events: int, size: int, memory: int = 0) -> QuotaExceeded | None:
+        """Why a tenant holding `events` live events of `size` bytes in all, and `memory` bytes
+        in memory before this write, is over this quota, or None if it is within it."""
         if self.max_events is not None and events > self.max_events:
             return QuotaExceeded(
                 f"this tenant may store at most {self.max_events} live events (its max_events "
@@ -107,6 +109,13 @@ class Quota(msgspec.Struct, frozen=True, kw_only=True):
                 "max_bytes limit); delete events to make room, or ask the operator to raise "
                 "the limit",
                 limit="max_bytes",
+            )
+        if self.max_memory is not None and memory >= self.max_memory:
+            return QuotaExceeded(
+                f"this tenant may hold at most {self.max_memory} bytes in memory while open "
+                f"(its max_memory limit) and holds {memory}; delete events and let the purge "
+                "shrink its indexes, or ask the operator to raise the limit",
+                limit="max_memory",
             )
         return None
 

@@ -19,6 +19,7 @@ from memspine_admin import keys
 from memspine_admin.control import MAX_AUDIT_LIMIT, erase_tenant_dir
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import (
+    LIMITS,
     MAX_NAME_BYTES,
     MAX_QUOTA,
     MAX_REQUESTS_PER_MINUTE,
@@ -112,14 +113,7 @@ class TenantLimitsIn(msgspec.Struct, forbid_unknown_fields=True):
 
     max_events: Limit | None | msgspec.UnsetType = msgspec.UNSET
     max_bytes: Limit | None | msgspec.UnsetType = msgspec.UNSET
-
-
-class Limits(msgspec.Struct):
-    """The limits a tenant's writes are held to: its own, else the server's default (null:
-    none)."""
-
-    max_events: int | None
-    max_bytes: int | None
+    max_memory: Limit | None | msgspec.UnsetType = msgspec.UNSET
 
 
 class TenantShown(msgspec.Struct):
@@ -132,7 +126,8 @@ class TenantShown(msgspec.Struct):
     created_at: int
     max_events: int | None
     max_bytes: int | None
-    limits: Limits
+    max_memory: int | None
+    limits: Quota  # in force: its own, else the server's default (null: none)
     keys: KeyCounts
     usage: TenantUsage
     node: str | msgspec.UnsetType = msgspec.UNSET
@@ -256,7 +251,8 @@ def tenant_shown(
         created_at=record.created_at,
         max_events=record.max_events,
         max_bytes=record.max_bytes,
-        limits=Limits(max_events=limits.max_events, max_bytes=limits.max_bytes),
+        max_memory=record.max_memory,
+        limits=limits,
         keys=keys,
         usage=usage,
         node=record.node if record.node is not None else msgspec.UNSET,
@@ -269,9 +265,9 @@ async def _show(call: Call, record: TenantRecord | None) -> Outcome:
     services = call.services
     allowance = services.allowance
     limits = (
-        allowance.effective(record.max_events, record.max_bytes)
+        allowance.effective(record)
         if allowance is not None
-        else Quota(max_events=record.max_events, max_bytes=record.max_bytes)
+        else Quota(**{name: getattr(record, name) for name in LIMITS})
     )
     control = _control(call)
     keys = await anyio.to_thread.run_sync(control.list_keys, record.tenant_id)
@@ -413,7 +409,7 @@ OPERATIONS = (
         "PATCH",
         TENANTS + "/{tenant_id:str}",
         _patch_tenant,
-        "Set or remove a tenant's own max_events and max_bytes",
+        "Set or remove a tenant's own max_events, max_bytes and max_memory",
         body=TenantLimitsIn,
         replies={200: Reply(TenantShown, "The tenant with its new limits, as GET shows it.")},
         errors=(413,),

@@ -314,6 +314,9 @@ class Appender:
         self.written: list[StoredEvent] = []
         self._random = b""  # random bytes for ids, drawn from the OS a few dozen ids at a time
         self._unsaved = False  # events appended since the meta last had the live bytes
+        # What the tenant held in memory when its group commit started (a quota's max_memory):
+        # the indexes grow only once the commit is projected into them.
+        self.memory = 0
 
     def finish(self) -> None:
         """Write the live bytes and the time of the last write to the meta, if events were
@@ -351,6 +354,7 @@ class Appender:
             sub = Appender(self.log, child)
             sub._random = self._random
             sub.bytes = self.bytes  # the meta's figure lags until finish: carry this one's
+            sub.memory = self.memory
             for i, ev in enumerate(events):
                 result = sub.append(ev, quota)
                 if isinstance(result, MemspineError):
@@ -422,7 +426,7 @@ class Appender:
         encoded = layout.encode_event(record)
         events, size = self.events + 1, self.bytes + len(encoded)
         if quota is not None:
-            refused = quota.refusal(events, size)
+            refused = quota.refusal(events, size, self.memory)
             if refused is not None:
                 return refused
         # Nothing can refuse the event from here on: the tenant's model is recorded with it.

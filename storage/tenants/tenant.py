@@ -377,9 +377,16 @@ class Tenant:
             for job in jobs
         ]
 
+        memory = 0
+        if any(isinstance(q, Quota) and q.max_memory is not None for q in quotas):
+            from storage.tenants.footprint import tenant_bytes  # it reads a Tenant: import late
+
+            memory = tenant_bytes(self)
+
         def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
             # Runs again from the start if the map had to grow, with a fresh appender.
             appender = self.log.appender(txn)
+            appender.memory = memory
             start = appender.last
             results: list[Any] = []
             for job, quota in zip(jobs, quotas, strict=True):

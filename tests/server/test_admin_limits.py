@@ -31,10 +31,13 @@ def test_tenant_limits_set_show_and_remove(ready: Admin) -> None:
     assert "max_events none of its own" in human and f"max_bytes {512 << 20}" in human
     shown = ready.json("tenant", "show", tid)
     assert (shown["max_events"], shown["max_bytes"]) == (None, 512 << 20)
+    assert ready.json("tenant", "limits", tid, "--max-memory", "256M")["max_memory"] == 256 << 20
+    assert "max_memory: 268435456" in ready.ok("tenant", "show", tid)
     audit = ready.json("audit", "--tenant", tid)["entries"]
     assert [e["detail"] for e in audit if e["action"] == "tenant.limits"] == [
         {"max_events": 100_000, "max_bytes": 512 << 20},
         {"max_events": None},
+        {"max_memory": 256 << 20},
     ]
 
 

@@ -142,11 +142,16 @@ def test_both_planes_keep_a_tenants_limits_and_a_keys_rate(plane: ControlPlane) 
     assert listed == [got]
     cleared = plane.set_tenant_limits(tenant.tenant_id, {"max_events": None}, actor="alice")
     assert (cleared.max_events, cleared.max_bytes) == (None, 1 << 30)
+    memory = plane.set_tenant_limits(tenant.tenant_id, {"max_memory": 1 << 28}, actor="alice")
+    assert (memory.max_bytes, memory.max_memory) == (1 << 30, 1 << 28)
+    got = plane.get_tenant(tenant.tenant_id)
+    assert got is not None and got.max_memory == 1 << 28
     entries, _ = plane.audit(tenant_id=tenant.tenant_id)
     assert [(e.action, e.actor, e.detail) for e in entries if e.action == "tenant.limits"] == [
         ("tenant.limits", "alice", {"max_events": 5}),
         ("tenant.limits", "alice", {"max_bytes": 1 << 30}),
         ("tenant.limits", "alice", {"max_events": None}),
+        ("tenant.limits", "alice", {"max_memory": 1 << 28}),
     ]
     for bad in (
         {"max_events": 0},
@@ -327,6 +332,7 @@ def test_server_defaults_apply_to_keys_and_tenants_without_their_own(tmp_path: P
         assert shown["max_events"] is None and shown["limits"] == {
             "max_events": 2,
             "max_bytes": None,
+            "max_memory": None,
         }
         assert s.append("a").status_code == 201 and s.append("b").status_code == 201
         assert s.append("c").status_code == 403
@@ -590,3 +596,33 @@ def test_patch_refuses_bad_limits_and_takes_an_empty_change(tmp_path: Path) -> N
         r = s.client.get("/v1/admin/tenants/not-a-tenant", headers=ADMIN)
         assert r.status_code == 404
         assert s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=s.key).status_code == 401
+
+
+def test_max_memory_holds_the_open_tenants_memory(tmp_path: Path, url: str | None) -> None:
+    with start(tmp_path, url) as s:
+        assert s.append("opens it").status_code == 201
+        memory = s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=ADMIN).json()
+        held = memory["usage"]["memory"]
+        assert memory["usage"]["open"] is True and held > 0
+        # Room for a few vectors more: what the exact tail holds grows with each.
+        r = s.patch(max_memory=held + 64 * 1024)
+        assert r.status_code == 200 and r.json()["limits"]["max_memory"] == held + 64 * 1024
+        statuses = []
+        for i in range(200):
+            body = {"kind": "note", "text": f"vector {i}", "embedding": [0.1, 0.2, 0.3, float(i)]}
+            r = s.client.post("/v1/memory/event", json=body, headers=s.key)
+            statuses.append(r.status_code)
+            if r.status_code == 403:
+                assert r.json()["error"] == "quota_exceeded" and "max_memory" in r.json()["detail"]
+                break
+        assert statuses[0] == 201 and statuses[-1] == 403, statuses
+        used = s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=ADMIN).json()["usage"]
+        assert used["memory"] >= held + 64 * 1024
+        # Reads still work; removing the limit lets writes in again.
+        assert (
+            s.client.post("/v1/memory/recall", json={"text": "vector"}, headers=s.key).status_code
+            == 200
+        )
+        assert s.patch(max_memory=None).json()["limits"]["max_memory"] is None
+        assert s.append("fits again").status_code == 201
+        assert s.rejected()["max_memory"] == 1
