@@ -326,7 +326,7 @@ class VectorIndex:
             replace_durably(self.path, None, save=self._save_index)
 
     def _save_index(self, name: str) -> None:
-        """hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
+        """Hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
         a file cut short that it then refuses to load (the caller holds the lock)."""
         self.index.save_index(name)
         check_saved(Path(name))

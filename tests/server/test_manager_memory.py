@@ -406,7 +406,7 @@ def test_the_budget_setting_takes_bytes_units_and_shares_and_refuses_nonsense() 
     assert budget("25%") == machine_memory() // 4
     assert load_settings({}).max_open_bytes == machine_memory() // 2 == Settings().max_open_bytes
     for raw in ("0", "1k", "lots", "-5M", "150%", "%"):
-        with pytest.raises(SettingsError, match="^MEMSPINE_MAX_OPEN_BYTES: expected"):
+        with pytest.raises(SettingsError, match=r"^MEMSPINE_MAX_OPEN_BYTES: expected"):
             budget(raw)
 
 

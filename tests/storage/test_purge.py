@@ -259,7 +259,7 @@ def test_the_rebuilt_keyword_index_answers_like_the_one_it_replaces(
         {"n": 7.0, "speaker": "customer"},
     ]
     queries = [
-        (w, k, f) for w in VOCAB[:3] + ["nb00007"] for k in (None, "turn", "fact") for f in filters
+        (w, k, f) for w in [*VOCAB[:3], "nb00007"] for k in (None, "turn", "fact") for f in filters
     ]
 
     def answers() -> list[set[str]]:
