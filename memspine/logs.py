@@ -147,7 +147,10 @@ def install_request_observer(
             if message["type"] == "http.response.start":
                 start = cast(dict[str, Any], message)  # each message is built for this one send
                 status = int(start["status"])
-                start["headers"] = [*start.get("headers", ()), (b"x-request-id", request_id.encode())]
+                start["headers"] = [
+                    *start.get("headers", ()),
+                    (b"x-request-id", request_id.encode()),
+                ]
             await send(message)
 
         try:

@@ -162,7 +162,9 @@ class VectorIndex:
         """Background: move tail vectors into the graph in batches, oldest first."""
         with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority as the rest
             me = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + INSERT_NICENESS)
+            os.setpriority(
+                os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + INSERT_NICENESS
+            )
         while True:
             with self._tail_cond:
                 while not self._tail and not self._stopping:

@@ -492,9 +492,7 @@ def test_concurrent_purges_share_one(tmp_path: Path, rng: random.Random) -> None
     first.start()
     assert held.wait(10)
     t.submit_delete([ids[10]]).result()  # after the first purge's snapshot
-    others = [
-        threading.Thread(target=lambda: results.append(t.purge(count))) for _ in range(2)
-    ]
+    others = [threading.Thread(target=lambda: results.append(t.purge(count))) for _ in range(2)]
     for th in others:
         th.start()
     time.sleep(0.3)  # both have asked and wait for the first purge

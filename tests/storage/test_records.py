@@ -260,7 +260,9 @@ def test_recall_after_a_reopen_answers_as_before(old: ClosedTenant, reopened: Te
     assert answers(reopened) == old.answers
 
 
-def test_records_written_after_a_reopen_join_the_others(old: ClosedTenant, reopened: Tenant) -> None:
+def test_records_written_after_a_reopen_join_the_others(
+    old: ClosedTenant, reopened: Tenant
+) -> None:
     t = reopened
     rng = random.Random(99)
     batch = [turn(rng, 500 + i) for i in range(5)]
