@@ -9,8 +9,9 @@ embedding, as a client with an embedding model sends them). In each run, on one 
 - lmdb: one durable LMDB write transaction per event, in process (bench/append.py's loop).
 
 Rates are events a second. With --preload N (issue 19: N = 100000) the tenant already holds N
-events (written in process before the server starts). Target (issue 19): batches of 1,000
-reach >= 20,000 events/s.
+events (written in process before the server starts). With --text-only the events carry no
+embedding (the route's own cost, without the vector graph's inserts behind it). Target
+(issue 19): batches of 1,000 reach >= 20,000 events/s.
 """
 
 from __future__ import annotations
@@ -61,6 +62,13 @@ def batch_requests(payloads: list[bytes], size: int, token: str = "bench") -> li
         body = msgspec.json.encode({"events": events[first : first + size]})
         out.append(http_request("POST", "/v1/memory/events", body, headers))
     return out
+
+
+def without_embedding(payload: bytes) -> bytes:
+    """An append body without its embedding."""
+    event = msgspec.json.decode(payload)
+    event.pop("embedding", None)
+    return msgspec.json.encode(event)
 
 
 def events_per_sec(result: dict[str, Any], size: int) -> dict[str, Any]:
@@ -156,12 +164,15 @@ def main(argv: list[str] | None = None) -> int:
     extra.add_argument("--seconds", type=float, default=None)
     extra.add_argument("--preload", type=int, default=0)
     extra.add_argument("--batch", type=int, default=BATCH)
+    extra.add_argument("--text-only", action="store_true")
     known, rest = extra.parse_known_args(sys.argv[1:] if argv is None else argv)
     args = parse_args(__doc__.splitlines()[0], rest)
     runs = known.runs or (1 if args.quick else 3)
     seconds = known.seconds or (3.0 if args.quick else 8.0)
     warmup = 1.0 if args.quick else 2.0
     payloads = bodies()
+    if known.text_only:
+        payloads = [without_embedding(p) for p in payloads]
     singles = append_requests(payloads)
     batches = batch_requests(payloads, known.batch)
     template = preload_template(payloads, known.preload) if known.preload else None
@@ -184,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
         "batch": known.batch,
         "preload": known.preload,
         "batch_body_bytes": len(batches[0]),
+        "text_only": known.text_only,
     }
     path = write_json("batch", {"config": config, "summary": summary, "runs": results}, args.out)
     print(report(summary, known.batch))

@@ -146,7 +146,9 @@ class McpEndpoint:
             await _refuse(send, MethodNotAllowed(NO_STREAM), {"Allow": ALLOW, **cors})
             return
         try:  # the key first, as the other routes: a refused caller's body is never read
-            principal = await self.auth.authenticate_async(bearer_token(headers.get("authorization")))
+            principal = await self.auth.authenticate_async(
+                bearer_token(headers.get("authorization"))
+            )
             # The key's rate, as the pipeline checks it: one request of /mcp is one request.
             quota = self.allowance.admit(principal) if self.allowance is not None else None
             body = await read_body(

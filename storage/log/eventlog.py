@@ -396,7 +396,9 @@ class Appender:
             return problem
         seq = self.last + 1
         properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
-        filterable = layout.filterable_properties(properties if isinstance(properties, dict) else {})
+        filterable = layout.filterable_properties(
+            properties if isinstance(properties, dict) else {}
+        )
         sources: list[str] = []
         supersedes: list[str] = []
         unlinked: list[str] = []

@@ -367,7 +367,10 @@ class Tenant:
         appends_only = all(isinstance(job.payload, AppendJob) for job in jobs)
         if not appends_only:
             self.mark_before_delete(
-                e for job in jobs if isinstance(job.payload, DeleteJob) for e in job.payload.event_ids
+                e
+                for job in jobs
+                if isinstance(job.payload, DeleteJob)
+                for e in job.payload.event_ids
             )
 
         # Outside the transaction: asking a control plane for a tenant's limits may take a
