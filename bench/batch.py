@@ -25,7 +25,7 @@ from typing import Any
 import msgspec
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from append import (  # noqa: E402  (bench scripts run as plain files)
+from append import (
     DIM,
     append_requests,
     bodies,
@@ -34,7 +34,7 @@ from append import (  # noqa: E402  (bench scripts run as plain files)
     preload_template,
     start_copy,
 )
-from common import (  # noqa: E402
+from common import (
     Process,
     http_request,
     load,

@@ -398,9 +398,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
         "default_requests_per_minute": _limit(MAX_REQUESTS_PER_MINUTE)(v)
     },
     "MEMSPINE_DEFAULT_MAX_EVENTS": lambda v: {"default_max_events": _limit(MAX_QUOTA)(v)},
-    "MEMSPINE_DEFAULT_MAX_BYTES": lambda v: {
-        "default_max_bytes": _limit(MAX_QUOTA, units=True)(v)
-    },
+    "MEMSPINE_DEFAULT_MAX_BYTES": lambda v: {"default_max_bytes": _limit(MAX_QUOTA, units=True)(v)},
     "MEMSPINE_DEFAULT_MAX_MEMORY": lambda v: {
         "default_max_memory": _limit(MAX_QUOTA, units=True)(v)
     },

@@ -240,7 +240,10 @@ def _body_limit(op: Operation, settings: Settings) -> tuple[int, str]:
     limit: int = getattr(settings, op.body_limit)
     if op.body_limit == "max_body_bytes":
         return limit, TOO_LARGE
-    return limit, f"the request body is larger than MEMSPINE_{op.body_limit.upper()} ({limit} bytes)"
+    return (
+        limit,
+        f"the request body is larger than MEMSPINE_{op.body_limit.upper()} ({limit} bytes)",
+    )
 
 
 def render(outcome: Outcome) -> Answer:

@@ -214,10 +214,8 @@ def _own(value: int | None) -> str:
     return "none of its own (the server's default applies)" if value is None else str(value)
 
 
-def _show(
-    tenant: TenantRecord, keys: KeyCounts, usage: TenantUsage | None, data_dir: Path
-) -> str:
-    """tenant show's text: the record, its limits, its keys, and its figures when its files
+def _show(tenant: TenantRecord, keys: KeyCounts, usage: TenantUsage | None, data_dir: Path) -> str:
+    """The text of `tenant show`: the record, its limits, its keys, and its figures when its files
     are here."""
     lines = [
         f"tenant {tenant.tenant_id} ({tenant.name}), created {_when(tenant.created_at)}",

@@ -574,8 +574,7 @@ class PgControl:
             ).fetchone():
                 generated = keys.with_new_key_id(generated, route)
             conn.execute(
-                f"INSERT INTO keys ({_KEY_COLUMNS})"
-                " VALUES (%s, %s, %s, %s, %s, %s, NULL, %s, %s)",
+                f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL, %s, %s)",
                 (
                     generated.key_id,
                     tenant_id,

@@ -69,7 +69,11 @@ Rate = Annotated[
 ]
 Limit = Annotated[
     int,
-    doc("A positive whole number; null removes the tenant's own limit.", minimum=1, maximum=MAX_QUOTA),
+    doc(
+        "A positive whole number; null removes the tenant's own limit.",
+        minimum=1,
+        maximum=MAX_QUOTA,
+    ),
 ]
 
 
@@ -111,9 +115,9 @@ class KeyIssued(msgspec.Struct):
 class TenantLimitsIn(msgspec.Struct, forbid_unknown_fields=True):
     """PATCH /v1/admin/tenants/{id}: a limit given is set (null removes it), one absent stays."""
 
-    max_events: Limit | None | msgspec.UnsetType = msgspec.UNSET
-    max_bytes: Limit | None | msgspec.UnsetType = msgspec.UNSET
-    max_memory: Limit | None | msgspec.UnsetType = msgspec.UNSET
+    max_events: Limit | msgspec.UnsetType | None = msgspec.UNSET
+    max_bytes: Limit | msgspec.UnsetType | None = msgspec.UNSET
+    max_memory: Limit | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class TenantShown(msgspec.Struct):
