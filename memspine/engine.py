@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
 import anyio.to_thread
+import msgspec
 
 from memspine.batch import in_batch
 from memspine.config import Settings
@@ -23,6 +24,7 @@ from storage.model import AppendResult, ItemRefused, NewEvent, Quota, QuotaSourc
 from storage.read.current import EventState
 from storage.read.listing import ListQuery
 from storage.read.recall import RecallQuery, RecallResult
+from storage.tenants.footprint import closed_tenant_bytes
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
 from storage.tenants.usage import TenantUsage, closed_usage
@@ -218,7 +220,11 @@ class Engine:
         with self.manager.inspect(tenant_id) as tenant:
             if tenant is not None:
                 return tenant.usage()
-            return closed_usage(self.manager.path_of(tenant_id))
+            root = self.manager.path_of(tenant_id)
+            usage = closed_usage(root)
+        # What opening it would take, as the manager's memory budget guesses it.
+        dim = usage.vector_space.dim or self.manager.embedding_dim
+        return msgspec.structs.replace(usage, memory=closed_tenant_bytes(root, dim))
 
     async def get(self, tenant_id: str, event_id: str) -> EventState:
         """One live event with its current state; 404 for unknown, deleted or foreign ids alike."""

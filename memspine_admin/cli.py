@@ -240,7 +240,6 @@ def _show(tenant: TenantRecord, keys: KeyCounts, usage: TenantUsage | None, data
         f"vectors: {v.graph} in the saved graph, {v.pending} not yet in it",
         f"vector space: {space.dim} dimensions, {space.metric}, model {space.model or 'none named'}",
         f"last write: {_when(usage.last_write)}",
-        f"memory when open: {usage.memory} bytes (estimated)",
         "read from the files (a running server's GET /v1/admin/tenants/{id} gives its live view)",
     ]
     return "\n".join(lines)

@@ -337,6 +337,7 @@ class TenantManager:
             tenant = Tenant.open(
                 slot.tenant_id, self.path_of(slot.tenant_id), embedding_dim=self.embedding_dim
             )
+            tenant.measure_memory = tenant_bytes
             seconds = time.perf_counter() - started
         except BaseException as exc:
             with self._cond:

@@ -85,6 +85,10 @@ class Tenant:
         self._in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
         self._keys_lock = threading.Lock()
         self.on_batch: Callable[[int], None] | None = None
+        # What the tenant holds in memory, for a quota's max_memory and its usage: set by the
+        # manager that counts it (storage/tenants/footprint.py's tenant_bytes). A function of
+        # the tenant, not a closure over it: a closed tenant is freed without a collection.
+        self.measure_memory: Callable[[Tenant], int] | None = None
         self._purges = PurgeGate()
         self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
 
@@ -233,11 +237,8 @@ class Tenant:
 
     def usage(self) -> TenantUsage:
         """What the tenant uses now: events, bytes by part, vectors, vector space, last write,
-        memory."""
-        # footprint.py reads a Tenant (this module): import it late.
-        from storage.tenants.footprint import tenant_bytes
-
-        memory = tenant_bytes(self)
+        memory (when measure_memory is set)."""
+        memory = self.measure_memory(self) if self.measure_memory is not None else None
         with self.log.reader() as r:
             return usage_of(
                 r,
@@ -381,10 +382,9 @@ class Tenant:
         ]
 
         memory = 0
-        if any(isinstance(q, Quota) and q.max_memory is not None for q in quotas):
-            from storage.tenants.footprint import tenant_bytes  # it reads a Tenant: import late
-
-            memory = tenant_bytes(self)
+        measure = self.measure_memory
+        if measure is not None and any(isinstance(q, Quota) and q.max_memory for q in quotas):
+            memory = measure(self)
 
         def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
             # Runs again from the start if the map had to grow, with a fresh appender.

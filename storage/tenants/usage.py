@@ -53,8 +53,9 @@ class TenantUsage(msgspec.Struct, frozen=True, kw_only=True):
     """One tenant's figures: whether it is open in this server (null: read by another process,
     which cannot tell), its events, bytes, vectors, vector space, last write (µs since the
     epoch, null if none since this was kept), and `memory`: the bytes it holds in memory while
-    open, counted against MEMSPINE_MAX_OPEN_BYTES (estimated from its counters when open, from
-    its vector file's size when closed: what opening it would take)."""
+    open as the tenant manager's budget counts them (storage/tenants/footprint.py: from its
+    counters when open, from its vector file's size when closed: what opening it would take),
+    null where nobody measured it (a process that only reads the files)."""
 
     open: bool | None
     events: EventCounts
@@ -62,7 +63,7 @@ class TenantUsage(msgspec.Struct, frozen=True, kw_only=True):
     vectors: VectorCounts
     vector_space: VectorSpace
     last_write: int | None
-    memory: int
+    memory: int | None = None
 
 
 EMPTY_COUNTS = EventCounts(live=0, deleted=0)
@@ -93,7 +94,7 @@ def usage_of(
     graph: int,
     pending: int,
     dim: int | None,
-    memory: int,
+    memory: int | None = None,
 ) -> TenantUsage:
     """A tenant's figures from one snapshot of its log and the vector and memory counts given."""
     size = live_bytes(r)
@@ -118,9 +119,6 @@ def closed_usage(root: Path, *, is_open: bool | None = False) -> TenantUsage:
     process (the CLI) may call it while a server has the tenant open (LMDB readers in several
     processes are safe), with is_open=None: it cannot tell.
     """
-    # footprint.py reads open tenants (tenant.py, which imports this module): import it late.
-    from storage.tenants.footprint import closed_tenant_bytes
-
     try:
         with read_only(root / files.LOG) as r:
             saved = r.meta_int(layout.VECTOR_SEQ) or 0
@@ -136,7 +134,6 @@ def closed_usage(root: Path, *, is_open: bool | None = False) -> TenantUsage:
                 graph=_saved_vectors(root / files.VECTORS),
                 pending=pending,
                 dim=r.meta_int(layout.DIM),
-                memory=closed_tenant_bytes(root, r.meta_int(layout.DIM) or 0),
             )
     except FileNotFoundError:
         return TenantUsage(
@@ -146,7 +143,6 @@ def closed_usage(root: Path, *, is_open: bool | None = False) -> TenantUsage:
             vectors=VectorCounts(graph=0, pending=0),
             vector_space=VectorSpace(dim=None, model=None),
             last_write=None,
-            memory=closed_tenant_bytes(root, 0),
         )
 
 
