@@ -80,7 +80,7 @@ class Attempts:
         why = str(exc) or type(exc).__name__
         safe = isinstance(exc, UNSENT) or (self.resend and isinstance(exc, MAYBE_SENT))
         if not safe or self.count >= self.policy.attempts:
-            sent = "" if isinstance(exc, UNSENT) else " (the request may have been served)"
+            sent = " (the request may have been served)" if isinstance(exc, MAYBE_SENT) else ""
             raise ConnectionFailed(
                 f"no answer to {self.label} after {self.count} attempt"
                 f"{'s' if self.count > 1 else ''}: {why}{sent}",
