@@ -25,6 +25,7 @@ from memspine.client.errors import (
     TooManyRequests,
     Unauthorized,
     Unavailable,
+    UnexpectedAnswer,
 )
 from memspine.client.models import (
     Appended,
@@ -87,6 +88,7 @@ __all__ = [
     "TooManyRequests",
     "Unauthorized",
     "Unavailable",
+    "UnexpectedAnswer",
     "Walk",
     "WhoAmI",
     "Withheld",

@@ -138,6 +138,12 @@ class Unavailable(APIError):
     status, code = 503, "unavailable"
 
 
+class UnexpectedAnswer(APIError):
+    """A successful status whose body is not what the route answers (a proxy's page, say)."""
+
+    code = "unexpected_answer"
+
+
 CLASSES: tuple[type[APIError], ...] = (
     InvalidRequest,
     Unauthorized,

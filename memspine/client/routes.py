@@ -15,6 +15,7 @@ import msgspec
 
 from memspine import __version__
 from memspine.client import models as m
+from memspine.client.errors import UnexpectedAnswer
 
 T = TypeVar("T")
 Scalar = bool | int | float | str
@@ -44,8 +45,15 @@ class Call(Generic[T]):
         return {"Content-Type": "application/json", **self.headers}
 
     def result(self, response: httpx.Response) -> T:
-        """The answer decoded into this call's type."""
-        value = msgspec.json.decode(response.content, type=self.type)
+        """The answer decoded into this call's type (UnexpectedAnswer if it is not that)."""
+        try:
+            value = msgspec.json.decode(response.content, type=self.type)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise UnexpectedAnswer(
+                f"the answer to {self.method} {self.path} is not what the memspine API sends: {exc}",
+                status=response.status_code,
+                request_id=response.headers.get("x-request-id"),
+            ) from None
         return self.finish(value, response) if self.finish is not None else value
 
 

@@ -35,6 +35,7 @@ from memspine.client import (
     MemspineAdmin,
     NotFound,
     Unauthorized,
+    UnexpectedAnswer,
 )
 from memspine.client import routes as r
 from memspine_admin.plane import init_control
@@ -357,6 +358,11 @@ def test_the_mcp_bridge_answers_with_the_routes_json(tmp_path: Path) -> None:
 def test_answers_decode_as_structs_and_ignore_fields_a_newer_server_adds() -> None:
     raw = b'{"event_id": "e", "kind": "k", "ts": 1, "text": null, "properties": {}, "new": 1}'
     assert msgspec.json.decode(raw, type=Event) == Event(event_id="e", kind="k", ts=1)
+    request = httpx.Request("GET", URL + "/v1/memory/event/e")
+    page = httpx.Response(200, content=b"<html>a portal</html>", request=request)
+    with pytest.raises(UnexpectedAnswer, match="GET /v1/memory/event/e is not what") as caught:
+        r.get("e").result(page)
+    assert (caught.value.status, caught.value.code) == (200, "unexpected_answer")
 
 
 # -- the client covers the server's routes, and says only what they take -----------------------
