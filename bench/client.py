@@ -31,6 +31,7 @@ def block(run: Callable[[int], Any], n: int) -> tuple[float, float]:
 
 
 def main() -> None:
+    """Run both arms against one server and write bench/out/client.json."""
     args = parse_args(__doc__ or "")
     blocks, per_block = (6, 100) if args.quick else (20, 250)
     server = start_memspine(scratch_dir("client") / "data", {"MEMSPINE_EMBEDDER": "none"})

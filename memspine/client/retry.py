@@ -57,7 +57,7 @@ class Retry:
 
     def wait(self, attempt: int, asked: float | None) -> float:
         """The wait before send number `attempt + 1`: exponential with jitter, at least `asked`."""
-        grown = min(self.max_wait, self.backoff * 2 ** (attempt - 1))
+        grown = min(self.max_wait, self.backoff * 2.0 ** (attempt - 1))
         return max(asked or 0.0, grown * random.uniform(0.5, 1.0))
 
 

@@ -179,7 +179,7 @@ def test_every_append_goes_under_an_idempotency_key(issued: Issued) -> None:
 
 
 def test_errors_carry_the_apis_code_and_sentence(issued: Issued) -> None:
-    tenant_id, key = issued.new_tenant("errors")
+    _, key = issued.new_tenant("errors")
     _, read_key = issued.new_tenant("errors-read", scopes=["read"])
     with issued.tenant(key) as c:
         with pytest.raises(EmbeddingMismatch) as mismatch:
@@ -387,7 +387,7 @@ CLIENT_CALLS: dict[str, Any] = {
             valid_until=2,
         ),
         "key",
-    ),  # fmt: skip
+    ),
     "get_event": lambda: r.get(ID),
     "delete_event": lambda: r.delete(ID, cascade=True, purge=True),
     "list_events": lambda: r.list_events(
@@ -399,7 +399,7 @@ CLIENT_CALLS: dict[str, Any] = {
         filter={"topic": "x"},
         current=False,
         as_of=3,
-    ),  # fmt: skip
+    ),
     "recall": lambda: r.recall(
         "t",
         embedding=[1.0],
@@ -411,7 +411,7 @@ CLIENT_CALLS: dict[str, Any] = {
         current=False,
         as_of=2,
         explain=True,
-    ),  # fmt: skip
+    ),
     "cypher": lambda: r.cypher("RETURN 1", {"p": 1}),
     "create_tenant": lambda: r.create_tenant("n"),
     "list_tenants": lambda: r.list_tenants(),
