@@ -423,8 +423,8 @@ CLIENT_CALLS: dict[str, Any] = {
 }
 NOT_IN_THE_CLIENT = {
     "metrics": "Prometheus text, for a scraper",
-    # Routes of h18-ops-limits (batch append, a tenant's record, usage and limits) that the
-    # client does not wrap yet: the client's engineer adds them.
+    # Batch append and a tenant's record, usage and limits (memspine/routes/memory.py,
+    # memspine/routes/admin.py): not in the client yet.
     "append_events": "not wrapped yet",
     "get_tenant": "not wrapped yet",
     "set_tenant_limits": "not wrapped yet",
