@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,6 +18,17 @@ import tantivy
 
 from storage import failpoints
 from storage.errors import DiskFull
+from storage.index.keyword_tail import (
+    FIELD,
+    Scorer,
+    Stats,
+    Tail,
+    TailDoc,
+    analyze,
+    committed_stats,
+    growth,
+    query_tokens,
+)
 from storage.log import layout
 from storage.model import FilterValue
 from storage.space import disk_full
@@ -27,16 +40,25 @@ log = logging.getLogger("memspine.keyword")
 _WORD = re.compile(r"[^\W_]+")
 MAX_QUERY_WORDS = 64
 WRITER_HEAP_BYTES = 16_000_000
-# The fold commits at most this often unless a search is waiting: every commit is a new segment
-# (fsyncs now, merge CPU later), and at hundreds of appends a second one commit per group commit
-# spent a large share of a core merging tiny segments (bench/RESULTS.md, "Appends").
+# The fold commits at most this often: every commit is a new segment (fsyncs now, merge CPU
+# later), and at hundreds of appends a second one commit per group commit spent a large share of
+# a core merging tiny segments (bench/RESULTS.md, "Appends"). Searches do not wait for it: they
+# read what is queued from the tail.
 FOLD_INTERVAL_SECS = 0.25
+# The fold is background work: niced like the vector inserter (storage/index/vectors.py), so
+# when the cores are busy the threads that answer requests get them first. Tantivy's own
+# indexing and merge threads are made by the fold's first commit and inherit it.
+FOLD_NICENESS = 10
+# Past this many queued documents a search waits for the fold rather than score the tail in
+# Python: the fold is that far behind only when it cannot keep up (or cannot commit).
+TAIL_MAX_DOCS = 20_000
 # Resident memory, for memory_bytes: the searcher's own state is small (segments are
 # memory-mapped files, so page cache); a writer, once made, keeps its indexing arena and thread
-# (measured after a commit, bench/RESULTS.md); a queued document holds its text until the fold.
+# (measured after a commit, bench/RESULTS.md); a queued document holds its text, and the tail
+# its terms, until the fold.
 READER_BYTES = 64_000
 WRITER_BYTES = 3_000_000
-QUEUED_DOC_BYTES = 1_000
+QUEUED_DOC_BYTES = 2_000
 # After a failed commit (a full disk) the fold tries again after this long, doubling up to the
 # cap: recovery within seconds of space coming back, without a commit attempt per search.
 RETRY_FIRST_SECS = 0.25
@@ -111,16 +133,19 @@ def query_terms(text: str) -> list[str]:
 class KeywordIndex:
     """BM25 search over one tenant's event text, restricted by kind and property tags.
 
-    A durable Tantivy commit costs several fsyncs, too slow to sit in every group commit
-    (bench/RESULTS.md, "Appends"). So the writer only `publish`es documents, a background thread folds them into the
-    index with one durable commit per round, and a search first waits until every document
-    published before it began is committed: appends never wait for Tantivy, and a recall sees
-    every acknowledged event, ranked exactly as if it had been committed with its append.
+    A durable Tantivy commit costs several fsyncs, too slow to sit in every group commit or in
+    every search (bench/RESULTS.md, "Appends" and "Recall while appending"). So the writer only
+    `publish`es documents, a background thread folds them into the index with one durable commit
+    per round, and a search reads the committed index and the queued tail side by side (the
+    tail: `keyword_tail.py`), scoring both with the statistics the index would have once the tail
+    were committed: appends never wait for Tantivy, a recall never waits for a commit, and it sees
+    every acknowledged event ranked as if it had been committed with its append.
 
-    A published document leaves the queue only once a commit holding it is durable, and
-    committed_seq (which the tenant records as its keyword watermark) moves only then: a commit
-    that fails (a full disk) is rolled back and retried with everything still queued, and
-    searches meanwhile answer 503 rather than silently miss what was acknowledged.
+    A published document leaves the queue only once a commit holding it is durable and the
+    searcher that sees it is in place, and committed_seq (which the tenant records as its
+    keyword watermark) moves only then: a crash loses only what the log replays on open. A
+    commit that fails (a full disk) is rolled back and retried with everything still queued,
+    and searches meanwhile answer 503 rather than answer while the index cannot keep up.
     """
 
     def __init__(
@@ -135,6 +160,8 @@ class KeywordIndex:
         self._published_seq = committed_seq
         # Published and not yet durably committed, in order: (doc to add | None to delete, id).
         self._queue: list[tuple[KeywordDoc | None, str]] = []
+        self._tail = Tail()  # the queue's additions, searchable (guarded by _cond, as the queue)
+        self._view = View(index)  # the committed searcher: replaced with the queue's prefix
         self._cond = threading.Condition()
         self._stopping = False
         self._waiting = 0  # searches waiting for the fold: it commits at once for them
@@ -188,14 +215,19 @@ class KeywordIndex:
         with self.writer_lock:
             self.writer.commit()
         self.index.reload()
+        with self._cond:
+            self._view = View(self.index)
 
     # -- the writer's path ----------------------------------------------------
 
     def publish(self, docs: list[KeywordDoc], deletes: list[str], seq: int) -> None:
-        """Hand the changes of log ops up to seq to the background fold."""
+        """Hand the changes of log ops up to seq to the background fold; searchable at once."""
+        tail = [_tail_doc(d) for d in docs]  # tokenized before the lock: searches go on meanwhile
         with self._cond:
             self._queue.extend((d, d.event_id) for d in docs)
             self._queue.extend((None, e) for e in deletes)
+            for t in tail:
+                self._tail.add(t)
             self._published_seq = seq
             if self._thread is None:
                 self._thread = threading.Thread(target=self._fold, name="keyword", daemon=True)
@@ -204,6 +236,9 @@ class KeywordIndex:
 
     def _fold(self) -> None:
         """Background: commit what was published, one durable commit per round, retrying failures."""
+        with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority as the rest
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + FOLD_NICENESS)
         while True:
             with self._cond:
                 while self._published_seq == self.committed_seq and not self._stopping:
@@ -215,8 +250,7 @@ class KeywordIndex:
                 ops = list(self._queue)  # publish appends meanwhile; these leave only once durable
                 seq = self._published_seq
             try:
-                if ops:
-                    self._commit_ops(ops)
+                view = self._commit_ops(ops) if ops else None
             except Exception as exc:
                 self._failed_commit(exc)
                 if final:
@@ -225,6 +259,11 @@ class KeywordIndex:
             with self._cond:
                 if self._failures:
                     log.warning("keyword commits resumed after %d failed", self._failures)
+                # The committed searcher and the shorter queue change together: a search sees
+                # each queued document in one of the two.
+                if view is not None:
+                    self._view = view
+                self._tail.drop(sum(1 for doc, _id in ops if doc is not None))
                 del self._queue[: len(ops)]
                 self.committed_seq = seq
                 self._error, self._full, self._failures = None, False, 0
@@ -273,8 +312,9 @@ class KeywordIndex:
                 return
             self._cond.wait(timeout=left)
 
-    def _commit_ops(self, ops: list[tuple[KeywordDoc | None, str]]) -> None:
-        """Apply queued adds and deletes in order, commit durably, reload the searcher."""
+    def _commit_ops(self, ops: list[tuple[KeywordDoc | None, str]]) -> View:
+        """Apply queued adds and deletes in order, commit durably, reload the searcher; the new
+        view, its statistics read here, off the searches' path."""
         with self.writer_lock:
             for doc, event_id in ops:
                 self.writer.delete_documents_by_term("id", event_id)
@@ -283,6 +323,9 @@ class KeywordIndex:
             failpoints.hit("keyword.commit")
             self.writer.commit()
         self.index.reload()
+        view = View(self.index, _a_term(ops))
+        view.stats()
+        return view
 
     def flush(self, upto: int | None = None) -> None:
         """Wait until the committed index covers op upto (default: everything published); while
@@ -320,8 +363,12 @@ class KeywordIndex:
         return READER_BYTES + writer + QUEUED_DOC_BYTES * len(self._queue)
 
     def settled(self) -> bool:
-        """Whether a search would start at once: everything published is committed (a hint)."""
+        """Whether everything published is in a durable commit (a hint)."""
         return self.committed_seq >= self._published_seq
+
+    def searches_at_once(self) -> bool:
+        """Whether a recall's search would start without waiting for the fold (a hint)."""
+        return len(self._tail.docs) <= TAIL_MAX_DOCS
 
     def search(
         self,
@@ -341,26 +388,54 @@ class KeywordIndex:
         limit: int,
         kind: str | None = None,
         filters: dict[str, FilterValue] | None = None,
+        text_of: Callable[[int], str | None] | None = None,
     ) -> Ranked:
-        """As search, but each hit's id is read from the index only when the caller gets to it."""
+        """As search, but each hit's id is read from the index only when the caller gets to it.
+
+        Read-your-writes: every document published before the call is searched. With text_of
+        (a seq's text in the caller's snapshot, None for an event it does not hold) the queued
+        tail is searched beside the committed index and both are scored with the statistics of
+        the index once the tail is committed; without it, the search waits for the fold."""
         words = query_terms(text)
         if not words or limit <= 0:
             return Ranked(None, [])
-        self.flush()  # read-your-writes: every document acknowledged before now is searchable
-        return _search(self.index, words, limit, kind, filters)
+        terms = query_tokens(words) if text_of is not None else None
+        tail: list[TailDoc] = []
+        tail_df: dict[str, int] = {}
+        with self._cond:
+            if self._error is not None and self.committed_seq < self._published_seq:
+                raise self._refusal()  # no answer while what was acknowledged cannot be folded
+            view = self._view
+            queued, tokens = len(self._tail.docs), self._tail.tokens
+            if terms is not None and 0 < queued <= TAIL_MAX_DOCS:
+                tail, tail_df = self._tail.matching(terms)
+        if terms is None or queued > TAIL_MAX_DOCS:
+            self.flush()
+            with self._cond:
+                view = self._view
+        elif queued:
+            committed = view.stats()
+            if committed is not None:
+                assert text_of is not None
+                stats = (committed, committed.plus(queued, tokens))
+                merge = Merge(view, words, terms, stats, tail_df)
+                return merge.ranked(tail, limit, kind, filters, text_of)
+            self.flush()  # no statistics to score with (every committed document deleted)
+            with self._cond:
+                view = self._view
+        return _search(view, words, limit, kind, filters)
 
     def kind_share(self, kind: str) -> float:
-        """The share of documents of this kind (deleted ones not yet merged away count: a
-        hint); waits for the fold as a search does, which the search after it then need not."""
-        self.flush()
-        searcher = self.index.searcher()
+        """The share of committed documents of this kind (deleted ones not yet merged away count:
+        a hint)."""
+        searcher = self._view.searcher
         total = searcher.num_docs
         return searcher.doc_freq("kind", kind) / total if total else 0.0
 
     def doc_count(self) -> int:
         """Number of live documents."""
         self.flush()
-        return int(self.index.searcher().num_docs)
+        return int(self._view.searcher.num_docs)
 
     def close(self) -> None:
         """Commit what is pending, stop the background thread and wait for merges.
@@ -377,6 +452,7 @@ class KeywordIndex:
         with self._cond:
             behind = self._published_seq - self.committed_seq
             self._queue.clear()
+            self._tail.clear()
         if behind:
             log.warning("keyword index closed %d ops behind the log; they replay on open", behind)
         with self.writer_lock:
@@ -402,46 +478,182 @@ def document(d: KeywordDoc) -> tantivy.Document:
     return doc
 
 
-def _search(
+def _tail_doc(d: KeywordDoc) -> TailDoc:
+    """A published document as the tail searches it."""
+    tags = frozenset(property_tag(name, value) for name, value in d.filterable.items())
+    return TailDoc(d.seq, d.event_id, d.kind, tags, d.text)
+
+
+def _a_term(ops: list[tuple[KeywordDoc | None, str]]) -> str | None:
+    """A term of the last document these ops add (to read a fresh commit's statistics by)."""
+    for doc, _id in reversed(ops):
+        if doc is not None:
+            tf, _length = analyze(doc.text)
+            if tf:
+                return next(iter(tf))
+    return None
+
+
+class View:
+    """One committed searcher and its BM25 statistics, read once when first needed."""
+
+    def __init__(self, index: tantivy.Index, term: str | None = None) -> None:
+        self.index = index
+        self.searcher = index.searcher()
+        self._term = term
+        self._stats: Stats | None = None
+        self._read = False
+        self._lock = threading.Lock()
+
+    def stats(self) -> Stats | None:
+        """N and the text field's tokens as Tantivy counts them; None if they cannot be read."""
+        if not self._read:
+            with self._lock:
+                if not self._read:
+                    self._stats = committed_stats(self.index, self.searcher, self._term)
+                    self._read = True
+        return self._stats
+
+    def query(
+        self, words: list[str], kind: str | None, filters: dict[str, FilterValue] | None
+    ) -> tantivy.Query:
+        """The words OR-ed, with kind and tags as required clauses that add nothing to the
+        score: the order is the words' BM25 alone, whatever tags an event carries."""
+        return _query(self.index, words, kind, filters)
+
+
+def _query(
     index: tantivy.Index,
+    words: list[str],
+    kind: str | None,
+    filters: dict[str, FilterValue] | None,
+) -> tantivy.Query:
+    """See View.query."""
+    schema = index.schema
+    query, _errors = index.parse_query_lenient(" ".join(words), [FIELD])
+    clauses = [(tantivy.Occur.Must, query)]
+    if kind is not None:
+        clause = tantivy.Query.term_query(schema, "kind", kind)
+        clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(clause, 0.0)))
+    for name, value in (filters or {}).items():
+        clause = tantivy.Query.term_query(schema, "tag", property_tag(name, value))
+        clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(clause, 0.0)))
+    if len(clauses) > 1:  # alone, the parsed words: same hits and scores, 4 % faster
+        query = tantivy.Query.boolean_query(clauses)
+    return query
+
+
+def _search(
+    view: View,
     words: list[str],
     limit: int,
     kind: str | None,
     filters: dict[str, FilterValue] | None,
 ) -> Ranked:
-    """One index's BM25 hits for the words, with kind and tags as required clauses."""
-    schema = index.schema
-    query, _errors = index.parse_query_lenient(" ".join(words), ["text"])
-    clauses = [(tantivy.Occur.Must, query)]
-    if kind is not None:
-        clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(schema, "kind", kind)))
-    for name, value in (filters or {}).items():
-        tag = tantivy.Query.term_query(schema, "tag", property_tag(name, value))
-        clauses.append((tantivy.Occur.Must, tag))
-    if len(clauses) > 1:  # alone, the parsed words: same hits and scores, 4 % faster
-        query = tantivy.Query.boolean_query(clauses)
-    searcher = index.searcher()
-    return Ranked(searcher, searcher.search(query, limit).hits)
+    """One committed searcher's BM25 hits for the words, kind and tags required."""
+    searcher = view.searcher
+    return Ranked(searcher, searcher.search(view.query(words, kind, filters), limit).hits)
 
 
+class Merge:
+    """A search of a committed searcher and the queued tail, scored with the statistics the
+    index will have once the tail is committed.
+
+    Tantivy ranks its hits by the committed statistics; each is scored again with the combined
+    ones from its text (the caller's snapshot holds it), and the tail's documents are scored the
+    same way. A committed document below the last one fetched can have grown by at most
+    `growth` (keyword_tail.py): the merged order is exact down to the first score that such a
+    document could still beat, and the search fetches deeper until that covers the limit."""
+
+    def __init__(
+        self,
+        view: View,
+        words: list[str],
+        terms: list[str],
+        stats: tuple[Stats, Stats],
+        tail_df: dict[str, int],
+    ) -> None:
+        committed, combined = stats
+        self.view = view
+        self.words = words
+        self.terms = terms
+        searcher = view.searcher
+        self.df = {t: int(searcher.doc_freq(FIELD, t)) for t in set(terms)}
+        df = {t: n + tail_df.get(t, 0) for t, n in self.df.items()}
+        self.scorer = Scorer(terms, df, combined)
+        self.growth = growth(terms, self.df, committed, combined)
+
+    def ranked(
+        self,
+        tail: list[TailDoc],
+        limit: int,
+        kind: str | None,
+        filters: dict[str, FilterValue] | None,
+        text_of: Callable[[int], str | None],
+    ) -> Ranked:
+        """The merged hits best first, at most limit of them."""
+        tags = {property_tag(name, value) for name, value in (filters or {}).items()}
+        queued = [
+            (self.scorer.score(d.tf, d.length), d.seq, d.event_id)
+            for d in sorted(tail, key=lambda d: d.seq)
+            if (kind is None or d.kind == kind) and tags <= d.tags
+        ]
+        if not any(self.df.values()):  # no committed document holds a term
+            queued.sort(key=lambda e: -e[0])
+            return Ranked(None, [], entries=queued[:limit])
+        searcher = self.view.searcher
+        query = self.view.query(self.words, kind, filters)
+        fetch = limit + max(10, limit // 2)
+        while True:
+            hits = searcher.search(query, fetch).hits
+            seqs = cast(list[int], searcher.fast_field_values("seq", [a for _s, a in hits]))
+            entries: list[tuple[float, int, Any]] = []
+            for (_score, addr), seq in zip(hits, seqs, strict=True):
+                text = text_of(seq)
+                if text is None:  # deleted, or not in the caller's snapshot
+                    continue
+                tf, length = analyze(text)
+                entries.append((self.scorer.score(tf, length), seq, addr))
+            entries += queued
+            entries.sort(key=lambda e: -e[0])  # stable: committed hits first among ties
+            full = len(hits) == fetch
+            if full:
+                floor = self.growth * float(hits[-1][0]) * (1.0 + 1e-5)
+                entries = [e for e in entries if e[0] > floor]  # the prefix known exactly
+            if len(entries) >= limit or not full:
+                return Ranked(searcher, [], entries=entries[:limit])
+            fetch *= 4
 class Ranked:
-    """A search's hits best first: their seqs, read from a column, and their event ids, each read
-    from the index's document store as it is reached."""
+    """A search's hits best first: their seqs, read from a column (or known, for the tail's), and
+    their event ids, each read from the index's document store as it is reached."""
 
-    def __init__(self, searcher: tantivy.Searcher | None, hits: list[tuple[Any, Any]]) -> None:
+    def __init__(
+        self,
+        searcher: tantivy.Searcher | None,
+        hits: list[tuple[Any, Any]],
+        *,
+        entries: list[tuple[float, int, Any]] | None = None,
+    ) -> None:
         self.searcher = searcher
-        self.hits = hits
-        self.seqs: list[int] = []
-        if searcher is not None:
-            values = searcher.fast_field_values("seq", [addr for _score, addr in hits])
-            self.seqs = cast(list[int], values)  # every document has its seq
+        if entries is None:  # Tantivy's hits as they come: (score, address)
+            values: list[int] = []
+            if searcher is not None:
+                addrs = [addr for _score, addr in hits]
+                values = cast(list[int], searcher.fast_field_values("seq", addrs))
+            entries = [(float(sc), seq, addr) for (sc, addr), seq in zip(hits, values, strict=True)]
+        # (score, seq, the hit's address in the searcher, or its event id if it is the tail's)
+        self.entries = entries
+        self.seqs = [seq for _score, seq, _where in entries]
 
     def __len__(self) -> int:
-        return len(self.hits)
+        return len(self.entries)
 
     def __iter__(self) -> Iterator[tuple[str, float]]:
         """(event id, BM25 score) pairs."""
-        for score, addr in self.hits:
-            assert self.searcher is not None  # there are hits only with a searcher
+        for score, _seq, where in self.entries:
+            if isinstance(where, str):
+                yield where, score
+                continue
+            assert self.searcher is not None  # there are addresses only with a searcher
             # get_first: cheaper than doc(addr)["id"][0], which builds the whole document.
-            yield cast(str, self.searcher.doc(addr).get_first("id")), float(score)
+            yield cast(str, self.searcher.doc(where).get_first("id")), score
