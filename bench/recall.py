@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import threading
@@ -44,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (  # noqa: E402  (bench scripts run as plain files)
     OUT,
     Process,
+    free_port,
     http_request,
     load,
     median,
@@ -57,7 +59,15 @@ from storage.index.vectors import VectorIndex  # noqa: E402
 from storage.model import NewEvent  # noqa: E402
 from storage.tenants.tenant import Tenant  # noqa: E402
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz"
+# Beside the checkout (a clone in /work), or one level further up (a worktree in /work/wt).
+DATA = next(
+    (
+        p / "shared" / "data" / "locomo10-minilm.npz"
+        for p in Path(__file__).resolve().parents[2:4]
+        if (p / "shared" / "data" / "locomo10-minilm.npz").exists()
+    ),
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz",
+)
 DIM = 384
 SEED = 20261004
 BATCH = 1000
@@ -88,6 +98,7 @@ class Setup:
     quick: bool
     rounds: int
     notes: dict[str, Any] = field(default_factory=dict)
+    base: Process | None = None  # with --base: another checkout's server over a copy of the tenant
 
 
 def load_corpus() -> Corpus:
@@ -158,9 +169,22 @@ def build(root: Path, events: list[NewEvent]) -> dict[str, float]:
     }
 
 
-def serve(data: Path) -> Process:
-    """memspine-server in local mode over data as it is, 384-float embeddings."""
-    return serve_memspine(data, {"MEMSPINE_EMBEDDING_DIM": str(DIM)})
+def serve(data: Path, tree: Path | None = None) -> Process:
+    """memspine-server in local mode over data as it is, 384-float embeddings; from the
+    checkout at tree (its memspine/ and storage/ first on the path) if given."""
+    if tree is None:
+        return serve_memspine(data, {"MEMSPINE_EMBEDDING_DIM": str(DIM)})
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    env.update(
+        MEMSPINE_BIND=f"127.0.0.1:{port}",
+        MEMSPINE_DATA_DIR=str(data),
+        MEMSPINE_LOG_LEVEL="WARNING",
+        MEMSPINE_EMBEDDING_DIM=str(DIM),
+    )
+    # `-m` would put the working directory (this checkout) first on the path.
+    run = f"import runpy, sys; sys.path.insert(0, {str(tree)!r}); runpy.run_module('memspine.server', run_name='__main__')"
+    return Process([sys.executable, "-c", run], env, port, "/health")
 
 
 # -- measurement helpers -------------------------------------------------------------------------
@@ -284,36 +308,69 @@ def scenario_vector_recall(setup: Setup) -> dict[str, Any]:
     return {"recall_at_10": round(found / (10 * len(q)), 4), "queries": len(q)}
 
 
+WHILE_APPENDING = ("recall_alone_p50_ms", "recall_p50_ms", "recall_p99_ms", "appends_per_sec")
+
+
 def scenario_recall_while_appending(setup: Setup) -> dict[str, Any]:
     """Fused recall from one client while 8 others append (384-float events), ROUNDS rounds of
-    4 s: what a recall waits for under sustained writes (the keyword fold's commit of what was
-    acknowledged before it); the same recall alone, in the same round, beside it."""
+    4 s: what a recall costs under sustained writes; the same recall alone, in the same round,
+    beside it. With --base, both servers in turn each round (which goes first alternates), so
+    the machine's load falls on both alike."""
     recalls = _recall_requests(setup, "fused", 0, None)
     appends = _append_requests(setup, 2000, setup.size + 10_000, seed=SEED + 2)
     seconds = 1.5 if setup.quick else 4.0
-    rounds = []
-    for _round in range(setup.rounds):
-        alone = load(setup.server.port, recalls, 1, warmup=0.3, seconds=seconds / 2)
-        out: dict[str, dict[str, Any]] = {}
+    servers = (
+        {"new": setup.server} if setup.base is None else {"base": setup.base, "new": setup.server}
+    )
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+    for n in range(setup.rounds):
+        for name in sorted(servers, reverse=n % 2 == 1):
+            rounds[name].append(_while_appending(servers[name], recalls, appends, seconds))
+    out = {name: _medians(runs, WHILE_APPENDING) for name, runs in rounds.items()}
+    return out["new"] if setup.base is None else out
 
-        def write(out: dict[str, dict[str, Any]] = out) -> None:
-            out["appends"] = load(setup.server.port, appends, 8, warmup=0.5, seconds=seconds + 0.5)
 
-        writers = threading.Thread(target=write)
-        writers.start()
-        together = load(setup.server.port, recalls, 1, warmup=0.7, seconds=seconds)
-        writers.join()
-        assert not together["errors"] and not out["appends"]["errors"], (together, out)
-        rounds.append(
-            {
-                "recall_alone_p50_ms": alone["p50_ms"],
-                "recall_p50_ms": together["p50_ms"],
-                "recall_p99_ms": together["p99_ms"],
-                "appends_per_sec": out["appends"]["per_sec"],
-            }
-        )
-    keys = ("recall_alone_p50_ms", "recall_p50_ms", "recall_p99_ms", "appends_per_sec")
-    return _medians(rounds, keys)
+def _while_appending(
+    server: Process, recalls: list[bytes], appends: list[bytes], seconds: float
+) -> dict[str, Any]:
+    """One round: recall alone, then recall while 8 clients append."""
+    alone = load(server.port, recalls, 1, warmup=0.3, seconds=seconds / 2)
+    out: dict[str, dict[str, Any]] = {}
+
+    def write(out: dict[str, dict[str, Any]] = out) -> None:
+        out["appends"] = load(server.port, appends, 8, warmup=0.5, seconds=seconds + 0.5)
+
+    writers = threading.Thread(target=write)
+    writers.start()
+    together = load(server.port, recalls, 1, warmup=0.7, seconds=seconds)
+    writers.join()
+    assert not together["errors"] and not out["appends"]["errors"], (together, out)
+    return {
+        "recall_alone_p50_ms": alone["p50_ms"],
+        "recall_p50_ms": together["p50_ms"],
+        "recall_p99_ms": together["p99_ms"],
+        "appends_per_sec": out["appends"]["per_sec"],
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
+def scenario_fused_ab(setup: Setup) -> dict[str, Any]:
+    """With --base: idle fused recall (k 10) on both servers, ROUNDS rounds of 5 s each,
+    alternating which goes first; without it, skipped (the latency scenario has it)."""
+    if setup.base is None:
+        return {"skipped": "no --base"}
+    requests = _recall_requests(setup, "fused", 0, None)
+    seconds = 1.5 if setup.quick else 5.0
+    servers = {"base": setup.base, "new": setup.server}
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+    for n in range(setup.rounds):
+        for name in sorted(servers, reverse=n % 2 == 1):
+            result = load(servers[name], requests, 1, warmup=0.3, seconds=seconds)
+            assert not result["errors"], result
+            result["load_average"] = round(os.getloadavg()[0], 2)
+            rounds[name].append(result)
+    keys = ("p50_ms", "p99_ms", "server_cpu_ms_per_req", "load_average")
+    return {name: _medians(runs, keys) for name, runs in rounds.items()}
 
 
 def _append_requests(setup: Setup, n: int, first: int, *, seed: int) -> list[bytes]:
@@ -390,6 +447,7 @@ SCENARIOS: dict[str, Callable[[Setup], dict[str, Any]]] = {
     "latency": scenario_latency,
     "raw_floor": scenario_raw_floor,
     "vector_recall": scenario_vector_recall,
+    "fused_ab": scenario_fused_ab,
     "recall_while_appending": scenario_recall_while_appending,  # adds events to the tenant
     "appends": scenario_appends,  # adds events to the tenant
 }
@@ -411,9 +469,15 @@ def run_size(size: int, corpus: Corpus, work: Path, args: argparse.Namespace) ->
     pristine = data.with_name(data.name + "-pristine")
     shutil.rmtree(pristine, ignore_errors=True)
     shutil.copytree(data, pristine)  # appends change the tenant; --keep reuses the pristine copy
+    base_data = data.with_name(data.name + "-base")
+    base = None
+    if args.base is not None:
+        shutil.rmtree(base_data, ignore_errors=True)
+        shutil.copytree(data, base_data)
+        base = serve(base_data, args.base)
     server = serve(data)
     try:
-        setup = Setup(size, root, server, corpus, vectors, args.quick, args.rounds)
+        setup = Setup(size, root, server, corpus, vectors, args.quick, args.rounds, base=base)
         for name, scenario in SCENARIOS.items():
             if args.only and name not in args.only:
                 continue
@@ -423,6 +487,9 @@ def run_size(size: int, corpus: Corpus, work: Path, args: argparse.Namespace) ->
             print(size, name, json.dumps(result[name]), flush=True)
     finally:
         server.stop()
+        if base is not None:
+            base.stop()
+            shutil.rmtree(base_data)
         shutil.rmtree(data)
         pristine.rename(data)
     return result
@@ -466,6 +533,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=[], choices=list(SCENARIOS), help="scenarios")
     parser.add_argument("--keep", action="store_true", help="reuse tenants built by an earlier run")
     parser.add_argument("--rounds", type=int, default=None, help="rounds, medians (3; quick: 1)")
+    parser.add_argument(
+        "--base",
+        type=Path,
+        default=None,
+        help="another checkout (e.g. a git archive of main) served beside this one, rounds "
+        "interleaved, in fused_ab and recall_while_appending",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     if args.rounds is None:

@@ -148,9 +148,7 @@ class KeywordIndex:
     and searches meanwhile answer 503 rather than answer while the index cannot keep up.
     """
 
-    def __init__(
-        self, path: Path, index: tantivy.Index, committed_seq: int = 0
-    ) -> None:
+    def __init__(self, path: Path, index: tantivy.Index, committed_seq: int = 0) -> None:
         self.path = path
         self.index = index
         self.schema = index.schema
@@ -365,6 +363,10 @@ class KeywordIndex:
     def settled(self) -> bool:
         """Whether everything published is in a durable commit (a hint)."""
         return self.committed_seq >= self._published_seq
+
+    def failing(self) -> bool:
+        """Whether the last commit failed: searches are refused until one succeeds."""
+        return self._error is not None
 
     def searches_at_once(self) -> bool:
         """Whether a recall's search would start without waiting for the fold (a hint)."""
@@ -623,6 +625,8 @@ class Merge:
             if len(entries) >= limit or not full:
                 return Ranked(searcher, [], entries=entries[:limit])
             fetch *= 4
+
+
 class Ranked:
     """A search's hits best first: their seqs, read from a column (or known, for the tail's), and
     their event ids, each read from the index's document store as it is reached."""

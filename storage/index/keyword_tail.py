@@ -158,7 +158,9 @@ def explained_stats(explanation: str) -> Stats | None:
     return Stats(int(docs), round(avgdl * docs))
 
 
-def committed_stats(index: tantivy.Index, searcher: tantivy.Searcher, term: str | None) -> Stats | None:
+def committed_stats(
+    index: tantivy.Index, searcher: tantivy.Searcher, term: str | None
+) -> Stats | None:
     """The committed index's statistics, read from the explanation of one hit of a term it holds
     (the most frequent term when none is given); None if no live document holds one."""
     if searcher.num_segments == 0:
@@ -180,9 +182,7 @@ class TailDoc:
 
     __slots__ = ("seq", "event_id", "kind", "tags", "tf", "length")
 
-    def __init__(
-        self, seq: int, event_id: str, kind: str, tags: frozenset[str], text: str
-    ) -> None:
+    def __init__(self, seq: int, event_id: str, kind: str, tags: frozenset[str], text: str) -> None:
         self.seq = seq
         self.event_id = event_id
         self.kind = kind
