@@ -428,11 +428,13 @@ class KeywordIndex:
         return _search(view, words, limit, kind, filters)
 
     def kind_share(self, kind: str) -> float:
-        """The share of committed documents of this kind (deleted ones not yet merged away count:
-        a hint)."""
-        searcher = self._view.searcher
-        total = searcher.num_docs
-        return searcher.doc_freq("kind", kind) / total if total else 0.0
+        """The share of documents of this kind, queued ones included (deleted ones not yet
+        merged away count: a hint)."""
+        with self._cond:
+            searcher = self._view.searcher
+            queued, of_kind = len(self._tail.docs), self._tail.kinds[kind]
+        total = searcher.num_docs + queued
+        return (searcher.doc_freq("kind", kind) + of_kind) / total if total else 0.0
 
     def doc_count(self) -> int:
         """Number of live documents."""

@@ -196,12 +196,14 @@ class Tail:
     def __init__(self) -> None:
         self.docs: list[TailDoc] = []
         self.tokens = 0
+        self.kinds: Counter[str] = Counter()
         self.postings: dict[str, list[TailDoc]] = {}
 
     def add(self, doc: TailDoc) -> None:
         """One more queued addition."""
         self.docs.append(doc)
         self.tokens += doc.length
+        self.kinds[doc.kind] += 1
         for term in doc.tf:
             self.postings.setdefault(term, []).append(doc)
 
@@ -212,6 +214,7 @@ class Tail:
         gone = self.docs[:count]
         del self.docs[:count]
         self.tokens -= sum(d.length for d in gone)
+        self.kinds.subtract(d.kind for d in gone)
         dropped = {id(d) for d in gone}
         for term in {t for d in gone for t in d.tf}:
             kept = [d for d in self.postings[term] if id(d) not in dropped]
@@ -224,6 +227,7 @@ class Tail:
         """Nothing queued."""
         self.docs.clear()
         self.postings.clear()
+        self.kinds.clear()
         self.tokens = 0
 
     def matching(self, terms: list[str]) -> tuple[list[TailDoc], dict[str, int]]:
