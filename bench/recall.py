@@ -442,11 +442,114 @@ def _sync_insert_cost(setup: Setup) -> dict[str, float]:
     return {"p50_ms": round(per, 3), "vectors_per_s_one_thread": round(1000 / per, 1)}
 
 
+TAILS = (100, 400, 1600)
+
+
+def scenario_tail_merge(setup: Setup) -> dict[str, Any]:
+    """In process, on a copy of the tenant: T events appended with the keyword fold held, so
+    they are the queued tail; each question's keyword top 10 searched merged (the tail beside
+    the committed index, keyword_tail.py) and, once the fold has committed them, again. Reports
+    how often the merged order differs from the committed one, how often scoring the tail with
+    the committed statistics alone would (how far the tail moves BM25), and what a keyword
+    search costs with the tail and without it."""
+    questions = setup.corpus.q_texts[: 300 if setup.quick else len(setup.corpus.q_texts)]
+    pristine = setup.root.parent.with_name(setup.root.parent.name + "-pristine") / TENANT
+    out: dict[str, Any] = {}
+    for tail in TAILS:
+        copy = setup.root.parent.parent / f"tail-{tail}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(pristine, copy)
+        tenant = Tenant.open(TENANT, copy, embedding_dim=DIM)
+        try:
+            events, _v = make_events(setup.corpus, tail, seed=SEED + 3 + tail)
+            events = [msgspec.structs.replace(e, event_id=None, source_ids=()) for e in events]
+            tenant.keyword.flush()
+            tenant.keyword.writer_lock.acquire()  # the fold waits for it: the events stay queued
+            try:
+                tenant.submit_append(events).result()
+                merged, merged_s = _keyword_tops(tenant, questions)
+                naive = _committed_stats_tops(tenant, questions)
+            finally:
+                tenant.keyword.writer_lock.release()
+            tenant.keyword.flush()
+            committed, committed_s = _keyword_tops(tenant, questions)
+        finally:
+            tenant.close()
+            shutil.rmtree(copy, ignore_errors=True)
+        out[str(tail)] = {
+            "questions": len(questions),
+            "merged_differs_from_commit": sum(
+                a != b for a, b in zip(merged, committed, strict=True)
+            ),
+            "committed_stats_alone_differs": sum(
+                a != b for a, b in zip(naive, committed, strict=True)
+            ),
+            "search_us_with_tail_p50": round(percentile(merged_s, 50) * 1e6, 1),
+            "search_us_with_tail_p99": round(percentile(merged_s, 99) * 1e6, 1),
+            "search_us_committed_p50": round(percentile(committed_s, 50) * 1e6, 1),
+        }
+    return out
+
+
+def _keyword_tops(tenant: Tenant, questions: list[str]) -> tuple[list[list[str]], list[float]]:
+    """Each question's keyword top 10 ids (ties in id order) and the seconds each search took,
+    texts read from one snapshot as recall reads them."""
+    from storage.read.current import Moment
+    from storage.read.recall import Admission, RecallQuery
+
+    tops, took = [], []
+    with tenant.log.reader() as r:
+        for text in questions:
+            adm = Admission(r, RecallQuery(text=text), Moment(r, current=True, as_of=None))
+            start = time.perf_counter()
+            found = tenant.keyword.ranked(text, limit=10, text_of=adm.text_for_label)
+            took.append(time.perf_counter() - start)
+            tops.append(_by_score(list(found)))
+    return tops, took
+
+
+def _by_score(hits: list[tuple[str, float]]) -> list[str]:
+    """Ids by score to float32's precision, ties by id (Tantivy breaks ties by segment order)."""
+    return [e for _s, e in sorted((-float(np.float32(s)), e) for e, s in hits)]
+
+
+def _committed_stats_tops(tenant: Tenant, questions: list[str]) -> list[list[str]]:
+    """What a merge would rank if it scored the tail with the committed index's statistics and
+    kept Tantivy's scores for the committed hits (no statistics moved by the tail)."""
+    from storage.index.keyword import query_terms
+    from storage.index.keyword_tail import Scorer, query_tokens
+
+    kw = tenant.keyword
+    view = kw._view
+    stats = view.stats()
+    assert stats is not None
+    tail = list(kw._tail.docs)
+    tops = []
+    for text in questions:
+        terms = query_tokens(query_terms(text)) or []
+        df = {t: int(view.searcher.doc_freq("text", t)) for t in terms}
+        scorer = Scorer(terms, df, stats)
+        hits = (
+            [
+                (str(view.searcher.doc(addr).get_first("id")), float(score))
+                for score, addr in view.searcher.search(
+                    view.query(query_terms(text), None, None), 10
+                ).hits
+            ]
+            if terms
+            else []
+        )
+        hits += [(d.event_id, scorer.score(d.tf, d.length)) for d in tail if set(d.tf) & set(terms)]
+        tops.append(_by_score(hits)[:10])
+    return tops
+
+
 # Run in this order against one server and tenant; add a scenario by adding a function here.
 SCENARIOS: dict[str, Callable[[Setup], dict[str, Any]]] = {
     "latency": scenario_latency,
     "raw_floor": scenario_raw_floor,
     "vector_recall": scenario_vector_recall,
+    "tail_merge": scenario_tail_merge,
     "fused_ab": scenario_fused_ab,
     "recall_while_appending": scenario_recall_while_appending,  # adds events to the tenant
     "appends": scenario_appends,  # adds events to the tenant
