@@ -33,7 +33,9 @@ class Writer(threading.Thread):
                 body = {
                     "kind": "crash",
                     "ts": T0 + 1_000_000 * (self.round * 100_000 + n) + self.number,
-                    "text": f"round {self.round} writer {self.number} event {n}",
+                    # the last word is this event's alone: its own text ranks it first by keyword
+                    "text": f"round {self.round} writer {self.number} event {n} "
+                    f"r{self.round}w{self.number}e{n}",
                     # distinct for every event, so its own vector ranks it first
                     "embedding": [1.0, float(self.number), float(n), self.round + 0.5],
                     "properties": {"writer": self.number, "n": n},
@@ -85,17 +87,17 @@ def listed_ids(c: httpx.Client) -> set[str]:
             return ids
 
 
-def lost_to_recall(c: httpx.Client, acked: dict[str, dict[str, Any]]) -> list[str]:
+def lost_to_recall(c: httpx.Client, acked: dict[str, dict[str, Any]]) -> list[Any]:
     """The acknowledged events a fused recall of their own text and vector does not find by
-    both arms (explain gives each hit's keyword and vector rank)."""
-    lost = []
+    both arms (explain gives each hit's keyword and vector rank), with what it found."""
+    lost: list[Any] = []
     for event_id, body in acked.items():
         query = {"text": body["text"], "embedding": body["embedding"], "k": 5, "explain": True}
         r = c.post("/v1/memory/recall", json=query)
         assert r.status_code == 200, r.text
         hit = next((h for h in r.json()["hits"] if h["event_id"] == event_id), None)
         if hit is None or hit.get("keyword_rank") is None or hit.get("vector_rank") is None:
-            lost.append(event_id)
+            lost.append((body["text"], hit, [h.get("text") for h in r.json()["hits"]]))
     return lost
 
 
@@ -126,7 +128,7 @@ def test_acknowledged_appends_survive_sigkill(start_server: Any) -> None:
             # The indexes are projections replayed from the log past their durable watermarks:
             # the first recalls after the restart already find every acknowledged event.
             lost = lost_to_recall(c, acked)
-            assert not lost, f"{len(lost)} of {len(acked)} acknowledged events lost to recall"
+            assert not lost, f"{len(lost)} of {len(acked)} acknowledged events lost to recall: {lost[:3]}"
 
     with server.client(token) as c:
         # An acknowledged Idempotency-Key still answers its first id after the crashes.

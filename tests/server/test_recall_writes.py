@@ -1,5 +1,6 @@
 """Read-your-writes under writes: a recall right after an append from the same client finds that
-append by keyword and by vector, every time, while other clients append (a real server)."""
+append by keyword and by vector, every time, while other clients append (the app in process:
+its writer, fold and inserter threads are the real ones)."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import random
 import threading
 import time
 from typing import Any
-
-import httpx
 
 TRIES = 1_000
 OTHER_WRITERS = 3
@@ -38,17 +37,16 @@ def unit(rng: random.Random) -> list[float]:
 class Appender(threading.Thread):
     """Appends events of common words and random vectors until told to stop."""
 
-    def __init__(self, url: str, number: int, stop: threading.Event) -> None:
+    def __init__(self, server: Any, number: int, stop: threading.Event) -> None:
         super().__init__(daemon=True)
-        self.url, self.number, self.stop = url, number, stop
+        self.server, self.number, self.stop = server, number, stop
         self.appended = 0
         self.failures: list[str] = []
 
     def run(self) -> None:
         rng = random.Random(self.number)
-        headers = {"Authorization": "Bearer ryw"}
         deadline = time.monotonic() + 300  # bounded even if the test body dies
-        with httpx.Client(base_url=self.url, headers=headers, timeout=30) as c:
+        with self.server.client("ryw") as c:
             while not self.stop.is_set() and time.monotonic() < deadline:
                 body = {
                     "kind": "turn",
@@ -65,7 +63,7 @@ class Appender(threading.Thread):
 
 def test_a_recall_right_after_an_append_finds_it_by_both_arms(server: Any) -> None:
     stop = threading.Event()
-    others = [Appender(server.url, n, stop) for n in range(OTHER_WRITERS)]
+    others = [Appender(server, n, stop) for n in range(OTHER_WRITERS)]
     for a in others:
         a.start()
     rng = random.Random(2026)
