@@ -67,15 +67,16 @@ def analyze(text: str) -> tuple[dict[str, int], int]:
 
 
 def query_tokens(words: list[str]) -> list[str] | None:
-    """The terms Tantivy's query parser makes of these words (one per word it keeps, each term
-    once: the parser drops a repeated clause); None if a word becomes more than one token, a
-    phrase this module does not score."""
+    """The terms Tantivy's query parser makes of these words: one clause per distinct word (it
+    drops a repeated word, not a repeated term: "parcels parcel" is two clauses of "parcel",
+    which score it twice); None if a word becomes more than one token, a phrase this module
+    does not score."""
     out: list[str] = []
-    for word in words:
+    for word in dict.fromkeys(words):
         tokens = ANALYZER.analyze(word)
         if len(tokens) > 1:
             return None
-        if tokens and tokens[0] not in out:
+        if tokens:
             out.append(tokens[0])
     return out
 

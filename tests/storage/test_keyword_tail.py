@@ -58,6 +58,8 @@ WORDS = [
     "recipe",
     "garden",
 ]
+# Other forms of some WORDS: a query that holds two forms of a stem has two clauses of its term.
+FORMS = ["parcels", "refunds", "runs", "run", "doors", "gardens", "Parcel"]
 
 
 def random_text(rng: random.Random) -> str:
@@ -115,8 +117,14 @@ def test_the_analyzer_and_query_terms_are_the_index_s() -> None:
         "y": 1,
     }
     assert analyze("a " + "b" * 41 + " c")[1] == 2  # tokens over 40 bytes are dropped
-    # One clause a term, as Tantivy's query parser makes them: "parcels parcel" is one clause.
-    assert query_tokens(["running", "parcels", "parcel", "runs"]) == ["run", "parcel"]
+    # One clause a distinct word, as Tantivy's query parser makes them: "parcel parcel" is one
+    # clause, "parcels parcel" two of the same term (which counts twice in the score).
+    assert query_tokens(["running", "parcels", "parcel", "runs", "parcel"]) == [
+        "run",
+        "parcel",
+        "parcel",
+        "run",
+    ]
 
 
 def test_scores_computed_here_are_tantivy_s(tmp_path: Path) -> None:
@@ -134,7 +142,7 @@ def test_scores_computed_here_are_tantivy_s(tmp_path: Path) -> None:
     assert stats is not None and stats.docs == 300
     texts = {d.event_id: d.text for d in docs}
     for _ in range(60):
-        words = query_terms(" ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4))))
+        words = query_terms(" ".join(rng.choice(WORDS + FORMS) for _ in range(rng.randint(1, 5))))
         terms = query_tokens(words)
         assert terms is not None
         scorer = Scorer(terms, {t: searcher.doc_freq("text", t) for t in terms}, stats)
@@ -221,7 +229,7 @@ def test_the_tail_ranks_as_a_commit_would(
 
     queries = []
     for _ in range(40):
-        text = " ".join(rng.choice(WORDS) for _ in range(rng.randint(1, 4)))
+        text = " ".join(rng.choice(WORDS + FORMS) for _ in range(rng.randint(1, 4)))
         kind = rng.choice([None, None, "fact"])
         filters = rng.choice([None, None, {"speaker": "agent"}])
         limit = rng.choice([1, 5, 20])
