@@ -25,8 +25,8 @@ from storage.index.keyword_tail import (
     Tail,
     TailDoc,
     analyze,
+    bounds,
     committed_stats,
-    growth,
     query_tokens,
 )
 from storage.log import layout
@@ -401,31 +401,36 @@ class KeywordIndex:
         words = query_terms(text)
         if not words or limit <= 0:
             return Ranked(None, [])
-        terms = query_tokens(words) if text_of is not None else None
-        tail: list[TailDoc] = []
-        tail_df: dict[str, int] = {}
         with self._cond:
-            if self._error is not None and self.committed_seq < self._published_seq:
-                raise self._refusal()  # no answer while what was acknowledged cannot be folded
-            view = self._view
-            queued, tokens = len(self._tail.docs), self._tail.tokens
-            if terms is not None and 0 < queued <= TAIL_MAX_DOCS:
+            self._refuse_if_failing()
+            view, queued = self._view, len(self._tail.docs)
+        if not queued:  # the committed searcher holds everything published
+            return _search(view, words, limit, kind, filters)
+        terms = query_tokens(words) if text_of is not None and queued <= TAIL_MAX_DOCS else None
+        if terms is not None:
+            with self._cond:  # the searcher and the tail as one moment (the fold swaps both)
+                self._refuse_if_failing()
+                view, queued, tokens = self._view, len(self._tail.docs), self._tail.tokens
                 tail, tail_df = self._tail.matching(terms)
-        if terms is None or queued > TAIL_MAX_DOCS:
-            self.flush()
-            with self._cond:
-                view = self._view
-        elif queued:
-            committed = view.stats()
+            committed = view.stats() if queued else None
+            if not queued:
+                return _search(view, words, limit, kind, filters)
             if committed is not None:
                 assert text_of is not None
                 stats = (committed, committed.plus(queued, tokens))
                 merge = Merge(view, words, terms, stats, tail_df)
                 return merge.ranked(tail, limit, kind, filters, text_of)
-            self.flush()  # no statistics to score with (every committed document deleted)
-            with self._cond:
-                view = self._view
+        # No snapshot to read texts from, a tail too long to score here, or no statistics to
+        # score with (every committed document deleted): wait for the fold instead.
+        self.flush()
+        with self._cond:
+            view = self._view
         return _search(view, words, limit, kind, filters)
+
+    def _refuse_if_failing(self) -> None:
+        """No answer while what was acknowledged cannot be folded (caller holds _cond)."""
+        if self._error is not None and self.committed_seq < self._published_seq:
+            raise self._refusal()
 
     def kind_share(self, kind: str) -> float:
         """The share of documents of this kind, queued ones included (deleted ones not yet
@@ -559,15 +564,54 @@ def _search(
     return Ranked(searcher, searcher.search(view.query(words, kind, filters), limit).hits)
 
 
-class Merge:
-    """A search of a committed searcher and the queued tail, scored with the statistics the
-    index will have once the tail is committed.
+# Tantivy scores in float32: a committed hit's score and the one the merge computes for it agree
+# to this relative precision, so every bound below is widened by it.
+EPS = 1e-5
+# How many committed hits a merge fetches first (bench/RESULTS.md, "Recall while appending").
+FETCH_TIMES = 4
+FETCH_MIN = 40
 
-    Tantivy ranks its hits by the committed statistics; each is scored again with the combined
-    ones from its text (the caller's snapshot holds it), and the tail's documents are scored the
-    same way. A committed document below the last one fetched can have grown by at most
-    `growth` (keyword_tail.py): the merged order is exact down to the first score that such a
-    document could still beat, and the search fetches deeper until that covers the limit."""
+
+class _Item:
+    """A candidate of a merge: the bounds of its score under the combined statistics (equal once
+    known exactly), its seq, and its address in the searcher (or its event id, for the tail's)."""
+
+    __slots__ = ("lo", "hi", "seq", "where", "exact", "live")
+
+    def __init__(self, lo: float, hi: float, seq: int, where: Any, exact: bool) -> None:
+        self.lo, self.hi, self.seq, self.where, self.exact = lo, hi, seq, where, exact
+        self.live = False  # the caller's snapshot holds it (checked only near the top)
+
+
+def _live_head(
+    queued: list[tuple[float, int, str]],
+    limit: int,
+    text_of: Callable[[int], str | None],
+    live: set[int],
+) -> list[tuple[float, int, str]]:
+    """The first limit of the tail's scored hits that are live in the caller's snapshot, and
+    any tied with the last of them: no other can be among the first limit of the merge."""
+    head: list[tuple[float, int, str]] = []
+    for entry in queued:
+        if len(head) >= limit and entry[0] < head[-1][0]:
+            break
+        if text_of(entry[1]) is not None:  # deleted since, or not in the caller's snapshot
+            head.append(entry)
+            live.add(entry[1])
+    return head
+
+
+class Merge:
+    """A search of a committed searcher and the queued tail, ranked as the index will rank them
+    once the tail is committed.
+
+    The tail's documents are scored exactly with the combined statistics. A committed hit's
+    Tantivy score is under the committed ones; the combined statistics move it by a ratio
+    within `bounds` (keyword_tail.py), so each hit is an interval, and only where intervals
+    overlap near the top is a hit scored again from its text (the caller's snapshot holds it):
+    the order of the rest is already certain. A committed document below the last one fetched
+    scores at most that bound above it; the search fetches deeper until the first `limit`
+    are certain to rank above every document not fetched."""
 
     def __init__(
         self,
@@ -585,7 +629,7 @@ class Merge:
         self.df = {t: int(searcher.doc_freq(FIELD, t)) for t in set(terms)}
         df = {t: n + tail_df.get(t, 0) for t, n in self.df.items()}
         self.scorer = Scorer(terms, df, combined)
-        self.growth = growth(terms, self.df, committed, combined)
+        self.lo, self.hi = bounds(terms, self.df, tail_df, committed, combined)
 
     def ranked(
         self,
@@ -595,38 +639,106 @@ class Merge:
         filters: dict[str, FilterValue] | None,
         text_of: Callable[[int], str | None],
     ) -> Ranked:
-        """The merged hits best first, at most limit of them."""
+        """The merged hits best first, at most limit of them, each live in the caller's snapshot."""
         tags = {property_tag(name, value) for name, value in (filters or {}).items()}
         queued = [
             (self.scorer.score(d.tf, d.length), d.seq, d.event_id)
             for d in sorted(tail, key=lambda d: d.seq)
             if (kind is None or d.kind == kind) and tags <= d.tags
         ]
+        queued.sort(key=lambda e: -e[0])  # stable: in append order among equal scores
+        known: dict[int, float | None] = {}  # seq -> exact score, None if not live
+        live: set[int] = set()
+        head = _live_head(queued, limit, text_of, live)
         if not any(self.df.values()):  # no committed document holds a term
-            queued.sort(key=lambda e: -e[0])
-            return Ranked(None, [], entries=queued[:limit])
+            items = [_Item(sc, sc, seq, eid, True) for sc, seq, eid in head]
+            return self._ranked(
+                None, self._resolve(items, limit, text_of, known, live), limit, text_of
+            )
         searcher = self.view.searcher
         query = self.view.query(self.words, kind, filters)
-        fetch = limit + max(10, limit // 2)
+        # Deep enough that the first limit are usually certain after one search: a deeper top-k
+        # costs Tantivy little, a second search costs a whole one.
+        fetch = max(FETCH_MIN, FETCH_TIMES * limit)
+        lo, hi = self.lo * (1.0 - EPS), self.hi * (1.0 + EPS)
         while True:
             hits = searcher.search(query, fetch).hits
             seqs = cast(list[int], searcher.fast_field_values("seq", [a for _s, a in hits]))
-            entries: list[tuple[float, int, Any]] = []
-            for (_score, addr), seq in zip(hits, seqs, strict=True):
-                text = text_of(seq)
-                if text is None:  # deleted, or not in the caller's snapshot
-                    continue
-                tf, length = analyze(text)
-                entries.append((self.scorer.score(tf, length), seq, addr))
-            entries += queued
-            entries.sort(key=lambda e: -e[0])  # stable: committed hits first among ties
-            full = len(hits) == fetch
-            if full:
-                floor = self.growth * float(hits[-1][0]) * (1.0 + 1e-5)
-                entries = [e for e in entries if e[0] > floor]  # the prefix known exactly
-            if len(entries) >= limit or not full:
-                return Ranked(searcher, [], entries=entries[:limit])
+            items = [
+                _Item(float(sc) * lo, float(sc) * hi, seq, addr, False)
+                for (sc, addr), seq in zip(hits, seqs, strict=True)
+            ]
+            items += [_Item(sc, sc, seq, eid, True) for sc, seq, eid in head]
+            top = self._resolve(items, limit, text_of, known, live)
+            if len(hits) < fetch:  # every committed hit fetched: nothing below to rise
+                return self._ranked(searcher, top, limit, text_of)
+            floor = float(hits[-1][0]) * hi  # what a document not fetched can score at most
+            if len(top) >= limit and min(it.lo for it in top[:limit]) > floor:
+                return self._ranked(searcher, top, limit, text_of)
             fetch *= 4
+
+    def _resolve(
+        self,
+        items: list[_Item],
+        limit: int,
+        text_of: Callable[[int], str | None],
+        known: dict[int, float | None],
+        live: set[int],
+    ) -> list[_Item]:
+        """The live items in their exact order as far as the first limit: where intervals overlap
+        there, their committed hits are scored from their text; each of the first limit is
+        checked to be live in the caller's snapshot."""
+        for it in items:
+            if it.seq in known:
+                score = known[it.seq]
+                if score is not None:
+                    it.lo = it.hi = score
+                    it.exact = True
+            it.live = it.seq in live
+        while True:
+            items = [it for it in items if known.get(it.seq, 0.0) is not None]
+            items.sort(key=lambda it: -it.hi)  # stable: committed hits first among equal scores
+            changed = False
+            i = 0
+            while i < len(items) and i < limit:
+                j, low = i + 1, items[i].lo
+                while j < len(items) and items[j].hi >= low:  # overlaps the run: order unknown
+                    low = min(low, items[j].lo)
+                    j += 1
+                for it in items[i:j]:
+                    if it.live and (it.exact or j == i + 1):
+                        continue
+                    text = text_of(it.seq)
+                    if text is None:  # deleted, or not in the caller's snapshot
+                        known[it.seq] = None
+                        changed = True
+                        continue
+                    it.live = True
+                    live.add(it.seq)
+                    if not it.exact and j > i + 1:
+                        it.lo = it.hi = self.scorer.score(*analyze(text))
+                        it.exact = True
+                        known[it.seq] = it.lo
+                        changed = True
+                i = j
+            if not changed:
+                return items
+
+    def _ranked(
+        self,
+        searcher: tantivy.Searcher | None,
+        items: list[_Item],
+        limit: int,
+        text_of: Callable[[int], str | None],
+    ) -> Ranked:
+        """The first limit items as hits; a hit's exact score is computed only if it is read."""
+
+        def score_of(seq: int) -> float:
+            text = text_of(seq)
+            return self.scorer.score(*analyze(text)) if text is not None else 0.0
+
+        entries = [(it.lo if it.exact else None, it.seq, it.where) for it in items[:limit]]
+        return Ranked(searcher, [], entries=entries, score_of=score_of)
 
 
 class Ranked:
@@ -638,16 +750,18 @@ class Ranked:
         searcher: tantivy.Searcher | None,
         hits: list[tuple[Any, Any]],
         *,
-        entries: list[tuple[float, int, Any]] | None = None,
+        entries: list[tuple[float | None, int, Any]] | None = None,
+        score_of: Callable[[int], float] | None = None,
     ) -> None:
         self.searcher = searcher
+        self.score_of = score_of  # a hit's score where the entry leaves it None
         if entries is None:  # Tantivy's hits as they come: (score, address)
             values: list[int] = []
             if searcher is not None:
                 addrs = [addr for _score, addr in hits]
                 values = cast(list[int], searcher.fast_field_values("seq", addrs))
             entries = [(float(sc), seq, addr) for (sc, addr), seq in zip(hits, values, strict=True)]
-        # (score, seq, the hit's address in the searcher, or its event id if it is the tail's)
+        # (score or None, seq, the hit's address in the searcher, or its event id if the tail's)
         self.entries = entries
         self.seqs = [seq for _score, seq, _where in entries]
 
@@ -656,7 +770,12 @@ class Ranked:
 
     def __iter__(self) -> Iterator[tuple[str, float]]:
         """(event id, BM25 score) pairs."""
-        for score, _seq, where in self.entries:
+        for known, seq, where in self.entries:
+            if known is not None:
+                score = known
+            else:  # a committed hit whose order was certain without its exact score
+                assert self.score_of is not None  # there are None scores only with score_of
+                score = self.score_of(seq)
             if isinstance(where, str):
                 yield where, score
                 continue

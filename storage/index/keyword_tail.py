@@ -8,7 +8,7 @@ the documents holding the term (likewise), avgdl is the field's tokens over N, a
 document's token count rounded down to one of 256 stored lengths (`FIELDNORMS`). A commit of the
 tail adds its documents to N, n and the tokens: `Stats.plus` is that sum, and scoring the
 committed hits and the tail with it ranks them as the committed index would rank them once the
-tail were committed (`tests/test_keyword_tail.py` holds this against Tantivy's own scores).
+tail were committed (`tests/storage/test_keyword_tail.py` holds this against Tantivy's own scores).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ FIELD = "text"
 
 def _fieldnorm_table() -> list[int]:
     """The lengths Tantivy stores a field's token count as: exact to 40, then eight steps of each
-    width from 2, doubling (checked against Tantivy in tests/test_keyword_tail.py)."""
+    width from 2, doubling (checked against Tantivy in tests/storage/test_keyword_tail.py)."""
     table = list(range(41))
     value, step = 40, 2
     while len(table) < 256:
@@ -123,18 +123,24 @@ class Scorer:
         return total
 
 
-def growth(terms: list[str], df_committed: dict[str, int], old: Stats, new: Stats) -> float:
-    """A bound on how much any committed document's score can grow from old statistics to new:
-    each term's weight grows by at most its idf ratio, and a longer average field length shrinks
-    every length penalty by at most its own ratio."""
-    ratio = 1.0
-    for term in set(terms):
-        df = df_committed[term]
-        if df:
-            ratio = max(ratio, idf(df, new.docs) / idf(df, old.docs))  # old.docs >= df > 0
-    if old.docs and new.docs:
-        ratio *= max(1.0, new.avgdl() / old.avgdl()) if old.tokens else 1.0
-    return ratio
+def bounds(
+    terms: list[str], df_committed: dict[str, int], df_tail: dict[str, int], old: Stats, new: Stats
+) -> tuple[float, float]:
+    """How far a committed document's score can move, as a ratio, from old statistics to new.
+
+    A document's score is a sum of its terms' shares; each share moves by its term's idf ratio
+    (the tail adds docs to N and df_tail to n) times the move of its length penalty, which lies
+    between 1 and the ratio of the average field lengths. So the whole score moves by a ratio
+    between the smallest and the largest of those, over the terms committed documents hold."""
+    ratios = [
+        idf(df + df_tail.get(term, 0), new.docs) / idf(df, old.docs)  # old.docs >= df > 0
+        for term in set(terms)
+        if (df := df_committed[term])
+    ]
+    if not ratios:
+        return 1.0, 1.0
+    avgdl = new.avgdl() / old.avgdl() if old.tokens and new.tokens else 1.0
+    return min(ratios) * min(1.0, avgdl), max(ratios) * max(1.0, avgdl)
 
 
 def explained_stats(explanation: str) -> Stats | None:

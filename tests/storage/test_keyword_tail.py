@@ -195,7 +195,9 @@ def same_ranking(merged: list[tuple[str, float]], after: list[tuple[str, float]]
     return True
 
 
-@pytest.mark.parametrize("committed_docs, queued_docs", [(0, 40), (30, 200), (400, 25), (400, 300)])
+@pytest.mark.parametrize(
+    "committed_docs, queued_docs", [(0, 40), (30, 200), (400, 25), (400, 300), (3000, 30)]
+)
 def test_the_tail_ranks_as_a_commit_would(
     tmp_path: Path, held: threading.Event, committed_docs: int, queued_docs: int
 ) -> None:
