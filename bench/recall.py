@@ -517,7 +517,7 @@ def _keyword_tops(
 def _rescored(
     hits: list[tuple[str, float]], after: list[tuple[str, float]]
 ) -> list[tuple[str, float]]:
-    """hits in their order with the scores after gives them (-1 where it has none): whether
+    """Hits in their order with the scores after gives them (-1 where it has none): whether
     they are its head is then a question of order and membership alone."""
     final = dict(after)
     return [(e, final.get(e, -1.0)) for e, _s in hits]

@@ -576,7 +576,7 @@ class _Item:
     """A candidate of a merge: the bounds of its score under the combined statistics (equal once
     known exactly), its seq, and its address in the searcher (or its event id, for the tail's)."""
 
-    __slots__ = ("lo", "hi", "seq", "where", "exact", "live")
+    __slots__ = ("exact", "hi", "live", "lo", "seq", "where")
 
     def __init__(self, lo: float, hi: float, seq: int, where: Any, exact: bool) -> None:
         self.lo, self.hi, self.seq, self.where, self.exact = lo, hi, seq, where, exact

@@ -187,7 +187,7 @@ def committed_stats(
 class TailDoc:
     """A queued document as the tail searches it: seq, id, kind, tags, terms and length."""
 
-    __slots__ = ("seq", "event_id", "kind", "tags", "tf", "length")
+    __slots__ = ("event_id", "kind", "length", "seq", "tags", "tf")
 
     def __init__(self, seq: int, event_id: str, kind: str, tags: frozenset[str], text: str) -> None:
         self.seq = seq

@@ -128,7 +128,9 @@ def test_acknowledged_appends_survive_sigkill(start_server: Any) -> None:
             # The indexes are projections replayed from the log past their durable watermarks:
             # the first recalls after the restart already find every acknowledged event.
             lost = lost_to_recall(c, acked)
-            assert not lost, f"{len(lost)} of {len(acked)} acknowledged events lost to recall: {lost[:3]}"
+            assert not lost, (
+                f"{len(lost)} of {len(acked)} acknowledged events lost to recall: {lost[:3]}"
+            )
 
     with server.client(token) as c:
         # An acknowledged Idempotency-Key still answers its first id after the crashes.

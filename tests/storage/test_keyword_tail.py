@@ -261,7 +261,7 @@ def test_a_recall_never_waits_for_a_commit(tmp_path: Path, held: threading.Event
     kw.publish([doc(1, "parcel refund"), doc(2, "door code")], [], 3)
     texts = {1: "parcel delivered", 2: "parcel refund", 3: "door code"}
     found = kw.ranked("refund parcel", limit=5, text_of=texts.get)
-    assert [e for e, _s in found][0] == doc(1, "").event_id
+    assert next(e for e, _s in found) == doc(1, "").event_id
     assert {e for e, _s in found} == {doc(0, "").event_id, doc(1, "").event_id}
     assert kw.committed_seq == 1
     held.set()
