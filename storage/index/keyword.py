@@ -583,22 +583,13 @@ class _Item:
         self.live = False  # the caller's snapshot holds it (checked only near the top)
 
 
-def _live_head(
-    queued: list[tuple[float, int, str]],
-    limit: int,
-    text_of: Callable[[int], str | None],
-    live: set[int],
-) -> list[tuple[float, int, str]]:
-    """The first limit of the tail's scored hits that are live in the caller's snapshot, and
-    any tied with the last of them: no other can be among the first limit of the merge."""
-    head: list[tuple[float, int, str]] = []
-    for entry in queued:
-        if len(head) >= limit and entry[0] < head[-1][0]:
-            break
-        if text_of(entry[1]) is not None:  # deleted since, or not in the caller's snapshot
-            head.append(entry)
-            live.add(entry[1])
-    return head
+def _head(queued: list[tuple[float, int, str]], n: int) -> list[tuple[float, int, str]]:
+    """The first n of the tail's scored hits and any tied with the last of them: while n of
+    them are live, no other can be among the first n of the merge."""
+    end = min(n, len(queued))
+    while 0 < end < len(queued) and queued[end][0] == queued[end - 1][0]:
+        end += 1
+    return queued[:end]
 
 
 class Merge:
@@ -630,6 +621,14 @@ class Merge:
         df = {t: n + tail_df.get(t, 0) for t, n in self.df.items()}
         self.scorer = Scorer(terms, df, combined)
         self.lo, self.hi = bounds(terms, self.df, tail_df, committed, combined)
+        self._by_text: dict[str, float] = {}  # a text's score: equal texts are analysed once
+
+    def score_text(self, text: str) -> float:
+        """The score of a document of this text under the combined statistics."""
+        score = self._by_text.get(text)
+        if score is None:
+            score = self._by_text[text] = self.scorer.score(*analyze(text))
+        return score
 
     def ranked(
         self,
@@ -649,28 +648,34 @@ class Merge:
         queued.sort(key=lambda e: -e[0])  # stable: in append order among equal scores
         known: dict[int, float | None] = {}  # seq -> exact score, None if not live
         live: set[int] = set()
-        head = _live_head(queued, limit, text_of, live)
-        if not any(self.df.values()):  # no committed document holds a term
-            items = [_Item(sc, sc, seq, eid, True) for sc, seq, eid in head]
-            return self._ranked(
-                None, self._resolve(items, limit, text_of, known, live), limit, text_of
-            )
-        searcher = self.view.searcher
-        query = self.view.query(self.words, kind, filters)
+        searcher = self.view.searcher if any(self.df.values()) else None
+        query = self.view.query(self.words, kind, filters) if searcher is not None else None
         # Deep enough that the first limit are usually certain after one search: a deeper top-k
         # costs Tantivy little, a second search costs a whole one.
         fetch = max(FETCH_MIN, FETCH_TIMES * limit)
         lo, hi = self.lo * (1.0 - EPS), self.hi * (1.0 + EPS)
+        hits: list[tuple[Any, Any]] = []
+        seqs: list[int] = []
+        searched = 0
+        dead = 0  # the tail's hits found not live: the head grows by as many
         while True:
-            hits = searcher.search(query, fetch).hits
-            seqs = cast(list[int], searcher.fast_field_values("seq", [a for _s, a in hits]))
+            if searcher is not None and searched != fetch:
+                assert query is not None
+                hits = searcher.search(query, fetch).hits
+                seqs = cast(list[int], searcher.fast_field_values("seq", [a for _s, a in hits]))
+                searched = fetch
+            head = _head(queued, limit + dead)
             items = [
                 _Item(float(sc) * lo, float(sc) * hi, seq, addr, False)
                 for (sc, addr), seq in zip(hits, seqs, strict=True)
             ]
             items += [_Item(sc, sc, seq, eid, True) for sc, seq, eid in head]
             top = self._resolve(items, limit, text_of, known, live)
-            if len(hits) < fetch:  # every committed hit fetched: nothing below to rise
+            gone = sum(1 for _sc, seq, _eid in head if seq in known and known[seq] is None)
+            if gone > dead and len(head) < len(queued):
+                dead = gone
+                continue
+            if searcher is None or len(hits) < fetch:  # every committed hit is here
                 return self._ranked(searcher, top, limit, text_of)
             floor = float(hits[-1][0]) * hi  # what a document not fetched can score at most
             if len(top) >= limit and min(it.lo for it in top[:limit]) > floor:
@@ -716,7 +721,7 @@ class Merge:
                     it.live = True
                     live.add(it.seq)
                     if not it.exact and j > i + 1:
-                        it.lo = it.hi = self.scorer.score(*analyze(text))
+                        it.lo = it.hi = self.score_text(text)
                         it.exact = True
                         known[it.seq] = it.lo
                         changed = True
@@ -735,7 +740,7 @@ class Merge:
 
         def score_of(seq: int) -> float:
             text = text_of(seq)
-            return self.scorer.score(*analyze(text)) if text is not None else 0.0
+            return self.score_text(text) if text is not None else 0.0
 
         entries = [(it.lo if it.exact else None, it.seq, it.where) for it in items[:limit]]
         return Ranked(searcher, [], entries=entries, score_of=score_of)

@@ -111,11 +111,15 @@ class Scorer:
         self.terms = terms
         self.weights = {t: idf(df[t], stats.docs) * (1.0 + K1) for t in set(terms) if df[t]}
         self.avgdl = stats.avgdl()
+        self._norms: dict[int, float] = {}  # length -> its penalty: documents share few lengths
 
     def score(self, tf: dict[str, int], length: int) -> float:
         """A document's score: each query term it holds adds its share."""
         total = 0.0
-        norm = K1 * (1.0 - B + B * fieldnorm(length) / self.avgdl) if self.avgdl else K1
+        norm = self._norms.get(length)
+        if norm is None:
+            norm = K1 * (1.0 - B + B * fieldnorm(length) / self.avgdl) if self.avgdl else K1
+            self._norms[length] = norm
         for term in self.terms:
             freq = tf.get(term)
             if freq:
