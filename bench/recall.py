@@ -575,7 +575,7 @@ def _committed_stats_tops(tenant: Tenant, questions: list[str]) -> list[list[tup
             [
                 (str(view.searcher.doc(addr).get_first("id")), float(score))
                 for score, addr in view.searcher.search(
-                    view.query(query_terms(text), None, None), 10
+                    view.query(query_terms(text), None, None), DEPTH
                 ).hits
             ]
             if terms
