@@ -404,7 +404,10 @@ class KeywordIndex:
         with self._cond:
             self._refuse_if_failing()
             view, queued = self._view, len(self._tail.docs)
-        if not queued:  # the committed searcher holds everything published
+            settled = self.committed_seq >= self._published_seq
+        # The committed searcher holds everything published; or all that is queued is deletes,
+        # and the caller's snapshot no longer holds what they delete.
+        if settled or (not queued and text_of is not None):
             return _search(view, words, limit, kind, filters)
         terms = query_tokens(words) if text_of is not None and queued <= TAIL_MAX_DOCS else None
         if terms is not None:
