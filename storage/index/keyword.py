@@ -648,7 +648,7 @@ class Merge:
             for d in sorted(tail, key=lambda d: d.seq)
             if (kind is None or d.kind == kind) and tags <= d.tags
         ]
-        queued.sort(key=lambda e: (-e[0], -e[1]))  # equal scores: the newest first (see Ranked)
+        queued.sort(key=lambda e: (-e[0], e[1]))  # equal scores: the oldest first (see Ranked)
         known: dict[int, float | None] = {}  # seq -> exact score, None if not live
         live: set[int] = set()
         searcher = self.view.searcher if any(self.df.values()) else None
@@ -705,7 +705,7 @@ class Merge:
             it.live = it.seq in live
         while True:
             items = [it for it in items if known.get(it.seq, 0.0) is not None]
-            items.sort(key=lambda it: (-it.hi, -it.seq))  # equal scores: the newest first
+            items.sort(key=lambda it: (-it.hi, it.seq))  # equal scores: the oldest first
             changed = False
             i = 0
             while i < len(items) and i < limit:
@@ -769,9 +769,9 @@ class Ranked:
                 addrs = [addr for _score, addr in hits]
                 values = cast(list[int], searcher.fast_field_values("seq", addrs))
             entries = [(float(sc), seq, addr) for (sc, addr), seq in zip(hits, values, strict=True)]
-            # Equal scores: the newest event first. Tantivy breaks ties by where a document sits
-            # in its segments, which depends on when the fold committed it.
-            entries.sort(key=lambda e: (-cast(float, e[0]), -e[1]))
+            # Equal scores: the oldest event first, as Tantivy ranks them within one segment;
+            # across segments it goes by segment, and the fold's timing decides those.
+            entries.sort(key=lambda e: (-cast(float, e[0]), e[1]))
         # (score or None, seq, the hit's address in the searcher, or its event id if the tail's)
         self.entries = entries
         self.seqs = [seq for _score, seq, _where in entries]
