@@ -251,10 +251,10 @@ class Tenant:
             )
 
     def reads_start_at_once(self) -> bool:
-        """Whether a read would start without waiting: the keyword index has nothing to fold, and
-        neither the log nor the vector index is held exclusive (a hint)."""
+        """Whether a read would start without waiting: the keyword index would not wait for its
+        fold, and neither the log nor the vector index is held exclusive (a hint)."""
         locks = (self.log.lock, self.vectors.lock)
-        return self.keyword.settled() and all(lock.uncontended() for lock in locks)
+        return self.keyword.searches_at_once() and all(lock.uncontended() for lock in locks)
 
     def save_vectors(self) -> None:
         """Persist the vector index (tail included) and record the seq it covers."""
