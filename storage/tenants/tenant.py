@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -20,13 +21,14 @@ from storage.errors import Conflict, DiskFull
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
-from storage.model import NewEvent, StoredEvent
+from storage.model import NewEvent, PlacedEvent, StoredEvent
 from storage.read.cascade import derived_closure, would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import RecallQuery, RecallResult, recall, validate
 from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
 from storage.tenants.writer import GroupWriter, Job
+from storage.transfer.export import export_lines
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
@@ -210,6 +212,14 @@ class Tenant:
                 started=started,
             )
 
+    @contextmanager
+    def export(self) -> Iterator[Iterator[bytes]]:
+        """The tenant's export (storage/transfer/format.py), line by line, from one snapshot
+        held until the block ends."""
+        self.log.grow_if_over_half()  # writes go on meanwhile: room for them without a resize
+        with self.log.reader() as r:
+            yield export_lines(r, self.tenant_id, default_dim=self.dim)
+
     def would_delete(self, event_id: str, *, cascade: bool) -> list[str]:
         """The ids a delete (cascading or not) would remove, the event first; changes nothing."""
         with self.log.reader() as r:
@@ -299,6 +309,35 @@ class Tenant:
             deleted = self.log.write(apply)
             self.catch_up()
             return deleted
+
+        return self.call(run)
+
+    def submit_import(
+        self,
+        placed: list[PlacedEvent],
+        idempotency: Sequence[tuple[str, bytes, list[str]]] = (),
+        *,
+        model: str | None = None,
+        keep_before: int | None = None,
+    ) -> Future[int]:
+        """Write exported events as they were (ids, records, links in their order, idempotency
+        records; storage/transfer/) in one transaction on the writer, then project them;
+        resolves to how many were written. A merge keeps the events live at op keep_before; any
+        line that cannot be written fails the whole batch (InvalidRequest naming the line)."""
+
+        def run() -> int:
+            def apply(txn: Any) -> int:
+                appender = self.log.appender(txn)
+                if model is not None:
+                    appender.claim_model(model)
+                written = sum(appender.place(p, keep_before=keep_before) for p in placed)
+                for event_id, body_hash, unlinked in idempotency:
+                    appender.place_idempotency(event_id, body_hash, unlinked)
+                return written
+
+            written = self.log.write(apply)
+            self.catch_up()
+            return written
 
         return self.call(run)
 
