@@ -133,7 +133,9 @@ def _into_existing(
     try:
         tenant = Tenant.open(tenant_id, staging, embedding_dim=reader.header.embedding_dim)
         try:
-            stats = load(tenant, lines, reader, keep_before=last if merge else None, progress=progress)
+            stats = load(
+                tenant, lines, reader, keep_before=last if merge else None, progress=progress
+            )
         finally:
             tenant.close()
         (staging / swap.PENDING).unlink(missing_ok=True)  # the tenant's own marker stays

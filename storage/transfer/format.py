@@ -34,6 +34,8 @@ MEDIA_TYPE = "application/x-ndjson"
 MAX_LINE_BYTES = 8 << 20
 _DERIVED = ("seq", "filterable", "properties_raw")  # the log's own, or carried as `properties`
 _LINE_BREAKS = (b"\n", b"\r")
+_NULL = msgspec.Raw(b"null")  # msgspec reads no Raw | None: a Raw that says null instead
+_RECORD = frozenset(StoredEvent.__struct_fields__) - frozenset(_DERIVED)  # carried as they are
 
 
 class Header(msgspec.Struct, tag="header", tag_field="type", forbid_unknown_fields=True):
@@ -77,7 +79,7 @@ EventLine = msgspec.defstruct(
     "EventLine",
     [
         *(_field(f) for f in msgspec.structs.fields(StoredEvent) if f.name not in _DERIVED),
-        ("properties", msgspec.Raw | None, None),  # the bytes as sent; null: none were
+        ("properties", msgspec.Raw, _NULL),  # the bytes as sent; null: none were
         ("properties_text", str | None, None),  # the same, as a string, when they hold a line break
         ("links", Links, msgspec.field(default_factory=Links)),
         ("idempotency", Idempotency | None, None),
@@ -89,7 +91,9 @@ EventLine = msgspec.defstruct(
 )
 
 
-class IdempotencyLine(msgspec.Struct, tag="idempotency", tag_field="type", forbid_unknown_fields=True):
+class IdempotencyLine(
+    msgspec.Struct, tag="idempotency", tag_field="type", forbid_unknown_fields=True
+):
     """The Idempotency-Key record of an event no longer live."""
 
     event_id: str
@@ -111,7 +115,7 @@ _encode = msgspec.json.Encoder().encode
 
 def event_line(ev: StoredEvent, links: Links, idem: tuple[bytes, list[str]] | None) -> bytes:
     """The line of one live event (its newline included)."""
-    fields = {f: getattr(ev, f) for f in EventLine.__struct_fields__ if hasattr(StoredEvent, f)}
+    fields = {f: getattr(ev, f) for f in _RECORD}
     raw = ev.properties_raw
     if raw is not None and any(b in raw for b in _LINE_BREAKS):
         fields["properties_text"] = raw.decode()  # JSON whitespace: a line must stay one line
@@ -245,7 +249,7 @@ def placed(line: Any, header: Header, n: int) -> PlacedEvent:
     raw = _properties(line, n)
     for target in (*line.links.SOURCE_FROM, *line.links.SUPERSEDES, *line.supersedes):
         _check_id(target, n, "a linked id")
-    fields = {f: getattr(line, f) for f in EventLine.__struct_fields__ if hasattr(StoredEvent, f)}
+    fields = {f: getattr(line, f) for f in _RECORD}
     event = StoredEvent(seq=0, properties_raw=raw, **fields)
     idem = line.idempotency
     return PlacedEvent(
@@ -260,11 +264,12 @@ def placed(line: Any, header: Header, n: int) -> PlacedEvent:
 
 def _properties(line: Any, n: int) -> bytes | None:
     """The stored properties bytes of an event line; a JSON object or none."""
-    if line.properties is not None and line.properties_text is not None:
+    given = bytes(line.properties)
+    if given != b"null" and line.properties_text is not None:
         raise InvalidRequest(f"line {n}: properties and properties_text are both given")
     raw = line.properties_text.encode() if line.properties_text is not None else None
-    if line.properties is not None:
-        raw = bytes(line.properties)
+    if given != b"null":
+        raw = given
     if raw is None:
         return None
     try:

@@ -95,7 +95,9 @@ def load(
     def flush() -> None:
         nonlocal batch, idem, size, written, model
         if batch or idem or model is not None:
-            written += tenant.submit_import(batch, idem, model=model, keep_before=keep_before).result()
+            written += tenant.submit_import(
+                batch, idem, model=model, keep_before=keep_before
+            ).result()
             if progress is not None:
                 progress(written)
         batch, idem, size, model = [], [], 0, None
