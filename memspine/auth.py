@@ -28,7 +28,7 @@ from memspine_admin.verifier import (
     Refused,
     token_digest,
 )
-from storage.errors import Conflict, NotFound, Unauthorized
+from storage.errors import Conflict, NotFound, TooManyRequests, Unauthorized
 
 LOCAL_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
 UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
@@ -224,6 +224,11 @@ class Authenticator:
         except Refused as refused:
             await asyncio.sleep(refused.delay)
             raise _unauthorized() from None
+        except TooManyRequests:
+            # Paced like any other refusal: a flood's connection gets one answer per
+            # verification's time, not as many as the event loop can render (no CPU, no slot).
+            await asyncio.sleep(self._verifier.refusal_delay() if self._verifier else 0.0)
+            raise
         async with self._shares.slot(attempt.owner):
             if self._threads is None:  # made here: it belongs to the running event loop
                 self._threads = anyio.CapacityLimiter(self.limits.hash_slots)

@@ -13,7 +13,7 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from memspine.jsonbounds import check_body_nesting
-from storage.cypher.bounds import MAX_QUERY_CHARS
+from storage.cypher import MAX_QUERY_CHARS
 from storage.errors import InvalidRequest
 from storage.log import layout as enc
 from storage.model import NewEvent, StoredEvent

@@ -256,6 +256,10 @@ class KeyVerifier:
             self._db.update_hash(record.key_id, record.secret_hash, new_hash)
         return principal
 
+    def refusal_delay(self) -> float:
+        """How long a refusal known without argon2 waits (0 before any verification ran)."""
+        return self._delay(claim=False) or 0.0
+
     def _sample(self, secs: float) -> None:
         with self._lock:
             self._latest = (time.monotonic(), secs)

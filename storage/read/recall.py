@@ -52,6 +52,20 @@ class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
     explain: bool = False  # ranked hits carry the arm ranks their score was fused from
 
 
+class Feedback(msgspec.Struct, frozen=True, kw_only=True):
+    """Pseudo-relevance feedback for the vector arm: before the vector search, the query vector
+    moves toward the stored vectors of the keyword arm's first `hits` events, added at `weight`
+    (to the unit query) and renormalised. For queries whose vector the server made from the text
+    (docs/recall.md, "Server-embedded recall"); a client's own vector is ranked as sent."""
+
+    hits: int = 2
+    weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        if self.hits < 1 or not 0 < self.weight < float("inf"):
+            raise ValueError("feedback needs hits >= 1 and a positive, finite weight")
+
+
 class Hit(msgspec.Struct, kw_only=True):
     """One recalled event: ranked (score, maybe replaces, with explain its ranks) or walked (via, hop)."""
 
@@ -195,18 +209,22 @@ def _first(adm: Admission, events: Iterable[StoredEvent | None], depth: int) -> 
     return out
 
 
-def vector_arm(vec: VectorIndex, adm: Admission, depth: int) -> list[StoredEvent]:
-    """Cosine ranking restricted by the chokepoint before the cut.
+def vector_arm(
+    vec: VectorIndex, adm: Admission, depth: int, query: np.ndarray | None = None
+) -> list[StoredEvent]:
+    """Cosine ranking restricted by the chokepoint before the cut; by similarity to `query`
+    when given (feedback's moved vector), else to the request's embedding.
 
     A restriction that admits few events is answered exactly from the log's own indexes. Else
     the graph is searched unfiltered for a few times depth and the chokepoint checks what comes
     back, best first: hnswlib's filter would call into Python, and LMDB, for every node it
     visits. Only when that leaves too few does the graph search take the filter."""
     assert adm.q.embedding is not None
+    if query is None:
+        query = as_float32(adm.q.embedding)  # once, however many searches follow
     few = _few_candidates(adm)
     if few is not None:
-        return _exact_arm(few, adm, depth)
-    query = as_float32(adm.q.embedding)  # once, however many searches follow
+        return _exact_arm(few, adm, depth, query)
     fetch = 2 * depth
     while fetch <= OVERFETCH * depth:
         found = vec.search(query, fetch)
@@ -241,15 +259,14 @@ def _few_candidates(adm: Admission) -> list[str] | None:
     return None
 
 
-def _exact_arm(ids: list[str], adm: Admission, depth: int) -> list[StoredEvent]:
-    """Exact cosine ranking of these events' embeddings (ties by append order)."""
-    assert adm.q.embedding is not None
+def _exact_arm(ids: list[str], adm: Admission, depth: int, query: np.ndarray) -> list[StoredEvent]:
+    """Exact cosine ranking of these events' embeddings against query (ties by append order)."""
     events = [ev for ev in map(adm.r.get, ids) if ev is not None and ev.embedding is not None]
     events = [ev for ev in events if adm.admit(ev, window=False)]
     if not events:
         return []
     rows = unit(np.asarray([ev.embedding for ev in events], dtype=np.float32))
-    sims = rows @ unit(np.asarray(adm.q.embedding, dtype=np.float32))
+    sims = rows @ unit(query)
     seqs = np.asarray([ev.seq for ev in events], dtype=np.int64)
     by_seq = {ev.seq: ev for ev in events}
     # The window last and best first, as in _first: what it turns away would have ranked.
@@ -322,15 +339,20 @@ def walk(
     return added, Walk(reached=len(added) + len(omitted), returned=len(added), omitted=omitted)
 
 
-def rank(kw: KeywordIndex, vec: VectorIndex, adm: Admission, k: int) -> list[Hit]:
+def rank(
+    kw: KeywordIndex, vec: VectorIndex, adm: Admission, k: int, feedback: Feedback | None = None
+) -> list[Hit]:
     """Fuse each arm's top k and substitute heads; deeper while that leaves fewer than k hits."""
     depth = k
     while True:
         rankings: list[list[StoredEvent]] = []
+        query = None
         if adm.q.text:
             rankings.append(keyword_arm(kw, adm, depth))
+            if feedback is not None and adm.q.embedding is not None:
+                query = moved_query(adm, rankings[0], feedback)
         if adm.q.embedding is not None:
-            rankings.append(vector_arm(vec, adm, depth))
+            rankings.append(vector_arm(vec, adm, depth, query))
         fused = fuse(rankings)
         hits = substitute(fused, adm, k)
         exhausted = all(len(ranking) < depth for ranking in rankings)
@@ -339,6 +361,28 @@ def rank(kw: KeywordIndex, vec: VectorIndex, adm: Admission, k: int) -> list[Hit
                 explain(hits, fused, rankings, adm.q)
             return hits
         depth = min(4 * depth, MAX_ARM_DEPTH)
+
+
+def moved_query(adm: Admission, keyword: list[StoredEvent], feedback: Feedback) -> np.ndarray:
+    """The unit query plus weight times the mean of the keyword ranking's first hits' stored
+    vectors (of those that have one; each at unit length), renormalised; the query alone when
+    none has a vector.
+
+    The keyword hits are admitted events, so feedback reads nothing the request could not see.
+    Their records are read whole here (ranking reads records without their embeddings)."""
+    assert adm.q.embedding is not None
+    query = unit(as_float32(adm.q.embedding))
+    total: np.ndarray | None = None
+    n = 0
+    for ev in keyword[: feedback.hits]:
+        whole = adm.r.get(ev.event_id)
+        if whole is not None and whole.embedding is not None and len(whole.embedding) == len(query):
+            row = unit(as_float32(whole.embedding))
+            total = row if total is None else total + row
+            n += 1
+    if total is None:
+        return query
+    return unit(query + np.float32(feedback.weight / n) * total)
 
 
 def explain(
@@ -367,15 +411,23 @@ def _places(events: Iterable[StoredEvent]) -> dict[str, int]:
 
 
 def recall(
-    r: LogReader, kw: KeywordIndex, vec: VectorIndex, q: RecallQuery, *, embeddings: bool = True
+    r: LogReader,
+    kw: KeywordIndex,
+    vec: VectorIndex,
+    q: RecallQuery,
+    *,
+    embeddings: bool = True,
+    feedback: Feedback | None = None,
 ) -> RecallResult:
     """Rank by keyword and vector, fuse, apply current state, then walk the links.
 
     Candidates are read without their embeddings; with embeddings=False the hits' events may
-    lack theirs too (the HTTP answer never shows them), else each hit's event is read whole."""
+    lack theirs too (the HTTP answer never shows them), else each hit's event is read whole.
+    With feedback and both text and an embedding, the vector arm searches with the query moved
+    toward the keyword arm's first hits (Feedback); without, each arm ranks the request as sent."""
     moment = Moment(r, current=q.current, as_of=q.as_of)
     adm = Admission(r, q, moment)
-    hits = rank(kw, vec, adm, q.k)
+    hits = rank(kw, vec, adm, q.k, feedback)
     account = None
     if q.hops > 0:
         walked, account = walk(r, hits, moment, q.hops, q.k)

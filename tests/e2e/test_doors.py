@@ -1,0 +1,57 @@
+"""Every door over a real socket once: the seed's first session through memspine-server (the
+Litestar routes and the hot append), its reviewer's recall (the hot recall), /health and the
+OpenAPI document, and what the server logs at start. tests/server runs the same requests and
+many more against the app in process; /mcp and stdio are in test_mcp_e2e.py, the CLI in
+test_admin_cli.py."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+from servers import ServerProcess, serve
+from test_api import test_reply_with_sources_then_read_back_and_foreign_tenant_404 as first_session
+from test_metrics import value
+from test_recall_seed import SUPPORT, SUPPORT_TS, load
+from test_recall_seed import (
+    test_reviewer_recall_returns_the_reply_the_objection_then_the_replys_sources as review,
+)
+
+
+@pytest.fixture(scope="module")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One server for the module; each test uses tenants of its own."""
+    yield from serve(ServerProcess(tmp_path_factory.mktemp("doors") / "data"))
+
+
+def test_health_and_the_openapi_document_over_a_socket(real: ServerProcess) -> None:
+    body = httpx.get(real.url + "/health").json()
+    assert body["service"] == "memspine-server" and body["status"] == "ok"
+    r = httpx.get(real.url + "/schema/openapi.json")
+    assert r.status_code == 200 and "/v1/memory/event" in r.json()["paths"]
+
+
+def test_the_seeds_first_session_over_a_socket(real: ServerProcess) -> None:
+    with real.client(f"doors-{uuid.uuid4().hex[:8]}") as client:
+        first_session(real, client)
+
+
+def test_the_seeds_reviewer_recall_over_a_socket(real: ServerProcess) -> None:
+    with real.client(f"customer-4417-{uuid.uuid4().hex[:8]}") as client:
+        ids = load(client, SUPPORT, SUPPORT_TS, {"conversation": "c-1005-01"})
+        review((client, ids))
+
+
+def test_the_fd_limit_is_raised_and_the_default_tenant_cap_follows_from_it(
+    real: ServerProcess,
+) -> None:
+    lines = [json.loads(line) for line in real.log_path.read_text().splitlines()]
+    (limit,) = [line for line in lines if line["logger"] == "memspine.limits"]
+    (capped,) = [line for line in lines if line["msg"] == "open tenants capped"]
+    assert limit["soft"] >= limit["before"]
+    cap = max(1, (limit["soft"] - 64) // 12)
+    assert capped["max_open_tenants"] == cap and capped["source"] == "default"
+    assert value(httpx.get(real.url + "/metrics").text, "memspine_max_open_tenants") == cap

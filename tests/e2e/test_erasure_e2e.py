@@ -1,0 +1,322 @@
+"""The seed's erasure of a door code through a real server, the background purger, and purges
+killed with SIGKILL: a server in the middle of one, and a purge process at each of its steps."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import msgspec
+import pytest
+from servers import REPO, ServerProcess
+from test_purge import (
+    DIM,
+    ROLL_STEPS,
+    append,
+    check_tenant,
+    embedding_patterns,
+    index_terms,
+    last_tokens,
+    neighbour,
+    rare_token,
+    scan,
+    text_of,
+)
+
+from storage.erasure import swap
+from storage.model import NewEvent
+from storage.tenants.tenant import Tenant
+
+TENANT = "4a2cd816-0f6f-4f89-ac26-41ef06c06e47"
+REPLY_TS = 1_791_208_939_000_000
+MIN = 60_000_000
+DOOR_TEXT = "door code 4471"
+NOT_FOUND = {"error": "not_found", "detail": "no event with that id"}
+
+# The seed's support tenant: name, minutes from the reply, kind, text, embedding, sources.
+# fmt: off
+SUPPORT: list[tuple[str, float, str, str, list[float] | None, list[str]]] = [
+    ("message", -1.5, "turn", "Customer: order 88213 shows delivered on 1 October but nothing arrived",
+     [0.8, 0.2, 0.1, 0.0], []),
+    ("get_order", -1.2, "tool_call", "get_order(88213) -> 1 item, shipped 2026-09-29, carrier ref PX-55790112",
+     None, []),
+    ("track", -0.8, "tool_call", "track_parcel(PX-55790112) -> delivered, signed for at no. 16, 2026-10-01 14:12",
+     None, []),
+    ("reply", 0, "turn",
+     "Agent: the carrier shows it signed for at number 16, on 1 October at 14:12. Please check there",
+     [0.9, 0.1, 0.0, 0.0], ["message", "get_order", "track"]),
+    ("objection", 0.4, "turn", "Customer: there is no number 16 on my street. I want a refund",
+     [0.7, 0.3, 0.0, 0.1], []),
+    ("open_case", 0.6, "tool_call", "open_case(88213, disputed delivery) -> case C-5117 opened", None, []),
+    ("handover", 0.7, "turn",
+     "Agent: I have opened case C-5117; a colleague will contact you within one working day",
+     [0.2, 0.8, 0.0, 0.0], []),
+    ("case_fact", 0.78, "fact",
+     "Case C-5117: customer disputes the delivery of order 88213; street has no number 16",
+     [0.6, 0.4, 0.0, 0.0], ["track", "objection", "open_case"]),
+    ("door_turn", 2.2, "turn", "Customer: next time, the door code is 4471, please leave parcels in the hall",
+     [0.013, 0.217, 0.931, 0.0472], []),
+    ("door_fact", 2.38, "fact", "Delivery instruction: door code 4471, leave parcels in the hall",
+     [0.0, 0.1, 1.0, 0.0], ["door_turn"]),
+]
+# fmt: on
+DERIVED_QUERY = (
+    "MATCH (d:Event)-[:SOURCE_FROM]->(s:Event) WHERE s.event_id = $id "
+    "RETURN d.event_id, d.kind, d.text"
+)
+
+
+def build(client: httpx.Client) -> dict[str, str]:
+    """Append the support tenant in order; name -> id."""
+    ids: dict[str, str] = {}
+    for name, minutes, kind, text, embedding, sources in SUPPORT:
+        body: dict[str, Any] = {"kind": kind, "ts": int(REPLY_TS + minutes * MIN), "text": text}
+        if embedding is not None:
+            body["embedding"] = embedding
+        body["properties"] = {"source_event_ids": [ids[s] for s in sources]} if sources else {}
+        resp = client.post("/v1/memory/event", json=body)
+        assert resp.status_code == 201, resp.text
+        ids[name] = resp.json()["event_id"]
+    return ids
+
+
+def door_turn_patterns() -> dict[str, bytes]:
+    """The door message's text, the words only it used, and its embedding in every encoding."""
+    text = SUPPORT[8][3]
+    embedding = SUPPORT[8][4]
+    assert embedding is not None
+    return {"text": text.encode(), "next time": b"next time"} | embedding_patterns(embedding)
+
+
+def delete(client: httpx.Client, event_id: str, query: str = "") -> httpx.Response:
+    return client.delete(f"/v1/memory/event/{event_id}{query}")
+
+
+def test_the_seeds_door_code_erasure(server: ServerProcess) -> None:
+    client = server.client(TENANT)
+    ids = build(client)
+    tenant_dir = server.data_dir / TENANT
+
+    # What was derived from the message, asked before deleting anything (the seed's query).
+    derived = client.post(
+        "/v1/memory/cypher", json={"query": DERIVED_QUERY, "params": {"id": ids["door_turn"]}}
+    )
+    assert derived.json()["rows"] == [[ids["door_fact"], "fact", SUPPORT[9][3]]]
+    dry = delete(client, ids["door_turn"], "?cascade=derived&dry_run=true")
+    assert dry.json() == {"would_delete": [ids["door_turn"], ids["door_fact"]]}
+
+    resp = delete(client, ids["door_turn"], "?purge=true")
+    assert resp.json() == {"deleted": True, "purged": True, "deleted_ids": [ids["door_turn"]]}
+    assert scan(server.data_dir, door_turn_patterns()) == {}
+    # The fact still holds the code, and is still there.
+    assert scan(server.data_dir, {DOOR_TEXT: DOOR_TEXT.encode()}) == {
+        DOOR_TEXT: [f"{TENANT}/events/data.mdb"]
+    }
+    assert client.get(f"/v1/memory/event/{ids['door_fact']}").status_code == 200
+    terms = index_terms(tenant_dir / "keyword")
+    assert {"4471", "door"} <= terms and "next" not in terms  # "next" was the message's alone
+
+    resp = delete(client, ids["door_fact"], "?purge=true")
+    assert resp.json() == {"deleted": True, "purged": True, "deleted_ids": [ids["door_fact"]]}
+    # "4471," as both texts have it: the bare digits turn up in random hex ids (a UUIDv4 whose
+    # third group is 4471 is one in 4,096) and in binary files.
+    assert scan(server.data_dir, {DOOR_TEXT: DOOR_TEXT.encode(), "4471,": b"4471,"}) == {}
+    assert index_terms(tenant_dir / "keyword") & {"4471", "door", "code", "hall"} == set()
+
+    for name in ("door_turn", "door_fact"):
+        got = client.get(f"/v1/memory/event/{ids[name]}")
+        assert (got.status_code, got.json()) == (404, NOT_FOUND)
+    # The rest of the tenant answers as before.
+    hits = client.post(
+        "/v1/memory/recall", json={"text": "signed for at number 16", "kind": "turn", "k": 3}
+    )
+    assert hits.json()["hits"][0]["event_id"] == ids["reply"]
+    assert len(client.get("/v1/memory/events").json()["events"]) == len(SUPPORT) - 2
+    server.stop()
+    assert b"4471," not in server.log_path.read_bytes()  # logs carry ids, never text
+
+
+def wait_until_clean(data_dir: Path, patterns: dict[str, bytes], timeout: float) -> float:
+    """Seconds until no file under data_dir holds any pattern; fails after timeout."""
+    started = time.monotonic()
+    while scan(data_dir, patterns):
+        assert time.monotonic() - started < timeout, scan(data_dir, patterns)
+        time.sleep(0.1)
+    return time.monotonic() - started
+
+
+def test_the_background_purger_erases_without_being_asked(start_server: Any) -> None:
+    server = start_server(env={"MEMSPINE_PURGE_INTERVAL_SECS": "0.3"})
+    client = server.client(TENANT)
+    ids = build(client)
+    resp = delete(client, ids["door_turn"])
+    assert resp.json() == {"deleted": True, "purged": False, "deleted_ids": [ids["door_turn"]]}
+    wait_until_clean(server.data_dir, door_turn_patterns(), timeout=20)
+    deadline = time.monotonic() + 5
+    while (server.data_dir / TENANT / "purge.pending").exists():
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    assert client.get(f"/v1/memory/event/{ids['door_fact']}").status_code == 200
+
+
+def test_a_server_killed_during_a_purge_restarts_on_whole_files(
+    start_server: Any, tmp_path: Path
+) -> None:
+    server = start_server()
+    client = server.client(TENANT)
+    ids = build(client)
+    filler = [
+        {
+            "kind": "turn",
+            "ts": REPLY_TS + i,
+            "text": f"filler turn number f{i:04d}",
+            "embedding": [0.1, 0.2, 0.3, i / 300],
+        }
+        for i in range(300)
+    ]
+    with ThreadPoolExecutor(16) as pool:  # concurrent appends share group commits
+        fill_ids = list(
+            pool.map(lambda b: client.post("/v1/memory/event", json=b).json()["event_id"], filler)
+        )
+
+    def purge_request() -> None:
+        with contextlib.suppress(httpx.HTTPError):  # the server dies under it
+            delete(client, ids["door_turn"], "?purge=true")
+
+    thread = threading.Thread(target=purge_request)
+    thread.start()
+    time.sleep(0.15)
+    server.stop(signal.SIGKILL)
+    thread.join()
+
+    restarted = start_server(data_dir=server.data_dir)
+    client = restarted.client(TENANT)
+    for event_id in fill_ids[::10] + [ids[n] for n in ("reply", "case_fact", "door_fact")]:
+        assert client.get(f"/v1/memory/event/{event_id}").status_code == 200
+    # The tenant's first open finished or dropped the interrupted purge.
+    assert not any(
+        (server.data_dir / TENANT / n).exists() for n in ("purge.new", "purge.ready", "purge.old")
+    )
+    # The delete may or may not have committed before the kill; either way it can finish now.
+    resp = delete(client, ids["door_turn"], "?purge=true")
+    assert resp.status_code in (200, 404)
+    if resp.status_code == 404:
+        assert client.post("/v1/memory/cypher", json={"query": "MATCH (e) RETURN count(e)"}).json()[
+            "rows"
+        ] == [[len(SUPPORT) - 1 + 300]]
+        delete(client, ids["door_fact"], "?purge=true")  # a purge of the tenant, whatever was left
+    assert scan(server.data_dir, door_turn_patterns()) == {}
+    hits = client.post("/v1/memory/recall", json={"text": "filler f0042", "k": 1}).json()["hits"]
+    assert [h["event_id"] for h in hits] == [fill_ids[42]]
+
+
+# -- kill -9 during a purge --------------------------------------------------------------------
+
+KILL_SCRIPT = """
+import os, signal, sys
+from pathlib import Path
+from storage.tenants.tenant import Tenant
+
+root, at = Path(sys.argv[1]), sys.argv[2]
+t = Tenant.open("t1", root, embedding_dim=int(sys.argv[3]))
+
+def step(name):
+    if name == at:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+print("go", flush=True)
+t.purge(step)
+print("done", flush=True)
+t.close()
+"""
+COMMIT_AND_AFTER = ["committed", *ROLL_STEPS, "cleaned"]
+KILL_POINTS = ["stage", "copied", "indexed", "synced", "vectors", "fsynced", *COMMIT_AND_AFTER]
+
+
+class Template(msgspec.Struct):
+    """A closed tenant with deleted events, copied for each kill."""
+
+    root: Path
+    live: dict[str, str]  # id -> text
+    gone: dict[str, str]  # id -> a token only it used
+    patterns: dict[str, bytes]
+
+
+@pytest.fixture(scope="module")
+def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
+    rng = random.Random(99)
+    root = tmp_path_factory.mktemp("template") / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(250)])
+    secret = rare_token(rng)
+    victim = NewEvent(kind="turn", ts=5, text=f"door code {secret}", embedding=[0.5] * DIM)
+    [vid] = append(t, [victim])
+    patterns = {"secret": secret.encode(), "text": victim.text.encode()}  # type: ignore[union-attr]
+    gone = last_tokens(t, ids[:8]) | {vid: secret.lower()}
+    t.submit_delete(list(gone)).result()
+    live = {e: text for e in ids[8:] if (text := text_of(t, e)) is not None}
+    t.close()
+    return Template(root=root, live=live, gone=gone, patterns=patterns)
+
+
+def run_purge_and_kill(root: Path, at: str, delay: float | None = None) -> None:
+    """A purge in its own process, killed with SIGKILL at a named step or after a delay."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILL_SCRIPT, str(root), at, str(DIM)],
+        cwd=REPO,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"go\n"
+    if delay is not None:
+        time.sleep(delay)
+        proc.kill()
+    proc.wait(timeout=60)
+    if at:
+        assert proc.returncode == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
+
+
+def verify_after_crash(root: Path, template: Template) -> bool:
+    """The tenant opens on one generation, whole; returns whether the purge had committed."""
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
+    committed = t.log.tombstones() == []
+    if not committed:  # the old files: everything deleted is still awaiting a purge, redo it
+        assert sorted(t.log.tombstones()) == sorted(template.gone)
+        assert t.purge().purged == len(template.gone)
+    with t.log.reader() as r:
+        assert {e: r.get(e).text for e in template.live} == template.live  # type: ignore[union-attr]
+        assert r.count() == len(template.live)
+    check_tenant(t, list(template.live), template.gone)
+    t.close()
+    assert scan(root, template.patterns) == {}
+    return committed
+
+
+@pytest.mark.parametrize("at", KILL_POINTS)
+def test_kill_9_at_each_step_of_a_purge(tmp_path: Path, template: Template, at: str) -> None:
+    root = tmp_path / "t1"
+    shutil.copytree(template.root, root)
+    run_purge_and_kill(root, at)
+    assert verify_after_crash(root, template) == (at in COMMIT_AND_AFTER)
+
+
+@pytest.mark.parametrize("delay", [0.02, 0.08, 0.15, 0.3])
+def test_kill_9_at_a_random_moment_of_a_purge(
+    tmp_path: Path, template: Template, delay: float
+) -> None:
+    root = tmp_path / "t1"
+    shutil.copytree(template.root, root)
+    run_purge_and_kill(root, "", delay)
+    verify_after_crash(root, template)

@@ -1,0 +1,125 @@
+"""What only a real memspine-server process shows: its file descriptors stay bounded while
+tenants cycle through a cap of three, and its resident memory while they cycle through a
+memory budget (tests/server/test_manager.py and test_manager_memory.py test the rest)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import httpx
+import numpy as np
+import pytest
+from servers import ServerProcess
+from test_manager import fd_count, metric
+from test_manager_memory import (
+    BIG_DIM,
+    BIG_EVENTS,
+    BIG_TENANTS,
+    BUDGET,
+    build,
+    copies,
+    value,
+    vm_rss,
+)
+
+from storage.tenants.manager import MEMORY
+
+
+@pytest.fixture(scope="module")
+def capped(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """One real server for the module with at most three tenants open."""
+    server = ServerProcess(
+        tmp_path_factory.mktemp("capped") / "data", {"MEMSPINE_MAX_OPEN_TENANTS": "3"}
+    ).start()
+    yield server
+    server.stop()
+
+
+def test_twelve_tenants_through_a_cap_of_three_all_answer_with_bounded_fds(
+    capped: ServerProcess,
+) -> None:
+    server = capped
+    assert server.proc is not None
+    pid = server.proc.pid
+    with server.client("warmup") as c:
+        assert c.get("/v1/memory/events").status_code == 200
+        before = c.get("/metrics").text
+    baseline = fd_count(pid)  # one to three tenants open, sockets and libraries loaded
+    ids: dict[str, str] = {}
+    peak = baseline
+    for i in range(12):
+        name = f"tenant{i}"
+        with server.client(name) as c:
+            r = c.post("/v1/memory/event", json={"kind": "turn", "text": f"fact of {name}"})
+            assert r.status_code == 201, r.text
+            ids[name] = r.json()["event_id"]
+        peak = max(peak, fd_count(pid))
+    for name, event_id in ids.items():  # each was evicted since: every one reopens from disk
+        with server.client(name) as c:
+            listed = [e["event_id"] for e in c.get("/v1/memory/events").json()["events"]]
+            assert listed == [event_id]
+            assert c.get(f"/v1/memory/event/{event_id}").json()["text"] == f"fact of {name}"
+        peak = max(peak, fd_count(pid))
+    # Three tenants open at most, and a few sockets: twelve open at once would add about 12 x 4.
+    assert peak - baseline <= 2 * 12, (baseline, peak)
+    with server.client("x") as c:
+        text = c.get("/metrics").text
+
+    def delta(name: str) -> float:
+        return metric(text, name) - metric(before, name)
+
+    # 12 new tenants, then 12 reopens (each was evicted by the time it was read again); the
+    # warm-up's read opened nothing (a read does not create a tenant), so 9 + 12 evictions at least
+    assert metric(text, "memspine_open_tenants") == 3
+    assert delta("memspine_tenant_opens_total") == 24
+    assert 21 <= delta("memspine_tenant_evictions_total") <= 24
+
+
+@pytest.fixture(scope="module")
+def budgeted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
+    """A real server over BIG_TENANTS tenants of BIG_EVENTS 384-float events, with a budget
+    that holds about four of them."""
+    root = tmp_path_factory.mktemp("budgeted")
+    template = build(root / "template" / "big", BIG_EVENTS, BIG_DIM)
+    copies(template, root / "data", [f"big{i:02d}" for i in range(BIG_TENANTS)])
+    server = ServerProcess(root / "data", {
+        "MEMSPINE_EMBEDDING_DIM": str(BIG_DIM), "MEMSPINE_MAX_OPEN_BYTES": str(BUDGET),
+    }).start()  # fmt: skip
+    yield server
+    server.stop()
+
+
+def test_server_rss_stays_bounded_while_cycling_through_more_tenants_than_fit(
+    budgeted: ServerProcess,
+) -> None:
+    server = budgeted
+    assert server.proc is not None
+    pid = server.proc.pid
+    query = np.random.default_rng(3).standard_normal(BIG_DIM).tolist()
+    with httpx.Client(base_url=server.url, timeout=60) as c:
+        # Warm up the code paths (imports, the empty stand-in) on a tenant that does not exist.
+        warm = c.post("/v1/memory/recall", json={"text": "fact", "embedding": query},
+                      headers={"Authorization": "Bearer warmup"})  # fmt: skip
+        assert warm.status_code == 200
+        base = vm_rss(pid)
+        after_round: list[int] = []
+        peak = base
+        for _round in range(3):
+            for i in range(BIG_TENANTS):
+                r = c.post("/v1/memory/recall", json={"text": "fact", "embedding": query, "k": 5},
+                           headers={"Authorization": f"Bearer big{i:02d}"})  # fmt: skip
+                assert r.status_code == 200, r.text
+                assert len(r.json()["hits"]) == 5
+                peak = max(peak, vm_rss(pid))
+            after_round.append(vm_rss(pid))
+        text = c.get("/metrics").text
+    opened = value(text, "memspine_open_tenant_bytes")
+    assert 0 < opened <= BUDGET
+    assert value(text, "memspine_open_bytes_budget") == BUDGET
+    assert value(text, "memspine_tenant_evictions_by_reason_total", reason=MEMORY) >= 3 * BIG_TENANTS - 5
+    assert value(text, "memspine_open_tenant_part_bytes", part="graph") > opened / 2
+    assert value(text, "memspine_open_tenants") <= 5
+    # All twelve open would hold about three times the budget; within it, the process holds the
+    # budget plus allocator slack, and no round holds more than the one before it did.
+    assert peak - base < BUDGET + (24 << 20), (base, peak, after_round)
+    assert after_round[2] < after_round[0] + (8 << 20), after_round
