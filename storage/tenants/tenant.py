@@ -326,6 +326,10 @@ class Tenant:
         line that cannot be written fails the whole batch (InvalidRequest naming the line)."""
 
         def run() -> int:
+            # The keyword fold commits the previous batch while the caller reads this one; an
+            # import that did not wait for it would queue the whole file's text in memory.
+            self.keyword.flush()
+
             def apply(txn: Any) -> int:
                 appender = self.log.appender(txn)
                 if model is not None:

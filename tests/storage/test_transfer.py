@@ -24,7 +24,7 @@ from storage.tenants.tenant import Tenant
 from storage.transfer import format as fmt
 from storage.transfer import load
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 
 
 def export_bytes(t: Tenant) -> bytes:
