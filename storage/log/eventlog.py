@@ -446,12 +446,13 @@ class Appender:
 
 
 @contextmanager
-def snapshot(path: Path) -> Iterator[LogReader]:
+def snapshot(path: Path, *, lock: bool = True) -> Iterator[LogReader]:
     """One read transaction of the log at path from a process that does not write it (a backup
     or an export by the CLI while the server runs): the environment opened read-only for it.
 
     The reader slot it takes in the log's lock file keeps the writer from reusing the pages it
     reads, so the snapshot stays whole however long it is held; the writer never waits for it.
+    lock=False: nobody writes the log (a backup's copy), and no lock file is made.
     """
     env = lmdb.open(
         str(path),
@@ -460,7 +461,7 @@ def snapshot(path: Path) -> Iterator[LogReader]:
         max_dbs=len(DB_NAMES) + 1,
         max_readers=256,
         readahead=False,
-        lock=True,
+        lock=lock,
     )
     try:
         with env.begin(buffers=False) as txn:

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -28,7 +27,6 @@ from storage.read.listing import ListQuery, list_events
 from storage.read.recall import RecallQuery, RecallResult, recall, validate
 from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
 from storage.tenants.writer import GroupWriter, Job
-from storage.transfer.export import export_lines
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
@@ -211,14 +209,6 @@ class Tenant:
                 encoded=encoded,
                 started=started,
             )
-
-    @contextmanager
-    def export(self) -> Iterator[Iterator[bytes]]:
-        """The tenant's export (storage/transfer/format.py), line by line, from one snapshot
-        held until the block ends."""
-        self.log.grow_if_over_half()  # writes go on meanwhile: room for them without a resize
-        with self.log.reader() as r:
-            yield export_lines(r, self.tenant_id, default_dim=self.dim)
 
     def would_delete(self, event_id: str, *, cascade: bool) -> list[str]:
         """The ids a delete (cascading or not) would remove, the event first; changes nothing."""

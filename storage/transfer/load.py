@@ -78,7 +78,7 @@ def load(
 
     Every line is checked before its batch is written, and the trailer's counts and checksum
     once the input ends; a refusal is InvalidRequest naming the line. Batches written before a
-    refusal stay in the tenant: import into a staging copy (storage/tenants/landing.py) so
+    refusal stay in the tenant: import into a staging copy (storage/transfer/landing.py) so
     that a refused or interrupted import leaves nothing behind.
     """
     header = reader.header

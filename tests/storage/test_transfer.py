@@ -19,16 +19,17 @@ from transfer_world import DIM, MODEL, answers, populate
 from storage import files
 from storage.errors import Conflict, InvalidRequest
 from storage.model import NewEvent, StoredEvent
-from storage.tenants.landing import STAGING_PREFIX, import_tenant
+from storage.transfer.landing import STAGING_PREFIX, import_tenant
 from storage.tenants.tenant import Tenant
 from storage.transfer import format as fmt
 from storage.transfer import load
+from storage.transfer.export import tenant_export
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def export_bytes(t: Tenant) -> bytes:
-    with t.export() as lines:
+    with tenant_export(t) as lines:
         return b"".join(lines)
 
 
@@ -217,7 +218,7 @@ def test_a_different_dimension_is_refused_for_a_merge(world, tmp_path: Path) -> 
 KILLED_IMPORT = """
 import io, sys
 from pathlib import Path
-from storage.tenants.landing import import_tenant
+from storage.transfer.landing import import_tenant
 import storage.transfer.load as load
 
 load.BATCH_EVENTS = 10

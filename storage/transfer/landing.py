@@ -34,7 +34,7 @@ from storage.transfer.format import Reader
 from storage.transfer.load import ImportStats, Progress, lines_of, load, read_header
 
 STAGING_PREFIX = ".importing-"
-_LOCK = ".lock"  # flock-ed inside a staging directory while its import runs
+LOCK = ".lock"  # flock-ed inside a staging directory while its import runs
 
 
 def import_tenant(
@@ -73,18 +73,31 @@ def _into_new(
     staging = data_dir / f"{STAGING_PREFIX}{tenant_id}-{secrets.token_hex(4)}"
     staging.mkdir()
     try:
-        with _held(staging):
-            tenant = Tenant.open(tenant_id, staging, embedding_dim=dim)
-            try:
-                stats = load(tenant, lines, reader, progress=progress)
-            finally:
-                tenant.close()
+        with held(staging):
+            stats = build(staging, tenant_id, dim, lines, reader, progress)
             fsync_tree(staging)
             _rename_into_place(staging, data_dir / tenant_id)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
     return stats
+
+
+def build(
+    root: Path,
+    tenant_id: str,
+    dim: int,
+    lines: Iterator[bytes],
+    reader: Reader,
+    progress: Progress | None = None,
+) -> ImportStats:
+    """Make a new tenant at root from the rest of an export (its header read by `reader`):
+    the log written in batches, both indexes projected from it, all saved and closed."""
+    tenant = Tenant.open(tenant_id, root, embedding_dim=dim)
+    try:
+        return load(tenant, lines, reader, progress=progress)
+    finally:
+        tenant.close()
 
 
 def _rename_into_place(staging: Path, root: Path) -> None:
@@ -98,7 +111,7 @@ def _rename_into_place(staging: Path, root: Path) -> None:
             f"tenant {root.name} was written while the import ran; nothing was imported"
         ) from exc
     fsync_dir(root.parent)
-    (root / _LOCK).unlink()  # moved in with the rest; held until the caller lets go
+    (root / LOCK).unlink()  # moved in with the rest; held until the caller lets go
 
 
 def _into_existing(
@@ -155,14 +168,14 @@ def sweep_stale(data_dir: Path, tenant_id: str) -> None:
     prefix = f"{STAGING_PREFIX}{tenant_id}-"
     for entry in os.scandir(data_dir):
         if entry.name.startswith(prefix) and entry.is_dir(follow_symlinks=False):
-            with contextlib.suppress(BlockingIOError), _held(Path(entry.path), create=False):
+            with contextlib.suppress(BlockingIOError), held(Path(entry.path), create=False):
                 shutil.rmtree(entry.path, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def _held(staging: Path, *, create: bool = True) -> Iterator[None]:
+def held(staging: Path, *, create: bool = True) -> Iterator[None]:
     """Hold the staging directory's lock (BlockingIOError if another process does)."""
-    path = staging / _LOCK
+    path = staging / LOCK
     try:
         fd = os.open(path, os.O_RDWR | (os.O_CREAT if create else 0), 0o600)
     except FileNotFoundError:  # a stage killed before its lock was made: nobody holds it
