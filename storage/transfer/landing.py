@@ -21,7 +21,7 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO
 
 from storage import files
 from storage.erasure import swap
@@ -40,7 +40,7 @@ LOCK = ".lock"  # flock-ed inside a staging directory while its import runs
 def import_tenant(
     data_dir: Path,
     tenant_id: str,
-    stream: BinaryIO,
+    stream: IO[bytes],
     *,
     merge: bool = False,
     progress: Progress | None = None,

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future
-from typing import BinaryIO, Protocol
+from typing import IO, Protocol
 
 import msgspec
 
@@ -46,7 +46,7 @@ class ImportStats(msgspec.Struct, frozen=True, kw_only=True):
     lines: int = 0
 
 
-def lines_of(stream: BinaryIO) -> Iterator[bytes]:
+def lines_of(stream: IO[bytes]) -> Iterator[bytes]:
     """The stream's lines, each with its newline (the last may lack it), none past the bound."""
     while True:
         line = stream.readline(MAX_LINE_BYTES + 1)
