@@ -19,11 +19,11 @@ from transfer_world import DIM, MODEL, answers, populate
 from storage import files
 from storage.errors import Conflict, InvalidRequest
 from storage.model import NewEvent, StoredEvent
-from storage.transfer.landing import STAGING_PREFIX, import_tenant
 from storage.tenants.tenant import Tenant
 from storage.transfer import format as fmt
 from storage.transfer import load
 from storage.transfer.export import tenant_export
+from storage.transfer.landing import STAGING_PREFIX, import_tenant
 
 REPO = Path(__file__).resolve().parents[2]
 
