@@ -11,8 +11,10 @@ One JSON object per line, each tagged by its "type":
    hash, never content), so a retry of that append still replays after a move;
 4. `end`: the counts of both and the SHA-256 of every byte before it.
 
-docs/api.md ("Export format") is the description for people; FORMAT_VERSION names what is
-here, and a reader refuses a version it does not know.
+docs/api.md ("Export format") is the description for people. FORMAT_VERSION names what is
+written here; a reader takes every version from 1 to its own and refuses a later one. A new
+version only adds: a line type or an optional field (with a default that means "absent", as
+a file of an earlier version has it), so what an earlier version wrote still reads.
 """
 
 from __future__ import annotations
@@ -198,10 +200,10 @@ class Reader:
             raise InvalidRequest(f"line {n}: a header line that is not the first line")
         if header.format != FORMAT:
             raise InvalidRequest(f"line {n}: not a memspine export (format {header.format!r})")
-        if header.version != FORMAT_VERSION:
+        if not 1 <= header.version <= FORMAT_VERSION:
             raise InvalidRequest(
                 f"line {n}: export format version {header.version}; this version of memspine "
-                f"reads version {FORMAT_VERSION}"
+                f"reads versions 1 to {FORMAT_VERSION}"
             )
         if not 1 <= header.embedding_dim <= 65536:
             raise InvalidRequest(f"line {n}: embedding_dim must be from 1 to 65536")

@@ -320,3 +320,29 @@ def test_an_import_holds_one_batch_whatever_the_file_size(
         tracemalloc.stop()
     assert stats.events == n
     assert peak < 16 << 20, peak  # the file is 36 MB, a batch 2 MB
+
+
+def test_a_later_format_version_is_refused_naming_the_ones_read(world, tmp_path: Path) -> None:
+    exported, _seen, _ids = world
+    later = exported.replace(b'"version":1,', b'"version":2,', 1)
+    with pytest.raises(InvalidRequest, match="version 2; this version of memspine reads"):
+        import_tenant(tmp_path / "data", "acme", io.BytesIO(later))
+
+
+def test_an_op_the_format_cannot_carry_stops_the_export(tmp_path: Path) -> None:
+    """Exporting past a kind of log op with no line for it would lose what it wrote."""
+    from storage.log import layout
+
+    t = Tenant.open("acme", tmp_path / "acme", embedding_dim=DIM)
+    try:
+        made = t.submit_append([NewEvent(kind="turn", ts=1, text="x")]).result()[0].event_id
+
+        def odd_op(txn: Any) -> None:
+            value = layout.op_value(b"Z", layout.id_bytes(made))
+            txn.put(layout.op_key(99), value, db=t.log.dbs["ops"])
+
+        t.log.write(odd_op)
+        with pytest.raises(RuntimeError, match="does not carry log op b'Z'"):
+            export_bytes(t)
+    finally:
+        t.close()
