@@ -161,6 +161,7 @@ PUBLIC = {
     "storage.model",
     "storage.space",
     "storage.fsync",
+    "storage.heap",
     "storage.log.layout",
     "storage.read.current",
     "storage.read.listing",
