@@ -205,3 +205,22 @@ def test_a_tenant_id_that_is_no_directory_name_is_refused(tmp_path: Path, comman
     admin = Admin(tmp_path / "data", tmp_path)
     refused = admin.error(*command)
     assert refused["error"] == "invalid_request" and "local mode" in refused["detail"]
+
+
+def test_the_admin_route_takes_a_tenant_id(tmp_path: Path) -> None:
+    from servers import InProcessServer, cheap_hasher, serve
+
+    ControlDB.init(tmp_path / "data", actor="test")
+    srv = InProcessServer(tmp_path / "data", {"MEMSPINE_ADMIN_KEY": "k" * 32}, hasher=cheap_hasher())
+    for s in serve(srv):
+        with s.client("k" * 32) as c:
+            made = c.post("/v1/admin/tenants", json={"name": "acme", "tenant_id": MOVED.upper()})
+            assert made.status_code == 201 and made.json() == {"tenant_id": MOVED, "name": "acme"}
+            twice = c.post("/v1/admin/tenants", json={"name": "b", "tenant_id": MOVED})
+            assert twice.status_code == 409 and twice.json()["error"] == "conflict"
+            bad = c.post("/v1/admin/tenants", json={"name": "c", "tenant_id": "acme"})
+            assert bad.status_code == 400 and "UUIDv4" in bad.json()["detail"]
+            wrong = c.post("/v1/admin/tenants", json={"name": "d", "tenant_id": 7})
+            assert wrong.status_code == 400
+            listed = c.get("/v1/admin/tenants").json()["tenants"]
+            assert [t["tenant_id"] for t in listed] == [MOVED]
