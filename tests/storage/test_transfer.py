@@ -346,3 +346,31 @@ def test_an_op_the_format_cannot_carry_stops_the_export(tmp_path: Path) -> None:
             export_bytes(t)
     finally:
         t.close()
+
+
+@pytest.mark.parametrize(
+    ("properties", "why"),
+    [
+        (b'{"a":' * 40 + b"1" + b"}" * 40, "nest more than 32 levels"),
+        (b'{"a":' * 5000 + b"1" + b"}" * 5000, "nested too deeply"),
+        (b'{"a": 1e999}', "not JSON this server reads"),
+        (b"[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_properties_the_api_would_not_store_are_refused(
+    tmp_path: Path, properties: bytes, why: str
+) -> None:
+    head = fmt.Header(
+        format=fmt.FORMAT,
+        version=fmt.FORMAT_VERSION,
+        tenant_id="x",
+        embedding_dim=DIM,
+        embedding_model=None,
+        exported_at=0,
+        events=1,
+    )
+    line = b'{"type":"event","event_id":"00000000-0000-4000-8000-000000000001","kind":"k",'
+    line += b'"ts":1,"properties":' + properties + b"}\n"
+    with pytest.raises(InvalidRequest, match=f"line 2: .*{why}"):
+        import_tenant(tmp_path / "data", "x", io.BytesIO(fmt.header_line(head) + line))
+    assert list((tmp_path / "data").iterdir()) == []
