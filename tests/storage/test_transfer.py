@@ -19,6 +19,7 @@ from transfer_world import DIM, MODEL, answers, populate
 from storage import files
 from storage.errors import Conflict, InvalidRequest
 from storage.model import NewEvent, StoredEvent
+from storage.read.listing import ListQuery
 from storage.tenants.tenant import Tenant
 from storage.transfer import format as fmt
 from storage.transfer import load
@@ -227,7 +228,8 @@ def slow(n):
         print("written", n, flush=True)
         import time; time.sleep(60)
 data = Path(sys.argv[1]).read_bytes()
-import_tenant(Path(sys.argv[2]), "acme", io.BytesIO(data), progress=slow)
+merge = sys.argv[3:] == ["merge"]
+import_tenant(Path(sys.argv[2]), "acme", io.BytesIO(data), merge=merge, progress=slow)
 """
 
 
@@ -374,3 +376,31 @@ def test_properties_the_api_would_not_store_are_refused(
     with pytest.raises(InvalidRequest, match=f"line 2: .*{why}"):
         import_tenant(tmp_path / "data", "x", io.BytesIO(fmt.header_line(head) + line))
     assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_a_merge_killed_half_way_leaves_the_tenant_as_it_was(world, tmp_path: Path) -> None:
+    exported, _seen, ids = world
+    (tmp_path / "export.ndjson").write_bytes(exported)
+    data_dir = tmp_path / "data"
+    t = Tenant.open("acme", data_dir / "acme", embedding_dim=DIM)
+    own = t.submit_append([NewEvent(kind="turn", ts=5, text="already here")]).result()[0].event_id
+    t.close()
+    args = [str(tmp_path / "export.ndjson"), str(data_dir), "merge"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_IMPORT, *args],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith(b"written")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (data_dir / "acme" / "purge.new").is_dir()  # the uncommitted copy the kill left
+    t = Tenant.open("acme", data_dir / "acme", embedding_dim=DIM)  # discards it
+    try:
+        assert t.get(own) is not None and t.get(ids[0]) is None
+        assert t.list_events(ListQuery(limit=1000))[0] == [t.get(own).event]  # type: ignore[union-attr]
+        assert not (data_dir / "acme" / "purge.new").exists()
+    finally:
+        t.close()
