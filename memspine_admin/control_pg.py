@@ -389,9 +389,7 @@ class PgControl:
 
     # -- tenants -----------------------------------------------------------------------------
 
-    def create_tenant(
-        self, name: str, *, actor: str, tenant_id: str | None = None
-    ) -> TenantRecord:
+    def create_tenant(self, name: str, *, actor: str, tenant_id: str | None = None) -> TenantRecord:
         """Create a tenant (with the id given, or a new one), placed on a registered node
         (memspine_admin/placement.py) if any; Conflict (409) if a live tenant already has that
         name or that id."""
@@ -404,9 +402,10 @@ class PgControl:
             ).fetchone()
             if existing is not None:
                 raise Conflict(f"a tenant named {name!r} already exists: {existing[0]}")
-            if chosen is not None and conn.execute(
-                "SELECT 1 FROM tenants WHERE tenant_id = %s", (chosen,)
-            ).fetchone():
+            if (
+                chosen is not None
+                and conn.execute("SELECT 1 FROM tenants WHERE tenant_id = %s", (chosen,)).fetchone()
+            ):
                 raise Conflict(f"a tenant with id {chosen} already exists")
             tenant_id = chosen or str(uuid.uuid4())
             route = keys.new_route()
