@@ -99,7 +99,9 @@ def speeds(data: Path, work: Path, n: int, runs: int) -> dict[str, Any]:
     size = 0
     out = work / "t.ndjson"
     for run in range(runs):
-        seconds["read"].append(timed(lambda: read_all(data / "t")))
+        started = time.perf_counter()
+        n = read_all(data / "t")  # the template's events and those the stalls' writer added
+        seconds["read"].append(time.perf_counter() - started)
         seconds["export"].append(timed(lambda: export_file(data / "t", out)))
         size = out.stat().st_size
         seconds["append"].append(append_baseline(work / "append"))
@@ -112,7 +114,8 @@ def speeds(data: Path, work: Path, n: int, runs: int) -> dict[str, Any]:
         seconds["restore"].append(
             timed(lambda: restore(work / "bk", work / "restored", default_dim=DIM))
         )
-        print(f"run {run + 1}: " + ", ".join(f"{k} {v[-1]:.1f} s" for k, v in seconds.items()))
+        done = ", ".join(f"{k} {v[-1]:.1f} s" for k, v in seconds.items())
+        print(f"run {run + 1}: {done}", flush=True)
     result: dict[str, Any] = {"export_bytes": size, "runs": runs, "events": n}
     for k, v in seconds.items():
         count = APPEND_BASELINE if k == "append" else n
@@ -216,17 +219,24 @@ def stalls(data: Path, work: Path) -> dict[str, Any]:
 
 def main() -> None:
     """Run, print and write bench/out/transfer.json."""
-    args = parse_args(__doc__ or "")
+    argv = sys.argv[1:]
+    runs = 1 if "--quick" in argv else 3
+    if "--runs" in argv:  # beside common's options: fewer runs on a machine others load
+        at = argv.index("--runs")
+        runs = int(argv[at + 1])
+        del argv[at : at + 2]
+    args = parse_args(__doc__ or "", argv)
     n = 5_000 if args.quick else 100_000
-    runs = 1 if args.quick else 3
     source, built = template(n)
     work = scratch_dir("transfer")
     try:
         data = work / "data"
         shutil.copytree(source, data / "t")
         result: dict[str, Any] = {"template_built_s": built}
-        result["speeds"] = speeds(data, work, n, runs)
+        # The stalls first: the target, and the data directory as the template left it.
         result["stalls"] = stalls(data, work)
+        print(json.dumps(result["stalls"]), flush=True)
+        result["speeds"] = speeds(data, work, n, runs)
     finally:
         shutil.rmtree(work, ignore_errors=True)
     path = write_json("transfer", result, args.out)
