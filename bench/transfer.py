@@ -13,9 +13,10 @@
     the keyword index is committed and the graph complete and saved;
   - **backup** and **restore** of the whole data directory (storage/transfer/backup.py).
 - The writers' stall: memspine-server serves the data directory while one client appends
-  (one event at a time, 384-float embedding) for 3 s, then during each of: a backup, a CLI
-  export (both from this process), a `GET /v1/memory/export` (spooled in the server); the
-  appends' p50, p99 and longest, before and during each.
+  (one event at a time, 384-float embedding) for 3 s, then during each of: `memspine-admin
+  backup`, `memspine-admin export` (each its own process, as an operator runs them), a
+  `GET /v1/memory/export` (spooled in the server); the appends' p50, p99 and longest, before
+  and during each. Run first, on the data directory as the template left it.
 
 Target (issue 19): no write stall longer than 50 ms during a backup.
 """
@@ -25,6 +26,7 @@ from __future__ import annotations
 import json
 import shutil
 import statistics
+import subprocess
 import sys
 import threading
 import time
@@ -165,6 +167,15 @@ class Appender(threading.Thread):
         conn.close()
 
 
+def admin(data: Path, *args: str) -> None:
+    """memspine-admin as an operator runs it beside the server (its own process, niced)."""
+    subprocess.run(
+        [sys.executable, "-m", "memspine_admin.cli", "--data-dir", str(data), *args],
+        check=True,
+        capture_output=True,
+    )
+
+
 def summary(samples: list[tuple[float, float]], lo: float, hi: float) -> dict[str, Any]:
     """Appends that overlapped [lo, hi]: their p50, p99 and longest (ms)."""
     during = [d for s, d in samples if s < hi and s + d > lo]
@@ -201,8 +212,8 @@ def stalls(data: Path, work: Path) -> dict[str, Any]:
 
         shutil.rmtree(work / "bk-hot", ignore_errors=True)
         jobs: list[tuple[str, Callable[[], Any]]] = [
-            ("backup", lambda: backup(data, work / "bk-hot")),
-            ("cli_export", lambda: export_file(data / "t", work / "hot.ndjson")),
+            ("backup", lambda: admin(data, "backup", str(work / "bk-hot"))),
+            ("cli_export", lambda: admin(data, "export", "t", "--out", str(work / "hot.ndjson"))),
             ("http_export", http_export),
         ]
         for name, job in jobs:
