@@ -26,7 +26,7 @@ log = logging.getLogger("memspine.keyword")
 # can reach Tantivy's parser (lowercasing also disarms its AND/OR/NOT operators).
 _WORD = re.compile(r"[^\W_]+")
 MAX_QUERY_WORDS = 64
-TIE_HITS = 1024  # hits a search takes past its limit to order equal scores, newest first
+TIE_HITS = 1024  # hits a search takes past its limit to order equal scores by append order
 WRITER_HEAP_BYTES = 16_000_000
 # The fold commits at most this often unless a search is waiting: every commit is a new segment
 # (fsyncs now, merge CPU later), and at hundreds of appends a second one commit per group commit
@@ -446,10 +446,11 @@ class Ranked:
         if searcher is not None:
             values = searcher.fast_field_values("seq", [addr for _score, addr in hits])
             seqs = cast(list[int], values)  # every document has its seq
-            # Best score first, equal scores newest first (the order a single segment gives
-            # them): the same order for the same live documents however the index is laid out
-            # in segments.
-            order = sorted(range(len(hits)), key=lambda i: (-hits[i][0], -seqs[i]))[:limit]
+            # Best score first, equal scores in append order (as one segment orders them;
+            # across segments Tantivy's order is arbitrary, a purge's rebuild or a merge
+            # changes it, and a copy of the tenant has its own): one order for the same live
+            # documents however the index is laid out.
+            order = sorted(range(len(hits)), key=lambda i: (-hits[i][0], seqs[i]))[:limit]
             self.hits = [hits[i] for i in order]
             self.seqs = [seqs[i] for i in order]
 
