@@ -251,7 +251,11 @@ def placed(line: Any, header: Header, n: int) -> PlacedEvent:
                 f"line {n}: the embedding has {len(line.embedding)} values, the header's "
                 f"dimension is {header.embedding_dim}"
             )
-        if not all(math.isfinite(v) for v in line.embedding):
+        # One sum in C says all are finite; only a sum that is not (an overflow, or a value
+        # that is not finite) is looked at value by value.
+        if not math.isfinite(sum(line.embedding)) and not all(
+            math.isfinite(v) for v in line.embedding
+        ):
             raise InvalidRequest(f"line {n}: the embedding holds a value that is not finite")
     raw = _properties(line, n)
     for target in (*line.links.SOURCE_FROM, *line.links.SUPERSEDES, *line.supersedes):

@@ -91,32 +91,45 @@ def load(
     idem: list[tuple[str, bytes, list[str]]] = []
     size = written = seen = 0
     model = header.embedding_model
+    # One batch is written on the tenant's writer while the next is read and checked here;
+    # memory holds those two.
+    pending: Future[int] | None = None
 
-    def flush() -> None:
-        nonlocal batch, idem, size, written, model
-        if batch or idem or model is not None:
-            written += tenant.submit_import(
-                batch, idem, model=model, keep_before=keep_before
-            ).result()
+    def settle() -> None:
+        nonlocal pending, written
+        if pending is not None:
+            done, pending = pending, None
+            written += done.result()
             if progress is not None:
                 progress(written)
+
+    def flush() -> None:
+        nonlocal batch, idem, size, model, pending
+        if batch or idem or model is not None:
+            settle()
+            pending = tenant.submit_import(batch, idem, model=model, keep_before=keep_before)
         batch, idem, size, model = [], [], 0, None
 
-    for raw in lines:
-        item = reader.feed(raw)
-        if isinstance(item, End):
-            continue  # reader.finish() below checks there is nothing after it
-        if isinstance(item, IdempotencyLine):
-            idem.append((item.event_id, bytes.fromhex(item.body_hash), item.unlinked))
-        else:
-            assert isinstance(item, PlacedEvent)
-            batch.append(item)
-            seen += 1
-        size += len(raw)
-        if len(batch) + len(idem) >= BATCH_EVENTS or size >= BATCH_BYTES:
-            flush()
-    end = reader.finish()
-    flush()
+    try:
+        for raw in lines:
+            item = reader.feed(raw)
+            if isinstance(item, End):
+                continue  # reader.finish() below checks there is nothing after it
+            if isinstance(item, IdempotencyLine):
+                idem.append((item.event_id, bytes.fromhex(item.body_hash), item.unlinked))
+            else:
+                assert isinstance(item, PlacedEvent)
+                batch.append(item)
+                seen += 1
+            size += len(raw)
+            if len(batch) + len(idem) >= BATCH_EVENTS or size >= BATCH_BYTES:
+                flush()
+        end = reader.finish()
+        flush()
+        settle()
+    finally:
+        if pending is not None:  # refused meanwhile: the batch in flight ends before the caller
+            pending.exception()
     return ImportStats(
         tenant_id=header.tenant_id,
         events=written,
