@@ -49,6 +49,7 @@ from memspine_admin.records import (
     TenantRecord,
     check_name,
     check_scopes,
+    check_tenant_id,
     check_ttl,
     is_tenant_id,
     now_us,
@@ -406,10 +407,12 @@ class PgControl:
 
     # -- tenants -----------------------------------------------------------------------------
 
-    def create_tenant(self, name: str, *, actor: str) -> TenantRecord:
-        """Create a tenant, placed on a registered node (memspine_admin/placement.py) if any;
-        Conflict (409) if a live tenant already has that name."""
+    def create_tenant(self, name: str, *, actor: str, tenant_id: str | None = None) -> TenantRecord:
+        """Create a tenant (with the id given, or a new one), placed on a registered node
+        (memspine_admin/placement.py) if any; Conflict (409) if a live tenant already has that
+        name or that id."""
         name = check_name(name, "name")
+        chosen = check_tenant_id(tenant_id) if tenant_id is not None else None
         with self._conn() as conn:
             change = _Change(conn, self.now)
             existing = conn.execute(
@@ -417,7 +420,12 @@ class PgControl:
             ).fetchone()
             if existing is not None:
                 raise Conflict(f"a tenant named {name!r} already exists: {existing[0]}")
-            tenant_id = str(uuid.uuid4())
+            if (
+                chosen is not None
+                and conn.execute("SELECT 1 FROM tenants WHERE tenant_id = %s", (chosen,)).fetchone()
+            ):
+                raise Conflict(f"a tenant with id {chosen} already exists")
+            tenant_id = chosen or str(uuid.uuid4())
             route = keys.new_route()
             while conn.execute("SELECT 1 FROM tenants WHERE route = %s", (route,)).fetchone():
                 route = keys.new_route()

@@ -39,6 +39,7 @@ log = logging.getLogger("memspine.keyword")
 # can reach Tantivy's parser (lowercasing also disarms its AND/OR/NOT operators).
 _WORD = re.compile(r"[^\W_]+")
 MAX_QUERY_WORDS = 64
+TIE_HITS = 1024  # hits a search takes past its limit to order equal scores by append order
 WRITER_HEAP_BYTES = 16_000_000
 # The fold commits at most this often: every commit is a new segment (fsyncs now, merge CPU
 # later), and at hundreds of appends a second one commit per group commit spent a large share of
@@ -564,7 +565,18 @@ def _search(
 ) -> Ranked:
     """One committed searcher's BM25 hits for the words, kind and tags required."""
     searcher = view.searcher
-    return Ranked(searcher, searcher.search(view.query(words, kind, filters), limit).hits)
+    query = view.query(words, kind, filters)
+    hits = searcher.search(query, limit + 1).hits
+    # Equal scores come out in the segments' document order, which a purge's rebuild or a
+    # merge changes (and a copy of the tenant has its own): when the cut falls among equal
+    # scores, take all of them, so that Ranked's order by seq decides which make it (up to
+    # TIE_HITS more: past that many equal scores the order is the segments' again).
+    while len(hits) > limit and hits[-1][0] == hits[limit - 1][0] and len(hits) < limit + TIE_HITS:
+        more = searcher.search(query, min(2 * len(hits), limit + TIE_HITS)).hits
+        if len(more) == len(hits):
+            break
+        hits = more
+    return Ranked(searcher, hits, limit=limit)
 
 
 # Tantivy scores in float32: a committed hit's score and the one the merge computes for it agree
@@ -760,6 +772,7 @@ class Ranked:
         *,
         entries: list[tuple[float | None, int, Any]] | None = None,
         score_of: Callable[[int], float] | None = None,
+        limit: int = 0,
     ) -> None:
         self.searcher = searcher
         self.score_of = score_of  # a hit's score where the entry leaves it None
@@ -772,6 +785,8 @@ class Ranked:
             # Equal scores: the oldest event first, as Tantivy ranks them within one segment;
             # across segments it goes by segment, and the fold's timing decides those.
             entries.sort(key=lambda e: (-cast(float, e[0]), e[1]))
+            if limit:
+                del entries[limit:]  # the ties fetched past the cut decided which made it
         # (score or None, seq, the hit's address in the searcher, or its event id if the tail's)
         self.entries = entries
         self.seqs = [seq for _score, seq, _where in entries]

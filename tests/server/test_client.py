@@ -423,9 +423,10 @@ CLIENT_CALLS: dict[str, Any] = {
 }
 NOT_IN_THE_CLIENT = {
     "metrics": "Prometheus text, for a scraper",
-    # Batch append and a tenant's record, usage and limits (memspine/routes/memory.py,
+    # Batch append, export, and a tenant's record, usage and limits (memspine/routes/memory.py,
     # memspine/routes/admin.py): not in the client yet.
     "append_events": "not wrapped yet",
+    "export_events": "not wrapped yet",
     "get_tenant": "not wrapped yet",
     "set_tenant_limits": "not wrapped yet",
 }

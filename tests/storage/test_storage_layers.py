@@ -99,6 +99,7 @@ MAY_IMPORT = {
     "erasure": {"base", "log", "index"},
     "embedders": {"base"},
     "tenants": {"base", "log", "index", "read", "cypher", "erasure", "embedders"},
+    "transfer": {"base", "log", "index", "read", "erasure", "tenants"},
 }
 
 
@@ -173,6 +174,10 @@ PUBLIC = {
     "storage.tenants.usage",
     "storage.cypher",
     "storage.embedders",
+    "storage.transfer.format",
+    "storage.transfer.export",
+    "storage.transfer.landing",
+    "storage.transfer.backup",
 }
 
 
