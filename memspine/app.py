@@ -13,6 +13,7 @@ from litestar import Litestar
 from litestar.datastructures import State
 
 from memspine.auth import Authenticator, AuthLimits
+from memspine.cluster import default_node_url, node_figures
 from memspine.config import Settings
 from memspine.edge import Edge
 from memspine.engine import Engine
@@ -64,8 +65,11 @@ def create_app(
         limits=AuthLimits.of(settings),
         control_url=settings.control_url,
         node=settings.node,
+        node_url=settings.node_url or default_node_url(settings.host, settings.port),
+        figures=lambda: node_figures(settings.data_dir, engine.manager.open_count()),
     )
     engine.manager.admit = auth.admit_tenant
+    engine.gate = auth.gate
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
     mcp = LazyMcp(engine, auth, settings)  # the MCP SDK loads on the first /mcp request

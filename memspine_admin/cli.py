@@ -142,10 +142,18 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tenant_create(args: argparse.Namespace) -> int:
-    """Create a tenant."""
+    """Create a tenant (in a cluster: on --node, else on the least-loaded node)."""
     with _open(args) as db:
-        tenant = db.create_tenant(args.name, actor=actor())
-    _emit(args, tenant, f"created tenant {tenant.tenant_id} ({tenant.name})")
+        if args.node is None:
+            tenant = db.create_tenant(args.name, actor=actor())
+        else:
+            from memspine_admin.control_pg import PgControl
+
+            if not isinstance(db, PgControl):
+                return _usage("--node needs MEMSPINE_CONTROL_URL (a cluster's control plane)")
+            tenant = db.create_tenant(args.name, actor=actor(), node=args.node)
+    where = "" if tenant.node is None else f" on node {tenant.node}"
+    _emit(args, tenant, f"created tenant {tenant.tenant_id} ({tenant.name}){where}")
     return EXIT_OK
 
 
@@ -153,8 +161,13 @@ def cmd_tenant_list(args: argparse.Namespace) -> int:
     """List tenants."""
     with _open(args) as db:
         tenants = db.list_tenants()
+    header = ["TENANT ID", "NAME", "CREATED"]
     rows = [[t.tenant_id, t.name, _when(t.created_at)] for t in tenants]
-    _emit(args, tenants, _table(rows, ["TENANT ID", "NAME", "CREATED"]) if rows else "no tenants")
+    if any(t.node is not None for t in tenants):
+        header.append("NODE")
+        for row, t in zip(rows, tenants, strict=True):
+            row.append(t.node or "-")
+    _emit(args, tenants, _table(rows, header) if rows else "no tenants")
     return EXIT_OK
 
 
@@ -333,7 +346,9 @@ def build_parser() -> argparse.ArgumentParser:
     command(sub, "init", cmd_init)
     tenant = sub.add_parser("tenant", help="create, list or delete tenants")
     tsub = tenant.add_subparsers(dest="tenant_command", required=True)
-    command(tsub, "create", cmd_tenant_create).add_argument("name")
+    p = command(tsub, "create", cmd_tenant_create)
+    p.add_argument("name")
+    p.add_argument("--node", default=None, help="the node to hold it (a cluster's node name)")
     command(tsub, "list", cmd_tenant_list)
     p = command(tsub, "delete", cmd_tenant_delete)
     p.add_argument("tenant_id")
