@@ -135,7 +135,9 @@ class NodeGate:
         """Refuse the tenant's new writes here from now on, and wait for those in flight to
         end: afterwards nothing changes its files until the hold ends (503 if they do not end
         within `timeout`)."""
-        generation = self.control.generation()
+        # The database's generation, not the watcher's (which may lag): the hold ends only on
+        # a change made after this drain.
+        generation = self.control.database_generation()
         deadline = time.monotonic() + timeout
         with self._lock:
             self._held[tenant_id] = generation

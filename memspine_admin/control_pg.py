@@ -478,6 +478,12 @@ class PgControl:
             row = conn.execute("SELECT generation FROM control_meta").fetchone()
         return int(row[0]) if row is not None else 0
 
+    def database_generation(self) -> int:
+        """The generation as the database has it now (one query; no watcher's lag)."""
+        with self._conn() as conn:
+            row = conn.execute("SELECT generation FROM control_meta").fetchone()
+        return int(row[0]) if row is not None else 0
+
     # -- tenants -----------------------------------------------------------------------------
 
     def create_tenant(self, name: str, *, actor: str, node: str | None = None) -> TenantRecord:
@@ -872,9 +878,7 @@ class PgControl:
     def await_proxies(self) -> None:
         """Wait (at most PROXY_WAIT_SECS) until every live proxy has applied the current
         generation (a switched tenant is routed to its new node)."""
-        with self._conn() as conn:
-            row = conn.execute("SELECT generation FROM control_meta").fetchone()
-        self._await_proxies(int(row[0]) if row else 0)
+        self._await_proxies(self.database_generation())
 
     def routes(self) -> dict[str, str]:
         """What a proxy routes: each placed tenant's route and id, to its node."""
