@@ -143,8 +143,6 @@ def test_the_steps_of_a_move_and_the_routes_that_follow_them(control_url: str) -
         db.begin_move(tid, "node-1", actor="test")
         db.hold_writes(tid, actor="test")
         assert db.abort_move(tid, actor="test") == Placement(node="node-2")
-        steps = [
-            e.detail["step"] for e in db.audit(tenant_id=tid)[0] if e.action == "tenant.move"
-        ]
+        steps = [e.detail["step"] for e in db.audit(tenant_id=tid)[0] if e.action == "tenant.move"]
         assert steps == ["begin", "begin", "hold", "switch", "finish", "begin", "hold", "abort"]
         assert db.placement("not-a-tenant") is None
