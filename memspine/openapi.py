@@ -49,7 +49,7 @@ KEY_ERRORS = {
 ADMIN_ERRORS = {
     401: "Not the admin key.",
     404: "The server has no MEMSPINE_ADMIN_KEY (no such route), or no such tenant or key.",
-    409: "No control database yet (memspine-admin init), or a tenant name in use.",
+    409: "No control database yet (memspine-admin init), or a tenant name or id in use.",
 }
 BODY_ERRORS = {413: "The body is larger than MEMSPINE_MAX_BODY_BYTES."}
 OWN_ERRORS = {

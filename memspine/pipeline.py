@@ -15,7 +15,7 @@ declarations, so the document and the checks cannot drift apart.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple
 from urllib.parse import parse_qsl
@@ -183,12 +183,21 @@ class Outcome(NamedTuple):
 
 
 class Answer(NamedTuple):
-    """An answer ready to send: status, body bytes, extra headers, media type."""
+    """An answer ready to send: status, body bytes (or a stream of them), headers, media type."""
 
     status: int
     body: bytes
     headers: dict[str, str] | None = None
     media_type: str = JSON
+    stream: AsyncIterator[bytes] | None = None
+
+
+@dataclass(frozen=True)
+class Streamed:
+    """An operation's body sent as it is read, of a length known before the first byte."""
+
+    chunks: AsyncIterator[bytes]
+    length: int
 
 
 def first_headers(raw: Any) -> dict[bytes, bytes]:
@@ -231,6 +240,9 @@ async def admit(
 def render(outcome: Outcome) -> Answer:
     """An operation's outcome as bytes."""
     value = outcome.value
+    if isinstance(value, Streamed):
+        headers = {**(outcome.headers or {}), "Content-Length": str(value.length)}
+        return Answer(outcome.status, b"", headers, outcome.media_type, value.chunks)
     body = value if isinstance(value, bytes) else msgspec.json.encode(value)
     return Answer(outcome.status, body, outcome.headers, outcome.media_type)
 

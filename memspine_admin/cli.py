@@ -1,4 +1,5 @@
-"""memspine-admin: create the control database and manage tenants, keys and the audit log."""
+"""memspine-admin: create the control database and manage tenants, keys and the audit log;
+move tenants' data (memspine_admin/data.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from memspine_admin import keys
+from memspine_admin import data, keys
 from memspine_admin.control import erase_tenant_dir
 from memspine_admin.plane import ControlPlane, init_control, open_control
 from memspine_admin.records import now_us
@@ -142,16 +143,17 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tenant_create(args: argparse.Namespace) -> int:
-    """Create a tenant (in a cluster: on --node, else on the least-loaded node)."""
+    """Create a tenant (--id: with this UUIDv4, as a tenant moved here keeps its id; in a
+    cluster: on --node, else on the least-loaded node)."""
     with _open(args) as db:
         if args.node is None:
-            tenant = db.create_tenant(args.name, actor=actor())
+            tenant = db.create_tenant(args.name, actor=actor(), tenant_id=args.id)
         else:
             from memspine_admin.control_pg import PgControl
 
             if not isinstance(db, PgControl):
                 return _usage("--node needs MEMSPINE_CONTROL_URL (a cluster's control plane)")
-            tenant = db.create_tenant(args.name, actor=actor(), node=args.node)
+            tenant = db.create_tenant(args.name, actor=actor(), tenant_id=args.id, node=args.node)
     where = "" if tenant.node is None else f" on node {tenant.node}"
     _emit(args, tenant, f"created tenant {tenant.tenant_id} ({tenant.name}){where}")
     return EXIT_OK
@@ -330,7 +332,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="memspine-admin",
         parents=[common],
-        description="Manage memspine tenants, API keys and audit.",
+        description="Manage memspine tenants, API keys, audit, and tenants' data.",
     )
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -344,10 +346,11 @@ def build_parser() -> argparse.ArgumentParser:
         return p
 
     command(sub, "init", cmd_init)
-    tenant = sub.add_parser("tenant", help="create, list or delete tenants")
+    tenant = sub.add_parser("tenant", help="create, list, delete or adopt tenants")
     tsub = tenant.add_subparsers(dest="tenant_command", required=True)
     p = command(tsub, "create", cmd_tenant_create)
     p.add_argument("name")
+    p.add_argument("--id", default=None, help="the tenant id to give it (a UUIDv4)")
     p.add_argument("--node", default=None, help="the node to hold it (a cluster's node name)")
     command(tsub, "list", cmd_tenant_list)
     p = command(tsub, "delete", cmd_tenant_delete)
@@ -371,6 +374,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--map", type=Path, required=True, help="the routes map file HAProxy loads")
     p.add_argument("--name", default=socket.gethostname(), help="this proxy's name (default: host)")
     p.add_argument("--once", action="store_true", help="apply the routes once and exit")
+
+    data.add_commands(sub, tsub, command)
 
     p = command(sub, "audit", cmd_audit)
     p.add_argument("--after", type=int, default=None, help="show entries after this seq")

@@ -29,6 +29,7 @@ from memspine_admin.records import (
     TenantRecord,
     check_name,
     check_scopes,
+    check_tenant_id,
     check_ttl,
     is_tenant_id,
     now_us,
@@ -223,14 +224,20 @@ class ControlDB:
 
     # -- tenants -----------------------------------------------------------------------------
 
-    def create_tenant(self, name: str, *, actor: str) -> TenantRecord:
-        """Create a tenant; Conflict (409) if a live tenant already has that name."""
+    def create_tenant(
+        self, name: str, *, actor: str, tenant_id: str | None = None
+    ) -> TenantRecord:
+        """Create a tenant, with the id given (a UUIDv4: a tenant moved here keeps its own) or
+        a new one; Conflict (409) if a live tenant already has that name or that id."""
         name = check_name(name, "name")
+        chosen = check_tenant_id(tenant_id) if tenant_id is not None else None
         with self._env.begin(write=True) as txn:
             existing = txn.get(name.encode(), db=self._names)
             if existing is not None:
                 raise Conflict(f"a tenant named {name!r} already exists: {existing.decode()}")
-            tenant_id = str(uuid.uuid4())
+            if chosen is not None and txn.get(chosen.encode(), db=self._tenants) is not None:
+                raise Conflict(f"a tenant with id {chosen} already exists")
+            tenant_id = chosen or str(uuid.uuid4())
             route = self._claim_route(txn, tenant_id)
             stored = StoredTenant(tenant_id=tenant_id, name=name, created_at=self.now(), route=route)
             tenant = stored.tenant()

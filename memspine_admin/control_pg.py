@@ -49,6 +49,7 @@ from memspine_admin.records import (
     TenantRecord,
     check_name,
     check_scopes,
+    check_tenant_id,
     check_ttl,
     is_tenant_id,
     now_us,
@@ -486,11 +487,14 @@ class PgControl:
 
     # -- tenants -----------------------------------------------------------------------------
 
-    def create_tenant(self, name: str, *, actor: str, node: str | None = None) -> TenantRecord:
-        """Create a tenant on `node`, or on the least-loaded registered node if any
-        (memspine_admin/placement.py); Conflict (409) if a live tenant already has that name,
-        NotFound if `node` is not a registered node."""
+    def create_tenant(
+        self, name: str, *, actor: str, tenant_id: str | None = None, node: str | None = None
+    ) -> TenantRecord:
+        """Create a tenant (with the id given, or a new one) on `node`, or on the least-loaded
+        registered node if any (memspine_admin/placement.py); Conflict (409) if a live tenant
+        already has that name or that id, NotFound if `node` is not a registered node."""
         name = check_name(name, "name")
+        chosen = check_tenant_id(tenant_id) if tenant_id is not None else None
         if node is not None and not is_node_name(node):
             raise InvalidRequest("a node name is a lower-case DNS label (a-z, 0-9 and -)")
         with self._conn() as conn:
@@ -500,7 +504,11 @@ class PgControl:
             ).fetchone()
             if existing is not None:
                 raise Conflict(f"a tenant named {name!r} already exists: {existing[0]}")
-            tenant_id = str(uuid.uuid4())
+            if chosen is not None and conn.execute(
+                "SELECT 1 FROM tenants WHERE tenant_id = %s", (chosen,)
+            ).fetchone():
+                raise Conflict(f"a tenant with id {chosen} already exists")
+            tenant_id = chosen or str(uuid.uuid4())
             route = keys.new_route()
             while conn.execute("SELECT 1 FROM tenants WHERE route = %s", (route,)).fetchone():
                 route = keys.new_route()

@@ -40,8 +40,11 @@ class ControlPlane(Protocol):
         """The counter bumped by every change to tenants or keys; cheap enough per request."""
         ...
 
-    def create_tenant(self, name: str, *, actor: str) -> TenantRecord:
-        """Create a tenant; Conflict (409) if a live tenant already has that name."""
+    def create_tenant(
+        self, name: str, *, actor: str, tenant_id: str | None = None
+    ) -> TenantRecord:
+        """Create a tenant, with the id given (a UUIDv4) or a new one; Conflict (409) if a
+        live tenant already has that name or that id."""
         ...
 
     def get_tenant(self, tenant_id: str) -> TenantRecord | None:

@@ -113,6 +113,21 @@ def is_tenant_id(value: object) -> bool:
     return parsed.version == 4 and str(parsed) == value
 
 
+TENANT_ID_DETAIL = "tenant_id must be a UUIDv4, such as 0b5a8a3e-4f4e-4c57-9d4b-8f1e2f3a4b5c"
+
+
+def check_tenant_id(value: object) -> str:
+    """A tenant id an operator chose: a UUIDv4 (any case), in its canonical form."""
+    if isinstance(value, str) and len(value) == 36:
+        try:
+            parsed = uuid.UUID(value)
+        except ValueError:
+            parsed = None
+        if parsed is not None and parsed.version == 4 and is_tenant_id(str(parsed)):
+            return str(parsed)
+    raise InvalidRequest(TENANT_ID_DETAIL)
+
+
 def check_name(name: object, what: str) -> str:
     """Return `name` if it is a usable tenant or key name, else raise InvalidRequest."""
     if not isinstance(name, str):

@@ -73,3 +73,15 @@ class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
     event_id: str
     unlinked: list[str] = []
     replayed: bool = False
+
+
+class PlacedEvent(msgspec.Struct, frozen=True, kw_only=True):
+    """An exported event to write back as it was (storage/transfer/): its record's fields (seq
+    and filterable are the log's to set), its links in their order, its idempotency record."""
+
+    event: StoredEvent
+    sources: list[str] = []  # SOURCE_FROM targets, in link order; each must exist
+    superseded: list[str] = []  # SUPERSEDES targets, in link order; each must exist
+    body_hash: bytes | None = None  # with `unlinked`: the Idempotency-Key record, if it had one
+    unlinked: list[str] = []
+    line: int = 0  # where it came from, for the error that names it

@@ -8,10 +8,11 @@ from typing import Any
 from litestar import Request, Response, route
 from litestar.enums import HttpMethod
 from litestar.handlers import HTTPRouteHandler
+from litestar.response import Stream
 
 from memspine.body import ClientGone
 from memspine.pipeline import Operation, Services, error_answer, serve
-from memspine.routes import admin, cypher, health, memory, whoami
+from memspine.routes import admin, cypher, health, memory, transfer, whoami
 from storage.errors import InvalidRequest
 
 GONE = "the client disconnected before its body arrived"
@@ -19,6 +20,7 @@ GONE = "the client disconnected before its body arrived"
 OPERATIONS: tuple[Operation, ...] = (
     *health.OPERATIONS,
     *memory.OPERATIONS,
+    *transfer.OPERATIONS,
     *cypher.OPERATIONS,
     *whoami.OPERATIONS,
     *admin.OPERATIONS,
@@ -29,13 +31,20 @@ def litestar_handler(ops: dict[str, Operation], services: Services) -> HTTPRoute
     """One Litestar route for the operations of one path: routing (404, and 405 with an Allow
     that lists every method of the path) is Litestar's, everything else pipeline.serve's."""
 
-    async def handle(request: Request[Any, Any, Any]) -> Response[bytes]:
+    async def handle(request: Request[Any, Any, Any]) -> Response[bytes] | Stream:
         scope: dict[str, Any] = request.scope  # type: ignore[assignment]
         op = ops[request.method]
         try:
             answer = await serve(op, services, scope, request.receive, request.path_params)
         except ClientGone:  # no one reads this; Litestar must still be handed an answer
             answer = error_answer(InvalidRequest(GONE))
+        if answer.stream is not None:
+            return Stream(
+                answer.stream,
+                status_code=answer.status,
+                media_type=answer.media_type,
+                headers=answer.headers,
+            )
         return Response(
             answer.body,
             status_code=answer.status,

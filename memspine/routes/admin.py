@@ -53,10 +53,20 @@ Scopes = Annotated[
 Ttl = Annotated[int, doc("Seconds until the key expires.", minimum=1, maximum=MAX_TTL_SECS)]
 
 
+ChosenId = Annotated[
+    str,
+    doc(
+        "A UUIDv4 to give the tenant (a tenant moved here keeps its id); absent: a new one.",
+        pattern="^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-4[0-9a-fA-F]{3}-[89abAB][0-9a-fA-F]{3}-[0-9a-fA-F]{12}$",
+    ),
+]
+
+
 class TenantIn(msgspec.Struct, forbid_unknown_fields=True):
     """POST /v1/admin/tenants."""
 
     name: Name
+    tenant_id: ChosenId | None = None
 
 
 class TenantCreated(msgspec.Struct):
@@ -181,7 +191,9 @@ def _control(call: Call) -> ControlPlane:
 async def _create_tenant(call: Call) -> Outcome:
     """Create a tenant; a name already in use is 409."""
     control, body = _control(call), call.body
-    tenant = await anyio.to_thread.run_sync(lambda: control.create_tenant(body.name, actor=ACTOR))
+    tenant = await anyio.to_thread.run_sync(
+        lambda: control.create_tenant(body.name, actor=ACTOR, tenant_id=body.tenant_id)
+    )
     return Outcome(201, TenantCreated(tenant_id=tenant.tenant_id, name=tenant.name))
 
 

@@ -421,20 +421,36 @@ def _search(
     if len(clauses) > 1:  # alone, the parsed words: same hits and scores, 4 % faster
         query = tantivy.Query.boolean_query(clauses)
     searcher = index.searcher()
-    return Ranked(searcher, searcher.search(query, limit).hits)
+    hits = searcher.search(query, limit + 1).hits
+    # Equal scores come out in the segments' document order, which a purge's rebuild or a
+    # merge changes (and a copy of the tenant has its own): when the cut falls among equal
+    # scores, take all of them, so that Ranked's order by seq decides which make it.
+    while len(hits) > limit and hits[-1][0] == hits[limit - 1][0]:
+        more = searcher.search(query, 2 * len(hits)).hits
+        if len(more) == len(hits):
+            break
+        hits = more
+    return Ranked(searcher, hits, limit)
 
 
 class Ranked:
     """A search's hits best first: their seqs, read from a column, and their event ids, each read
     from the index's document store as it is reached."""
 
-    def __init__(self, searcher: tantivy.Searcher | None, hits: list[tuple[Any, Any]]) -> None:
+    def __init__(
+        self, searcher: tantivy.Searcher | None, hits: list[tuple[Any, Any]], limit: int = 0
+    ) -> None:
         self.searcher = searcher
         self.hits = hits
         self.seqs: list[int] = []
         if searcher is not None:
             values = searcher.fast_field_values("seq", [addr for _score, addr in hits])
-            self.seqs = cast(list[int], values)  # every document has its seq
+            seqs = cast(list[int], values)  # every document has its seq
+            # Best score first, equal scores in append order: the same order for the same live
+            # documents however the index is laid out in segments.
+            order = sorted(range(len(hits)), key=lambda i: (-hits[i][0], seqs[i]))[:limit]
+            self.hits = [hits[i] for i in order]
+            self.seqs = [seqs[i] for i in order]
 
     def __len__(self) -> int:
         return len(self.hits)

@@ -13,11 +13,24 @@ import lmdb
 import msgspec
 
 from storage import failpoints
-from storage.errors import DiskFull, EmbeddingMismatch, IdempotencyMismatch, MemspineError
+from storage.errors import (
+    DiskFull,
+    EmbeddingMismatch,
+    IdempotencyMismatch,
+    InvalidRequest,
+    MemspineError,
+)
 from storage.log import layout
 from storage.log.layout import DB_NAMES, SCHEMA_VERSION, SUPERSEDING, IdempotencyRecord, Tombstone
 from storage.log.reader import LogReader
-from storage.model import SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
+from storage.model import (
+    SOURCE_FROM,
+    SUPERSEDES,
+    AppendResult,
+    NewEvent,
+    PlacedEvent,
+    StoredEvent,
+)
 from storage.rwlock import RWLock
 from storage.space import disk_full
 
@@ -325,6 +338,17 @@ class Appender:
             valid_from=ev.valid_from,
             valid_until=ev.valid_until,
         )
+        self._put(raw_id, record, sources, supersedes)
+        if ev.event_id is not None and ev.body_hash is not None:
+            idem = IdempotencyRecord(body_hash=ev.body_hash, unlinked=unlinked)
+            txn.put(raw_id, layout.encode_idempotency(idem), db=d["idem"])
+        return AppendResult(event_id=event_id, unlinked=unlinked)
+
+    def _put(
+        self, raw_id: bytes, record: StoredEvent, sources: list[str], supersedes: list[str]
+    ) -> None:
+        """Write a numbered record, its op, its index keys and its links (targets that exist)."""
+        txn, d, seq = self.txn, self.log.dbs, record.seq
         txn.put(raw_id, layout.encode_event(record), db=d["events"])
         # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
         # this appender's back, and numbering on would overwrite or reorder ops.
@@ -341,11 +365,53 @@ class Appender:
                 raw_target = layout.id_bytes(target)
                 txn.put(layout.link_out_key(raw_id, rel, i), raw_target, db=d["links_out"])
                 txn.put(layout.link_in_key(raw_target, rel, seq, raw_id), b"", db=d["links_in"])
-        if ev.event_id is not None and ev.body_hash is not None:
-            idem = IdempotencyRecord(body_hash=ev.body_hash, unlinked=unlinked)
-            txn.put(raw_id, layout.encode_idempotency(idem), db=d["idem"])
         self.written.append(record)
-        return AppendResult(event_id=event_id, unlinked=unlinked)
+
+    def place(self, placed: PlacedEvent, *, keep_before: int | None = None) -> bool:
+        """Write an exported event as it was: its id, its record's fields, its links in their
+        order (every target must exist) and its idempotency record. False (nothing written)
+        when the id is live already and was so at op `keep_before` (a merge keeps it);
+        InvalidRequest naming the line for anything else that cannot be written."""
+        ev, line = placed.event, placed.line
+        raw_id = layout.id_bytes(ev.event_id)
+        held = self.txn.get(raw_id, db=self.log.dbs["events"])
+        if held is not None:
+            if keep_before is not None and layout.decode_light(held).seq <= keep_before:
+                return False
+            raise InvalidRequest(f"line {line}: event {ev.event_id} appears twice")
+        for target in (*placed.sources, *placed.superseded):
+            if not self.reader.exists(target):
+                raise InvalidRequest(
+                    f"line {line}: event {ev.event_id} links to {target}, "
+                    "which is not an earlier event of the file or of the tenant"
+                )
+        problem = self._check_embedding(ev)
+        if problem is not None:
+            raise InvalidRequest(f"line {line}: {problem.detail}")
+        properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
+        filterable = layout.filterable_properties(properties if isinstance(properties, dict) else {})
+        record = msgspec.structs.replace(ev, seq=self.last + 1, filterable=filterable)
+        self._put(raw_id, record, placed.sources, placed.superseded)
+        if placed.body_hash is not None:
+            self.place_idempotency(ev.event_id, placed.body_hash, placed.unlinked)
+        return True
+
+    def place_idempotency(self, event_id: str, body_hash: bytes, unlinked: list[str]) -> None:
+        """Write the Idempotency-Key record of an event (one deleted since keeps its record, so
+        a retry of its append still replays rather than stores it again)."""
+        idem = IdempotencyRecord(body_hash=body_hash, unlinked=unlinked)
+        self.txn.put(layout.id_bytes(event_id), layout.encode_idempotency(idem), db=self.log.dbs["idem"])
+
+    def claim_model(self, model: str) -> None:
+        """Record the tenant's embedding model as an export names it; InvalidRequest if the
+        tenant already has another."""
+        if self.model is None:
+            self.txn.put(layout.meta_key(layout.MODEL), model.encode(), db=self.log.dbs["meta"])
+            self.model = model
+        elif self.model != model:
+            raise InvalidRequest(
+                f"this tenant's embeddings come from '{self.model}', the file's from '{model}'"
+            )
 
     def _random_id(self) -> bytes:
         """The 16 bytes of a random UUIDv4, as uuid.uuid4() makes them, without a syscall each."""
@@ -357,7 +423,7 @@ class Appender:
         raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
         return bytes(raw)
 
-    def _check_embedding(self, ev: NewEvent) -> MemspineError | None:
+    def _check_embedding(self, ev: NewEvent | StoredEvent) -> MemspineError | None:
         """Refuse an embedding of the wrong length or from a model other than the tenant's."""
         if ev.embedding is not None:
             dim = self.dim
@@ -377,6 +443,32 @@ class Appender:
                     "vectors from another model cannot be mixed with them"
                 )
         return None
+
+
+@contextmanager
+def snapshot(path: Path, *, lock: bool = True) -> Iterator[LogReader]:
+    """One read transaction of the log at path from a process that does not write it (a backup
+    or an export by the CLI while the server runs): the environment opened read-only for it.
+
+    The reader slot it takes in the log's lock file keeps the writer from reusing the pages it
+    reads, so the snapshot stays whole however long it is held; the writer never waits for it.
+    lock=False: nobody writes the log (a backup's copy), and no lock file is made.
+    """
+    env = lmdb.open(
+        str(path),
+        readonly=True,
+        create=False,
+        max_dbs=len(DB_NAMES) + 1,
+        max_readers=256,
+        readahead=False,
+        lock=lock,
+    )
+    try:
+        with env.begin(buffers=False) as txn:
+            dbs = {name: env.open_db(name.encode(), txn=txn, create=False) for name in DB_NAMES}
+            yield LogReader(txn, dbs)
+    finally:
+        env.close()
 
 
 def _open_env(path: Path, map_size: int) -> lmdb.Environment:

@@ -8,7 +8,7 @@ from typing import Any, cast
 import lmdb
 
 from storage.log import layout
-from storage.log.layout import Tombstone
+from storage.log.layout import IdempotencyRecord, Tombstone
 from storage.model import FilterValue, StoredEvent
 
 
@@ -187,6 +187,17 @@ class LogReader:
     def tombstone_ids(self) -> list[str]:
         """Ids deleted and not yet purged."""
         return [layout.id_str(k) for k in self._keys("tombstones")]
+
+    def idempotency(self, event_id: str) -> IdempotencyRecord | None:
+        """The record an Idempotency-Key append left under this id (kept after a delete)."""
+        raw = self.txn.get(layout.id_bytes(event_id), db=self.dbs["idem"])
+        return None if raw is None else layout.decode_idempotency(raw)
+
+    def idempotency_records(self) -> Iterator[tuple[str, IdempotencyRecord]]:
+        """Every Idempotency-Key record, by id."""
+        cur = self.txn.cursor(db=self.dbs["idem"])
+        for key, value in cur.iternext(keys=True, values=True):
+            yield layout.id_str(_b(key)), layout.decode_idempotency(_b(value))
 
     def newest_first(
         self, kind: str | None, since: int | None, before: bytes | None

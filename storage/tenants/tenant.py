@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, TypeVar
@@ -20,7 +20,7 @@ from storage.errors import Conflict, DiskFull
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
-from storage.model import NewEvent, StoredEvent
+from storage.model import NewEvent, PlacedEvent, StoredEvent
 from storage.read.cascade import derived_closure, would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
@@ -299,6 +299,39 @@ class Tenant:
             deleted = self.log.write(apply)
             self.catch_up()
             return deleted
+
+        return self.call(run)
+
+    def submit_import(
+        self,
+        placed: list[PlacedEvent],
+        idempotency: Sequence[tuple[str, bytes, list[str]]] = (),
+        *,
+        model: str | None = None,
+        keep_before: int | None = None,
+    ) -> Future[int]:
+        """Write exported events as they were (ids, records, links in their order, idempotency
+        records; storage/transfer/) in one transaction on the writer, then project them;
+        resolves to how many were written. A merge keeps the events live at op keep_before; any
+        line that cannot be written fails the whole batch (InvalidRequest naming the line)."""
+
+        def run() -> int:
+            # The keyword fold commits the previous batch while the caller reads this one; an
+            # import that did not wait for it would queue the whole file's text in memory.
+            self.keyword.flush()
+
+            def apply(txn: Any) -> int:
+                appender = self.log.appender(txn)
+                if model is not None:
+                    appender.claim_model(model)
+                written = sum(appender.place(p, keep_before=keep_before) for p in placed)
+                for event_id, body_hash, unlinked in idempotency:
+                    appender.place_idempotency(event_id, body_hash, unlinked)
+                return written
+
+            written = self.log.write(apply)
+            self.catch_up()
+            return written
 
         return self.call(run)
 

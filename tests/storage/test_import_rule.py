@@ -11,9 +11,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # What memspine_admin may import of storage: the error hierarchy its commands and the verifier
-# answer with, and the durable file writes of its control database. The rest of storage is the
+# answer with, the durable file writes of its control database, and storage.transfer, which
+# its export, import, backup and restore commands run on. The rest of storage is the
 # server's (memspine) to use; test_storage_layers.py lists what memspine itself may import.
-STORAGE_PUBLIC = ("storage.errors", "storage.fsync")
+STORAGE_PUBLIC = ("storage.errors", "storage.fsync", "storage.transfer")
 STORAGE_FORBIDDEN = ("litestar", "memspine", "memspine_admin")
 
 

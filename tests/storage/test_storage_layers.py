@@ -99,6 +99,7 @@ MAY_IMPORT = {
     "erasure": {"base", "log", "index"},
     "embedders": {"base"},
     "tenants": {"base", "log", "index", "read", "cypher", "erasure", "embedders"},
+    "transfer": {"base", "log", "index", "read", "erasure", "tenants"},
 }
 
 
@@ -171,6 +172,10 @@ PUBLIC = {
     "storage.tenants.footprint",
     "storage.cypher",
     "storage.embedders",
+    "storage.transfer.format",
+    "storage.transfer.export",
+    "storage.transfer.landing",
+    "storage.transfer.backup",
 }
 
 

@@ -1,0 +1,88 @@
+"""GET /v1/memory/export: the caller's tenant as the NDJSON of storage/transfer/format.py.
+
+The export is written from one snapshot into a spool file, then streamed from it: the snapshot
+(which a purge's swap or a map growth of the tenant waits for) is held for as long as the local
+disk takes to write it, never for as long as a slow client takes to read. The spool has no
+name (O_TMPFILE in the data directory): its bytes leave the disk when the answer ends or the
+process does, whatever way it ends.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import AsyncIterator
+from typing import IO
+
+import anyio.to_thread
+
+from memspine.pipeline import READ, Call, Operation, Outcome, Reply, Streamed
+from storage.errors import DiskFull
+from storage.space import disk_full
+from storage.tenants.tenant import Tenant
+from storage.transfer.export import write_export
+from storage.transfer.format import MEDIA_TYPE
+
+CHUNK_BYTES = 1 << 20
+SPOOL_BUFFER_BYTES = 1 << 20
+NO_ROOM = (
+    "the server's disk is full: the export could not be written out before sending; "
+    "retry once space is freed"
+)
+
+
+async def export_tenant(call: Call) -> Outcome:
+    """The tenant's export, spooled then streamed; a tenant never written exports empty."""
+    services, tenant_id = call.services, call.tenant_id
+    data_dir = services.settings.data_dir
+    # Closed by _chunks once the answer ends, or below if it never starts.
+    spool = tempfile.TemporaryFile(dir=data_dir, buffering=SPOOL_BUFFER_BYTES)  # noqa: SIM115
+
+    def spool_it(t: Tenant) -> int:
+        size = write_export(t, spool, tenant_id)
+        spool.flush()
+        spool.seek(0)
+        return size
+
+    try:
+        size = await services.engine.read(tenant_id, spool_it)
+    except OSError as exc:
+        spool.close()
+        if disk_full(exc, data_dir):
+            raise DiskFull(NO_ROOM) from exc
+        raise
+    except BaseException:
+        spool.close()
+        raise
+    return Outcome(200, Streamed(_chunks(spool), size), media_type=MEDIA_TYPE)
+
+
+async def _chunks(spool: IO[bytes]) -> AsyncIterator[bytes]:
+    """The spool's bytes, read off the event loop; the spool is closed however the answer ends."""
+    try:
+        while chunk := await anyio.to_thread.run_sync(spool.read, CHUNK_BYTES):
+            yield chunk
+    finally:
+        spool.close()
+
+
+EXPORT = Operation(
+    "export_events",
+    "GET",
+    "/v1/memory/export",
+    READ,
+    export_tenant,
+    "The whole tenant as NDJSON: a header, every live event, a trailer that counts and hashes",
+    replies={
+        200: Reply(
+            str,
+            "One JSON object per line: `header`, one `event` per live event in append order, "
+            "`idempotency` records of deleted events, `end` with the counts and a SHA-256 "
+            "(docs/api.md, Export format).",
+            media_type=MEDIA_TYPE,
+        )
+    },
+    errors=(503,),
+    description="From one snapshot; memspine-admin import loads it (docs/operations.md).",
+)
+
+OPERATIONS = (EXPORT,)

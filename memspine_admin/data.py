@@ -1,0 +1,330 @@
+"""memspine-admin's commands on tenants' data: export, import, backup, restore, tenant adopt.
+
+They work on the data directory directly (storage/transfer/), like the other commands; what
+each may do while the server serves the directory is said in docs/operations.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import IO, Any
+
+from memspine_admin.control import CONTROL_DIR, MAP_SIZE
+from memspine_admin.plane import ControlPlane, control_exists, open_control
+from memspine_admin.records import check_tenant_id, is_tenant_id
+from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound
+from storage.fsync import fsync_dir, replace_durably
+
+# storage.transfer (the stores: Tantivy, hnswlib, LMDB) is imported by the commands that use
+# it, so that every other command of the CLI starts without it.
+
+DAY_US = 86_400 * 1_000_000
+DEFAULT_MAX_AGE_DAYS = 30
+LOCAL_ID = (
+    "in local mode a tenant id is 1 to 64 characters from A-Z, a-z, 0-9, '_' and '-', "
+    "starting with a letter or a digit, or a UUID"
+)
+
+
+class Progress:
+    """A progress bar on stderr when it is a terminal (rich, which Litestar brings), else
+    nothing: scripts and --json read only the result."""
+
+    def __init__(self, args: argparse.Namespace, what: str, total: int | None) -> None:
+        self._bar: Any = None
+        self._task: Any = None
+        if args.json or not sys.stderr.isatty():
+            return
+        try:
+            from rich.progress import Progress as Bar
+        except ImportError:  # no bar without rich; the command is the same
+            return
+        self._bar = Bar(transient=True, console=None)
+        self._bar.start()
+        self._task = self._bar.add_task(what, total=total)
+
+    def update(self, done: int, total: int | None = None) -> None:
+        """How far along it is."""
+        if self._bar is not None:
+            self._bar.update(self._task, completed=done, total=total)
+
+    def close(self) -> None:
+        """Take the bar off the terminal."""
+        if self._bar is not None:
+            self._bar.stop()
+
+
+@contextlib.contextmanager
+def progress(args: argparse.Namespace, what: str, total: int | None = None) -> Iterator[Progress]:
+    """A progress bar for the length of the block."""
+    bar = Progress(args, what, total)
+    try:
+        yield bar
+    finally:
+        bar.close()
+
+
+def _url() -> str | None:
+    from memspine_admin.cli import control_url
+
+    return control_url()
+
+
+def _plane(data_dir: Path) -> ControlPlane:
+    from memspine_admin.cli import actor
+
+    return open_control(data_dir, _url(), actor=actor())
+
+
+def _controlled(data_dir: Path) -> bool:
+    """Whether issued keys are in force for this data directory (tenant ids are UUIDv4s)."""
+    return control_exists(data_dir, _url())
+
+
+def tenant_dir(data_dir: Path, value: str) -> str:
+    """The directory name of a tenant id given on the command line: a UUIDv4 once issued keys
+    are in force, a local-mode id (memspine/auth.py) before; InvalidRequest otherwise."""
+    if _controlled(data_dir):
+        return check_tenant_id(value)
+    from memspine.auth import LOCAL_TENANT, UUID
+
+    if UUID.match(value):
+        return value.lower()
+    if not LOCAL_TENANT.match(value):
+        raise InvalidRequest(LOCAL_ID)
+    return value
+
+
+@contextlib.contextmanager
+def unserved(data_dir: Path, why: str) -> Iterator[None]:
+    """Hold the data directory as the server would, so that none starts meanwhile; Conflict
+    naming the holder when a server (or the embedded MCP bridge) serves it."""
+    from memspine.datalock import DataDirBusy, hold
+
+    try:
+        lock = hold(data_dir, "memspine-admin")
+    except DataDirBusy as busy:
+        raise Conflict(f"{busy.who()} serves {data_dir}: {why}") from None
+    try:
+        yield
+    finally:
+        lock.close()
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    """Write a tenant's export (NDJSON, docs/api.md) from one snapshot; safe while the server runs."""
+    from storage.transfer.export import dir_export
+
+    tenant_id = tenant_dir(args.data_dir, args.tenant_id)
+    root = args.data_dir / tenant_id
+    size = events = 0
+
+    def write(out: IO[bytes]) -> None:
+        nonlocal size, events
+        with dir_export(root, tenant_id) as lines, progress(args, "exporting") as bar:
+            for line in lines:
+                out.write(line)
+                size += len(line)
+                if line.startswith(b'{"type":"event"'):
+                    events += 1
+                    if events % 1000 == 0:
+                        bar.update(events)
+
+    if args.out is None:
+        write(sys.stdout.buffer)
+        sys.stdout.buffer.flush()
+        return 0
+    # Through a temp file beside it: a killed export leaves no file that looks whole.
+    replace_durably(Path(args.out), write)
+    payload = {"tenant_id": tenant_id, "events": events, "bytes": size, "out": str(args.out)}
+    _emit(args, payload, f"exported {events} events of tenant {tenant_id} to {args.out}")
+    return 0
+
+
+def cmd_import(args: argparse.Namespace) -> int:
+    """Import an export into a tenant: all of it or, refused or interrupted, nothing."""
+    from storage.transfer.landing import import_tenant
+
+    tenant_id = tenant_dir(args.data_dir, args.tenant_id)
+    root = args.data_dir / tenant_id
+    stream: IO[bytes] = open(args.input, "rb") if args.input else sys.stdin.buffer  # noqa: SIM115
+    try:
+        with progress(args, "importing") as bar:
+            if root.exists():
+                # Into a tenant that has a directory: no server may hold it open meanwhile.
+                why = f"stop it to import into tenant {tenant_id}, which has a directory there"
+                with unserved(args.data_dir, why):
+                    stats = import_tenant(
+                        args.data_dir, tenant_id, stream, merge=args.merge, progress=bar.update
+                    )
+            else:
+                stats = import_tenant(args.data_dir, tenant_id, stream, progress=bar.update)
+    finally:
+        if args.input:
+            stream.close()
+    payload: dict[str, Any] = {"tenant_id": tenant_id, "from_tenant": stats.tenant_id}
+    payload |= {"events": stats.events, "skipped": stats.skipped, "lines": stats.lines}
+    human = f"imported {stats.events} events into tenant {tenant_id}"
+    if stats.skipped:
+        human += f" ({stats.skipped} held already, kept as they were)"
+    registered = _registered(args.data_dir, tenant_id)
+    payload["registered"] = registered
+    if registered is False:
+        human += (
+            f"\nno tenant record has this id yet: memspine-admin tenant create NAME --id {tenant_id}"
+        )
+    _emit(args, payload, human)
+    return 0
+
+
+def _registered(data_dir: Path, tenant_id: str) -> bool | None:
+    """Whether the control plane has a record of the tenant; None in local mode."""
+    if not _controlled(data_dir):
+        return None
+    with _plane(data_dir) as db:
+        return db.get_tenant(tenant_id) is not None
+
+
+def cmd_backup(args: argparse.Namespace) -> int:
+    """Copy every tenant's log and the control database into the new directory DEST, hot."""
+    from storage.transfer.backup import backup
+
+    dest = Path(args.dest)
+    with progress(args, "backing up") as bar:
+        done = 0
+
+        def told(_tenant_id: str, _events: int) -> None:
+            nonlocal done
+            done += 1
+            bar.update(done)
+
+        stats = backup(args.data_dir, dest, environments=[(CONTROL_DIR, MAP_SIZE)], progress=told)
+    human = (
+        f"backed up {stats.tenants} tenants ({stats.events} events)"
+        + (" and the control database" if CONTROL_DIR in stats.environments else "")
+        + f" to {dest} in {stats.seconds:.1f} s"
+    )
+    if _url() is not None:
+        human += "\nthe control plane is in PostgreSQL: back it up there (pg_dump)"
+    _emit(args, stats, human)
+    return 0
+
+
+def cmd_restore(args: argparse.Namespace) -> int:
+    """Rebuild a new data directory from a backup, every index from the logs."""
+    from storage.transfer.backup import read_manifest, restore
+
+    src = Path(args.src)
+    manifest = read_manifest(src)
+    age_days = (time.time_ns() // 1000 - manifest.taken_at) / DAY_US
+    if age_days > args.max_age_days:
+        raise Conflict(
+            f"the backup is {age_days:.0f} days old, older than --max-age-days "
+            f"{args.max_age_days}: events erased since it was taken would come back "
+            "(docs/operations.md, Backups and erasure); pass a larger --max-age-days to "
+            "restore it anyway, then erase them again"
+        )
+    total = sum(t.events for t in manifest.tenants)
+    with progress(args, "restoring", total) as bar:
+        before = 0
+        seen: dict[str, int] = {}
+
+        def told(tenant_id: str, events: int) -> None:
+            nonlocal before
+            if tenant_id not in seen:
+                before = sum(seen.values())
+            seen[tenant_id] = events
+            bar.update(before + events)
+
+        dim = int(os.environ.get("MEMSPINE_EMBEDDING_DIM") or 384)
+        stats = restore(src, args.data_dir, default_dim=dim, progress=told)
+    human = (
+        f"restored {stats.tenants} tenants ({stats.events} events)"
+        + (" and the control database" if CONTROL_DIR in stats.environments else "")
+        + f" into {args.data_dir} in {stats.seconds:.1f} s"
+    )
+    _emit(args, stats, human)
+    return 0
+
+
+def cmd_tenant_adopt(args: argparse.Namespace) -> int:
+    """Register a local-mode tenant directory (as init lists them) as a tenant named NAME."""
+    from memspine_admin.cli import actor, local_tenants
+
+    data_dir: Path = args.data_dir
+    with _plane(data_dir) as db:
+        known = {t.tenant_id for t in db.list_tenants()}
+        if args.dirname in known:
+            raise Conflict(f"{args.dirname} is a tenant already")
+        if args.dirname not in local_tenants(data_dir, known):
+            raise NotFound(f"no local-mode tenant directory {args.dirname!r} in {data_dir}")
+        if is_tenant_id(args.dirname):  # its name is a tenant id already: nothing moves
+            tenant = db.create_tenant(args.name, actor=actor(), tenant_id=args.dirname)
+            renamed = False
+        else:
+            why = f"stop it to adopt {args.dirname}, whose directory is renamed to its tenant id"
+            with unserved(data_dir, why):
+                tenant = _adopt_renamed(db, data_dir, args.dirname, args.name, actor())
+            renamed = True
+    payload = {"tenant_id": tenant.tenant_id, "name": tenant.name, "dirname": args.dirname}
+    human = f"adopted {args.dirname} as tenant {tenant.tenant_id} ({tenant.name})"
+    if renamed:
+        human += f"; its directory is now {data_dir / tenant.tenant_id}"
+    human += f"\nissue it a key: memspine-admin key create {tenant.tenant_id} NAME"
+    _emit(args, payload, human)
+    return 0
+
+
+def _adopt_renamed(db: Any, data_dir: Path, dirname: str, name: str, who: str) -> Any:
+    """Rename the directory to a new tenant id, then record the tenant. The rename comes
+    first: killed between the two, the directory is an unregistered one under its new id,
+    which init lists and adopt takes (a record without its directory would be an empty tenant)."""
+    import uuid
+
+    tenant_id = str(uuid.uuid4())
+    os.rename(data_dir / dirname, data_dir / tenant_id)
+    fsync_dir(data_dir)
+    try:
+        return db.create_tenant(name, actor=who, tenant_id=tenant_id)
+    except MemspineError:
+        os.rename(data_dir / tenant_id, data_dir / dirname)  # a name in use: as it was
+        fsync_dir(data_dir)
+        raise
+
+
+def _emit(args: argparse.Namespace, payload: Any, human: str) -> None:
+    from memspine_admin.cli import _emit as emit
+
+    emit(args, payload, human)
+
+
+def add_commands(sub: Any, tenant_sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+    """The data commands, in the parser of memspine_admin/cli.py."""
+    p = command(sub, "export", cmd_export)
+    p.add_argument("tenant_id")
+    p.add_argument("--out", default=None, help="write to this file (default: stdout)")
+    p = command(sub, "import", cmd_import)
+    p.add_argument("tenant_id")
+    p.add_argument("--in", dest="input", default=None, help="read this file (default: stdin)")
+    p.add_argument(
+        "--merge", action="store_true", help="into a tenant holding events: add what it lacks"
+    )
+    p = command(sub, "backup", cmd_backup)
+    p.add_argument("dest", help="a new (or empty) directory")
+    p = command(sub, "restore", cmd_restore)
+    p.add_argument("src", help="a backup made by memspine-admin backup")
+    p.add_argument(
+        "--max-age-days",
+        type=float,
+        default=DEFAULT_MAX_AGE_DAYS,
+        help=f"refuse an older backup (default {DEFAULT_MAX_AGE_DAYS}; docs/operations.md)",
+    )
+    p = command(tenant_sub, "adopt", cmd_tenant_adopt)
+    p.add_argument("dirname", help="a local-mode tenant's directory, as init lists them")
+    p.add_argument("name")

@@ -1,0 +1,133 @@
+"""Export: one snapshot of a tenant's log as the lines of storage/transfer/format.py, from the
+open tenant (the server) or from its directory (another process, while the server runs)."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from pathlib import Path
+from typing import IO
+
+import lmdb
+
+from storage import files
+from storage.erasure import swap
+from storage.errors import NotFound
+from storage.log import layout
+from storage.log.eventlog import snapshot
+from storage.log.reader import LogReader
+from storage.model import SOURCE_FROM, SUPERSEDES
+from storage.tenants.tenant import Tenant
+from storage.transfer.format import (
+    FORMAT,
+    FORMAT_VERSION,
+    Header,
+    Links,
+    end_line,
+    event_line,
+    header_line,
+    idempotency_line,
+)
+
+SNAPSHOT_TRIES = 20  # a purge's swap renames the log away for an instant: look again
+NO_TENANT = "no tenant with that id in this data directory"
+
+
+def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Iterator[bytes]:
+    """Every line of the tenant's export, from the one snapshot r, in constant memory."""
+    digest = hashlib.sha256()
+    header = Header(
+        format=FORMAT,
+        version=FORMAT_VERSION,
+        tenant_id=tenant_id,
+        embedding_dim=r.meta_int(layout.DIM) or default_dim,
+        embedding_model=r.meta_str(layout.MODEL),
+        exported_at=time.time_ns() // 1000,
+        events=r.count(),
+    )
+    line = header_line(header)
+    digest.update(line)
+    yield line
+    events = 0
+    for _seq, op, event_id in r.ops_after(0):  # append order; a delete removed its append op
+        if op != layout.OP_APPEND:
+            continue
+        ev = r.get(event_id)
+        if ev is None:
+            continue
+        links = Links(
+            SOURCE_FROM=r.links_out(event_id, SOURCE_FROM),
+            SUPERSEDES=r.links_out(event_id, SUPERSEDES),
+        )
+        idem = r.idempotency(event_id)
+        line = event_line(ev, links, None if idem is None else (idem.body_hash, idem.unlinked))
+        digest.update(line)
+        events += 1
+        yield line
+    kept = 0
+    for event_id, rec in r.idempotency_records():
+        if r.exists(event_id):
+            continue  # carried on its event's line
+        line = idempotency_line(event_id, rec.body_hash, rec.unlinked)
+        digest.update(line)
+        kept += 1
+        yield line
+    yield end_line(events, kept, digest.hexdigest())
+
+
+@contextmanager
+def tenant_export(tenant: Tenant, tenant_id: str | None = None) -> Iterator[Iterator[bytes]]:
+    """The export of an open tenant, line by line, from one snapshot held until the block
+    ends (tenant_id: the id the header names, when the tenant object answers for another, as
+    the manager's empty stand-in does)."""
+    tenant.log.grow_if_over_half()  # writes go on meanwhile: room for them without a resize
+    with tenant.log.reader() as r:
+        yield export_lines(r, tenant_id or tenant.tenant_id, default_dim=tenant.dim)
+
+
+def write_export(tenant: Tenant, out: IO[bytes], tenant_id: str | None = None) -> int:
+    """Write an open tenant's whole export to out; the bytes written."""
+    size = 0
+    with tenant_export(tenant, tenant_id) as lines:
+        for line in lines:
+            out.write(line)
+            size += len(line)
+    return size
+
+
+def log_path(root: Path) -> Path:
+    """Where a tenant directory's current log is: the committed generation of a purge whose
+    swap is under way (storage/erasure/swap.py) wins over the one it replaces."""
+    ready = root / swap.READY / files.LOG
+    return ready if ready.is_dir() else root / files.LOG
+
+
+@contextmanager
+def log_snapshot(root: Path) -> Iterator[LogReader]:
+    """One read transaction of the log in the tenant directory root, from a process that does
+    not serve it (NotFound if there is none). Nothing here waits for or stalls the server: LMDB
+    readers of another process take a slot in the lock file, not a lock. A purge that swaps
+    the files meanwhile leaves this snapshot reading the old generation, still whole."""
+    for _ in range(SNAPSHOT_TRIES):
+        if not root.is_dir():
+            break
+        stack = ExitStack()
+        try:
+            r = stack.enter_context(snapshot(log_path(root)))
+        except lmdb.Error:  # no log, or renamed between the look and the open
+            time.sleep(0.01)
+            continue
+        with stack:
+            yield r
+        return
+    raise NotFound(NO_TENANT)
+
+
+@contextmanager
+def dir_export(root: Path, tenant_id: str, *, default_dim: int = 384) -> Iterator[Iterator[bytes]]:
+    """The export of the tenant stored at root, from another process than the one serving it
+    (memspine-admin export while the server runs)."""
+    with log_snapshot(root) as r:
+        yield export_lines(r, tenant_id, default_dim=default_dim)

@@ -1,0 +1,126 @@
+"""Import: the lines of an export, checked as they are read, written into an open tenant in
+batches through its writer; memory stays bounded by one batch whatever the file's size."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future
+from typing import IO, Protocol
+
+import msgspec
+
+from storage.errors import InvalidRequest
+from storage.model import PlacedEvent
+from storage.transfer.format import MAX_LINE_BYTES, End, Header, IdempotencyLine, Reader
+
+BATCH_EVENTS = 500  # one LMDB transaction each; a batch's records are what memory holds
+BATCH_BYTES = 8 << 20
+
+Progress = Callable[[int], None]  # told how many events were written so far
+
+
+class Importable(Protocol):
+    """What an import needs of a tenant (storage/tenants/tenant.py's Tenant)."""
+
+    dim: int
+
+    def submit_import(
+        self,
+        placed: list[PlacedEvent],
+        idempotency: Sequence[tuple[str, bytes, list[str]]] = (),
+        *,
+        model: str | None = None,
+        keep_before: int | None = None,
+    ) -> Future[int]:
+        """Write exported events as they were, in one transaction on the tenant's writer."""
+        ...
+
+
+class ImportStats(msgspec.Struct, frozen=True, kw_only=True):
+    """What an import did."""
+
+    tenant_id: str  # the tenant the file was exported from
+    events: int  # events written
+    skipped: int = 0  # events a merge found live already and kept
+    idempotency: int = 0  # Idempotency-Key records of deleted events
+    lines: int = 0
+
+
+def lines_of(stream: IO[bytes]) -> Iterator[bytes]:
+    """The stream's lines, each with its newline (the last may lack it), none past the bound."""
+    while True:
+        line = stream.readline(MAX_LINE_BYTES + 1)
+        if not line:
+            return
+        yield line
+
+
+def read_header(lines: Iterator[bytes], reader: Reader) -> Header:
+    """The first line, which must be the header."""
+    first = next(lines, None)
+    if first is None:
+        raise InvalidRequest("the file is empty: an export starts with its header line")
+    header = reader.feed(first)
+    if not isinstance(header, Header):
+        raise InvalidRequest("line 1: the file does not start with a header line")
+    return header
+
+
+def load(
+    tenant: Importable,
+    lines: Iterator[bytes],
+    reader: Reader,
+    *,
+    keep_before: int | None = None,
+    progress: Progress | None = None,
+) -> ImportStats:
+    """Write the rest of an export (its header already read by `reader`) into the tenant.
+
+    Every line is checked before its batch is written, and the trailer's counts and checksum
+    once the input ends; a refusal is InvalidRequest naming the line. Batches written before a
+    refusal stay in the tenant: import into a staging copy (storage/transfer/landing.py) so
+    that a refused or interrupted import leaves nothing behind.
+    """
+    header = reader.header
+    assert header is not None
+    if header.embedding_dim != tenant.dim:
+        raise InvalidRequest(
+            f"the file's embeddings have {header.embedding_dim} values, this tenant's {tenant.dim}"
+        )
+    batch: list[PlacedEvent] = []
+    idem: list[tuple[str, bytes, list[str]]] = []
+    size = written = seen = 0
+    model = header.embedding_model
+
+    def flush() -> None:
+        nonlocal batch, idem, size, written, model
+        if batch or idem or model is not None:
+            written += tenant.submit_import(
+                batch, idem, model=model, keep_before=keep_before
+            ).result()
+            if progress is not None:
+                progress(written)
+        batch, idem, size, model = [], [], 0, None
+
+    for raw in lines:
+        item = reader.feed(raw)
+        if isinstance(item, End):
+            continue  # reader.finish() below checks there is nothing after it
+        if isinstance(item, IdempotencyLine):
+            idem.append((item.event_id, bytes.fromhex(item.body_hash), item.unlinked))
+        else:
+            assert isinstance(item, PlacedEvent)
+            batch.append(item)
+            seen += 1
+        size += len(raw)
+        if len(batch) + len(idem) >= BATCH_EVENTS or size >= BATCH_BYTES:
+            flush()
+    end = reader.finish()
+    flush()
+    return ImportStats(
+        tenant_id=header.tenant_id,
+        events=written,
+        skipped=seen - written,
+        idempotency=end.idempotency,
+        lines=reader.line,
+    )
