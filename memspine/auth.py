@@ -165,6 +165,8 @@ class Authenticator:
         control = self.control()
         if control is not None and control.get_tenant(tenant_id) is None:
             raise _unauthorized()
+        if self.gate is not None:  # nor a tenant placed on another node (moved away meanwhile)
+            self.gate.check_open(tenant_id)
 
     def probe(self, token: str | None) -> Principal | _Cold:
         """The principal if it can be told without blocking, else the key to verify.

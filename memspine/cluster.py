@@ -95,6 +95,14 @@ class NodeGate:
         if refused is not None:
             raise refused
 
+    def check_open(self, tenant_id: str) -> None:
+        """Raise 421 unless this node may open the tenant's files: it serves the tenant, or it
+        is the target of its move (the copy is written here before it serves it)."""
+        _generation, placement = self.placement(tenant_id)
+        refused = refusal(placement, self.node, write=False)
+        if refused is not None and (placement is None or placement.move_to != self.node):
+            raise refused
+
     def enter_write(self, tenant_id: str) -> None:
         """Count a write in flight for the tenant, or refuse it (421, or 503 while held)."""
         with self._lock:
