@@ -18,6 +18,7 @@ from memspine.config import Settings
 from memspine.edge import Edge
 from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
+from memspine.heap import HeapTrimmer
 from memspine.hot import HotRoutes
 from memspine.logs import install_request_observer, log_request
 from memspine.mcp.lazy import LazyMcp
@@ -27,6 +28,7 @@ from memspine.pipeline import Services
 from memspine.purger import Purger
 from memspine.routes import OPERATIONS, litestar_handlers, ui
 from storage.cypher import warm as warm_cypher
+from storage.heap import limit_arenas
 
 log = logging.getLogger("memspine.app")
 
@@ -58,6 +60,7 @@ def create_app(
     `hot_routes=False` Litestar serves append and recall too (tests compare the two).
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
+    limit_arenas()  # before the tenants' threads start: each would get an arena of its own
     engine = Engine(settings)
     auth = auth or Authenticator(
         settings.data_dir,
@@ -81,12 +84,15 @@ def create_app(
         engine.on_purge = metrics.observe_purge
         purger = Purger(engine, settings.purge_interval_secs)
         purger.start()
+        trimmer = HeapTrimmer()
+        trimmer.start()
         # lark takes a noticeable part of a second to build the Cypher parser: beside startup,
         # not in a first query
         threading.Thread(target=_settle, name="cypher-warm", daemon=True).start()
         try:
             yield
         finally:
+            await trimmer.stop()
             await purger.stop()  # before the tenants close: a purge under way finishes first
             engine.close()
             auth.close()

@@ -10,17 +10,17 @@ with what the query asks for: each such step is one C call on a value no larger 
 
 from __future__ import annotations
 
-import ctypes
 import math
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 import msgspec
 
 from storage.cypher.graph import Relationship
 from storage.errors import InvalidRequest
+from storage.heap import trim
 from storage.model import StoredEvent
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
@@ -36,16 +36,6 @@ _WALK_STEP = 2048
 _TRIM_AFTER_BYTES = 4 << 20
 
 
-def _malloc_trim() -> Callable[[int], int] | None:
-    """glibc's malloc_trim, or None where there is none (musl, macOS)."""
-    try:  # the process's own symbols: libc is among them wherever there is a malloc_trim
-        trim: Callable[[int], int] = ctypes.CDLL(None).malloc_trim
-    except (OSError, AttributeError):
-        return None
-    return trim
-
-
-_MALLOC_TRIM = _malloc_trim()
 # Estimated bytes of what a query holds (CPython, 64-bit): a list of n is 56 + 8n, a number
 # about 32, a decoded node its fixed fields plus its text and properties.
 LIST_BYTES, SLOT_BYTES, NUMBER_BYTES, NODE_BYTES, RELATIONSHIP_BYTES = 56, 8, 32, 400, 200
@@ -68,7 +58,7 @@ class Meter:
     """One query's clock and byte budget; every method raises InvalidRequest past a bound.
     The clock runs from `started` (time.monotonic(); now by default)."""
 
-    __slots__ = ("answer", "deadline", "limits", "row_values", "spent", "walked", "_since_tick")
+    __slots__ = ("_since_tick", "answer", "deadline", "limits", "row_values", "spent", "walked")
 
     def __init__(self, limits: Limits, *, clock: bool = True, started: float | None = None) -> None:
         self.limits = limits
@@ -138,8 +128,8 @@ class Meter:
         glibc keeps freed blocks of a thread's arena for reuse, so each read thread that
         ran a large query would keep its peak; malloc_trim returns the free pages (about a
         millisecond, without the interpreter lock: ctypes releases it around the call)."""
-        if self.spent >= _TRIM_AFTER_BYTES and _MALLOC_TRIM is not None:
-            _MALLOC_TRIM(0)
+        if self.spent >= _TRIM_AFTER_BYTES:
+            trim()
 
     def release(self, nbytes: int) -> None:
         """Give back bytes charged for rows the query no longer holds (a sort's dropped rows)."""

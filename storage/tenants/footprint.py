@@ -3,11 +3,10 @@ back to the system once tenants close."""
 
 from __future__ import annotations
 
-import ctypes
 from pathlib import Path
-from typing import Any
 
 from storage import files
+from storage.heap import trim
 from storage.index.keyword import READER_BYTES
 from storage.index.vectors import file_memory_bytes
 from storage.tenants.tenant import Tenant
@@ -41,18 +40,6 @@ def closed_tenant_bytes(root: Path, dim: int) -> int:
     return TENANT_BASE_BYTES + READER_BYTES + file_memory_bytes(root / files.VECTORS, dim)
 
 
-def _load_libc() -> Any:
-    """glibc, for malloc_trim; None elsewhere."""
-    try:
-        libc = ctypes.CDLL(None)
-    except OSError:
-        return None
-    return libc if hasattr(libc, "malloc_trim") else None
-
-
-_LIBC = _load_libc()
-
-
 def give_back_memory() -> None:
     """Return freed heap pages to the system after tenants close (glibc only; the call releases
     the GIL).
@@ -60,5 +47,4 @@ def give_back_memory() -> None:
     glibc keeps freed heap pages for reuse; without this the process's RSS would stay at its
     high-water mark, and the budget would bound the accounted figure but not the process.
     """
-    if _LIBC is not None:
-        _LIBC.malloc_trim(0)
+    trim()
