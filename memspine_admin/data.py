@@ -242,8 +242,7 @@ def cmd_restore(args: argparse.Namespace) -> int:
             seen[tenant_id] = events
             bar.update(before + events)
 
-        dim = int(os.environ.get("MEMSPINE_EMBEDDING_DIM") or 384)
-        stats = restore(src, args.data_dir, default_dim=dim, progress=told)
+        stats = restore(src, args.data_dir, progress=told)  # each log records its dimension
     human = (
         f"restored {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")

@@ -26,6 +26,7 @@ log = logging.getLogger("memspine.keyword")
 # can reach Tantivy's parser (lowercasing also disarms its AND/OR/NOT operators).
 _WORD = re.compile(r"[^\W_]+")
 MAX_QUERY_WORDS = 64
+TIE_HITS = 1024  # hits a search takes past its limit to order equal scores by append order
 WRITER_HEAP_BYTES = 16_000_000
 # The fold commits at most this often unless a search is waiting: every commit is a new segment
 # (fsyncs now, merge CPU later), and at hundreds of appends a second one commit per group commit
@@ -422,9 +423,10 @@ def _search(
     hits = searcher.search(query, limit + 1).hits
     # Equal scores come out in the segments' document order, which a purge's rebuild or a
     # merge changes (and a copy of the tenant has its own): when the cut falls among equal
-    # scores, take all of them, so that Ranked's order by seq decides which make it.
-    while len(hits) > limit and hits[-1][0] == hits[limit - 1][0]:
-        more = searcher.search(query, 2 * len(hits)).hits
+    # scores, take all of them, so that Ranked's order by seq decides which make it (up to
+    # TIE_HITS more: past that many equal scores the order is the segments' again).
+    while len(hits) > limit and hits[-1][0] == hits[limit - 1][0] and len(hits) < limit + TIE_HITS:
+        more = searcher.search(query, min(2 * len(hits), limit + TIE_HITS)).hits
         if len(more) == len(hits):
             break
         hits = more

@@ -11,8 +11,10 @@ One JSON object per line, each tagged by its "type":
    hash, never content), so a retry of that append still replays after a move;
 4. `end`: the counts of both and the SHA-256 of every byte before it.
 
-docs/api.md ("Export format") is the description for people; FORMAT_VERSION names what is
-here, and a reader refuses a version it does not know.
+docs/api.md ("Export format") is the description for people. FORMAT_VERSION names what is
+written here; a reader takes every version from 1 to its own and refuses a later one. A new
+version only adds: a line type or an optional field (with a default that means "absent", as
+a file of an earlier version has it), so what an earlier version wrote still reads.
 """
 
 from __future__ import annotations
@@ -32,6 +34,9 @@ FORMAT_VERSION = 1
 MEDIA_TYPE = "application/x-ndjson"
 # A line may hold a text of 100,000 characters (4 bytes each at most) and its embedding.
 MAX_LINE_BYTES = 8 << 20
+# The deepest properties the API stores (memspine/jsonbounds.py's MAX_NESTING): a reader of
+# the imported tenant must be able to parse what it is given back.
+MAX_PROPERTIES_NESTING = 32
 _DERIVED = ("seq", "filterable", "properties_raw")  # the log's own, or carried as `properties`
 _LINE_BREAKS = (b"\n", b"\r")
 _NULL = msgspec.Raw(b"null")  # msgspec reads no Raw | None: a Raw that says null instead
@@ -167,6 +172,8 @@ class Reader:
             value = _decode_line(raw)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise InvalidRequest(f"line {n}: {_plain(str(exc))}") from None
+        except RecursionError:
+            raise InvalidRequest(f"line {n}: JSON nested too deeply") from None
         if isinstance(value, End):
             self._close(value)
             return value
@@ -198,10 +205,10 @@ class Reader:
             raise InvalidRequest(f"line {n}: a header line that is not the first line")
         if header.format != FORMAT:
             raise InvalidRequest(f"line {n}: not a memspine export (format {header.format!r})")
-        if header.version != FORMAT_VERSION:
+        if not 1 <= header.version <= FORMAT_VERSION:
             raise InvalidRequest(
                 f"line {n}: export format version {header.version}; this version of memspine "
-                f"reads version {FORMAT_VERSION}"
+                f"reads versions 1 to {FORMAT_VERSION}"
             )
         if not 1 <= header.embedding_dim <= 65536:
             raise InvalidRequest(f"line {n}: embedding_dim must be from 1 to 65536")
@@ -274,11 +281,29 @@ def _properties(line: Any, n: int) -> bytes | None:
         return None
     try:
         value = msgspec.json.decode(raw)
-    except msgspec.DecodeError:
-        raise InvalidRequest(f"line {n}: properties_text is not JSON") from None
+    except (msgspec.DecodeError, RecursionError):
+        raise InvalidRequest(f"line {n}: the properties are not JSON this server reads") from None
     if not isinstance(value, dict):
         raise InvalidRequest(f"line {n}: properties must be a JSON object")
+    problem = _value_problem(value)
+    if problem is not None:
+        raise InvalidRequest(f"line {n}: properties {problem}")
     return raw
+
+
+def _value_problem(value: Any) -> str | None:
+    """Why stored properties could not be what the API stores: nested deeper than
+    MAX_PROPERTIES_NESTING, or a number that is not finite."""
+    stack: list[tuple[Any, int]] = [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            return "hold a number that is not finite"
+        if isinstance(item, dict | list):
+            if depth > MAX_PROPERTIES_NESTING:
+                return f"nest more than {MAX_PROPERTIES_NESTING} levels of objects and arrays"
+            stack.extend((c, depth + 1) for c in (item.values() if isinstance(item, dict) else item))
+    return None
 
 
 def _check_id(value: str, n: int, what: str) -> None:

@@ -43,9 +43,11 @@ def write_some(c: httpx.Client) -> list[str]:
     """Events of every shape a client can send: links, supersession, windows, keyed appends,
     pretty-printed properties, embeddings with a model."""
     ids = [append(c, {"kind": "turn", "ts": TS, "text": "the parcel from SUP-7 is late"})]
-    pretty = '{"kind": "fact", "ts": %d, "text": "refund agreed for the late parcel",\n' % (TS + 1)
-    pretty += ' "properties": { "supplier" : "SUP-7",\n  "source_event_ids": ["%s"] },\n' % ids[0]
-    pretty += ' "embedding": [0.1, 0.2, 0.3, 0.4], "embedding_model": "m1"}'
+    pretty = (
+        f'{{"kind": "fact", "ts": {TS + 1}, "text": "refund agreed for the late parcel",\n'
+        f' "properties": {{ "supplier" : "SUP-7",\n  "source_event_ids": ["{ids[0]}"] }},\n'
+        ' "embedding": [0.1, 0.2, 0.3, 0.4], "embedding_model": "m1"}'
+    )
     ids.append(append(c, pretty))
     ids.append(
         append(

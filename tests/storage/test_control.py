@@ -163,6 +163,22 @@ def test_duplicate_tenant_name_is_a_conflict_naming_the_existing_tenant(db: Cont
     db.create_tenant("Customer-4417", actor="test")  # names are compared exactly
 
 
+def test_a_tenant_takes_the_id_it_is_given(db: ControlPlane) -> None:
+    chosen = str(uuid.uuid4())
+    tenant = db.create_tenant("moved", actor="test", tenant_id=chosen.upper())
+    assert tenant.tenant_id == chosen and db.get_tenant(chosen) == tenant
+    generation = db.generation()
+    with pytest.raises(Conflict, match=f"a tenant with id {chosen} already exists"):
+        db.create_tenant("other", actor="test", tenant_id=chosen)
+    for bad in ("acme", str(uuid.uuid1()), "_control", chosen + "0"):
+        with pytest.raises(InvalidRequest, match="UUIDv4"):
+            db.create_tenant("other", actor="test", tenant_id=bad)
+    assert db.generation() == generation and db.list_tenants() == [tenant]
+    assert db.create_key(chosen, "agent", actor="test").tenant_id == chosen
+    db.delete_tenant(chosen, actor="test")
+    assert db.create_tenant("again", actor="test", tenant_id=chosen).tenant_id == chosen
+
+
 @pytest.mark.parametrize(
     "name", ["", "   ", " padded", "padded ", "x" * 129, "é" * 65, "tab\there", "nul\x00", 7, None]
 )

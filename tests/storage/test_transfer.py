@@ -19,11 +19,12 @@ from transfer_world import DIM, MODEL, answers, populate
 from storage import files
 from storage.errors import Conflict, InvalidRequest
 from storage.model import NewEvent, StoredEvent
-from storage.transfer.landing import STAGING_PREFIX, import_tenant
+from storage.read.listing import ListQuery
 from storage.tenants.tenant import Tenant
 from storage.transfer import format as fmt
 from storage.transfer import load
 from storage.transfer.export import tenant_export
+from storage.transfer.landing import STAGING_PREFIX, import_tenant
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -227,7 +228,8 @@ def slow(n):
         print("written", n, flush=True)
         import time; time.sleep(60)
 data = Path(sys.argv[1]).read_bytes()
-import_tenant(Path(sys.argv[2]), "acme", io.BytesIO(data), progress=slow)
+merge = sys.argv[3:] == ["merge"]
+import_tenant(Path(sys.argv[2]), "acme", io.BytesIO(data), merge=merge, progress=slow)
 """
 
 
@@ -320,3 +322,85 @@ def test_an_import_holds_one_batch_whatever_the_file_size(
         tracemalloc.stop()
     assert stats.events == n
     assert peak < 16 << 20, peak  # the file is 36 MB, a batch 2 MB
+
+
+def test_a_later_format_version_is_refused_naming_the_ones_read(world, tmp_path: Path) -> None:
+    exported, _seen, _ids = world
+    later = exported.replace(b'"version":1,', b'"version":2,', 1)
+    with pytest.raises(InvalidRequest, match="version 2; this version of memspine reads"):
+        import_tenant(tmp_path / "data", "acme", io.BytesIO(later))
+
+
+def test_an_op_the_format_cannot_carry_stops_the_export(tmp_path: Path) -> None:
+    """Exporting past a kind of log op with no line for it would lose what it wrote."""
+    from storage.log import layout
+
+    t = Tenant.open("acme", tmp_path / "acme", embedding_dim=DIM)
+    try:
+        made = t.submit_append([NewEvent(kind="turn", ts=1, text="x")]).result()[0].event_id
+
+        def odd_op(txn: Any) -> None:
+            value = layout.op_value(b"Z", layout.id_bytes(made))
+            txn.put(layout.op_key(99), value, db=t.log.dbs["ops"])
+
+        t.log.write(odd_op)
+        with pytest.raises(RuntimeError, match="does not carry log op b'Z'"):
+            export_bytes(t)
+    finally:
+        t.close()
+
+
+@pytest.mark.parametrize(
+    ("properties", "why"),
+    [
+        (b'{"a":' * 40 + b"1" + b"}" * 40, "nest more than 32 levels"),
+        (b'{"a":' * 5000 + b"1" + b"}" * 5000, "nested too deeply"),
+        (b'{"a": 1e999}', "not JSON this server reads"),
+        (b"[1, 2]", "must be a JSON object"),
+    ],
+)
+def test_properties_the_api_would_not_store_are_refused(
+    tmp_path: Path, properties: bytes, why: str
+) -> None:
+    head = fmt.Header(
+        format=fmt.FORMAT,
+        version=fmt.FORMAT_VERSION,
+        tenant_id="x",
+        embedding_dim=DIM,
+        embedding_model=None,
+        exported_at=0,
+        events=1,
+    )
+    line = b'{"type":"event","event_id":"00000000-0000-4000-8000-000000000001","kind":"k",'
+    line += b'"ts":1,"properties":' + properties + b"}\n"
+    with pytest.raises(InvalidRequest, match=f"line 2: .*{why}"):
+        import_tenant(tmp_path / "data", "x", io.BytesIO(fmt.header_line(head) + line))
+    assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_a_merge_killed_half_way_leaves_the_tenant_as_it_was(world, tmp_path: Path) -> None:
+    exported, _seen, ids = world
+    (tmp_path / "export.ndjson").write_bytes(exported)
+    data_dir = tmp_path / "data"
+    t = Tenant.open("acme", data_dir / "acme", embedding_dim=DIM)
+    own = t.submit_append([NewEvent(kind="turn", ts=5, text="already here")]).result()[0].event_id
+    t.close()
+    args = [str(tmp_path / "export.ndjson"), str(data_dir), "merge"]
+    proc = subprocess.Popen(
+        [sys.executable, "-c", KILLED_IMPORT, *args],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert proc.stdout is not None
+    assert proc.stdout.readline().startswith(b"written")
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    assert (data_dir / "acme" / "purge.new").is_dir()  # the uncommitted copy the kill left
+    t = Tenant.open("acme", data_dir / "acme", embedding_dim=DIM)  # discards it
+    try:
+        assert t.get(own) is not None and t.get(ids[0]) is None
+        assert t.list_events(ListQuery(limit=1000))[0] == [t.get(own).event]  # type: ignore[union-attr]
+        assert not (data_dir / "acme" / "purge.new").exists()
+    finally:
+        t.close()
