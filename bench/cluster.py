@@ -20,7 +20,6 @@ not what three machines would serve.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import socket
@@ -49,8 +48,7 @@ def _vector(i: int) -> list[float]:
 
 
 def _requests(key: str, n: int, *, kinds: tuple[str, ...] = KINDS) -> list[bytes]:
-    """n requests of each kind for one tenant, encoded once: in turn, or kind after kind
-    (`blocks`: so that no recall waits for the keyword fold of an append just before it)."""
+    """Requests of one tenant, n of each kind, in turn, encoded once."""
     auth = {"Authorization": f"Bearer {key}", "Content-Type": "application/json"}
     made: dict[str, list[bytes]] = {kind: [] for kind in kinds}
     for i in range(n):
@@ -68,7 +66,7 @@ def _requests(key: str, n: int, *, kinds: tuple[str, ...] = KINDS) -> list[bytes
 
 
 def _blocks(key: str, n: int) -> list[bytes]:
-    """n whoami, then n recalls, then n appends."""
+    """The kinds one after the other: no recall waits for the keyword fold of an append."""
     return [r for kind in KINDS for r in _requests(key, n, kinds=(kind,))]
 
 
@@ -88,6 +86,7 @@ class Conn:
         self.file = self.sock.makefile("rb")
 
     def send(self, request: bytes) -> tuple[int, float]:
+        """Send one request, read its answer: its status and how long it took."""
         started = time.perf_counter()
         self.sock.sendall(request)
         status = int(self.file.readline()[9:12])
@@ -100,6 +99,7 @@ class Conn:
         return status, time.perf_counter() - started
 
     def close(self) -> None:
+        """Close the connection."""
         self.file.close()
         self.sock.close()
 
@@ -142,6 +142,7 @@ def proxy_cost(proxy: int, node: int, requests: list[bytes]) -> dict[str, Any]:
 
 
 def main() -> int:
+    """Start a local cluster, measure, stop it; the figures on stdout and in bench/out."""
     args = parse_args(__doc__.split("\n")[0])
     root = Path(tempfile.mkdtemp(prefix="memspine-bench-cluster-"))  # the postgres user's too
     os.chmod(root, 0o755)
@@ -206,7 +207,6 @@ def main() -> int:
     finally:
         subprocess.run([str(CLUSTER), "down", str(root)], env=env, capture_output=True)
         subprocess.run(["rm", "-rf", str(root)], check=False)
-    asyncio.get_event_loop_policy()  # nothing left running: the loops of load() are closed
     return 0
 
 

@@ -504,9 +504,10 @@ class PgControl:
             ).fetchone()
             if existing is not None:
                 raise Conflict(f"a tenant named {name!r} already exists: {existing[0]}")
-            if chosen is not None and conn.execute(
-                "SELECT 1 FROM tenants WHERE tenant_id = %s", (chosen,)
-            ).fetchone():
+            if (
+                chosen is not None
+                and conn.execute("SELECT 1 FROM tenants WHERE tenant_id = %s", (chosen,)).fetchone()
+            ):
                 raise Conflict(f"a tenant with id {chosen} already exists")
             tenant_id = chosen or str(uuid.uuid4())
             route = keys.new_route()

@@ -40,9 +40,7 @@ class ControlPlane(Protocol):
         """The counter bumped by every change to tenants or keys; cheap enough per request."""
         ...
 
-    def create_tenant(
-        self, name: str, *, actor: str, tenant_id: str | None = None
-    ) -> TenantRecord:
+    def create_tenant(self, name: str, *, actor: str, tenant_id: str | None = None) -> TenantRecord:
         """Create a tenant, with the id given (a UUIDv4) or a new one; Conflict (409) if a
         live tenant already has that name or that id."""
         ...

@@ -324,7 +324,7 @@ def test_a_lost_node_is_restored_from_its_backup(cluster: Cluster, tmp_path: Pat
     backup = tmp_path / "node-3-backup"
     taken = _admin_cli(cluster, "--data-dir", str(data), "backup", str(backup))
     assert taken.returncode == 0, taken.stderr
-    tenant_id, key = theirs[0]
+    _tenant_id, key = theirs[0]
     with cluster.client(key) as client:  # written after the backup: the backup's loss
         after = client.post(
             "/v1/memory/event",
