@@ -30,10 +30,9 @@ from memspine_admin.records import is_tenant_id
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound, Unavailable
 from storage.tenants.tenant import Tenant
 from storage.transfer.export import export_lines
-from storage.transfer.format import MEDIA_TYPE, Reader
+from storage.transfer.format import MEDIA_TYPE
 from storage.transfer.landing import import_tenant, sweep_stale
-from storage.transfer.load import lines_of, load, read_header
-from storage.transfer.tail import changes, changes_lines
+from storage.transfer.tail import apply_changes, changes, changes_lines
 
 MOVE = "/v1/admin/move/{tenant_id:str}"
 LAST_SEQ = "Memspine-Last-Seq"  # the export's snapshot: the op the next round starts after
@@ -254,14 +253,8 @@ def _pull_from(services: Any, source: str, tenant_id: str, after: int) -> Pulled
                     )
                 events = import_tenant(data_dir, tenant_id, body).events
             else:
-                reader = Reader()
-                lines = lines_of(body)
-                read_header(lines, reader)
                 with manager.use(tenant_id) as t:
-                    with t.log.reader() as mine:
-                        keep = mine.last_seq()
-                    # keep_before: a round sent again (a retried pull) keeps what it wrote.
-                    events = load(t, lines, reader, keep_before=keep).events
+                    events = apply_changes(t, body)
         deleted = 0
         if after > 0:
             r = http.get(f"{path}/deleted", params={"after": after, "upto": last})

@@ -15,22 +15,26 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Iterator
+from typing import IO
 
 import msgspec
 
 from storage.log import layout
 from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM, SUPERSEDES
+from storage.tenants.tenant import Tenant
 from storage.transfer.format import (
     FORMAT,
     FORMAT_VERSION,
     Header,
     Links,
+    Reader,
     end_line,
     event_line,
     header_line,
     idempotency_line,
 )
+from storage.transfer.load import lines_of, load, read_header
 
 
 class Changes(msgspec.Struct, frozen=True, kw_only=True):
@@ -91,3 +95,15 @@ def changes_lines(
         kept += 1
         yield line
     yield end_line(len(found.appended), kept, digest.hexdigest())
+
+
+def apply_changes(tenant: Tenant, stream: IO[bytes]) -> int:
+    """Write a round's export (changes_lines) into the open tenant through its writer, every
+    line checked; the events written. An event the tenant holds already (the same round sent
+    again) is kept as it is."""
+    reader = Reader()
+    lines = lines_of(stream)
+    read_header(lines, reader)
+    with tenant.log.reader() as r:
+        keep = r.last_seq()
+    return load(tenant, lines, reader, keep_before=keep).events

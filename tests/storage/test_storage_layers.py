@@ -177,6 +177,7 @@ PUBLIC = {
     "storage.transfer.export",
     "storage.transfer.landing",
     "storage.transfer.backup",
+    "storage.transfer.tail",
 }
 
 
