@@ -35,19 +35,20 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import parse_args, percentile, scratch_dir, serve_memspine, write_json  # noqa: E402
-from purge import DIM, SEED, events, template  # noqa: E402
+from common import parse_args, percentile, scratch_dir, serve_memspine, write_json
+from purge import DIM, SEED, events, template
 
-from storage.tenants.tenant import Tenant  # noqa: E402
-from storage.transfer.backup import backup, restore  # noqa: E402
-from storage.transfer.export import dir_export, log_snapshot  # noqa: E402
-from storage.transfer.landing import import_tenant  # noqa: E402
+from storage.tenants.tenant import Tenant
+from storage.transfer.backup import backup, restore
+from storage.transfer.export import dir_export, log_snapshot
+from storage.transfer.landing import import_tenant
 
 APPEND_BASELINE = 20_000
 APPEND_BATCH = 500
 
 
 def timed(fn: Callable[[], Any]) -> float:
+    """Seconds fn takes."""
     started = time.perf_counter()
     fn()
     return time.perf_counter() - started
@@ -64,6 +65,7 @@ def read_all(root: Path) -> int:
 
 
 def export_file(root: Path, out: Path) -> int:
+    """The tenant at root exported to out, as memspine-admin export does; its size."""
     with dir_export(root, "t") as lines, open(out, "wb") as fh:
         for line in lines:
             fh.write(line)
@@ -132,6 +134,7 @@ class Appender(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
+        """Append until told to stop."""
         import http.client
 
         import numpy as np
@@ -142,8 +145,12 @@ class Appender(threading.Thread):
         i = 0
         while not self.stop.is_set():
             body = json.dumps(
-                {"kind": "turn", "ts": 1_791_208_939_000_000 + i, "text": f"during {i}",
-                 "embedding": vector}
+                {
+                    "kind": "turn",
+                    "ts": 1_791_208_939_000_000 + i,
+                    "text": f"during {i}",
+                    "embedding": vector,
+                }
             )
             started = time.perf_counter()
             conn.request("POST", "/v1/memory/event", body, headers)
@@ -208,6 +215,7 @@ def stalls(data: Path, work: Path) -> dict[str, Any]:
 
 
 def main() -> None:
+    """Run, print and write bench/out/transfer.json."""
     args = parse_args(__doc__ or "")
     n = 5_000 if args.quick else 100_000
     runs = 1 if args.quick else 3

@@ -224,9 +224,7 @@ class ControlDB:
 
     # -- tenants -----------------------------------------------------------------------------
 
-    def create_tenant(
-        self, name: str, *, actor: str, tenant_id: str | None = None
-    ) -> TenantRecord:
+    def create_tenant(self, name: str, *, actor: str, tenant_id: str | None = None) -> TenantRecord:
         """Create a tenant, with the id given (a UUIDv4: a tenant moved here keeps its own) or
         a new one; Conflict (409) if a live tenant already has that name or that id."""
         name = check_name(name, "name")

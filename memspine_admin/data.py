@@ -176,9 +176,7 @@ def cmd_import(args: argparse.Namespace) -> int:
     registered = _registered(args.data_dir, tenant_id)
     payload["registered"] = registered
     if registered is False:
-        human += (
-            f"\nno tenant record has this id yet: memspine-admin tenant create NAME --id {tenant_id}"
-        )
+        human += f"\nno tenant record has this id yet: memspine-admin tenant create NAME --id {tenant_id}"
     _emit(args, payload, human)
     return 0
 
@@ -303,7 +301,9 @@ def _emit(args: argparse.Namespace, payload: Any, human: str) -> None:
     emit(args, payload, human)
 
 
-def add_commands(sub: Any, tenant_sub: Any, command: Callable[..., argparse.ArgumentParser]) -> None:
+def add_commands(
+    sub: Any, tenant_sub: Any, command: Callable[..., argparse.ArgumentParser]
+) -> None:
     """The data commands, in the parser of memspine_admin/cli.py."""
     p = command(sub, "export", cmd_export)
     p.add_argument("tenant_id")

@@ -389,7 +389,9 @@ class Appender:
         if problem is not None:
             raise InvalidRequest(f"line {line}: {problem.detail}")
         properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
-        filterable = layout.filterable_properties(properties if isinstance(properties, dict) else {})
+        filterable = layout.filterable_properties(
+            properties if isinstance(properties, dict) else {}
+        )
         record = msgspec.structs.replace(ev, seq=self.last + 1, filterable=filterable)
         self._put(raw_id, record, placed.sources, placed.superseded)
         if placed.body_hash is not None:
@@ -400,7 +402,9 @@ class Appender:
         """Write the Idempotency-Key record of an event (one deleted since keeps its record, so
         a retry of its append still replays rather than stores it again)."""
         idem = IdempotencyRecord(body_hash=body_hash, unlinked=unlinked)
-        self.txn.put(layout.id_bytes(event_id), layout.encode_idempotency(idem), db=self.log.dbs["idem"])
+        self.txn.put(
+            layout.id_bytes(event_id), layout.encode_idempotency(idem), db=self.log.dbs["idem"]
+        )
 
     def claim_model(self, model: str) -> None:
         """Record the tenant's embedding model as an export names it; InvalidRequest if the

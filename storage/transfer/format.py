@@ -274,9 +274,8 @@ def _properties(line: Any, n: int) -> bytes | None:
     given = bytes(line.properties)
     if given != b"null" and line.properties_text is not None:
         raise InvalidRequest(f"line {n}: properties and properties_text are both given")
-    raw = line.properties_text.encode() if line.properties_text is not None else None
-    if given != b"null":
-        raw = given
+    text: str | None = line.properties_text
+    raw = given if given != b"null" else text.encode() if text is not None else None
     if raw is None:
         return None
     try:
@@ -302,7 +301,9 @@ def _value_problem(value: Any) -> str | None:
         if isinstance(item, dict | list):
             if depth > MAX_PROPERTIES_NESTING:
                 return f"nest more than {MAX_PROPERTIES_NESTING} levels of objects and arrays"
-            stack.extend((c, depth + 1) for c in (item.values() if isinstance(item, dict) else item))
+            stack.extend(
+                (c, depth + 1) for c in (item.values() if isinstance(item, dict) else item)
+            )
     return None
 
 
@@ -328,5 +329,5 @@ def _body_hash(value: str, n: int) -> bytes:
 
 
 def _plain(message: str) -> str:
-    """msgspec's message with its `$.` paths made readable."""
+    """Msgspec's message with its `$.` paths made readable."""
     return message.replace("`$.", "`").replace("`$`", "the line")

@@ -201,7 +201,9 @@ def test_a_restore_of_an_old_backup_is_refused_unless_asked(tmp_path: Path) -> N
 
 
 @pytest.mark.parametrize("command", [["export", "../x"], ["import", ".hidden"]])
-def test_a_tenant_id_that_is_no_directory_name_is_refused(tmp_path: Path, command: list[str]) -> None:
+def test_a_tenant_id_that_is_no_directory_name_is_refused(
+    tmp_path: Path, command: list[str]
+) -> None:
     admin = Admin(tmp_path / "data", tmp_path)
     refused = admin.error(*command)
     assert refused["error"] == "invalid_request" and "local mode" in refused["detail"]
@@ -211,7 +213,9 @@ def test_the_admin_route_takes_a_tenant_id(tmp_path: Path) -> None:
     from servers import InProcessServer, cheap_hasher, serve
 
     ControlDB.init(tmp_path / "data", actor="test")
-    srv = InProcessServer(tmp_path / "data", {"MEMSPINE_ADMIN_KEY": "k" * 32}, hasher=cheap_hasher())
+    srv = InProcessServer(
+        tmp_path / "data", {"MEMSPINE_ADMIN_KEY": "k" * 32}, hasher=cheap_hasher()
+    )
     for s in serve(srv):
         with s.client("k" * 32) as c:
             made = c.post("/v1/admin/tenants", json={"name": "acme", "tenant_id": MOVED.upper()})

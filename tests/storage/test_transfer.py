@@ -96,7 +96,7 @@ def test_the_export_carries_every_field_of_the_record(world) -> None:
 
 
 def test_properties_come_back_byte_for_byte(world, tmp_path: Path) -> None:
-    exported, _seen, ids = world
+    exported, _seen, _ids = world
     src = _records(exported)
     t = imported(tmp_path, exported)
     try:
@@ -173,7 +173,7 @@ def test_a_damaged_file_is_refused_naming_the_line_and_nothing_lands(
 
 
 def test_a_tenant_with_events_is_refused_unless_merging(world, tmp_path: Path) -> None:
-    exported, seen, ids = world
+    exported, _seen, ids = world
     root = tmp_path / "data" / "acme"
     t = Tenant.open("acme", root, embedding_dim=DIM)
     own = t.submit_append([NewEvent(kind="turn", ts=5, text="already here")]).result()[0].event_id
