@@ -7,7 +7,8 @@
   DIR/haproxy         HAProxy (deploy/haproxy/memspine.cfg), its routes map, and
                       `memspine-admin proxy-sync` keeping the map current
 then prints exactly two lines, MEMSPINE_URL=… (the proxy) and MEMSPINE_ADMIN_KEY=…; `down DIR`
-stops all of it (the data stays: `up DIR` again serves it). No system service is touched.
+stops all of it (the data stays: `up DIR` again serves it); `restart DIR node-N` starts again a
+node whose process is gone. No system service is touched.
 haproxy and postgresql are installed from Debian when absent (as root, by
 scripts/install-debian-packages).
 """
@@ -143,24 +144,9 @@ def up(root: Path) -> dict[str, Any]:
         admin_key = key_file.read_text().strip()
         state["admin_key"] = admin_key
         for node in NODES:
-            home = root / node
-            (home / "data").mkdir(parents=True, exist_ok=True)
-            port = free_port()
-            env = _base_env()
-            env.update(
-                {
-                    "MEMSPINE_BIND": f"127.0.0.1:{port}",
-                    "MEMSPINE_DATA_DIR": str(home / "data"),
-                    "MEMSPINE_CONTROL_URL": url,
-                    "MEMSPINE_NODE": node,
-                    "MEMSPINE_ADMIN_KEY": admin_key,
-                    # Behind the proxy every request comes from one address.
-                    "MEMSPINE_MAX_CONNECTIONS_PER_CLIENT": "4096",
-                }
-            )
-            pid = _spawn([sys.executable, "-m", "memspine.server"], env, home / "server.log")
-            state["pids"][node] = pid
-            state["ports"][node] = port
+            (root / node / "data").mkdir(parents=True, exist_ok=True)
+            state["ports"][node] = free_port()
+            state["pids"][node] = _spawn_node(root, state, node)
             state_path.write_text(json.dumps(state))
         for node in NODES:
             _wait_http(
@@ -237,6 +223,47 @@ def up(root: Path) -> dict[str, Any]:
     return state
 
 
+def _spawn_node(root: Path, state: dict[str, Any], node: str) -> int:
+    """Start one node on its port and data directory; its pid."""
+    env = _base_env()
+    env.update(
+        {
+            "MEMSPINE_BIND": f"127.0.0.1:{state['ports'][node]}",
+            "MEMSPINE_DATA_DIR": str(root / node / "data"),
+            "MEMSPINE_CONTROL_URL": state["control_url"],
+            "MEMSPINE_NODE": node,
+            "MEMSPINE_ADMIN_KEY": state["admin_key"],
+            # Behind the proxy every request comes from one address.
+            "MEMSPINE_MAX_CONNECTIONS_PER_CLIENT": "4096",
+        }
+    )
+    home = root / node
+    return _spawn([sys.executable, "-m", "memspine.server"], env, home / "server.log")
+
+
+def restart(root: Path, node: str) -> dict[str, Any]:
+    """Start again a node of a running cluster whose process is gone (killed, crashed), on its
+    port and data directory; HAProxy sees it healthy within a second."""
+    root = root.resolve()
+    state_path = root / STATE
+    if not state_path.exists():
+        raise ClusterError(f"no cluster is running in {root}")
+    if node not in NODES:
+        raise ClusterError(f"no node named {node!r}: the nodes are {', '.join(NODES)}")
+    state: dict[str, Any] = json.loads(state_path.read_text())
+    if _alive(state["pids"][node]):
+        raise ClusterError(f"{node} is running (pid {state['pids'][node]})")
+    state["pids"][node] = _spawn_node(root, state, node)
+    state_path.write_text(json.dumps(state))
+    _wait_http(
+        f"http://127.0.0.1:{state['ports'][node]}/health",
+        root / node / "server.log",
+        state["pids"][node],
+        time.monotonic() + START_TIMEOUT_SECS,
+    )
+    return state
+
+
 def _wait_synced(url: str, name: str, log: Path, pid: int, deadline: float) -> None:
     """Wait until proxy-sync has applied the control plane's current generation."""
     import psycopg
@@ -304,11 +331,16 @@ def down(root: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """Entry point of deploy/local-cluster."""
     parser = argparse.ArgumentParser(prog="local-cluster", description=__doc__.split("\n")[0])
-    parser.add_argument("command", choices=["up", "down"])
+    parser.add_argument("command", choices=["up", "down", "restart"])
     parser.add_argument("dir", type=Path, help="where the cluster keeps everything")
+    parser.add_argument("node", nargs="?", help="restart: the node to start again (node-N)")
     args = parser.parse_args(argv)
     try:
-        if args.command == "up":
+        if args.command == "restart":
+            if args.node is None:
+                parser.error("restart needs the node's name: restart DIR node-N")
+            restart(args.dir, args.node)
+        elif args.command == "up":
             state = up(args.dir)
             sys.stdout.write(
                 f"MEMSPINE_URL=http://127.0.0.1:{state['ports']['proxy']}\n"

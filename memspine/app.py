@@ -14,6 +14,7 @@ from litestar.datastructures import State
 
 from memspine.allowance import Allowance
 from memspine.auth import Authenticator, AuthLimits
+from memspine.cluster import default_node_url, node_figures
 from memspine.config import Settings
 from memspine.edge import Edge
 from memspine.engine import Engine
@@ -68,10 +69,13 @@ def create_app(
         limits=AuthLimits.of(settings),
         control_url=settings.control_url,
         node=settings.node,
+        node_url=settings.node_url or default_node_url(settings.host, settings.port),
+        figures=lambda: node_figures(settings.data_dir, engine.manager.open_count()),
     )
     engine.manager.admit = auth.admit_tenant
     allowance = Allowance(settings, auth.control)
     engine.on_reject = allowance.count
+    engine.gate = auth.gate
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
     metrics.watch_limits(lambda: dict(allowance.rejected))

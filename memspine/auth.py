@@ -15,11 +15,13 @@ import anyio
 import anyio.to_thread
 from argon2 import PasswordHasher
 
+from memspine.cluster import NodeGate
 from memspine.config import Settings
 from memspine.shares import FairShares
 from memspine_admin import keys
 from memspine_admin.backoff import FREE_FAILURES, MAX_BACKOFF_SECS, Backoff
 from memspine_admin.control import NO_CONTROL_DB
+from memspine_admin.placement import NodeFigures
 from memspine_admin.plane import ControlPlane, control_exists, open_control
 from memspine_admin.verifier import (
     UNAUTHORIZED_DETAIL,
@@ -101,15 +103,21 @@ class Authenticator:
         limits: AuthLimits | None = None,
         control_url: str | None = None,
         node: str | None = None,
+        node_url: str | None = None,
+        figures: Callable[[], NodeFigures] | None = None,
     ) -> None:
         """`hasher` and `clock` (µs) go to the control database; tests pass cheap or fake ones.
 
         With `control_url` (MEMSPINE_CONTROL_URL) the control plane is PostgreSQL, opened here
-        (so a server that cannot reach it does not start) and `node` is this server's name.
+        (so a server that cannot reach it does not start) and `node` is this server's name,
+        reachable at `node_url`, reporting `figures` for placement (memspine/cluster.py).
         """
         self.data_dir = data_dir
         self.control_url = control_url
         self.node = node
+        self.node_url = node_url
+        self.figures = figures
+        self.gate: NodeGate | None = None  # a cluster node: which tenants it may serve
         self.admin_key = admin_key
         self.limits = limits or AuthLimits()
         self._hasher = hasher
@@ -140,7 +148,11 @@ class Authenticator:
                     clock=self._clock,
                     node=self.node,
                     watch=True,  # PostgreSQL: the generation from a listening thread
+                    node_url=self.node_url,
+                    figures=self.figures,
                 )
+                if self.node is not None:
+                    self.gate = NodeGate(control, self.node)
                 backoff = Backoff(self.limits.free_failures, self.limits.max_backoff_secs)
                 self._verifier = KeyVerifier(
                     control, max_concurrent_hashes=self.limits.hash_slots, backoff=backoff
@@ -153,6 +165,8 @@ class Authenticator:
         control = self.control()
         if control is not None and control.get_tenant(tenant_id) is None:
             raise _unauthorized()
+        if self.gate is not None:  # nor a tenant placed on another node (moved away meanwhile)
+            self.gate.check_open(tenant_id)
 
     def probe(self, token: str | None) -> Principal | _Cold:
         """The principal if it can be told without blocking, else the key to verify.
@@ -205,10 +219,16 @@ class Authenticator:
             time.sleep(refused.delay)
             raise _unauthorized() from None
         if isinstance(found, Principal):
-            return found
+            return self._placed(found)
         verifier = self._verifier
         assert verifier is not None and token is not None
-        return verifier.verify(token)  # its own bound on argon2 runs at once
+        return self._placed(verifier.verify(token))  # its own bound on argon2 runs at once
+
+    def _placed(self, principal: Principal) -> Principal:
+        """The principal, if this node serves its tenant (421 `misdirected` otherwise)."""
+        if self.gate is not None:
+            self.gate.check(principal.tenant_id)
+        return principal
 
     async def authenticate_async(self, token: str | None) -> Principal:
         """Like authenticate, but argon2 runs in a worker thread once the key's tenant has a
@@ -217,7 +237,7 @@ class Authenticator:
         try:
             found = self.probe(token)
             if isinstance(found, Principal):
-                return found
+                return self._placed(found)
             verifier = self._verifier
             assert verifier is not None
             attempt = verifier.begin(found.parsed, found.digest)  # 429 here costs no slot
@@ -233,7 +253,10 @@ class Authenticator:
         async with self._shares.slot(attempt.owner):
             if self._threads is None:  # made here: it belongs to the running event loop
                 self._threads = anyio.CapacityLimiter(self.limits.hash_slots)
-            return await anyio.to_thread.run_sync(verifier.finish, attempt, limiter=self._threads)
+            principal = await anyio.to_thread.run_sync(
+                verifier.finish, attempt, limiter=self._threads
+            )
+        return self._placed(principal)
 
     def check_admin(self, token: str | None) -> ControlPlane:
         """The control database for an admin request; 404 without an admin key, 401 for a wrong one."""

@@ -59,6 +59,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_connections_per_client: int = 64
     control_url: str | None = None  # PostgreSQL control plane; None: LMDB in data_dir/_control
     node: str | None = None  # this server's name in a cluster (needs control_url)
+    node_url: str | None = None  # where memspine-admin reaches this node (default: from bind)
     ui: bool = True  # the web console at /ui (memspine/routes/ui.py)
     embedder: str = "local"  # storage.embedders.KINDS
     embedder_url: str | None = None
@@ -349,6 +350,14 @@ def _node(value: str) -> dict[str, Any]:
     return {"node": value}
 
 
+def _node_url(value: str) -> dict[str, Any]:
+    if not value:
+        return {"node_url": None}
+    if not value.startswith(("http://", "https://")) or "?" in value or "#" in value:
+        raise SettingsError(f"expected an http:// or https:// URL without a query, got {value!r}")
+    return {"node_url": value.rstrip("/")}
+
+
 # Every documented variable: name -> (parser, how its result enters Settings).
 PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_BIND": _bind,
@@ -389,6 +398,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     },
     "MEMSPINE_CONTROL_URL": _control_url,
     "MEMSPINE_NODE": _node,
+    "MEMSPINE_NODE_URL": _node_url,
     "MEMSPINE_UI": lambda v: {"ui": _flag(v)},
     "MEMSPINE_EMBEDDER": _embedder,
     "MEMSPINE_EMBEDDER_URL": _embedder_url,

@@ -15,6 +15,7 @@ import anyio.to_thread
 import msgspec
 
 from memspine.batch import in_batch
+from memspine.cluster import NodeGate
 from memspine.config import Settings
 from memspine.shares import FairShares
 from storage.cypher import CypherResult, Limits
@@ -137,14 +138,23 @@ class Engine:
         # slows every request of every tenant, so few run at once and one tenant runs one.
         self.cypher_shares = FairShares(settings.cypher_concurrency, per_owner=1)
         self._leases = 0  # requests holding a tenant right now (this one included)
+        self.gate: NodeGate | None = None  # a cluster node's placement checks (memspine/cluster.py)
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
 
     @asynccontextmanager
     async def tenant(self, tenant_id: str, *, create: bool = True) -> AsyncIterator[Tenant]:
         """The open tenant for the length of a request (opening it in a thread if needed); with
         create=False a tenant that does not exist is an empty one and stays uncreated."""
-        # Never blocks: 503 at once when every slot is busy.
-        lease = self.manager.lease(tenant_id, create=create)
+        gate = self.gate if create else None
+        if gate is not None:  # a write: counted, so that a move's hold can wait it out
+            gate.enter_write(tenant_id)
+        try:
+            # Never blocks: 503 at once when every slot is busy.
+            lease = self.manager.lease(tenant_id, create=create)
+        except BaseException:
+            if gate is not None:
+                gate.exit_write(tenant_id)
+            raise
         with self._leases_lock:
             self._leases += 1
         try:
@@ -159,6 +169,8 @@ class Engine:
             with self._leases_lock:
                 self._leases -= 1
             lease.release()
+            if gate is not None:
+                gate.exit_write(tenant_id)
 
     async def read(self, tenant_id: str, fn: Callable[[Tenant], T], *, short: bool = False) -> T:
         """Run a blocking read against the tenant in a worker thread, or right here if it is a

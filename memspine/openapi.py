@@ -45,6 +45,7 @@ EDGE_ERRORS = {
 }
 KEY_ERRORS = {
     401: "No token, or one this server does not accept (one message for every cause).",
+    421: "In a cluster: this node does not hold the key's tenant (send it to the proxy).",
     429: "Too many failed attempts with this key id (it backs off), or more requests than the "
     "key's requests_per_minute (Retry-After).",
 }

@@ -144,10 +144,19 @@ def cmd_init(args: argparse.Namespace) -> int:
 
 
 def cmd_tenant_create(args: argparse.Namespace) -> int:
-    """Create a tenant (--id: with this UUIDv4, as a tenant moved here keeps its id)."""
+    """Create a tenant (--id: with this UUIDv4, as a tenant moved here keeps its id; in a
+    cluster: on --node, else on the least-loaded node)."""
     with _open(args) as db:
-        tenant = db.create_tenant(args.name, actor=actor(), tenant_id=args.id)
-    _emit(args, tenant, f"created tenant {tenant.tenant_id} ({tenant.name})")
+        if args.node is None:
+            tenant = db.create_tenant(args.name, actor=actor(), tenant_id=args.id)
+        else:
+            from memspine_admin.control_pg import PgControl
+
+            if not isinstance(db, PgControl):
+                return _usage("--node needs MEMSPINE_CONTROL_URL (a cluster's control plane)")
+            tenant = db.create_tenant(args.name, actor=actor(), tenant_id=args.id, node=args.node)
+    where = "" if tenant.node is None else f" on node {tenant.node}"
+    _emit(args, tenant, f"created tenant {tenant.tenant_id} ({tenant.name}){where}")
     return EXIT_OK
 
 
@@ -155,8 +164,13 @@ def cmd_tenant_list(args: argparse.Namespace) -> int:
     """List tenants."""
     with _open(args) as db:
         tenants = db.list_tenants()
+    header = ["TENANT ID", "NAME", "CREATED"]
     rows = [[t.tenant_id, t.name, _when(t.created_at)] for t in tenants]
-    _emit(args, tenants, _table(rows, ["TENANT ID", "NAME", "CREATED"]) if rows else "no tenants")
+    if any(t.node is not None for t in tenants):
+        header.append("NODE")
+        for row, t in zip(rows, tenants, strict=True):
+            row.append(t.node or "-")
+    _emit(args, tenants, _table(rows, header) if rows else "no tenants")
     return EXIT_OK
 
 
@@ -362,6 +376,37 @@ def cmd_audit(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_tenant_move(args: argparse.Namespace) -> int:
+    """Move a tenant to another node while it serves (a cluster; docs/scaling.md)."""
+    from memspine_admin.control_pg import PgControl
+    from memspine_admin.move import Mover
+
+    url = control_url()
+    admin_key = os.environ.get("MEMSPINE_ADMIN_KEY", "").strip()
+    if url is None or not admin_key:
+        return _usage("tenant move needs MEMSPINE_CONTROL_URL and MEMSPINE_ADMIN_KEY (a cluster)")
+    if args.to is None and not args.abort:
+        return _usage("tenant move needs --to NODE (or --abort)")
+
+    def say(line: str) -> None:
+        sys.stderr.write(f"memspine-admin: {line}\n")
+
+    with PgControl.open(url, actor=actor()) as db:
+        mover = Mover(db, admin_key, say=None if args.json else say)
+        if args.abort:
+            mover.abort(args.tenant_id)
+            _emit(args, {"tenant_id": args.tenant_id, "aborted": True}, "move given up")
+            return EXIT_OK
+        report = mover.move(args.tenant_id, args.to)
+    human = (
+        f"moved tenant {report.tenant_id} from {report.source} to {report.target}: "
+        f"{report.events} events in {report.rounds} rounds, writes held {report.held_secs:.3f} s"
+        + ("; the old copy is erased" if report.erased else "")
+    )
+    _emit(args, report, human)
+    return EXIT_OK
+
+
 def cmd_proxy_sync(args: argparse.Namespace) -> int:
     """Keep an HAProxy routes map current from the PostgreSQL control plane (runs until stopped)."""
     import logging
@@ -434,7 +479,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(tsub, "create", cmd_tenant_create)
     p.add_argument("name")
     p.add_argument("--id", default=None, help="the tenant id to give it (a UUIDv4)")
+    p.add_argument("--node", default=None, help="the node to hold it (a cluster's node name)")
     command(tsub, "list", cmd_tenant_list)
+    p = command(tsub, "move", cmd_tenant_move)
+    p.add_argument("tenant_id")
+    p.add_argument("--to", default=None, help="the node to move it to")
+    p.add_argument("--abort", action="store_true", help="give up a move that stopped midway")
     p = command(tsub, "delete", cmd_tenant_delete)
     p.add_argument("tenant_id")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")

@@ -38,7 +38,13 @@ from memspine_admin.control import (
     check_rate,
     key_detail,
 )
-from memspine_admin.placement import interim_node, is_node_name
+from memspine_admin.placement import (
+    NodeFigures,
+    NodeLoad,
+    Placement,
+    is_node_name,
+    least_loaded,
+)
 from memspine_admin.plane import redact
 from memspine_admin.records import (
     SCOPES,
@@ -65,6 +71,7 @@ POOL_MAX = 8
 POOL_TIMEOUT_SECS = 5.0
 CONNECT_TIMEOUT_SECS = 5
 HEARTBEAT_SECS = 5.0  # how often a node refreshes its nodes.seen_at
+REPORT_SECS = 5.0  # how often a node reports its figures (memspine_admin/placement.py's load)
 # A tenant's creation waits, at most this long, until every proxy seen within PROXY_LIVE_SECS
 # has applied its route (memspine_admin/proxysync.py), so its first key is routed to its node.
 PROXY_WAIT_SECS = 3.0
@@ -73,6 +80,7 @@ MAX_BIGINT = 2**63 - 1
 _MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql\Z")
 
 _TENANT_COLUMNS = "tenant_id, name, created_at, node, max_events, max_bytes, max_memory"
+_PLACEMENT_COLUMNS = "node, move_to, move_from, writes_held"
 _KEY_COLUMNS = (
     "key_id, tenant_id, name, scopes, created_at, expires_at, revoked_at, secret_hash,"
     " requests_per_minute"
@@ -155,6 +163,36 @@ def _tenant(row: tuple[Any, ...]) -> TenantRecord:
         max_bytes=row[5],
         max_memory=row[6],
     )
+
+
+def _placement(row: tuple[Any, ...]) -> Placement:
+    return Placement(node=row[0], move_to=row[1], move_from=row[2], writes_held=row[3])
+
+
+def _placed(name: str, node: str | None) -> dict[str, Any]:
+    """The audit detail of a tenant's creation: its name, and its node when placed."""
+    return {"name": name} if node is None else {"name": name, "node": node}
+
+
+def _node_loads(conn: psycopg.Connection[Any]) -> list[NodeLoad]:
+    """Every registered node with its last figures and the tenants placed on it."""
+    rows = conn.execute(
+        "SELECT n.name, n.url, n.tenants, n.bytes, n.open_tenants, n.seen_at,"
+        " (SELECT count(*) FROM tenants t WHERE t.node = n.name)"
+        " FROM nodes n ORDER BY n.name"
+    ).fetchall()
+    return [
+        NodeLoad(
+            name=r[0],
+            url=r[1],
+            tenants=r[2],
+            bytes=r[3],
+            open_tenants=r[4],
+            seen_at=r[5],
+            placed=r[6],
+        )
+        for r in rows
+    ]
 
 
 def _key(row: tuple[Any, ...]) -> KeyRecord:
@@ -275,6 +313,49 @@ class GenerationWatcher:
         self._thread.join(timeout=self.poll_secs + CONNECT_TIMEOUT_SECS)
 
 
+class NodeReporter:
+    """A thread that writes the node's own figures (its tenants, their bytes on disk, tenants
+    open) into `nodes` every REPORT_SECS, for the least-loaded placement; apart from the
+    watcher so that a slow scan of a large data directory never delays the generation."""
+
+    def __init__(
+        self, url: str, node: str, figures: Callable[[], NodeFigures], *, every: float = REPORT_SECS
+    ) -> None:
+        """Reports once at once, then every `every` seconds until stopped."""
+        self.url = url
+        self.node = node
+        self.figures = figures
+        self.every = every
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="node-report", daemon=True)
+        self._thread.start()
+
+    def report(self) -> None:
+        """Measure and write the figures once."""
+        figures = self.figures()
+        with psycopg.connect(
+            self.url, autocommit=True, connect_timeout=CONNECT_TIMEOUT_SECS
+        ) as conn:
+            conn.execute(
+                "UPDATE nodes SET tenants = %s, bytes = %s, open_tenants = %s, reported_at = %s"
+                " WHERE name = %s",
+                (figures.tenants, figures.bytes, figures.open_tenants, now_us(), self.node),
+            )
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            try:
+                self.report()
+            except (psycopg.Error, OSError) as exc:
+                log.warning("node report failed: %s", _first_line(exc))
+            self._stop.wait(self.every)
+
+    def stop(self) -> None:
+        """Stop the thread."""
+        self._stop.set()
+        self._thread.join(timeout=CONNECT_TIMEOUT_SECS + 1)
+
+
 class PgControl:
     """Tenants, keys, audit and generation in PostgreSQL; safe across processes and nodes.
 
@@ -290,6 +371,7 @@ class PgControl:
         clock: Callable[[], int] | None = None,
         node: str | None = None,
         watcher: GenerationWatcher | None = None,
+        reporter: NodeReporter | None = None,
     ) -> None:
         """Wrap an open pool; use PgControl.open instead."""
         self.url = url
@@ -298,6 +380,7 @@ class PgControl:
         self.node = node
         self._pool = pool
         self._watcher = watcher
+        self._reporter = reporter
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -325,9 +408,12 @@ class PgControl:
         clock: Callable[[], int] | None = None,
         node: str | None = None,
         watch: bool = False,
+        node_url: str | None = None,
+        figures: Callable[[], NodeFigures] | None = None,
     ) -> PgControl:
-        """Connect, migrate (and init) if needed, register `node`; ControlUnavailable if the
-        database cannot be reached."""
+        """Connect, migrate (and init) if needed, register `node` (reachable at `node_url`,
+        reporting `figures` every REPORT_SECS); ControlUnavailable if the database cannot be
+        reached."""
         if node is not None and not is_node_name(node):
             raise InvalidRequest("a node name is a lower-case DNS label (a-z, 0-9 and -)")
         cls.init(url, actor=actor)
@@ -335,9 +421,10 @@ class PgControl:
             with _connect(url) as conn:
                 t = now_us()
                 conn.execute(
-                    "INSERT INTO nodes (name, registered_at, seen_at) VALUES (%s, %s, %s)"
-                    " ON CONFLICT (name) DO UPDATE SET seen_at = EXCLUDED.seen_at",
-                    (node, t, t),
+                    "INSERT INTO nodes (name, registered_at, seen_at, url) VALUES (%s, %s, %s, %s)"
+                    " ON CONFLICT (name) DO UPDATE SET seen_at = EXCLUDED.seen_at,"
+                    " url = coalesce(EXCLUDED.url, nodes.url)",
+                    (node, t, t, node_url),
                 )
         pool: ConnectionPool[Any] = ConnectionPool(
             url,
@@ -354,16 +441,21 @@ class PgControl:
             pool.close()
             raise ControlUnavailable(f"cannot reach the control plane at {redact(url)}") from None
         watcher = GenerationWatcher(url, node) if watch else None
-        db = cls(url, pool, hasher=hasher, clock=clock, node=node, watcher=watcher)
+        reporter = NodeReporter(url, node, figures) if node and figures else None
+        db = cls(
+            url, pool, hasher=hasher, clock=clock, node=node, watcher=watcher, reporter=reporter
+        )
         if watcher is not None and not watcher.wait_confirmed(POOL_TIMEOUT_SECS):
             db.close()
             raise ControlUnavailable(f"cannot listen on the control plane at {redact(url)}")
         return db
 
     def close(self) -> None:
-        """Stop the watcher and close the pool."""
+        """Stop the watcher and the reporter, and close the pool."""
         if self._watcher is not None:
             self._watcher.stop()
+        if self._reporter is not None:
+            self._reporter.stop()
         self._pool.close()
 
     def __enter__(self) -> PgControl:
@@ -405,14 +497,24 @@ class PgControl:
             row = conn.execute("SELECT generation FROM control_meta").fetchone()
         return int(row[0]) if row is not None else 0
 
+    def database_generation(self) -> int:
+        """The generation as the database has it now (one query; no watcher's lag)."""
+        with self._conn() as conn:
+            row = conn.execute("SELECT generation FROM control_meta").fetchone()
+        return int(row[0]) if row is not None else 0
+
     # -- tenants -----------------------------------------------------------------------------
 
-    def create_tenant(self, name: str, *, actor: str, tenant_id: str | None = None) -> TenantRecord:
-        """Create a tenant (with the id given, or a new one), placed on a registered node
-        (memspine_admin/placement.py) if any; Conflict (409) if a live tenant already has that
-        name or that id."""
+    def create_tenant(
+        self, name: str, *, actor: str, tenant_id: str | None = None, node: str | None = None
+    ) -> TenantRecord:
+        """Create a tenant (with the id given, or a new one) on `node`, or on the least-loaded
+        registered node if any (memspine_admin/placement.py); Conflict (409) if a live tenant
+        already has that name or that id, NotFound if `node` is not a registered node."""
         name = check_name(name, "name")
         chosen = check_tenant_id(tenant_id) if tenant_id is not None else None
+        if node is not None and not is_node_name(node):
+            raise InvalidRequest("a node name is a lower-case DNS label (a-z, 0-9 and -)")
         with self._conn() as conn:
             change = _Change(conn, self.now)
             existing = conn.execute(
@@ -429,12 +531,14 @@ class PgControl:
             route = keys.new_route()
             while conn.execute("SELECT 1 FROM tenants WHERE route = %s", (route,)).fetchone():
                 route = keys.new_route()
-            nodes = [r[0] for r in conn.execute("SELECT name FROM nodes")]
+            loads = _node_loads(conn)
+            if node is not None and node not in {n.name for n in loads}:
+                raise NotFound(f"no node named {node!r} is registered")
             tenant = TenantRecord(
                 tenant_id=tenant_id,
                 name=name,
                 created_at=self.now(),
-                node=interim_node(tenant_id, nodes),
+                node=node or least_loaded(loads, now_us()),
             )
             conn.execute(
                 "INSERT INTO tenants (tenant_id, name, created_at, route, node)"
@@ -442,7 +546,7 @@ class PgControl:
                 (tenant.tenant_id, tenant.name, tenant.created_at, route, tenant.node),
             )
             change.bump()
-            change.log(actor, "tenant.create", tenant_id, None, {"name": name})
+            change.log(actor, "tenant.create", tenant_id, None, _placed(name, tenant.node))
             change.finish()
         if tenant.node is not None:
             self._await_proxies(change.generation)
@@ -708,6 +812,127 @@ class PgControl:
         """Registered node names, sorted."""
         with self._conn() as conn:
             return sorted(r[0] for r in conn.execute("SELECT name FROM nodes"))
+
+    def node_loads(self) -> list[NodeLoad]:
+        """Every registered node, its URL, its last reported figures and its placed tenants."""
+        with self._conn() as conn:
+            return _node_loads(conn)
+
+    def placement(self, tenant_id: str) -> Placement | None:
+        """Where the tenant is and the state of its move; None for an unknown tenant."""
+        if not is_tenant_id(tenant_id):
+            return None
+        with self._conn() as conn:
+            row = conn.execute(
+                f"SELECT {_PLACEMENT_COLUMNS} FROM tenants WHERE tenant_id = %s", (tenant_id,)
+            ).fetchone()
+        return None if row is None else _placement(row)
+
+    # -- moving a tenant (memspine_admin/move.py drives these steps in order) ----------------
+
+    def begin_move(self, tenant_id: str, to: str, *, actor: str) -> Placement:
+        """Start moving a tenant to node `to`: it stays on its node, which keeps serving it,
+        while its data is copied. Asking again for the same node resumes (writes released)."""
+        if not is_node_name(to):
+            raise InvalidRequest("a node name is a lower-case DNS label (a-z, 0-9 and -)")
+
+        def step(conn: psycopg.Connection[Any], p: Placement) -> Placement:
+            if p.node is None:
+                raise Conflict("the tenant is not placed on a node; there is nothing to move")
+            if p.move_from is not None:
+                raise Conflict(
+                    f"the tenant has switched to {p.node} and its move is finishing; "
+                    "run the move again to finish it"
+                )
+            if p.move_to is not None and p.move_to != to:
+                raise Conflict(f"the tenant is being moved to {p.move_to}; abort that move first")
+            if p.node == to:
+                raise Conflict(f"the tenant is on {to} already")
+            if not conn.execute("SELECT 1 FROM nodes WHERE name = %s", (to,)).fetchone():
+                raise NotFound(f"no node named {to!r} is registered")
+            return Placement(node=p.node, move_to=to)
+
+        return self._move_step(tenant_id, "begin", step, actor=actor)
+
+    def hold_writes(self, tenant_id: str, *, actor: str) -> Placement:
+        """Refuse the tenant's writes (503 with Retry-After) on every node: the copy's tail."""
+
+        def step(_conn: psycopg.Connection[Any], p: Placement) -> Placement:
+            if p.move_to is None:
+                raise Conflict("the tenant is not being moved")
+            return msgspec.structs.replace(p, writes_held=True)
+
+        return self._move_step(tenant_id, "hold", step, actor=actor)
+
+    def switch_move(self, tenant_id: str, *, actor: str) -> Placement:
+        """Place the tenant on its new node; the old one still serves reads (writes held)."""
+
+        def step(_conn: psycopg.Connection[Any], p: Placement) -> Placement:
+            if p.move_to is None or not p.writes_held:
+                raise Conflict("the tenant's writes are not held for a move")
+            return Placement(node=p.move_to, move_from=p.node, writes_held=True)
+
+        return self._move_step(tenant_id, "switch", step, actor=actor)
+
+    def finish_move(self, tenant_id: str, *, actor: str) -> Placement:
+        """End a switched move: writes resume on the new node, the old one serves no more."""
+
+        def step(_conn: psycopg.Connection[Any], p: Placement) -> Placement:
+            if p.move_from is None:
+                raise Conflict("the tenant has not switched to a new node")
+            return Placement(node=p.node)
+
+        return self._move_step(tenant_id, "finish", step, actor=actor)
+
+    def abort_move(self, tenant_id: str, *, actor: str) -> Placement:
+        """Give up a move before its switch: the tenant stays where it is, writes resume."""
+
+        def step(_conn: psycopg.Connection[Any], p: Placement) -> Placement:
+            if p.move_from is not None:
+                raise Conflict("the tenant has switched already; finish the move instead")
+            if p.move_to is None:
+                raise Conflict("the tenant is not being moved")
+            return Placement(node=p.node)
+
+        return self._move_step(tenant_id, "abort", step, actor=actor)
+
+    def _move_step(
+        self,
+        tenant_id: str,
+        name: str,
+        step: Callable[[psycopg.Connection[Any], Placement], Placement],
+        *,
+        actor: str,
+    ) -> Placement:
+        """Apply one step of a move in one change (generation, audit, NOTIFY)."""
+        if not is_tenant_id(tenant_id):
+            raise NotFound("no tenant with that id")
+        with self._conn() as conn:
+            change = _Change(conn, self.now)
+            row = conn.execute(
+                f"SELECT {_PLACEMENT_COLUMNS} FROM tenants WHERE tenant_id = %s", (tenant_id,)
+            ).fetchone()
+            if row is None:
+                raise NotFound("no tenant with that id")
+            before = _placement(row)
+            after = step(conn, before)
+            conn.execute(
+                "UPDATE tenants SET node = %s, move_to = %s, move_from = %s, writes_held = %s"
+                " WHERE tenant_id = %s",
+                (after.node, after.move_to, after.move_from, after.writes_held, tenant_id),
+            )
+            change.bump()
+            detail = {"step": name, "node": after.node, "from": before.node}
+            if after.move_to or before.move_to:
+                detail["to"] = after.move_to or before.move_to
+            change.log(actor, "tenant.move", tenant_id, None, detail)
+            change.finish()
+        return after
+
+    def await_proxies(self) -> None:
+        """Wait (at most PROXY_WAIT_SECS) until every live proxy has applied the current
+        generation (a switched tenant is routed to its new node)."""
+        self._await_proxies(self.database_generation())
 
     def routes(self) -> dict[str, str]:
         """What a proxy routes: each placed tenant's route and id, to its node."""

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from argon2 import PasswordHasher
 
+from memspine_admin.placement import NodeFigures
 from memspine_admin.records import AuditEntry, IssuedKey, KeyInfo, KeyRecord, TenantRecord
 
 CONTROL_URL_SCHEMES = ("postgresql://", "postgres://")
@@ -170,10 +171,13 @@ def open_control(
     clock: Callable[[], int] | None = None,
     node: str | None = None,
     watch: bool = False,
+    node_url: str | None = None,
+    figures: Callable[[], NodeFigures] | None = None,
 ) -> ControlPlane:
     """Open the control plane: PostgreSQL at `url` if given, else the LMDB one in `data_dir`.
 
-    `node` registers this server as a node of the cluster (PostgreSQL only); `watch` keeps the
+    `node` registers this server as a node of the cluster (PostgreSQL only), reachable at
+    `node_url` and reporting `figures` (memspine_admin/placement.py); `watch` keeps the
     generation current from a listening thread instead of one query per call (the server).
     A PostgreSQL plane is migrated on open whatever `create` says: its URL is the operator's
     choice of issued keys, as `memspine-admin init` is for LMDB.
@@ -181,7 +185,16 @@ def open_control(
     if url:
         from memspine_admin.control_pg import PgControl
 
-        return PgControl.open(url, actor=actor, hasher=hasher, clock=clock, node=node, watch=watch)
+        return PgControl.open(
+            url,
+            actor=actor,
+            hasher=hasher,
+            clock=clock,
+            node=node,
+            watch=watch,
+            node_url=node_url,
+            figures=figures,
+        )
     from memspine_admin.control import ControlDB
 
     return ControlDB.open(data_dir, create=create, actor=actor, hasher=hasher, clock=clock)

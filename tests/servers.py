@@ -225,6 +225,8 @@ class InProcessServer:
             hasher=self.hasher,
             clock=self.clock,
             limits=AuthLimits.of(settings),
+            control_url=settings.control_url,
+            node=settings.node,
         )
         self.app = create_app(settings, auth=self.auth, hot_routes=self.hot_routes)
         self.runner = TestClient(self.app, base_url=self.url)

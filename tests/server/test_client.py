@@ -435,8 +435,11 @@ NOT_IN_THE_CLIENT = {
 def test_every_route_of_the_server_has_a_client_call_that_sends_only_what_it_takes() -> None:
     from memspine.routes import OPERATIONS
 
-    assert {op.name for op in OPERATIONS} == set(CLIENT_CALLS) | set(NOT_IN_THE_CLIENT)
-    for op in OPERATIONS:
+    # The node-to-node routes of a tenant move (memspine/routes/move.py): memspine-admin tenant
+    # move drives them between nodes; no client of the API calls them.
+    operations = [op for op in OPERATIONS if not op.name.startswith("move_")]
+    assert {op.name for op in operations} == set(CLIENT_CALLS) | set(NOT_IN_THE_CLIENT)
+    for op in operations:
         if op.name in NOT_IN_THE_CLIENT:
             continue
         call = CLIENT_CALLS[op.name]()

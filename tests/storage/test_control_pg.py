@@ -21,7 +21,6 @@ from memspine_admin.control_pg import (
     migrate,
     migrations,
 )
-from memspine_admin.placement import interim_node
 from memspine_admin.plane import open_control, redact
 from storage.errors import Conflict, InvalidRequest
 
@@ -139,9 +138,11 @@ def test_placement_uses_the_registered_nodes_and_routes_follow(control_url: str)
         assert db.nodes() == ["node-1", "node-2", "node-3"]
         tenants = [db.create_tenant(f"t{i}", actor="test") for i in range(30)]
         for t in tenants:
-            assert t.node == interim_node(t.tenant_id, ["node-3", "node-1", "node-2"])
             assert db.get_tenant(t.tenant_id) == t
-        assert len({t.node for t in tenants}) == 3  # 30 tenants reach every node
+        # The least-loaded default (tests/storage/test_placement.py): a burst spreads evenly.
+        assert sorted(t.node or "" for t in tenants) == sorted(
+            [f"node-{n}" for n in (1, 2, 3)] * 10
+        )
         routes = db.routes()
         for t in tenants:
             route = db.tenant_route(t.tenant_id)

@@ -178,6 +178,7 @@ PUBLIC = {
     "storage.transfer.export",
     "storage.transfer.landing",
     "storage.transfer.backup",
+    "storage.transfer.tail",
 }
 
 

@@ -1,0 +1,195 @@
+"""Moving a tenant between two real nodes on one PostgreSQL control plane, under a running
+writer (memspine_admin/move.py, memspine/routes/move.py).
+
+The writer appends without pause, following the tenant to its node (421 says it left) and
+waiting out 503s as Retry-After asks; every event it was answered for is on the new node
+afterwards, with its links and its Idempotency-Key record; the old node's directory is gone;
+an event purged before the move and one deleted after its first copy leave no byte on either
+node; writes were refused only for the held round.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psycopg
+import pytest
+from servers import ServerProcess
+
+from memspine_admin.control_pg import PgControl
+from memspine_admin.move import Mover
+from memspine_admin.pgserver import PrivatePostgres
+from storage.errors import Conflict
+
+ADMIN_KEY = "admin-key-for-the-move-test"
+VECTOR = [0.5, 0.5, 0.5, 0.5]
+
+
+def _event(text: str, **more: Any) -> dict[str, Any]:
+    return {"kind": "note", "text": text, "embedding": VECTOR, **more}
+
+
+def _bytes_anywhere(root: Path, needle: bytes) -> list[str]:
+    found = []
+    for dirpath, _dirs, files in os.walk(root):
+        for name in files:
+            path = Path(dirpath) / name
+            try:
+                if needle in path.read_bytes():
+                    found.append(str(path))
+            except OSError:
+                pass
+    return found
+
+
+@pytest.fixture(scope="module")
+def nodes(pg_server: PrivatePostgres, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+    database = f"move_{uuid.uuid4().hex[:10]}"
+    with psycopg.connect(pg_server.url("postgres"), autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {database}")
+    url = pg_server.url(database)
+    root = tmp_path_factory.mktemp("move")
+    servers = {
+        name: ServerProcess(
+            root / name,
+            {
+                "MEMSPINE_CONTROL_URL": url,
+                "MEMSPINE_ADMIN_KEY": ADMIN_KEY,
+                "MEMSPINE_NODE": f"node-{name}",
+            },
+        )
+        for name in ("a", "b")
+    }
+    for server in servers.values():
+        server.start()
+    try:
+        yield {"url": url, "servers": servers, "root": root}
+    finally:
+        for server in servers.values():
+            server.stop()
+
+
+class Writer(threading.Thread):
+    """Appends until stopped, to whichever node holds the tenant; remembers what was acked."""
+
+    def __init__(self, key: str, urls: dict[str, str]) -> None:
+        super().__init__(daemon=True)
+        self.clients = {n: httpx.Client(base_url=u, timeout=30) for n, u in urls.items()}
+        self.headers = {"Authorization": f"Bearer {key}"}
+        self.node = "node-a"
+        self.acked: list[str] = []
+        self.refused = 0  # 503s while the writes were held
+        self.failures: list[str] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        n = 0
+        while not self.stop.is_set():
+            n += 1
+            body = _event(f"written under the move {n}")
+            r = self.clients[self.node].post("/v1/memory/event", json=body, headers=self.headers)
+            if r.status_code == 201:
+                self.acked.append(r.json()["event_id"])
+            elif r.status_code == 421:  # it left: a proxy would route the next one there
+                self.node = "node-b" if self.node == "node-a" else "node-a"
+            elif r.status_code == 503:
+                self.refused += 1
+                time.sleep(min(float(r.headers.get("Retry-After", "1")), 1.0) / 20)
+            else:
+                self.failures.append(f"{r.status_code} {r.text}")
+            time.sleep(0.002)
+
+
+def test_a_tenant_moves_under_a_running_writer_and_loses_nothing(nodes: Any) -> None:
+    a, b = nodes["servers"]["a"], nodes["servers"]["b"]
+    with PgControl.open(nodes["url"]) as db:
+        tenant = db.create_tenant(f"mover-{uuid.uuid4().hex[:6]}", actor="test", node="node-a")
+        key = db.create_key(tenant.tenant_id, "agent", actor="test").api_key
+    tid = tenant.tenant_id
+    auth = {"Authorization": f"Bearer {key}"}
+    purged_before = f"purged-before-{uuid.uuid4().hex}"
+    deleted_during = f"deleted-during-{uuid.uuid4().hex}"
+    with httpx.Client(base_url=a.url, headers=auth, timeout=30) as ca:
+        ids = [
+            ca.post("/v1/memory/event", json=_event(f"fact {i}")).json()["event_id"]
+            for i in range(200)
+        ]
+        linked = ca.post(
+            "/v1/memory/event",
+            json=_event("derived", properties={"source_event_ids": ids[:2]}),
+            headers={"Idempotency-Key": "derive-once"},
+        )
+        assert linked.status_code == 201
+        gone = ca.post("/v1/memory/event", json=_event(purged_before)).json()["event_id"]
+        assert ca.delete(f"/v1/memory/event/{gone}", params={"purge": "true"}).status_code == 200
+        doomed = ca.post("/v1/memory/event", json=_event(deleted_during)).json()["event_id"]
+    assert not _bytes_anywhere(nodes["root"], purged_before.encode())
+
+    writer = Writer(key, {"node-a": a.url, "node-b": b.url})
+    writer.start()
+    time.sleep(0.3)
+    said: list[str] = []
+
+    def say(line: str) -> None:
+        said.append(line)
+        if line.startswith("round 1:"):  # copied once: its deletion must follow it to node-b
+            r = httpx.delete(
+                f"{a.url}/v1/memory/event/{doomed}", params={"purge": "true"}, headers=auth
+            )
+            assert r.status_code == 200, r.text
+
+    with PgControl.open(nodes["url"]) as db:
+        report = Mover(db, ADMIN_KEY, say=say).move(tid, "node-b")
+        time.sleep(0.3)  # the writer goes on against node-b
+        writer.stop.set()
+        writer.join(10)
+        assert db.placement(tid).node == "node-b"  # type: ignore[union-attr]
+        with pytest.raises(Conflict, match="on node-b already"):
+            db.begin_move(tid, "node-b", actor="test")
+    assert not writer.failures, writer.failures[:3]
+    assert report.erased and report.deleted >= 1, (report, said)
+    assert report.held_secs < 5.0, report
+    print(f"move: {report}, writer acked {len(writer.acked)}, refused {writer.refused}")
+    assert writer.node == "node-b" and len(writer.acked) > 10
+
+    assert not (a.data_dir / tid).exists()
+    assert (b.data_dir / tid).is_dir()
+    with httpx.Client(base_url=b.url, headers=auth, timeout=30) as cb:
+        held: set[str] = set()
+        cursor = None
+        while True:
+            page = cb.get(
+                "/v1/memory/events", params={"limit": 500, **({"cursor": cursor} if cursor else {})}
+            ).json()
+            held.update(e["event_id"] for e in page["events"])
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        assert set(ids) <= held and set(writer.acked) <= held
+        assert doomed not in held and gone not in held
+        r = cb.post(
+            "/v1/memory/event",
+            json=_event("derived", properties={"source_event_ids": ids[:2]}),
+            headers={"Idempotency-Key": "derive-once"},
+        )
+        assert r.status_code == 200 and r.json()["event_id"] == linked.json()["event_id"]
+        # Its SOURCE_FROM links came along: a cascade from its source reaches it.
+        r = cb.delete(
+            f"/v1/memory/event/{ids[0]}", params={"cascade": "derived", "dry_run": "true"}
+        )
+        assert r.json()["would_delete"] == [ids[0], linked.json()["event_id"]], r.text
+        hits = cb.post("/v1/memory/recall", json={"text": "fact 7", "k": 3}).json()["hits"]
+        assert hits and hits[0]["text"] == "fact 7"
+    with httpx.Client(base_url=a.url, headers=auth, timeout=30) as ca:
+        r = ca.get("/v1/memory/events")
+        assert r.status_code == 421, r.text
+    assert not (a.data_dir / tid).exists()  # the 421 opened nothing
+    for secret in (purged_before, deleted_during):
+        assert not _bytes_anywhere(nodes["root"], secret.encode()), secret
