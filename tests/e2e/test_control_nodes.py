@@ -22,6 +22,9 @@ from servers import REPO, ServerProcess, free_port
 
 from memspine_admin.pgserver import PrivatePostgres
 
+# Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
+pytestmark = pytest.mark.timing
+
 ADMIN_KEY = "admin-key-for-the-nodes-test"
 UNAUTHORIZED = {"error": "unauthorized", "detail": "invalid or expired api key"}
 
