@@ -51,9 +51,11 @@ class Nodes:
             )
             for name in ("a", "b")
         }
-        for server in self.servers.values():
+        for server in self.servers.values():  # side by side: each applies the migrations or waits
             (root / server.data_dir.name).mkdir(parents=True, exist_ok=True)
-            server.start()
+            server.launch()
+        for server in self.servers.values():
+            server.ready()
         self.admin = {n: s.client(ADMIN_KEY) for n, s in self.servers.items()}
 
     def key(self, via: str = "a") -> dict[str, Any]:
