@@ -18,8 +18,11 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(VENV)/bin/memspine-server
 
+CODE := memspine memspine_admin storage tests bench
+
 lint: $(STAMP)
-	$(VENV)/bin/ruff check memspine memspine_admin storage tests bench
+	$(VENV)/bin/ruff check $(CODE)
+	$(VENV)/bin/ruff format --check $(CODE)
 
 typecheck: $(STAMP)
 	$(VENV)/bin/mypy memspine memspine_admin storage

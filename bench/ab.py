@@ -27,7 +27,7 @@ from typing import Any
 import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import OUT, SUPPORT_WORDS, free_port, machine, scratch_dir  # noqa: E402  (a plain script)
+from common import OUT, SUPPORT_WORDS, free_port, machine, scratch_dir
 
 DIM = 384
 TEXT_WORDS = 30
@@ -70,7 +70,7 @@ def cpu_seconds(pid: int) -> float:
 
 
 def bodies(rnd: random.Random, n: int) -> dict[str, list[dict[str, Any]]]:
-    """n append bodies and n fused recall bodies."""
+    """N append bodies and n fused recall bodies."""
 
     def vector() -> list[float]:
         return [rnd.random() for _ in range(DIM)]

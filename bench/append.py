@@ -35,7 +35,7 @@ import uvicorn
 from litestar import Litestar, Request, Response, get, post
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import (  # noqa: E402  (bench scripts run as plain files)
+from common import (
     SUPPORT_WORDS as WORDS,
 )
 from common import (
@@ -59,7 +59,7 @@ SEED = 20261005
 
 
 def bodies(n: int = BODIES, seed: int = SEED) -> list[bytes]:
-    """n append bodies with 200 characters of text and a 384-float embedding, reproducibly."""
+    """N append bodies with 200 characters of text and a 384-float embedding, reproducibly."""
     rng = random.Random(seed)
     out = []
     for i in range(n):

@@ -157,7 +157,7 @@ def micro_checks(data_dir: Path, token: str, n: int) -> dict[str, float]:
 
 
 def cold_verifications(data_dir: Path, token: str, n: int) -> dict[str, float]:
-    """ms for one verification by a fresh verifier: a key-row read plus one argon2id run."""
+    """Ms for one verification by a fresh verifier: a key-row read plus one argon2id run."""
     times = []
     with ControlDB.open(data_dir) as control:
         for _ in range(n):
@@ -234,7 +234,7 @@ class Flood:
 
 
 def victim_latencies(port: int, tenant_id: str, warm_token: str, n: int) -> dict[str, Any]:
-    """ms of B's new keys' first use and of its warm key right after a control change."""
+    """Ms of B's new keys' first use and of its warm key right after a control change."""
     first, warm = [], []
     for i in range(n):
         key = call(port, "POST", "/v1/admin/keys", {"tenant_id": tenant_id, "name": "v"}, ADMIN_KEY)
@@ -288,7 +288,7 @@ def fairness(port: int, n: int) -> dict[str, Any]:
     with Flood(port, a_key["key_id"], FLOOD_CONNECTIONS) as flood:
         time.sleep(1.0)
         out["under_flood"] = victim_latencies(port, b, b_warm["api_key"], n)
-        ms, status = timed_get(port, "/v1/whoami", keys.generate_key().token)
+        ms, _status = timed_get(port, "/v1/whoami", keys.generate_key().token)
         out["under_flood"]["unknown_refusal_ms"] = round(ms, 1)
     out["flood_statuses"] = dict(flood.statuses)
     return out

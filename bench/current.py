@@ -23,11 +23,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import median, parse_args, percentile, scratch_dir, write_json  # noqa: E402
+from common import median, parse_args, percentile, scratch_dir, write_json
 
-from storage.model import NewEvent  # noqa: E402
-from storage.read.recall import RecallQuery, recall, validate  # noqa: E402
-from storage.tenants.tenant import Tenant  # noqa: E402
+from storage.model import NewEvent
+from storage.read.recall import RecallQuery, recall, validate
+from storage.tenants.tenant import Tenant
 
 SEED = 20261006
 DIM = 384  # all-MiniLM-L6-v2, the default tenant dimension

@@ -36,11 +36,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import median, parse_args, percentile, scratch_dir, write_json  # noqa: E402
+from common import median, parse_args, percentile, scratch_dir, write_json
 
-from storage.cypher import plan, run  # noqa: E402
-from storage.log.eventlog import EventLog  # noqa: E402
-from storage.model import AppendResult, NewEvent  # noqa: E402
+from storage.cypher import plan, run
+from storage.log.eventlog import EventLog
+from storage.model import AppendResult, NewEvent
 
 SEED = 20261006
 EVENTS, QUICK_EVENTS = 100_000, 10_000

@@ -18,13 +18,13 @@ from typing import Any
 # The numpy baseline runs one small text at a time: BLAS threads only spin on matrices that
 # small (on a busy machine they made it 30x slower), so it gets one core, like one worker.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-import numpy as np  # noqa: E402
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import median, parse_args, percentile, write_json  # noqa: E402
+from common import median, parse_args, percentile, write_json
 
-from storage.embedders.local import MAX_TOKENS, LocalEmbedder  # noqa: E402
-from storage.embedders.weights import model_dir, read_safetensors  # noqa: E402
+from storage.embedders.local import MAX_TOKENS, LocalEmbedder
+from storage.embedders.weights import model_dir, read_safetensors
 
 # shared/ beside the checkout, as bench/quality.py reads it, or at /work/shared from a worktree.
 DATA = next(
@@ -184,6 +184,7 @@ def variant(
 
 
 def main() -> None:
+    """Measure, print and write the JSON."""
     args = parse_args(__doc__ or "")
     texts, ref, questions, qref = load_inputs(args.quick)
     load_before = os.getloadavg()

@@ -416,7 +416,7 @@ def setup(quick: bool) -> tuple[Process, dict[str, Any]]:
 def main() -> None:
     """Run the baseline and every scenario; JSON out."""
     args = parse_args(__doc__.splitlines()[0])
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (min(hard, 8192), hard))
     seconds = 4.0 if args.quick else 10.0
     proc, world = setup(args.quick)

@@ -35,10 +35,10 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import OUT, parse_args, percentile, write_json  # noqa: E402  (run as a plain file)
+from common import OUT, parse_args, percentile, write_json
 
-from storage.model import NewEvent  # noqa: E402
-from storage.tenants.tenant import Tenant  # noqa: E402
+from storage.model import NewEvent
+from storage.tenants.tenant import Tenant
 
 DIM = 384
 BATCH = 1000
@@ -48,7 +48,7 @@ WRITE_EVERY = 0.02
 
 
 def events(rng: np.random.Generator, words: random.Random, lo: int, n: int) -> list[NewEvent]:
-    """n synthetic events numbered from lo."""
+    """N synthetic events numbered from lo."""
     vectors = rng.standard_normal((n, DIM), dtype=np.float32)
     return [
         NewEvent(
@@ -218,6 +218,7 @@ def measure(n: int, runs: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    """Measure, print and write the JSON."""
     args = parse_args(__doc__.splitlines()[0])
     sizes = [(1_000, 1)] if args.quick else [(10_000, 3), (100_000, 3)]
     results = [measure(n, runs) for n, runs in sizes]

@@ -32,7 +32,7 @@ import numpy as np
 import tantivy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Process, serve_memspine, write_json  # noqa: E402  (plain-file scripts)
+from common import Process, serve_memspine, write_json
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz"
 DEV, HELD_OUT = range(0, 5), range(5, 10)

@@ -399,6 +399,7 @@ class Sweep:
         return [self.where[n][d] for d in ask(self.tenants[n], text, None, k=100)]
 
     def close(self) -> None:
+        """Close every tenant."""
         for t in self.tenants:
             t.close()
 

@@ -41,7 +41,7 @@ import tantivy
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import (  # noqa: E402  (bench scripts run as plain files)
+from common import (
     OUT,
     Process,
     http_request,
@@ -52,10 +52,10 @@ from common import (  # noqa: E402  (bench scripts run as plain files)
     write_json,
 )
 
-from storage.index.keyword import query_terms  # noqa: E402
-from storage.index.vectors import VectorIndex  # noqa: E402
-from storage.model import NewEvent  # noqa: E402
-from storage.tenants.tenant import Tenant  # noqa: E402
+from storage.index.keyword import query_terms
+from storage.index.vectors import VectorIndex
+from storage.model import NewEvent
+from storage.tenants.tenant import Tenant
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz"
 DIM = 384
@@ -110,7 +110,7 @@ def _unit(m: np.ndarray) -> np.ndarray:
 
 
 def make_events(corpus: Corpus, n: int, seed: int = SEED) -> tuple[list[NewEvent], np.ndarray]:
-    """n events (ids fixed in advance so facts can name earlier ones) and their vectors."""
+    """N events (ids fixed in advance so facts can name earlier ones) and their vectors."""
     rng = np.random.default_rng(seed)
     a = rng.integers(0, len(corpus.texts), n)
     b = rng.integers(0, len(corpus.texts), n)
@@ -240,7 +240,7 @@ def _medians(runs: list[dict[str, Any]], keys: tuple[str, ...]) -> dict[str, Any
 
 
 def scenario_raw_floor(setup: Setup) -> dict[str, Any]:
-    """hnswlib knn_query (ef 64, k 10) and a Tantivy top-10 search, called directly in this
+    """Hnswlib knn_query (ef 64, k 10) and a Tantivy top-10 search, called directly in this
     process on the tenant's own files; medians over ROUNDS passes of every question."""
     index = hnswlib.Index(space="cosine", dim=DIM)
     index.load_index(str(setup.root / "vectors.hnsw"))
@@ -317,7 +317,7 @@ def scenario_recall_while_appending(setup: Setup) -> dict[str, Any]:
 
 
 def _append_requests(setup: Setup, n: int, first: int, *, seed: int) -> list[bytes]:
-    """n pre-encoded POST /v1/memory/event requests: LoCoMo turns with their vectors, drawn
+    """N pre-encoded POST /v1/memory/event requests: LoCoMo turns with their vectors, drawn
     with seed, stamped as events first, first + 1, ..."""
     rng = np.random.default_rng(seed)
     c = setup.corpus

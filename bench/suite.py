@@ -121,6 +121,7 @@ def durations(junits: list[Path]) -> dict[str, Any]:
 
 
 def main() -> None:
+    """Time the suite as asked and write the JSON."""
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="tests/storage only, no ruff or mypy")
     ap.add_argument("--tree", type=Path, default=REPO, help="the checkout to measure")

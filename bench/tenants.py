@@ -41,7 +41,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import (  # noqa: E402  (bench scripts run as plain files)
+from common import (
     SUPPORT_WORDS as WORDS,
 )
 from common import (
@@ -54,17 +54,17 @@ from common import (
     write_json,
 )
 
-from storage.index.keyword import KeywordIndex  # noqa: E402
-from storage.index.vectors import VectorIndex  # noqa: E402
-from storage.log.eventlog import EventLog  # noqa: E402
-from storage.model import NewEvent  # noqa: E402
-from storage.tenants.footprint import (  # noqa: E402
+from storage.index.keyword import KeywordIndex
+from storage.index.vectors import VectorIndex
+from storage.log.eventlog import EventLog
+from storage.model import NewEvent
+from storage.tenants.footprint import (
     closed_tenant_bytes,
     give_back_memory,
     tenant_bytes,
 )
-from storage.tenants.manager import TenantManager  # noqa: E402
-from storage.tenants.tenant import Tenant  # noqa: E402
+from storage.tenants.manager import TenantManager
+from storage.tenants.tenant import Tenant
 
 DIM = 384
 BATCH = 1000
@@ -227,7 +227,7 @@ def churn(root: Path, tenants: int, cap: int, seconds: float, clients: int = 8) 
 
 
 def cycles(root: Path, n: int) -> dict[str, Any]:
-    """n open/close cycles through a cap of 1: what the process holds before and after."""
+    """N open/close cycles through a cap of 1: what the process holds before and after."""
     data = root / "cycles"
     names = ["a", "b", "c"]
     for name in names:

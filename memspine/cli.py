@@ -84,6 +84,8 @@ def run_mcp(args: argparse.Namespace) -> int:
     if settings.log_level != "DEBUG":
         logging.getLogger("mcp").setLevel(logging.WARNING)
         logging.getLogger("httpx").setLevel(logging.WARNING)  # a line per request otherwise
+        # A line per retry (memspine/client/retry.py); what finally fails is said once.
+        logging.getLogger("memspine.client").setLevel(logging.WARNING)
     url = args.url or os.environ.get("MEMSPINE_URL")
     if url:
         base = server_url(url)

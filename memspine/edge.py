@@ -143,7 +143,8 @@ class Edge:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Check the request; refuse it here or serve it with the deadline-aware receive."""
-        if scope["type"] != "http":
+        kind: str = scope["type"]  # a str enum in Litestar's types, a plain str from the server
+        if kind != "http":
             await self.inner(scope, receive, send)
             return
         try:

@@ -232,7 +232,9 @@ class Engine:
             if for_want_of_room(exc):
                 log.warning("tenant %s: purge pending, the disk is full: %s", tenant_id, exc)
                 return PURGE_PENDING_ROOM
-            log.error("tenant %s: purge pending after %s", tenant_id, type(exc).__name__, exc_info=exc)
+            log.error(
+                "tenant %s: purge pending after %s", tenant_id, type(exc).__name__, exc_info=exc
+            )
             return PURGE_PENDING
         return None
 
@@ -278,4 +280,3 @@ class Engine:
         """Close every open tenant and stop the read threads."""
         self.manager.close_all()
         self.read_threads.close()
-

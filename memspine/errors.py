@@ -33,7 +33,9 @@ def error_body(code: str, detail: str) -> bytes:
     return msgspec.json.encode({"error": code, "detail": detail})
 
 
-def error_response(status: int, code: str, detail: str, headers: dict[str, str] | None = None) -> Response[Any]:
+def error_response(
+    status: int, code: str, detail: str, headers: dict[str, str] | None = None
+) -> Response[Any]:
     """The error body every route uses."""
     return Response(
         content={"error": code, "detail": detail},
@@ -53,7 +55,9 @@ def handle_http_exception(_request: Request[Any, Any, Any], exc: HTTPException) 
     status = exc.status_code
     if isinstance(exc, NotAuthorizedException):
         status = 401
-    code, detail = HTTP_CODES.get(status, ("invalid_request" if status < 500 else "internal", "request failed"))
+    code, detail = HTTP_CODES.get(
+        status, ("invalid_request" if status < 500 else "internal", "request failed")
+    )
     if isinstance(exc, ValidationException) and exc.detail:
         detail = str(exc.detail)
     headers = dict(exc.headers or {})

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, HTTPResponseStartEvent, Receive, Scope, Send
 
 from memspine.body import ClientGone
@@ -33,7 +34,7 @@ class HotRoutes:
         """Serve a hot route or pass the request on."""
         fields: dict[str, Any] = scope  # type: ignore[assignment]
         op = ROUTES.get(fields["path"]) if fields.get("method") == "POST" else None
-        if op is None or scope["type"] != "http":
+        if op is None or scope["type"] != ScopeType.HTTP:
             await self.inner(scope, receive, send)
             return
         fields["path_template"] = op.path  # the request observer labels logs with it

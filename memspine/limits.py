@@ -106,7 +106,7 @@ def _cgroup_limit() -> int | None:
         return None
     limits: list[int] = []
     for line in lines:
-        hierarchy, controllers, path = (line.split(":", 2) + ["", ""])[:3]
+        hierarchy, controllers, path = ([*line.split(":", 2), "", ""])[:3]
         if hierarchy == "0":
             base, name = CGROUP_ROOT, "memory.max"
         elif "memory" in controllers.split(","):

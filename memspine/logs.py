@@ -15,6 +15,7 @@ from typing import IO, Any, cast
 
 import msgspec
 from litestar import Litestar
+from litestar.enums import ScopeType
 from litestar.types import ASGIApp, Message, Receive, Scope, Send
 
 request_log = logging.getLogger("memspine.request")
@@ -103,7 +104,7 @@ def request_id_of(scope: Scope) -> str:
     """The caller's X-Request-Id when it is plain enough to echo, else a new random one."""
     for name, value in cast(dict[str, Any], scope).get("headers", ()):
         if name == REQUEST_ID_HEADER.encode():
-            given = value.decode("latin-1")
+            given: str = value.decode("latin-1")
             if _CALLER_ID.match(given):
                 return given
             break
@@ -134,7 +135,7 @@ def install_request_observer(
     report = list(observers)
 
     async def observed(scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http":
+        if scope["type"] != ScopeType.HTTP:
             await inner(scope, receive, send)
             return
         started = time.perf_counter()
@@ -146,7 +147,10 @@ def install_request_observer(
             if message["type"] == "http.response.start":
                 start = cast(dict[str, Any], message)  # each message is built for this one send
                 status = int(start["status"])
-                start["headers"] = [*start.get("headers", ()), (b"x-request-id", request_id.encode())]
+                start["headers"] = [
+                    *start.get("headers", ()),
+                    (b"x-request-id", request_id.encode()),
+                ]
             await send(message)
 
         try:

@@ -176,7 +176,7 @@ def _decode_raw(value: Any) -> Any:
 
 
 def _explain(message: str) -> str:
-    """msgspec's message with `$.` paths made readable ("at `$.kind`" -> "at kind")."""
+    """Msgspec's message with `$.` paths made readable ("at `$.kind`" -> "at kind")."""
     return message.replace("`$.", "`").replace("`$`", "the body")
 
 
@@ -424,8 +424,8 @@ class HitOut(msgspec.Struct):
     via: str | msgspec.UnsetType = msgspec.UNSET
     hop: int | msgspec.UnsetType = msgspec.UNSET
     replaces: list[str] | msgspec.UnsetType = msgspec.UNSET
-    keyword_rank: int | None | msgspec.UnsetType = msgspec.UNSET  # with explain, ranked hits only
-    vector_rank: int | None | msgspec.UnsetType = msgspec.UNSET
+    keyword_rank: int | msgspec.UnsetType | None = msgspec.UNSET  # with explain, ranked hits only
+    vector_rank: int | msgspec.UnsetType | None = msgspec.UNSET
 
 
 class RecallOut(msgspec.Struct):

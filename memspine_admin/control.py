@@ -232,7 +232,9 @@ class ControlDB:
                 raise Conflict(f"a tenant named {name!r} already exists: {existing.decode()}")
             tenant_id = str(uuid.uuid4())
             route = self._claim_route(txn, tenant_id)
-            stored = StoredTenant(tenant_id=tenant_id, name=name, created_at=self.now(), route=route)
+            stored = StoredTenant(
+                tenant_id=tenant_id, name=name, created_at=self.now(), route=route
+            )
             tenant = stored.tenant()
             txn.put(name.encode(), tenant.tenant_id.encode(), db=self._names)
             txn.put(tenant.tenant_id.encode(), msgspec.msgpack.encode(stored), db=self._tenants)
@@ -262,7 +264,9 @@ class ControlDB:
     def list_tenants(self) -> list[TenantRecord]:
         """Every tenant, oldest first."""
         with self._env.begin(db=self._tenants) as txn:
-            tenants = [msgspec.msgpack.decode(v, type=StoredTenant).tenant() for _, v in txn.cursor()]
+            tenants = [
+                msgspec.msgpack.decode(v, type=StoredTenant).tenant() for _, v in txn.cursor()
+            ]
         return sorted(tenants, key=lambda t: (t.created_at, t.tenant_id))
 
     def delete_tenant(self, tenant_id: str, *, actor: str) -> list[str]:

@@ -8,7 +8,7 @@ class MemspineError(Exception):
 
     status: int = 500
     code: str = "internal"
-    headers: dict[str, str] = {}
+    headers: dict[str, str] = {}  # noqa: RUF012 -- never mutated: an instance sets its own
 
     def __init__(self, detail: str, *, headers: dict[str, str] | None = None) -> None:
         super().__init__(detail)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import errno
 import os
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 import lmdb
 
@@ -39,7 +39,7 @@ def _os_error(code: int) -> BaseException:
 
 
 # What each action raises: what the store itself raises for that fault.
-ACTIONS = {
+ACTIONS: dict[str, Callable[[], BaseException]] = {
     "enospc": lambda: _os_error(errno.ENOSPC),
     "edquot": lambda: _os_error(errno.EDQUOT),
     "eio": lambda: _os_error(errno.EIO),

@@ -26,7 +26,7 @@ def fsync_dir(path: Path) -> None:
 
 
 def fsync_tree(path: Path) -> None:
-    """fsync every file and directory under path, deepest first, then path itself."""
+    """Fsync every file and directory under path, deepest first, then path itself."""
     for dirpath, _dirnames, filenames in os.walk(path, topdown=False):
         for name in filenames:
             fsync_file(Path(dirpath, name))

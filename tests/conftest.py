@@ -34,7 +34,7 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[Any]:
-    """A factory: start_server(env=...) -> a running ServerProcess on tmp_path/data; all stop at teardown."""
+    """A factory of running ServerProcess on tmp_path/data (start_server(env=...)); all stop at teardown."""
     started: list[ServerProcess] = []
 
     def start(env: dict[str, str] | None = None, data_dir: Path | None = None) -> ServerProcess:

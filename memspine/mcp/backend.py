@@ -2,8 +2,8 @@
 
 Two implementations answer alike: `EngineBackend` (in the server, or embedded on a data
 directory) calls the HTTP operations' own typed functions (memspine/routes/) with Python
-values, and `memspine.client.MemspineClient` makes the HTTP requests themselves. Either
-raises a `MemspineError` carrying the route's status, code and sentence.
+values, and `RemoteBackend` (memspine/mcp/remote.py) makes the HTTP requests through
+memspine.client. Either raises a `MemspineError` carrying the route's status, code and sentence.
 """
 
 from __future__ import annotations

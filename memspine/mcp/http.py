@@ -136,7 +136,9 @@ class McpEndpoint:
             await _refuse(send, MethodNotAllowed(NO_STREAM), {"Allow": ALLOW, **cors})
             return
         try:  # the key first, as the other routes: a refused caller's body is never read
-            principal = await self.auth.authenticate_async(bearer_token(headers.get("authorization")))
+            principal = await self.auth.authenticate_async(
+                bearer_token(headers.get("authorization"))
+            )
             body = await read_body(
                 receive, self.settings.max_body_bytes, headers.get("content-length")
             )

@@ -12,14 +12,15 @@ import anyio
 import msgspec
 from mcp.server.stdio import stdio_server
 
-from memspine.client import MemspineClient
+from memspine.client import AsyncMemspine
 from memspine.config import Settings
 from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
+from memspine.mcp.remote import Refused, RemoteBackend
 from memspine.mcp.server import Caller, build_server, fixed, principal_of
 from memspine.purger import Purger
 from memspine_admin.verifier import Principal
-from storage.errors import NotFound, Unavailable
+from storage.errors import Unavailable
 
 log = logging.getLogger("memspine.mcp")
 # The bridge asks the server who the key is before it serves: bounded, so a wrong address
@@ -57,15 +58,19 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
 
 async def serve_remote(url: str, api_key: str) -> None:
     """Serve the tenant of api_key on the server at url; the key's scopes decide the tools shown."""
-    async with MemspineClient(url, api_key) as client:
+    async with AsyncMemspine(url, api_key) as client:
+        backend = RemoteBackend(client)
         try:
             with anyio.fail_after(FIRST_ANSWER_SECS):
-                principal = principal_of(await client.whoami())
+                principal = principal_of(await backend.whoami())
         except TimeoutError:
             raise Unavailable(
                 f"no answer from {url} within {FIRST_ANSWER_SECS:.0f} s; is memspine-server running there?"
             ) from None
-        except NotFound:  # a server without /v1/whoami: show every tool, the server still refuses
+        except Refused as refused:
+            if refused.code != "not_found":
+                raise
+            # A server without /v1/whoami: show every tool, the server still refuses.
             principal = Principal(tenant_id="?", key_id="?", scopes=("read", "write"))
         log.info(
             "memspine mcp: %s as key %s, scopes %s",
@@ -73,7 +78,7 @@ async def serve_remote(url: str, api_key: str) -> None:
             principal.key_id,
             ",".join(principal.scopes),
         )
-        await serve(Caller(principal, client))
+        await serve(Caller(principal, backend))
 
 
 def embedded_settings(base: Settings, data_dir: Path) -> Settings:

@@ -1,0 +1,1 @@
+"""The PostgreSQL control plane's schema migrations, applied in name order."""

@@ -214,7 +214,8 @@ class Query(msgspec.Struct, frozen=True):
 
 def children(expr: Expr) -> tuple[Expr, ...]:
     """The direct sub-expressions of expr."""
-    return _CHILDREN[type(expr)](expr)
+    found: tuple[Expr, ...] = _CHILDREN[type(expr)](expr)
+    return found
 
 
 def _map_values(expr: Any) -> tuple[Expr, ...]:
@@ -253,10 +254,11 @@ def walk(expr: Expr) -> Any:
 
 def replace(expr: Expr, fn: Any) -> Expr:
     """A copy of expr where fn(node) replaces each node for which it returns non-None (top down)."""
-    new = fn(expr)
+    new: Expr | None = fn(expr)
     if new is not None:
         return new
-    return _REBUILD[type(expr)](expr, lambda e: replace(e, fn))
+    rebuilt: Expr = _REBUILD[type(expr)](expr, lambda e: replace(e, fn))
+    return rebuilt
 
 
 def _rebuild_slice(e: Slice, f: Any) -> Expr:

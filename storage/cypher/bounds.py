@@ -58,7 +58,7 @@ class Meter:
     """One query's clock and byte budget; every method raises InvalidRequest past a bound.
     The clock runs from `started` (time.monotonic(); now by default)."""
 
-    __slots__ = ("answer", "deadline", "limits", "row_values", "spent", "walked", "_since_tick")
+    __slots__ = ("_since_tick", "answer", "deadline", "limits", "row_values", "spent", "walked")
 
     def __init__(self, limits: Limits, *, clock: bool = True, started: float | None = None) -> None:
         self.limits = limits

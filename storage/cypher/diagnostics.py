@@ -34,7 +34,7 @@ _HIDDEN_TERMINALS = {"QUOTED_NAME", "FLOAT"}  # already covered by "a name", "a 
 
 
 def without_text(query: str) -> str:
-    """query with its strings, quoted names and comments blanked: only the code is left."""
+    """Query with its strings, quoted names and comments blanked: only the code is left."""
     return _NOT_CODE.sub(" ", query)
 
 

@@ -53,7 +53,7 @@ class Context:
         self._compiled: dict[Any, Fn] = {}
 
     def compile(self, expr: ast.Expr) -> Fn:
-        """expr compiled once per query (AST nodes are hashable values)."""
+        """Expr compiled once per query (AST nodes are hashable values)."""
         fn = self._compiled.get(expr)
         if fn is None:
             fn = self._compiled[expr] = compile_expr(expr, self.params, self.meter)
@@ -221,7 +221,7 @@ def _ids_by_property(op: SeekByProperty, row: Row, ctx: Context) -> Iterable[str
 
 
 def _seekable(value: Any) -> Any:
-    """value as the property index holds it, or None if no filterable property can equal it:
+    """Value as the property index holds it, or None if no filterable property can equal it:
     only a boolean, a number or a string can (every integer of a query is within 64 bits)."""
     if isinstance(value, bool | str):
         return value
@@ -262,7 +262,7 @@ def _ts_low(value: Any, inclusive: bool) -> int | None:
         return None
     if math.isinf(value):
         return None if value > 0 else -(2**63)
-    return math.ceil(value) if inclusive else math.floor(value) + 1
+    return int(math.ceil(value) if inclusive else math.floor(value) + 1)
 
 
 def _ts_high(value: Any, inclusive: bool) -> int | None:
@@ -271,7 +271,7 @@ def _ts_high(value: Any, inclusive: bool) -> int | None:
         return None
     if math.isinf(value):
         return None if value < 0 else 2**63
-    return math.floor(value) + 1 if inclusive else math.ceil(value)
+    return int(math.floor(value) + 1 if inclusive else math.ceil(value))
 
 
 def _scan_all(op: ScanAll, row: Row, ctx: Context) -> Iterable[str]:

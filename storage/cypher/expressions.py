@@ -34,7 +34,7 @@ def compile_expr(expr: ast.Expr, params: dict[str, Any], meter: Meter = UNMETERE
 
 
 def truth(value: Any, context: str) -> bool | None:
-    """value as WHERE, AND, OR, XOR or NOT read it; InvalidRequest unless it is a bool or null."""
+    """Value as WHERE, AND, OR, XOR or NOT read it; InvalidRequest unless it is a bool or null."""
     if value is None or type(value) is bool:
         return value
     raise InvalidRequest(f"{context} needs a boolean, got {type_name(value)}")

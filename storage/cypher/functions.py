@@ -162,6 +162,7 @@ class Distinct(Aggregate):
         self.seen: set[Any] = set()
 
     def add(self, value: Any) -> None:
+        """Pass value on unless an equivalent one was passed before."""
         key = group_key(value, self.meter)
         if key not in self.seen:
             self.meter.charge(SET_ENTRY_BYTES + held_bytes(value))
@@ -169,6 +170,7 @@ class Distinct(Aggregate):
             self.inner.add(value)
 
     def result(self) -> Any:
+        """The wrapped aggregate's result."""
         return self.inner.result()
 
 

@@ -162,7 +162,7 @@ class Plan(msgspec.Struct, frozen=True):
             for step in self.steps
             if isinstance(step, MatchStep)
             for op in step.ops
-            if isinstance(op, SEEKS + (ScanAll, Argument))
+            if isinstance(op, (*SEEKS, ScanAll, Argument))
         ]
 
 
@@ -170,7 +170,7 @@ class Plan(msgspec.Struct, frozen=True):
 
 
 def render(expr: ast.Expr) -> str:
-    """expr as Cypher text."""
+    """Expr as Cypher text."""
     return _RENDER[type(expr)](expr)
 
 

@@ -63,7 +63,7 @@ def parse(query: str, meter: Meter = UNMETERED) -> ast.Query:
 
 
 def _tree(query: str, meter: Meter) -> Tree[Token]:
-    """lark's tree for query, fed one token at a time so the clock is read as it goes."""
+    """Lark's tree for query, fed one token at a time so the clock is read as it goes."""
     parser = _lark().parse_interactive(query)
     last: Token | None = None
     try:
@@ -71,7 +71,7 @@ def _tree(query: str, meter: Meter) -> Tree[Token]:
             if not n % _TOKENS_PER_TICK:
                 meter.tick()
             last = token
-        tree: Tree[Token] = parser.feed_eof(last)
+        tree: Tree[Token] = parser.feed_eof(last)  # type: ignore[no-untyped-call]
     except UnexpectedInput as err:
         if is_write_attempt(query):
             raise InvalidRequest(READ_ONLY_MESSAGE) from None
@@ -159,7 +159,7 @@ class _ToAst(Transformer[Token, Any]):
         self.calls += 1
         if not self.calls % _TOKENS_PER_TICK:
             self.meter.tick()
-        return super()._call_userfunc(tree, new_children)
+        return super()._call_userfunc(tree, new_children)  # type: ignore[no-untyped-call]
 
     # ---- clauses ------------------------------------------------------------------------
 

@@ -230,7 +230,7 @@ def _indexable(
     whose value is known before var is: literals, parameters, variables bound earlier."""
     found = []
     for c in conjuncts:
-        if not isinstance(c, ast.Binary) or c.op not in _MIRROR and c.op != "IN":
+        if not isinstance(c, ast.Binary) or (c.op not in _MIRROR and c.op != "IN"):
             continue
         sides = [(c.left, c.op, c.right)]
         if c.op in _MIRROR:  # `x IN v.p` is membership in the property, not a seek

@@ -67,7 +67,7 @@ class _Group:
 def _group(
     step: ProjectStep, rows: Iterator[Row], compile: Compile, meter: Meter
 ) -> Iterator[Pair]:
-    """openCypher aggregation: the non-aggregate items (and `*` variables) are the grouping key."""
+    """OpenCypher aggregation: the non-aggregate items (and `*` variables) are the grouping key."""
     keyed = {name: expr for name, expr in step.items}
     key_fns = [compile(ast.Variable(n)) for n in step.star]
     key_fns += [compile(keyed[name]) for name in step.grouping]

@@ -104,12 +104,12 @@ def compare(a: Any, b: Any, meter: Meter = UNMETERED, depth: int = 0) -> int | N
     if is_number(a) and is_number(b):
         if math.isnan(a) or math.isnan(b):
             return UNORDERED
-        return (a > b) - (a < b)
+        return int((a > b) - (a < b))
     if type(a) is not type(b) or type(a) not in _COMPARABLE:
         return None
     if type(a) is list:
         return _compare_lists(a, b, meter, depth)
-    return (a > b) - (a < b)
+    return int((a > b) - (a < b))
 
 
 _COMPARABLE = (str, bool, list)
@@ -197,7 +197,7 @@ _GROUP_KEYS: dict[type, Callable[[Any, Meter, int], Any]] = {
 
 
 def to_json(value: Any, meter: Meter = UNMETERED, depth: int = 0) -> Any:
-    """value as it goes into a result row: nodes as event objects, everything JSON-ready.
+    """Value as it goes into a result row: nodes as event objects, everything JSON-ready.
     What it renders is charged to meter: the result is memory the query holds."""
     render = _RENDER.get(type(value))
     return value if render is None else render(value, meter, depth)

@@ -60,7 +60,8 @@ def normalise(vectors: np.ndarray) -> np.ndarray:
     norms = np.linalg.norm(arr, axis=1, keepdims=True)
     if arr.size and not np.all(np.isfinite(norms) & (norms > 0)):
         raise EmbedderError("bad_answer", "the embedder returned a zero or non-finite vector")
-    return arr / norms
+    unit: np.ndarray = arr / norms
+    return unit
 
 
 class QueryCache:

@@ -57,7 +57,7 @@ class _Graph:
 def _dense(
     g: _Graph, x: str, w: np.ndarray, b: np.ndarray, name: str, int8: bool
 ) -> tuple[str, str]:
-    """x @ w, returned with the name of the bias still to add (w is out × in, as torch stores it)."""
+    """X @ w, returned with the name of the bias still to add (w is out × in, as torch stores it)."""
     weight = np.asarray(w, dtype=np.float32)
     bias = g.const(f"{name}.b", np.asarray(b, dtype=np.float32))
     if not int8:

@@ -212,7 +212,9 @@ class OpenAIEmbedder:
             # The endpoint said when: never sooner; past max_wait the caller is told instead.
             return failure.wait if failure.wait <= self.max_wait else None
         delay = min(self.max_wait, self.backoff * 2**attempt)
-        return delay * random.uniform(0.5, 1.0)  # jitter: clients that failed together spread out
+        return float(
+            delay * random.uniform(0.5, 1.0)
+        )  # jitter: clients that failed together spread out
 
     def _request(self, texts: list[str]) -> np.ndarray:
         """One POST; raises _Failure with what went wrong."""

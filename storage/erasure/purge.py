@@ -70,7 +70,9 @@ class NoRoomToPurge(OSError):
     """The disk lacks the free space a purge needs for one more copy of the tenant's files."""
 
     def __init__(self, needed: int, free: int) -> None:
-        super().__init__(errno.ENOSPC, f"a purge needs about {needed} bytes of free disk, {free} are free")
+        super().__init__(
+            errno.ENOSPC, f"a purge needs about {needed} bytes of free disk, {free} are free"
+        )
         self.needed = needed
         self.free = free
 
@@ -176,7 +178,9 @@ def _purge(tenant: Purgeable, step: StepHook) -> PurgeStats:
     return msgspec.structs.replace(stats, seconds=time.perf_counter() - started)
 
 
-def _copy_log(tenant: Purgeable, step: StepHook) -> tuple[int, dict[str, int], _KeywordBuilder] | None:
+def _copy_log(
+    tenant: Purgeable, step: StepHook
+) -> tuple[int, dict[str, int], _KeywordBuilder] | None:
     """Copy the log at a snapshot into the stage, feeding a new keyword index on the way; the
     snapshot's last op, its tombstones (id -> vector label) and the index being built, or None
     when nothing awaits a purge."""

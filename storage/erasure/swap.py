@@ -23,7 +23,9 @@ READY = "purge.ready"  # committed; rolled forward if found on open
 OLD = "purge.old"  # the replaced generation, deleted after the swap
 PENDING = "purge.pending"  # marker: this tenant may hold deleted events not yet purged
 
-StepHook = Callable[[str], None]  # told the name of each stage a purge reaches (tests kill it there)
+StepHook = Callable[
+    [str], None
+]  # told the name of each stage a purge reaches (tests kill it there)
 
 
 def no_step(_name: str) -> None:

@@ -157,7 +157,7 @@ class FlatSet:
             i = self._where.pop(label, None)
             if i is None:
                 return None
-            row = self._rows[i].copy()
+            row: np.ndarray = self._rows[i].copy()
             self._rows[i] = 0.0
             self._alive[i] = False
             if self._used > 64 and len(self._where) * 2 < self._used:

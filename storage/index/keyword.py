@@ -123,9 +123,7 @@ class KeywordIndex:
     searches meanwhile answer 503 rather than silently miss what was acknowledged.
     """
 
-    def __init__(
-        self, path: Path, index: tantivy.Index, committed_seq: int = 0
-    ) -> None:
+    def __init__(self, path: Path, index: tantivy.Index, committed_seq: int = 0) -> None:
         self.path = path
         self.index = index
         self.schema = index.schema

@@ -81,7 +81,7 @@ def write_live(fh: BinaryIO, labels: Collection[int] | np.ndarray) -> None:
 def read_live(sidecar: Path) -> np.ndarray | None:
     """The labels a sidecar lists; None if there is none, VectorFileError if it is unreadable."""
     try:
-        live = np.load(sidecar, allow_pickle=False)
+        live: np.ndarray = np.load(sidecar, allow_pickle=False)
     except FileNotFoundError:
         return None
     except (ValueError, EOFError, OSError) as exc:

@@ -162,7 +162,9 @@ class VectorIndex:
         """Background: move tail vectors into the graph in batches, oldest first."""
         with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority as the rest
             me = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + INSERT_NICENESS)
+            os.setpriority(
+                os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + INSERT_NICENESS
+            )
         while True:
             with self._tail_cond:
                 while not self._tail and not self._stopping:
@@ -326,7 +328,7 @@ class VectorIndex:
             replace_durably(self.path, None, save=self._save_index)
 
     def _save_index(self, name: str) -> None:
-        """hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
+        """Hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
         a file cut short that it then refuses to load (the caller holds the lock)."""
         self.index.save_index(name)
         check_saved(Path(name))

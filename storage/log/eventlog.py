@@ -175,9 +175,7 @@ class EventLog:
         with self.lock.exclusive():
             self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
-    def append_batch(
-        self, events: list[NewEvent]
-    ) -> list[AppendResult | MemspineError]:
+    def append_batch(self, events: list[NewEvent]) -> list[AppendResult | MemspineError]:
         """Append events in one transaction; each gets its result or its own error."""
         return self.write(lambda txn: self.appender(txn).append_all(events))
 
@@ -298,7 +296,9 @@ class Appender:
             return problem
         seq = self.last + 1
         properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
-        filterable = layout.filterable_properties(properties if isinstance(properties, dict) else {})
+        filterable = layout.filterable_properties(
+            properties if isinstance(properties, dict) else {}
+        )
         sources: list[str] = []
         supersedes: list[str] = []
         unlinked: list[str] = []

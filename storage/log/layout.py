@@ -76,7 +76,9 @@ def id_bytes(event_id: str) -> bytes:
             raw = bytes.fromhex(e[:8] + e[9:13] + e[14:18] + e[19:23] + e[24:])
         except ValueError:
             raw = b""
-        if len(raw) == ID_BYTES:  # 32 hex digits; fromhex skips spaces, so fewer bytes is not a UUID
+        if (
+            len(raw) == ID_BYTES
+        ):  # 32 hex digits; fromhex skips spaces, so fewer bytes is not a UUID
             return raw
     return uuid.UUID(event_id).bytes
 

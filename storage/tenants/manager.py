@@ -56,13 +56,13 @@ class _Slot:
     its accounted bytes."""
 
     __slots__ = (
-        "tenant_id",
-        "tenant",
-        "ready",
+        "bytes",
+        "detached",
         "in_flight",
         "last_used",
-        "detached",
-        "bytes",
+        "ready",
+        "tenant",
+        "tenant_id",
         "where",
     )
 

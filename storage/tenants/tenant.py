@@ -334,7 +334,10 @@ class Tenant:
         appends_only = all(isinstance(job.payload, AppendJob) for job in jobs)
         if not appends_only:
             self.mark_before_delete(
-                e for job in jobs if isinstance(job.payload, DeleteJob) for e in job.payload.event_ids
+                e
+                for job in jobs
+                if isinstance(job.payload, DeleteJob)
+                for e in job.payload.event_ids
             )
 
         def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
@@ -408,4 +411,3 @@ class Tenant:
             except DiskFull:  # an older watermark only replays more on open
                 log.error("tenant keyword watermark not saved: the disk is full")
         self.log.close()
-

@@ -20,7 +20,7 @@ _STOP = object()
 class Job:
     """One request's share of a batch: its input and the future its caller awaits."""
 
-    __slots__ = ("payload", "future")
+    __slots__ = ("future", "payload")
 
     def __init__(self, payload: Any) -> None:
         self.payload = payload

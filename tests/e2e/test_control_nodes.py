@@ -145,8 +145,10 @@ def test_revocation_through_one_node_is_refused_on_the_other_within_a_second(
                 time.sleep(0.002)
             elapsed = sent
             delays.append(elapsed)
-    print(f"revocation seen by the other node after median {statistics.median(delays) * 1000:.0f} "
-          f"ms, max {max(delays) * 1000:.0f} ms (5 keys)")
+    print(
+        f"revocation seen by the other node after median {statistics.median(delays) * 1000:.0f} "
+        f"ms, max {max(delays) * 1000:.0f} ms (5 keys)"
+    )
     assert max(delays) < 1.0
 
 

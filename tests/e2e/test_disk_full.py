@@ -33,7 +33,9 @@ from storage.tenants.tenant import Tenant
 
 TENANT = "acme"
 DIM = 4
-TERMS_PER_QUERY = 64  # storage/index/keyword.py MAX_QUERY_WORDS: one recall looks for 64 events' words
+TERMS_PER_QUERY = (
+    64  # storage/index/keyword.py MAX_QUERY_WORDS: one recall looks for 64 events' words
+)
 
 
 # -- the events -------------------------------------------------------------------
@@ -57,7 +59,12 @@ def body(i: int, pad_words: int = 0) -> dict[str, Any]:
     """Event i over HTTP; padding words make it fill a disk."""
     rng = random.Random(i)
     pad = " ".join(rng.choices(VOCABULARY, k=pad_words))
-    return {"kind": "note", "ts": 1_791_208_939_000_000 + i, "text": f"{word(i)} {pad}", "embedding": vector(i)}
+    return {
+        "kind": "note",
+        "ts": 1_791_208_939_000_000 + i,
+        "text": f"{word(i)} {pad}",
+        "embedding": vector(i),
+    }
 
 
 def event(i: int) -> NewEvent:

@@ -240,7 +240,9 @@ def test_a_tenant_written_only_over_mcp_is_purged(world: World) -> None:
 
     assert anyio.run(agent) == {"deleted": True, "purged": True, "deleted_ids": [now]}
     assert scan(world.data_dir, {"address": b"Zqvbrt"}) == {}
-    wait_until_clean(world.data_dir, MCP_TENANT, {"badge": b"Xkwqpl"})  # the background purger's work
+    wait_until_clean(
+        world.data_dir, MCP_TENANT, {"badge": b"Xkwqpl"}
+    )  # the background purger's work
     assert scan(world.data_dir, {"kept": MCP_TEXTS[0].encode()})
 
 
@@ -252,7 +254,9 @@ def test_a_purge_the_disk_cannot_hold_is_pending_then_done(world: World) -> None
     filler = "lorem ipsum dolor sit amet " * 300
     bodies = [{"kind": "turn", "text": f"{filler} Vvkxzq{i:03d}"} for i in range(80)]
     with ThreadPoolExecutor(8) as pool:
-        ids = list(pool.map(lambda b: c.post("/v1/memory/event", json=b).json()["event_id"], bodies))
+        ids = list(
+            pool.map(lambda b: c.post("/v1/memory/event", json=b).json()["event_id"], bodies)
+        )
     weight = ballast(world.data_dir, leave=256 << 10)  # room for a delete, not for a purge
     try:
         resp = c.delete(f"/v1/memory/event/{ids[7]}?purge=true")

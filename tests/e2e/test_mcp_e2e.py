@@ -21,8 +21,9 @@ from mcp.client.streamable_http import streamable_http_client
 from servers import ServerProcess
 from test_mcp import ALL_TOOLS, FORBIDDEN, NO_EVENT, READ_TOOLS, call, issue_keys, refused, text
 
-from memspine.client import MemspineClient
-from storage.errors import Forbidden, NotFound, Unavailable
+from memspine.client import AsyncMemspine
+from memspine.client import errors as client_errors
+from storage.errors import Unavailable
 
 MEMSPINE = Path(sys.executable).parent / "memspine"
 COMMAND = [str(MEMSPINE)] if MEMSPINE.exists() else [sys.executable, "-m", "memspine.cli"]
@@ -85,32 +86,25 @@ def test_streamable_http_with_issued_keys(remote: Remote, mode: str) -> None:
     anyio.run(main)
 
 
-def test_the_client_sdk_carries_the_servers_errors(remote: Remote) -> None:
+def test_the_client_carries_the_servers_errors(remote: Remote) -> None:
     async def main() -> None:
-        async with MemspineClient(remote.server.url, remote.keys["read"]) as client:
+        async with AsyncMemspine(remote.server.url, remote.keys["read"]) as client:
             who = await client.whoami()
-            assert who["tenant_id"] == remote.keys["tenant"] and who["scopes"] == ["read"]
-            with pytest.raises(Forbidden, match="missing the 'write' scope"):
-                await client.append({"kind": "fact", "text": "x"})
-        async with MemspineClient(remote.server.url, remote.keys["rw"]) as client:
-            made = await client.append({"kind": "fact", "text": "client"}, idempotency_key="c-1")
-            assert await client.append({"kind": "fact", "text": "client"}, "c-1") == {
-                **made,
-                "replayed": True,
-            }
-            source = made["event_id"]
-            derived = await client.append(
-                {"kind": "x", "properties": {"source_event_ids": [source]}}
-            )
-            would = await client.delete(source, cascade=True, dry_run=True)
-            assert would == {"would_delete": [source, derived["event_id"]]}
-            page = await client.list_events({"kind": "x", "limit": 5})
-            assert [e["event_id"] for e in page["events"]] == [derived["event_id"]]
-            with pytest.raises(NotFound, match="no event with that id"):
+            assert who.tenant_id == remote.keys["tenant"] and who.scopes == ["read"]
+            with pytest.raises(client_errors.Forbidden, match="missing the 'write' scope"):
+                await client.append("fact", "x")
+        async with AsyncMemspine(remote.server.url, remote.keys["rw"]) as client:
+            made = await client.append("fact", "client", idempotency_key="c-1")
+            again = await client.append("fact", "client", idempotency_key="c-1")
+            assert (again.event_id, again.replayed) == (made.event_id, True)
+            derived = await client.append("x", source_event_ids=[made.event_id])
+            would = await client.would_delete(made.event_id, cascade=True)
+            assert would.would_delete == [made.event_id, derived.event_id]
+            page = await client.list_events(kind="x", limit=5)
+            assert [e.event_id for e in page.events] == [derived.event_id]
+            with pytest.raises(client_errors.NotFound, match="no event with that id"):
                 await client.get("00000000-0000-4000-8000-000000000000")
-            with pytest.raises(
-                NotFound, match="no such route"
-            ):  # quoted: it cannot leave the route
+            with pytest.raises(client_errors.NotFound, match="no such route"):  # quoted
                 await client.get("../../v1/whoami")
 
     anyio.run(main)

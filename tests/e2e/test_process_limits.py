@@ -116,7 +116,10 @@ def test_server_rss_stays_bounded_while_cycling_through_more_tenants_than_fit(
     opened = value(text, "memspine_open_tenant_bytes")
     assert 0 < opened <= BUDGET
     assert value(text, "memspine_open_bytes_budget") == BUDGET
-    assert value(text, "memspine_tenant_evictions_by_reason_total", reason=MEMORY) >= 3 * BIG_TENANTS - 5
+    assert (
+        value(text, "memspine_tenant_evictions_by_reason_total", reason=MEMORY)
+        >= 3 * BIG_TENANTS - 5
+    )
     assert value(text, "memspine_open_tenant_part_bytes", part="graph") > opened / 2
     assert value(text, "memspine_open_tenants") <= 5
     # All twelve open would hold about three times the budget; within it, the process holds the

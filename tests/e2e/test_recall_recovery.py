@@ -38,7 +38,7 @@ WORDS = (
 
 
 def corpus(n: int, seed: int = 7) -> list[dict[str, Any]]:
-    """n events with distinct unit embeddings and texts of three words each."""
+    """N events with distinct unit embeddings and texts of three words each."""
     rng = np.random.default_rng(seed)
     vectors = rng.standard_normal((n, 4))
     vectors /= np.linalg.norm(vectors, axis=1, keepdims=True)

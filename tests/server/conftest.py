@@ -14,7 +14,7 @@ from servers import InProcessServer
 
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[Any]:
-    """A factory: start_server(env=..., hasher=...) -> a started InProcessServer; all stop at teardown."""
+    """A factory of started InProcessServer (start_server(env=..., hasher=...)); all stop at teardown."""
     started: list[InProcessServer] = []
 
     def start(

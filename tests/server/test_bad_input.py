@@ -122,8 +122,12 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
         tmp_path_factory.mktemp("bad") / "data", {"MEMSPINE_MAX_BODY_BYTES": str(MAX_BODY)}
     ).start()
     with server.client(TENANT) as c:
-        first = c.post(EVENT, json={"kind": "turn", "ts": T0 + 1, "text": "first"}).json()["event_id"]
-        c.post(EVENT, json={"kind": "fact", "ts": T0 + 2, "properties": {"source_event_ids": [first]}})
+        first = c.post(EVENT, json={"kind": "turn", "ts": T0 + 1, "text": "first"}).json()[
+            "event_id"
+        ]
+        c.post(
+            EVENT, json={"kind": "fact", "ts": T0 + 2, "properties": {"source_event_ids": [first]}}
+        )
         c.post(EVENT, json={"kind": "turn", "ts": T0 + 3}, headers={"Idempotency-Key": "K-1"})
     yield server
     server.stop()

@@ -82,7 +82,7 @@ def rows(
 
 
 def within(seconds: float, fn: Callable[[], Any]) -> Any:
-    """fn's result, failing (not hanging) if it takes longer than seconds: the unbounded
+    """Fn's result, failing (not hanging) if it takes longer than seconds: the unbounded
     engine ran some of these for minutes. The thread is a daemon, left behind on failure."""
     out: dict[str, Any] = {}
 

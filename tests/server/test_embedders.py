@@ -158,7 +158,7 @@ class Endpoint:
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - the http.server API
+            def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 endpoint.requests.append(
                     {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}

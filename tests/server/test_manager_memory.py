@@ -259,7 +259,10 @@ def test_a_read_with_a_mistyped_token_creates_nothing_and_a_write_creates_the_te
                       headers={"Authorization": "Bearer acme"}).status_code == 201  # fmt: skip
         r = c.get(f"/v1/memory/event/{uuid.uuid4()}", headers=headers)
         assert (r.status_code, r.json()["error"]) == (404, "not_found")
-        assert c.get("/v1/memory/events", headers=headers).json() == {"events": [], "next_cursor": None}
+        assert c.get("/v1/memory/events", headers=headers).json() == {
+            "events": [],
+            "next_cursor": None,
+        }
         recall = c.post("/v1/memory/recall", json={"text": "hello", "embedding": [1, 0, 0, 0]},
                         headers=headers)  # fmt: skip
         assert recall.status_code == 200 and recall.json()["hits"] == []
@@ -276,7 +279,9 @@ def test_a_read_with_a_mistyped_token_creates_nothing_and_a_write_creates_the_te
         assert sorted(p.name for p in data.iterdir()) == ["acme"]  # nothing made for the typo
         text = c.get("/metrics").text
         assert value(text, "memspine_open_tenants") == 1
-        r = c.post("/v1/memory/event", json={"kind": "turn", "text": "now it exists"}, headers=headers)
+        r = c.post(
+            "/v1/memory/event", json={"kind": "turn", "text": "now it exists"}, headers=headers
+        )
         assert r.status_code == 201
         assert sorted(p.name for p in data.iterdir()) == ["acme", "acme-typo"]
         listed = c.get("/v1/memory/events", headers=headers).json()["events"]
@@ -406,7 +411,7 @@ def test_the_budget_setting_takes_bytes_units_and_shares_and_refuses_nonsense() 
     assert budget("25%") == machine_memory() // 4
     assert load_settings({}).max_open_bytes == machine_memory() // 2 == Settings().max_open_bytes
     for raw in ("0", "1k", "lots", "-5M", "150%", "%"):
-        with pytest.raises(SettingsError, match="^MEMSPINE_MAX_OPEN_BYTES: expected"):
+        with pytest.raises(SettingsError, match=r"^MEMSPINE_MAX_OPEN_BYTES: expected"):
             budget(raw)
 
 

@@ -11,7 +11,7 @@ CASES = Path(__file__).resolve().parent / "cypher_cases.txt"
 
 
 def table(*kinds: str) -> list[Any]:
-    """pytest params (query, kind, expected) for the table's lines of the given kinds."""
+    """Pytest params (query, kind, expected) for the table's lines of the given kinds."""
     cases = []
     for number, line in enumerate(CASES.read_text().splitlines(), 1):
         if not line.strip() or line.startswith("#"):

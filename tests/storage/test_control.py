@@ -416,8 +416,15 @@ def test_erase_tenant_dir_never_follows_symlinks(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(
     "tenant_id",
-    ["_control", "..", ".", "", "../outside", "0EAB439C-C963-4EF7-B9E1-05E02C8B3111",
-     "bb7f097e-eda2-11f1-8e2d-02fc00000001"],  # fmt: skip
+    [
+        "_control",
+        "..",
+        ".",
+        "",
+        "../outside",
+        "0EAB439C-C963-4EF7-B9E1-05E02C8B3111",
+        "bb7f097e-eda2-11f1-8e2d-02fc00000001",
+    ],
 )
 def test_erase_tenant_dir_refuses_anything_but_a_tenant_id(tmp_path: Path, tenant_id: str) -> None:
     ControlDB.init(tmp_path / "data", actor="test")

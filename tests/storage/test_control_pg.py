@@ -51,7 +51,7 @@ def test_nodes_starting_at_once_migrate_once(control_url: str) -> None:
     def init() -> None:
         try:
             results.append(PgControl.init(control_url, actor="test"))
-        except BaseException as exc:  # noqa: BLE001 - reported below
+        except BaseException as exc:
             errors.append(exc)
 
     threads = [threading.Thread(target=init) for _ in range(4)]

@@ -122,7 +122,7 @@ def num(v: Any) -> bool:
 
 
 def eq(a: Any, b: Any) -> bool | None:
-    """openCypher equality on scalars: null if either is null, 1 = 1.0, true <> 1."""
+    """OpenCypher equality on scalars: null if either is null, 1 = 1.0, true <> 1."""
     if a is None or b is None:
         return None
     if num(a) and num(b):
@@ -199,7 +199,7 @@ def bag(rows: list[list[Any]]) -> list[str]:
 
 
 def literal(value: Any) -> str:
-    """value as Cypher text."""
+    """Value as Cypher text."""
     if value is None:
         return "null"
     if type(value) is bool:
@@ -765,7 +765,7 @@ def test_aggregation_groups(graphs: Any, spec: Any, data: st.DataObject) -> None
 
 
 def _groups(items: list[Any], key: Callable[[Any], Any]) -> list[tuple[Any, list[Any]]]:
-    """items grouped by key with Cypher's grouping equality (null is one group, 1 = 1.0)."""
+    """Items grouped by key with Cypher's grouping equality (null is one group, 1 = 1.0)."""
     out: list[tuple[Any, list[Any]]] = []
     for item in items:
         k = key(item)

@@ -71,7 +71,7 @@ def append(t: Tenant, events: list[NewEvent]) -> list[str]:
 
 
 def fill(t: Tenant, rng: random.Random, vectors: str, start: int, n: int) -> list[str]:
-    """n neighbours in one batch."""
+    """N neighbours in one batch."""
     return append(t, [shaped(rng, i, vectors) for i in range(start, start + n)])
 
 

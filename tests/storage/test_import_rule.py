@@ -1,10 +1,13 @@
 """The import rule between the three packages: storage imports neither litestar nor memspine nor
 memspine_admin (it is the layer below both); memspine_admin imports storage only through its
-public modules. Read from the source: every import statement, those inside functions too."""
+public modules; memspine.client, which people install beside their own code, imports nothing
+of the server: only the standard library, httpx, msgspec, anyio and itself. Read from the
+source: every import statement, those inside functions too."""
 
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 import pytest
@@ -15,6 +18,9 @@ REPO = Path(__file__).resolve().parents[2]
 # server's (memspine) to use; test_storage_layers.py lists what memspine itself may import.
 STORAGE_PUBLIC = ("storage.errors", "storage.fsync")
 STORAGE_FORBIDDEN = ("litestar", "memspine", "memspine_admin")
+# What memspine/client may import beyond the standard library: its HTTP stack and decoder, and
+# the package's version string (memspine/__init__.py imports only importlib.metadata).
+CLIENT_ALLOWED = ("httpx", "msgspec", "anyio", "memspine.client", "memspine.__version__")
 
 
 def imports(path: Path, root: Path) -> list[tuple[int, str]]:
@@ -61,6 +67,17 @@ def admin_breaches(root: Path) -> list[str]:
     ]
 
 
+def client_breaches(root: Path) -> list[str]:
+    """Imports in root/memspine/client of anything but the standard library and CLIENT_ALLOWED."""
+    return [
+        f"{path.relative_to(root)}:{line} imports {name}"
+        for path in sorted((root / "memspine" / "client").rglob("*.py"))
+        for line, name in imports(path, root)
+        if _top(name) not in sys.stdlib_module_names
+        and not any(name == p or name.startswith(p + ".") for p in CLIENT_ALLOWED)
+    ]
+
+
 def test_storage_imports_neither_the_server_nor_the_admin_package() -> None:
     assert list((REPO / "storage").rglob("*.py"))
     assert storage_breaches(REPO) == []
@@ -69,6 +86,11 @@ def test_storage_imports_neither_the_server_nor_the_admin_package() -> None:
 def test_memspine_admin_imports_storage_only_through_its_public_modules() -> None:
     assert list((REPO / "memspine_admin").rglob("*.py"))
     assert admin_breaches(REPO) == []
+
+
+def test_the_client_imports_nothing_of_the_server() -> None:
+    assert list((REPO / "memspine" / "client").rglob("*.py"))
+    assert client_breaches(REPO) == []
 
 
 @pytest.mark.parametrize(
@@ -85,14 +107,23 @@ def test_memspine_admin_imports_storage_only_through_its_public_modules() -> Non
         ("memspine_admin/x.py", "from storage.errors import NotFound\n", False),
         ("memspine_admin/x.py", "from storage import errors\n", False),
         ("memspine_admin/x.py", "from storage.fsync import fsync_dir\n", False),
+        ("memspine/client/x.py", "from storage.errors import NotFound\n", True),
+        ("memspine/client/x.py", "def f():\n    import litestar\n", True),
+        ("memspine/client/x.py", "from memspine.schemas import EventIn\n", True),
+        ("memspine/client/x.py", "from memspine import pipeline\n", True),
+        ("memspine/client/x.py", "from .. import config\n", True),
+        ("memspine/client/x.py", "import lmdb\n", True),
+        ("memspine/client/x.py", "from memspine import __version__\n", False),
+        ("memspine/client/x.py", "from . import models\nimport httpx, msgspec, json\n", False),
     ],
 )
 def test_the_rule_reads_every_form_of_import(
     tmp_path: Path, module: str, code: str, breach: bool
 ) -> None:
-    for package in ("storage", "memspine_admin"):
-        (tmp_path / package).mkdir()
+    for package in ("storage", "memspine_admin", "memspine/client"):
+        (tmp_path / package).mkdir(parents=True)
     path = tmp_path / module
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(code)
-    assert bool(storage_breaches(tmp_path) + admin_breaches(tmp_path)) is breach
+    found = storage_breaches(tmp_path) + admin_breaches(tmp_path) + client_breaches(tmp_path)
+    assert bool(found) is breach

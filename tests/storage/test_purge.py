@@ -259,7 +259,7 @@ def test_the_rebuilt_keyword_index_answers_like_the_one_it_replaces(
         {"n": 7.0, "speaker": "customer"},
     ]
     queries = [
-        (w, k, f) for w in VOCAB[:3] + ["nb00007"] for k in (None, "turn", "fact") for f in filters
+        (w, k, f) for w in [*VOCAB[:3], "nb00007"] for k in (None, "turn", "fact") for f in filters
     ]
 
     def answers() -> list[set[str]]:
@@ -492,9 +492,7 @@ def test_concurrent_purges_share_one(tmp_path: Path, rng: random.Random) -> None
     first.start()
     assert held.wait(10)
     t.submit_delete([ids[10]]).result()  # after the first purge's snapshot
-    others = [
-        threading.Thread(target=lambda: results.append(t.purge(count))) for _ in range(2)
-    ]
+    others = [threading.Thread(target=lambda: results.append(t.purge(count))) for _ in range(2)]
     for th in others:
         th.start()
     time.sleep(0.3)  # both have asked and wait for the first purge

@@ -141,7 +141,7 @@ def test_each_arm_brings_its_top_k_so_agreement_does_not_outvote_a_first_place(
 ) -> None:
     # 'top' leads the keyword arm and has no embedding; 'middling' is third in both arms. With
     # arms k deep, 'middling' is not fused at all; 50 deep, 2/63 would outrank top's 1/61.
-    top, second, middling, _rest = add(
+    top, second, _middling, _rest = add(
         tenant,
         ev("apple apple apple apple"),
         ev("apple apple apple", [1.0, 0.0, 0, 0]),
@@ -167,14 +167,14 @@ def test_arms_go_deeper_when_substitution_leaves_fewer_than_k(tenant: Tenant) ->
 
 
 def _crowd(t: Tenant, n: int, kind: str, **props: Any) -> list[str]:
-    """n events that match 'apple' and [1,0,0,0] better than anything else."""
+    """N events that match 'apple' and [1,0,0,0] better than anything else."""
     return add(
         t, *(ev("apple apple apple", [1.0, 0.001 * i, 0, 0], kind=kind, **props) for i in range(n))
     )
 
 
 def _few(t: Tenant, n: int, kind: str, **props: Any) -> list[str]:
-    """n events that match 'apple' and [1,0,0,0] weakly."""
+    """N events that match 'apple' and [1,0,0,0] weakly."""
     filler = " filler words" * 8
     return add(
         t, *(ev(f"apple {filler}", [0.1, 1.0, float(i), 0], kind=kind, **props) for i in range(n))

@@ -3,6 +3,7 @@ arm restricted by kind returns exactly the matching events of that kind."""
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 from pathlib import Path
 
@@ -132,7 +133,7 @@ def test_vector_arm_top_k_is_exact_cosine_top_k(case: dict[str, object]) -> None
             np.testing.assert_allclose(exact_top(got_vectors, query, k), want, atol=1e-5)
             # The arm's own order is by similarity, best first.
             sims = [float(s) for s in cosine(got_vectors, query)]
-            assert all(a >= b - 1e-6 for a, b in zip(sims, sims[1:], strict=False))
+            assert all(a >= b - 1e-6 for a, b in itertools.pairwise(sims))
         finally:
             t.close()
 

@@ -143,7 +143,7 @@ def turn(rng: random.Random, i: int) -> NewEvent:
 
 
 def fill(t: Tenant, rng: random.Random, at: int, n: int) -> list[str]:
-    """n events of several shapes: links, supersession, properties, validity, no embedding."""
+    """N events of several shapes: links, supersession, properties, validity, no embedding."""
     ids = add(t, [turn(rng, at + i) for i in range(n)])
     return ids + add(
         t,
@@ -260,7 +260,9 @@ def test_recall_after_a_reopen_answers_as_before(old: ClosedTenant, reopened: Te
     assert answers(reopened) == old.answers
 
 
-def test_records_written_after_a_reopen_join_the_others(old: ClosedTenant, reopened: Tenant) -> None:
+def test_records_written_after_a_reopen_join_the_others(
+    old: ClosedTenant, reopened: Tenant
+) -> None:
     t = reopened
     rng = random.Random(99)
     batch = [turn(rng, 500 + i) for i in range(5)]
@@ -377,7 +379,7 @@ def test_a_light_read_never_builds_the_embedding(tmp_path: Path, reopen: bool) -
 
 
 def peak(fn: Any) -> tuple[Any, int]:
-    """fn's result and the most memory Python held for it at once."""
+    """Fn's result and the most memory Python held for it at once."""
     tracemalloc.start()
     try:
         out = fn()

@@ -43,7 +43,7 @@ def imports(path: Path, known: dict[str, Path]) -> set[str]:
 
 
 def graph() -> dict[str, set[str]]:
-    """storage's import graph, a package's own __init__ left out of its modules' edges (a
+    """Storage's import graph, a package's own __init__ left out of its modules' edges (a
     package imports its modules to offer their names; that is not a loop between them)."""
     known = modules()
     edges: dict[str, set[str]] = {}

@@ -49,7 +49,9 @@ def test_out_of_file_descriptors_is_an_error_not_a_rebuild(tmp_path: Path) -> No
             break
         """
     )
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=120
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip(), "no limit let the tenant open"
     # Every failed open left the files as they were: nothing deleted, nothing rebuilt.

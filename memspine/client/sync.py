@@ -1,0 +1,288 @@
+"""The blocking clients: `Memspine` for one tenant's key, `MemspineAdmin` for the admin key."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import httpx
+
+from memspine.client import models as m
+from memspine.client import routes
+from memspine.client.retry import Attempts, Retry
+from memspine.client.routes import Call, Scalar
+
+T = TypeVar("T")
+
+
+class _Client:
+    """One key against one server over an httpx connection pool; sends Calls with retries.
+
+    `retry` says how often and how long to retry (memspine/client/retry.py; `NEVER` sends
+    once), `time_check=False` sends times before 2000 as they are (docs/api.md),
+    `transport` replaces httpx's (an in-process app, a proxy).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        api_key: str,
+        *,
+        timeout: float = 30.0,
+        retry: Retry | None = None,
+        time_check: bool = True,
+        headers: Mapping[str, str] | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        self.url = url.rstrip("/")
+        self.retry = retry if retry is not None else Retry()
+        self._http = httpx.Client(
+            base_url=self.url,
+            headers=routes.session_headers(api_key, time_check=time_check, extra=headers),
+            timeout=timeout,
+            transport=transport,
+        )
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def send(self, call: Call[Any]) -> httpx.Response:
+        """Send a call, again while memspine/client/retry.py allows; its successful answer."""
+        attempts = Attempts(
+            self.retry, call.method, call.path, resend=call.resend, on_conflict=call.on_conflict
+        )
+        while True:
+            try:
+                response = self._http.request(
+                    call.method,
+                    call.path,
+                    params=call.params,
+                    content=call.body,
+                    headers=call.request_headers(),
+                )
+            except httpx.TransportError as exc:
+                wait = attempts.failed(exc)
+            else:
+                answered = attempts.answered(response)
+                if answered is None:
+                    return response
+                wait = answered
+            time.sleep(wait)
+
+    def _run(self, call: Call[T]) -> T:
+        return call.result(self.send(call))
+
+
+class Memspine(_Client):
+    """A tenant's memory through one API key (in local mode, the tenant id).
+
+    Every method is one route of docs/api.md and returns its answer as a Struct of
+    memspine/client/models.py; an error answer raises its class of memspine/client/errors.py.
+    """
+
+    def health(self) -> m.Health:
+        """The server's name, status and version."""
+        return self._run(routes.health())
+
+    def whoami(self) -> m.WhoAmI:
+        """This key's tenant, key id, scopes and expiry."""
+        return self._run(routes.whoami())
+
+    def append(
+        self,
+        kind: str,
+        text: str | None = None,
+        *,
+        ts: int | None = None,
+        embedding: Sequence[float] | None = None,
+        embedding_model: str | None = None,
+        properties: Mapping[str, Any] | None = None,
+        source_event_ids: Sequence[str] | None = None,
+        supersedes: Sequence[str] | None = None,
+        valid_from: int | None = None,
+        valid_until: int | None = None,
+        idempotency_key: str | None = None,
+    ) -> m.Appended:
+        """Append one event, under `idempotency_key` or a new one, so a retry never stores twice."""
+        body = routes.event_body(
+            kind,
+            text,
+            ts=ts,
+            embedding=embedding,
+            embedding_model=embedding_model,
+            properties=properties,
+            source_event_ids=source_event_ids,
+            supersedes=supersedes,
+            valid_from=valid_from,
+            valid_until=valid_until,
+        )
+        return self._run(routes.append(body, idempotency_key))
+
+    def get(self, event_id: str) -> m.Event:
+        """One event with its current state (NotFound if unknown, deleted or another tenant's)."""
+        return self._run(routes.get(event_id))
+
+    def list_events(
+        self,
+        *,
+        kind: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        limit: int | None = None,
+        cursor: str | None = None,
+        filter: Mapping[str, Scalar] | None = None,
+        current: bool | None = None,
+        as_of: int | None = None,
+    ) -> m.EventPage:
+        """One page of events, newest first; `filter` is equality on filterable properties."""
+        return self._run(
+            routes.list_events(
+                kind=kind,
+                since=since,
+                until=until,
+                limit=limit,
+                cursor=cursor,
+                filter=filter,
+                current=current,
+                as_of=as_of,
+            )
+        )
+
+    def iter_events(
+        self,
+        *,
+        kind: str | None = None,
+        since: int | None = None,
+        until: int | None = None,
+        filter: Mapping[str, Scalar] | None = None,
+        current: bool | None = None,
+        as_of: int | None = None,
+        page_size: int = 100,
+    ) -> Iterator[m.Event]:
+        """Every matching event, newest first, a page of `page_size` at a time."""
+        cursor: str | None = None
+        while True:
+            page = self.list_events(
+                kind=kind,
+                since=since,
+                until=until,
+                limit=page_size,
+                cursor=cursor,
+                filter=filter,
+                current=current,
+                as_of=as_of,
+            )
+            yield from page.events
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor
+
+    def recall(
+        self,
+        text: str | None = None,
+        *,
+        embedding: Sequence[float] | None = None,
+        embedding_model: str | None = None,
+        kind: str | None = None,
+        k: int | None = None,
+        hops: int | None = None,
+        filter: Mapping[str, Scalar] | None = None,
+        current: bool | None = None,
+        as_of: int | None = None,
+        explain: bool | None = None,
+    ) -> m.RecallResult:
+        """Recall by words, by an embedding, or both (fused), with an optional walk of `hops`."""
+        return self._run(
+            routes.recall(
+                text,
+                embedding=embedding,
+                embedding_model=embedding_model,
+                kind=kind,
+                k=k,
+                hops=hops,
+                filter=filter,
+                current=current,
+                as_of=as_of,
+                explain=explain,
+            )
+        )
+
+    def cypher(self, query: str, params: Mapping[str, Any] | None = None) -> m.CypherResult:
+        """A read-only Cypher query over the tenant."""
+        return self._run(routes.cypher(query, params))
+
+    def delete(self, event_id: str, *, cascade: bool = False, purge: bool = False) -> m.Deleted:
+        """Delete an event (with `cascade`, what derives from it too; with `purge`, wait until
+        its bytes left the disk)."""
+        return self._run(routes.delete(event_id, cascade=cascade, purge=purge))
+
+    def would_delete(self, event_id: str, *, cascade: bool = False) -> m.WouldDelete:
+        """What `delete` would remove, the event first; deletes nothing."""
+        return self._run(routes.would_delete(event_id, cascade=cascade))
+
+
+class MemspineAdmin(_Client):
+    """The admin routes (tenants, keys, audit) through MEMSPINE_ADMIN_KEY."""
+
+    def create_tenant(self, name: str) -> m.Tenant:
+        """Create a tenant (Conflict if the name is in use)."""
+        return self._run(routes.create_tenant(name))
+
+    def list_tenants(self) -> list[m.Tenant]:
+        """Every tenant, oldest first."""
+        return self._run(routes.list_tenants()).tenants
+
+    def delete_tenant(self, tenant_id: str) -> m.TenantDeleted:
+        """Delete a tenant: revoke its keys, then erase its directory."""
+        return self._run(routes.delete_tenant(tenant_id))
+
+    def create_key(
+        self,
+        tenant_id: str,
+        name: str,
+        *,
+        scopes: Sequence[str] | None = None,
+        ttl_secs: int | None = None,
+    ) -> m.IssuedKey:
+        """Issue a key (read and write unless `scopes` says); its secret is in this answer only."""
+        return self._run(routes.create_key(tenant_id, name, scopes=scopes, ttl_secs=ttl_secs))
+
+    def list_keys(self, tenant_id: str | None = None) -> list[m.Key]:
+        """Every key, or one tenant's; never a secret."""
+        return self._run(routes.list_keys(tenant_id)).keys
+
+    def revoke_key(self, key_id: str) -> m.Key:
+        """Revoke a key (its id, or the smk_live_<id> prefix), effective on the next request."""
+        return self._run(routes.revoke_key(key_id))
+
+    def audit(
+        self, *, limit: int | None = None, cursor: str | None = None, tenant_id: str | None = None
+    ) -> m.AuditPage:
+        """One page of the admin audit log, oldest first."""
+        return self._run(routes.audit(limit=limit, cursor=cursor, tenant_id=tenant_id))
+
+    def iter_audit(
+        self, *, tenant_id: str | None = None, page_size: int = 100
+    ) -> Iterator[m.AuditEntry]:
+        """Every audit entry, oldest first, a page at a time."""
+        cursor: str | None = None
+        while True:
+            page = self.audit(limit=page_size, cursor=cursor, tenant_id=tenant_id)
+            yield from page.entries
+            if page.next_cursor is None:
+                return
+            cursor = page.next_cursor

@@ -1,0 +1,456 @@
+"""memspine.client against the app in process: the blocking clients through the app's in-process
+transport (tests/servers.py AppTransport), the async ones over httpx's ASGI transport into an app
+whose lifespan runs on the test's own event loop. Real Litestar, real stores, no socket
+(tests/e2e/test_client_e2e.py: a real server, a dropped connection, docs/python.md's session)."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import msgspec
+import pytest
+from litestar import Litestar
+from servers import AppTransport, InProcessServer, cheap_hasher
+
+from memspine.client import (
+    AsyncMemspine,
+    AsyncMemspineAdmin,
+    Conflict,
+    EmbeddingMismatch,
+    Event,
+    Forbidden,
+    Hit,
+    IdempotencyMismatch,
+    InvalidRequest,
+    Memspine,
+    MemspineAdmin,
+    NotFound,
+    Unauthorized,
+    UnexpectedAnswer,
+)
+from memspine.client import routes as r
+from memspine_admin.plane import init_control
+
+ADMIN_KEY = "client-admin-key-5d2e8c"
+NOWISH = 1_791_208_939_000_000  # 2026-10-05, as in README's session
+NO_EVENT = "no event with that id"
+
+
+class Issued:
+    """One app with a control database and the admin key; clients for it through its transport."""
+
+    def __init__(self, server: InProcessServer) -> None:
+        self.server = server
+
+    def transport(self) -> AppTransport:
+        assert self.server.runner is not None
+        return AppTransport(self.server.runner, self.server.port)
+
+    def admin(self, key: str = ADMIN_KEY, **kw: Any) -> MemspineAdmin:
+        return MemspineAdmin(self.server.url, key, transport=self.transport(), **kw)
+
+    def tenant(self, key: str, **kw: Any) -> Memspine:
+        return Memspine(self.server.url, key, transport=self.transport(), **kw)
+
+    def new_tenant(self, name: str, scopes: list[str] | None = None) -> tuple[str, str]:
+        """A tenant and a key of it: (tenant_id, api_key)."""
+        with self.admin() as admin:
+            tenant = admin.create_tenant(name)
+            key = admin.create_key(tenant.tenant_id, "agent", scopes=scopes)
+        return tenant.tenant_id, key.api_key
+
+
+@pytest.fixture(scope="module")
+def issued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Issued]:
+    data_dir = tmp_path_factory.mktemp("client") / "data"
+    init_control(data_dir, None, actor="test")
+    server = InProcessServer(data_dir, {"MEMSPINE_ADMIN_KEY": ADMIN_KEY}, hasher=cheap_hasher())
+    server.start()
+    yield Issued(server)
+    server.stop()
+
+
+def test_a_session_through_the_blocking_client(issued: Issued) -> None:
+    tenant_id, key = issued.new_tenant("session")
+    with issued.tenant(key) as c:
+        assert c.health().status == "ok"
+        who = c.whoami()
+        assert (who.tenant_id, who.scopes) == (tenant_id, ["read", "write"])
+        turn = c.append(
+            "turn",
+            "Lena: the billing cutover is planned for Saturday 10 October",
+            ts=NOWISH,
+            embedding=[0.9, 0.1, 0.0, 0.0],
+            properties={"speaker": "lena", "conversation": "c-1"},
+        )
+        ghost = str(uuid.uuid4())
+        fact = c.append(
+            "fact",
+            "Billing cutover planned for 2026-10-10",
+            ts=NOWISH + 60_000_000,
+            properties={"topic": "cutover_date"},
+            source_event_ids=[turn.event_id, ghost],
+        )
+        assert fact.unlinked == [ghost] and not fact.replayed
+        got = c.get(fact.event_id)
+        assert isinstance(got, Event)
+        assert got.properties == {
+            "topic": "cutover_date",
+            "source_event_ids": [turn.event_id, ghost],
+        }
+        assert (got.current, got.superseded_by, got.embedding) == (True, [], None)
+        assert c.get(turn.event_id).embedding == pytest.approx([0.9, 0.1, 0.0, 0.0])
+
+        page = c.list_events(kind="fact", filter={"topic": "cutover_date"})
+        assert [e.event_id for e in page.events] == [fact.event_id] and page.next_cursor is None
+
+        recalled = c.recall("billing cutover", kind="fact", hops=1)
+        assert all(isinstance(h, Hit) for h in recalled.hits)
+        ranked, walked = recalled.hits
+        assert (ranked.event_id, ranked.via, ranked.score > 0) == (fact.event_id, None, True)
+        assert (walked.event_id, walked.via, walked.hop) == (turn.event_id, fact.event_id, 1)
+        assert recalled.walk is not None and recalled.walk.reached == 1
+
+        rows = c.cypher(
+            "MATCH (f:Event {kind: $kind})-[:SOURCE_FROM]->(t) RETURN f.text, t.kind",
+            {"kind": "fact"},
+        )
+        assert rows.columns == ["f.text", "t.kind"]
+        assert rows.rows == [["Billing cutover planned for 2026-10-10", "turn"]]
+
+        assert c.would_delete(turn.event_id, cascade=True).would_delete == [
+            turn.event_id,
+            fact.event_id,
+        ]
+        done = c.delete(turn.event_id, cascade=True, purge=True)
+        assert (done.deleted, done.purged, done.deleted_ids) == (
+            True,
+            True,
+            [turn.event_id, fact.event_id],
+        )
+        with pytest.raises(NotFound) as caught:
+            c.get(fact.event_id)
+        err = caught.value
+        assert (err.status, err.code, err.detail) == (404, "not_found", NO_EVENT)
+        assert err.request_id  # the server's log line carries the same id
+        assert list(c.iter_events()) == []
+
+
+def test_iter_events_walks_every_page_newest_first(issued: Issued) -> None:
+    _, key = issued.new_tenant("pages")
+    with issued.tenant(key) as c:
+        made = [c.append("turn", f"turn {i}", ts=NOWISH + i).event_id for i in range(7)]
+        seen = [e.event_id for e in c.iter_events(kind="turn", page_size=3)]
+        assert seen == made[::-1]
+        assert [e.text for e in c.iter_events(since=NOWISH + 5)] == ["turn 6", "turn 5"]
+        first = c.list_events(limit=3)
+        assert len(first.events) == 3 and first.next_cursor is not None
+
+
+def test_every_append_goes_under_an_idempotency_key(issued: Issued) -> None:
+    tenant_id, key = issued.new_tenant("idempotency")
+    namespace = uuid.uuid5(uuid.NAMESPACE_URL, "memspine:" + tenant_id)
+    with issued.tenant(key) as c:
+        one = c.append("fact", "same words")
+        two = c.append("fact", "same words")
+        assert one.idempotency_key and two.idempotency_key
+        assert one.idempotency_key != two.idempotency_key  # two calls, two events
+        assert one.event_id == str(uuid.uuid5(namespace, one.idempotency_key))
+        again = c.append("fact", "same words", idempotency_key=one.idempotency_key)
+        assert (again.event_id, again.replayed) == (one.event_id, True)
+        mine = c.append("fact", "chosen key", idempotency_key="fact-cutover-1")
+        assert mine.event_id == str(uuid.uuid5(namespace, "fact-cutover-1"))
+        with pytest.raises(IdempotencyMismatch, match="Idempotency-Key"):
+            c.append("fact", "other words", idempotency_key="fact-cutover-1")
+        assert sorted(e.text or "" for e in c.iter_events()) == [
+            "chosen key",
+            "same words",
+            "same words",
+        ]
+
+
+def test_errors_carry_the_apis_code_and_sentence(issued: Issued) -> None:
+    _, key = issued.new_tenant("errors")
+    _, read_key = issued.new_tenant("errors-read", scopes=["read"])
+    with issued.tenant(key) as c:
+        with pytest.raises(EmbeddingMismatch) as mismatch:
+            c.append("turn", "x", embedding=[1.0, 0.0])
+        assert mismatch.value.status == 422 and "vectors have 4" in mismatch.value.detail
+        with pytest.raises(InvalidRequest, match="limit"):
+            c.list_events(limit=5000)
+        with pytest.raises(InvalidRequest, match="looks like seconds"):
+            c.append("turn", "x", ts=1_791_208_939)
+        with pytest.raises(InvalidRequest, match="event id must be a UUID"):
+            c.get("not-a-uuid")
+        with pytest.raises(NotFound, match="no such route"):  # quoted: it cannot leave the route
+            c.get("../../v1/whoami")
+        with pytest.raises(ValueError, match="not both"):
+            c.append("x", properties={"source_event_ids": []}, source_event_ids=[])
+    with issued.tenant(key, time_check=False) as c:  # Memspine-Time-Check: off
+        assert c.get(c.append("turn", "small", ts=1_791_208_939).event_id).ts == 1_791_208_939
+    with issued.tenant(read_key) as reader:
+        with pytest.raises(Forbidden, match="missing the 'write' scope") as refused:
+            reader.append("fact", "sneaky")
+        assert refused.value.code == "forbidden"
+        with pytest.raises(NotFound):  # another tenant's event is not there
+            reader.get(issued.tenant(key).iter_events().__next__().event_id)
+    with issued.tenant("smk_live_nope_nope") as stranger, pytest.raises(Unauthorized):
+        stranger.whoami()
+
+
+def test_the_admin_client(issued: Issued) -> None:
+    with issued.admin() as admin:
+        tenant = admin.create_tenant("admin-client")
+        assert tenant.name == "admin-client"
+        with pytest.raises(Conflict):  # a name in use: a 409 that is never retried
+            admin.create_tenant("admin-client")
+        assert tenant.tenant_id in {t.tenant_id for t in admin.list_tenants()}
+        issued_key = admin.create_key(tenant.tenant_id, "reader", scopes=["read"], ttl_secs=3600)
+        assert issued_key.api_key.startswith(f"smk_live_{issued_key.key_id}_")
+        assert issued_key.scopes == ["read"] and issued_key.expires_at is not None
+        [listed] = admin.list_keys(tenant.tenant_id)
+        assert (listed.key_id, listed.status) == (issued_key.key_id, "active")
+        with issued.tenant(issued_key.api_key) as reader:
+            assert reader.whoami().key_id == issued_key.key_id
+            revoked = admin.revoke_key(listed.prefix)
+            assert revoked.status == "revoked" and revoked.revoked_at is not None
+            with pytest.raises(Unauthorized):
+                reader.whoami()
+        actions = [e.action for e in admin.iter_audit(tenant_id=tenant.tenant_id, page_size=2)]
+        assert actions[:3] == ["tenant.create", "key.create", "key.revoke"]
+        gone = admin.delete_tenant(tenant.tenant_id)
+        assert gone.deleted and gone.revoked_keys == []
+        with pytest.raises(NotFound):
+            admin.delete_tenant(tenant.tenant_id)
+    with issued.admin("wrong-admin-key") as stranger, pytest.raises(Unauthorized):
+        stranger.list_tenants()
+
+
+# -- async, over httpx's ASGI transport --------------------------------------------------------
+
+
+@asynccontextmanager
+async def asgi_app(data_dir: Path, env: dict[str, str] | None = None) -> AsyncIterator[Litestar]:
+    """memspine-server's app with its lifespan (purger, idle closer) on this event loop."""
+    from memspine.app import create_app
+    from memspine.config import load_settings
+
+    settings = load_settings(
+        {"MEMSPINE_DATA_DIR": str(data_dir), "MEMSPINE_EMBEDDING_DIM": "4", **(env or {})}
+    )
+    app = create_app(settings)
+    async with app.lifespan():
+        yield app
+
+
+def asgi(app: Litestar) -> httpx.ASGITransport:
+    return httpx.ASGITransport(app=app, client=("127.0.0.1", 40123))
+
+
+URL = "http://127.0.0.1:7781"
+
+
+def test_the_async_client_over_the_asgi_transport(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with (
+            asgi_app(tmp_path / "data") as app,
+            AsyncMemspine(URL, "my-project", transport=asgi(app)) as c,
+        ):
+            assert (await c.whoami()).key_id == "local"
+            turn = await c.append("turn", "Lena: the cutover is on Saturday", ts=NOWISH)
+            fact = await c.append(
+                "fact", "Cutover on 2026-10-10", ts=NOWISH + 1, source_event_ids=[turn.event_id]
+            )
+            again = await c.append(
+                "fact",
+                "Cutover on 2026-10-10",
+                ts=NOWISH + 1,
+                source_event_ids=[turn.event_id],
+                idempotency_key=fact.idempotency_key,
+            )
+            assert (again.event_id, again.replayed) == (fact.event_id, True)
+            assert (await c.get(fact.event_id)).properties["source_event_ids"] == [turn.event_id]
+            hits = (await c.recall("cutover", hops=1)).hits
+            assert {h.event_id for h in hits} == {turn.event_id, fact.event_id}
+            assert [e.event_id async for e in c.iter_events(page_size=1)] == [
+                fact.event_id,
+                turn.event_id,
+            ]
+            assert (await c.cypher("MATCH (e) RETURN count(e)")).rows == [[2]]
+            would = await c.would_delete(turn.event_id, cascade=True)
+            assert would.would_delete == [turn.event_id, fact.event_id]
+            assert (await c.delete(fact.event_id)).deleted_ids == [fact.event_id]
+            with pytest.raises(NotFound, match=NO_EVENT):
+                await c.get(fact.event_id)
+
+    anyio.run(main)
+
+
+def test_the_async_admin_client(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+
+    async def main() -> None:
+        env = {"MEMSPINE_ADMIN_KEY": ADMIN_KEY}
+        async with (
+            asgi_app(data_dir, env) as app,
+            AsyncMemspineAdmin(URL, ADMIN_KEY, transport=asgi(app)) as admin,
+        ):
+            with pytest.raises(Conflict, match="memspine-admin init"):
+                await admin.list_tenants()
+            init_control(data_dir, None, actor="test")
+            tenant = await admin.create_tenant("async")
+            key = await admin.create_key(tenant.tenant_id, "agent")
+            async with AsyncMemspine(URL, key.api_key, transport=asgi(app)) as c:
+                assert (await c.whoami()).tenant_id == tenant.tenant_id
+            assert [k.key_id for k in await admin.list_keys()] == [key.key_id]
+            entries = [e.action async for e in admin.iter_audit(page_size=1)]
+            assert entries[-2:] == ["tenant.create", "key.create"]
+
+    anyio.run(main)
+
+
+def test_the_mcp_bridge_answers_with_the_routes_json(tmp_path: Path) -> None:
+    """`memspine mcp --url`'s backend: the route's JSON as sent, the server's refusals as they
+    came (code, sentence), replays marked as EngineBackend marks them."""
+    from memspine.mcp.remote import Refused, RemoteBackend
+
+    async def main() -> None:
+        async with (
+            asgi_app(tmp_path / "data") as app,
+            AsyncMemspine(URL, "bridge", transport=asgi(app)) as c,
+            httpx.AsyncClient(
+                base_url=URL, transport=asgi(app), headers={"Authorization": "Bearer bridge"}
+            ) as http,
+        ):
+            backend = RemoteBackend(c)
+            body = {"kind": "fact", "text": "Gate code 4417", "properties": {"n": 1.0}}
+            made = await backend.append(body, "k-1")
+            assert await backend.append(body, "k-1") == {**made, "replayed": True}
+            raw = (await http.get(f"/v1/memory/event/{made['event_id']}")).json()
+            assert await backend.get(made["event_id"]) == raw
+            page = await backend.list_events({"kind": "fact", "limit": 5})
+            assert page == (await http.get("/v1/memory/events?kind=fact&limit=5")).json()
+            assert (await backend.recall({"text": "gate code", "k": 3}))["hits"][0][
+                "event_id"
+            ] == made["event_id"]
+            with pytest.raises(Refused) as refused:
+                await backend.get(str(uuid.uuid4()))
+            assert (refused.value.status, refused.value.code, refused.value.detail) == (
+                404,
+                "not_found",
+                NO_EVENT,
+            )
+            would = await backend.delete(made["event_id"], cascade=False, dry_run=True)
+            assert would == {"would_delete": [made["event_id"]]}
+
+    anyio.run(main)
+
+
+def test_answers_decode_as_structs_and_ignore_fields_a_newer_server_adds() -> None:
+    raw = b'{"event_id": "e", "kind": "k", "ts": 1, "text": null, "properties": {}, "new": 1}'
+    assert msgspec.json.decode(raw, type=Event) == Event(event_id="e", kind="k", ts=1)
+    request = httpx.Request("GET", URL + "/v1/memory/event/e")
+    page = httpx.Response(200, content=b"<html>a portal</html>", request=request)
+    with pytest.raises(UnexpectedAnswer, match="GET /v1/memory/event/e is not what") as caught:
+        r.get("e").result(page)
+    assert (caught.value.status, caught.value.code) == (200, "unexpected_answer")
+
+
+# -- the client covers the server's routes, and says only what they take -----------------------
+
+ID = "5ea4079f-31a8-463d-88cc-9903938a1a42"
+# Every operation the server declares (memspine/routes/), as the client sends it with every
+# argument given. A route added to the server without a client method fails the test below.
+CLIENT_CALLS: dict[str, Any] = {
+    "health": lambda: r.health(),
+    "whoami": lambda: r.whoami(),
+    "append_event": lambda: r.append(
+        r.event_body(
+            "fact",
+            "t",
+            ts=1,
+            embedding=[1.0],
+            embedding_model="m",
+            properties={"a": 1},
+            source_event_ids=[ID],
+            supersedes=[ID],
+            valid_from=0,
+            valid_until=2,
+        ),
+        "key",
+    ),
+    "get_event": lambda: r.get(ID),
+    "delete_event": lambda: r.delete(ID, cascade=True, purge=True),
+    "list_events": lambda: r.list_events(
+        kind="k",
+        since=0,
+        until=1,
+        limit=2,
+        cursor="c",
+        filter={"topic": "x"},
+        current=False,
+        as_of=3,
+    ),
+    "recall": lambda: r.recall(
+        "t",
+        embedding=[1.0],
+        embedding_model="m",
+        kind="k",
+        k=1,
+        hops=1,
+        filter={"a": 1},
+        current=False,
+        as_of=2,
+        explain=True,
+    ),
+    "cypher": lambda: r.cypher("RETURN 1", {"p": 1}),
+    "create_tenant": lambda: r.create_tenant("n"),
+    "list_tenants": lambda: r.list_tenants(),
+    "delete_tenant": lambda: r.delete_tenant(ID),
+    "create_key": lambda: r.create_key(ID, "n", scopes=["read"], ttl_secs=60),
+    "list_keys": lambda: r.list_keys(ID),
+    "revoke_key": lambda: r.revoke_key("abc"),
+    "audit": lambda: r.audit(limit=1, cursor="c", tenant_id=ID),
+}
+NOT_IN_THE_CLIENT = {"metrics": "Prometheus text, for a scraper"}
+
+
+def test_every_route_of_the_server_has_a_client_call_that_sends_only_what_it_takes() -> None:
+    from memspine.routes import OPERATIONS
+
+    assert {op.name for op in OPERATIONS} == set(CLIENT_CALLS) | set(NOT_IN_THE_CLIENT)
+    for op in OPERATIONS:
+        if op.name in NOT_IN_THE_CLIENT:
+            continue
+        call = CLIENT_CALLS[op.name]()
+        pattern = re.sub(r"\{[a-z_]+:str\}", "[^/]+", op.path)
+        assert call.method == op.method and re.fullmatch(pattern, call.path), op.name
+        for name in call.params or {}:
+            assert name in op.params or (op.props and name.startswith("prop.")), (op.name, name)
+        if call.body is None:
+            assert op.body is None, op.name
+        else:
+            assert op.body is not None, op.name
+            assert set(msgspec.json.decode(call.body)) <= set(op.body.__struct_fields__), op.name
+        assert set(call.headers) <= {h.name for h in op.headers}, op.name
+
+
+def test_importing_the_client_loads_nothing_of_the_server() -> None:
+    code = (
+        "import sys, memspine.client; "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'litestar', 'storage', "
+        "'memspine_admin', 'lmdb', 'tantivy', 'hnswlib', 'mcp', 'uvicorn', 'numpy', 'argon2'}), "
+        "sorted(m for m in sys.modules if m.startswith('memspine.') and "
+        "not m.startswith('memspine.client')))"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "[] []"
