@@ -234,9 +234,30 @@ def one_round(log: EventLog, qs: dict[str, Query], runs: int, scan_runs: int) ->
                 scan_took, scanned = timed(log, q.scan, params)
                 assert scanned == got, f"{name}: the scan disagrees with the index"
                 scan_ms.append(scan_took)
-        out[name] = _summary(ms) | {"matched_median": median(matched), "matched_max": max(matched)}
+        out[name] = (
+            _summary(ms)
+            | {"matched_median": median(matched), "matched_max": max(matched)}
+            | _tail(ms, matched)
+        )
         out[name + "_scan"] = _summary(scan_ms)
     return out
+
+
+def _tail(ms: list[float], matched: list[int]) -> dict[str, float]:
+    """What the slowest 1 % of runs have in common: the rows they matched, and the time per
+    matched row there and in the rest (a tail of big answers costs what its rows cost)."""
+    order = sorted(range(len(ms)), key=ms.__getitem__, reverse=True)
+    slow = order[: max(1, len(ms) // 100)]
+    rest = order[len(slow) :]
+
+    def per_row(runs: list[int]) -> float:
+        return sum(ms[i] for i in runs) * 1000 / max(1, sum(matched[i] for i in runs))
+
+    return {
+        "slowest_1pct_matched_median": median([matched[i] for i in slow]),
+        "slowest_1pct_us_per_row": round(per_row(slow), 1),
+        "rest_us_per_row": round(per_row(rest), 1) if rest else 0.0,
+    }
 
 
 def _summary(ms: list[float]) -> dict[str, float]:

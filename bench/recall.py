@@ -17,12 +17,16 @@ Tantivy top-10 search on the tenant's keyword directory, called directly in this
 
 Targets (issue 4): fused recall at 100,000 p50 <= 5 ms, p99 <= 20 ms and p50 <= 3x the raw
 floor; vector recall@10 >= 0.95; appends from 32 clients into 100,000 events >= 2,000 events/s.
+Targets (issue 17), with --base (another checkout served beside this one, rounds interleaved):
+fused recall while 8 clients append p50 <= 5 ms, p99 <= 20 ms, appends/s >= 0.9x the base's in
+the same rounds; `tail_merge` checks the keyword tail's ranking against a commit's.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import threading
@@ -44,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from common import (
     OUT,
     Process,
+    free_port,
     http_request,
     load,
     median,
@@ -57,7 +62,15 @@ from storage.index.vectors import VectorIndex
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz"
+# Beside the checkout (a clone in /work), or one level further up (a worktree in /work/wt).
+DATA = next(
+    (
+        p / "shared" / "data" / "locomo10-minilm.npz"
+        for p in Path(__file__).resolve().parents[2:4]
+        if (p / "shared" / "data" / "locomo10-minilm.npz").exists()
+    ),
+    Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz",
+)
 DIM = 384
 SEED = 20261004
 BATCH = 1000
@@ -88,6 +101,7 @@ class Setup:
     quick: bool
     rounds: int
     notes: dict[str, Any] = field(default_factory=dict)
+    base: Process | None = None  # with --base: another checkout's server over a copy of the tenant
 
 
 def load_corpus() -> Corpus:
@@ -158,9 +172,22 @@ def build(root: Path, events: list[NewEvent]) -> dict[str, float]:
     }
 
 
-def serve(data: Path) -> Process:
-    """memspine-server in local mode over data as it is, 384-float embeddings."""
-    return serve_memspine(data, {"MEMSPINE_EMBEDDING_DIM": str(DIM)})
+def serve(data: Path, tree: Path | None = None) -> Process:
+    """memspine-server in local mode over data as it is, 384-float embeddings; from the
+    checkout at tree (its memspine/ and storage/ first on the path) if given."""
+    if tree is None:
+        return serve_memspine(data, {"MEMSPINE_EMBEDDING_DIM": str(DIM)})
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    env.update(
+        MEMSPINE_BIND=f"127.0.0.1:{port}",
+        MEMSPINE_DATA_DIR=str(data),
+        MEMSPINE_LOG_LEVEL="WARNING",
+        MEMSPINE_EMBEDDING_DIM=str(DIM),
+    )
+    # `-m` would put the working directory (this checkout) first on the path.
+    run = f"import runpy, sys; sys.path.insert(0, {str(tree)!r}); runpy.run_module('memspine.server', run_name='__main__')"
+    return Process([sys.executable, "-c", run], env, port, "/health")
 
 
 # -- measurement helpers -------------------------------------------------------------------------
@@ -284,36 +311,69 @@ def scenario_vector_recall(setup: Setup) -> dict[str, Any]:
     return {"recall_at_10": round(found / (10 * len(q)), 4), "queries": len(q)}
 
 
+WHILE_APPENDING = ("recall_alone_p50_ms", "recall_p50_ms", "recall_p99_ms", "appends_per_sec")
+
+
 def scenario_recall_while_appending(setup: Setup) -> dict[str, Any]:
     """Fused recall from one client while 8 others append (384-float events), ROUNDS rounds of
-    4 s: what a recall waits for under sustained writes (the keyword fold's commit of what was
-    acknowledged before it); the same recall alone, in the same round, beside it."""
+    4 s: what a recall costs under sustained writes; the same recall alone, in the same round,
+    beside it. With --base, both servers in turn each round (which goes first alternates), so
+    the machine's load falls on both alike."""
     recalls = _recall_requests(setup, "fused", 0, None)
     appends = _append_requests(setup, 2000, setup.size + 10_000, seed=SEED + 2)
     seconds = 1.5 if setup.quick else 4.0
-    rounds = []
-    for _round in range(setup.rounds):
-        alone = load(setup.server.port, recalls, 1, warmup=0.3, seconds=seconds / 2)
-        out: dict[str, dict[str, Any]] = {}
+    servers = (
+        {"new": setup.server} if setup.base is None else {"base": setup.base, "new": setup.server}
+    )
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+    for n in range(setup.rounds):
+        for name in sorted(servers, reverse=n % 2 == 1):
+            rounds[name].append(_while_appending(servers[name], recalls, appends, seconds))
+    out = {name: _medians(runs, WHILE_APPENDING) for name, runs in rounds.items()}
+    return out["new"] if setup.base is None else out
 
-        def write(out: dict[str, dict[str, Any]] = out) -> None:
-            out["appends"] = load(setup.server.port, appends, 8, warmup=0.5, seconds=seconds + 0.5)
 
-        writers = threading.Thread(target=write)
-        writers.start()
-        together = load(setup.server.port, recalls, 1, warmup=0.7, seconds=seconds)
-        writers.join()
-        assert not together["errors"] and not out["appends"]["errors"], (together, out)
-        rounds.append(
-            {
-                "recall_alone_p50_ms": alone["p50_ms"],
-                "recall_p50_ms": together["p50_ms"],
-                "recall_p99_ms": together["p99_ms"],
-                "appends_per_sec": out["appends"]["per_sec"],
-            }
-        )
-    keys = ("recall_alone_p50_ms", "recall_p50_ms", "recall_p99_ms", "appends_per_sec")
-    return _medians(rounds, keys)
+def _while_appending(
+    server: Process, recalls: list[bytes], appends: list[bytes], seconds: float
+) -> dict[str, Any]:
+    """One round: recall alone, then recall while 8 clients append."""
+    alone = load(server.port, recalls, 1, warmup=0.3, seconds=seconds / 2)
+    out: dict[str, dict[str, Any]] = {}
+
+    def write(out: dict[str, dict[str, Any]] = out) -> None:
+        out["appends"] = load(server.port, appends, 8, warmup=0.5, seconds=seconds + 0.5)
+
+    writers = threading.Thread(target=write)
+    writers.start()
+    together = load(server.port, recalls, 1, warmup=0.7, seconds=seconds)
+    writers.join()
+    assert not together["errors"] and not out["appends"]["errors"], (together, out)
+    return {
+        "recall_alone_p50_ms": alone["p50_ms"],
+        "recall_p50_ms": together["p50_ms"],
+        "recall_p99_ms": together["p99_ms"],
+        "appends_per_sec": out["appends"]["per_sec"],
+        "load_average": round(os.getloadavg()[0], 2),
+    }
+
+
+def scenario_fused_ab(setup: Setup) -> dict[str, Any]:
+    """With --base: idle fused recall (k 10) on both servers, ROUNDS rounds of 5 s each,
+    alternating which goes first; without it, skipped (the latency scenario has it)."""
+    if setup.base is None:
+        return {"skipped": "no --base"}
+    requests = _recall_requests(setup, "fused", 0, None)
+    seconds = 1.5 if setup.quick else 5.0
+    servers = {"base": setup.base, "new": setup.server}
+    rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
+    for n in range(setup.rounds):
+        for name in sorted(servers, reverse=n % 2 == 1):
+            result = load(servers[name], requests, 1, warmup=0.3, seconds=seconds)
+            assert not result["errors"], result
+            result["load_average"] = round(os.getloadavg()[0], 2)
+            rounds[name].append(result)
+    keys = ("p50_ms", "p99_ms", "server_cpu_ms_per_req", "load_average")
+    return {name: _medians(runs, keys) for name, runs in rounds.items()}
 
 
 def _append_requests(setup: Setup, n: int, first: int, *, seed: int) -> list[bytes]:
@@ -385,11 +445,155 @@ def _sync_insert_cost(setup: Setup) -> dict[str, float]:
     return {"p50_ms": round(per, 3), "vectors_per_s_one_thread": round(1000 / per, 1)}
 
 
+TAILS = (100, 400, 1600)
+DEPTH = 20  # the keyword arm's search for k 10 (recall.py: twice the depth), compared whole
+DEEP = 70  # the committed search goes this deep, so a run of ties at the cut is whole
+
+
+def scenario_tail_merge(setup: Setup) -> dict[str, Any]:
+    """In process, on a copy of the tenant: T events appended with the keyword fold held, so
+    they are the queued tail; each question's keyword top 10 searched merged (the tail beside
+    the committed index, keyword_tail.py) and, once the fold has committed them, again. Reports
+    how often the merged ranking is not the committed one (scores place by place to float32's
+    precision, the same ids within each run of equal scores), how often scoring the tail with
+    the committed statistics alone would not be (how far the tail moves BM25), and what a
+    keyword search costs with the tail and without it."""
+    questions = setup.corpus.q_texts[: 300 if setup.quick else len(setup.corpus.q_texts)]
+    pristine = setup.root.parent.with_name(setup.root.parent.name + "-pristine") / TENANT
+    out: dict[str, Any] = {}
+    for tail in TAILS:
+        copy = setup.root.parent.parent / f"tail-{tail}"
+        shutil.rmtree(copy, ignore_errors=True)
+        shutil.copytree(pristine, copy)
+        tenant = Tenant.open(TENANT, copy, embedding_dim=DIM)
+        try:
+            events, _v = make_events(setup.corpus, tail, seed=SEED + 3 + tail)
+            events = [msgspec.structs.replace(e, event_id=None, source_ids=()) for e in events]
+            tenant.keyword.flush()
+            tenant.keyword.writer_lock.acquire()  # the fold waits for it: the events stay queued
+            try:
+                tenant.submit_append(events).result()
+                merged, merged_s = _keyword_tops(tenant, questions, DEPTH)
+                naive = _committed_stats_tops(tenant, questions)
+            finally:
+                tenant.keyword.writer_lock.release()
+            tenant.keyword.flush()
+            _tops, committed_s = _keyword_tops(tenant, questions, DEPTH)
+            committed, _s = _keyword_tops(tenant, questions, DEEP)
+        finally:
+            tenant.close()
+            shutil.rmtree(copy, ignore_errors=True)
+        out[str(tail)] = {
+            "questions": len(questions),
+            "merged_differs_from_commit": sum(
+                not same_head(a, b) for a, b in zip(merged, committed, strict=True)
+            ),
+            "committed_stats_alone_differs": sum(
+                not same_head(_rescored(a, b), b) for a, b in zip(naive, committed, strict=True)
+            ),
+            "search_cpu_us_with_tail_p50": round(percentile(merged_s, 50) * 1e6, 1),
+            "search_cpu_us_with_tail_p99": round(percentile(merged_s, 99) * 1e6, 1),
+            "search_cpu_us_committed_p50": round(percentile(committed_s, 50) * 1e6, 1),
+        }
+    return out
+
+
+def _keyword_tops(
+    tenant: Tenant, questions: list[str], limit: int
+) -> tuple[list[list[tuple[str, float]]], list[float]]:
+    """Each question's keyword top (id, score) pairs and the CPU seconds each search took,
+    texts read from one snapshot as recall reads them."""
+    from storage.read.current import Moment
+    from storage.read.recall import Admission, RecallQuery
+
+    tops, took = [], []
+    with tenant.log.reader() as r:
+        for text in questions:
+            adm = Admission(r, RecallQuery(text=text), Moment(r, current=True, as_of=None))
+            # CPU time of this thread: on a shared machine it moves much less than the wall clock
+            start = time.thread_time()
+            found = list(tenant.keyword.ranked(text, limit=limit, text_of=adm.text_for_label))
+            took.append(time.thread_time() - start)
+            tops.append(found)
+    return tops, took
+
+
+def _rescored(
+    hits: list[tuple[str, float]], after: list[tuple[str, float]]
+) -> list[tuple[str, float]]:
+    """Hits in their order with the scores after gives them (-1 where it has none): whether
+    they are its head is then a question of order and membership alone."""
+    final = dict(after)
+    return [(e, final.get(e, -1.0)) for e, _s in hits]
+
+
+def _same_score(a: float, b: float) -> bool:
+    """Equal to float32's precision (Tantivy's)."""
+    return abs(a - b) <= 1e-5 * max(abs(a), abs(b))
+
+
+def same_head(merged: list[tuple[str, float]], after: list[tuple[str, float]]) -> bool:
+    """Whether merged is the head of after: the same scores place by place, the same ids within
+    each run of equal scores (Tantivy breaks ties by where a document sits in its segments), a
+    run the cut splits taken from the run (tests/storage/test_keyword_tail.py, same_ranking)."""
+    if len(merged) > len(after) or (len(merged) < DEPTH and len(merged) != len(after)):
+        return False
+    if not all(_same_score(m, a) for (_e, m), (_f, a) in zip(merged, after, strict=False)):
+        return False
+    i = 0
+    while i < len(merged):
+        j = i
+        while j < len(after) and _same_score(after[j][1], after[i][1]):
+            j += 1
+        ours = {e for e, _s in merged[i:j]}
+        theirs = {e for e, _s in after[i:j]}
+        if not ours <= theirs or (j <= len(merged) and ours != theirs):
+            return False
+        i = j
+    return True
+
+
+def _committed_stats_tops(tenant: Tenant, questions: list[str]) -> list[list[tuple[str, float]]]:
+    """What a merge would rank if it scored the tail with the committed index's statistics and
+    kept Tantivy's scores for the committed hits (no statistics moved by the tail)."""
+    from storage.index.keyword import query_terms
+    from storage.index.keyword_tail import Scorer, query_tokens
+
+    kw = tenant.keyword
+    view = kw._view
+    stats = view.stats()
+    assert stats is not None
+    tail = list(kw._tail.docs)
+    tops = []
+    for text in questions:
+        terms = query_tokens(query_terms(text)) or []
+        # A term no committed document holds is counted in the tail (the least it can be).
+        df = {t: int(view.searcher.doc_freq("text", t)) for t in terms}
+        df = {t: n or sum(1 for d in tail if t in d.tf) for t, n in df.items()}
+        scorer = Scorer(terms, df, stats)
+        hits = (
+            [
+                (str(view.searcher.doc(addr).get_first("id")), float(score))
+                for score, addr in view.searcher.search(
+                    view.query(query_terms(text), None, None), DEPTH
+                ).hits
+            ]
+            if terms
+            else []
+        )
+        hits += [(d.event_id, scorer.score(d.tf, d.length)) for d in tail if set(d.tf) & set(terms)]
+        hits.sort(key=lambda h: -h[1])
+        tops.append(hits[:DEPTH])
+    return tops
+
+
 # Run in this order against one server and tenant; add a scenario by adding a function here.
 SCENARIOS: dict[str, Callable[[Setup], dict[str, Any]]] = {
     "latency": scenario_latency,
     "raw_floor": scenario_raw_floor,
     "vector_recall": scenario_vector_recall,
+    "tail_merge": scenario_tail_merge,
+    "fused_ab": scenario_fused_ab,
     "recall_while_appending": scenario_recall_while_appending,  # adds events to the tenant
     "appends": scenario_appends,  # adds events to the tenant
 }
@@ -411,9 +615,15 @@ def run_size(size: int, corpus: Corpus, work: Path, args: argparse.Namespace) ->
     pristine = data.with_name(data.name + "-pristine")
     shutil.rmtree(pristine, ignore_errors=True)
     shutil.copytree(data, pristine)  # appends change the tenant; --keep reuses the pristine copy
+    base_data = data.with_name(data.name + "-base")
+    base = None
+    if args.base is not None:
+        shutil.rmtree(base_data, ignore_errors=True)
+        shutil.copytree(data, base_data)
+        base = serve(base_data, args.base)
     server = serve(data)
     try:
-        setup = Setup(size, root, server, corpus, vectors, args.quick, args.rounds)
+        setup = Setup(size, root, server, corpus, vectors, args.quick, args.rounds, base=base)
         for name, scenario in SCENARIOS.items():
             if args.only and name not in args.only:
                 continue
@@ -423,6 +633,9 @@ def run_size(size: int, corpus: Corpus, work: Path, args: argparse.Namespace) ->
             print(size, name, json.dumps(result[name]), flush=True)
     finally:
         server.stop()
+        if base is not None:
+            base.stop()
+            shutil.rmtree(base_data)
         shutil.rmtree(data)
         pristine.rename(data)
     return result
@@ -444,6 +657,14 @@ def summary(sizes: dict[int, dict[str, Any]]) -> dict[str, Any]:
         out["vector_recall_at_10"] = top["vector_recall"]["recall_at_10"]
     if "appends" in top:
         out["appends_per_sec_32"] = top["appends"]["clients_32"]["per_sec"]
+    while_appending = top.get("recall_while_appending", {})
+    if "new" in while_appending:  # with --base: both servers, same rounds
+        new, base = while_appending["new"], while_appending["base"]
+        out["while_appending_p50_ms"] = new["recall_p50_ms"]
+        out["while_appending_p99_ms"] = new["recall_p99_ms"]
+        out["while_appending_appends_over_base"] = round(
+            new["appends_per_sec"] / max(base["appends_per_sec"], 1e-9), 3
+        )
     checks = {
         "fused_p50_ms <= 5": out.get("fused_p50_ms", 1e9) <= 5,
         "fused_p99_ms <= 20": out.get("fused_p99_ms", 1e9) <= 20,
@@ -451,6 +672,12 @@ def summary(sizes: dict[int, dict[str, Any]]) -> dict[str, Any]:
         "vector_recall_at_10 >= 0.95": out.get("vector_recall_at_10", 0) >= 0.95,
         "appends_per_sec_32 >= 2000": out.get("appends_per_sec_32", 0) >= 2000,
     }
+    if "while_appending_p50_ms" in out:  # issue 17
+        checks["while_appending_p50_ms <= 5"] = out["while_appending_p50_ms"] <= 5
+        checks["while_appending_p99_ms <= 20"] = out["while_appending_p99_ms"] <= 20
+        checks["while_appending_appends_over_base >= 0.9"] = (
+            out["while_appending_appends_over_base"] >= 0.9
+        )
     out["targets_met"] = checks
     return out
 
@@ -466,6 +693,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", nargs="*", default=[], choices=list(SCENARIOS), help="scenarios")
     parser.add_argument("--keep", action="store_true", help="reuse tenants built by an earlier run")
     parser.add_argument("--rounds", type=int, default=None, help="rounds, medians (3; quick: 1)")
+    parser.add_argument(
+        "--base",
+        type=Path,
+        default=None,
+        help="another checkout (e.g. a git archive of main) served beside this one, rounds "
+        "interleaved, in fused_ab and recall_while_appending",
+    )
     args = parser.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
     if args.rounds is None:

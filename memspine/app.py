@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager
 from litestar import Litestar
 from litestar.datastructures import State
 
+from memspine.allowance import Allowance
 from memspine.auth import Authenticator, AuthLimits
 from memspine.config import Settings
 from memspine.edge import Edge
@@ -69,10 +70,15 @@ def create_app(
         node=settings.node,
     )
     engine.manager.admit = auth.admit_tenant
+    allowance = Allowance(settings, auth.control)
+    engine.on_reject = allowance.count
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
-    mcp = LazyMcp(engine, auth, settings)  # the MCP SDK loads on the first /mcp request
-    services = Services(engine=engine, auth=auth, settings=settings, metrics=metrics)
+    metrics.watch_limits(lambda: dict(allowance.rejected))
+    mcp = LazyMcp(engine, auth, settings, allowance)  # the MCP SDK loads on its first request
+    services = Services(
+        engine=engine, auth=auth, settings=settings, metrics=metrics, allowance=allowance
+    )
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:

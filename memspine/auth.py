@@ -227,7 +227,8 @@ class Authenticator:
         except TooManyRequests:
             # Paced like any other refusal: a flood's connection gets one answer per
             # verification's time, not as many as the event loop can render (no CPU, no slot).
-            await asyncio.sleep(self._verifier.refusal_delay() if self._verifier else 0.0)
+            verifier = self._verifier  # a KeyVerifier has a length (its cache): test for None
+            await asyncio.sleep(verifier.refusal_delay() if verifier is not None else 0.0)
             raise
         async with self._shares.slot(attempt.owner):
             if self._threads is None:  # made here: it belongs to the running event loop

@@ -15,6 +15,7 @@ import msgspec
 from memspine.limits import default_max_open_bytes, machine_memory
 from memspine_admin.placement import is_node_name
 from memspine_admin.plane import is_control_url, redact
+from memspine_admin.records import MAX_QUOTA, MAX_REQUESTS_PER_MINUTE
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
@@ -40,6 +41,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     tenant_idle_secs: float = 3600.0
     purge_interval_secs: float = 60.0
     max_body_bytes: int = 1_048_576
+    max_batch_bytes: int = 16 << 20  # POST /v1/memory/events (1,000 embedded events fit)
     cypher_timeout_ms: int = 2000
     cypher_max_rows: int = 10_000
     cypher_max_bytes: int = 64 << 20  # the defaults of storage.cypher.Limits
@@ -62,6 +64,11 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embedder_url: str | None = None
     embedder_model: str | None = None
     embedder_api_key: str | None = None
+    # Server-wide defaults for keys and tenants without a limit of their own (None: no limit).
+    default_requests_per_minute: int | None = None
+    default_max_events: int | None = None
+    default_max_bytes: int | None = None
+    default_max_memory: int | None = None
 
     def __repr__(self) -> str:
         # The control URL may hold a password: keep it out of any log of the settings.
@@ -136,6 +143,30 @@ def _byte_size(value: str) -> int:
     if n < MIN_OPEN_BYTES:
         raise SettingsError(f"expected at least 1M (1048576 bytes), got {value!r}")
     return min(n, MAX_OPEN_BYTES)
+
+
+def _limit(hi: int, *, units: bool = False) -> Callable[[str], int | None]:
+    """A limit: empty or 0 for none, else a whole number up to hi (with units: an optional K,
+    M, G or T, powers of 1024)."""
+
+    def parse(value: str) -> int | None:
+        text = value.strip().lower()
+        if text in ("", "0"):
+            return None
+        unit = ""
+        if units:
+            text = text.removesuffix("ib").removesuffix("b")
+            unit = text[-1:] if text[-1:] in _BINARY_UNITS else ""
+            text = text[: len(text) - len(unit)].strip()
+        if not text.isdigit():
+            example = "10000000, 512M or 0 for none" if units else "1000, or 0 for none"
+            raise SettingsError(f"expected a whole number such as {example}, got {value!r}")
+        n = int(text) * _BINARY_UNITS[unit]
+        if n > hi:
+            raise SettingsError(f"expected at most {hi}, got {value!r}")
+        return n
+
+    return parse
 
 
 def _positive_float(value: str) -> float:
@@ -332,6 +363,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},
     "MEMSPINE_PURGE_INTERVAL_SECS": lambda v: {"purge_interval_secs": _positive_float(v)},
     "MEMSPINE_MAX_BODY_BYTES": lambda v: {"max_body_bytes": _int_in(1024, 64 << 20)(v)},
+    "MEMSPINE_MAX_BATCH_BYTES": lambda v: {"max_batch_bytes": _int_in(1024, 256 << 20)(v)},
     "MEMSPINE_CYPHER_TIMEOUT_MS": lambda v: {"cypher_timeout_ms": _int_in(10, 600_000)(v)},
     "MEMSPINE_CYPHER_MAX_ROWS": lambda v: {"cypher_max_rows": _int_in(1, 1_000_000)(v)},
     "MEMSPINE_CYPHER_MAX_BYTES": lambda v: {"cypher_max_bytes": _int_in(1 << 20, 64 << 30)(v)},
@@ -362,6 +394,14 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_EMBEDDER_URL": _embedder_url,
     "MEMSPINE_EMBEDDER_MODEL": lambda v: {"embedder_model": v or None},
     "MEMSPINE_EMBEDDER_API_KEY": lambda v: {"embedder_api_key": v or None},
+    "MEMSPINE_DEFAULT_REQUESTS_PER_MINUTE": lambda v: {
+        "default_requests_per_minute": _limit(MAX_REQUESTS_PER_MINUTE)(v)
+    },
+    "MEMSPINE_DEFAULT_MAX_EVENTS": lambda v: {"default_max_events": _limit(MAX_QUOTA)(v)},
+    "MEMSPINE_DEFAULT_MAX_BYTES": lambda v: {"default_max_bytes": _limit(MAX_QUOTA, units=True)(v)},
+    "MEMSPINE_DEFAULT_MAX_MEMORY": lambda v: {
+        "default_max_memory": _limit(MAX_QUOTA, units=True)(v)
+    },
 }
 
 

@@ -12,18 +12,22 @@ from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
 import anyio.to_thread
+import msgspec
 
+from memspine.batch import in_batch
 from memspine.config import Settings
 from memspine.shares import FairShares
 from storage.cypher import CypherResult, Limits
 from storage.erasure.purge import for_want_of_room
-from storage.errors import MemspineError, NotFound, Unavailable
-from storage.model import AppendResult, NewEvent, StoredEvent
+from storage.errors import MemspineError, NotFound, QuotaExceeded, Unavailable
+from storage.model import AppendResult, ItemRefused, NewEvent, Quota, QuotaSource, StoredEvent
 from storage.read.current import EventState
 from storage.read.listing import ListQuery
 from storage.read.recall import RecallQuery, RecallResult
+from storage.tenants.footprint import closed_tenant_bytes
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
+from storage.tenants.usage import TenantUsage, closed_usage
 
 T = TypeVar("T")
 log = logging.getLogger("memspine.engine")
@@ -127,6 +131,7 @@ class Engine:
             max_open_bytes=settings.max_open_bytes,
         )
         self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
+        self.on_reject: Callable[[str], None] | None = None  # the limit of each refused write
         self.read_threads = ReadThreads()
         # Cypher is CPU work under the interpreter lock: each query running beside the others
         # slows every request of every tenant, so few run at once and one tenant runs one.
@@ -175,15 +180,51 @@ class Engine:
                 return fn(t)
             return await self.read_threads.run(fn, t, tenant_id)
 
-    async def append(self, tenant_id: str, event: NewEvent) -> AppendResult:
-        """Append one event through the tenant's group commit; answers once it is durable and indexed."""
+    async def append(
+        self, tenant_id: str, event: NewEvent, quota: Quota | QuotaSource | None = None
+    ) -> AppendResult:
+        """Append one event through the tenant's group commit, within its quota; answers once
+        it is durable and indexed."""
         async with self.tenant(tenant_id) as t:
-            results = await asyncio.wrap_future(t.submit_append([event]))
+            results = await asyncio.wrap_future(t.submit_append([event], quota=quota))
         result = results[0]
         if isinstance(result, MemspineError):
-            raise result
+            raise self._refused(result)
         assert isinstance(result, AppendResult)
         return result
+
+    async def append_batch(
+        self, tenant_id: str, events: list[NewEvent], quota: Quota | QuotaSource | None = None
+    ) -> list[AppendResult]:
+        """Append events in order as one all-or-nothing job of the tenant's group commit,
+        within its quota; an event that cannot be written refuses them all, its error naming
+        its index (events[i])."""
+        async with self.tenant(tenant_id) as t:
+            outcome = await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
+        if isinstance(outcome, ItemRefused):
+            raise self._refused(outcome.error, outcome.item)
+        if isinstance(outcome, MemspineError):  # the tenant's limits could not be read
+            raise outcome
+        results: list[AppendResult] = outcome
+        return results
+
+    def _refused(self, error: MemspineError, index: int | None = None) -> MemspineError:
+        """A write's refusal as the caller sees it (counted when a limit refused it)."""
+        if isinstance(error, QuotaExceeded) and self.on_reject is not None:
+            self.on_reject(error.limit)
+        return error if index is None else in_batch(index, error)
+
+    def usage_now(self, tenant_id: str) -> TenantUsage:
+        """Blocking: what a tenant uses; an open tenant answers from memory, a closed one from
+        its files, kept closed meanwhile (it is not opened for this)."""
+        with self.manager.inspect(tenant_id) as tenant:
+            if tenant is not None:
+                return tenant.usage()
+            root = self.manager.path_of(tenant_id)
+            usage = closed_usage(root)
+        # What opening it would take, as the manager's memory budget guesses it.
+        dim = usage.vector_space.dim or self.manager.embedding_dim
+        return msgspec.structs.replace(usage, memory=closed_tenant_bytes(root, dim))
 
     async def get(self, tenant_id: str, event_id: str) -> EventState:
         """One live event with its current state; 404 for unknown, deleted or foreign ids alike."""

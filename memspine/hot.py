@@ -1,8 +1,9 @@
-"""The two hot routes, append and recall, served straight from ASGI ahead of Litestar's layers.
+"""The hot routes, append (one event, and a batch) and recall, served straight from ASGI ahead
+of Litestar's layers.
 
 Under append load Litestar's per-request machinery (scope state, routing, guards, dependency
 injection, response objects, the exception middleware) cost the event loop more than the
-append itself (bench/RESULTS.md, Appends). These two routes skip it and nothing else: they
+append itself (bench/RESULTS.md, Appends). These routes skip it and nothing else: they
 run the same Operations through the same pipeline (memspine/pipeline.py) as their Litestar
 handlers, which serve them when the app is built without hot routes. The request observer
 (logs.py) wraps this, so ids, logs and metrics are unchanged.
@@ -17,9 +18,9 @@ from litestar.types import ASGIApp, HTTPResponseStartEvent, Receive, Scope, Send
 
 from memspine.body import ClientGone
 from memspine.pipeline import Operation, Services, serve
-from memspine.routes.memory import APPEND, RECALL
+from memspine.routes.memory import APPEND, BATCH, RECALL
 
-ROUTES: dict[str, Operation] = {APPEND.path: APPEND, RECALL.path: RECALL}
+ROUTES: dict[str, Operation] = {APPEND.path: APPEND, BATCH.path: BATCH, RECALL.path: RECALL}
 NO_PATH_PARAMS: dict[str, Any] = {}
 
 

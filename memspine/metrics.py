@@ -5,7 +5,7 @@ Tenant ids appear only with MEMSPINE_METRICS_PER_TENANT=1; event text never does
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -82,6 +82,10 @@ class Metrics:
         manager.on_open = self._on_open
         self.registry.register(_ManagerCollector(manager, per_tenant=self.per_tenant))
 
+    def watch_limits(self, rejected: Callable[[], dict[str, int]]) -> None:
+        """Export the requests refused by a key's or tenant's limit, by the limit."""
+        self.registry.register(_RejectedCollector(rejected))
+
     def _on_open(self, tenant: Tenant, seconds: float) -> None:
         """A tenant opened: time it and measure its writer's batches from now on."""
         self.open_seconds.observe(seconds)
@@ -102,6 +106,30 @@ class Metrics:
     def render(self) -> bytes:
         """The exposition text (blocking: it reads every open tenant's map size)."""
         return generate_latest(self.registry)
+
+
+class _RejectedCollector(Collector):
+    """memspine_rejected_total{reason}: requests refused by a limit, read at scrape time."""
+
+    def __init__(self, rejected: Callable[[], dict[str, int]]) -> None:
+        self.rejected = rejected
+
+    def describe(self) -> Iterator[Metric]:
+        """Nothing up front (the family is made at scrape time)."""
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        """One counter per limit: requests_per_minute (429), max_events, max_bytes and
+        max_memory (403)."""
+        family = CounterMetricFamily(
+            "memspine_rejected",
+            "Requests refused by a limit: a key over its requests_per_minute (429), a tenant "
+            "at its max_events, max_bytes or max_memory (403).",
+            labels=["reason"],
+        )
+        for reason, count in sorted(self.rejected().items()):
+            family.add_metric([reason], count)
+        yield family
 
 
 class _ManagerCollector(Collector):

@@ -36,7 +36,8 @@ PATH_PARAM = re.compile(r"\{(\w+):\w+\}")
 # request with a tenant key, with the admin key, with a body.
 EDGE_ERRORS = {
     400: "Malformed request: a bad field or parameter, an unknown or repeated parameter.",
-    403: "A foreign Origin or Host (docs/api.md, the edge); for keys, a missing scope.",
+    403: "A foreign Origin or Host (docs/api.md, the edge); for keys, a missing scope, or "
+    "(quota_exceeded, on writes) a tenant at its max_events, max_bytes or max_memory.",
     408: "The headers or the body did not arrive in time; the connection is closed.",
     431: "Request line and headers over 64 KiB; the connection is closed.",
     500: "A bug: the server log has the traceback, the answer says nothing of it.",
@@ -44,7 +45,8 @@ EDGE_ERRORS = {
 }
 KEY_ERRORS = {
     401: "No token, or one this server does not accept (one message for every cause).",
-    429: "Too many failed attempts with this key id: it backs off (Retry-After).",
+    429: "Too many failed attempts with this key id (it backs off), or more requests than the "
+    "key's requests_per_minute (Retry-After).",
 }
 ADMIN_ERRORS = {
     401: "Not the admin key.",
@@ -78,6 +80,7 @@ ERROR_CODES = [
     "payload_too_large",
     "idempotency_mismatch",
     "embedding_mismatch",
+    "quota_exceeded",
     "too_many_requests",
     "internal",
     "unavailable",
@@ -144,7 +147,7 @@ class _Schemas:
         refs, self.components = msgspec.json.schema_components(types, ref_template=REF)
         self.refs = dict(zip(map(id, types), refs, strict=True))
         vector = {"minItems": embedding_dim, "maxItems": embedding_dim}
-        for name in ("EventIn", "RecallIn"):
+        for name in ("EventIn", "RecallIn", "BatchItem"):
             self.components[name]["properties"]["embedding"]["anyOf"][0].update(vector)
         recall = self.components["RecallIn"]
         # "text, an embedding, or both": a schema can say that one of them must be there.

@@ -22,17 +22,19 @@ from urllib.parse import parse_qsl
 
 import msgspec
 
-from memspine.body import ClientGone, read_body
+from memspine.body import TOO_LARGE, ClientGone, read_body
 from memspine.errors import error_body, unexpected_error
 from memspine.schemas import decode_body
 from memspine_admin.verifier import Principal
 from storage.errors import InvalidRequest, MemspineError
 
 if TYPE_CHECKING:
+    from memspine.allowance import Allowance
     from memspine.auth import Authenticator
     from memspine.config import Settings
     from memspine.engine import Engine
     from memspine_admin.plane import ControlPlane
+    from storage.model import Quota, QuotaSource
 
 JSON = "application/json"
 # Who may call an operation: a key with the read or write scope, any valid key, the admin key,
@@ -92,12 +94,14 @@ class Reply:
 
 @dataclass(frozen=True)
 class Services:
-    """What operations work with: the engine, the authenticator, the settings, the metrics."""
+    """What operations work with: the engine, the authenticator, the settings, the metrics and
+    what each key and tenant is allowed (None: no limits)."""
 
     engine: Engine
     auth: Authenticator
     settings: Settings
     metrics: Any = None
+    allowance: Allowance | None = None
 
 
 @dataclass(frozen=True, eq=False)
@@ -117,6 +121,7 @@ class Operation:
     replies: Mapping[int, Reply] = field(default_factory=dict)
     errors: tuple[int, ...] = ()  # statuses beyond the ones every operation of its scope has
     strict_query: bool = True  # False: unknown parameters pass (/health and /metrics)
+    body_limit: str = "max_body_bytes"  # the Settings field bounding the body (MEMSPINE_<NAME>)
     description: str = ""
     tag: str = "memory"
     params: dict[str, Query] = field(init=False, repr=False)
@@ -160,6 +165,7 @@ class Call(NamedTuple):
     headers: dict[bytes, bytes]  # lower-case names, the first of repeated headers
     body: Any
     path: Mapping[str, Any]
+    quota: Quota | QuotaSource | None = None  # what its tenant may store (tenant operations)
 
     @property
     def tenant_id(self) -> str:
@@ -206,9 +212,9 @@ async def admit(
     receive: Any,
     path: Mapping[str, Any],
 ) -> Call:
-    """The checks, in order: key, scope, query string, body size, body shape."""
+    """The checks, in order: key, scope, the key's rate, query string, body size, body shape."""
     headers = first_headers(scope["headers"])
-    principal = control = None
+    principal = control = quota = None
     if op.scope == ADMIN:
         control = services.auth.check_admin(bearer_token(headers.get(b"authorization")))
     elif op.scope != PUBLIC:
@@ -218,14 +224,26 @@ async def admit(
         if op.scope != ANY_KEY:
             principal.require(op.scope)
         scope.setdefault("state", {})["principal"] = principal  # the request log names the key
+        if services.allowance is not None:  # 429 before the body is read
+            quota = services.allowance.admit(principal)
     query, props = op.parse_query(scope["query_string"]) if scope["query_string"] else ({}, {})
     body = None
     if op.body is not None:
-        raw = await read_body(
-            receive, services.settings.max_body_bytes, headers.get(b"content-length")
-        )
+        limit, too_large = _body_limit(op, services.settings)
+        raw = await read_body(receive, limit, headers.get(b"content-length"), too_large)
         body = decode_body(raw, op.body)
-    return Call(services, principal, control, query, props, headers, body, path)
+    return Call(services, principal, control, query, props, headers, body, path, quota)
+
+
+def _body_limit(op: Operation, settings: Settings) -> tuple[int, str]:
+    """The largest body op takes, and the detail of the 413 past it."""
+    limit: int = getattr(settings, op.body_limit)
+    if op.body_limit == "max_body_bytes":
+        return limit, TOO_LARGE
+    return (
+        limit,
+        f"the request body is larger than MEMSPINE_{op.body_limit.upper()} ({limit} bytes)",
+    )
 
 
 def render(outcome: Outcome) -> Answer:

@@ -269,11 +269,11 @@ def idempotent_id(tenant_id: str, key: str) -> str:
     return str(uuid.uuid5(namespace, key))
 
 
-def check_idempotency_key(key: str) -> str:
+def check_idempotency_key(key: str, field: str = "Idempotency-Key") -> str:
     """1–255 printable ASCII characters."""
     if not 0 < len(key) <= MAX_IDEMPOTENCY_KEY or not _IDEMPOTENCY_KEY.match(key):
         raise InvalidRequest(
-            f"Idempotency-Key must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters"
+            f"{field} must be 1 to {MAX_IDEMPOTENCY_KEY} printable ASCII characters"
         )
     return key
 
@@ -335,8 +335,9 @@ def _decode_properties(raw: msgspec.Raw) -> Any:
 
 
 def _body_hash(body: EventIn) -> bytes:
-    """SHA-256 of the body in a canonical form (sorted keys), so whitespace changes are the same body."""
-    obj: dict[str, Any] = {f: getattr(body, f) for f in body.__struct_fields__}
+    """SHA-256 of the body in a canonical form (sorted keys), so whitespace changes are the same
+    body; an event of a batch hashes as the same event sent alone (its key left out)."""
+    obj: dict[str, Any] = {f: getattr(body, f) for f in EventIn.__struct_fields__}
     raw = body.properties
     obj["properties"] = msgspec.json.decode(raw) if raw is not msgspec.UNSET else None
     return hashlib.sha256(msgspec.json.encode(obj, order="sorted")).digest()

@@ -17,8 +17,9 @@ import msgspec
 from memspine_admin import keys
 from memspine_admin.control import erase_tenant_dir
 from memspine_admin.plane import ControlPlane, init_control, open_control
-from memspine_admin.records import now_us
+from memspine_admin.records import LIMITS, KeyCounts, TenantRecord, now_us
 from storage.errors import Conflict, MemspineError, NotFound
+from storage.tenants.usage import TenantUsage, closed_usage
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ABORTED = 0, 1, 2, 3
 
@@ -189,15 +190,110 @@ def cmd_tenant_delete(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+KEEP = object()  # a limit not given to `tenant limits`: it stays as it is
+_UNITS = {"k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+
+
+def _limit_arg(value: str) -> int | None:
+    """--max-events/--max-bytes: a whole number (K, M, G or T: powers of 1024), or none to
+    remove the tenant's own limit."""
+    text = value.strip().lower()
+    if text == "none":
+        return None
+    text = text.removesuffix("ib").removesuffix("b")
+    scale = _UNITS.get(text[-1:], 1)
+    digits = text[:-1] if text[-1:] in _UNITS else text
+    if not digits.isdigit():
+        raise argparse.ArgumentTypeError(
+            f"expected a whole number such as 100000 or 512M, or none, got {value!r}"
+        )
+    return int(digits) * scale
+
+
+def _own(value: int | None) -> str:
+    return "none of its own (the server's default applies)" if value is None else str(value)
+
+
+def _show(tenant: TenantRecord, keys: KeyCounts, usage: TenantUsage | None, data_dir: Path) -> str:
+    """The text of `tenant show`: the record, its limits, its keys, and its figures when its files
+    are here."""
+    lines = [
+        f"tenant {tenant.tenant_id} ({tenant.name}), created {_when(tenant.created_at)}",
+        f"max_events: {_own(tenant.max_events)}",
+        f"max_bytes: {_own(tenant.max_bytes)}",
+        f"max_memory: {_own(tenant.max_memory)}",
+        f"keys: {keys.active} active, {keys.revoked} revoked, {keys.expired} expired",
+    ]
+    if tenant.node is not None:
+        lines.insert(1, f"node: {tenant.node}")
+    if usage is None:
+        lines.append(
+            f"no files in {data_dir}: the tenant has stored nothing here (in a cluster, "
+            f"GET /v1/admin/tenants/{tenant.tenant_id} through the proxy asks its node)"
+        )
+        return "\n".join(lines)
+    e, b, v, space = usage.events, usage.bytes, usage.vectors, usage.vector_space
+    lines += [
+        f"events: {e.live} live, {e.deleted} deleted awaiting purge",
+        f"bytes: {b.live} of live events; on disk {b.total} (log {b.log}, keyword {b.keyword}, "
+        f"vectors {b.vectors})",
+        f"vectors: {v.graph} in the saved graph, {v.pending} not yet in it",
+        f"vector space: {space.dim} dimensions, {space.metric}, model {space.model or 'none named'}",
+        f"last write: {_when(usage.last_write)}",
+        "read from the files (a running server's GET /v1/admin/tenants/{id} gives its live view)",
+    ]
+    return "\n".join(lines)
+
+
+def cmd_tenant_show(args: argparse.Namespace) -> int:
+    """Show a tenant: its record, its limits and what it uses (from its files)."""
+    with _open(args) as db:
+        tenant = db.get_tenant(args.tenant_id)
+        if tenant is None:
+            raise NotFound("no tenant with that id")
+        keys = KeyCounts.of(db.list_keys(tenant.tenant_id), now_us())
+    root = args.data_dir / tenant.tenant_id
+    usage = closed_usage(root, is_open=None) if root.is_dir() else None
+    # Its own limits always (null: none), which the record leaves out when unset.
+    payload = {**msgspec.to_builtins(tenant), **{name: getattr(tenant, name) for name in LIMITS}}
+    payload |= {"keys": keys, "usage": usage}
+    _emit(args, payload, _show(tenant, keys, usage, args.data_dir))
+    return EXIT_OK
+
+
+def cmd_tenant_limits(args: argparse.Namespace) -> int:
+    """Set or remove a tenant's own max_events, max_bytes and max_memory."""
+    changes = {name: getattr(args, name) for name in LIMITS if getattr(args, name) is not KEEP}
+    if not changes:
+        return _usage(
+            "tenant limits: give --max-events, --max-bytes and/or --max-memory (a number, or none)"
+        )
+    with _open(args) as db:
+        tenant = db.set_tenant_limits(args.tenant_id, changes, actor=actor())
+    own = ", ".join(f"{name} {_own(getattr(tenant, name))}" for name in LIMITS)
+    human = f"tenant {tenant.tenant_id}: {own}"
+    _emit(args, tenant, human)
+    return EXIT_OK
+
+
 def cmd_key_create(args: argparse.Namespace) -> int:
     """Issue a key; the only time its plaintext is shown."""
     scopes = [s.strip() for s in args.scopes.split(",") if s.strip()]
     with _open(args) as db:
-        issued = db.create_key(args.tenant_id, args.name, scopes, args.ttl_secs, actor=actor())
+        issued = db.create_key(
+            args.tenant_id,
+            args.name,
+            scopes,
+            args.ttl_secs,
+            actor=actor(),
+            requests_per_minute=args.requests_per_minute,
+        )
+    rate = issued.requests_per_minute
     human = (
         f"api key: {issued.api_key}\n"
         f"key id {issued.key_id} for tenant {issued.tenant_id}, scopes "
-        f"{','.join(issued.scopes)}, expires {_when(issued.expires_at)}\n"
+        f"{','.join(issued.scopes)}, expires {_when(issued.expires_at)}, "
+        f"{'the default rate' if rate is None else f'{rate} requests a minute'}\n"
         "store the api key now: it cannot be shown again"
     )
     _emit(args, issued, human)
@@ -217,10 +313,11 @@ def cmd_key_list(args: argparse.Namespace) -> int:
             ",".join(k.scopes),
             k.status(now),
             _when(k.expires_at),
+            "default" if k.requests_per_minute is None else str(k.requests_per_minute),
         ]
         for k in infos
     ]
-    header = ["KEY", "TENANT ID", "NAME", "SCOPES", "STATUS", "EXPIRES"]
+    header = ["KEY", "TENANT ID", "NAME", "SCOPES", "STATUS", "EXPIRES", "PER MINUTE"]
     _emit(args, infos, _table(rows, header) if rows else "no keys")
     return EXIT_OK
 
@@ -338,6 +435,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(tsub, "delete", cmd_tenant_delete)
     p.add_argument("tenant_id")
     p.add_argument("--yes", "-y", action="store_true", help="do not ask for confirmation")
+    command(tsub, "show", cmd_tenant_show).add_argument("tenant_id")
+    p = command(tsub, "limits", cmd_tenant_limits)
+    p.add_argument("tenant_id")
+    for name in LIMITS:
+        p.add_argument(
+            "--" + name.replace("_", "-"),
+            dest=name,
+            type=_limit_arg,
+            default=KEEP,
+            help="a whole number (100000, 512M), or none for the server's default "
+            "(unchanged if not given)",
+        )
 
     key = sub.add_parser("key", help="create, list or revoke API keys")
     ksub = key.add_subparsers(dest="key_command", required=True)
@@ -346,6 +455,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("name")
     p.add_argument("--scopes", default="read,write", help="comma-separated (default read,write)")
     p.add_argument("--ttl-secs", type=int, default=None, help="expire after this many seconds")
+    p.add_argument(
+        "--requests-per-minute",
+        type=int,
+        default=None,
+        help="this key's rate (default: the server's MEMSPINE_DEFAULT_REQUESTS_PER_MINUTE)",
+    )
     command(ksub, "list", cmd_key_list).add_argument("--tenant", default=None)
     p = command(ksub, "revoke", cmd_key_revoke)
     p.add_argument("key_id", help="the key's id, bare or as key list shows it (smk_live_<id>)")

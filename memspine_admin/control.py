@@ -10,7 +10,7 @@ import os
 import shutil
 import struct
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -21,12 +21,16 @@ from argon2 import PasswordHasher
 
 from memspine_admin import keys
 from memspine_admin.records import (
+    LIMITS,
+    MAX_QUOTA,
+    MAX_REQUESTS_PER_MINUTE,
     SCOPES,
     AuditEntry,
     IssuedKey,
     KeyInfo,
     KeyRecord,
     TenantRecord,
+    check_limit,
     check_name,
     check_scopes,
     check_ttl,
@@ -52,10 +56,35 @@ class StoredTenant(msgspec.Struct, frozen=True, kw_only=True):
     name: str
     created_at: int
     route: str | None = None  # None for a tenant made before routes, until its next key
+    max_events: int | None = None
+    max_bytes: int | None = None
+    max_memory: int | None = None
 
     def tenant(self) -> TenantRecord:
         """What callers see."""
-        return TenantRecord(tenant_id=self.tenant_id, name=self.name, created_at=self.created_at)
+        return TenantRecord(
+            tenant_id=self.tenant_id,
+            name=self.name,
+            created_at=self.created_at,
+            max_events=self.max_events,
+            max_bytes=self.max_bytes,
+            max_memory=self.max_memory,
+        )
+
+
+def check_limits(limits: Mapping[str, object]) -> dict[str, int | None]:
+    """The limits a change sets (records.LIMITS; None removes one), each checked."""
+    unknown = sorted(set(limits) - set(LIMITS))
+    if unknown:
+        raise InvalidRequest(f"unknown limit {unknown[0]!r} (limits: {', '.join(LIMITS)})")
+    if not limits:
+        raise InvalidRequest(f"give at least one limit to set: {', '.join(LIMITS)}")
+    return {name: check_limit(value, name, MAX_QUOTA) for name, value in limits.items()}
+
+
+def check_rate(requests_per_minute: object) -> int | None:
+    """A key's requests_per_minute: None (the server's default) or 1 to a million."""
+    return check_limit(requests_per_minute, "requests_per_minute", MAX_REQUESTS_PER_MINUTE)
 
 
 def control_path(data_dir: Path) -> Path:
@@ -295,6 +324,23 @@ class ControlDB:
             self._log(txn, actor, "tenant.delete", tenant_id, None, detail)
         return revoked
 
+    def set_tenant_limits(
+        self, tenant_id: str, limits: dict[str, int | None], *, actor: str
+    ) -> TenantRecord:
+        """Set or remove (None) a tenant's own limits (records.LIMITS); the others stay."""
+        changes = check_limits(limits)
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(tenant_id.encode(), db=self._tenants) if is_tenant_id(tenant_id) else None
+            if raw is None:
+                raise NotFound("no tenant with that id")
+            stored = msgspec.structs.replace(
+                msgspec.msgpack.decode(raw, type=StoredTenant), **changes
+            )
+            txn.put(tenant_id.encode(), msgspec.msgpack.encode(stored), db=self._tenants)
+            self._bump(txn)  # servers read a tenant's limits again on a new generation
+            self._log(txn, actor, "tenant.limits", tenant_id, None, dict(changes))
+        return stored.tenant()
+
     # -- keys --------------------------------------------------------------------------------
 
     def create_key(
@@ -305,11 +351,13 @@ class ControlDB:
         ttl_secs: int | None = None,
         *,
         actor: str,
+        requests_per_minute: int | None = None,
     ) -> IssuedKey:
         """Issue a key for a tenant; the plaintext is in the result and nowhere else."""
         name = check_name(name, "name")
         scope_tuple = check_scopes(scopes)
         ttl = check_ttl(ttl_secs)
+        rate = check_rate(requests_per_minute)
         stored = self._stored(tenant_id)
         if stored is None:
             raise NotFound("no tenant with that id")  # before paying for argon2
@@ -335,11 +383,12 @@ class ControlDB:
                 created_at=now,
                 expires_at=expires_at,
                 secret_hash=secret_hash,
+                requests_per_minute=rate,
             )
             self._put_key(txn, record)
             txn.put(f"{tenant_id}/{record.key_id}".encode(), b"", db=self._tenant_keys)
             self._bump(txn)
-            detail = {"name": name, "scopes": list(scope_tuple), "expires_at": expires_at}
+            detail = key_detail(name, scope_tuple, expires_at, rate)
             self._log(txn, actor, "key.create", tenant_id, record.key_id, detail)
         return IssuedKey(
             key_id=record.key_id,
@@ -349,6 +398,7 @@ class ControlDB:
             scopes=scope_tuple,
             created_at=now,
             expires_at=expires_at,
+            requests_per_minute=rate,
         )
 
     def get_key(self, key_id: str) -> KeyInfo | None:
@@ -494,6 +544,16 @@ class ControlDB:
                     entries.append(entry)
                 found = cursor.next()
         return entries, (entries[-1].seq if more else None)
+
+
+def key_detail(
+    name: str, scopes: tuple[str, ...], expires_at: int | None, rate: int | None
+) -> dict[str, Any]:
+    """What the audit log records of a key's creation (its rate only when it has one)."""
+    detail: dict[str, Any] = {"name": name, "scopes": list(scopes), "expires_at": expires_at}
+    if rate is not None:
+        detail["requests_per_minute"] = rate
+    return detail
 
 
 def check_audit_page(after: object, limit: object) -> None:

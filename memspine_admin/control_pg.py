@@ -31,7 +31,13 @@ from psycopg.types.json import Json
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memspine_admin import keys
-from memspine_admin.control import NO_CONTROL_DB, check_audit_page
+from memspine_admin.control import (
+    NO_CONTROL_DB,
+    check_audit_page,
+    check_limits,
+    check_rate,
+    key_detail,
+)
 from memspine_admin.placement import interim_node, is_node_name
 from memspine_admin.plane import redact
 from memspine_admin.records import (
@@ -65,8 +71,11 @@ PROXY_LIVE_SECS = 10.0
 MAX_BIGINT = 2**63 - 1
 _MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql\Z")
 
-_TENANT_COLUMNS = "tenant_id, name, created_at, node"
-_KEY_COLUMNS = "key_id, tenant_id, name, scopes, created_at, expires_at, revoked_at, secret_hash"
+_TENANT_COLUMNS = "tenant_id, name, created_at, node, max_events, max_bytes, max_memory"
+_KEY_COLUMNS = (
+    "key_id, tenant_id, name, scopes, created_at, expires_at, revoked_at, secret_hash,"
+    " requests_per_minute"
+)
 
 
 class ControlUnavailable(Unavailable):
@@ -136,7 +145,15 @@ def _first_line(exc: BaseException) -> str:
 
 
 def _tenant(row: tuple[Any, ...]) -> TenantRecord:
-    return TenantRecord(tenant_id=row[0], name=row[1], created_at=row[2], node=row[3])
+    return TenantRecord(
+        tenant_id=row[0],
+        name=row[1],
+        created_at=row[2],
+        node=row[3],
+        max_events=row[4],
+        max_bytes=row[5],
+        max_memory=row[6],
+    )
 
 
 def _key(row: tuple[Any, ...]) -> KeyRecord:
@@ -149,6 +166,7 @@ def _key(row: tuple[Any, ...]) -> KeyRecord:
         expires_at=row[5],
         revoked_at=row[6],
         secret_hash=row[7],
+        requests_per_minute=row[8],
     )
 
 
@@ -495,6 +513,29 @@ class PgControl:
             change.finish()
         return revoked
 
+    def set_tenant_limits(
+        self, tenant_id: str, limits: dict[str, int | None], *, actor: str
+    ) -> TenantRecord:
+        """Set or remove (None) a tenant's own limits (records.LIMITS); the others stay."""
+        changes = check_limits(limits)
+        if not is_tenant_id(tenant_id):
+            raise NotFound("no tenant with that id")
+        # The names are LIMITS' (check_limits refused any other): safe to spell into SQL.
+        assignments = ", ".join(f"{name} = %s" for name in changes)
+        with self._conn() as conn:
+            change = _Change(conn, self.now)
+            row = conn.execute(
+                f"UPDATE tenants SET {assignments} WHERE tenant_id = %s"
+                f" RETURNING {_TENANT_COLUMNS}",
+                (*changes.values(), tenant_id),
+            ).fetchone()
+            if row is None:
+                raise NotFound("no tenant with that id")
+            change.bump()
+            change.log(actor, "tenant.limits", tenant_id, None, dict(changes))
+            change.finish()
+        return _tenant(row)
+
     # -- keys --------------------------------------------------------------------------------
 
     def create_key(
@@ -505,11 +546,13 @@ class PgControl:
         ttl_secs: int | None = None,
         *,
         actor: str,
+        requests_per_minute: int | None = None,
     ) -> IssuedKey:
         """Issue a key for a tenant; its id starts with the tenant's route."""
         name = check_name(name, "name")
         scope_tuple = check_scopes(scopes)
         ttl = check_ttl(ttl_secs)
+        rate = check_rate(requests_per_minute)
         route = self.tenant_route(tenant_id)
         if route is None:
             raise NotFound("no tenant with that id")  # before paying for argon2
@@ -531,7 +574,7 @@ class PgControl:
             ).fetchone():
                 generated = keys.with_new_key_id(generated, route)
             conn.execute(
-                f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL, %s)",
+                f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL, %s, %s)",
                 (
                     generated.key_id,
                     tenant_id,
@@ -540,10 +583,11 @@ class PgControl:
                     now,
                     expires_at,
                     secret_hash,
+                    rate,
                 ),
             )
             change.bump()
-            detail = {"name": name, "scopes": list(scope_tuple), "expires_at": expires_at}
+            detail = key_detail(name, scope_tuple, expires_at, rate)
             change.log(actor, "key.create", tenant_id, generated.key_id, detail)
             change.finish()
         return IssuedKey(
@@ -554,6 +598,7 @@ class PgControl:
             scopes=scope_tuple,
             created_at=now,
             expires_at=expires_at,
+            requests_per_minute=rate,
         )
 
     def get_key(self, key_id: str) -> KeyInfo | None:

@@ -59,6 +59,13 @@ class ControlPlane(Protocol):
         """Delete a tenant and revoke its keys in one transaction; return the revoked key ids."""
         ...
 
+    def set_tenant_limits(
+        self, tenant_id: str, limits: dict[str, int | None], *, actor: str
+    ) -> TenantRecord:
+        """Set or remove (None) a tenant's own limits (records.LIMITS); the limits not named
+        stay; NotFound for an unknown tenant."""
+        ...
+
     def create_key(
         self,
         tenant_id: str,
@@ -67,8 +74,10 @@ class ControlPlane(Protocol):
         ttl_secs: int | None = None,
         *,
         actor: str,
+        requests_per_minute: int | None = None,
     ) -> IssuedKey:
-        """Issue a key for a tenant; the plaintext is in the result and nowhere else."""
+        """Issue a key for a tenant, with its own requests per minute if given; the plaintext
+        is in the result and nowhere else."""
         ...
 
     def get_key(self, key_id: str) -> KeyInfo | None:

@@ -15,6 +15,9 @@ from storage.errors import InvalidRequest
 SCOPES = ("read", "write")
 MAX_TTL_SECS = 10 * 365 * 86_400
 MAX_NAME_BYTES = 128
+MAX_QUOTA = 2**62  # max_events, max_bytes, max_memory (bigint columns in PostgreSQL)
+MAX_REQUESTS_PER_MINUTE = 1_000_000
+LIMITS = ("max_events", "max_bytes", "max_memory")  # what PATCH /v1/admin/tenants/{id} sets
 
 
 def now_us() -> int:
@@ -24,12 +27,16 @@ def now_us() -> int:
 
 class TenantRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True):
     """A tenant: its id (a UUIDv4, also its directory name), name and creation time (µs);
-    in a cluster, the node that holds it (shown only then)."""
+    in a cluster, the node that holds it (shown only then); its own limits, when it has them
+    (without one, the server's default applies)."""
 
     tenant_id: str
     name: str
     created_at: int
     node: str | None = None  # None: not placed (one node, or no MEMSPINE_NODE)
+    max_events: int | None = None
+    max_bytes: int | None = None
+    max_memory: int | None = None
 
 
 class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -42,6 +49,7 @@ class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
     created_at: int
     expires_at: int | None = None
     revoked_at: int | None = None
+    requests_per_minute: int | None = None  # None: the server's default (if any)
 
     def status(self, now: int) -> str:
         """One of "active", "revoked" or "expired" at time `now` (µs)."""
@@ -50,6 +58,24 @@ class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
         if self.expires_at is not None and now >= self.expires_at:
             return "expired"
         return "active"
+
+
+class KeyCounts(msgspec.Struct, frozen=True, kw_only=True):
+    """How many of a tenant's keys are active, revoked and expired."""
+
+    active: int = 0
+    revoked: int = 0
+    expired: int = 0
+
+    @classmethod
+    def of(cls, keys: list[KeyInfo], now: int) -> KeyCounts:
+        """The counts of these keys at time `now` (µs)."""
+        statuses = [k.status(now) for k in keys]
+        return cls(
+            active=statuses.count("active"),
+            revoked=statuses.count("revoked"),
+            expired=statuses.count("expired"),
+        )
 
 
 class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
@@ -63,6 +89,7 @@ class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: int | None = None
     revoked_at: int | None = None
     secret_hash: str
+    requests_per_minute: int | None = None
 
     def __repr__(self) -> str:
         # The hash is not the secret, but it is what an offline guesser needs: keep it out of logs.
@@ -85,6 +112,7 @@ class IssuedKey(msgspec.Struct, frozen=True, kw_only=True):
     scopes: tuple[str, ...]
     created_at: int
     expires_at: int | None = None
+    requests_per_minute: int | None = None
 
     def __repr__(self) -> str:
         return f"IssuedKey(key_id={self.key_id!r}, tenant_id={self.tenant_id!r}, api_key=<hidden>)"
@@ -141,6 +169,18 @@ def check_scopes(scopes: object) -> tuple[str, ...]:
     if not given:
         raise InvalidRequest("scopes must not be empty")
     return tuple(s for s in SCOPES if s in given)
+
+
+def check_limit(value: object, what: str, most: int) -> int | None:
+    """Return `value` if it is None or a whole number from 1 to `most`, else InvalidRequest."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= most:
+        raise InvalidRequest(
+            f"{what} must be a whole number from 1 to {most}, or null to have none of its own "
+            "(none on the command line): the server's default then applies"
+        )
+    return value
 
 
 def check_ttl(ttl_secs: object) -> int | None:

@@ -41,6 +41,7 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     key_id: str
     scopes: tuple[str, ...]
     expires_at: int | None = None
+    requests_per_minute: int | None = None  # the key's own rate (None: the server's default)
 
     def has(self, scope: str) -> bool:
         """True if the key carries `scope`."""
@@ -104,6 +105,7 @@ def _principal(record: KeyRecord) -> Principal:
         key_id=record.key_id,
         scopes=record.scopes,
         expires_at=record.expires_at,
+        requests_per_minute=record.requests_per_minute,
     )
 
 

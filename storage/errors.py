@@ -73,8 +73,21 @@ class EmbeddingMismatch(MemspineError):
     code = "embedding_mismatch"
 
 
+class QuotaExceeded(MemspineError):
+    """A write would take the tenant past one of its limits (403); `limit` names it
+    (max_events or max_bytes). Reads and deletes are never refused for it."""
+
+    status = 403
+    code = "quota_exceeded"
+
+    def __init__(self, detail: str, *, limit: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail, headers=headers)
+        self.limit = limit
+
+
 class TooManyRequests(MemspineError):
-    """Too many failed attempts for one key id: wait `Retry-After` seconds (429)."""
+    """Too many requests: failed attempts for one key id, or a key over its requests per
+    minute; wait `Retry-After` seconds (429)."""
 
     status = 429
     code = "too_many_requests"

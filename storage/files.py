@@ -3,6 +3,10 @@ directory): its three stores, and the temp files a save leaves if a crash interr
 
 from __future__ import annotations
 
+import contextlib
+import os
+from pathlib import Path
+
 from storage.fsync import TMP_SUFFIX
 
 LOG = "events"  # the event log's LMDB environment (a directory; storage/log/layout.py)
@@ -13,3 +17,16 @@ VECTORS_LIVE = VECTORS + LIVE_SUFFIX
 STORES = (LOG, KEYWORD, VECTORS, VECTORS_LIVE)
 # Temp files of a vector save a crash interrupted: old vectors, possibly of purged events.
 STALE = (VECTORS + TMP_SUFFIX, VECTORS_LIVE + TMP_SUFFIX)
+
+
+def tree_bytes(path: Path) -> int:
+    """Bytes of the files under path (a file's own size if path is one; 0 if it is missing)."""
+    with contextlib.suppress(FileNotFoundError):
+        if not path.is_dir():
+            return path.stat().st_size
+    total = 0
+    for dirpath, _dirs, names in os.walk(path):
+        for name in names:
+            with contextlib.suppress(FileNotFoundError):  # a Tantivy file merged away meanwhile
+                total += os.stat(os.path.join(dirpath, name)).st_size
+    return total

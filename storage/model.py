@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NamedTuple
 
 import msgspec
+
+from storage.errors import MemspineError, QuotaExceeded
 
 FilterValue = bool | int | float | str
 
@@ -73,3 +76,61 @@ class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
     event_id: str
     unlinked: list[str] = []
     replayed: bool = False
+
+
+class ItemRefused(NamedTuple):
+    """Why an all-or-nothing batch stored nothing: the index of its first event that could not
+    be written, and the error that event met."""
+
+    item: int
+    error: MemspineError
+
+
+class Quota(msgspec.Struct, frozen=True, kw_only=True):
+    """What a tenant may store: live events, their bytes, and the memory it holds open (None:
+    no limit)."""
+
+    max_events: int | None = None
+    max_bytes: int | None = None
+    max_memory: int | None = None
+
+    def refusal(self, events: int, size: int, memory: int = 0) -> QuotaExceeded | None:
+        """Why a tenant holding `events` live events of `size` bytes in all, and `memory` bytes
+        in memory before this write, is over this quota, or None if it is within it."""
+        if self.max_events is not None and events > self.max_events:
+            return QuotaExceeded(
+                f"this tenant may store at most {self.max_events} live events (its max_events "
+                "limit); delete events to make room, or ask the operator to raise the limit",
+                limit="max_events",
+            )
+        if self.max_bytes is not None and size > self.max_bytes:
+            return QuotaExceeded(
+                f"this tenant may store at most {self.max_bytes} bytes of live events (its "
+                "max_bytes limit); delete events to make room, or ask the operator to raise "
+                "the limit",
+                limit="max_bytes",
+            )
+        if self.max_memory is not None and memory >= self.max_memory:
+            return QuotaExceeded(
+                f"this tenant may hold at most {self.max_memory} bytes in memory while open "
+                f"(its max_memory limit) and holds {memory}; delete events and let the purge "
+                "shrink its indexes, or ask the operator to raise the limit",
+                limit="max_memory",
+            )
+        return None
+
+
+UNLIMITED = Quota()
+# What gives a tenant's quota when its writer starts a group commit (it may raise a
+# MemspineError: the limits cannot be known, and nothing of the job is written).
+QuotaSource = Callable[[], Quota]
+
+
+def current_quota(quota: Quota | QuotaSource | None) -> Quota | MemspineError | None:
+    """The quota in force: `quota` itself, or what its source gives now (or its error)."""
+    if quota is None or isinstance(quota, Quota):
+        return quota
+    try:
+        return quota()
+    except MemspineError as exc:
+        return exc

@@ -17,6 +17,7 @@ from memspine.routes.memory import append_event, delete_event, get_event, list_p
 from memspine.routes.whoami import whoami_of
 from memspine.schemas import CypherIn, RecallIn, convert_body, event_in, plain
 from memspine_admin.verifier import Principal
+from storage.model import Quota, QuotaSource
 
 
 class Backend(Protocol):
@@ -56,10 +57,14 @@ class Backend(Protocol):
 class EngineBackend:
     """The tools' operations for one tenant, through the HTTP operations' functions."""
 
-    def __init__(self, engine: Engine, principal: Principal) -> None:
+    def __init__(
+        self, engine: Engine, principal: Principal, quota: Quota | QuotaSource | None = None
+    ) -> None:
+        """`quota`: what the tenant may store (memspine/allowance.py), None for no limit."""
         self.engine = engine
         self.principal = principal
         self.tenant_id = principal.tenant_id
+        self.quota = quota
 
     async def whoami(self) -> dict[str, Any]:
         """The principal this backend acts for."""
@@ -68,7 +73,9 @@ class EngineBackend:
 
     async def append(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
         """Validate the body as the route does (same hash for idempotency) and append it."""
-        outcome = await append_event(self.engine, self.tenant_id, event_in(body), idempotency_key)
+        outcome = await append_event(
+            self.engine, self.tenant_id, event_in(body), idempotency_key, quota=self.quota
+        )
         out: dict[str, Any] = plain(outcome.value)
         if outcome.headers:  # Idempotent-Replayed
             out["replayed"] = True

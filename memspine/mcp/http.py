@@ -21,6 +21,7 @@ from mcp.server import ServerRequestContext
 from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
 from starlette.datastructures import Headers
 
+from memspine.allowance import Allowance
 from memspine.auth import Authenticator
 from memspine.body import ClientGone, read_body
 from memspine.config import Settings
@@ -33,6 +34,7 @@ from memspine_admin.verifier import Principal
 from storage.errors import MemspineError, Unauthorized
 
 PRINCIPAL_KEY = "memspine.principal"  # where the checked principal rides in the ASGI scope
+QUOTA_KEY = "memspine.quota"  # and its tenant's quota
 ALLOW = "POST, OPTIONS"
 NO_STREAM = (
     "/mcp takes POST only: the endpoint is stateless and answers every request in its own "
@@ -95,16 +97,24 @@ def _principal(ctx: ServerRequestContext[Any, Any]) -> Principal:
 class McpEndpoint:
     """The /mcp mount: method, body and key checks in front of the SDK's session manager."""
 
-    def __init__(self, engine: Engine, auth: Authenticator, settings: Settings) -> None:
+    def __init__(
+        self,
+        engine: Engine,
+        auth: Authenticator,
+        settings: Settings,
+        allowance: Allowance | None = None,
+    ) -> None:
         self.auth = auth
         self.settings = settings
+        self.allowance = allowance
         if settings.log_level != "DEBUG":
             # The SDK logs every stateless request at INFO ("Terminating session: None").
             logging.getLogger("mcp.server.streamable_http").setLevel(logging.WARNING)
 
         def resolve(ctx: ServerRequestContext[Any, Any]) -> Caller:
             principal = _principal(ctx)
-            return Caller(principal, EngineBackend(engine, principal))
+            quota = None if ctx.request is None else ctx.request.scope.get(QUOTA_KEY)
+            return Caller(principal, EngineBackend(engine, principal, quota))
 
         self.server = build_server(resolve)
         self.manager = StreamableHTTPSessionManager(
@@ -139,6 +149,8 @@ class McpEndpoint:
             principal = await self.auth.authenticate_async(
                 bearer_token(headers.get("authorization"))
             )
+            # The key's rate, as the pipeline checks it: one request of /mcp is one request.
+            quota = self.allowance.admit(principal) if self.allowance is not None else None
             body = await read_body(
                 receive, self.settings.max_body_bytes, headers.get("content-length")
             )
@@ -151,7 +163,9 @@ class McpEndpoint:
             await _refuse(send, exc, cors)
             return
         await self.manager.handle_request(
-            {**scope, PRINCIPAL_KEY: principal}, _replay(body, receive), _with_headers(send, cors)
+            {**scope, PRINCIPAL_KEY: principal, QUOTA_KEY: quota},
+            _replay(body, receive),
+            _with_headers(send, cors),
         )
 
 

@@ -20,6 +20,7 @@ from litestar import Litestar
 from litestar.handlers import asgi
 from litestar.handlers.asgi_handlers import ASGIRouteHandler
 
+from memspine.allowance import Allowance
 from memspine.auth import Authenticator
 from memspine.config import Settings
 from memspine.engine import Engine
@@ -38,8 +39,14 @@ FAILED = "the server failed to handle this request"
 class LazyMcp:
     """/mcp: loads memspine.mcp.http (and with it the SDK) when the first request comes."""
 
-    def __init__(self, engine: Engine, auth: Authenticator, settings: Settings) -> None:
-        self._args = (engine, auth, settings)
+    def __init__(
+        self,
+        engine: Engine,
+        auth: Authenticator,
+        settings: Settings,
+        allowance: Allowance | None = None,
+    ) -> None:
+        self._args = (engine, auth, settings, allowance)
         self._endpoint: McpEndpoint | None = None
         self._failed = False
         # Made in the lifespan: anyio's events belong to the running loop.

@@ -19,14 +19,21 @@ from memspine_admin import keys
 from memspine_admin.control import MAX_AUDIT_LIMIT, erase_tenant_dir
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import (
+    LIMITS,
     MAX_NAME_BYTES,
+    MAX_QUOTA,
+    MAX_REQUESTS_PER_MINUTE,
     MAX_TTL_SECS,
     SCOPES,
     AuditEntry,
+    KeyCounts,
     KeyInfo,
     TenantRecord,
+    now_us,
 )
-from storage.errors import InvalidRequest
+from storage.errors import InvalidRequest, NotFound
+from storage.model import Quota
+from storage.tenants.usage import TenantUsage
 
 JSON = "application/json"
 ACTOR = "admin-api"
@@ -51,6 +58,23 @@ Scopes = Annotated[
     doc("Null or absent: read and write. Repeats count once.", minItems=1),
 ]
 Ttl = Annotated[int, doc("Seconds until the key expires.", minimum=1, maximum=MAX_TTL_SECS)]
+Rate = Annotated[
+    int,
+    doc(
+        "Requests a minute this key may make (a token bucket in each server); null or absent: "
+        "the server's default (MEMSPINE_DEFAULT_REQUESTS_PER_MINUTE).",
+        minimum=1,
+        maximum=MAX_REQUESTS_PER_MINUTE,
+    ),
+]
+Limit = Annotated[
+    int,
+    doc(
+        "A positive whole number; null removes the tenant's own limit.",
+        minimum=1,
+        maximum=MAX_QUOTA,
+    ),
+]
 
 
 class TenantIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -73,6 +97,7 @@ class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
     name: Name
     scopes: Scopes | None = None  # null or absent: read and write
     ttl_secs: Ttl | None = None
+    requests_per_minute: Rate | None = None
 
 
 class KeyIssued(msgspec.Struct):
@@ -84,6 +109,32 @@ class KeyIssued(msgspec.Struct):
     name: str
     scopes: list[str]
     expires_at: int | None
+    requests_per_minute: int | None
+
+
+class TenantLimitsIn(msgspec.Struct, forbid_unknown_fields=True):
+    """PATCH /v1/admin/tenants/{id}: a limit given is set (null removes it), one absent stays."""
+
+    max_events: Limit | msgspec.UnsetType | None = msgspec.UNSET
+    max_bytes: Limit | msgspec.UnsetType | None = msgspec.UNSET
+    max_memory: Limit | msgspec.UnsetType | None = msgspec.UNSET
+
+
+class TenantShown(msgspec.Struct):
+    """One tenant: its record, its own limits (null: none of its own, the server's default
+    applies), the limits in force, its keys and what it uses; in a cluster, the node that
+    holds it."""
+
+    tenant_id: str
+    name: str
+    created_at: int
+    max_events: int | None
+    max_bytes: int | None
+    max_memory: int | None
+    limits: Quota  # in force: its own, else the server's default (null: none)
+    keys: KeyCounts
+    usage: TenantUsage
+    node: str | msgspec.UnsetType = msgspec.UNSET
 
 
 class TenantDeleted(msgspec.Struct):
@@ -113,6 +164,7 @@ class KeyOut(msgspec.Struct):
     expires_at: int | None
     revoked_at: int | None
     status: str
+    requests_per_minute: int | None
 
 
 class KeyList(msgspec.Struct):
@@ -139,6 +191,7 @@ def _key_out(info: KeyInfo, now: int) -> KeyOut:
         expires_at=info.expires_at,
         revoked_at=info.revoked_at,
         status=info.status(now),
+        requests_per_minute=info.requests_per_minute,
     )
 
 
@@ -191,6 +244,66 @@ async def _list_tenants(call: Call) -> Outcome:
     return Outcome(200, TenantList(tenants))
 
 
+def tenant_shown(
+    record: TenantRecord, limits: Quota, keys: KeyCounts, usage: TenantUsage
+) -> TenantShown:
+    """A tenant's record, its limits in force, its keys and its usage, as GET and PATCH
+    answer."""
+    return TenantShown(
+        tenant_id=record.tenant_id,
+        name=record.name,
+        created_at=record.created_at,
+        max_events=record.max_events,
+        max_bytes=record.max_bytes,
+        max_memory=record.max_memory,
+        limits=limits,
+        keys=keys,
+        usage=usage,
+        node=record.node if record.node is not None else msgspec.UNSET,
+    )
+
+
+async def _show(call: Call, record: TenantRecord | None) -> Outcome:
+    if record is None:
+        raise NotFound("no tenant with that id")
+    services = call.services
+    allowance = services.allowance
+    limits = (
+        allowance.effective(record)
+        if allowance is not None
+        else Quota(**{name: getattr(record, name) for name in LIMITS})
+    )
+    control = _control(call)
+    keys = await anyio.to_thread.run_sync(control.list_keys, record.tenant_id)
+    usage = await anyio.to_thread.run_sync(services.engine.usage_now, record.tenant_id)
+    return Outcome(200, tenant_shown(record, limits, KeyCounts.of(keys, now_us()), usage))
+
+
+async def _get_tenant(call: Call) -> Outcome:
+    """One tenant with its limits and what it uses."""
+    control = _control(call)
+    record = await anyio.to_thread.run_sync(control.get_tenant, call.path["tenant_id"])
+    return await _show(call, record)
+
+
+async def _patch_tenant(call: Call) -> Outcome:
+    """Set or remove a tenant's own limits; the answer is GET's (and {} changes nothing)."""
+    control, body = _control(call), call.body
+    changes = {
+        name: getattr(body, name)
+        for name in body.__struct_fields__
+        if getattr(body, name) is not msgspec.UNSET
+    }
+    if not changes:
+        return await _get_tenant(call)
+    record = await anyio.to_thread.run_sync(
+        lambda: control.set_tenant_limits(call.path["tenant_id"], changes, actor=ACTOR)
+    )
+    if call.services.allowance is not None:  # in force for the tenant's next group commit
+        await anyio.to_thread.run_sync(call.services.allowance.learn, record)
+    return await _show(call, record)
+
+
 async def _delete_tenant(call: Call) -> Outcome:
     """Delete a tenant: revoke its keys, then erase its directory."""
     services = call.services
@@ -214,6 +327,7 @@ async def _create_key(call: Call) -> Outcome:
             SCOPES if body.scopes is None else body.scopes,
             body.ttl_secs,
             actor=ACTOR,
+            requests_per_minute=body.requests_per_minute,
         )
     )
     out = KeyIssued(
@@ -223,6 +337,7 @@ async def _create_key(call: Call) -> Outcome:
         name=issued.name,
         scopes=list(issued.scopes),
         expires_at=issued.expires_at,
+        requests_per_minute=issued.requests_per_minute,
     )
     return Outcome(201, out)
 
@@ -284,6 +399,24 @@ OPERATIONS = (
         _list_tenants,
         "Every tenant, oldest first",
         replies={200: Reply(TenantList, "The tenants.")},
+    ),
+    _admin(
+        "get_tenant",
+        "GET",
+        TENANTS + "/{tenant_id:str}",
+        _get_tenant,
+        "One tenant: its record, its limits and what it uses",
+        replies={200: Reply(TenantShown, "The tenant, its limits in force and its usage.")},
+    ),
+    _admin(
+        "set_tenant_limits",
+        "PATCH",
+        TENANTS + "/{tenant_id:str}",
+        _patch_tenant,
+        "Set or remove a tenant's own max_events, max_bytes and max_memory",
+        body=TenantLimitsIn,
+        replies={200: Reply(TenantShown, "The tenant with its new limits, as GET shows it.")},
+        errors=(413,),
     ),
     _admin(
         "delete_tenant",

@@ -6,6 +6,7 @@ calls directly, and an Operation that serves it over HTTP through memspine/pipel
 
 from __future__ import annotations
 
+from memspine.batch import MAX_BATCH, BatchCreated, BatchIn, batch_created, to_new_events
 from memspine.engine import NO_EVENT, Engine
 from memspine.pipeline import READ, WRITE, Call, Header, Operation, Outcome, Query, Reply, event_id
 from memspine.queryparams import flag, int_range, list_query, text
@@ -31,9 +32,11 @@ from memspine.schemas import (
     to_recall_query,
 )
 from storage.errors import InvalidRequest, NotFound
+from storage.model import Quota, QuotaSource
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 IDEMPOTENCY_KEY = b"idempotency-key"
+REPLAYED = {"Idempotent-Replayed": "true"}
 TIME_CHECK = TIME_CHECK_HEADER.lower().encode()
 
 
@@ -44,15 +47,37 @@ async def append_event(
     idempotency_key: str | None,
     *,
     check_times: bool = True,
+    quota: Quota | QuotaSource | None = None,
 ) -> Outcome:
-    """Append one event: 201 when new, 200 and Idempotent-Replayed when a replay."""
+    """Append one event within the tenant's quota: 201 when new, 200 and Idempotent-Replayed
+    when a replay."""
     new = to_new_event(
         body, tenant_id=tenant_id, idempotency_key=idempotency_key, check_times=check_times
     )
-    result = await engine.append(tenant_id, new)
+    result = await engine.append(tenant_id, new, quota)
     created = EventCreated(event_id=result.event_id, unlinked=result.unlinked)
     if result.replayed:
-        return Outcome(200, created, {"Idempotent-Replayed": "true"})
+        return Outcome(200, created, REPLAYED)
+    return Outcome(201, created)
+
+
+async def append_events(
+    engine: Engine,
+    tenant_id: str,
+    body: BatchIn,
+    idempotency_key: str | None,
+    *,
+    check_times: bool = True,
+    quota: Quota | QuotaSource | None = None,
+) -> Outcome:
+    """Append a batch, all of it or none, within the tenant's quota: 201 when any event is
+    new, 200 and Idempotent-Replayed when every event was a replay."""
+    new = to_new_events(
+        body, tenant_id=tenant_id, idempotency_key=idempotency_key, check_times=check_times
+    )
+    created = batch_created(await engine.append_batch(tenant_id, new, quota))
+    if len(created.replayed) == len(created.event_ids):
+        return Outcome(200, created, REPLAYED)
     return Outcome(201, created)
 
 
@@ -122,7 +147,16 @@ def _checked(call: Call) -> bool:
 
 async def _append(call: Call) -> Outcome:
     engine, key = call.services.engine, call.header(IDEMPOTENCY_KEY)
-    return await append_event(engine, call.tenant_id, call.body, key, check_times=_checked(call))
+    return await append_event(
+        engine, call.tenant_id, call.body, key, check_times=_checked(call), quota=call.quota
+    )
+
+
+async def _append_batch(call: Call) -> Outcome:
+    engine, key = call.services.engine, call.header(IDEMPOTENCY_KEY)
+    return await append_events(
+        engine, call.tenant_id, call.body, key, check_times=_checked(call), quota=call.quota
+    )
 
 
 async def _get(call: Call) -> Outcome:
@@ -185,6 +219,36 @@ APPEND = Operation(
     },
     errors=(409, 413, 422, 503),
     description="Durable and visible to every read route once answered (docs/api.md).",
+)
+BATCH_IDEMPOTENCY = Header(
+    "Idempotency-Key",
+    IDEMPOTENCY.schema,
+    "Makes a retried batch safe: an event without its own idempotency_key takes the key "
+    "`<this key>/<its index>`, so the same batch again stores nothing new and answers 200 with "
+    "the first ids and `Idempotent-Replayed: true`.",
+)
+BATCH = Operation(
+    "append_events",
+    "POST",
+    "/v1/memory/events",
+    WRITE,
+    _append_batch,
+    f"Append up to {MAX_BATCH} events at once, all or none",
+    headers=(BATCH_IDEMPOTENCY,),
+    body=BatchIn,
+    replies={
+        201: Reply(BatchCreated, "The events' ids in order (and ids that named no event)."),
+        200: Reply(
+            BatchCreated,
+            "Every event was an idempotent replay: the first ids.",
+            ("Idempotent-Replayed",),
+        ),
+    },
+    errors=(409, 413, 422, 503),
+    description="One group commit: durable and visible to every read route once answered, or "
+    "nothing stored; an event may link to an earlier one of the batch as `$N` (docs/api.md). "
+    "The body may be up to MEMSPINE_MAX_BATCH_BYTES.",
+    body_limit="max_batch_bytes",
 )
 GET = Operation(
     "get_event",
@@ -263,4 +327,4 @@ RECALL = Operation(
     errors=(413, 422),
 )
 
-OPERATIONS = (APPEND, GET, DELETE, LIST, RECALL)
+OPERATIONS = (APPEND, BATCH, GET, DELETE, LIST, RECALL)

@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
-import os
 import shutil
 import threading
 import time
@@ -211,7 +210,7 @@ def _check_room(tenant: Purgeable, r: LogReader) -> None:
     """Refuse before writing anything when the disk cannot hold the new generation: a purge that
     filled it would fail half-way and make every other write on it fail meanwhile."""
     pages, psize = r.pages()
-    needed = (pages + _LMDB_SPARE_PAGES) * psize + _tree_bytes(tenant.root / files.KEYWORD)
+    needed = (pages + _LMDB_SPARE_PAGES) * psize + files.tree_bytes(tenant.root / files.KEYWORD)
     with contextlib.suppress(FileNotFoundError):
         needed += tenant.vectors.path.stat().st_size  # the copy made if it holds a purged vector
     free = shutil.disk_usage(tenant.root).free
@@ -220,16 +219,6 @@ def _check_room(tenant: Purgeable, r: LogReader) -> None:
 
 
 _LMDB_SPARE_PAGES = 64  # meta and root pages and the free list of the new environment
-
-
-def _tree_bytes(path: Path) -> int:
-    """Bytes of the files under path (a store rebuilt from the live events takes no more)."""
-    total = 0
-    for dirpath, _dirs, names in os.walk(path):
-        for name in names:
-            with contextlib.suppress(FileNotFoundError):  # a Tantivy file merged away meanwhile
-                total += os.stat(os.path.join(dirpath, name)).st_size
-    return total
 
 
 class _Indexed(msgspec.Struct):

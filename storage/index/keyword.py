@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import re
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -16,6 +18,17 @@ import tantivy
 
 from storage import failpoints
 from storage.errors import DiskFull
+from storage.index.keyword_tail import (
+    FIELD,
+    Scorer,
+    Stats,
+    Tail,
+    TailDoc,
+    analyze,
+    bounds,
+    committed_stats,
+    query_tokens,
+)
 from storage.log import layout
 from storage.model import FilterValue
 from storage.space import disk_full
@@ -27,16 +40,25 @@ log = logging.getLogger("memspine.keyword")
 _WORD = re.compile(r"[^\W_]+")
 MAX_QUERY_WORDS = 64
 WRITER_HEAP_BYTES = 16_000_000
-# The fold commits at most this often unless a search is waiting: every commit is a new segment
-# (fsyncs now, merge CPU later), and at hundreds of appends a second one commit per group commit
-# spent a large share of a core merging tiny segments (bench/RESULTS.md, "Appends").
+# The fold commits at most this often: every commit is a new segment (fsyncs now, merge CPU
+# later), and at hundreds of appends a second one commit per group commit spent a large share of
+# a core merging tiny segments (bench/RESULTS.md, "Appends"). Searches do not wait for it: they
+# read what is queued from the tail.
 FOLD_INTERVAL_SECS = 0.25
+# The fold is background work: niced like the vector inserter (storage/index/vectors.py), so
+# when the cores are busy the threads that answer requests get them first. Tantivy's own
+# indexing and merge threads are made by the fold's first commit and inherit it.
+FOLD_NICENESS = 10
+# Past this many queued documents a search waits for the fold rather than score the tail in
+# Python: the fold is that far behind only when it cannot keep up (or cannot commit).
+TAIL_MAX_DOCS = 20_000
 # Resident memory, for memory_bytes: the searcher's own state is small (segments are
 # memory-mapped files, so page cache); a writer, once made, keeps its indexing arena and thread
-# (measured after a commit, bench/RESULTS.md); a queued document holds its text until the fold.
+# (measured after a commit, bench/RESULTS.md); a queued document holds its text, and the tail
+# its terms, until the fold.
 READER_BYTES = 64_000
 WRITER_BYTES = 3_000_000
-QUEUED_DOC_BYTES = 1_000
+QUEUED_DOC_BYTES = 2_000
 # After a failed commit (a full disk) the fold tries again after this long, doubling up to the
 # cap: recovery within seconds of space coming back, without a commit attempt per search.
 RETRY_FIRST_SECS = 0.25
@@ -111,16 +133,19 @@ def query_terms(text: str) -> list[str]:
 class KeywordIndex:
     """BM25 search over one tenant's event text, restricted by kind and property tags.
 
-    A durable Tantivy commit costs several fsyncs, too slow to sit in every group commit
-    (bench/RESULTS.md, "Appends"). So the writer only `publish`es documents, a background thread folds them into the
-    index with one durable commit per round, and a search first waits until every document
-    published before it began is committed: appends never wait for Tantivy, and a recall sees
-    every acknowledged event, ranked exactly as if it had been committed with its append.
+    A durable Tantivy commit costs several fsyncs, too slow to sit in every group commit or in
+    every search (bench/RESULTS.md, "Appends" and "Recall while appending"). So the writer only
+    `publish`es documents, a background thread folds them into the index with one durable commit
+    per round, and a search reads the committed index and the queued tail side by side (the
+    tail: `keyword_tail.py`), scoring both with the statistics the index would have once the tail
+    were committed: appends never wait for Tantivy, a recall never waits for a commit, and it sees
+    every acknowledged event ranked as if it had been committed with its append.
 
-    A published document leaves the queue only once a commit holding it is durable, and
-    committed_seq (which the tenant records as its keyword watermark) moves only then: a commit
-    that fails (a full disk) is rolled back and retried with everything still queued, and
-    searches meanwhile answer 503 rather than silently miss what was acknowledged.
+    A published document leaves the queue only once a commit holding it is durable and the
+    searcher that sees it is in place, and committed_seq (which the tenant records as its
+    keyword watermark) moves only then: a crash loses only what the log replays on open. A
+    commit that fails (a full disk) is rolled back and retried with everything still queued,
+    and searches meanwhile answer 503 rather than answer while the index cannot keep up.
     """
 
     def __init__(self, path: Path, index: tantivy.Index, committed_seq: int = 0) -> None:
@@ -133,6 +158,8 @@ class KeywordIndex:
         self._published_seq = committed_seq
         # Published and not yet durably committed, in order: (doc to add | None to delete, id).
         self._queue: list[tuple[KeywordDoc | None, str]] = []
+        self._tail = Tail()  # the queue's additions, searchable (guarded by _cond, as the queue)
+        self._view = View(index)  # the committed searcher: replaced with the queue's prefix
         self._cond = threading.Condition()
         self._stopping = False
         self._waiting = 0  # searches waiting for the fold: it commits at once for them
@@ -186,14 +213,19 @@ class KeywordIndex:
         with self.writer_lock:
             self.writer.commit()
         self.index.reload()
+        with self._cond:
+            self._view = View(self.index)
 
     # -- the writer's path ----------------------------------------------------
 
     def publish(self, docs: list[KeywordDoc], deletes: list[str], seq: int) -> None:
-        """Hand the changes of log ops up to seq to the background fold."""
+        """Hand the changes of log ops up to seq to the background fold; searchable at once."""
+        tail = [_tail_doc(d) for d in docs]  # tokenized before the lock: searches go on meanwhile
         with self._cond:
             self._queue.extend((d, d.event_id) for d in docs)
             self._queue.extend((None, e) for e in deletes)
+            for t in tail:
+                self._tail.add(t)
             self._published_seq = seq
             if self._thread is None:
                 self._thread = threading.Thread(target=self._fold, name="keyword", daemon=True)
@@ -202,6 +234,9 @@ class KeywordIndex:
 
     def _fold(self) -> None:
         """Background: commit what was published, one durable commit per round, retrying failures."""
+        with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority as the rest
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + FOLD_NICENESS)
         while True:
             with self._cond:
                 while self._published_seq == self.committed_seq and not self._stopping:
@@ -213,8 +248,7 @@ class KeywordIndex:
                 ops = list(self._queue)  # publish appends meanwhile; these leave only once durable
                 seq = self._published_seq
             try:
-                if ops:
-                    self._commit_ops(ops)
+                view = self._commit_ops(ops) if ops else None
             except Exception as exc:
                 self._failed_commit(exc)
                 if final:
@@ -223,6 +257,11 @@ class KeywordIndex:
             with self._cond:
                 if self._failures:
                     log.warning("keyword commits resumed after %d failed", self._failures)
+                # The committed searcher and the shorter queue change together: a search sees
+                # each queued document in one of the two.
+                if view is not None:
+                    self._view = view
+                self._tail.drop(sum(1 for doc, _id in ops if doc is not None))
                 del self._queue[: len(ops)]
                 self.committed_seq = seq
                 self._error, self._full, self._failures = None, False, 0
@@ -271,8 +310,9 @@ class KeywordIndex:
                 return
             self._cond.wait(timeout=left)
 
-    def _commit_ops(self, ops: list[tuple[KeywordDoc | None, str]]) -> None:
-        """Apply queued adds and deletes in order, commit durably, reload the searcher."""
+    def _commit_ops(self, ops: list[tuple[KeywordDoc | None, str]]) -> View:
+        """Apply queued adds and deletes in order, commit durably, reload the searcher; the new
+        view, its statistics read here, off the searches' path."""
         with self.writer_lock:
             for doc, event_id in ops:
                 self.writer.delete_documents_by_term("id", event_id)
@@ -281,6 +321,9 @@ class KeywordIndex:
             failpoints.hit("keyword.commit")
             self.writer.commit()
         self.index.reload()
+        view = View(self.index, _a_term(ops))
+        view.stats()
+        return view
 
     def flush(self, upto: int | None = None) -> None:
         """Wait until the committed index covers op upto (default: everything published); while
@@ -318,8 +361,16 @@ class KeywordIndex:
         return READER_BYTES + writer + QUEUED_DOC_BYTES * len(self._queue)
 
     def settled(self) -> bool:
-        """Whether a search would start at once: everything published is committed (a hint)."""
+        """Whether everything published is in a durable commit (a hint)."""
         return self.committed_seq >= self._published_seq
+
+    def failing(self) -> bool:
+        """Whether the last commit failed: searches are refused until one succeeds."""
+        return self._error is not None
+
+    def searches_at_once(self) -> bool:
+        """Whether a recall's search would start without waiting for the fold (a hint)."""
+        return len(self._tail.docs) <= TAIL_MAX_DOCS
 
     def search(
         self,
@@ -339,26 +390,64 @@ class KeywordIndex:
         limit: int,
         kind: str | None = None,
         filters: dict[str, FilterValue] | None = None,
+        text_of: Callable[[int], str | None] | None = None,
     ) -> Ranked:
-        """As search, but each hit's id is read from the index only when the caller gets to it."""
+        """As search, but each hit's id is read from the index only when the caller gets to it.
+
+        Read-your-writes: every document published before the call is searched. With text_of
+        (a seq's text in the caller's snapshot, None for an event it does not hold) the queued
+        tail is searched beside the committed index and both are scored with the statistics of
+        the index once the tail is committed; without it, the search waits for the fold."""
         words = query_terms(text)
         if not words or limit <= 0:
             return Ranked(None, [])
-        self.flush()  # read-your-writes: every document acknowledged before now is searchable
-        return _search(self.index, words, limit, kind, filters)
+        with self._cond:
+            self._refuse_if_failing()
+            view, queued = self._view, len(self._tail.docs)
+            settled = self.committed_seq >= self._published_seq
+        # The committed searcher holds everything published; or all that is queued is deletes,
+        # and the caller's snapshot no longer holds what they delete.
+        if settled or (not queued and text_of is not None):
+            return _search(view, words, limit, kind, filters)
+        terms = query_tokens(words) if text_of is not None and queued <= TAIL_MAX_DOCS else None
+        if terms is not None:
+            with self._cond:  # the searcher and the tail as one moment (the fold swaps both)
+                self._refuse_if_failing()
+                view, queued, tokens = self._view, len(self._tail.docs), self._tail.tokens
+                tail, tail_df = self._tail.matching(terms)
+            committed = view.stats() if queued else None
+            if not queued:
+                return _search(view, words, limit, kind, filters)
+            if committed is not None:
+                assert text_of is not None
+                stats = (committed, committed.plus(queued, tokens))
+                merge = Merge(view, words, terms, stats, tail_df)
+                return merge.ranked(tail, limit, kind, filters, text_of)
+        # No snapshot to read texts from, a tail too long to score here, or no statistics to
+        # score with (every committed document deleted): wait for the fold instead.
+        self.flush()
+        with self._cond:
+            view = self._view
+        return _search(view, words, limit, kind, filters)
+
+    def _refuse_if_failing(self) -> None:
+        """No answer while what was acknowledged cannot be folded (caller holds _cond)."""
+        if self._error is not None and self.committed_seq < self._published_seq:
+            raise self._refusal()
 
     def kind_share(self, kind: str) -> float:
-        """The share of documents of this kind (deleted ones not yet merged away count: a
-        hint); waits for the fold as a search does, which the search after it then need not."""
-        self.flush()
-        searcher = self.index.searcher()
-        total = searcher.num_docs
-        return searcher.doc_freq("kind", kind) / total if total else 0.0
+        """The share of documents of this kind, queued ones included (deleted ones not yet
+        merged away count: a hint)."""
+        with self._cond:
+            searcher = self._view.searcher
+            queued, of_kind = len(self._tail.docs), self._tail.kinds[kind]
+        total = searcher.num_docs + queued
+        return (searcher.doc_freq("kind", kind) + of_kind) / total if total else 0.0
 
     def doc_count(self) -> int:
         """Number of live documents."""
         self.flush()
-        return int(self.index.searcher().num_docs)
+        return int(self._view.searcher.num_docs)
 
     def close(self) -> None:
         """Commit what is pending, stop the background thread and wait for merges.
@@ -375,6 +464,7 @@ class KeywordIndex:
         with self._cond:
             behind = self._published_seq - self.committed_seq
             self._queue.clear()
+            self._tail.clear()
         if behind:
             log.warning("keyword index closed %d ops behind the log; they replay on open", behind)
         with self.writer_lock:
@@ -400,46 +490,306 @@ def document(d: KeywordDoc) -> tantivy.Document:
     return doc
 
 
-def _search(
+def _tail_doc(d: KeywordDoc) -> TailDoc:
+    """A published document as the tail searches it."""
+    tags = frozenset(property_tag(name, value) for name, value in d.filterable.items())
+    return TailDoc(d.seq, d.event_id, d.kind, tags, d.text)
+
+
+def _a_term(ops: list[tuple[KeywordDoc | None, str]]) -> str | None:
+    """A term of the last document these ops add (to read a fresh commit's statistics by)."""
+    for doc, _id in reversed(ops):
+        if doc is not None:
+            tf, _length = analyze(doc.text)
+            if tf:
+                return next(iter(tf))
+    return None
+
+
+class View:
+    """One committed searcher and its BM25 statistics, read once when first needed."""
+
+    def __init__(self, index: tantivy.Index, term: str | None = None) -> None:
+        self.index = index
+        self.searcher = index.searcher()
+        self._term = term
+        self._stats: Stats | None = None
+        self._read = False
+        self._lock = threading.Lock()
+
+    def stats(self) -> Stats | None:
+        """N and the text field's tokens as Tantivy counts them; None if they cannot be read."""
+        if not self._read:
+            with self._lock:
+                if not self._read:
+                    self._stats = committed_stats(self.index, self.searcher, self._term)
+                    self._read = True
+        return self._stats
+
+    def query(
+        self, words: list[str], kind: str | None, filters: dict[str, FilterValue] | None
+    ) -> tantivy.Query:
+        """The words OR-ed, with kind and tags as required clauses that add nothing to the
+        score: the order is the words' BM25 alone, whatever tags an event carries."""
+        return _query(self.index, words, kind, filters)
+
+
+def _query(
     index: tantivy.Index,
+    words: list[str],
+    kind: str | None,
+    filters: dict[str, FilterValue] | None,
+) -> tantivy.Query:
+    """See View.query."""
+    schema = index.schema
+    query, _errors = index.parse_query_lenient(" ".join(words), [FIELD])
+    clauses = [(tantivy.Occur.Must, query)]
+    if kind is not None:
+        clause = tantivy.Query.term_query(schema, "kind", kind)
+        clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(clause, 0.0)))
+    for name, value in (filters or {}).items():
+        clause = tantivy.Query.term_query(schema, "tag", property_tag(name, value))
+        clauses.append((tantivy.Occur.Must, tantivy.Query.const_score_query(clause, 0.0)))
+    if len(clauses) > 1:  # alone, the parsed words: same hits and scores, 4 % faster
+        query = tantivy.Query.boolean_query(clauses)
+    return query
+
+
+def _search(
+    view: View,
     words: list[str],
     limit: int,
     kind: str | None,
     filters: dict[str, FilterValue] | None,
 ) -> Ranked:
-    """One index's BM25 hits for the words, with kind and tags as required clauses."""
-    schema = index.schema
-    query, _errors = index.parse_query_lenient(" ".join(words), ["text"])
-    clauses = [(tantivy.Occur.Must, query)]
-    if kind is not None:
-        clauses.append((tantivy.Occur.Must, tantivy.Query.term_query(schema, "kind", kind)))
-    for name, value in (filters or {}).items():
-        tag = tantivy.Query.term_query(schema, "tag", property_tag(name, value))
-        clauses.append((tantivy.Occur.Must, tag))
-    if len(clauses) > 1:  # alone, the parsed words: same hits and scores, 4 % faster
-        query = tantivy.Query.boolean_query(clauses)
-    searcher = index.searcher()
-    return Ranked(searcher, searcher.search(query, limit).hits)
+    """One committed searcher's BM25 hits for the words, kind and tags required."""
+    searcher = view.searcher
+    return Ranked(searcher, searcher.search(view.query(words, kind, filters), limit).hits)
+
+
+# Tantivy scores in float32: a committed hit's score and the one the merge computes for it agree
+# to this relative precision, so every bound below is widened by it.
+EPS = 1e-5
+# How many committed hits a merge fetches first (bench/RESULTS.md, "Recall while appending").
+FETCH_TIMES = 4
+FETCH_MIN = 40
+
+
+class _Item:
+    """A candidate of a merge: the bounds of its score under the combined statistics (equal once
+    known exactly), its seq, and its address in the searcher (or its event id, for the tail's)."""
+
+    __slots__ = ("exact", "hi", "live", "lo", "seq", "where")
+
+    def __init__(self, lo: float, hi: float, seq: int, where: Any, exact: bool) -> None:
+        self.lo, self.hi, self.seq, self.where, self.exact = lo, hi, seq, where, exact
+        self.live = False  # the caller's snapshot holds it (checked only near the top)
+
+
+def _head(queued: list[tuple[float, int, str]], n: int) -> list[tuple[float, int, str]]:
+    """The first n of the tail's scored hits and any tied with the last of them: while n of
+    them are live, no other can be among the first n of the merge."""
+    end = min(n, len(queued))
+    while 0 < end < len(queued) and queued[end][0] == queued[end - 1][0]:
+        end += 1
+    return queued[:end]
+
+
+class Merge:
+    """A search of a committed searcher and the queued tail, ranked as the index will rank them
+    once the tail is committed.
+
+    The tail's documents are scored exactly with the combined statistics. A committed hit's
+    Tantivy score is under the committed ones; the combined statistics move it by a ratio
+    within `bounds` (keyword_tail.py), so each hit is an interval, and only where intervals
+    overlap near the top is a hit scored again from its text (the caller's snapshot holds it):
+    the order of the rest is already certain. A committed document below the last one fetched
+    scores at most that bound above it; the search fetches deeper until the first `limit`
+    are certain to rank above every document not fetched."""
+
+    def __init__(
+        self,
+        view: View,
+        words: list[str],
+        terms: list[str],
+        stats: tuple[Stats, Stats],
+        tail_df: dict[str, int],
+    ) -> None:
+        committed, combined = stats
+        self.view = view
+        self.words = words
+        self.terms = terms
+        searcher = view.searcher
+        self.df = {t: int(searcher.doc_freq(FIELD, t)) for t in set(terms)}
+        df = {t: n + tail_df.get(t, 0) for t, n in self.df.items()}
+        self.scorer = Scorer(terms, df, combined)
+        self.lo, self.hi = bounds(terms, self.df, tail_df, committed, combined)
+        self._by_text: dict[str, float] = {}  # a text's score: equal texts are analysed once
+
+    def score_text(self, text: str) -> float:
+        """The score of a document of this text under the combined statistics."""
+        score = self._by_text.get(text)
+        if score is None:
+            score = self._by_text[text] = self.scorer.score(*analyze(text))
+        return score
+
+    def ranked(
+        self,
+        tail: list[TailDoc],
+        limit: int,
+        kind: str | None,
+        filters: dict[str, FilterValue] | None,
+        text_of: Callable[[int], str | None],
+    ) -> Ranked:
+        """The merged hits best first, at most limit of them, each live in the caller's snapshot."""
+        tags = {property_tag(name, value) for name, value in (filters or {}).items()}
+        queued = [
+            (self.scorer.score(d.tf, d.length), d.seq, d.event_id)
+            for d in sorted(tail, key=lambda d: d.seq)
+            if (kind is None or d.kind == kind) and tags <= d.tags
+        ]
+        queued.sort(key=lambda e: (-e[0], e[1]))  # equal scores: the oldest first (see Ranked)
+        known: dict[int, float | None] = {}  # seq -> exact score, None if not live
+        live: set[int] = set()
+        searcher = self.view.searcher if any(self.df.values()) else None
+        query = self.view.query(self.words, kind, filters) if searcher is not None else None
+        # Deep enough that the first limit are usually certain after one search: a deeper top-k
+        # costs Tantivy little, a second search costs a whole one.
+        fetch = max(FETCH_MIN, FETCH_TIMES * limit)
+        lo, hi = self.lo * (1.0 - EPS), self.hi * (1.0 + EPS)
+        hits: list[tuple[Any, Any]] = []
+        seqs: list[int] = []
+        searched = 0
+        dead = 0  # the tail's hits found not live: the head grows by as many
+        while True:
+            if searcher is not None and searched != fetch:
+                assert query is not None
+                hits = searcher.search(query, fetch).hits
+                seqs = cast(list[int], searcher.fast_field_values("seq", [a for _s, a in hits]))
+                searched = fetch
+            head = _head(queued, limit + dead)
+            items = [
+                _Item(float(sc) * lo, float(sc) * hi, seq, addr, False)
+                for (sc, addr), seq in zip(hits, seqs, strict=True)
+            ]
+            items += [_Item(sc, sc, seq, eid, True) for sc, seq, eid in head]
+            top = self._resolve(items, limit, text_of, known, live)
+            gone = sum(1 for _sc, seq, _eid in head if seq in known and known[seq] is None)
+            if gone > dead and len(head) < len(queued):
+                dead = gone
+                continue
+            if searcher is None or len(hits) < fetch:  # every committed hit is here
+                return self._ranked(searcher, top, limit, text_of)
+            floor = float(hits[-1][0]) * hi  # what a document not fetched can score at most
+            if len(top) >= limit and min(it.lo for it in top[:limit]) > floor:
+                return self._ranked(searcher, top, limit, text_of)
+            fetch *= 4
+
+    def _resolve(
+        self,
+        items: list[_Item],
+        limit: int,
+        text_of: Callable[[int], str | None],
+        known: dict[int, float | None],
+        live: set[int],
+    ) -> list[_Item]:
+        """The live items in their exact order as far as the first limit: where intervals overlap
+        there, their committed hits are scored from their text; each of the first limit is
+        checked to be live in the caller's snapshot."""
+        for it in items:
+            if it.seq in known:
+                score = known[it.seq]
+                if score is not None:
+                    it.lo = it.hi = score
+                    it.exact = True
+            it.live = it.seq in live
+        while True:
+            items = [it for it in items if known.get(it.seq, 0.0) is not None]
+            items.sort(key=lambda it: (-it.hi, it.seq))  # equal scores: the oldest first
+            changed = False
+            i = 0
+            while i < len(items) and i < limit:
+                j, low = i + 1, items[i].lo
+                while j < len(items) and items[j].hi >= low:  # overlaps the run: order unknown
+                    low = min(low, items[j].lo)
+                    j += 1
+                for it in items[i:j]:
+                    if it.live and (it.exact or j == i + 1):
+                        continue
+                    text = text_of(it.seq)
+                    if text is None:  # deleted, or not in the caller's snapshot
+                        known[it.seq] = None
+                        changed = True
+                        continue
+                    it.live = True
+                    live.add(it.seq)
+                    if not it.exact and j > i + 1:
+                        it.lo = it.hi = self.score_text(text)
+                        it.exact = True
+                        known[it.seq] = it.lo
+                        changed = True
+                i = j
+            if not changed:
+                return items
+
+    def _ranked(
+        self,
+        searcher: tantivy.Searcher | None,
+        items: list[_Item],
+        limit: int,
+        text_of: Callable[[int], str | None],
+    ) -> Ranked:
+        """The first limit items as hits; a hit's exact score is computed only if it is read."""
+
+        def score_of(seq: int) -> float:
+            text = text_of(seq)
+            return self.score_text(text) if text is not None else 0.0
+
+        entries = [(it.lo if it.exact else None, it.seq, it.where) for it in items[:limit]]
+        return Ranked(searcher, [], entries=entries, score_of=score_of)
 
 
 class Ranked:
-    """A search's hits best first: their seqs, read from a column, and their event ids, each read
-    from the index's document store as it is reached."""
+    """A search's hits best first: their seqs, read from a column (or known, for the tail's), and
+    their event ids, each read from the index's document store as it is reached."""
 
-    def __init__(self, searcher: tantivy.Searcher | None, hits: list[tuple[Any, Any]]) -> None:
+    def __init__(
+        self,
+        searcher: tantivy.Searcher | None,
+        hits: list[tuple[Any, Any]],
+        *,
+        entries: list[tuple[float | None, int, Any]] | None = None,
+        score_of: Callable[[int], float] | None = None,
+    ) -> None:
         self.searcher = searcher
-        self.hits = hits
-        self.seqs: list[int] = []
-        if searcher is not None:
-            values = searcher.fast_field_values("seq", [addr for _score, addr in hits])
-            self.seqs = cast(list[int], values)  # every document has its seq
+        self.score_of = score_of  # a hit's score where the entry leaves it None
+        if entries is None:  # Tantivy's hits as they come: (score, address)
+            values: list[int] = []
+            if searcher is not None:
+                addrs = [addr for _score, addr in hits]
+                values = cast(list[int], searcher.fast_field_values("seq", addrs))
+            entries = [(float(sc), seq, addr) for (sc, addr), seq in zip(hits, values, strict=True)]
+            # Equal scores: the oldest event first, as Tantivy ranks them within one segment;
+            # across segments it goes by segment, and the fold's timing decides those.
+            entries.sort(key=lambda e: (-cast(float, e[0]), e[1]))
+        # (score or None, seq, the hit's address in the searcher, or its event id if the tail's)
+        self.entries = entries
+        self.seqs = [seq for _score, seq, _where in entries]
 
     def __len__(self) -> int:
-        return len(self.hits)
+        return len(self.entries)
 
     def __iter__(self) -> Iterator[tuple[str, float]]:
         """(event id, BM25 score) pairs."""
-        for score, addr in self.hits:
-            assert self.searcher is not None  # there are hits only with a searcher
+        for known, seq, where in self.entries:
+            if known is not None:
+                score = known
+            else:  # a committed hit whose order was certain without its exact score
+                assert self.score_of is not None  # there are None scores only with score_of
+                score = self.score_of(seq)
+            if isinstance(where, str):
+                yield where, score
+                continue
+            assert self.searcher is not None  # there are addresses only with a searcher
             # get_first: cheaper than doc(addr)["id"][0], which builds the whole document.
-            yield cast(str, self.searcher.doc(addr).get_first("id")), float(score)
+            yield cast(str, self.searcher.doc(where).get_first("id")), score

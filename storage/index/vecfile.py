@@ -11,7 +11,7 @@ hnswlib has no call that lists deleted labels, so the live ones are saved beside
 
 A purge copies the saved file and erases the purged vectors in the copy: cheaper than saving the
 whole in-memory index again (hnswlib holds the GIL while it writes, stalling every request of
-the process for as long as that takes). tests/test_purge.py checks the result against hnswlib.
+the process for as long as that takes). tests/storage/test_purge.py checks the result against hnswlib.
 """
 
 from __future__ import annotations

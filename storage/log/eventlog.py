@@ -15,9 +15,25 @@ import msgspec
 from storage import failpoints
 from storage.errors import DiskFull, EmbeddingMismatch, IdempotencyMismatch, MemspineError
 from storage.log import layout
-from storage.log.layout import DB_NAMES, SCHEMA_VERSION, SUPERSEDING, IdempotencyRecord, Tombstone
+from storage.log.layout import (
+    DB_NAMES,
+    LAST_WRITE,
+    LIVE_BYTES,
+    SCHEMA_VERSION,
+    SUPERSEDING,
+    IdempotencyRecord,
+    Tombstone,
+)
 from storage.log.reader import LogReader
-from storage.model import SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
+from storage.model import (
+    SOURCE_FROM,
+    SUPERSEDES,
+    AppendResult,
+    ItemRefused,
+    NewEvent,
+    Quota,
+    StoredEvent,
+)
 from storage.rwlock import RWLock
 from storage.space import disk_full
 
@@ -55,7 +71,7 @@ class EventLog:
                 f"the event log is in format {schema}, newer than this version reads "
                 f"({SCHEMA_VERSION}); open it with a newer memspine"
             )
-        if schema is None:  # a new log: one write (none on a full disk)
+        if schema is None or schema < SCHEMA_VERSION:  # new, or older: one write
             try:
                 log.write(lambda txn: log._initialise(txn, embedding_dim))
             except BaseException:
@@ -64,11 +80,18 @@ class EventLog:
         return log
 
     def _initialise(self, txn: lmdb.Transaction, embedding_dim: int) -> None:
-        """Record the schema, dimension and superseding flag (none yet) of a new log."""
-        if self.view(txn).meta_int(layout.SCHEMA) is None:
+        """Record the schema, dimension and superseding flag (none yet) of a new log, or bring
+        a log of an older schema to this one."""
+        schema = self.view(txn).meta_int(layout.SCHEMA)
+        if schema is None:
             self.put_meta_int(txn, layout.SCHEMA, SCHEMA_VERSION)
             self.put_meta_int(txn, layout.DIM, embedding_dim)
             self.put_meta_int(txn, SUPERSEDING, 0)
+            self.put_meta_int(txn, LIVE_BYTES, 0)
+        elif schema == 1:
+            # Version 2 keeps the bytes of the live records in the meta: count them once.
+            self.put_meta_int(txn, LIVE_BYTES, record_bytes(self.view(txn)))
+            self.put_meta_int(txn, layout.SCHEMA, SCHEMA_VERSION)
 
     def reopen(self) -> None:
         """Close and reopen the environment, once no transaction is active: after MDB_PANIC
@@ -175,9 +198,18 @@ class EventLog:
         with self.lock.exclusive():
             self.env.set_mapsize(self.env.info()["map_size"] * 2)
 
-    def append_batch(self, events: list[NewEvent]) -> list[AppendResult | MemspineError]:
+    def append_batch(
+        self, events: list[NewEvent], quota: Quota | None = None
+    ) -> list[AppendResult | MemspineError]:
         """Append events in one transaction; each gets its result or its own error."""
-        return self.write(lambda txn: self.appender(txn).append_all(events))
+
+        def apply(txn: lmdb.Transaction) -> list[AppendResult | MemspineError]:
+            appender = self.appender(txn)
+            results = appender.append_all(events, quota)
+            appender.finish()
+            return results
+
+        return self.write(apply)
 
     def appender(self, txn: lmdb.Transaction) -> Appender:
         """An appender for many events inside the write transaction txn."""
@@ -185,7 +217,10 @@ class EventLog:
 
     def append_one(self, txn: lmdb.Transaction, ev: NewEvent) -> AppendResult | MemspineError:
         """Write one event and its index entries, or return why it cannot be written."""
-        return Appender(self, txn).append(ev)
+        appender = Appender(self, txn)
+        result = appender.append(ev)
+        appender.finish()
+        return result
 
     def delete(self, event_ids: list[str]) -> list[str]:
         """Delete events with their links and index entries, leaving tombstones; returns the ids deleted."""
@@ -193,14 +228,27 @@ class EventLog:
 
     def delete_in(self, txn: lmdb.Transaction, event_ids: list[str]) -> list[str]:
         """Delete events inside a write transaction; returns the ids that existed."""
-        return [e for e in _dedupe(event_ids) if self._delete_one(txn, e)]
+        deleted: list[str] = []
+        freed = 0
+        for event_id in _dedupe(event_ids):
+            size = self._delete_one(txn, event_id)
+            if size is not None:
+                deleted.append(event_id)
+                freed += size
+        if deleted:  # a delete frees quota: the live bytes go down with the records
+            live = self.view(txn).meta_int(LIVE_BYTES) or 0
+            self.put_meta_int(txn, LIVE_BYTES, max(0, live - freed))
+            self.put_meta_int(txn, LAST_WRITE, time.time_ns() // 1000)
+        return deleted
 
-    def _delete_one(self, txn: lmdb.Transaction, event_id: str) -> bool:
-        """Remove one event everywhere but the tombstone list; False if it does not exist."""
+    def _delete_one(self, txn: lmdb.Transaction, event_id: str) -> int | None:
+        """Remove one event everywhere but the tombstone list; the bytes of its record, or None
+        if it does not exist."""
         r = LogReader(txn, self.dbs)
-        ev = r.get(event_id)
-        if ev is None:
-            return False
+        raw = r.record(event_id)
+        if raw is None:
+            return None
+        ev = layout.decode_event(raw)
         d = self.dbs
         raw_id = layout.id_bytes(event_id)
         # Number the delete before dropping the append op: were the append the newest op, the
@@ -221,7 +269,7 @@ class EventLog:
             _delete_prefix(txn, d["links_in"], layout.link_prefix(raw_id, rel))
         tomb = Tombstone(seq=ev.seq, deleted_at=time.time_ns() // 1000)
         txn.put(raw_id, layout.encode_tombstone(tomb), db=d["tombstones"])
-        return True
+        return len(raw)
 
     def _unlink_out(
         self, txn: lmdb.Transaction, r: LogReader, source: str, rel: str, raw_target: bytes
@@ -250,7 +298,9 @@ class Appender:
 
     # It numbers ops itself from the last seq it read, so every other write to the ops of txn
     # must go through it (`delete`). `written` keeps every record it wrote, in seq order: what
-    # the writer projects into the indexes without reading the log back.
+    # the writer projects into the indexes without reading the log back. It keeps the tenant's
+    # live events and bytes as it goes, so each append is held to a quota without a read, and
+    # writes the bytes and the last write's time to the meta once, in `finish`.
 
     def __init__(self, log: EventLog, txn: lmdb.Transaction) -> None:
         self.log = log
@@ -259,21 +309,71 @@ class Appender:
         self.dim = self.reader.meta_int(layout.DIM)
         self.model = self.reader.meta_str(layout.MODEL)
         self.last = self.reader.last_seq()  # the newest op in txn
+        self.events = self.reader.event_count()
+        self.bytes = self.reader.meta_int(LIVE_BYTES) or 0
         self.written: list[StoredEvent] = []
         self._random = b""  # random bytes for ids, drawn from the OS a few dozen ids at a time
+        self._unsaved = False  # events appended since the meta last had the live bytes
+        # What the tenant held in memory when its group commit started (a quota's max_memory):
+        # the indexes grow only once the commit is projected into them.
+        self.memory = 0
+
+    def finish(self) -> None:
+        """Write the live bytes and the time of the last write to the meta, if events were
+        appended since they were last written (call it before the transaction commits)."""
+        if self._unsaved:
+            self.log.put_meta_int(self.txn, LIVE_BYTES, self.bytes)
+            self.log.put_meta_int(self.txn, LAST_WRITE, time.time_ns() // 1000)
+            self._unsaved = False
 
     def delete(self, event_ids: list[str]) -> list[str]:
         """Delete events (EventLog.delete_in) in this appender's transaction."""
+        self.finish()  # delete_in counts the freed bytes from the meta's figure
         deleted = self.log.delete_in(self.txn, event_ids)
         self.last = self.reader.last_seq()
+        self.events = self.reader.event_count()
+        self.bytes = self.reader.meta_int(LIVE_BYTES) or 0
         return deleted
 
-    def append_all(self, events: list[NewEvent]) -> list[AppendResult | MemspineError]:
+    def append_all(
+        self, events: list[NewEvent], quota: Quota | None = None
+    ) -> list[AppendResult | MemspineError]:
         """Append each event in order; each gets its result or its own error."""
-        return [self.append(ev) for ev in events]
+        return [self.append(ev, quota) for ev in events]
 
-    def append(self, ev: NewEvent) -> AppendResult | MemspineError:
-        """Write one event and its index entries, or return why it cannot be written."""
+    def append_atomic(
+        self, events: list[NewEvent], quota: Quota | None = None
+    ) -> list[AppendResult] | ItemRefused:
+        """Append every event in order, or none of them: the first that cannot be written
+        (and why) undoes the others. Later events may link to earlier ones by id."""
+        # A nested transaction: aborting it leaves txn as it was, with the other jobs of the
+        # group commit in it; this appender's own counters move only once it commits.
+        child = self.log.env.begin(write=True, parent=self.txn)
+        results: list[AppendResult] = []
+        try:
+            sub = Appender(self.log, child)
+            sub._random = self._random
+            sub.bytes = self.bytes  # the meta's figure lags until finish: carry this one's
+            sub.memory = self.memory
+            for i, ev in enumerate(events):
+                result = sub.append(ev, quota)
+                if isinstance(result, MemspineError):
+                    child.abort()
+                    return ItemRefused(i, result)
+                results.append(result)
+        except BaseException:
+            child.abort()
+            raise
+        child.commit()
+        self.last, self.model, self.events, self.bytes = sub.last, sub.model, sub.events, sub.bytes
+        self._unsaved = self._unsaved or sub._unsaved
+        self.written += sub.written
+        self._random = sub._random
+        return results
+
+    def append(self, ev: NewEvent, quota: Quota | None = None) -> AppendResult | MemspineError:
+        """Write one event and its index entries, or return why it cannot be written (an
+        Idempotency-Key's other body, an embedding of another length or model, the quota)."""
         txn, d, r = self.txn, self.log.dbs, self.reader
         if ev.event_id is None:
             raw_id = self._random_id()
@@ -325,13 +425,25 @@ class Appender:
             valid_from=ev.valid_from,
             valid_until=ev.valid_until,
         )
-        txn.put(raw_id, layout.encode_event(record), db=d["events"])
+        encoded = layout.encode_event(record)
+        events, size = self.events + 1, self.bytes + len(encoded)
+        if quota is not None:
+            refused = quota.refusal(events, size, self.memory)
+            if refused is not None:
+                return refused
+        # Nothing can refuse the event from here on: the tenant's model is recorded with it.
+        if ev.embedding_model is not None and self.model is None:
+            self.txn.put(layout.meta_key(layout.MODEL), ev.embedding_model.encode(), db=d["meta"])
+            self.model = ev.embedding_model
+        txn.put(raw_id, encoded, db=d["events"])
         # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
         # this appender's back, and numbering on would overwrite or reorder ops.
         op = layout.op_value(layout.OP_APPEND, raw_id)
         if not txn.put(layout.op_key(seq), op, db=d["ops"], append=True):
             raise RuntimeError(f"op {seq} is not past the newest op: ops written outside it")
         self.last = seq
+        self.events, self.bytes = events, size
+        self._unsaved = True
         for name, key in layout.index_keys(record):
             txn.put(key, b"", db=d[name])
         if supersedes:
@@ -365,18 +477,37 @@ class Appender:
                 return EmbeddingMismatch(
                     f"embedding has {len(ev.embedding)} values; this tenant's vectors have {dim}"
                 )
-        if ev.embedding_model is not None:
-            known = self.model
-            if known is None:
-                model = ev.embedding_model.encode()
-                self.txn.put(layout.meta_key(layout.MODEL), model, db=self.log.dbs["meta"])
-                self.model = ev.embedding_model
-            elif known != ev.embedding_model:
-                return EmbeddingMismatch(
-                    f"this tenant's embeddings come from '{known}'; "
-                    "vectors from another model cannot be mixed with them"
-                )
+        known = self.model
+        if ev.embedding_model is not None and known is not None and known != ev.embedding_model:
+            return EmbeddingMismatch(
+                f"this tenant's embeddings come from '{known}'; "
+                "vectors from another model cannot be mixed with them"
+            )
         return None
+
+
+def record_bytes(r: LogReader) -> int:
+    """The bytes of every live event's record, counted by a scan (what LIVE_BYTES keeps)."""
+    cursor = r.txn.cursor(db=r.dbs["events"])
+    return sum(len(value) for value in cursor.iternext(keys=False, values=True))
+
+
+@contextmanager
+def read_only(path: Path) -> Iterator[LogReader]:
+    """One read snapshot of the log at path without opening it for writes (a closed tenant's
+    figures); FileNotFoundError if there is no log. The caller keeps this process from opening
+    the same log meanwhile (LMDB allows one environment per file and process)."""
+    if not (path / "data.mdb").is_file():
+        raise FileNotFoundError(path)
+    env = lmdb.open(
+        str(path), readonly=True, max_dbs=len(DB_NAMES) + 1, readahead=False, create=False
+    )
+    try:
+        with env.begin(buffers=False) as txn:
+            dbs = {name: env.open_db(name.encode(), txn=txn, create=False) for name in DB_NAMES}
+            yield LogReader(txn, dbs)
+    finally:
+        env.close()
 
 
 def _open_env(path: Path, map_size: int) -> lmdb.Environment:

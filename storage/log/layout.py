@@ -24,7 +24,9 @@ import msgspec
 
 from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 
-SCHEMA_VERSION = 1
+# 2: the meta names LIVE_BYTES and LAST_WRITE (a log of version 1 gets them on its first open,
+# storage/log/eventlog.py).
+SCHEMA_VERSION = 2
 
 # -- the named databases ----------------------------------------------------------------------
 
@@ -52,7 +54,12 @@ VECTOR_SEQ = "vector_seq"  # the last op the saved vector file covers
 # is 0 no event is superseded, and reads skip the supersession probe of each hit. Absent: not
 # known, so reads probe.
 SUPERSEDING = "superseding"
-META_NAMES = (SCHEMA, DIM, MODEL, KEYWORD_SEQ, VECTOR_SEQ, SUPERSEDING)
+# The bytes of every live event's record in "events", kept in the transaction of each append and
+# delete: what a tenant's max_bytes quota counts, read without a scan. (The number of live events
+# needs no counter: LMDB keeps each database's entry count.)
+LIVE_BYTES = "live_bytes"
+LAST_WRITE = "last_write"  # microseconds since the epoch of the last append or delete
+META_NAMES = (SCHEMA, DIM, MODEL, KEYWORD_SEQ, VECTOR_SEQ, SUPERSEDING, LIVE_BYTES, LAST_WRITE)
 
 
 def meta_key(name: str) -> bytes:

@@ -175,6 +175,10 @@ class LogReader:
             pages += st["branch_pages"] + st["leaf_pages"] + st["overflow_pages"]
         return pages, psize
 
+    def event_count(self) -> int:
+        """How many live events the snapshot holds (LMDB counts each database's entries)."""
+        return int(self.txn.stat(self.dbs["events"])["entries"])
+
     def tombstone_count(self) -> int:
         """How many deleted events await a purge."""
         return int(self.txn.stat(self.dbs["tombstones"])["entries"])

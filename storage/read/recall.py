@@ -118,6 +118,7 @@ class Admission:
         self.withheld: dict[str, str] = {}  # event id -> SUPERSEDED, EXPIRED or NOT_YET_VALID
         self._wanted = {name: layout.value_bytes(v) for name, v in q.filters.items()}
         self._by_label: dict[int, StoredEvent | None] = {}
+        self._light: dict[int, StoredEvent | None] = {}
 
     def admit(self, ev: StoredEvent | None, *, window: bool = True) -> bool:
         """Whether an event may rank (superseded ones may: recall substitutes their heads);
@@ -145,10 +146,21 @@ class Admission:
     def event_for_label(self, label: int) -> StoredEvent | None:
         """The event behind a vector label if it passes all but the window (read light)."""
         if label not in self._by_label:
-            raw_id = self.r.raw_id_for_seq(label)  # bytes all the way: no id string to parse
-            ev = self.r.get_light_raw(raw_id) if raw_id is not None else None
+            ev = self.light_for_label(label)
             self._by_label[label] = ev if self.admit(ev, window=False) else None
         return self._by_label[label]
+
+    def light_for_label(self, label: int) -> StoredEvent | None:
+        """The live event behind a label (an appending op's seq) in this snapshot, read light."""
+        if label not in self._light:
+            raw_id = self.r.raw_id_for_seq(label)  # bytes all the way: no id string to parse
+            self._light[label] = self.r.get_light_raw(raw_id) if raw_id is not None else None
+        return self._light[label]
+
+    def text_for_label(self, label: int) -> str | None:
+        """The text of that event, None if the snapshot holds no live event there."""
+        ev = self.light_for_label(label)
+        return None if ev is None else ev.text
 
     def withheld_counts(self) -> Withheld | None:
         """The withheld events by reason, None if there are none."""
@@ -189,7 +201,9 @@ def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEven
         kind = None  # the chokepoint checks it on each hit
     limit = depth * 2
     while True:
-        found = kw.ranked(adm.q.text, limit=limit, kind=kind, filters=adm.q.filters)
+        found = kw.ranked(
+            adm.q.text, limit=limit, kind=kind, filters=adm.q.filters, text_of=adm.text_for_label
+        )
         # Hits reach their events by seq, as vector labels do: one read of an event both arms find.
         ranked = _first(adm, map(adm.event_for_label, found.seqs), depth)
         if len(ranked) >= depth or len(found) < limit:

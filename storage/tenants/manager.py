@@ -337,6 +337,7 @@ class TenantManager:
             tenant = Tenant.open(
                 slot.tenant_id, self.path_of(slot.tenant_id), embedding_dim=self.embedding_dim
             )
+            tenant.measure_memory = tenant_bytes
             seconds = time.perf_counter() - started
         except BaseException as exc:
             with self._cond:
@@ -554,6 +555,50 @@ class TenantManager:
                 with self._cond:
                     self._forget(slot)
             yield
+        finally:
+            with self._cond:
+                del self._closing[tenant_id]
+                self._outside -= 1
+                self._cond.notify_all()
+            gate.set_result(None)
+
+    @contextmanager
+    def inspect(self, tenant_id: str) -> Iterator[Tenant | None]:
+        """Blocking: the tenant if it is open (held as a request is), else None while its files
+        are kept closed for the caller to read them; it is never opened for this.
+
+        A request that arrives meanwhile waits for the block to end, as behind a close, so the
+        caller may open the log read-only without a second environment of it in this process.
+        """
+        gate: Future[None] | None = None
+        lease: Lease | None = None
+        with self._cond:
+            while True:
+                if self._shut:
+                    raise _unavailable(SHUT)
+                slot = self._slots.get(tenant_id)
+                if slot is not None:
+                    slot.in_flight += 1
+                    self._slots.move_to_end(tenant_id)
+                    lease = Lease(self, slot)
+                    break
+                prior = self._closing.get(tenant_id)
+                if prior is None:
+                    gate = Future()
+                    self._closing[tenant_id] = gate
+                    self._outside += 1
+                    break
+                # The lambda runs within this pass only: it is done with `prior` before the next.
+                self._cond.wait_for(lambda: self._closing.get(tenant_id) is not prior)  # noqa: B023
+        if lease is not None:
+            try:
+                yield lease.wait()
+            finally:
+                lease.release()
+            return
+        assert gate is not None
+        try:
+            yield None
         finally:
             with self._cond:
                 del self._closing[tenant_id]

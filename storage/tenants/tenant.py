@@ -16,16 +16,17 @@ from storage.cypher import CypherResult, Limits
 from storage.cypher import run as run_cypher
 from storage.erasure.purge import PurgeGate, PurgeStats
 from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recover
-from storage.errors import Conflict, DiskFull
+from storage.errors import Conflict, DiskFull, MemspineError
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
-from storage.model import NewEvent, StoredEvent
+from storage.model import NewEvent, Quota, QuotaSource, StoredEvent, current_quota
 from storage.read.cascade import derived_closure, would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import RecallQuery, RecallResult, recall, validate
 from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
+from storage.tenants.usage import TenantUsage, usage_of
 from storage.tenants.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
@@ -35,9 +36,12 @@ IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry
 
 
 class AppendJob(msgspec.Struct, frozen=True):
-    """Events to append in one batch."""
+    """Events to append in one batch, held to a quota (or to what a QuotaSource gives when the
+    group commit starts); atomic: all of them or none."""
 
     events: list[NewEvent]
+    quota: Quota | QuotaSource | None = None
+    atomic: bool = False
 
 
 class DeleteJob(msgspec.Struct, frozen=True):
@@ -81,6 +85,10 @@ class Tenant:
         self._in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
         self._keys_lock = threading.Lock()
         self.on_batch: Callable[[int], None] | None = None
+        # What the tenant holds in memory, for a quota's max_memory and its usage: set by the
+        # manager that counts it (storage/tenants/footprint.py's tenant_bytes). A function of
+        # the tenant, not a closure over it: a closed tenant is freed without a collection.
+        self.measure_memory: Callable[[Tenant], int] | None = None
         self._purges = PurgeGate()
         self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
 
@@ -227,11 +235,26 @@ class Tenant:
         """Vectors acknowledged (searched exactly) but not yet in the HNSW graph."""
         return self.vectors.pending()
 
+    def usage(self) -> TenantUsage:
+        """What the tenant uses now: events, bytes by part, vectors, vector space, last write,
+        memory (when measure_memory is set)."""
+        memory = self.measure_memory(self) if self.measure_memory is not None else None
+        with self.log.reader() as r:
+            return usage_of(
+                r,
+                self.root,
+                is_open=True,
+                graph=len(self.vectors.live),
+                pending=self.vectors.pending(),
+                dim=self.dim,
+                memory=memory,
+            )
+
     def reads_start_at_once(self) -> bool:
-        """Whether a read would start without waiting: the keyword index has nothing to fold, and
-        neither the log nor the vector index is held exclusive (a hint)."""
+        """Whether a read would start without waiting: the keyword index would not wait for its
+        fold, and neither the log nor the vector index is held exclusive (a hint)."""
         locks = (self.log.lock, self.vectors.lock)
-        return self.keyword.settled() and all(lock.uncontended() for lock in locks)
+        return self.keyword.searches_at_once() and all(lock.uncontended() for lock in locks)
 
     def save_vectors(self) -> None:
         """Persist the vector index (tail included) and record the seq it covers."""
@@ -251,8 +274,19 @@ class Tenant:
 
     # -- writes -----------------------------------------------------------------
 
-    def submit_append(self, events: list[NewEvent]) -> Future[Any]:
-        """Queue events for the next group commit; resolves to a list of results or errors.
+    def submit_append(
+        self,
+        events: list[NewEvent],
+        *,
+        quota: Quota | QuotaSource | None = None,
+        atomic: bool = False,
+    ) -> Future[Any]:
+        """Queue events for the next group commit; resolves to a list of results or errors,
+        each event held to `quota` (its max_events and max_bytes, counted with every event
+        committed before it; a QuotaSource is asked when the group commit starts, so a limit
+        changed before then holds). With atomic, all of them are written or none: the future
+        then resolves to the list of results, to the ItemRefused of the first that could not
+        be, or to the error that kept the quota from being known.
 
         Conflict (409) at once if an event's Idempotency-Key (its event_id) is still being
         written by an earlier call: the twin would race it for the id, and be answered before
@@ -262,7 +296,7 @@ class Tenant:
         if keys:
             self._hold_keys(keys)
         try:
-            future = self.writer.submit(AppendJob(events))
+            future = self.writer.submit(AppendJob(events, quota, atomic))
         except BaseException:
             self._release_keys(keys)
             raise
@@ -340,17 +374,36 @@ class Tenant:
                 for e in job.payload.event_ids
             )
 
+        # Outside the transaction: asking a control plane for a tenant's limits may take a
+        # round trip, which must not hold the log's writer.
+        quotas = [
+            current_quota(job.payload.quota) if isinstance(job.payload, AppendJob) else None
+            for job in jobs
+        ]
+
+        memory = 0
+        measure = self.measure_memory
+        if measure is not None and any(isinstance(q, Quota) and q.max_memory for q in quotas):
+            memory = measure(self)
+
         def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
             # Runs again from the start if the map had to grow, with a fresh appender.
             appender = self.log.appender(txn)
+            appender.memory = memory
             start = appender.last
             results: list[Any] = []
-            for job in jobs:
+            for job, quota in zip(jobs, quotas, strict=True):
                 p = job.payload
-                if isinstance(p, AppendJob):
-                    results.append(appender.append_all(p.events))
+                if isinstance(quota, MemspineError):  # its limits unknown: nothing written
+                    assert isinstance(p, AppendJob)
+                    results.append(quota if p.atomic else [quota] * len(p.events))
+                elif isinstance(p, AppendJob) and p.atomic:
+                    results.append(appender.append_atomic(p.events, quota))
+                elif isinstance(p, AppendJob):
+                    results.append(appender.append_all(p.events, quota))
                 else:
                     results.append(appender.delete(p.event_ids))
+            appender.finish()
             # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
             self.log.put_meta_int(txn, layout.KEYWORD_SEQ, kw_seq)
             return results, start, appender.written

@@ -126,7 +126,9 @@ def test_seed_first_session_keys_and_isolation(issued: Issued) -> None:
     assert uuid.UUID(tenant).version == 4
 
     agent_key = issued.key(tenant, "support-agent")
-    assert set(agent_key) == {"key_id", "api_key", "tenant_id", "name", "scopes", "expires_at"}
+    assert set(agent_key) == {
+        "key_id", "api_key", "tenant_id", "name", "scopes", "expires_at", "requests_per_minute",
+    }  # fmt: skip
     assert agent_key["scopes"] == ["read", "write"] and agent_key["expires_at"] is None
     assert agent_key["tenant_id"] == tenant and agent_key["name"] == "support-agent"
     assert keys.parse_token(agent_key["api_key"]).key_id == agent_key["key_id"]  # type: ignore[union-attr]
@@ -304,7 +306,7 @@ def test_listings_and_audit_leak_nothing_and_record_every_change(issued: Issued)
         for k in r.json()["keys"]:
             assert set(k) == {
                 "key_id", "prefix", "tenant_id", "name", "scopes",
-                "created_at", "expires_at", "revoked_at", "status",
+                "created_at", "expires_at", "revoked_at", "status", "requests_per_minute",
             }  # fmt: skip
     mine = issued.admin.get("/v1/admin/keys", params={"tenant_id": tenant}).json()["keys"]
     assert [(k["name"], k["status"]) for k in mine] == [("writer", "active"), ("reader", "revoked")]

@@ -421,7 +421,14 @@ CLIENT_CALLS: dict[str, Any] = {
     "revoke_key": lambda: r.revoke_key("abc"),
     "audit": lambda: r.audit(limit=1, cursor="c", tenant_id=ID),
 }
-NOT_IN_THE_CLIENT = {"metrics": "Prometheus text, for a scraper"}
+NOT_IN_THE_CLIENT = {
+    "metrics": "Prometheus text, for a scraper",
+    # Batch append and a tenant's record, usage and limits (memspine/routes/memory.py,
+    # memspine/routes/admin.py): not in the client yet.
+    "append_events": "not wrapped yet",
+    "get_tenant": "not wrapped yet",
+    "set_tenant_limits": "not wrapped yet",
+}
 
 
 def test_every_route_of_the_server_has_a_client_call_that_sends_only_what_it_takes() -> None:

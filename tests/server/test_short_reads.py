@@ -83,7 +83,9 @@ def test_a_short_read_beside_another_request_takes_a_thread(engine: Engine) -> N
     assert short == "read" and slow_ran_on == "read"
 
 
-def test_a_short_read_waiting_for_the_keyword_fold_takes_a_thread(engine: Engine) -> None:
+def test_a_short_read_does_not_wait_for_the_keyword_fold(engine: Engine) -> None:
+    """A recall searches what the fold has not committed beside the index: no wait, so no thread."""
+
     async def main() -> tuple[bool, str]:
         await _append(engine, "parcel signed for")
         await _settle(engine)
@@ -94,7 +96,7 @@ def test_a_short_read_waiting_for_the_keyword_fold_takes_a_thread(engine: Engine
 
     settled, ran_on = asyncio.run(main())
     assert not settled
-    assert ran_on == "read"
+    assert ran_on == "MainThread"
 
 
 def test_recall_answers_alike_on_the_loop_and_on_a_thread(engine: Engine) -> None:

@@ -14,9 +14,10 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[2]
 # What memspine_admin may import of storage: the error hierarchy its commands and the verifier
-# answer with, and the durable file writes of its control database. The rest of storage is the
+# answer with, the durable file writes of its control database, and a tenant's figures read
+# from its files (storage.tenants.usage, for `tenant show`). The rest of storage is the
 # server's (memspine) to use; test_storage_layers.py lists what memspine itself may import.
-STORAGE_PUBLIC = ("storage.errors", "storage.fsync")
+STORAGE_PUBLIC = ("storage.errors", "storage.fsync", "storage.tenants.usage")
 STORAGE_FORBIDDEN = ("litestar", "memspine", "memspine_admin")
 # What memspine/client may import beyond the standard library: its HTTP stack and decoder, and
 # the package's version string (memspine/__init__.py imports only importlib.metadata).

@@ -18,6 +18,7 @@ from storage.model import SOURCE_FROM, SUPERSEDES, NewEvent, StoredEvent
 # version, and its fingerprint is added here; a recorded one is never edited.
 RECORDED = {
     1: "49ff625c7290d189b16ace7148b01b1a0089e944568fed4ed9a7363791ecef59",
+    2: "0f9ff70254260522fb9a681f47be9a29199b67782d8f98a38c0c9ab95837712a",
 }
 
 ID = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b6c8a1f"
@@ -125,4 +126,44 @@ def test_a_log_of_a_newer_format_is_refused_and_left_as_it_is(tmp_path: Path) ->
     log = EventLog.open(path, embedding_dim=4)
     with log.reader() as r:
         assert [e.text for e in r.newest_first(None, None, None)] == ["kept"]
+    log.close()
+
+
+def test_a_log_of_schema_1_gets_its_live_bytes_counted_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    log = EventLog.open(path, embedding_dim=4)
+    results = log.append_batch(
+        [
+            NewEvent(
+                kind="note",
+                ts=1_800_000_000_000_000 + i,
+                text=f"event {i}",
+                embedding=[0.1 * i, 0.2, 0.3, 0.4],
+                properties_raw=b'{"n":1}',
+            )
+            for i in range(5)
+        ]
+    )
+    log.delete([results[0].event_id])  # type: ignore[union-attr]
+    with log.reader() as r:
+        counted = sum(len(r.record(e.event_id) or b"") for e in r.newest_first(None, None, None))
+        assert r.meta_int(layout.LIVE_BYTES) == counted
+    log.close()
+    # What version 1 wrote: no counter of live bytes, no last write.
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        txn.put(layout.meta_key(layout.SCHEMA), layout.u64(1), db=meta)
+        txn.delete(layout.meta_key(layout.LIVE_BYTES), db=meta)
+        txn.delete(layout.meta_key(layout.LAST_WRITE), db=meta)
+    env.close()
+    log = EventLog.open(path, embedding_dim=4)
+    assert log.meta_int(layout.SCHEMA) == layout.SCHEMA_VERSION
+    assert log.meta_int(layout.LIVE_BYTES) == counted > 0
+    # From here the counter moves with each write as it would have from the start.
+    log.append_batch([NewEvent(kind="note", ts=1_800_000_000_000_009, text="after")])
+    with log.reader() as r:
+        now = sum(len(r.record(e.event_id) or b"") for e in r.newest_first(None, None, None))
+        assert r.meta_int(layout.LIVE_BYTES) == now > counted
+        assert r.meta_int(layout.LAST_WRITE) is not None
     log.close()

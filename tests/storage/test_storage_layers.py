@@ -170,6 +170,7 @@ PUBLIC = {
     "storage.tenants.tenant",
     "storage.tenants.manager",
     "storage.tenants.footprint",
+    "storage.tenants.usage",
     "storage.cypher",
     "storage.embedders",
 }
