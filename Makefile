@@ -40,14 +40,18 @@ browser:
 # caching off (PYTHONDONTWRITEBYTECODE) each would compile memspine and storage from source
 # again, and pytest would rewrite every test module again on each run.
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovider
-# In process and CPU-bound: one pytest-xdist worker per core. The rest (tests/e2e, and any test
-# file not yet in the layout) runs alone: its bounds on time (floods, timeouts, another tenant's
-# latency) assume the machine is not also running the rest of the suite.
+# In process and CPU-bound: one pytest-xdist worker per core. tests/e2e but its `timing` files
+# on as many workers, a file to a worker (its module-scoped servers start once): those tests
+# wait on processes, sockets and sleeps more than on the CPU. Last, alone, every test marked
+# `timing` (floods, timeouts, another tenant's latency: bounds that assume the machine is not
+# also running the rest of the suite) and any test file not yet in the layout (tests/conftest.py
+# marks those `timing`).
 IN_PROCESS := tests/storage tests/server
 
 test: $(STAMP) system-packages browser lint typecheck
 	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
-	$(PYTEST) -m "not cluster" tests $(addprefix --ignore=,$(IN_PROCESS))
+	$(PYTEST) -m "not cluster and not timing" -n auto --dist loadfile tests/e2e
+	$(PYTEST) -m "not cluster and timing" tests $(addprefix --ignore=,$(IN_PROCESS))
 
 test-fast: $(STAMP)
 	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)

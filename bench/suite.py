@@ -8,11 +8,12 @@ shared), the number of tests, and the sum of the per-test durations overall, per
 layout (tests/storage, tests/server, tests/e2e) and for the slowest files. The sum of durations
 and the CPU time move less with the machine's load than the wall time does.
 
-`--split` runs pytest as `make test` does: tests/storage and tests/server on one
-pytest-xdist worker per core, then the rest alone. `--tree DIR` measures another checkout (say
-`git archive main | tar -x -C DIR`, whose `make test` ran one serial pytest) with this
-checkout's virtualenv: DIR goes first on PYTHONPATH, so its packages, tests and the servers
-they start are DIR's own. `--quick` runs tests/storage only.
+`--split` runs pytest as the measured checkout's `make test` does: each pytest command that
+`make -n test` prints there (e.g. tests/storage and tests/server on one pytest-xdist worker per
+core, then tests/e2e on as many, then the `timing` tests alone), in order, each a step, with
+its own arguments. `--tree DIR` measures another checkout (say `git archive main | tar -x -C
+DIR`) with this checkout's virtualenv: DIR goes first on PYTHONPATH, so its packages, tests and
+the servers they start are DIR's own. `--quick` runs tests/storage only.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import argparse
 import json
 import os
 import resource
+import shlex
 import subprocess
 import sys
 import tempfile
@@ -56,6 +58,33 @@ def timed(cmd: list[str], tree: Path, env: dict[str, str], log: Path) -> dict[st
         "cpu_s": round(children_cpu() - cpu0, 1),
         "rc": rc,
     }
+
+
+def make_test_runs(tree: Path) -> list[list[str]]:
+    """The arguments of each pytest command `make test` runs in `tree`, from `make -n test`."""
+    printed = subprocess.run(
+        ["make", "-n", "-s", "-C", str(tree), "test", f"VENV={VENV_BIN.parent}"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    runs = []
+    for line in printed.splitlines():
+        words = shlex.split(line)
+        at = next((i for i, w in enumerate(words) if Path(w).name == "pytest"), None)
+        if at is None:
+            continue
+        run = words[at + 1 :]
+        # make test's own -q and -p no:cacheprovider: main() gives every pytest those
+        for i in range(len(run) - 1, -1, -1):
+            if run[i] == "-q":
+                del run[i]
+            elif run[i : i + 2] == ["-p", "no:cacheprovider"]:
+                del run[i : i + 2]
+        runs.append(run)
+    if not runs:
+        raise SystemExit(f"`make -n test` in {tree} runs no pytest")
+    return runs
 
 
 def part(classname: str) -> tuple[str, str]:
@@ -98,8 +127,12 @@ def main() -> None:
     ap.add_argument("--tree", type=Path, default=REPO, help="the checkout to measure")
     ap.add_argument("--paths", nargs="*", default=None, help="pytest paths (default: all)")
     ap.add_argument("--no-lint", action="store_true", help="skip ruff and mypy")
-    ap.add_argument("--split", action="store_true", help="as make test: in process on xdist")
-    ap.add_argument("--markers", default="not cluster", help="pytest -m (make test's default)")
+    ap.add_argument(
+        "--split", action="store_true", help="each pytest command of the tree's make test"
+    )
+    ap.add_argument(
+        "--markers", default="not cluster", help="pytest -m (make test's default; not with --split)"
+    )
     ap.add_argument(
         "--env-as-is",
         action="store_true",
@@ -125,11 +158,10 @@ def main() -> None:
             timed([str(VENV_BIN / "ruff"), "check", *packages, "tests", "bench"], tree, env, log)
         )
         steps.append(timed([str(VENV_BIN / "mypy"), *packages], tree, env, log))
-    pytest = [str(VENV_BIN / "pytest"), "-q", "-p", "no:cacheprovider", "-m", args.markers]
-    runs = [paths]
+    pytest = [str(VENV_BIN / "pytest"), "-q", "-p", "no:cacheprovider"]
+    runs = [["-m", args.markers, *paths]]
     if args.split:
-        in_process = ["tests/storage", "tests/server"]
-        runs = [["-n", "auto", *in_process], ["tests", *(f"--ignore={p}" for p in in_process)]]
+        runs = make_test_runs(tree)
     junits = []
     for i, run in enumerate(runs):
         junits.append(work / f"junit{i}.xml")

@@ -17,6 +17,20 @@ from servers import REPO, ServerProcess, free_port  # noqa: F401  (re-exported f
 
 from storage.tenants.tenant import Tenant
 
+LAYOUT = ("storage", "server", "e2e")
+TESTS = Path(__file__).resolve().parent
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """A test file not yet in the layout may bound time as tests/e2e's `timing` files do: it
+    runs alone with them (make test)."""
+    for item in items:
+        path = item.path.resolve()
+        where = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
+        if len(where) < 2 or where[0] not in LAYOUT:
+            item.add_marker(pytest.mark.timing)
+
 
 @pytest.fixture
 def start_server(tmp_path: Path) -> Iterator[Any]:

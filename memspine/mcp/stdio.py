@@ -7,20 +7,21 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import anyio
 import msgspec
-from mcp.server.stdio import stdio_server
 
 from memspine.client import AsyncMemspine
 from memspine.config import Settings
-from memspine.engine import Engine
-from memspine.mcp.backend import EngineBackend
 from memspine.mcp.remote import Refused, RemoteBackend
-from memspine.mcp.server import Caller, build_server, fixed, principal_of
-from memspine.purger import Purger
 from memspine_admin.verifier import Principal
 from storage.errors import Unavailable
+
+# The MCP SDK and the engine load where they are used: `memspine mcp --url` that cannot reach
+# its server says so without them.
+if TYPE_CHECKING:
+    from memspine.mcp.server import Caller
 
 log = logging.getLogger("memspine.mcp")
 # The bridge asks the server who the key is before it serves: bounded, so a wrong address
@@ -30,6 +31,10 @@ FIRST_ANSWER_SECS = 10.0
 
 async def serve(caller: Caller) -> None:
     """Serve the tools for this caller over the process's stdin and stdout until stdin closes."""
+    from mcp.server.stdio import stdio_server
+
+    from memspine.mcp.server import build_server, fixed
+
     server = build_server(fixed(caller))
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
@@ -37,6 +42,11 @@ async def serve(caller: Caller) -> None:
 
 async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool = False) -> None:
     """Open the data directory in this process and serve one tenant (both scopes unless read_only)."""
+    from memspine.engine import Engine
+    from memspine.mcp.backend import EngineBackend
+    from memspine.mcp.server import Caller
+    from memspine.purger import Purger
+
     engine = Engine(settings)
     scopes = ("read",) if read_only else ("read", "write")
     principal = Principal(tenant_id=tenant_id, key_id="embedded", scopes=scopes)
@@ -60,9 +70,10 @@ async def serve_remote(url: str, api_key: str) -> None:
     """Serve the tenant of api_key on the server at url; the key's scopes decide the tools shown."""
     async with AsyncMemspine(url, api_key) as client:
         backend = RemoteBackend(client)
+        who: dict[str, Any] | None = None
         try:
             with anyio.fail_after(FIRST_ANSWER_SECS):
-                principal = principal_of(await backend.whoami())
+                who = await backend.whoami()
         except TimeoutError:
             raise Unavailable(
                 f"no answer from {url} within {FIRST_ANSWER_SECS:.0f} s; is memspine-server running there?"
@@ -70,7 +81,11 @@ async def serve_remote(url: str, api_key: str) -> None:
         except Refused as refused:
             if refused.code != "not_found":
                 raise
-            # A server without /v1/whoami: show every tool, the server still refuses.
+        from memspine.mcp.server import Caller, principal_of
+
+        if who is not None:
+            principal = principal_of(who)
+        else:  # a server without /v1/whoami: show every tool, the server still refuses
             principal = Principal(tenant_id="?", key_id="?", scopes=("read", "write"))
         log.info(
             "memspine mcp: %s as key %s, scopes %s",

@@ -35,6 +35,9 @@ from storage.errors import TooManyRequests, Unauthorized
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
 
+# Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
+pytestmark = pytest.mark.timing
+
 ADMIN_KEY = "fairness-admin-key-41c9d2"
 FLOOD_CONNECTIONS = 100
 # One argon2id run of the default profile takes 0.25 s on an idle 2-core machine and up to

@@ -22,6 +22,9 @@ from servers import REPO, ServerProcess, free_port
 
 from memspine_admin.pgserver import PrivatePostgres
 
+# Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
+pytestmark = pytest.mark.timing
+
 ADMIN_KEY = "admin-key-for-the-nodes-test"
 UNAUTHORIZED = {"error": "unauthorized", "detail": "invalid or expired api key"}
 
@@ -48,9 +51,11 @@ class Nodes:
             )
             for name in ("a", "b")
         }
-        for server in self.servers.values():
+        for server in self.servers.values():  # side by side: each applies the migrations or waits
             (root / server.data_dir.name).mkdir(parents=True, exist_ok=True)
-            server.start()
+            server.launch()
+        for server in self.servers.values():
+            server.ready()
         self.admin = {n: s.client(ADMIN_KEY) for n, s in self.servers.items()}
 
     def key(self, via: str = "a") -> dict[str, Any]:

@@ -25,6 +25,9 @@ from servers import ServerProcess
 
 from memspine.jsonbounds import NESTING_DETAIL
 
+# Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
+pytestmark = pytest.mark.timing
+
 TIMEOUT_MS = 1000
 BOUND_S = TIMEOUT_MS / 1000 + 0.1  # the time limit plus at most 100 ms
 

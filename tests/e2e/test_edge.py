@@ -29,6 +29,9 @@ from memspine.config import Settings
 from memspine.edge import Edge
 from memspine.jsonbounds import MAX_NESTING, max_depth, nesting_exceeds
 
+# Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
+pytestmark = pytest.mark.timing
+
 TENANT = "edge-tenant"
 HEADER_TIMEOUT = 1.5
 BODY_TIMEOUT = 1.5

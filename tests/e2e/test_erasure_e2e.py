@@ -4,6 +4,7 @@ killed with SIGKILL: a server in the middle of one, and a purge process at each 
 from __future__ import annotations
 
 import contextlib
+import os
 import random
 import shutil
 import signal
@@ -11,6 +12,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -222,22 +224,34 @@ def test_a_server_killed_during_a_purge_restarts_on_whole_files(
 
 # -- kill -9 during a purge --------------------------------------------------------------------
 
-KILL_SCRIPT = """
+# One process that has imported storage forks a purge per kill (as tests/e2e/test_erasure_kills.py
+# does): the child opens the tenant, says "go <pid>" and purges, killing itself with SIGKILL at
+# the named step ("-": none, the test kills it after a delay); the fork server then says whether
+# it was killed.
+FORK_SERVER = """
 import os, signal, sys
 from pathlib import Path
 from storage.tenants.tenant import Tenant
 
-root, at = Path(sys.argv[1]), sys.argv[2]
-t = Tenant.open("t1", root, embedding_dim=int(sys.argv[3]))
+dim = int(sys.argv[1])
+print("ready", flush=True)
+for line in sys.stdin:
+    root, at = line.split()
+    pid = os.fork()
+    if pid == 0:
+        t = Tenant.open("t1", Path(root), embedding_dim=dim)
 
-def step(name):
-    if name == at:
-        os.kill(os.getpid(), signal.SIGKILL)
+        def step(name):
+            if name == at:
+                os.kill(os.getpid(), signal.SIGKILL)
 
-print("go", flush=True)
-t.purge(step)
-print("done", flush=True)
-t.close()
+        print("go", os.getpid(), flush=True)
+        t.purge(step)
+        t.close()
+        os._exit(0)
+    _pid, status = os.waitpid(pid, 0)
+    killed = os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGKILL
+    print("killed" if killed else "ended", flush=True)
 """
 COMMIT_AND_AFTER = ["committed", *ROLL_STEPS, "cleaned"]
 KILL_POINTS = ["stage", "copied", "indexed", "synced", "vectors", "fsynced", *COMMIT_AND_AFTER]
@@ -269,22 +283,53 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     return Template(root=root, live=live, gone=gone, patterns=patterns)
 
 
-def run_purge_and_kill(root: Path, at: str, delay: float | None = None) -> None:
-    """A purge in its own process, killed with SIGKILL at a named step or after a delay."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", KILL_SCRIPT, str(root), at, str(DIM)],
-        cwd=REPO,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdout is not None
-    assert proc.stdout.readline() == b"go\n"
-    if delay is not None:
-        time.sleep(delay)
-        proc.kill()
-    proc.wait(timeout=60)
-    if at:
-        assert proc.returncode == -signal.SIGKILL, proc.stderr.read() if proc.stderr else ""
+class Forker:
+    """The fork server's process; its children's errors go to `log`."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        with open(log, "wb") as err:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-c", FORK_SERVER, str(DIM)],
+                cwd=REPO,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                text=True,
+            )
+        assert self._line() == "ready", log.read_text()
+
+    def _line(self) -> str:
+        assert self.proc.stdout is not None
+        return self.proc.stdout.readline().strip()
+
+    def run_purge_and_kill(self, root: Path, at: str, delay: float | None = None) -> None:
+        """A purge in its own process, killed with SIGKILL at a named step or after a delay."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(f"{root} {at or '-'}\n")
+        self.proc.stdin.flush()
+        go, pid = self._line().split()
+        assert go == "go", self.log.read_text()[-2000:]
+        if delay is not None:
+            time.sleep(delay)
+            with contextlib.suppress(ProcessLookupError):  # it may have ended already
+                os.kill(int(pid), signal.SIGKILL)
+        killed = self._line() == "killed"
+        if at:
+            assert killed, self.log.read_text()[-2000:]
+
+    def close(self) -> None:
+        """Stop the fork server."""
+        if self.proc.stdin is not None:
+            self.proc.stdin.close()
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def forker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Forker]:
+    forker = Forker(tmp_path_factory.mktemp("forker") / "children.log")
+    yield forker
+    forker.close()
 
 
 def verify_after_crash(root: Path, template: Template) -> bool:
@@ -305,18 +350,20 @@ def verify_after_crash(root: Path, template: Template) -> bool:
 
 
 @pytest.mark.parametrize("at", KILL_POINTS)
-def test_kill_9_at_each_step_of_a_purge(tmp_path: Path, template: Template, at: str) -> None:
+def test_kill_9_at_each_step_of_a_purge(
+    tmp_path: Path, template: Template, forker: Forker, at: str
+) -> None:
     root = tmp_path / "t1"
     shutil.copytree(template.root, root)
-    run_purge_and_kill(root, at)
+    forker.run_purge_and_kill(root, at)
     assert verify_after_crash(root, template) == (at in COMMIT_AND_AFTER)
 
 
 @pytest.mark.parametrize("delay", [0.02, 0.08, 0.15, 0.3])
 def test_kill_9_at_a_random_moment_of_a_purge(
-    tmp_path: Path, template: Template, delay: float
+    tmp_path: Path, template: Template, forker: Forker, delay: float
 ) -> None:
     root = tmp_path / "t1"
     shutil.copytree(template.root, root)
-    run_purge_and_kill(root, "", delay)
+    forker.run_purge_and_kill(root, "", delay)
     verify_after_crash(root, template)

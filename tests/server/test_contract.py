@@ -1,96 +1,142 @@
-"""The OpenAPI document is the server's contract: schemathesis fuzzes a live server against it
-with every check, for a read-write key, a read-only key and the admin key; and the document
-lists every route and status docs/api.md lists.
+"""The OpenAPI document is the server's contract: schemathesis fuzzes the app against it with every
+check, for a read-write key, a read-only key and the admin key; and the document lists every route
+and status docs/api.md lists.
 
-tests/e2e/schemathesis.toml and tests/e2e/contract_hooks.py say where an answer depends on what no
+The app runs in this process: the schemathesis CLI's own run (its checks, phases, exit status and
+report), with the schema loaded from the app and every request sent through schemathesis's ASGI
+transport. tests/e2e/test_contract_e2e.py makes one pass over a real socket.
+
+schemathesis.toml and contract_hooks.py beside this file say where an answer depends on what no
 JSON Schema can state (a Cypher query's syntax, an order between two fields, stored state).
 """
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import contract_hooks as hooks
 import httpx
 import pytest
-from servers import REPO, ServerProcess
+from servers import REPO, InProcessServer, cheap_hasher
 
 from memspine_admin.control import ControlDB
 
 ADMIN_KEY = "contract-admin-key-5d0c9e1f"
-TESTS = Path(__file__).resolve().parent
-CONFIG = TESTS / "schemathesis.toml"
-SCRIPT = Path(sys.executable).parent / "schemathesis"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "schemathesis.cli"]
+HERE = Path(__file__).resolve().parent
+CONFIG = HERE / "schemathesis.toml"
+DOCUMENT = "/schema/openapi.json"
 # Examples per operation and phase: about a minute for the three keys on a loaded 2-core machine.
 MAX_EXAMPLES = {"read-write": 8, "read-only": 6, "admin": 5}
+# schemathesis's ASGI transport sends `Host: testserver`; a loopback-bound server answers only to
+# the names it is told (memspine/edge.py), as a deployment behind a proxy is told its own.
+ASGI_HOST = "testserver"
 
 
-class Live:
-    """A server with issued keys: one tenant with a read-write and a read-only key."""
-
-    def __init__(self, server: ServerProcess) -> None:
-        self.server = server
-        admin = server.client(ADMIN_KEY)
-        r = admin.post("/v1/admin/tenants", json={"name": "contract"})
-        assert r.status_code == 201, r.text
-        tenant = r.json()["tenant_id"]
-        self.keys = {"admin": ADMIN_KEY}
-        for role, scopes in (("read-write", ["read", "write"]), ("read-only", ["read"])):
-            r = admin.post(
-                "/v1/admin/keys", json={"tenant_id": tenant, "name": role, "scopes": scopes}
-            )
-            assert r.status_code == 201, r.text
-            self.keys[role] = r.json()["api_key"]
-            assert server.client(self.keys[role]).get("/v1/whoami").status_code == 200  # warm
-
-
-@pytest.fixture(scope="module")
-def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    data_dir = tmp_path_factory.mktemp("contract") / "data"
-    ControlDB.init(data_dir, actor="test")
-    server = ServerProcess(data_dir, {"MEMSPINE_ADMIN_KEY": ADMIN_KEY}).start()
-    try:
-        yield Live(server)
-    finally:
-        server.stop()
-
-
-def fuzz(live: Live, role: str, workdir: Path) -> subprocess.CompletedProcess[str]:
-    """One schemathesis run, every check on, as `role`."""
-    env = {**os.environ, "PYTHONPATH": str(TESTS), "NO_COLOR": "1"}
-    args = [
-        *COMMAND,
+def cli_args(location: str, token: str, max_examples: int) -> list[str]:
+    """The schemathesis command line of one run with every check on, as `token`."""
+    return [
         "--config-file",
         str(CONFIG),
         "run",
-        f"{live.server.url}/schema/openapi.json",
+        location,
         "--checks",
         "all",
         "--header",
-        f"Authorization: Bearer {live.keys[role]}",
+        f"Authorization: Bearer {token}",
         "--max-examples",
-        str(MAX_EXAMPLES[role]),
+        str(max_examples),
         "--workers",
         "1",
     ]
-    return subprocess.run(
-        args, cwd=workdir, env=env, capture_output=True, text=True, timeout=240, check=False
+
+
+def check_run(status: int, output: str) -> None:
+    """One run passed: exit status 0, and it generated requests that all passed."""
+    tail = output[output.find("FAILURES") :] if "FAILURES" in output else output
+    assert status == 0, tail[-12000:]
+    assert re.search(r"\d+ generated, \d+ passed", output), output[-3000:]
+
+
+def issued_keys(data_dir: Path) -> dict[str, str]:
+    """A control database with one tenant, its read-write and read-only keys; role -> token."""
+    with ControlDB.open(data_dir, create=True, hasher=cheap_hasher()) as db:
+        tenant = db.create_tenant("contract", actor="test").tenant_id
+        keys = {"admin": ADMIN_KEY}
+        for role, scopes in (("read-write", ("read", "write")), ("read-only", ("read",))):
+            keys[role] = db.create_key(tenant, role, scopes, actor="test").api_key
+    return keys
+
+
+def app_of(data_dir: Path) -> Any:
+    """memspine-server's app over data_dir with the admin key, as `memspine-server` builds it."""
+    from memspine.app import create_app
+    from memspine.auth import Authenticator, AuthLimits
+    from memspine.config import load_settings
+
+    settings = load_settings(
+        {
+            "MEMSPINE_BIND": "127.0.0.1:7781",
+            "MEMSPINE_DATA_DIR": str(data_dir),
+            "MEMSPINE_EMBEDDING_DIM": "4",
+            "MEMSPINE_ADMIN_KEY": ADMIN_KEY,
+            "MEMSPINE_ALLOWED_HOSTS": ASGI_HOST,
+        }
     )
+    # argon2 at its lowest cost: the admin key's fuzzing makes keys, and their cost is not the point.
+    auth = Authenticator(
+        settings.data_dir, ADMIN_KEY, hasher=cheap_hasher(), limits=AuthLimits.of(settings)
+    )
+    return create_app(settings, auth=auth)
 
 
-# Admin last: its fuzzing deletes tenants and revokes keys it finds in listings.
+def fuzz_in_process(app: Any, args: list[str], monkeypatch: pytest.MonkeyPatch) -> tuple[int, str]:
+    """Run the schemathesis CLI here against `app`: (exit status, what it printed)."""
+    import schemathesis
+    from click.testing import CliRunner
+    from schemathesis.cli import loaders
+    from schemathesis.cli import schemathesis as command
+    from schemathesis.python import asgi
+
+    def from_app(_location: str, config: Any) -> Any:
+        return schemathesis.openapi.from_asgi(DOCUMENT, app, config=config)
+
+    # The CLI loads the document from a URL; here the same loader call reads it from the app,
+    # which then makes schemathesis send every request to the app itself.
+    monkeypatch.setattr(loaders, "detect_loader", lambda _location, _module: from_app)
+    hooks.DRY_RUNS.clear()  # one run's deletes are not the next one's
+    hooks.DELETED.clear()
+    try:
+        done = CliRunner().invoke(command, args, env={"NO_COLOR": "1"})
+    finally:
+        asgi.shutdown_lifespans()  # the app's shutdown: its tenants closed before tmp_path goes
+    crashed = done.exception is not None and not isinstance(done.exception, SystemExit)
+    return done.exit_code, done.output + (f"\n{done.exception!r}" if crashed else "")
+
+
 @pytest.mark.parametrize("role", ["read-write", "read-only", "admin"])
-def test_the_server_answers_as_its_document_says(live: Live, role: str, tmp_path: Path) -> None:
-    done = fuzz(live, role, tmp_path)
-    tail = done.stdout[done.stdout.find("FAILURES") :] if "FAILURES" in done.stdout else done.stdout
-    assert done.returncode == 0, f"{tail[-12000:]}\n{done.stderr[-2000:]}"
-    assert re.search(r"\d+ generated, \d+ passed", done.stdout), done.stdout[-3000:]
+def test_the_server_answers_as_its_document_says(
+    role: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # An app of its own for each key: the admin key's fuzzing deletes tenants and revokes keys.
+    keys = issued_keys(tmp_path / "data")
+    monkeypatch.chdir(tmp_path)  # whatever schemathesis writes goes there
+    args = cli_args(f"http://{ASGI_HOST}{DOCUMENT}", keys[role], MAX_EXAMPLES[role])
+    check_run(*fuzz_in_process(app_of(tmp_path / "data"), args, monkeypatch))
+
+
+@pytest.fixture(scope="module")
+def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
+    """The app in process with issued keys and the admin key."""
+    data_dir = tmp_path_factory.mktemp("contract") / "data"
+    ControlDB.init(data_dir, actor="test")
+    server = InProcessServer(data_dir, {"MEMSPINE_ADMIN_KEY": ADMIN_KEY}).start()
+    try:
+        yield server
+    finally:
+        server.stop()
 
 
 def api_md_routes() -> dict[tuple[str, str], set[int]]:
@@ -115,8 +161,8 @@ def api_md_error_statuses() -> set[int]:
     return {int(s) for s in re.findall(r"^\| ([45]\d\d) \| `", text, flags=re.M)}
 
 
-def test_the_document_lists_every_route_and_status_of_docs_api_md(live: Live) -> None:
-    doc: dict[str, Any] = httpx.get(live.server.url + "/schema/openapi.json").json()
+def test_the_document_lists_every_route_and_status_of_docs_api_md(live: InProcessServer) -> None:
+    doc: dict[str, Any] = live.request("GET", DOCUMENT).json()
     paths = doc["paths"]
     routes = api_md_routes()
     assert len(routes) >= 9, routes  # the parse found the sections
@@ -159,25 +205,23 @@ def test_the_document_lists_every_route_and_status_of_docs_api_md(live: Live) ->
     assert paths["/health"]["get"]["security"] == []
 
 
-def test_the_schema_viewer_needs_no_other_host(live: Live) -> None:
-    page = httpx.get(live.server.url + "/schema")
+def test_the_schema_viewer_needs_no_other_host(live: InProcessServer) -> None:
+    page = live.request("GET", "/schema")
     assert page.status_code == 200 and page.headers["content-type"].startswith("text/html")
     refs = re.findall(r"""(?:src|href)=["']([^"']+)["']""", page.text)
     assert refs and all(ref.startswith("/schema/") for ref in refs), refs
     assert "//" not in page.text.replace("<!DOCTYPE html>", "")
     for ref in refs:
-        r = httpx.get(live.server.url + ref)
+        r: httpx.Response = live.request("GET", ref)
         assert r.status_code == 200 and len(r.content) > 100, ref
-    start = httpx.get(live.server.url + "/schema/assets/start.js").text
+    start = live.request("GET", "/schema/assets/start.js").text
     assert "/schema/openapi.json" in start and "validatorUrl: null" in start
     # Only the viewer's own files are served from the package.
-    assert httpx.get(live.server.url + "/schema/assets/swagger-editor.js").status_code == 404
+    assert live.request("GET", "/schema/assets/swagger-editor.js").status_code == 404
 
 
 def test_the_hooks_excuse_only_what_no_schema_can_state() -> None:
-    """tests/e2e/contract_hooks.py drops failures: each rule must drop its case and nothing else."""
-    import contract_hooks as hooks
-
+    """contract_hooks.py drops failures: each rule must drop its case and nothing else."""
     assert hooks.whole_numbers_as_integers({"k": 74.0, "e": [1.5, 2.0], "t": "1.0"}) == {
         "k": 74,
         "e": [1.5, 2],

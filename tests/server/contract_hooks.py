@@ -1,4 +1,5 @@
-"""Schemathesis hooks for tests/e2e/test_contract.py (loaded by the schemathesis CLI, not pytest)."""
+"""Schemathesis hooks for tests/server/test_contract.py and tests/e2e/test_contract_e2e.py (loaded
+by the schemathesis CLI from schemathesis.toml, not by pytest)."""
 
 from __future__ import annotations
 
