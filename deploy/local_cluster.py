@@ -52,13 +52,19 @@ def _say(message: str) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """Whether pid runs: a killed node whose parent (`up`, long gone) left it unreaped is a
+    zombie, which signal 0 still finds, and a restart must not wait for it."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True  # no /proc: signal 0 is all there is
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
 def _install() -> None:
