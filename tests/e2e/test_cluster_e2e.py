@@ -40,11 +40,16 @@ pytestmark = pytest.mark.cluster
 
 
 def _alive(pid: int) -> bool:
+    """Whether pid runs; a zombie (stopped, its reaper not yet come by) does not."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False  # gone between the two looks
+    return stat[stat.rindex(")") + 2 :].split()[0] != "Z"
 
 
 def _run(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
