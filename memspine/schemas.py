@@ -286,8 +286,7 @@ def to_new_event(
     if body.text is not None and len(body.text) > MAX_TEXT_CHARS:
         raise InvalidRequest(f"text may be at most {MAX_TEXT_CHARS} characters")
     embedding = check_embedding(body.embedding) if body.embedding is not None else None
-    if body.embedding_model is not None and not 0 < len(body.embedding_model) <= MAX_MODEL_CHARS:
-        raise InvalidRequest(f"embedding_model must be 1 to {MAX_MODEL_CHARS} characters")
+    check_model(body.embedding_model)
     properties_raw: bytes | None = None
     sources: tuple[str, ...] = ()
     if body.properties is not msgspec.UNSET:
@@ -438,12 +437,19 @@ class RecallOut(msgspec.Struct):
     withheld: Withheld | msgspec.UnsetType = msgspec.UNSET
 
 
+def check_model(model: str | None) -> None:
+    """Refuse an embedding_model name that is empty or longer than the document allows."""
+    if model is not None and not 0 < len(model) <= MAX_MODEL_CHARS:
+        raise InvalidRequest(f"embedding_model must be 1 to {MAX_MODEL_CHARS} characters")
+
+
 def to_recall_query(body: RecallIn, *, check_times: bool = True) -> RecallQuery:
     """Validate a recall body (limits, filter names and values, as_of) into the engine's query."""
     if body.text is not None and len(body.text) > MAX_RECALL_TEXT_CHARS:
         raise InvalidRequest(f"text may be at most {MAX_RECALL_TEXT_CHARS} characters")
     if body.kind is not None:
         check_kind(body.kind)
+    check_model(body.embedding_model)
     filters = body.filter or {}
     for name, value in filters.items():
         if not enc.PROPERTY_NAME.match(name) or len(name) > enc.MAX_FILTER_NAME_BYTES:

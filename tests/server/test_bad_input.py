@@ -80,6 +80,7 @@ CASES = [
     Bad("ts 1", "POST", EVENT, 400, "invalid_request", "outside 2000-01-01 to 9999-12-31", body=_event(ts=1)),
     Bad("valid_until in seconds", "POST", EVENT, 400, "invalid_request", "valid_until 1791208939 looks like seconds", body=_event(valid_until=T0 // 10**6)),
     Bad("time check not on or off", "POST", EVENT, 400, "invalid_request", "Memspine-Time-Check must be on or off", body=_event(), headers={"Memspine-Time-Check": "maybe"}),
+    Bad("recall's embedding_model too long", "POST", "/v1/memory/recall", 400, "invalid_request", "embedding_model must be 1 to 200 characters", body=json.dumps({"text": "first", "embedding_model": "m" * 201})),
     Bad("as_of in seconds", "POST", "/v1/memory/recall", 400, "invalid_request", "as_of 1791208939 looks like seconds", body=json.dumps({"text": "first", "as_of": T0 // 10**6})),
     Bad("idempotency key with a space", "POST", EVENT, 400, "invalid_request", "Idempotency-Key must be", body=_event(), headers={"Idempotency-Key": "CHG 9038"}),
     Bad("idempotency key too long", "POST", EVENT, 400, "invalid_request", "Idempotency-Key must be", body=_event(), headers={"Idempotency-Key": "k" * 256}),
