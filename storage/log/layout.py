@@ -24,9 +24,11 @@ import msgspec
 
 from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 
-# 2: the meta names LIVE_BYTES and LAST_WRITE (a log of version 1 gets them on its first open,
-# storage/log/eventlog.py).
-SCHEMA_VERSION = 2
+# 2: the meta names LIVE_BYTES and LAST_WRITE.
+# 3: the vector space (meta SPACE), the database "unembedded" and the op OP_EMBED: vectors the
+# server makes are written into their events' records after the append.
+# An older log is brought to this version on its first open (storage/log/migrations.py).
+SCHEMA_VERSION = 3
 
 # -- the named databases ----------------------------------------------------------------------
 
@@ -41,7 +43,14 @@ DB_NAMES = (
     "idem",  # raw id derived from an Idempotency-Key -> IdempotencyRecord (msgpack)
     "tombstones",  # raw id -> Tombstone (msgpack)
     "meta",  # meta_key(name) -> u64(value), or MODEL's name as UTF-8
+    # unembedded_key(seq, raw id) -> b"": events of a server-space tenant awaiting their vector,
+    # in append order (the background embedder's work, derived from the log after a restart)
+    "unembedded",
 )
+
+# Databases a log of an older version may lack until its first open for writes (migrations.py):
+# a read-only snapshot of it reads them as empty.
+LATER_DBS = frozenset({"unembedded"})
 
 # -- meta names -------------------------------------------------------------------------------
 
@@ -59,7 +68,22 @@ SUPERSEDING = "superseding"
 # needs no counter: LMDB keeps each database's entry count.)
 LIVE_BYTES = "live_bytes"
 LAST_WRITE = "last_write"  # microseconds since the epoch of the last append or delete
-META_NAMES = (SCHEMA, DIM, MODEL, KEYWORD_SEQ, VECTOR_SEQ, SUPERSEDING, LIVE_BYTES, LAST_WRITE)
+# Who makes the tenant's vectors (SPACE_CLIENT or SPACE_SERVER), fixed by its first event that
+# carries or gets a vector; absent: nobody yet. With SPACE_SERVER, MODEL names the server's model.
+SPACE = "space"
+META_NAMES = (
+    SCHEMA,
+    DIM,
+    MODEL,
+    KEYWORD_SEQ,
+    VECTOR_SEQ,
+    SUPERSEDING,
+    LIVE_BYTES,
+    LAST_WRITE,
+    SPACE,
+)
+SPACE_CLIENT = 1
+SPACE_SERVER = 2
 
 
 def meta_key(name: str) -> bytes:
@@ -120,6 +144,9 @@ def read_ts(raw: bytes) -> int:
 
 OP_APPEND = b"A"
 OP_DELETE = b"D"
+# The live event's vector changed after its append (the server stored or cleared it): the vector
+# index replays it as a delete and an add of the event's label (its append seq).
+OP_EMBED = b"E"
 # Relationship types as the byte their link keys carry.
 REL_CODES: dict[str, bytes] = {SOURCE_FROM: b"S", SUPERSEDES: b"P"}
 TIME_KEY_BYTES = 8 + ID_BYTES
@@ -138,6 +165,16 @@ def op_value(op: bytes, raw_id: bytes) -> bytes:
 def read_op(value: bytes) -> tuple[bytes, bytes]:
     """Inverse of op_value: (OP_APPEND or OP_DELETE, raw id)."""
     return value[:1], value[1:]
+
+
+def unembedded_key(seq: int, raw_id: bytes) -> bytes:
+    """The unembedded key of an event awaiting its server vector: its seq, then its id."""
+    return u64(seq) + raw_id
+
+
+def read_unembedded(key: bytes) -> tuple[int, bytes]:
+    """Inverse of unembedded_key: (seq, raw id)."""
+    return read_u64(key), key[8:]
 
 
 def time_key(ts: int, raw_id: bytes) -> bytes:

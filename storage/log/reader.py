@@ -151,6 +151,50 @@ class LogReader:
         op, raw_id = layout.read_op(_b(value))
         return raw_id if op == layout.OP_APPEND else None
 
+    def space(self) -> int | None:
+        """Who makes the tenant's vectors: layout.SPACE_SERVER, SPACE_CLIENT, or None (nobody yet)."""
+        return self.meta_int(layout.SPACE)
+
+    def unembedded_count(self) -> int:
+        """How many events await their server vector."""
+        db = self.dbs.get("unembedded")
+        return 0 if db is None else int(self.txn.stat(db)["entries"])
+
+    def unembedded(self, limit: int) -> list[tuple[int, str]]:
+        """Up to limit events awaiting their server vector, oldest first: (seq, id)."""
+        db = self.dbs.get("unembedded")
+        if db is None:
+            return []
+        out: list[tuple[int, str]] = []
+        cur = self.txn.cursor(db=db)
+        for raw in cur.iternext(keys=True, values=False):
+            if len(out) >= limit:
+                break
+            seq, raw_id = layout.read_unembedded(_b(raw))
+            out.append((seq, layout.id_str(raw_id)))
+        return out
+
+    def chain_before(self, seq: int, kind: str, scan: int) -> StoredEvent | None:
+        """The latest live event of `kind` appended before op seq that has a vector, looking
+        back at most `scan` ops (the chain of turns, docs/recall.md)."""
+        cur = self.txn.cursor(db=self.dbs["ops"])
+        if not cur.set_range(layout.op_key(seq)):
+            if not cur.last():
+                return None
+        elif not cur.prev():
+            return None
+        for _ in range(scan):
+            op, raw_id = layout.read_op(_b(cur.value()))
+            if op == layout.OP_APPEND:
+                light = self.get_light_raw(raw_id)
+                if light is not None and light.kind == kind:
+                    ev = self.get(light.event_id)
+                    if ev is not None and ev.embedding is not None:
+                        return ev
+            if not cur.prev():
+                return None
+        return None
+
     def meta_int(self, name: str) -> int | None:
         """An integer meta value, or None."""
         raw = self.txn.get(layout.meta_key(name), db=self.dbs["meta"])
