@@ -19,7 +19,7 @@ from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recov
 from storage.errors import Conflict, DiskFull, MemspineError
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.log import layout
-from storage.log.eventlog import EventLog
+from storage.log.eventlog import EventLog, space_name
 from storage.model import (
     CHAIN_KIND,
     NewEvent,
@@ -34,9 +34,9 @@ from storage.model import (
 from storage.read.cascade import derived_closure, would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
-from storage.read.recall import RecallQuery, RecallResult, recall, validate
+from storage.read.recall import Feedback, RecallQuery, RecallResult, recall, validate
 from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
-from storage.tenants.usage import TenantUsage, usage_of
+from storage.tenants.usage import TenantUsage, VectorSpace, usage_of
 from storage.tenants.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
@@ -74,11 +74,16 @@ class Tenant:
     """An open tenant; all writes go through its writer, reads through log readers and indexes."""
 
     def __init__(
-        self, tenant_id: str, root: Path, embedding_dim: int, offer: ServerSpace | None = None
+        self,
+        tenant_id: str,
+        root: Path,
+        embedding_dim: int,
+        offer: Callable[[], ServerSpace | None] | None = None,
     ) -> None:
         self.tenant_id = tenant_id
         self.root = root
-        # The server's embedder, offered to the tenant while its vector space is nobody's yet.
+        # What the server's embedder offers the tenant while its vector space is nobody's yet
+        # (asked at each group commit: an endpoint's dimension is learned after the start).
         self.offer = offer
         # Called on the writer thread after a commit that listed events for the embedder.
         self.on_unembedded: Callable[[Tenant], None] | None = None
@@ -121,7 +126,7 @@ class Tenant:
         root: Path,
         *,
         embedding_dim: int = 384,
-        offer: ServerSpace | None = None,
+        offer: Callable[[], ServerSpace | None] | None = None,
     ) -> Tenant:
         """Open the tenant stored at root, creating it if needed, and bring its indexes up to
         date; offer: the server's embedder (docs/embeddings.md)."""
@@ -227,12 +232,17 @@ class Tenant:
             moment = Moment(r, current=query.current, as_of=query.as_of)
             return list_events(r, query, keep=moment.visible)
 
-    def recall(self, query: RecallQuery, *, embeddings: bool = True) -> RecallResult:
+    def recall(
+        self, query: RecallQuery, *, embeddings: bool = True, feedback: Feedback | None = None
+    ) -> RecallResult:
         """Fused keyword and vector recall with the bounded walk, over one snapshot; with
-        embeddings=False the hits' events may lack their embeddings (read light)."""
+        embeddings=False the hits' events may lack their embeddings (read light); feedback for
+        a query vector the server made (docs/recall.md)."""
         with self.log.reader() as r:
             validate(query, self.dim, r.meta_str(layout.MODEL))
-            return recall(r, self.keyword, self.vectors, query, embeddings=embeddings)
+            return recall(
+                r, self.keyword, self.vectors, query, embeddings=embeddings, feedback=feedback
+            )
 
     def cypher(
         self,
@@ -276,6 +286,15 @@ class Tenant:
     def vectors_pending(self) -> int:
         """Vectors acknowledged (searched exactly) but not yet in the HNSW graph."""
         return self.vectors.pending()
+
+    def vector_space(self) -> tuple[VectorSpace, int]:
+        """Who makes the tenant's vectors, their model and length; and how many events await
+        their server vector."""
+        with self.log.reader() as r:
+            space = VectorSpace(
+                dim=self.dim, model=r.meta_str(layout.MODEL), made_by=space_name(r.space())
+            )
+            return space, r.unembedded_count()
 
     def usage(self) -> TenantUsage:
         """What the tenant uses now: events, bytes by part, vectors, vector space, last write,
@@ -516,14 +535,15 @@ class Tenant:
             for job in jobs
         ]
 
+        offer = None if self.offer is None or self.space is not None else self.offer()
         memory = 0
         measure = self.measure_memory
         if measure is not None and any(isinstance(q, Quota) and q.max_memory for q in quotas):
             memory = measure(self)
 
-        def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
+        def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent], int | None, int]:
             # Runs again from the start if the map had to grow, with a fresh appender.
-            appender = self.log.appender(txn, self.offer)
+            appender = self.log.appender(txn, offer)
             appender.memory = memory
             start = appender.last
             results: list[Any] = []

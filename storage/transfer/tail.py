@@ -23,6 +23,7 @@ from storage.log import layout
 from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM, SUPERSEDES
 from storage.tenants.tenant import Tenant
+from storage.transfer.export import vectors_by
 from storage.transfer.format import (
     FORMAT,
     FORMAT_VERSION,
@@ -34,7 +35,6 @@ from storage.transfer.format import (
     header_line,
     idempotency_line,
 )
-from storage.transfer.export import vectors_by
 from storage.transfer.load import lines_of, load, read_header
 
 

@@ -172,6 +172,7 @@ PUBLIC = {
     "storage.tenants.manager",
     "storage.tenants.footprint",
     "storage.tenants.usage",
+    "storage.tenants.embedding",
     "storage.cypher",
     "storage.embedders",
     "storage.transfer.format",
