@@ -65,7 +65,7 @@ class EmbeddingWorker:
         self._stopping = False
         self._retry_at = 0.0  # monotonic time before which a failed embedder is not asked
         self._delay = RETRY_FIRST_SECS
-        self.failures = 0  # batches the embedder failed (each retried)
+        self.failures_by: dict[str, int] = {}  # embedder calls that failed, by reason
         self.embedded = 0  # vectors written
         self.last_error: str | None = None  # reason of the last failure, None once one succeeds
         self._thread: threading.Thread | None = None
@@ -207,7 +207,7 @@ class EmbeddingWorker:
     def _failed(self, reason: str, retry_after: float | None) -> None:
         """Back off before asking the embedder again; the work stays listed."""
         with self._cond:
-            self.failures += 1
+            self.failures_by[reason] = self.failures_by.get(reason, 0) + 1
             self.last_error = reason
             wait = retry_after if retry_after is not None else self._delay
             self._delay = min(RETRY_MAX_SECS, self._delay * 2)

@@ -150,9 +150,11 @@ def test_server_vectors_are_recorded_indexed_and_survive_a_rebuild(tmp_path: Pat
     with t.log.reader() as r:
         ev = r.get(a)
         assert ev is not None and ev.embedding == [1.0, 0, 0, 0] and ev.embedding_model == MODEL
-        assert r.meta_int(layout.LIVE_BYTES) == sum(
-            len(r.record(e) or b"") for e in (a, b)
-        ) > (before or 0)
+        assert (
+            r.meta_int(layout.LIVE_BYTES)
+            == sum(len(r.record(e) or b"") for e in (a, b))
+            > (before or 0)
+        )
     hit = t.recall(RecallQuery(embedding=[0, 0.9, 0.1, 0], k=1)).hits[0]
     assert hit.event.event_id == b
     t.close()
@@ -240,7 +242,9 @@ def test_an_export_carries_server_vectors_and_the_space(tmp_path: Path) -> None:
     a, b = ids(append(src, note("alpha"), note("beta", 1)))
     events, _before, deletes, model = src.to_embed(1)  # a gets its vector, b still waits
     assert model is not None
-    src.store_vectors([StoredVector(a, events[0].seq, [0.1, 0.2, 0.3, 0.4])], model, deletes).result()
+    src.store_vectors(
+        [StoredVector(a, events[0].seq, [0.1, 0.2, 0.3, 0.4])], model, deletes
+    ).result()
     with src.log.reader() as r:
         data = b"".join(export_lines(r, "src"))
     src.close()
@@ -303,9 +307,7 @@ def as_format_2(path: Path) -> None:
         (note("text only"), "none"),
     ],
 )
-def test_a_format_2_log_is_migrated_on_open(
-    tmp_path: Path, event: NewEvent, made_by: str
-) -> None:
+def test_a_format_2_log_is_migrated_on_open(tmp_path: Path, event: NewEvent, made_by: str) -> None:
     path = tmp_path / "events"
     log = EventLog.open(path, embedding_dim=4)
     log.append_batch([event])
