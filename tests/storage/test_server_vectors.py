@@ -333,3 +333,46 @@ def test_a_format_2_log_reads_read_only_before_its_migration(tmp_path: Path) -> 
     with read_only(path) as r:
         assert r.unembedded_count() == 0 and r.unembedded(5) == [] and r.count() == 1
     shutil.rmtree(path)
+
+
+# -- re-embedding (the real local model, a handful of texts) --------------------------------------
+
+
+def test_reembed_switches_a_tenant_to_the_current_model(tmp_path: Path) -> None:
+    from storage.embedders import make_embedder
+    from storage.tenants.reembed import reembed
+
+    root = tmp_path / "t"
+    old = ServerSpace(model="old-model", dim=384)
+    t = Tenant.open("t", root, embedding_dim=384, offer=lambda: old)
+    texts = ["Lena wants three bullets, no tables.", "The parcel was signed for.", "no vector"]
+    a, b, c = ids(append(t, note(texts[0]), note(texts[1], 1), note(texts[2], 2)))
+    events, _before, deletes, model = t.to_embed(10)
+    assert model == "old-model"
+    stale = [StoredVector(e.event_id, e.seq, [1.0] + [0.0] * 383) for e in events[:2]]
+    t.store_vectors(stale, model, deletes).result()  # c still awaits its vector
+    t.close()
+    embedder = make_embedder("local")
+    assert embedder is not None
+    seen: list[tuple[int, int]] = []
+    stats = reembed(root, embedder, progress=lambda done, total: seen.append((done, total)))
+    assert (stats.events, stats.model, stats.dim, stats.previous_model) == (
+        3,
+        embedder.name,
+        384,
+        "old-model",
+    )
+    assert seen[0] == (0, 3) and seen[-1] == (3, 3)
+    t = Tenant.open("t", root, embedding_dim=384)
+    assert listed(t) == []
+    with t.log.reader() as r:
+        assert r.meta_str(layout.MODEL) == embedder.name
+        got = r.get(a)
+        assert got is not None and got.embedding_model == embedder.name
+        assert np.allclose(got.embedding, embedder.embed([texts[0]])[0], atol=1e-5)
+    query = embedder.embed_query("who signed for the parcel?").tolist()
+    assert t.recall(RecallQuery(embedding=query, k=1)).hits[0].event.event_id == b
+    t.close()
+    embedder.close()
+    assert not (root / "reembed").exists()
+    del c
