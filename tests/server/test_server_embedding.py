@@ -18,9 +18,9 @@ from typing import Any
 
 import anyio
 import pytest
+from endpoint import Endpoint
 from mcp import Client
 from servers import InProcessServer
-from test_embedders import Endpoint
 from test_mcp import CHEAP_HASHER, call, issue_keys
 
 from memspine.auth import Authenticator
