@@ -11,7 +11,9 @@ opens. An embedder that fails (an endpoint down) is retried with back-off; nothi
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -38,6 +40,7 @@ BATCH = 64  # texts per embed call: the local model's batch (storage/embedders/l
 DEFAULT_MAX_PENDING = 10_000
 RETRY_FIRST_SECS = 0.5
 RETRY_MAX_SECS = 30.0
+NICENESS = 10  # added to the process's own
 
 # Blocking: the open tenant held as a request holds it, or None if it is not open now.
 UseOpen = Callable[[str], AbstractContextManager[Tenant | None]]
@@ -190,6 +193,12 @@ class EmbeddingWorker:
 
     def _run(self) -> None:
         """Take tenants in turn and embed a batch of each, until stopped."""
+        # Background work, niced as the vector inserter is (storage/index/vectors.py): when the
+        # cores are busy, the threads that answer requests get them first. Threads the embedder
+        # starts from here (the local model's pool) inherit it.
+        with contextlib.suppress(OSError, AttributeError):
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + NICENESS)
         self._learn_dim()
         while (tenant_id := self._next()) is not None:
             try:
