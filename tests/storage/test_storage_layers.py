@@ -173,6 +173,7 @@ PUBLIC = {
     "storage.tenants.footprint",
     "storage.tenants.usage",
     "storage.tenants.embedding",
+    "storage.tenants.reembed",
     "storage.cypher",
     "storage.embedders",
     "storage.transfer.format",
