@@ -376,3 +376,22 @@ def test_reembed_switches_a_tenant_to_the_current_model(tmp_path: Path) -> None:
     embedder.close()
     assert not (root / "reembed").exists()
     del c
+
+
+def test_a_backup_restores_server_vectors_without_recomputing_them(tmp_path: Path) -> None:
+    from storage.transfer import backup as bk
+
+    data = tmp_path / "data"
+    t = open_tenant(data / "acme")
+    a, b = ids(append(t, note("alpha"), note("beta", 1)))
+    events, _before, deletes, model = t.to_embed(1)
+    assert model is not None
+    t.store_vectors([StoredVector(a, events[0].seq, [0.1, 0.2, 0.3, 0.4])], model, deletes).result()
+    t.close()
+    bk.backup(data, tmp_path / "bk")
+    bk.restore(tmp_path / "bk", tmp_path / "new", default_dim=4)
+    t = open_tenant(tmp_path / "new" / "acme", None)  # no embedder: nothing is recomputed
+    assert t.space == layout.SPACE_SERVER and listed(t) == [b]
+    hit = t.recall(RecallQuery(embedding=[0.1, 0.2, 0.3, 0.4], k=1)).hits[0]
+    assert hit.event.event_id == a
+    t.close()
