@@ -36,7 +36,9 @@ from storage.tenants.tenant import Tenant
 
 log = logging.getLogger("memspine.embedding")
 
-BATCH = 64  # texts per embed call: the local model's batch (storage/embedders/local.py)
+# Texts per embed call: the call size bench/embed.py measures (the local embedder sorts a call by
+# length and runs its batches on a thread per core; fewer, larger calls cost less per text).
+BATCH = 256
 DEFAULT_MAX_PENDING = 10_000
 RETRY_FIRST_SECS = 0.5
 RETRY_MAX_SECS = 30.0
