@@ -395,3 +395,34 @@ def test_a_backup_restores_server_vectors_without_recomputing_them(tmp_path: Pat
     hit = t.recall(RecallQuery(embedding=[0.1, 0.2, 0.3, 0.4], k=1)).hits[0]
     assert hit.event.event_id == a
     t.close()
+
+
+def test_work_left_by_an_evicted_tenant_is_done_when_it_opens_again(tmp_path: Path) -> None:
+    import time
+
+    from storage.embedders import make_embedder
+    from storage.tenants.embedding import EmbeddingWorker
+    from storage.tenants.manager import TenantManager
+
+    embedder = make_embedder("local")
+    assert embedder is not None
+    worker = EmbeddingWorker(embedder, default_dim=384)
+    manager = TenantManager(tmp_path, embedding_dim=384, max_open=1, embedding=worker)
+    with manager.use("a") as a:  # the worker is not started yet: the work waits in the log
+        a.submit_append([note("Lena wants three bullets"), note("no tables", 1)]).result()
+        assert worker.pending() == 2
+    with manager.use("b"):  # one slot: a is closed to make room, its work with it
+        assert worker.pending() == 0
+    worker.start()
+    try:
+        with manager.use("a") as a:
+            deadline = time.monotonic() + 60
+            while a.unembedded_count():
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            with a.log.reader() as r:
+                assert all(ev.embedding is not None for ev in r.newest_first(None, None, None))
+    finally:
+        worker.stop()
+        manager.close_all()
+        embedder.close()
