@@ -568,10 +568,15 @@ class Tenant:
             self.deletes += 1
         if not (appends_only and self._project(start, written)):
             self.catch_up()
+        # Before the answers: the backlog an append is held to counts it once it is answered.
+        # Its failure must not fail a batch that is durable: the list is in the log regardless.
+        if (unembedded or not appends_only) and self.on_unembedded is not None:
+            try:
+                self.on_unembedded(self)
+            except Exception:
+                log.exception("tenant %s: the embedder was not told of new work", self.tenant_id)
         for job, result in zip(jobs, results, strict=True):
             job.future.set_result(result)
-        if (unembedded or not appends_only) and self.on_unembedded is not None:
-            self.on_unembedded(self)
 
     def _project(self, start: int, written: list[StoredEvent]) -> bool:
         """Feed both indexes an append-only batch's records from memory; False if catch_up must."""
