@@ -347,7 +347,19 @@ def encode_event(ev: StoredEvent) -> bytes:
 
 def decode_event(raw: bytes | memoryview) -> StoredEvent:
     """The StoredEvent a record holds, the floats exactly as appended."""
-    fields = msgspec.structs.asdict(_decode_record(raw))
+    return event_of(_decode_record(raw))
+
+
+def decode_record(raw: bytes | memoryview) -> Any:
+    """A record's fields as StoredEvent names them, the embedding left as its bytes (None if
+    none): for readers that look at many events' fields and few embeddings (Cypher's nodes);
+    event_of makes the StoredEvent."""
+    return _decode_record(raw)
+
+
+def event_of(record: Any) -> StoredEvent:
+    """The StoredEvent of a decode_record result."""
+    fields = msgspec.structs.asdict(record)
     embedding = fields["embedding"]
     if embedding is not None:
         fields["embedding"] = _floats(embedding)
