@@ -31,7 +31,7 @@ from storage.cypher.operators import (
 from storage.cypher.projection import project
 from storage.cypher.values import is_number, to_json, type_name
 from storage.errors import InvalidRequest
-from storage.log.layout import id_bytes
+from storage.ids import id_bytes
 
 # Nodes and link lists a query keeps once read, so a node reached twice is decoded once. Past
 # this many (or this many bytes of nodes), new ones are read but not kept: a scan of 100,000

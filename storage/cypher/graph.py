@@ -7,7 +7,7 @@ from typing import Any, Protocol, cast
 
 import msgspec
 
-from storage.log import layout
+from storage.ids import id_str
 from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 
 # The graph has one label and two relationship types; anything else in a pattern is refused.
@@ -91,7 +91,7 @@ class Node:
 
     def event(self) -> StoredEvent:
         """The StoredEvent."""
-        return layout.event_of(self.record)
+        return cast(StoredEvent, self.record.event())
 
 
 class Relationship(msgspec.Struct, frozen=True):
@@ -104,12 +104,12 @@ class Relationship(msgspec.Struct, frozen=True):
     @property
     def start(self) -> str:
         """The linking event's id."""
-        return layout.id_str(self.start_raw)
+        return id_str(self.start_raw)
 
     @property
     def end(self) -> str:
         """The linked event's id."""
-        return layout.id_str(self.end_raw)
+        return id_str(self.end_raw)
 
     def to_object(self) -> dict[str, str]:
         """The relationship as clients see it."""
