@@ -152,10 +152,23 @@ def value_bytes(value: FilterValue) -> bytes:
     return b"s" + struct.pack(">H", len(raw)) + raw
 
 
+# Prefixes already built: an append writes one per filterable property and the keyword index
+# tags it twice more (storage/index/keyword.py), with the same few names and values each time.
+# Keyed by the value's type too, so True and 1, equal in Python, never share an entry.
+_PREFIXES: dict[tuple[str, type, FilterValue], bytes] = {}
+
+
 def property_prefix(name: str, value: FilterValue) -> bytes:
     """The key prefix under which every event with name == value is listed."""
-    raw_name = name.encode()
-    return bytes([len(raw_name)]) + raw_name + value_bytes(value)
+    key = (name, type(value), value)
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        raw_name = name.encode()
+        prefix = bytes([len(raw_name)]) + raw_name + value_bytes(value)
+        if len(_PREFIXES) >= 65536:  # bounded: names and values are client data
+            _PREFIXES.clear()
+        _PREFIXES[key] = prefix
+    return prefix
 
 
 def property_key(name: str, value: FilterValue, raw_id: bytes) -> bytes:
