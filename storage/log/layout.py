@@ -17,11 +17,13 @@ import functools
 import re
 import struct
 import sys
-import uuid
 from typing import Any
 
 import msgspec
 
+from storage.ids import ID_BYTES as ID_BYTES
+from storage.ids import id_bytes as id_bytes
+from storage.ids import id_str as id_str
 from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 
 # 2: the meta names LIVE_BYTES and LAST_WRITE.
@@ -93,31 +95,8 @@ def meta_key(name: str) -> bytes:
 
 # -- ids, numbers and times -------------------------------------------------------------------
 
-ID_BYTES = 16  # an event id is a UUID, stored as its 16 bytes
+# Ids (ID_BYTES, id_bytes, id_str) are storage/ids.py's, imported above for the log's keys.
 _SIGN = 1 << 63
-
-
-def id_bytes(event_id: str) -> bytes:
-    """The 16 raw bytes of a UUID string."""
-    # Every lookup and scan step converts ids: the canonical form is read directly (faster than
-    # uuid.UUID); anything else, junk included, gets exactly uuid.UUID's answer.
-    e = event_id
-    if len(e) == 36 and e[8] == e[13] == e[18] == e[23] == "-":
-        try:
-            raw = bytes.fromhex(e[:8] + e[9:13] + e[14:18] + e[19:23] + e[24:])
-        except ValueError:
-            raw = b""
-        if (
-            len(raw) == ID_BYTES
-        ):  # 32 hex digits; fromhex skips spaces, so fewer bytes is not a UUID
-            return raw
-    return uuid.UUID(event_id).bytes
-
-
-def id_str(raw: bytes) -> str:
-    """The canonical UUID string of 16 raw bytes."""
-    h = bytes(raw).hex()  # faster than str(uuid.UUID(bytes=raw)), the same text
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def u64(n: int) -> bytes:
@@ -372,6 +351,8 @@ _Record = msgspec.defstruct(
         for f in msgspec.structs.fields(StoredEvent)
     ],
     frozen=True,
+    # what decode_record hands readers outside the log (Cypher) that need the StoredEvent
+    namespace={"event": lambda self: event_of(self)},
 )
 _EMBEDDING = StoredEvent.__struct_fields__.index("embedding")
 
@@ -397,7 +378,19 @@ def encode_event(ev: StoredEvent) -> bytes:
 
 def decode_event(raw: bytes | memoryview) -> StoredEvent:
     """The StoredEvent a record holds, the floats exactly as appended."""
-    fields = msgspec.structs.asdict(_decode_record(raw))
+    return event_of(_decode_record(raw))
+
+
+def decode_record(raw: bytes | memoryview) -> Any:
+    """A record's fields as StoredEvent names them, the embedding left as its bytes (None if
+    none): for readers that look at many events' fields and few embeddings (Cypher's nodes);
+    its event() (or event_of) makes the StoredEvent."""
+    return _decode_record(raw)
+
+
+def event_of(record: Any) -> StoredEvent:
+    """The StoredEvent of a decode_record result."""
+    fields = msgspec.structs.asdict(record)
     embedding = fields["embedding"]
     if embedding is not None:
         fields["embedding"] = _floats(embedding)
