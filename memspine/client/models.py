@@ -28,6 +28,7 @@ class WhoAmI(msgspec.Struct, frozen=True):
     key_id: str
     scopes: list[str]
     expires_at: int | None = None
+    requests_per_minute: int | None = None  # the key's own rate; None: the server's default
 
 
 class Appended(msgspec.Struct, frozen=True):
