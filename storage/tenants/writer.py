@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import queue
 import threading
 from collections.abc import Callable
@@ -16,11 +14,6 @@ from storage.errors import MemspineError
 log = logging.getLogger("memspine.writer")
 
 MAX_BATCH = 512
-# The writer runs a little below the threads that answer reads (the event loop, the read
-# thread): when both want a core, a recall gets it first; the fold and the vector inserter are
-# further down still (storage/index/keyword.py, storage/index/vectors.py). Measured in
-# bench/RESULTS.md, "Recall while appending".
-WRITER_NICENESS = 5
 _STOP = object()
 
 
@@ -68,11 +61,6 @@ class GroupWriter:
 
     def _run(self) -> None:
         """Take whatever is queued (at least one job), commit it as one batch, repeat."""
-        with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority as the rest
-            me = threading.get_native_id()
-            os.setpriority(
-                os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + WRITER_NICENESS
-            )
         while True:
             first = self._queue.get()
             if first is _STOP:
