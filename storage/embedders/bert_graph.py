@@ -169,19 +169,7 @@ def _block(
     o, ob = _dense(
         g, a, w[att + "output.dense.weight"], w[att + "output.dense.bias"], f"{n}.o", int8
     )
-    x1 = g.node(
-        "SkipLayerNormalization",
-        [
-            o,
-            x,
-            g.const(f"{n}.ln1.g", w[att + "output.LayerNorm.weight"]),
-            g.const(f"{n}.ln1.b", w[att + "output.LayerNorm.bias"]),
-            ob,
-        ],
-        [f"{n}.x1"],
-        domain=MS,
-        epsilon=shape.eps,
-    )
+    x1 = _add_norm(g, o, ob, x, w, att + "output.LayerNorm", f"{n}.x1", shape)
     f1, f1b = _dense(
         g,
         x1,
@@ -194,16 +182,31 @@ def _block(
     f2, f2b = _dense(
         g, act, w[p + "output.dense.weight"], w[p + "output.dense.bias"], f"{n}.ff2", int8
     )
+    return _add_norm(g, f2, f2b, x1, w, p + "output.LayerNorm", f"{n}.x2", shape)
+
+
+def _add_norm(
+    g: _Graph,
+    y: str,
+    bias: str,
+    residual: str,
+    w: Mapping[str, np.ndarray],
+    ln: str,
+    out: str,
+    shape: BertShape,
+) -> str:
+    """LayerNorm(y + bias + residual), as two Adds and the standard LayerNormalization.
+
+    Not SkipLayerNormalization: onnxruntime's CPU kernel of it took ten times as long as
+    LayerNormalization on the same rows (bench/RESULTS.md, "Local embedder"); the session
+    disables the fusion that would rebuild it (storage/embedders/local.py).
+    """
+    s = g.node("Add", [y, bias], [f"{out}.biased"])
+    s = g.node("Add", [s, residual], [f"{out}.sum"])
     return g.node(
-        "SkipLayerNormalization",
-        [
-            f2,
-            x1,
-            g.const(f"{n}.ln2.g", w[p + "output.LayerNorm.weight"]),
-            g.const(f"{n}.ln2.b", w[p + "output.LayerNorm.bias"]),
-            f2b,
-        ],
-        [f"{n}.x2"],
-        domain=MS,
+        "LayerNormalization",
+        [s, g.const(f"{out}.g", w[ln + ".weight"]), g.const(f"{out}.b", w[ln + ".bias"])],
+        [out],
+        axis=-1,
         epsilon=shape.eps,
     )
