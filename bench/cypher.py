@@ -18,12 +18,20 @@ Queries, each run with fresh parameters every time:
 
 The headline bound (issue 5): p50 <= 5 ms for every indexed query; the script exits 1 past it.
 Run: `.venv/bin/python bench/cypher.py [--quick] [--out FILE]`; writes bench/out/cypher.json.
+
+`--base DIR` measures a second checkout (a directory holding storage/, e.g. `git archive main`)
+in the same run, on the same log: each round runs in a fresh process per tree, the trees
+alternating which goes first, so load from elsewhere falls on both alike; each query's CPU time
+is reported beside its wall time. `--keep` reuses the log a previous `--base` run built.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import shutil
+import subprocess
 import sys
 import time
 import uuid
@@ -35,8 +43,11 @@ import msgspec
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from common import median, parse_args, percentile, scratch_dir, write_json
+# a round of --base runs in a process whose storage/ is the tree under test
+sys.path.insert(
+    0, os.environ.get("CYPHER_BENCH_TREE") or str(Path(__file__).resolve().parent.parent)
+)
+from common import OUT, machine, median, percentile, scratch_dir, write_json
 
 from storage.cypher import plan, run
 from storage.log.eventlog import EventLog
@@ -208,11 +219,15 @@ def queries(corpus: Corpus) -> dict[str, Query]:
     }
 
 
+CPU: list[float] = []  # CPU ms of each timed() call, for the round's CPU figures
+
+
 def timed(log: EventLog, query: str, params: dict[str, Any]) -> tuple[float, list[list[Any]]]:
     """One query in its own read transaction, as the route runs it: (ms, rows)."""
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     with log.reader() as reader:
         rows = run(reader, query, params, timeout_ms=600_000, max_rows=1_000_000).rows
+    CPU.append((time.process_time() - cpu) * 1000)
     return (time.perf_counter() - start) * 1000, rows
 
 
@@ -223,12 +238,14 @@ def one_round(log: EventLog, qs: dict[str, Query], runs: int, scan_runs: int) ->
     out: dict[str, Any] = {}
     for name, q in qs.items():
         ms: list[float] = []
+        cpu: list[float] = []
         scan_ms: list[float] = []
         matched: list[int] = []
         for i in range(runs):
             params = q.draw(rng)
             took, got = timed(log, q.indexed, params)
             ms.append(took)
+            cpu.append(CPU[-1])
             matched.append(q.matched(got))
             if i < scan_runs:
                 scan_took, scanned = timed(log, q.scan, params)
@@ -236,6 +253,10 @@ def one_round(log: EventLog, qs: dict[str, Query], runs: int, scan_runs: int) ->
                 scan_ms.append(scan_took)
         out[name] = (
             _summary(ms)
+            | {
+                "cpu_p50_ms": round(percentile(cpu, 50), 3),
+                "cpu_p99_ms": round(percentile(cpu, 99), 3),
+            }
             | {"matched_median": median(matched), "matched_max": max(matched)}
             | _tail(ms, matched)
         )
@@ -290,9 +311,93 @@ def parser_build_ms() -> float:
     return round((time.perf_counter() - start) * 1000, 1)
 
 
+class Drawn:
+    """What queries() reads of a Corpus, saved beside a kept log so a round need not rebuild it."""
+
+    def __init__(self, events_end: int, write_suppliers: list[str]) -> None:
+        self.events = [NewEvent(kind="-", ts=events_end)]
+        self.write_suppliers = write_suppliers
+
+
+def one_tree_round(log_dir: Path) -> None:
+    """--round: one round over a kept log, in this process's tree; the figures as JSON."""
+    drawn = json.loads((log_dir / "drawn.json").read_text())
+    qs = queries(Drawn(drawn["end"], drawn["write_suppliers"]))  # type: ignore[arg-type]
+    log = EventLog.open(log_dir / "log", embedding_dim=4)
+    try:
+        for q in qs.values():  # plans cached, pages warm
+            timed(log, q.indexed, q.draw(np.random.default_rng(0)))
+        print(json.dumps(one_round(log, qs, drawn["runs"], drawn["scan_runs"])))
+    finally:
+        log.close()
+
+
+def paired(args: Any, base: Path) -> int:
+    """Rounds of this tree and `base` alternating, each in its own process, on one kept log."""
+    log_dir = OUT / "tmp" / ("cypher-keep-quick" if args.quick else "cypher-keep")
+    runs, scan_runs = (QUICK_RUNS, QUICK_SCAN_RUNS) if args.quick else (RUNS, SCAN_RUNS)
+    if not (args.keep and (log_dir / "drawn.json").exists()):
+        shutil.rmtree(log_dir, ignore_errors=True)
+        log_dir.mkdir(parents=True)
+        corpus = Corpus(*(QUICK_EVENTS, QUICK_SUPPLIERS) if args.quick else (EVENTS, SUPPLIERS))
+        log = EventLog.open(log_dir / "log", embedding_dim=4)
+        try:
+            load(log, corpus)
+        finally:
+            log.close()
+        drawn = {"end": corpus.events[-1].ts, "write_suppliers": corpus.write_suppliers}
+        drawn |= {"runs": runs, "scan_runs": scan_runs}
+        (log_dir / "drawn.json").write_text(json.dumps(drawn))
+    trees = {"base": base.resolve(), "new": Path(__file__).resolve().parent.parent}
+    rounds: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
+    for i in range(args.rounds):
+        for name in list(trees) if i % 2 == 0 else list(reversed(trees)):
+            env = {**os.environ, "CYPHER_BENCH_TREE": str(trees[name])}
+            out = subprocess.run(
+                [sys.executable, __file__, "--round", str(log_dir)],
+                env=env, check=True, capture_output=True, text=True,
+            )  # fmt: skip
+            rounds[name].append(json.loads(out.stdout))
+            print(
+                f"round {i + 1} {name}: audit p99 {rounds[name][-1]['audit']['p99_ms']} ms",
+                file=sys.stderr,
+            )
+    result = {
+        "machine": machine(),
+        "trees": {k: str(v) for k, v in trees.items()},
+        "rounds_measured": args.rounds,
+        "runs_per_round": runs,
+        "queries": {
+            name: {
+                q: {key: round(median([r[q][key] for r in rs]), 3) for key in rs[0][q]}
+                for q in rs[0]
+            }
+            for name, rs in rounds.items()
+        },
+        "per_round": rounds,
+    }
+    path = write_json("cypher_paired", result, args.out)
+    print(json.dumps(result["queries"], indent=2))
+    print(f"written to {path}", file=sys.stderr)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Build the tenant, measure, print and write the JSON; exit 1 past the bound."""
-    args = parse_args(__doc__.splitlines()[0], argv)
+    if argv is None and sys.argv[1:2] == ["--round"]:
+        one_tree_round(Path(sys.argv[2]))
+        return 0
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="short run (seconds, not minutes)")
+    parser.add_argument("--out", type=Path, default=None, help="JSON output")
+    parser.add_argument("--base", type=Path, default=None, help="a second tree, measured beside")
+    parser.add_argument(
+        "--keep", action="store_true", help="reuse the log of an earlier --base run"
+    )
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per tree (--base)")
+    args = parser.parse_args(argv)
+    if args.base is not None:
+        return paired(args, args.base)
     n_events = QUICK_EVENTS if args.quick else EVENTS
     corpus = Corpus(n_events, QUICK_SUPPLIERS if args.quick else SUPPLIERS)
     work = scratch_dir("cypher")

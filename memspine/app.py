@@ -79,6 +79,7 @@ def create_app(
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
     metrics.watch_limits(lambda: dict(allowance.rejected))
+    metrics.watch_embedding(engine.embedding)
     mcp = LazyMcp(engine, auth, settings, allowance)  # the MCP SDK loads on its first request
     services = Services(
         engine=engine, auth=auth, settings=settings, metrics=metrics, allowance=allowance

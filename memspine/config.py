@@ -65,6 +65,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     embedder_url: str | None = None
     embedder_model: str | None = None
     embedder_api_key: str | None = None
+    embeddings_max_pending: int = 10_000  # events awaiting server vectors before appends wait
     # Server-wide defaults for keys and tenants without a limit of their own (None: no limit).
     default_requests_per_minute: int | None = None
     default_max_events: int | None = None
@@ -404,6 +405,9 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_EMBEDDER_URL": _embedder_url,
     "MEMSPINE_EMBEDDER_MODEL": lambda v: {"embedder_model": v or None},
     "MEMSPINE_EMBEDDER_API_KEY": lambda v: {"embedder_api_key": v or None},
+    "MEMSPINE_EMBEDDINGS_MAX_PENDING": lambda v: {
+        "embeddings_max_pending": _int_in(1, 10_000_000)(v)
+    },
     "MEMSPINE_DEFAULT_REQUESTS_PER_MINUTE": lambda v: {
         "default_requests_per_minute": _limit(MAX_REQUESTS_PER_MINUTE)(v)
     },

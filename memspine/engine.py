@@ -19,12 +19,15 @@ from memspine.cluster import NodeGate
 from memspine.config import Settings
 from memspine.shares import FairShares
 from storage.cypher import CypherResult, Limits
+from storage.embedders import EmbedderError, make_embedder
 from storage.erasure.purge import for_want_of_room
 from storage.errors import MemspineError, NotFound, QuotaExceeded, Unavailable
+from storage.log import layout
 from storage.model import AppendResult, ItemRefused, NewEvent, Quota, QuotaSource, StoredEvent
 from storage.read.current import EventState
 from storage.read.listing import ListQuery
-from storage.read.recall import RecallQuery, RecallResult
+from storage.read.recall import Feedback, RecallQuery, RecallResult
+from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.footprint import closed_tenant_bytes
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
@@ -43,6 +46,22 @@ READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 # many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
 READ_THREADS_PER_TENANT = 8
 CYPHER_BUSY = "other Cypher queries kept this one waiting past its time limit; retry shortly"
+# Appends that would list events for the embedder wait at most this long for the backlog to
+# fall under MEMSPINE_EMBEDDINGS_MAX_PENDING, then get 503 (nothing written, nothing lost).
+BACKLOG_WAIT_SECS = 30.0
+BACKLOG_FULL = (
+    "the server's embedder is behind (MEMSPINE_EMBEDDINGS_MAX_PENDING events await their "
+    "vectors); nothing was written: retry shortly"
+)
+# A recall with wait_for_vectors waits at most this long.
+VECTORS_WAIT_SECS = 10.0
+VECTORS_LATE = (
+    "events of this tenant still await their vectors after {secs:g} s (the embedder is "
+    "behind or failing); retry, or recall without wait_for_vectors"
+)
+POLL_SECS = 0.01
+# What a recall by text alone gets in a server-space tenant (docs/recall.md).
+FEEDBACK = Feedback(hits=2, weight=0.5)
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
 
 
@@ -119,18 +138,32 @@ def _settle(done: asyncio.Future[Any], setter: Callable[[Any], object], value: A
         setter(value)
 
 
+class VectorSpaceView(msgspec.Struct, frozen=True, kw_only=True):
+    """A tenant's vector space as whoami shows it (docs/embeddings.md)."""
+
+    made_by: str  # "server", "client", or "none" while no event has a vector
+    model: str | None
+    dim: int | None
+    server_embeds: bool  # this server makes its vectors (or would, for a text-only event)
+    unembedded: int  # events awaiting their server vector
+
+
 class Engine:
     """The server's handle on every tenant: opening through the manager, blocking work in threads."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
+        self.embedding = make_worker(settings)
         self.manager = TenantManager(
             settings.data_dir,
             embedding_dim=settings.embedding_dim,
             max_open=settings.max_open_tenants,
             idle_secs=settings.tenant_idle_secs,
             max_open_bytes=settings.max_open_bytes,
+            embedding=self.embedding,
         )
+        if self.embedding is not None:
+            self.embedding.start()
         self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
         self.on_reject: Callable[[str], None] | None = None  # the limit of each refused write
         self.read_threads = ReadThreads()
@@ -188,9 +221,31 @@ class Engine:
         it would for the GIL.
         """
         async with self.tenant(tenant_id, create=False) as t:
-            if short and self._leases == 1 and t.reads_start_at_once():
-                return fn(t)
-            return await self.read_threads.run(fn, t, tenant_id)
+            return await self._read_in(t, tenant_id, fn, short=short)
+
+    async def _read_in(
+        self, t: Tenant, tenant_id: str, fn: Callable[[Tenant], T], *, short: bool
+    ) -> T:
+        """Run fn against a tenant this request holds, here or on a read thread (read())."""
+        if short and self._leases == 1 and t.reads_start_at_once():
+            return fn(t)
+        return await self.read_threads.run(fn, t, tenant_id)
+
+    async def _room_for(self, t: Tenant, events: list[NewEvent]) -> None:
+        """Back-pressure: hold appends that would list events for the embedder while its
+        backlog is full; 503 (nothing written) if it stays full for BACKLOG_WAIT_SECS."""
+        w = self.embedding
+        if w is None or w.has_room() or t.space == layout.SPACE_CLIENT:
+            return
+        if t.space is None and w.offer() is None:
+            return
+        if not any(ev.embedding is None and ev.text for ev in events):
+            return
+        deadline = time.monotonic() + BACKLOG_WAIT_SECS
+        while not w.has_room():
+            if time.monotonic() > deadline:
+                raise Unavailable(BACKLOG_FULL, headers={"Retry-After": "5"})
+            await asyncio.sleep(POLL_SECS)
 
     async def append(
         self, tenant_id: str, event: NewEvent, quota: Quota | QuotaSource | None = None
@@ -198,6 +253,7 @@ class Engine:
         """Append one event through the tenant's group commit, within its quota; answers once
         it is durable and indexed."""
         async with self.tenant(tenant_id) as t:
+            await self._room_for(t, [event])
             results = await asyncio.wrap_future(t.submit_append([event], quota=quota))
         result = results[0]
         if isinstance(result, MemspineError):
@@ -212,6 +268,7 @@ class Engine:
         within its quota; an event that cannot be written refuses them all, its error naming
         its index (events[i])."""
         async with self.tenant(tenant_id) as t:
+            await self._room_for(t, events)
             outcome = await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
         if isinstance(outcome, ItemRefused):
             raise self._refused(outcome.error, outcome.item)
@@ -295,10 +352,79 @@ class Engine:
         """One page of events newest first."""
         return await self.read(tenant_id, lambda t: t.list_events(query))
 
-    async def recall(self, tenant_id: str, query: RecallQuery) -> RecallResult:
-        """Fused keyword and vector recall with the bounded walk."""
+    async def recall(
+        self, tenant_id: str, query: RecallQuery, *, wait_for_vectors: bool = False
+    ) -> RecallResult:
+        """Fused keyword and vector recall with the bounded walk. In a tenant whose vectors
+        this server makes, a query with text and no embedding gets the embedder's vector of
+        the text and both arms (docs/recall.md); wait_for_vectors first waits until every
+        event acknowledged before the recall has its vector."""
         # Answers never show embeddings: hits keep the records ranking read without them.
-        return await self.read(tenant_id, lambda t: t.recall(query, embeddings=False), short=True)
+        w = self.embedding
+        if w is None or query.embedding is not None:
+            return await self.read(
+                tenant_id, lambda t: t.recall(query, embeddings=False), short=True
+            )
+        async with self.tenant(tenant_id, create=False) as t:
+            if not (isinstance(t, Tenant) and w.serves(t)):
+                return await self._read_in(
+                    t, tenant_id, lambda t: t.recall(query, embeddings=False), short=True
+                )
+            if wait_for_vectors:
+                await self._vectors_of(t)
+            feedback: Feedback | None = None
+            if query.text:
+                vector = w.cached_query(query.text)
+                if vector is None:  # the model runs off the event loop
+                    text = query.text
+                    try:
+                        vector = await self.read_threads.run(
+                            lambda _t: w.embedder.embed_query(text), t, tenant_id
+                        )
+                    except EmbedderError as exc:  # the keyword arm still answers
+                        log.warning("query not embedded (%s): keyword recall only", exc.reason)
+                if vector is not None:
+                    query = msgspec.structs.replace(
+                        query, embedding=vector.tolist(), embedding_model=w.embedder.name
+                    )
+                    feedback = FEEDBACK
+            q = query
+            return await self._read_in(
+                t,
+                tenant_id,
+                lambda t: t.recall(q, embeddings=False, feedback=feedback),
+                short=True,
+            )
+
+    async def vector_space(self, tenant_id: str) -> VectorSpaceView:
+        """Who makes the tenant's vectors, their model and length, and whether this server's
+        embedder makes them (or would, for the next event with text only)."""
+        space, unembedded = await self.read(tenant_id, lambda t: t.vector_space(), short=True)
+        w = self.embedding
+        embeds = False
+        if w is not None and space.made_by == "server":
+            embeds = space.model == w.embedder.name
+        elif w is not None and space.made_by == "none":
+            offer = w.offer()
+            embeds = offer is not None and offer.dim == space.dim
+        return VectorSpaceView(
+            made_by=space.made_by,
+            model=space.model,
+            dim=space.dim,
+            server_embeds=embeds,
+            unembedded=unembedded,
+        )
+
+    async def _vectors_of(self, t: Tenant) -> None:
+        """Wait until every event appended before now has its server vector (VECTORS_WAIT_SECS
+        at most, then 503)."""
+        upto = t.last_seq()
+        deadline = time.monotonic() + VECTORS_WAIT_SECS
+        while t.awaiting_vectors(upto):
+            if time.monotonic() > deadline:
+                detail = VECTORS_LATE.format(secs=VECTORS_WAIT_SECS)
+                raise Unavailable(detail, headers={"Retry-After": "1"})
+            await asyncio.sleep(POLL_SECS)
 
     async def cypher(
         self, tenant_id: str, query: str, params: dict[str, Any] | None
@@ -330,6 +456,28 @@ class Engine:
             self.cypher_shares.release(tenant_id)
 
     def close(self) -> None:
-        """Close every open tenant and stop the read threads."""
+        """Stop the background embedder (its work stays in the logs), close every open tenant
+        and stop the read threads."""
+        if self.embedding is not None:
+            self.embedding.stop()
         self.manager.close_all()
+        if self.embedding is not None:
+            self.embedding.embedder.close()
         self.read_threads.close()
+
+
+def make_worker(settings: Settings) -> EmbeddingWorker | None:
+    """The background embedder MEMSPINE_EMBEDDER names (None for none); loads no model yet."""
+    embedder = make_embedder(
+        settings.embedder,
+        settings.embedder_url,
+        settings.embedder_model,
+        settings.embedder_api_key,
+    )
+    if embedder is None:
+        return None
+    return EmbeddingWorker(
+        embedder,
+        default_dim=settings.embedding_dim,
+        max_pending=settings.embeddings_max_pending,
+    )

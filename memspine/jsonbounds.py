@@ -4,6 +4,7 @@ recurses, and finite numbers in values another decoder already built (MCP argume
 from __future__ import annotations
 
 import math
+import re
 from typing import Any
 
 import numpy as np
@@ -33,15 +34,35 @@ _STEP[[ord("["), ord("{")]] = 1
 _STEP[[ord("]"), ord("}")]] = -1
 
 
+# The bytes that decide the depth: brackets, quotes, backslashes, and what may follow a
+# backslash in JSON. Every other byte (digits, signs, commas, spaces, most letters: nearly all of
+# an embedding's text) is dropped before the scan when no backslash is followed by one of them.
+_KEPT = b'"\\/[]{}bfnrtu'
+_DROPPED = bytes(b for b in range(256) if b not in _KEPT)
+_BACKSLASH_BEFORE_DROPPED = re.compile(rb'\\[^"\\/bfnrtu]')
+
+
 def nesting_exceeds(raw: bytes, limit: int) -> bool:
     """Whether raw JSON opens more than `limit` objects and arrays inside one another.
 
     Most bodies open fewer brackets in all than the limit, which two C-speed counts show;
-    only the others are measured.
+    only the others are measured, on their skeleton.
     """
     if raw.count(b"[") + raw.count(b"{") <= limit:
         return False
-    return max_depth(raw) > limit
+    return max_depth(skeleton(raw)) > limit
+
+
+def skeleton(raw: bytes) -> bytes:
+    """Raw JSON less the bytes that cannot change its depth (max_depth of both is the same).
+
+    A quote delimits a string by the run of backslashes right before it, and a dropped byte
+    could join two runs or a run and a quote only if it followed a backslash: when one does,
+    the bytes are kept whole (a batch of embeddings scans a tenth of its size otherwise).
+    """
+    if raw.find(b"\\") >= 0 and _BACKSLASH_BEFORE_DROPPED.search(raw):
+        return raw
+    return raw.translate(None, _DROPPED)
 
 
 def max_depth(raw: bytes, chunk: int = CHUNK) -> int:

@@ -18,6 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from memspine.logs import RequestRecord
+from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.footprint import PARTS, tenant_memory
 from storage.tenants.manager import REASONS, TenantManager
 from storage.tenants.tenant import Tenant
@@ -82,6 +83,11 @@ class Metrics:
         manager.on_open = self._on_open
         self.registry.register(_ManagerCollector(manager, per_tenant=self.per_tenant))
 
+    def watch_embedding(self, worker: EmbeddingWorker | None) -> None:
+        """Export the background embedder's backlog, its vectors written and its failures
+        (zero and empty without an embedder)."""
+        self.registry.register(_EmbeddingCollector(worker))
+
     def watch_limits(self, rejected: Callable[[], dict[str, int]]) -> None:
         """Export the requests refused by a key's or tenant's limit, by the limit."""
         self.registry.register(_RejectedCollector(rejected))
@@ -106,6 +112,40 @@ class Metrics:
     def render(self) -> bytes:
         """The exposition text (blocking: it reads every open tenant's map size)."""
         return generate_latest(self.registry)
+
+
+class _EmbeddingCollector(Collector):
+    """memspine_embeddings_pending and the embedder's counters, read at scrape time."""
+
+    def __init__(self, worker: EmbeddingWorker | None) -> None:
+        self.worker = worker
+
+    def describe(self) -> Iterator[Metric]:
+        """Nothing up front (the families are made at scrape time)."""
+        return iter(())
+
+    def collect(self) -> Iterator[Metric]:
+        """The backlog, the vectors written and the failed batches by reason."""
+        w = self.worker
+        yield GaugeMetricFamily(
+            "memspine_embeddings_pending",
+            "Events of open tenants awaiting the vector the server makes for them.",
+            value=0 if w is None else w.pending(),
+        )
+        yield CounterMetricFamily(
+            "memspine_embeddings_written",
+            "Server vectors written into events' records.",
+            value=0 if w is None else w.embedded,
+        )
+        failed = CounterMetricFamily(
+            "memspine_embedder_failures",
+            "Embedder calls that failed (each retried), by reason: timeout, connect, http_429, "
+            "http_5xx, http_4xx, bad_answer, dimension, or the error's type.",
+            labels=["reason"],
+        )
+        for reason, count in sorted(({} if w is None else w.failures_by).items()):
+            failed.add_metric([reason], count)
+        yield failed
 
 
 class _RejectedCollector(Collector):

@@ -125,6 +125,7 @@ class RecallIn(msgspec.Struct, forbid_unknown_fields=True):
     current: bool = True
     as_of: Time | None = None
     explain: bool = False
+    wait_for_vectors: bool = False
 
 
 class CypherIn(msgspec.Struct, forbid_unknown_fields=True):

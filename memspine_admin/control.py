@@ -20,10 +20,10 @@ import msgspec
 from argon2 import PasswordHasher
 
 from memspine_admin import keys
+from memspine_admin.issuing import KeyRequest
 from memspine_admin.records import (
     LIMITS,
     MAX_QUOTA,
-    MAX_REQUESTS_PER_MINUTE,
     SCOPES,
     AuditEntry,
     IssuedKey,
@@ -32,9 +32,7 @@ from memspine_admin.records import (
     TenantRecord,
     check_limit,
     check_name,
-    check_scopes,
     check_tenant_id,
-    check_ttl,
     is_tenant_id,
     now_us,
 )
@@ -81,11 +79,6 @@ def check_limits(limits: Mapping[str, object]) -> dict[str, int | None]:
     if not limits:
         raise InvalidRequest(f"give at least one limit to set: {', '.join(LIMITS)}")
     return {name: check_limit(value, name, MAX_QUOTA) for name, value in limits.items()}
-
-
-def check_rate(requests_per_minute: object) -> int | None:
-    """A key's requests_per_minute: None (the server's default) or 1 to a million."""
-    return check_limit(requests_per_minute, "requests_per_minute", MAX_REQUESTS_PER_MINUTE)
 
 
 def control_path(data_dir: Path) -> Path:
@@ -359,52 +352,25 @@ class ControlDB:
         requests_per_minute: int | None = None,
     ) -> IssuedKey:
         """Issue a key for a tenant; the plaintext is in the result and nowhere else."""
-        name = check_name(name, "name")
-        scope_tuple = check_scopes(scopes)
-        ttl = check_ttl(ttl_secs)
-        rate = check_rate(requests_per_minute)
+        request = KeyRequest.check(name, scopes, ttl_secs, requests_per_minute)
         stored = self._stored(tenant_id)
         if stored is None:
             raise NotFound("no tenant with that id")  # before paying for argon2
         route = stored.route or self._give_route(tenant_id)
-        generated = keys.generate_key(route)
-        # Hash outside the write transaction: argon2 is slow and writers are serialised.
-        secret_hash = keys.hash_secret(self.hasher, generated.secret)
-        now = self.now()
-        expires_at = None if ttl is None else now + ttl * 1_000_000
+        draft = request.draft(tenant_id, route, self.hasher, self.now())
         with self._env.begin(write=True) as txn:
             raw = txn.get(tenant_id.encode(), db=self._tenants)
             if raw is None:
                 raise NotFound("no tenant with that id")
             if msgspec.msgpack.decode(raw, type=StoredTenant).route != route:
                 raise Conflict("the tenant changed while its key was made; try again")
-            while txn.get(generated.key_id.encode(), db=self._keys) is not None:
-                generated = keys.with_new_key_id(generated, route)
-            record = KeyRecord(
-                key_id=generated.key_id,
-                tenant_id=tenant_id,
-                name=name,
-                scopes=scope_tuple,
-                created_at=now,
-                expires_at=expires_at,
-                secret_hash=secret_hash,
-                requests_per_minute=rate,
-            )
-            self._put_key(txn, record)
-            txn.put(f"{tenant_id}/{record.key_id}".encode(), b"", db=self._tenant_keys)
+            while txn.get(draft.key_id.encode(), db=self._keys) is not None:
+                draft = draft.with_new_key_id()
+            self._put_key(txn, draft.record())
+            txn.put(f"{tenant_id}/{draft.key_id}".encode(), b"", db=self._tenant_keys)
             self._bump(txn)
-            detail = key_detail(name, scope_tuple, expires_at, rate)
-            self._log(txn, actor, "key.create", tenant_id, record.key_id, detail)
-        return IssuedKey(
-            key_id=record.key_id,
-            api_key=generated.token,
-            tenant_id=tenant_id,
-            name=name,
-            scopes=scope_tuple,
-            created_at=now,
-            expires_at=expires_at,
-            requests_per_minute=rate,
-        )
+            self._log(txn, actor, "key.create", tenant_id, draft.key_id, draft.audit_detail())
+        return draft.issued()
 
     def get_key(self, key_id: str) -> KeyInfo | None:
         """The key with that id (no hash), or None."""
@@ -549,16 +515,6 @@ class ControlDB:
                     entries.append(entry)
                 found = cursor.next()
         return entries, (entries[-1].seq if more else None)
-
-
-def key_detail(
-    name: str, scopes: tuple[str, ...], expires_at: int | None, rate: int | None
-) -> dict[str, Any]:
-    """What the audit log records of a key's creation (its rate only when it has one)."""
-    detail: dict[str, Any] = {"name": name, "scopes": list(scopes), "expires_at": expires_at}
-    if rate is not None:
-        detail["requests_per_minute"] = rate
-    return detail
 
 
 def check_audit_page(after: object, limit: object) -> None:

@@ -35,9 +35,8 @@ from memspine_admin.control import (
     NO_CONTROL_DB,
     check_audit_page,
     check_limits,
-    check_rate,
-    key_detail,
 )
+from memspine_admin.issuing import KeyRequest
 from memspine_admin.placement import (
     NodeFigures,
     NodeLoad,
@@ -54,9 +53,7 @@ from memspine_admin.records import (
     KeyRecord,
     TenantRecord,
     check_name,
-    check_scopes,
     check_tenant_id,
-    check_ttl,
     is_tenant_id,
     now_us,
 )
@@ -661,17 +658,11 @@ class PgControl:
         requests_per_minute: int | None = None,
     ) -> IssuedKey:
         """Issue a key for a tenant; its id starts with the tenant's route."""
-        name = check_name(name, "name")
-        scope_tuple = check_scopes(scopes)
-        ttl = check_ttl(ttl_secs)
-        rate = check_rate(requests_per_minute)
+        request = KeyRequest.check(name, scopes, ttl_secs, requests_per_minute)
         route = self.tenant_route(tenant_id)
         if route is None:
             raise NotFound("no tenant with that id")  # before paying for argon2
-        generated = keys.generate_key(route)
-        secret_hash = keys.hash_secret(self.hasher, generated.secret)  # outside any transaction
-        now = self.now()
-        expires_at = None if ttl is None else now + ttl * 1_000_000
+        draft = request.draft(tenant_id, route, self.hasher, self.now())
         with self._conn() as conn:
             change = _Change(conn, self.now)
             row = conn.execute(
@@ -681,37 +672,26 @@ class PgControl:
                 raise NotFound("no tenant with that id")
             if row[0] != route:
                 raise Conflict("the tenant changed while its key was made; try again")
-            while conn.execute(
-                "SELECT 1 FROM keys WHERE key_id = %s", (generated.key_id,)
-            ).fetchone():
-                generated = keys.with_new_key_id(generated, route)
+            while conn.execute("SELECT 1 FROM keys WHERE key_id = %s", (draft.key_id,)).fetchone():
+                draft = draft.with_new_key_id()
+            record = draft.record()
             conn.execute(
                 f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL, %s, %s)",
                 (
-                    generated.key_id,
-                    tenant_id,
-                    name,
-                    list(scope_tuple),
-                    now,
-                    expires_at,
-                    secret_hash,
-                    rate,
+                    record.key_id,
+                    record.tenant_id,
+                    record.name,
+                    list(record.scopes),
+                    record.created_at,
+                    record.expires_at,
+                    record.secret_hash,
+                    record.requests_per_minute,
                 ),
             )
             change.bump()
-            detail = key_detail(name, scope_tuple, expires_at, rate)
-            change.log(actor, "key.create", tenant_id, generated.key_id, detail)
+            change.log(actor, "key.create", tenant_id, draft.key_id, draft.audit_detail())
             change.finish()
-        return IssuedKey(
-            key_id=generated.key_id,
-            api_key=generated.token,
-            tenant_id=tenant_id,
-            name=name,
-            scopes=scope_tuple,
-            created_at=now,
-            expires_at=expires_at,
-            requests_per_minute=rate,
-        )
+        return draft.issued()
 
     def get_key(self, key_id: str) -> KeyInfo | None:
         """The key with that id (no hash), or None."""

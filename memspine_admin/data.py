@@ -1,4 +1,4 @@
-"""memspine-admin's commands on tenants' data: export, import, backup, restore, tenant adopt.
+"""memspine-admin's commands on tenants' data: export, import, backup, restore, reembed, tenant adopt.
 
 They work on the data directory directly (storage/transfer/), like the other commands; what
 each may do while the server serves the directory is said in docs/operations.md.
@@ -14,6 +14,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
+
+import msgspec
 
 from memspine_admin.control import CONTROL_DIR, MAP_SIZE
 from memspine_admin.plane import ControlPlane, control_exists, open_control
@@ -192,6 +194,37 @@ def cmd_import(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_reembed(args: argparse.Namespace) -> int:
+    """Make a server-space tenant's vectors again with the embedder MEMSPINE_EMBEDDER names."""
+    from memspine.config import load_settings
+    from storage.embedders import make_embedder
+    from storage.tenants.reembed import reembed
+
+    tenant_id = tenant_dir(args.data_dir, args.tenant_id)
+    root = args.data_dir / tenant_id
+    if not (root / "events").is_dir():
+        raise NotFound("no tenant with that id in this data directory")
+    settings = load_settings({k: v for k, v in os.environ.items() if k.startswith("MEMSPINE_")})
+    embedder = make_embedder(
+        settings.embedder, settings.embedder_url, settings.embedder_model, settings.embedder_api_key
+    )
+    if embedder is None:
+        raise InvalidRequest("MEMSPINE_EMBEDDER is none: set the embedder to re-embed with")
+    why = f"stop it to re-embed tenant {tenant_id}"
+    try:
+        with unserved(args.data_dir, why), progress(args, "re-embedding") as bar:
+            stats = reembed(root, embedder, progress=bar.update)
+    finally:
+        embedder.close()
+    payload = {"tenant_id": tenant_id, **msgspec.structs.asdict(stats)}
+    human = (
+        f"re-embedded {stats.events} events of tenant {tenant_id} with {stats.model} "
+        f"({stats.dim} dimensions; before: {stats.previous_model}, {stats.previous_dim})"
+    )
+    _emit(args, payload, human)
+    return 0
+
+
 def _registered(data_dir: Path, tenant_id: str) -> bool | None:
     """Whether the control plane has a record of the tenant; None in local mode."""
     if not _controlled(data_dir):
@@ -336,6 +369,8 @@ def add_commands(
         default=DEFAULT_MAX_AGE_DAYS,
         help=f"refuse an older backup (default {DEFAULT_MAX_AGE_DAYS}; docs/operations.md)",
     )
+    p = command(sub, "reembed", cmd_reembed)
+    p.add_argument("tenant_id")
     p = command(tenant_sub, "adopt", cmd_tenant_adopt)
     p.add_argument("dirname", help="a local-mode tenant's directory, as init lists them")
     p.add_argument("name")

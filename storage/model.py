@@ -146,3 +146,28 @@ class PlacedEvent(msgspec.Struct, frozen=True, kw_only=True):
     body_hash: bytes | None = None  # with `unlinked`: the Idempotency-Key record, if it had one
     unlinked: list[str] = []
     line: int = 0  # where it came from, for the error that names it
+
+
+class ServerSpace(msgspec.Struct, frozen=True, kw_only=True):
+    """What the server's embedder offers a tenant whose space is nobody's yet: the model name
+    its vectors are recorded under and their length (docs/embeddings.md, "Which events get a
+    server vector")."""
+
+    model: str
+    dim: int
+
+
+# The chain of turns (docs/recall.md, "Server-embedded recall"): the server's vector of an event
+# of kind CHAIN_KIND is unit(e + CHAIN_WEIGHT * p), p the stored vector of the tenant's latest
+# earlier such event, when that came at most CHAIN_GAP_US before it.
+CHAIN_KIND = "turn"
+CHAIN_WEIGHT = 0.7
+CHAIN_GAP_US = 30 * 60 * 1_000_000
+
+
+class StoredVector(msgspec.Struct, frozen=True):
+    """A vector the server made for a live event, to write into its record."""
+
+    event_id: str
+    seq: int  # the event's append seq, checked so that an id reused since is never given it
+    vector: list[float]

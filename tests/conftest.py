@@ -3,6 +3,12 @@ loopback port (tests/server/conftest.py replaces the server fixtures with the in
 
 The layout: tests/storage (the storage package directly), tests/server (the app in process:
 real Litestar and stores, no socket), tests/e2e (server and CLI subprocesses, sockets, kill -9).
+
+Servers run with MEMSPINE_EMBEDDER=none unless a test asks for an embedder (tests/servers.py's
+DIM_ENV): the default, `local`, would load the model and embed text-only events in the background,
+which no existing test asked for, at a CPU cost and a timing no test should depend on. The tests
+of server vectors set `local` (or an endpoint) themselves: tests/server/test_server_embedding.py,
+tests/e2e/test_embedding_e2e.py, tests/storage/test_server_vectors.py.
 """
 
 from __future__ import annotations

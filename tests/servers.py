@@ -27,7 +27,10 @@ if TYPE_CHECKING:
     from memspine.config import Settings
 
 REPO = Path(__file__).resolve().parent.parent
-DIM_ENV = {"MEMSPINE_EMBEDDING_DIM": "4"}
+# The embedder is off unless a test turns it on (MEMSPINE_EMBEDDER=local): at dimension 4 the
+# local model (384) would make every tenant client-space anyway, and with it off no test pays
+# for loading it or waits on background work it did not ask for.
+DIM_ENV = {"MEMSPINE_EMBEDDING_DIM": "4", "MEMSPINE_EMBEDDER": "none"}
 # One TLS context for every client made here: httpx otherwise builds one for each client,
 # loading the CA bundle every time (tens of ms of CPU a client), and these clients speak plain
 # http to loopback.

@@ -8,11 +8,13 @@ from typing import Any, Self, TypeVar
 
 import anyio
 import httpx
+import msgspec
 
 from memspine.client import models as m
-from memspine.client import routes
+from memspine.client import paging, routes
+from memspine.client.export import ExportCheck, broken_off
 from memspine.client.retry import Attempts, Retry
-from memspine.client.routes import Call, Scalar
+from memspine.client.routes import Call, Limit, Scalar
 
 T = TypeVar("T")
 
@@ -60,20 +62,15 @@ class _Client:
         """Close the connection pool."""
         await self._http.aclose()
 
-    async def send(self, call: Call[Any]) -> httpx.Response:
-        """Send a call, again while memspine/client/retry.py allows; its successful answer."""
-        attempts = Attempts(
-            self.retry, call.method, call.path, resend=call.resend, on_conflict=call.on_conflict
-        )
+    async def send(self, call: Call[Any], *, stream: bool = False) -> httpx.Response:
+        """Send a call, again while memspine/client/retry.py allows; its successful answer
+        (with `stream`, its body still to read: the caller closes it)."""
+        attempts = Attempts.of(self.retry, call)
         while True:
             try:
-                response = await self._http.request(
-                    call.method,
-                    call.path,
-                    params=call.params,
-                    content=call.body,
-                    headers=call.request_headers(),
-                )
+                response = await self._http.send(call.request(self._http), stream=stream)
+                if response.is_error:
+                    await response.aread()  # its error body (read already unless streamed)
             except httpx.TransportError as exc:
                 wait = attempts.failed(exc)
             else:
@@ -118,7 +115,7 @@ class AsyncMemspine(_Client):
         idempotency_key: str | None = None,
     ) -> m.Appended:
         """Append one event, under `idempotency_key` or a new one, so a retry never stores twice."""
-        body = routes.event_body(
+        body = routes.event(
             kind,
             text,
             ts=ts,
@@ -129,8 +126,16 @@ class AsyncMemspine(_Client):
             supersedes=supersedes,
             valid_from=valid_from,
             valid_until=valid_until,
+            idempotency_key=idempotency_key,
         )
-        return await self._run(routes.append(body, idempotency_key))
+        return await self._run(routes.append(body))
+
+    async def append_batch(
+        self, events: Sequence[Mapping[str, Any]], *, idempotency_key: str | None = None
+    ) -> m.BatchAppended:
+        """Append up to 1,000 events (`memspine.client.event(...)` each) all or none, every one
+        under an Idempotency-Key (its own, else `idempotency_key/<index>`, else a new one)."""
+        return await self._run(routes.append_batch(events, idempotency_key))
 
     async def get(self, event_id: str) -> m.Event:
         """One event with its current state (NotFound if unknown, deleted or another tenant's)."""
@@ -174,23 +179,46 @@ class AsyncMemspine(_Client):
         page_size: int = 100,
     ) -> AsyncIterator[m.Event]:
         """Every matching event, newest first, a page of `page_size` at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.list_events(
-                kind=kind,
-                since=since,
-                until=until,
-                limit=page_size,
-                cursor=cursor,
-                filter=filter,
-                current=current,
-                as_of=as_of,
-            )
-            for event in page.events:
+        pages = paging.event_pages(
+            kind=kind,
+            since=since,
+            until=until,
+            filter=filter,
+            current=current,
+            as_of=as_of,
+            page_size=page_size,
+        )
+        while (call := pages.next()) is not None:
+            for event in pages.take(await self._run(call)):
                 yield event
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor
+
+    async def export_lines(self) -> AsyncIterator[bytes]:
+        """The tenant's export (docs/api.md, Export format) line by line as sent, newline
+        included, the end line last; BrokenExport when what came is not a whole export."""
+        check = ExportCheck()
+        async for chunk in self._export(check):
+            for line in check.lines(chunk):
+                yield line
+        check.finish()
+
+    async def iter_export(self) -> AsyncIterator[m.ExportLine]:
+        """The tenant's export as Structs: header, events in append order, deleted events'
+        Idempotency-Key records, and the end once checked (BrokenExport if it does not match)."""
+        check = ExportCheck()
+        async for chunk in self._export(check):
+            for record in check.records(chunk):
+                yield record
+        check.finish()
+
+    async def _export(self, check: ExportCheck) -> AsyncIterator[bytes]:
+        response = await self.send(routes.export(), stream=True)
+        try:
+            async for chunk in response.aiter_bytes():
+                yield chunk
+        except httpx.TransportError as exc:
+            raise broken_off(check, exc) from exc
+        finally:
+            await response.aclose()
 
     async def recall(
         self,
@@ -241,9 +269,29 @@ class AsyncMemspine(_Client):
 class AsyncMemspineAdmin(_Client):
     """The admin routes (tenants, keys, audit) through MEMSPINE_ADMIN_KEY."""
 
-    async def create_tenant(self, name: str) -> m.Tenant:
-        """Create a tenant (Conflict if the name is in use)."""
-        return await self._run(routes.create_tenant(name))
+    async def create_tenant(self, name: str, *, tenant_id: str | None = None) -> m.Tenant:
+        """Create a tenant, under `tenant_id` (a UUIDv4) if given (Conflict if the name or id
+        is in use)."""
+        return await self._run(routes.create_tenant(name, tenant_id))
+
+    async def get_tenant(self, tenant_id: str) -> m.TenantShown:
+        """One tenant: its record, its own limits and those in force, its keys, its usage."""
+        return await self._run(routes.get_tenant(tenant_id))
+
+    async def set_tenant_limits(
+        self,
+        tenant_id: str,
+        *,
+        max_events: Limit = msgspec.UNSET,
+        max_bytes: Limit = msgspec.UNSET,
+        max_memory: Limit = msgspec.UNSET,
+    ) -> m.TenantShown:
+        """Set a tenant's own limits (None removes one; one not given stays); the tenant after."""
+        return await self._run(
+            routes.set_tenant_limits(
+                tenant_id, max_events=max_events, max_bytes=max_bytes, max_memory=max_memory
+            )
+        )
 
     async def list_tenants(self) -> list[m.Tenant]:
         """Every tenant, oldest first."""
@@ -260,9 +308,19 @@ class AsyncMemspineAdmin(_Client):
         *,
         scopes: Sequence[str] | None = None,
         ttl_secs: int | None = None,
+        requests_per_minute: int | None = None,
     ) -> m.IssuedKey:
-        """Issue a key (read and write unless `scopes` says); its secret is in this answer only."""
-        return await self._run(routes.create_key(tenant_id, name, scopes=scopes, ttl_secs=ttl_secs))
+        """Issue a key (read and write unless `scopes` says; at most `requests_per_minute` if
+        given, else the server's default); its secret is in this answer only."""
+        return await self._run(
+            routes.create_key(
+                tenant_id,
+                name,
+                scopes=scopes,
+                ttl_secs=ttl_secs,
+                requests_per_minute=requests_per_minute,
+            )
+        )
 
     async def list_keys(self, tenant_id: str | None = None) -> list[m.Key]:
         """Every key, or one tenant's; never a secret."""
@@ -282,11 +340,7 @@ class AsyncMemspineAdmin(_Client):
         self, *, tenant_id: str | None = None, page_size: int = 100
     ) -> AsyncIterator[m.AuditEntry]:
         """Every audit entry, oldest first, a page at a time."""
-        cursor: str | None = None
-        while True:
-            page = await self.audit(limit=page_size, cursor=cursor, tenant_id=tenant_id)
-            for entry in page.entries:
+        pages = paging.audit_pages(tenant_id=tenant_id, page_size=page_size)
+        while (call := pages.next()) is not None:
+            for entry in pages.take(await self._run(call)):
                 yield entry
-            if page.next_cursor is None:
-                return
-            cursor = page.next_cursor

@@ -144,6 +144,12 @@ class UnexpectedAnswer(APIError):
     code = "unexpected_answer"
 
 
+class BrokenExport(UnexpectedAnswer):
+    """An export that was cut short or does not match its trailer: not a whole export."""
+
+    code = "broken_export"
+
+
 CLASSES: tuple[type[APIError], ...] = (
     InvalidRequest,
     Unauthorized,

@@ -43,6 +43,21 @@ class Appended(msgspec.Struct, frozen=True):
     idempotency_key: str | None = None
 
 
+class BatchAppended(msgspec.Struct, frozen=True):
+    """A batch's answer: the events' ids in the order sent, the ids their links named that named
+    no event, and the positions of the events that were replays.
+
+    `idempotency_keys` are the keys the events were sent with, in order (the client makes one
+    for each event that has none): sending the batch, or any of its events alone, again with
+    them stores nothing.
+    """
+
+    event_ids: list[str]
+    unlinked: list[str] = []
+    replayed: list[int] = []
+    idempotency_keys: list[str] = []
+
+
 class Event(msgspec.Struct, frozen=True):
     """An event as GET returns it; listings leave out `embedding`, `current` and `superseded_by`."""
 
@@ -130,6 +145,76 @@ class WouldDelete(msgspec.Struct, frozen=True):
     would_delete: list[str]
 
 
+# -- export (docs/api.md, Export format) --------------------------------------------------------
+
+
+class ExportHeader(msgspec.Struct, frozen=True, tag="header", tag_field="type"):
+    """An export's first line: the tenant, its vector space, when it was taken, how many events."""
+
+    format: str
+    version: int
+    tenant_id: str
+    embedding_dim: int
+    embedding_model: str | None
+    exported_at: int
+    events: int
+
+
+class ExportLinks(msgspec.Struct, frozen=True):
+    """An exported event's links to earlier events, each list in link order."""
+
+    SOURCE_FROM: list[str] = []
+    SUPERSEDES: list[str] = []
+
+
+class ExportIdempotency(msgspec.Struct, frozen=True):
+    """The record an Idempotency-Key left: the first body's SHA-256 (hex) and its unlinked ids."""
+
+    body_hash: str
+    unlinked: list[str] = []
+
+
+class ExportEvent(msgspec.Struct, frozen=True, tag="event", tag_field="type"):
+    """One live event of an export, every field the log keeps.
+
+    `properties` are decoded (from `properties_text` when the line carries them so); the bytes
+    as the client sent them are in the line itself (`export_lines`).
+    """
+
+    event_id: str
+    kind: str
+    ts: int
+    text: str | None = None
+    embedding: list[float] | None = None
+    embedding_model: str | None = None
+    supersedes: list[str] = []
+    valid_from: int | None = None
+    valid_until: int | None = None
+    properties: Properties | None = None
+    properties_text: str | None = None
+    links: ExportLinks = ExportLinks()
+    idempotency: ExportIdempotency | None = None
+
+
+class ExportDeletedKey(msgspec.Struct, frozen=True, tag="idempotency", tag_field="type"):
+    """The Idempotency-Key record of an event deleted since the append (ids and a hash only)."""
+
+    event_id: str
+    body_hash: str
+    unlinked: list[str] = []
+
+
+class ExportEnd(msgspec.Struct, frozen=True, tag="end", tag_field="type"):
+    """An export's last line: the counts of event and idempotency lines, the SHA-256 of the rest."""
+
+    events: int
+    idempotency: int
+    sha256: str
+
+
+ExportLine = ExportHeader | ExportEvent | ExportDeletedKey | ExportEnd
+
+
 # -- admin -------------------------------------------------------------------------------------
 
 
@@ -139,6 +224,82 @@ class Tenant(msgspec.Struct, frozen=True):
     tenant_id: str
     name: str
     created_at: int | None = None
+    node: str | None = None
+
+
+class Limits(msgspec.Struct, frozen=True):
+    """A tenant's limits: live events, their bytes, the memory it may hold open (None: no limit)."""
+
+    max_events: int | None = None
+    max_bytes: int | None = None
+    max_memory: int | None = None
+
+
+class KeyCounts(msgspec.Struct, frozen=True):
+    """A tenant's keys by status."""
+
+    active: int = 0
+    revoked: int = 0
+    expired: int = 0
+
+
+class EventCounts(msgspec.Struct, frozen=True):
+    """Live events, and deleted ones whose bytes await the next purge."""
+
+    live: int
+    deleted: int
+
+
+class Bytes(msgspec.Struct, frozen=True):
+    """The live events' bytes (what max_bytes counts) and the files on disk by part."""
+
+    live: int
+    log: int
+    keyword: int
+    vectors: int
+    total: int
+
+
+class VectorCounts(msgspec.Struct, frozen=True):
+    """Vectors in the HNSW graph, and acknowledged ones not in it yet."""
+
+    graph: int
+    pending: int
+
+
+class VectorSpace(msgspec.Struct, frozen=True):
+    """The tenant's embedding dimension, model and metric (None before its first vector)."""
+
+    dim: int | None = None
+    model: str | None = None
+    metric: str | None = None
+
+
+class Usage(msgspec.Struct, frozen=True):
+    """What a tenant uses, from counters and file sizes (docs/auth.md)."""
+
+    open: bool | None
+    events: EventCounts
+    bytes: Bytes
+    vectors: VectorCounts
+    vector_space: VectorSpace
+    last_write: int | None = None
+    memory: int | None = None
+
+
+class TenantShown(msgspec.Struct, frozen=True):
+    """GET or PATCH /v1/admin/tenants/{id}: the tenant, its own limits (None: none of its own),
+    the limits in force (its own, else the server's defaults), its keys and its usage."""
+
+    tenant_id: str
+    name: str
+    created_at: int
+    limits: Limits
+    keys: KeyCounts
+    usage: Usage
+    max_events: int | None = None
+    max_bytes: int | None = None
+    max_memory: int | None = None
     node: str | None = None
 
 
@@ -166,6 +327,7 @@ class IssuedKey(msgspec.Struct, frozen=True):
     name: str
     scopes: list[str]
     expires_at: int | None = None
+    requests_per_minute: int | None = None
 
 
 class Key(msgspec.Struct, frozen=True):
@@ -180,6 +342,7 @@ class Key(msgspec.Struct, frozen=True):
     expires_at: int | None = None
     revoked_at: int | None = None
     status: str = "active"
+    requests_per_minute: int | None = None
 
 
 class KeyList(msgspec.Struct, frozen=True):

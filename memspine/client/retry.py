@@ -20,10 +20,12 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass
+from typing import Any
 
 import httpx
 
 from memspine.client.errors import APIError, ConnectionFailed, error_from
+from memspine.client.routes import Call
 
 log = logging.getLogger("memspine.client")
 
@@ -73,6 +75,11 @@ class Attempts:
         self.resend = resend  # the server takes a second copy as the same request
         self.on_conflict = on_conflict  # 409 means "the same key is still being written"
         self.count = 0
+
+    @classmethod
+    def of(cls, policy: Retry, call: Call[Any]) -> Attempts:
+        """The sends of one call under a policy."""
+        return cls(policy, call.method, call.path, resend=call.resend, on_conflict=call.on_conflict)
 
     def failed(self, exc: httpx.TransportError) -> float:
         """The connection failed: the wait before sending again, or ConnectionFailed."""

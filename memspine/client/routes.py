@@ -44,6 +44,16 @@ class Call(Generic[T]):
             return self.headers
         return {"Content-Type": "application/json", **self.headers}
 
+    def request(self, http: httpx.Client | httpx.AsyncClient) -> httpx.Request:
+        """The request, with the client's base URL and session headers."""
+        return http.build_request(
+            self.method,
+            self.path,
+            params=self.params,
+            content=self.body,
+            headers=self.request_headers(),
+        )
+
     def result(self, response: httpx.Response) -> T:
         """The answer decoded into this call's type (UnexpectedAnswer if it is not that)."""
         try:
@@ -139,7 +149,7 @@ def new_idempotency_key() -> str:
     return str(uuid.uuid4())
 
 
-def event_body(
+def event(
     kind: str,
     text: str | None = None,
     *,
@@ -151,8 +161,11 @@ def event_body(
     supersedes: Sequence[str] | None = None,
     valid_from: int | None = None,
     valid_until: int | None = None,
+    idempotency_key: str | None = None,
 ) -> dict[str, Any]:
-    """One event's JSON object; `source_event_ids` goes into properties, where the API reads it."""
+    """One event's JSON object, as `append` and each event of `append_batch` send it:
+    `source_event_ids` goes into properties, where the API reads it; in a batch, "$N" there or
+    in `supersedes` names the batch's event N, and `idempotency_key` is the event's own."""
     props = dict(properties) if properties is not None else None
     if source_event_ids is not None:
         if props is not None and "source_event_ids" in props:
@@ -168,22 +181,79 @@ def event_body(
         supersedes=list(supersedes) if supersedes is not None else None,
         valid_from=valid_from,
         valid_until=valid_until,
+        idempotency_key=idempotency_key,
     )
 
 
 def append(body: Mapping[str, Any], idempotency_key: str | None = None) -> Call[m.Appended]:
-    """POST /v1/memory/event, always under an Idempotency-Key (a new one unless given)."""
-    key = idempotency_key if idempotency_key is not None else new_idempotency_key()
+    """POST /v1/memory/event, always under an Idempotency-Key: the body's `idempotency_key`
+    (sent as the header), else `idempotency_key`, else a new one."""
+    fields = dict(body)
+    own = fields.pop("idempotency_key", None)
+    key = own if own is not None else idempotency_key
+    key = key if key is not None else new_idempotency_key()
     return Call(
         "POST",
         "/v1/memory/event",
         m.Appended,
-        body=_json(body),
+        body=_json(fields),
         headers={IDEMPOTENCY_KEY: key},
         resend=True,
         on_conflict=True,
         finish=_appended(key),
     )
+
+
+BATCH_LIMIT = 1000  # events in one POST /v1/memory/events (docs/api.md)
+
+
+def _batch_appended(
+    keys: list[str],
+) -> Callable[[m.BatchAppended, httpx.Response], m.BatchAppended]:
+    def finish(value: m.BatchAppended, response: httpx.Response) -> m.BatchAppended:
+        return msgspec.structs.replace(value, idempotency_keys=keys)
+
+    return finish
+
+
+def append_batch(
+    events: Sequence[Mapping[str, Any]], idempotency_key: str | None = None
+) -> Call[m.BatchAppended]:
+    """POST /v1/memory/events: every event under an Idempotency-Key, so a resent batch replays
+    whole: its own `idempotency_key`, else `<idempotency_key>/<index>` (the server's rule for
+    the header, docs/api.md), else a new random one."""
+    if not 1 <= len(events) <= BATCH_LIMIT:
+        raise ValueError(f"a batch holds 1 to {BATCH_LIMIT} events, not {len(events)}")
+    items: list[dict[str, Any]] = []
+    keys: list[str] = []
+    for i, given in enumerate(events):
+        item = dict(given)
+        key = item.get("idempotency_key")
+        if key is None:
+            key = new_idempotency_key() if idempotency_key is None else f"{idempotency_key}/{i}"
+            if idempotency_key is None:
+                item["idempotency_key"] = key
+        if item.get("embedding") is not None:
+            item["embedding"] = _vector(item["embedding"])
+        items.append(item)
+        keys.append(str(key))
+    headers = {IDEMPOTENCY_KEY: idempotency_key} if idempotency_key is not None else {}
+    return Call(
+        "POST",
+        "/v1/memory/events",
+        m.BatchAppended,
+        body=_json({"events": items}),
+        headers=headers,
+        resend=True,
+        on_conflict=True,
+        finish=_batch_appended(keys),
+    )
+
+
+def export() -> Call[m.ExportEnd]:
+    """GET /v1/memory/export: NDJSON, read as a stream (memspine/client/export.py checks it);
+    `type` is what its last line decodes to."""
+    return _read("GET", "/v1/memory/export", m.ExportEnd)
 
 
 def get(event_id: str) -> Call[m.Event]:
@@ -279,14 +349,38 @@ def _segment(value: str) -> str:
     return quote(value, safe="")
 
 
-def create_tenant(name: str) -> Call[m.Tenant]:
-    """POST /v1/admin/tenants; not sent again once it may have arrived (it would be a 409)."""
-    return Call("POST", TENANTS, m.Tenant, body=_json({"name": name}))
+def create_tenant(name: str, tenant_id: str | None = None) -> Call[m.Tenant]:
+    """POST /v1/admin/tenants, under a chosen id if given (a tenant moved from another server
+    keeps its own); not sent again once it may have arrived (it would be a 409)."""
+    body = _present(name=name, tenant_id=tenant_id)
+    return Call("POST", TENANTS, m.Tenant, body=_json(body))
 
 
 def list_tenants() -> Call[m.TenantList]:
     """GET /v1/admin/tenants."""
     return _read("GET", TENANTS, m.TenantList)
+
+
+def get_tenant(tenant_id: str) -> Call[m.TenantShown]:
+    """GET /v1/admin/tenants/{id}: the record, limits, keys and usage."""
+    return _read("GET", f"{TENANTS}/{_segment(tenant_id)}", m.TenantShown)
+
+
+Limit = int | None | msgspec.UnsetType
+
+
+def set_tenant_limits(
+    tenant_id: str,
+    *,
+    max_events: Limit = msgspec.UNSET,
+    max_bytes: Limit = msgspec.UNSET,
+    max_memory: Limit = msgspec.UNSET,
+) -> Call[m.TenantShown]:
+    """PATCH /v1/admin/tenants/{id}: a limit given is set, None removes it, one left out stays;
+    setting the same limits twice is the same as once, so it may be resent."""
+    given = {"max_events": max_events, "max_bytes": max_bytes, "max_memory": max_memory}
+    body = {k: v for k, v in given.items() if v is not msgspec.UNSET}
+    return _read("PATCH", f"{TENANTS}/{_segment(tenant_id)}", m.TenantShown, body=_json(body))
 
 
 def delete_tenant(tenant_id: str) -> Call[m.TenantDeleted]:
@@ -300,6 +394,7 @@ def create_key(
     *,
     scopes: Sequence[str] | None = None,
     ttl_secs: int | None = None,
+    requests_per_minute: int | None = None,
 ) -> Call[m.IssuedKey]:
     """POST /v1/admin/keys; never sent twice, which would issue a second key."""
     body = _present(
@@ -307,6 +402,7 @@ def create_key(
         name=name,
         scopes=list(scopes) if scopes is not None else None,
         ttl_secs=ttl_secs,
+        requests_per_minute=requests_per_minute,
     )
     return Call("POST", KEYS, m.IssuedKey, body=_json(body))
 

@@ -68,7 +68,7 @@ class EngineBackend:
 
     async def whoami(self) -> dict[str, Any]:
         """The principal this backend acts for."""
-        out: dict[str, Any] = plain(whoami_of(self.principal))
+        out: dict[str, Any] = plain(await whoami_of(self.engine, self.principal))
         return out
 
     async def append(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:

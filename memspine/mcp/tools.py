@@ -45,6 +45,7 @@ class RecallArgs(msgspec.Struct, forbid_unknown_fields=True):
     k: int = 10
     hops: int = 0
     filter: dict[str, bool | int | float | str] | None = None
+    wait_for_vectors: bool = False
 
 
 class GetArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -98,8 +99,11 @@ async def append(b: Backend, a: AppendArgs) -> ToolAnswer:
 
 
 async def recall(b: Backend, a: RecallArgs) -> ToolAnswer:
-    """Keyword recall (the model has no embeddings) with the optional walk."""
+    """Recall by text (the model has no embeddings; the server embeds the text where it makes
+    the tenant's vectors) with the optional walk."""
     body: JsonObj = {"text": a.text, "k": a.k, "hops": a.hops}
+    if a.wait_for_vectors:
+        body["wait_for_vectors"] = True
     if a.kind is not None:
         body["kind"] = a.kind
     if a.filter:
@@ -197,7 +201,8 @@ APPEND = _tool(
     "- Link a conclusion to the events it was drawn from with source_event_ids, so it can be traced "
     "(memory_cypher, memory_recall hops) and erased along with its sources.\n"
     "- Before storing, memory_recall the key words to avoid storing the same thing twice.\n"
-    "Returns the new event_id; the event is durable and recallable as soon as this returns. "
+    "Returns the new event_id; the event is durable and recallable by its words as soon as this "
+    "returns, and by meaning a moment later, once the server has embedded it (where it does). "
     "Ids in source_event_ids or supersedes that name no event are reported back, not linked.",
     {
         "kind": {
@@ -239,8 +244,11 @@ RECALL = _tool(
     "Search memory",
     "Find stored events relevant to a topic. Use it before answering anything that may depend on "
     "what was said, decided or learned before, and before storing something that may already be stored.\n"
-    "Ranking is by the words (BM25): pass the distinctive words the memory would contain "
-    "(names, numbers, terms), not a long question. Returns up to k hits, best first, one line each: "
+    "Ranking is hybrid when the server embeds (its default): by the words (BM25) and by meaning "
+    "(the server's embedding of text, compared with those it made of each memory), fused, so a "
+    "question finds a memory that shares none of its words. Where the server makes no vectors "
+    "it is by the words alone: then pass the distinctive words the memory would contain (names, "
+    "numbers, terms), not a long question. Returns up to k hits, best first, one line each: "
     "event_id · kind · time (UTC) · text. Superseded and deleted events never appear; a hit that "
     "replaced older events says 'replaces'. With hops 1-3 it also follows provenance links "
     "(what a hit was derived from, and what was derived from it) and marks those lines 'via <event_id>'. "
@@ -273,6 +281,12 @@ RECALL = _tool(
             "type": "object",
             "additionalProperties": {"type": ["string", "number", "boolean"]},
             "description": 'Only events whose properties have these exact values, e.g. {"topic": "billing"}.',
+        },
+        "wait_for_vectors": {
+            "type": "boolean",
+            "default": False,
+            "description": "Wait (up to 10 s) until events stored just before are findable by "
+            "meaning too (the server embeds them in the background); rarely needed.",
         },
     },
     ["text"],

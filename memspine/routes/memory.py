@@ -123,7 +123,8 @@ async def recall_events(
 ) -> Outcome:
     """Fused keyword and vector recall with the optional walk."""
     query = to_recall_query(body, check_times=check_times)
-    return Outcome(200, recall_out(await engine.recall(tenant_id, query)))
+    wait = body.wait_for_vectors
+    return Outcome(200, recall_out(await engine.recall(tenant_id, query, wait_for_vectors=wait)))
 
 
 async def list_page(engine: Engine, tenant_id: str, query: ListQuery) -> Outcome:

@@ -1,35 +1,40 @@
-"""GET /v1/whoami: what the calling key is (tenant, key id, scopes, expiry)."""
+"""GET /v1/whoami: what the calling key is (tenant, key id, scopes, expiry) and its tenant's
+vector space."""
 
 from __future__ import annotations
 
 import msgspec
 
+from memspine.engine import Engine, VectorSpaceView
 from memspine.pipeline import ANY_KEY, Call, Operation, Outcome, Reply
 from memspine_admin.verifier import Principal
 
 
 class WhoAmI(msgspec.Struct):
-    """The caller's key; in local mode key_id is "local" and the key never expires."""
+    """The caller's key and its tenant's vector space; in local mode key_id is "local" and the
+    key never expires."""
 
     tenant_id: str
     key_id: str
     scopes: list[str]
     expires_at: int | None
+    vector_space: VectorSpaceView
 
 
-def whoami_of(principal: Principal) -> WhoAmI:
-    """The tenant, key id, scopes and expiry of a key."""
+async def whoami_of(engine: Engine, principal: Principal) -> WhoAmI:
+    """The tenant, key id, scopes and expiry of a key, and the tenant's vector space."""
     return WhoAmI(
         tenant_id=principal.tenant_id,
         key_id=principal.key_id,
         scopes=list(principal.scopes),
         expires_at=principal.expires_at,
+        vector_space=await engine.vector_space(principal.tenant_id),
     )
 
 
 async def _whoami(call: Call) -> Outcome:
     assert call.principal is not None
-    return Outcome(200, whoami_of(call.principal))
+    return Outcome(200, await whoami_of(call.services.engine, call.principal))
 
 
 WHOAMI = Operation(

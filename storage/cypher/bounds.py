@@ -18,10 +18,9 @@ from typing import Any
 
 import msgspec
 
-from storage.cypher.graph import Relationship
+from storage.cypher.graph import Node, Relationship
 from storage.errors import InvalidRequest
 from storage.heap import trim
-from storage.model import StoredEvent
 
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
 # Lists and maps inside one value, params included: the walks over values recurse, and a
@@ -184,16 +183,25 @@ def checked(value: int, a: Any, op: str, b: Any) -> int:
     raise InvalidRequest(f"integer overflow: {a} {op} {b} is outside the 64-bit integer range")
 
 
-def node_bytes(node: StoredEvent) -> int:
-    """About what a decoded node holds, text and properties included."""
-    floats = len(node.embedding) if node.embedding is not None else 0
-    return NODE_BYTES + len(node.text or "") + len(node.properties_raw or b"") + 32 * floats
+def node_bytes(node: Node) -> int:
+    """About what a decoded node holds, text and properties included (the embedding as the
+    floats it becomes when the node is returned)."""
+    return node.size
 
 
-def node_json(node: StoredEvent) -> tuple[int, int]:
+def record_bytes(record: Any) -> int:
+    """node_bytes of a node of this record (storage.log.layout.decode_record)."""
+    floats = 0 if record.embedding is None else len(record.embedding) // 8
+    return NODE_BYTES + len(record.text or "") + len(record.properties_raw or b"") + 32 * floats
+
+
+def node_json(node: Node) -> tuple[int, int]:
     """About the bytes and the values a node adds to the answer, as an event object."""
-    floats = len(node.embedding) if node.embedding is not None else 0
-    size = NODE_JSON_BYTES + len(node.text or "") + len(node.properties_raw or b"") + 20 * floats
+    floats = node.floats()
+    record = node.record
+    size = (
+        NODE_JSON_BYTES + len(record.text or "") + len(record.properties_raw or b"") + 20 * floats
+    )
     return size, 8 + floats
 
 
@@ -204,8 +212,8 @@ def held_bytes(value: Any) -> int:
     kind = type(value)
     if kind is str:
         return sys.getsizeof(value)
-    if kind is StoredEvent:
-        return node_bytes(value)
+    if kind is Node:
+        return int(value.size)
     if kind is Relationship:
         return RELATIONSHIP_BYTES
     return NUMBER_BYTES

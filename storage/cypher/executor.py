@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 
 from storage.cypher import ast
-from storage.cypher.bounds import LIST_BYTES, SLOT_BYTES, Meter, node_bytes
+from storage.cypher.bounds import LIST_BYTES, SLOT_BYTES, Meter, record_bytes
 from storage.cypher.expressions import Fn, Row, compile_expr, truth
-from storage.cypher.graph import GraphReader, Relationship
+from storage.cypher.graph import GraphReader, Node, Relationship
 from storage.cypher.operators import (
     Argument,
     Expand,
@@ -23,6 +23,7 @@ from storage.cypher.operators import (
     ScanAll,
     SeekById,
     SeekByKind,
+    SeekByProperties,
     SeekByProperty,
     SeekByTs,
     UnwindStep,
@@ -30,7 +31,7 @@ from storage.cypher.operators import (
 from storage.cypher.projection import project
 from storage.cypher.values import is_number, to_json, type_name
 from storage.errors import InvalidRequest
-from storage.model import StoredEvent
+from storage.ids import id_bytes
 
 # Nodes and link lists a query keeps once read, so a node reached twice is decoded once. Past
 # this many (or this many bytes of nodes), new ones are read but not kept: a scan of 100,000
@@ -47,9 +48,9 @@ class Context:
         self.params = params
         self.meter = meter
         self.tick = meter.tick
-        self._nodes: dict[str, StoredEvent | None] = {}
+        self._nodes: dict[bytes, Node | None] = {}
         self._node_bytes = 0
-        self._links: dict[tuple[str, str, bool], list[str]] = {}
+        self._links: dict[tuple[bytes, str, bool], list[bytes]] = {}
         self._compiled: dict[Any, Fn] = {}
 
     def compile(self, expr: ast.Expr) -> Fn:
@@ -59,23 +60,25 @@ class Context:
             fn = self._compiled[expr] = compile_expr(expr, self.params, self.meter)
         return fn
 
-    def node(self, event_id: str) -> StoredEvent | None:
-        """The live event with this id, read once per query."""
-        if event_id in self._nodes:
-            return self._nodes[event_id]
-        node = self.reader.get(event_id)
-        if len(self._nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
-            self._nodes[event_id] = node
-            self._node_bytes += 0 if node is None else node_bytes(node)
+    def node(self, raw_id: bytes) -> Node | None:
+        """The live event with this raw id, read once per query."""
+        nodes = self._nodes
+        if raw_id in nodes:
+            return nodes[raw_id]
+        record = self.reader.node(raw_id)
+        node = None if record is None else Node(raw_id, record, record_bytes(record))
+        if len(nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
+            nodes[raw_id] = node
+            self._node_bytes += 0 if node is None else node.size
         return node
 
-    def links(self, event_id: str, rel: str, outgoing: bool) -> list[str]:
-        """links_out or links_in, read once per query."""
-        key = (event_id, rel, outgoing)
+    def links(self, raw_id: bytes, rel: str, outgoing: bool) -> list[bytes]:
+        """raw_links_out or raw_links_in, read once per query."""
+        key = (raw_id, rel, outgoing)
         found = self._links.get(key)
         if found is None:
-            read = self.reader.links_out if outgoing else self.reader.links_in
-            found = read(event_id, rel)
+            read = self.reader.raw_links_out if outgoing else self.reader.raw_links_in
+            found = read(raw_id, rel)
             if len(self._links) < CACHE_ENTRIES:
                 self._links[key] = found
         return found
@@ -160,22 +163,23 @@ def _argument(op: Argument, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
         value = row.get(op.var)
         if value is None:
             continue  # a null from OPTIONAL MATCH matches nothing
-        if not isinstance(value, StoredEvent):
+        if not isinstance(value, Node):
             raise InvalidRequest(f"variable {op.var!r} holds {type_name(value)}, not a node")
         yield row
 
 
-def _seek(ids: Callable[[Any, Row, Context], Iterable[str]]) -> Callable[..., Iterator[Row]]:
-    """An operator binding op.var to each live event whose id ids() yields for the row."""
+def _seek(ids: Callable[[Any, Row, Context], Iterable[bytes]]) -> Callable[..., Iterator[Row]]:
+    """An operator binding op.var to each live event whose raw id ids() yields for the row."""
 
     def run(op: Any, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+        var, tick, read = op.var, ctx.tick, ctx.node
         for row in rows:
-            ctx.tick()
-            for event_id in ids(op, row, ctx):
-                ctx.tick()
-                node = ctx.node(event_id)
+            tick()
+            for raw_id in ids(op, row, ctx):
+                tick()
+                node = read(raw_id)
                 if node is not None:
-                    yield {**row, op.var: node}
+                    yield {**row, var: node}
 
     return run
 
@@ -192,8 +196,8 @@ def _values(op: Any, row: Row, ctx: Context) -> list[Any]:
     return value
 
 
-def _distinct_ids(groups: Iterable[Iterable[str]]) -> Iterator[str]:
-    seen: set[str] = set()
+def _distinct_ids(groups: Iterable[Iterable[bytes]]) -> Iterator[bytes]:
+    seen: set[bytes] = set()
     for group in groups:
         for event_id in group:
             if event_id not in seen:
@@ -201,23 +205,38 @@ def _distinct_ids(groups: Iterable[Iterable[str]]) -> Iterator[str]:
                 yield event_id
 
 
-def _ids_by_id(op: SeekById, row: Row, ctx: Context) -> Iterable[str]:
-    return _distinct_ids([v] for v in _values(op, row, ctx) if isinstance(v, str))
+def _ids_by_id(op: SeekById, row: Row, ctx: Context) -> Iterable[bytes]:
+    return _distinct_ids(_raw_id(v) for v in _values(op, row, ctx) if isinstance(v, str))
 
 
-def _ids_by_kind(op: SeekByKind, row: Row, ctx: Context) -> Iterable[str]:
+def _raw_id(event_id: str) -> list[bytes]:
+    """The raw id of an id's text (any form uuid.UUID reads), none for text that is no id."""
+    try:
+        return [id_bytes(event_id)]
+    except (ValueError, TypeError, AttributeError):
+        return []
+
+
+def _ids_by_kind(op: SeekByKind, row: Row, ctx: Context) -> Iterable[bytes]:
     kinds = [v for v in _values(op, row, ctx) if isinstance(v, str)]
     if not (op.lower or op.upper):
-        return _distinct_ids(ctx.reader.ids_by_kind(k) for k in kinds)
+        return _distinct_ids(ctx.reader.raw_ids_by_kind(k) for k in kinds)
     bounds = _ts_bounds(op, row, ctx)
     if bounds is None:
         return ()
-    return _distinct_ids(ctx.reader.ids_by_kind(k, *bounds) for k in kinds)
+    return _distinct_ids(ctx.reader.raw_ids_by_kind(k, *bounds) for k in kinds)
 
 
-def _ids_by_property(op: SeekByProperty, row: Row, ctx: Context) -> Iterable[str]:
+def _ids_by_property(op: SeekByProperty, row: Row, ctx: Context) -> Iterable[bytes]:
     values = [_seekable(v) for v in _values(op, row, ctx)]
-    return _distinct_ids(ctx.reader.ids_by_property(op.key, v) for v in values if v is not None)
+    return _distinct_ids(ctx.reader.raw_ids_by_property(op.key, v) for v in values if v is not None)
+
+
+def _ids_by_properties(op: SeekByProperties, row: Row, ctx: Context) -> Iterable[bytes]:
+    values = [_seekable(ctx.compile(value)(row)) for value in op.values]
+    if any(v is None for v in values):
+        return ()  # a null (or a list, a map, NaN) equals no property: nothing matches
+    return ctx.reader.raw_ids_by_properties(list(zip(op.keys, values, strict=True)))
 
 
 def _seekable(value: Any) -> Any:
@@ -234,9 +253,9 @@ def _seekable(value: Any) -> Any:
 TS_MIN, TS_MAX = -(2**63), 2**63 - 1
 
 
-def _ids_by_ts(op: SeekByTs, row: Row, ctx: Context) -> Iterable[str]:
+def _ids_by_ts(op: SeekByTs, row: Row, ctx: Context) -> Iterable[bytes]:
     bounds = _ts_bounds(op, row, ctx)
-    return () if bounds is None else ctx.reader.ids_by_ts(*bounds)
+    return () if bounds is None else ctx.reader.raw_ids_by_ts(*bounds)
 
 
 def _ts_bounds(op: SeekByTs | SeekByKind, row: Row, ctx: Context) -> tuple[Any, Any] | None:
@@ -274,8 +293,8 @@ def _ts_high(value: Any, inclusive: bool) -> int | None:
     return int(math.floor(value) + 1 if inclusive else math.ceil(value))
 
 
-def _scan_all(op: ScanAll, row: Row, ctx: Context) -> Iterable[str]:
-    return ctx.reader.all_ids()
+def _scan_all(op: ScanAll, row: Row, ctx: Context) -> Iterable[bytes]:
+    return ctx.reader.raw_ids_by_ts(None, None)
 
 
 # ---- expansion and filters --------------------------------------------------------------------
@@ -287,21 +306,41 @@ def _expand(op: Expand, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
         source = row.get(op.source)
         if source is None:
             continue
-        if not isinstance(source, StoredEvent):
+        if not isinstance(source, Node):
             raise InvalidRequest(f"variable {op.source!r} holds {type_name(source)}, not a node")
         used = _links_in_use(row, op.unique_against)
         target = row.get(op.target) if op.into else None
-        if op.into and not isinstance(target, StoredEvent):
+        if op.into and not isinstance(target, Node):
             continue
-        for end_id, path in _paths(op, source.event_id, used, ctx):
+        if not op.variable_length:
+            yield from _one_hop(op, row, source.raw_id, used, target, ctx)
+            continue
+        for end_id, path in _paths(op, source.raw_id, used, ctx):
             value: Any = _path_value(op, path)
             if target is not None:
-                if end_id == target.event_id:
+                if end_id == target.raw_id:
                     yield {**row, op.rel: value}
                 continue
             node = ctx.node(end_id)
             if node is not None:
                 yield {**row, op.target: node, op.rel: value}
+
+
+def _one_hop(
+    op: Expand, row: Row, start: bytes, used: set[Relationship], target: Node | None, ctx: Context
+) -> Iterator[Row]:
+    """_expand's rows for a single link (what _paths gives for one hop, without its queue)."""
+    for link, end_id in _steps(op, start, ctx):
+        ctx.tick()
+        if used and link in used:
+            continue
+        if target is not None:
+            if end_id == target.raw_id and ctx.node(end_id) is not None:
+                yield {**row, op.rel: link}
+            continue
+        node = ctx.node(end_id)
+        if node is not None:
+            yield {**row, op.target: node, op.rel: link}
 
 
 def _path_value(op: Expand, path: tuple[Relationship, ...]) -> Any:
@@ -324,10 +363,10 @@ def _links_in_use(row: Row, names: tuple[str, ...]) -> set[Relationship]:
 
 
 def _paths(
-    op: Expand, start: str, used: set[Relationship], ctx: Context
-) -> Iterator[tuple[str, tuple[Relationship, ...]]]:
+    op: Expand, start: bytes, used: set[Relationship], ctx: Context
+) -> Iterator[tuple[bytes, tuple[Relationship, ...]]]:
     """(end id, links) for every path of min..max hops, shortest first, no link twice."""
-    queue: deque[tuple[str, tuple[Relationship, ...]]] = deque([(start, ())])
+    queue: deque[tuple[bytes, tuple[Relationship, ...]]] = deque([(start, ())])
     while queue:
         at, path = queue.popleft()
         if len(path) >= op.min_hops:
@@ -341,7 +380,7 @@ def _paths(
             queue.append((nxt, (*path, link)))
 
 
-def _steps(op: Expand, at: str, ctx: Context) -> Iterator[tuple[Relationship, str]]:
+def _steps(op: Expand, at: bytes, ctx: Context) -> Iterator[tuple[Relationship, bytes]]:
     for rel in op.types:
         if op.direction != "in":
             for target in ctx.links(at, rel, True):
@@ -366,6 +405,7 @@ _OPS: dict[type, Callable[[Any, Iterator[Row], Context], Iterator[Row]]] = {
     SeekById: _seek(_ids_by_id),
     SeekByKind: _seek(_ids_by_kind),
     SeekByProperty: _seek(_ids_by_property),
+    SeekByProperties: _seek(_ids_by_properties),
     SeekByTs: _seek(_ids_by_ts),
     Expand: _expand,
     Filter: _filter,

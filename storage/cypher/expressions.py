@@ -18,10 +18,9 @@ from storage.cypher.bounds import (
     strings_bytes,
 )
 from storage.cypher.functions import FUNCTIONS
-from storage.cypher.graph import CORE_PROPERTIES, Relationship
+from storage.cypher.graph import CORE_PROPERTIES, Node, Relationship
 from storage.cypher.values import UNORDERED, compare, equals, is_number, type_name
 from storage.errors import InvalidRequest
-from storage.model import StoredEvent
 
 Row = dict[str, Any]
 Fn = Callable[[Row], Any]
@@ -42,21 +41,20 @@ def truth(value: Any, context: str) -> bool | None:
 
 # ---- properties ---------------------------------------------------------------------------
 
-_NODE_FIELDS: dict[str, Callable[[StoredEvent], Any]] = {
-    name: (lambda field: lambda ev: getattr(ev, field))(name) for name in CORE_PROPERTIES
-}
+_CORE = frozenset(CORE_PROPERTIES)
 
 
-def node_property(event: StoredEvent, key: str) -> Any:
+def node_property(node: Node, key: str) -> Any:
     """A node property: event_id, kind, ts, text, else a filterable property, else null."""
-    field = _NODE_FIELDS.get(key)
-    return field(event) if field is not None else event.filterable.get(key)
+    record = node.record
+    return getattr(record, key) if key in _CORE else record.filterable.get(key)
 
 
 def read_property(subject: Any, key: str) -> Any:
     """`subject.key` for a node, a map, a relationship (no properties) or null."""
-    if isinstance(subject, StoredEvent):
-        return node_property(subject, key)
+    if type(subject) is Node:
+        record = subject.record
+        return getattr(record, key) if key in _CORE else record.filterable.get(key)
     if isinstance(subject, dict):
         return subject.get(key)
     if subject is None or isinstance(subject, Relationship):
@@ -299,7 +297,7 @@ def _subscript(subject: Any, index: Any) -> Any:
         return None
     if isinstance(subject, list) and type(index) is int:
         return subject[index] if -len(subject) <= index < len(subject) else None
-    if isinstance(subject, dict | StoredEvent) and isinstance(index, str):
+    if isinstance(subject, dict | Node) and isinstance(index, str):
         return read_property(subject, index)
     raise InvalidRequest(f"cannot index {type_name(subject)} with {type_name(index)}")
 
@@ -334,7 +332,20 @@ def _variable(expr: ast.Variable, params: dict[str, Any], meter: Meter) -> Fn:
 
 
 def _property(expr: ast.Property, params: dict[str, Any], meter: Meter) -> Fn:
-    subject, key = compile_expr(expr.subject, params, meter), expr.key
+    key = expr.key
+    if isinstance(expr.subject, ast.Variable):
+        # `n.key`, most of what a query reads: one call per row, not three
+        name, core = expr.subject.name, key in _CORE
+
+        def run(row: Row) -> Any:
+            value = row.get(name)
+            if type(value) is Node:
+                record = value.record
+                return getattr(record, key) if core else record.filterable.get(key)
+            return read_property(value, key)
+
+        return run
+    subject = compile_expr(expr.subject, params, meter)
     return lambda row: read_property(subject(row), key)
 
 
@@ -400,7 +411,23 @@ def _unary(expr: ast.Unary, params: dict[str, Any], meter: Meter) -> Fn:
 
 def _binary(expr: ast.Binary, params: dict[str, Any], meter: Meter) -> Fn:
     left = compile_expr(expr.left, params, meter)
+    if expr.op == "=" and isinstance(expr.right, ast.Literal | ast.Parameter):
+        constant = compile_expr(expr.right, params, meter)({})
+        if type(constant) is str:
+            return _equals_string(left, constant)
     return _BINARY[expr.op](left, compile_expr(expr.right, params, meter), meter)
+
+
+def _equals_string(left: Fn, constant: str) -> Fn:
+    """`x = 'text'` (what most filters are) as equals would give it, in one call per row."""
+
+    def run(row: Row) -> Any:
+        value = left(row)
+        if value is None:
+            return None
+        return value == constant if type(value) is str else False
+
+    return run
 
 
 def _is_null(expr: ast.IsNull, params: dict[str, Any], meter: Meter) -> Fn:

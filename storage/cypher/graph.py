@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Protocol
+from typing import Any, Protocol, cast
 
 import msgspec
 
+from storage.ids import id_str
 from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 
 # The graph has one label and two relationship types; anything else in a pattern is refused.
@@ -18,33 +19,37 @@ CORE_PROPERTIES = ("event_id", "kind", "ts", "text")
 
 
 class GraphReader(Protocol):
-    """One read transaction over a tenant's log, seen as a graph of events."""
+    """One read transaction over a tenant's log, seen as a graph of events. Ids are the raw 16
+    bytes of the event id (storage/log/layout.py): a query goes from key to key, and converting
+    an id to its text costs about what reading the event does, so only answers are converted."""
 
-    def get(self, event_id: str) -> StoredEvent | None:
-        """The live event with this id, or None for unknown or deleted ids."""
+    def node(self, raw_id: bytes) -> Any:
+        """The live event's record (storage.log.layout.decode_record), or None if deleted."""
         ...
 
-    def ids_by_kind(self, kind: str, lo: int | None = None, hi: int | None = None) -> Iterator[str]:
+    def raw_ids_by_kind(
+        self, kind: str, lo: int | None = None, hi: int | None = None
+    ) -> Iterator[bytes]:
         """Ids of one kind with lo <= ts < hi (None: unbounded), ascending ts."""
         ...
 
-    def ids_by_property(self, name: str, value: FilterValue) -> Iterator[str]:
-        """Ids whose filterable property equals value (1 and 1.0 are equal)."""
+    def raw_ids_by_property(self, name: str, value: FilterValue) -> Iterator[bytes]:
+        """Ids whose filterable property equals value (1 and 1.0 are equal), ascending."""
         ...
 
-    def ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[str]:
-        """Ids with lo <= ts < hi, ascending."""
+    def raw_ids_by_properties(self, pairs: list[tuple[str, FilterValue]]) -> list[bytes]:
+        """Ids whose filterable properties equal every (name, value) pair, ascending."""
         ...
 
-    def all_ids(self) -> Iterator[str]:
-        """Every live id, ascending ts."""
+    def raw_ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[bytes]:
+        """Ids with lo <= ts < hi, ascending ts (both None: every live id)."""
         ...
 
-    def links_out(self, event_id: str, rel: str) -> list[str]:
+    def raw_links_out(self, raw_id: bytes, rel: str) -> list[bytes]:
         """The event's targets under rel, in link order."""
         ...
 
-    def links_in(self, event_id: str, rel: str) -> list[str]:
+    def raw_links_in(self, raw_id: bytes, rel: str) -> list[bytes]:
         """The events linking to this one under rel, in append order."""
         ...
 
@@ -53,12 +58,58 @@ class GraphReader(Protocol):
         ...
 
 
+class Node:
+    """An event as a query value: its raw id and its record, decoded once and without building
+    the embedding's floats or a StoredEvent until the node is returned whole."""
+
+    __slots__ = ("raw_id", "record", "size")
+
+    def __init__(self, raw_id: bytes, record: Any, size: int) -> None:
+        self.raw_id = raw_id
+        self.record = record
+        self.size = size  # about the bytes it holds (storage/cypher/bounds.py, node_bytes)
+
+    @property
+    def event_id(self) -> str:
+        """The event id's text."""
+        return cast(str, self.record.event_id)
+
+    @property
+    def seq(self) -> int:
+        """The operation number that appended the event."""
+        return cast(int, self.record.seq)
+
+    @property
+    def filterable(self) -> dict[str, FilterValue]:
+        """The event's filterable properties (its other properties are not node properties)."""
+        return cast(dict[str, FilterValue], self.record.filterable)
+
+    def floats(self) -> int:
+        """How many floats the embedding holds (0 without one)."""
+        embedding = self.record.embedding
+        return 0 if embedding is None else len(embedding) // 8
+
+    def event(self) -> StoredEvent:
+        """The StoredEvent."""
+        return cast(StoredEvent, self.record.event())
+
+
 class Relationship(msgspec.Struct, frozen=True):
-    """A link as a query value: start links to end under type."""
+    """A link as a query value: start links to end under type (raw ids; text when rendered)."""
 
     type: str
-    start: str
-    end: str
+    start_raw: bytes
+    end_raw: bytes
+
+    @property
+    def start(self) -> str:
+        """The linking event's id."""
+        return id_str(self.start_raw)
+
+    @property
+    def end(self) -> str:
+        """The linked event's id."""
+        return id_str(self.end_raw)
 
     def to_object(self) -> dict[str, str]:
         """The relationship as clients see it."""

@@ -68,6 +68,15 @@ class SeekByProperty(msgspec.Struct, frozen=True):
     many: bool = False
 
 
+class SeekByProperties(msgspec.Struct, frozen=True):
+    """`var.k1 = v1 AND var.k2 = v2 …` on filterable properties: the property index's lists of
+    the values intersected, before any event is read."""
+
+    var: str
+    keys: tuple[str, ...]
+    values: tuple[ast.Expr, ...]
+
+
 class SeekByTs(msgspec.Struct, frozen=True):
     """A range on `var.ts`: the (ts, id) index; every lower and every upper bound applies."""
 
@@ -100,9 +109,9 @@ class Filter(msgspec.Struct, frozen=True):
     predicate: ast.Expr
 
 
-StartOp = ScanAll | SeekById | SeekByKind | SeekByProperty | SeekByTs
+StartOp = ScanAll | SeekById | SeekByKind | SeekByProperty | SeekByProperties | SeekByTs
 MatchOp = Argument | StartOp | Expand | Filter
-SEEKS = (SeekById, SeekByKind, SeekByProperty, SeekByTs)
+SEEKS = (SeekById, SeekByKind, SeekByProperty, SeekByProperties, SeekByTs)
 
 
 # ---- steps: one per clause ----------------------------------------------------------------
@@ -255,6 +264,13 @@ _DESCRIBE_OP: dict[type, Callable[[Any], str]] = {
     SeekById: lambda op: f"SeekById({_name(op.var)}.event_id{_seek_value(op)})",
     SeekByKind: _kind_seek,
     SeekByProperty: lambda op: f"SeekByProperty({_name(op.var)}.{op.key}{_seek_value(op)})",
+    SeekByProperties: lambda op: (
+        "SeekByProperties("
+        + ", ".join(
+            f"{_name(op.var)}.{k} = {render(v)}" for k, v in zip(op.keys, op.values, strict=True)
+        )
+        + ")"
+    ),
     SeekByTs: lambda op: f"SeekByTs({_ts_range(op)})",
     Expand: _expand,
     Filter: lambda op: f"Filter({render(op.predicate)})",

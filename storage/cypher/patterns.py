@@ -18,6 +18,7 @@ from storage.cypher.operators import (
     ScanAll,
     SeekById,
     SeekByKind,
+    SeekByProperties,
     SeekByProperty,
     SeekByTs,
     StartOp,
@@ -36,11 +37,13 @@ from storage.cypher.scope import (
 from storage.errors import InvalidRequest
 
 # How selective each start is assumed to be, lower first: an id names one event, a filterable
-# property value usually a handful, a kind or a time range many; a kind within a time range
-# (one walk of the (kind, ts, id) index) beats either alone. Bound means "already known".
+# property value usually a handful (and several, their lists intersected, fewer), a kind or a
+# time range many; a kind within a time range (one walk of the (kind, ts, id) index) beats either
+# alone. Bound means "already known".
 (
     RANK_BOUND,
     RANK_ID,
+    RANK_PROPERTIES,
     RANK_PROPERTY,
     RANK_KIND_TS_EQUAL,
     RANK_TS_EQUAL,
@@ -48,7 +51,7 @@ from storage.errors import InvalidRequest
     RANK_KIND,
     RANK_TS_RANGE,
     RANK_SCAN,
-) = range(9)
+) = range(10)
 
 _FLIP = {"out": "in", "in": "out", "both": "both"}
 _MIRROR = {"=": "=", "<": ">", ">": "<", "<=": ">=", ">=": "<="}
@@ -199,6 +202,7 @@ def _seek_for(var: str, conjuncts: list[ast.Expr], bound: set[str]) -> tuple[int
     upper: list[TsBound] = []
     equal_ts = False
     kind: SeekByKind | None = None
+    equal: list[tuple[str, ast.Expr]] = []  # `var.key = value` on filterable properties
     for key, op, value in _indexable(var, conjuncts, bound):
         if key == "ts":
             equal_ts = equal_ts or op == "="
@@ -209,6 +213,11 @@ def _seek_for(var: str, conjuncts: list[ast.Expr], bound: set[str]) -> tuple[int
             seek = make(var, value, op == "IN")
             kind = seek if kind is None and isinstance(seek, SeekByKind) else kind
             best = min(best, (rank, seek), key=lambda o: o[0])
+            if isinstance(seek, SeekByProperty) and op == "=" and (key, value) not in equal:
+                equal.append((key, value))
+    if len(equal) > 1:
+        keys, values = zip(*equal, strict=True)
+        best = min(best, (RANK_PROPERTIES, SeekByProperties(var, keys, values)), key=lambda o: o[0])
     if lower or upper:
         ranked: list[tuple[int, StartOp]] = [
             (

@@ -16,9 +16,8 @@ from storage.cypher.bounds import (
     node_bytes,
     node_json,
 )
-from storage.cypher.graph import Relationship
+from storage.cypher.graph import Node, Relationship
 from storage.errors import InvalidRequest
-from storage.model import StoredEvent
 
 # compare() answers this when either side is NaN: every ordering comparison is then false.
 UNORDERED = 2
@@ -42,7 +41,7 @@ _TYPE_NAMES: dict[type, str] = {
     str: "a string",
     list: "a list",
     dict: "a map",
-    StoredEvent: "a node",
+    Node: "a node",
     Relationship: "a relationship",
 }
 
@@ -93,7 +92,7 @@ def _map_equals(a: dict[str, Any], b: dict[str, Any], meter: Meter, depth: int) 
 _EQUALS: dict[type, Callable[[Any, Any, Meter, int], bool | None]] = {
     list: _list_equals,
     dict: _map_equals,
-    StoredEvent: lambda a, b, meter, depth: a.event_id == b.event_id,
+    Node: lambda a, b, meter, depth: a.raw_id == b.raw_id,
 }
 
 
@@ -156,8 +155,9 @@ def _built_key(meter: Meter, depth: int, elements: int) -> int:
 
 _ORDER_KEYS: dict[type, Callable[[Any, Meter, int], tuple[Any, ...]]] = {
     dict: _map_order,
-    StoredEvent: lambda v, meter, depth: (1, v.seq),
-    Relationship: lambda v, meter, depth: (2, v.start, v.type, v.end),
+    Node: lambda v, meter, depth: (1, v.seq),
+    # raw ids sort as their text does (lowercase hex, dashes in fixed places)
+    Relationship: lambda v, meter, depth: (2, v.start_raw, v.type, v.end_raw),
     list: _list_order,
     str: lambda v, meter, depth: (5, v),
     bool: lambda v, meter, depth: (6, v),
@@ -191,8 +191,8 @@ _GROUP_KEYS: dict[type, Callable[[Any, Meter, int], Any]] = {
     str: lambda v, meter, depth: v,
     list: _list_group,
     dict: _map_group,
-    StoredEvent: lambda v, meter, depth: ("node", v.event_id),
-    Relationship: lambda v, meter, depth: ("rel", v.start, v.type, v.end),
+    Node: lambda v, meter, depth: ("node", v.raw_id),
+    Relationship: lambda v, meter, depth: ("rel", v.start_raw, v.type, v.end_raw),
 }
 
 
@@ -203,10 +203,10 @@ def to_json(value: Any, meter: Meter = UNMETERED, depth: int = 0) -> Any:
     return value if render is None else render(value, meter, depth)
 
 
-def _render_node(value: StoredEvent, meter: Meter, depth: int) -> Any:
+def _render_node(value: Node, meter: Meter, depth: int) -> Any:
     meter.render(*node_json(value))
     meter.charge(node_bytes(value))  # the object is built beside the node
-    return value.to_object()
+    return value.event().to_object()
 
 
 def _render_string(value: str, meter: Meter, depth: int) -> str:
@@ -227,7 +227,7 @@ def _render_map(value: dict[str, Any], meter: Meter, depth: int) -> dict[str, An
 
 
 _RENDER: dict[type, Callable[[Any, Meter, int], Any]] = {
-    StoredEvent: _render_node,
+    Node: _render_node,
     Relationship: lambda v, meter, depth: v.to_object(),
     str: _render_string,
     list: _render_list,

@@ -93,6 +93,15 @@ class QueryCache:
                     self._items.popitem(last=False)
         return vec
 
+    def peek(self, text: str) -> np.ndarray | None:
+        """The cached vector of `text` (counted as a hit), or None; never computes."""
+        with self._lock:
+            vec = self._items.get(text)
+            if vec is not None:
+                self._items.move_to_end(text)
+                self.hits += 1
+            return vec
+
     def clear(self) -> None:
         """Forget every vector (after the model changed)."""
         with self._lock:

@@ -30,8 +30,11 @@ from storage.log.layout import (
     IdempotencyRecord,
     Tombstone,
 )
+from storage.log.migrations import migrate
 from storage.log.reader import LogReader
 from storage.model import (
+    CHAIN_GAP_US,
+    CHAIN_KIND,
     SOURCE_FROM,
     SUPERSEDES,
     AppendResult,
@@ -39,7 +42,9 @@ from storage.model import (
     NewEvent,
     PlacedEvent,
     Quota,
+    ServerSpace,
     StoredEvent,
+    StoredVector,
 )
 from storage.rwlock import RWLock
 from storage.space import disk_full
@@ -95,10 +100,8 @@ class EventLog:
             self.put_meta_int(txn, layout.DIM, embedding_dim)
             self.put_meta_int(txn, SUPERSEDING, 0)
             self.put_meta_int(txn, LIVE_BYTES, 0)
-        elif schema == 1:
-            # Version 2 keeps the bytes of the live records in the meta: count them once.
-            self.put_meta_int(txn, LIVE_BYTES, record_bytes(self.view(txn)))
-            self.put_meta_int(txn, layout.SCHEMA, SCHEMA_VERSION)
+        else:
+            migrate(txn, self.dbs, schema)
 
     def reopen(self) -> None:
         """Close and reopen the environment, once no transaction is active: after MDB_PANIC
@@ -218,9 +221,62 @@ class EventLog:
 
         return self.write(apply)
 
-    def appender(self, txn: lmdb.Transaction) -> Appender:
-        """An appender for many events inside the write transaction txn."""
-        return Appender(self, txn)
+    def appender(self, txn: lmdb.Transaction, offer: ServerSpace | None = None) -> Appender:
+        """An appender for many events inside the write transaction txn (offer: the server's
+        embedder, for a tenant whose vector space is nobody's yet)."""
+        return Appender(self, txn, offer)
+
+    def store_vectors(
+        self, txn: lmdb.Transaction, vectors: list[StoredVector], model: str
+    ) -> list[StoredVector]:
+        """Write server vectors into their events' records (each still live, still awaiting
+        one, of the server-space tenant whose model is `model`), one OP_EMBED op each; the
+        vectors written."""
+        r, d = self.view(txn), self.dbs
+        if r.meta_int(layout.SPACE) != layout.SPACE_SERVER or r.meta_str(layout.MODEL) != model:
+            return []
+        written: list[StoredVector] = []
+        grown = 0
+        for item in vectors:
+            raw_id = layout.id_bytes(item.event_id)
+            key = layout.unembedded_key(item.seq, raw_id)
+            if txn.get(key, db=d["unembedded"]) is None:
+                continue  # deleted, or given its vector by another path meanwhile
+            raw = txn.get(raw_id, db=d["events"])
+            txn.delete(key, db=d["unembedded"])
+            if raw is None:
+                continue
+            ev = layout.decode_event(raw)
+            if ev.seq != item.seq or ev.embedding is not None:
+                continue
+            record = msgspec.structs.replace(ev, embedding=item.vector, embedding_model=model)
+            encoded = layout.encode_event(record)
+            txn.put(raw_id, encoded, db=d["events"])
+            seq = r.last_seq() + 1
+            txn.put(layout.op_key(seq), layout.op_value(layout.OP_EMBED, raw_id), db=d["ops"])
+            grown += len(encoded) - len(raw)
+            written.append(item)
+        if grown:
+            live = r.meta_int(LIVE_BYTES) or 0
+            self.put_meta_int(txn, LIVE_BYTES, live + grown)
+        return written
+
+    def clear_vector(self, txn: lmdb.Transaction, ev: StoredEvent) -> None:
+        """Take a server vector out of a live event's record and list the event for the
+        embedder again (its vector carried a deleted turn's, docs/recall.md)."""
+        r, d = self.view(txn), self.dbs
+        raw_id = layout.id_bytes(ev.event_id)
+        raw = txn.get(raw_id, db=d["events"])
+        if raw is None:
+            return
+        record = msgspec.structs.replace(ev, embedding=None, embedding_model=None)
+        encoded = layout.encode_event(record)
+        txn.put(raw_id, encoded, db=d["events"])
+        txn.put(layout.unembedded_key(ev.seq, raw_id), b"", db=d["unembedded"])
+        seq = r.last_seq() + 1
+        txn.put(layout.op_key(seq), layout.op_value(layout.OP_EMBED, raw_id), db=d["ops"])
+        live = r.meta_int(LIVE_BYTES) or 0
+        self.put_meta_int(txn, LIVE_BYTES, max(0, live - (len(raw) - len(encoded))))
 
     def append_one(self, txn: lmdb.Transaction, ev: NewEvent) -> AppendResult | MemspineError:
         """Write one event and its index entries, or return why it cannot be written."""
@@ -264,6 +320,9 @@ class EventLog:
         txn.delete(raw_id, db=d["events"])
         txn.delete(layout.op_key(ev.seq), db=d["ops"])
         txn.put(layout.op_key(seq), layout.op_value(layout.OP_DELETE, raw_id), db=d["ops"])
+        txn.delete(layout.unembedded_key(ev.seq, raw_id), db=d["unembedded"])
+        if ev.kind == CHAIN_KIND and ev.embedding is not None:
+            self._unchain(txn, ev)
         for name, key in layout.index_keys(ev):
             txn.delete(key, db=d[name])
         for rel in layout.REL_CODES:
@@ -277,6 +336,26 @@ class EventLog:
         tomb = Tombstone(seq=ev.seq, deleted_at=time.time_ns() // 1000)
         txn.put(raw_id, layout.encode_tombstone(tomb), db=d["tombstones"])
         return len(raw)
+
+    def _unchain(self, txn: lmdb.Transaction, deleted: StoredEvent) -> None:
+        """A deleted turn of a server-space tenant: the later turns of its chain (up to the
+        first CHAIN_GAP_US break) lose their vectors, each of which carried a share of its
+        vector, and are embedded again without it (docs/recall.md, "Deletes, purges")."""
+        r = self.view(txn)
+        if r.meta_int(layout.SPACE) != layout.SPACE_SERVER:
+            return
+        before = deleted.ts
+        for _seq, op, event_id in list(r.ops_after(deleted.seq)):
+            if op != layout.OP_APPEND:
+                continue
+            ev = r.get(event_id)
+            if ev is None or ev.kind != CHAIN_KIND:
+                continue
+            if ev.ts - before > CHAIN_GAP_US:
+                return
+            before = ev.ts
+            if ev.embedding is not None:
+                self.clear_vector(txn, ev)
 
     def _unlink_out(
         self, txn: lmdb.Transaction, r: LogReader, source: str, rel: str, raw_target: bytes
@@ -309,12 +388,17 @@ class Appender:
     # live events and bytes as it goes, so each append is held to a quota without a read, and
     # writes the bytes and the last write's time to the meta once, in `finish`.
 
-    def __init__(self, log: EventLog, txn: lmdb.Transaction) -> None:
+    def __init__(
+        self, log: EventLog, txn: lmdb.Transaction, offer: ServerSpace | None = None
+    ) -> None:
         self.log = log
         self.txn = txn
         self.reader = LogReader(txn, log.dbs)
         self.dim = self.reader.meta_int(layout.DIM)
         self.model = self.reader.meta_str(layout.MODEL)
+        self.space = self.reader.meta_int(layout.SPACE)
+        self.offer = offer  # the server's embedder, for a tenant whose space is nobody's yet
+        self.unembedded = 0  # events written here that await their server vector
         self.last = self.reader.last_seq()  # the newest op in txn
         self.events = self.reader.event_count()
         self.bytes = self.reader.meta_int(LIVE_BYTES) or 0
@@ -358,7 +442,7 @@ class Appender:
         child = self.log.env.begin(write=True, parent=self.txn)
         results: list[AppendResult] = []
         try:
-            sub = Appender(self.log, child)
+            sub = Appender(self.log, child, self.offer)
             sub._random = self._random
             sub.bytes = self.bytes  # the meta's figure lags until finish: carry this one's
             sub.memory = self.memory
@@ -373,6 +457,7 @@ class Appender:
             raise
         child.commit()
         self.last, self.model, self.events, self.bytes = sub.last, sub.model, sub.events, sub.bytes
+        self.space, self.unembedded = sub.space, self.unembedded + sub.unembedded
         self._unsaved = self._unsaved or sub._unsaved
         self.written += sub.written
         self._random = sub._random
@@ -401,6 +486,9 @@ class Appender:
         problem = self._check_embedding(ev)
         if problem is not None:
             return problem
+        awaits = self._awaits_vector(ev)
+        if isinstance(awaits, MemspineError):
+            return awaits
         seq = self.last + 1
         properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
         filterable = layout.filterable_properties(
@@ -434,10 +522,13 @@ class Appender:
         )
         encoded = layout.encode_event(record)
         if quota is not None:
-            refused = quota.refusal(self.events + 1, self.bytes + len(encoded), self.memory)
+            # The vector the server will write into the record counts now: once acknowledged,
+            # an event is never refused its vector.
+            size = len(encoded) + (vector_bytes(self.dim or 0) if awaits else 0)
+            refused = quota.refusal(self.events + 1, self.bytes + size, self.memory)
             if refused is not None:
                 return refused
-        self._put(raw_id, record, sources, supersedes, encoded)
+        self._put(raw_id, record, sources, supersedes, encoded, awaits=awaits)
         if ev.event_id is not None and ev.body_hash is not None:
             idem = IdempotencyRecord(body_hash=ev.body_hash, unlinked=unlinked)
             txn.put(raw_id, layout.encode_idempotency(idem), db=d["idem"])
@@ -450,15 +541,27 @@ class Appender:
         sources: list[str],
         supersedes: list[str],
         encoded: bytes | None = None,
+        *,
+        awaits: bool = False,
     ) -> None:
-        """Write a numbered record, its op, its index keys and its links (targets that exist)."""
+        """Write a numbered record, its op, its index keys and its links (targets that exist);
+        awaits: the event is listed for the background embedder."""
         txn, d, seq = self.txn, self.log.dbs, record.seq
         if encoded is None:
             encoded = layout.encode_event(record)
-        # Nothing can refuse the event from here on: the tenant's model is recorded with it.
+        # Nothing can refuse the event from here on: the tenant's model and space are recorded
+        # with it.
         if record.embedding_model is not None and self.model is None:
             txn.put(layout.meta_key(layout.MODEL), record.embedding_model.encode(), db=d["meta"])
             self.model = record.embedding_model
+        if self.space is None and record.embedding is not None:
+            self.log.put_meta_int(txn, layout.SPACE, layout.SPACE_CLIENT)
+            self.space = layout.SPACE_CLIENT
+        elif self.space is None and awaits:
+            self._claim_server_space()
+        if awaits:
+            txn.put(layout.unembedded_key(seq, raw_id), b"", db=d["unembedded"])
+            self.unembedded += 1
         txn.put(raw_id, encoded, db=d["events"])
         # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
         # this appender's back, and numbering on would overwrite or reorder ops.
@@ -500,12 +603,15 @@ class Appender:
         problem = self._check_embedding(ev)
         if problem is not None:
             raise InvalidRequest(f"line {line}: {problem.detail}")
+        awaits = self._awaits_vector(ev)
+        if isinstance(awaits, MemspineError):
+            raise InvalidRequest(f"line {line}: {awaits.detail}")
         properties = msgspec.json.decode(ev.properties_raw) if ev.properties_raw else {}
         filterable = layout.filterable_properties(
             properties if isinstance(properties, dict) else {}
         )
         record = msgspec.structs.replace(ev, seq=self.last + 1, filterable=filterable)
-        self._put(raw_id, record, placed.sources, placed.superseded)
+        self._put(raw_id, record, placed.sources, placed.superseded, awaits=awaits)
         if placed.body_hash is not None:
             self.place_idempotency(ev.event_id, placed.body_hash, placed.unlinked)
         return True
@@ -528,6 +634,58 @@ class Appender:
             raise InvalidRequest(
                 f"this tenant's embeddings come from '{self.model}', the file's from '{model}'"
             )
+
+    def claim_space(self, space: int, model: str | None) -> None:
+        """Record the tenant's vector space as an export names it; InvalidRequest if the
+        tenant already has another."""
+        if self.space is None:
+            self.log.put_meta_int(self.txn, layout.SPACE, space)
+            self.space = space
+        elif self.space != space:
+            raise InvalidRequest(
+                f"this tenant's vectors are made by the {space_name(self.space)}, "
+                f"the file's by the {space_name(space)}"
+            )
+        if model is not None:
+            self.claim_model(model)
+
+    def _awaits_vector(self, ev: NewEvent | StoredEvent) -> bool | MemspineError:
+        """Whether the event gets a server vector after its append; EmbeddingMismatch for a
+        client vector in a server-space tenant that does not name the server's model."""
+        if ev.embedding is not None:
+            if self.space == layout.SPACE_SERVER and ev.embedding_model != self.model:
+                return EmbeddingMismatch(
+                    f"this tenant's vectors are made by the server with '{self.model}'; "
+                    "send no embedding (the server makes it), or one with embedding_model "
+                    f"'{self.model}'"
+                )
+            return False
+        if not ev.text:
+            return False
+        if self.space == layout.SPACE_SERVER:
+            return True
+        offer = self.offer
+        return (
+            self.space is None
+            and self.model is None
+            and offer is not None
+            and offer.dim == self.dim
+        )
+
+    def _claim_server_space(self) -> None:
+        """Make the tenant server-space (its first event to get a vector is text-only and the
+        server embeds): every earlier live event with text and no vector is listed too."""
+        assert self.offer is not None
+        txn, d = self.txn, self.log.dbs
+        self.log.put_meta_int(txn, layout.SPACE, layout.SPACE_SERVER)
+        txn.put(layout.meta_key(layout.MODEL), self.offer.model.encode(), db=d["meta"])
+        self.space, self.model = layout.SPACE_SERVER, self.offer.model
+        cursor = txn.cursor(db=d["events"])
+        for raw_id, value in cursor.iternext(keys=True, values=True):
+            ev = layout.decode_light(value)  # a log with no space yet holds no vector
+            if ev.text:
+                txn.put(layout.unembedded_key(ev.seq, bytes(raw_id)), b"", db=d["unembedded"])
+                self.unembedded += 1
 
     def _random_id(self) -> bytes:
         """The 16 bytes of a random UUIDv4, as uuid.uuid4() makes them, without a syscall each."""
@@ -554,6 +712,16 @@ class Appender:
                 "vectors from another model cannot be mixed with them"
             )
         return None
+
+
+def vector_bytes(dim: int) -> int:
+    """What a vector of dim floats adds to a record (a msgpack bin of float64s and its header)."""
+    return 8 * dim + (2 if 8 * dim < 256 else 3 if 8 * dim < 65536 else 5)
+
+
+def space_name(space: int | None) -> str:
+    """Who makes a tenant's vectors, as whoami and the usage name it."""
+    return {layout.SPACE_SERVER: "server", layout.SPACE_CLIENT: "client"}.get(space or 0, "none")
 
 
 def record_bytes(r: LogReader) -> int:
@@ -593,7 +761,13 @@ def snapshot(path: Path, *, lock: bool = True) -> Iterator[LogReader]:
     )
     try:
         with env.begin(buffers=False) as txn:
-            dbs = {name: env.open_db(name.encode(), txn=txn, create=False) for name in DB_NAMES}
+            dbs = {}
+            for name in DB_NAMES:
+                try:
+                    dbs[name] = env.open_db(name.encode(), txn=txn, create=False)
+                except lmdb.NotFoundError:
+                    if name not in layout.LATER_DBS:
+                        raise
             yield LogReader(txn, dbs)
     finally:
         env.close()

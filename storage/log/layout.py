@@ -17,16 +17,20 @@ import functools
 import re
 import struct
 import sys
-import uuid
 from typing import Any
 
 import msgspec
 
+from storage.ids import ID_BYTES as ID_BYTES
+from storage.ids import id_bytes as id_bytes
+from storage.ids import id_str as id_str
 from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 
-# 2: the meta names LIVE_BYTES and LAST_WRITE (a log of version 1 gets them on its first open,
-# storage/log/eventlog.py).
-SCHEMA_VERSION = 2
+# 2: the meta names LIVE_BYTES and LAST_WRITE.
+# 3: the vector space (meta SPACE), the database "unembedded" and the op OP_EMBED: vectors the
+# server makes are written into their events' records after the append.
+# An older log is brought to this version on its first open (storage/log/migrations.py).
+SCHEMA_VERSION = 3
 
 # -- the named databases ----------------------------------------------------------------------
 
@@ -41,7 +45,14 @@ DB_NAMES = (
     "idem",  # raw id derived from an Idempotency-Key -> IdempotencyRecord (msgpack)
     "tombstones",  # raw id -> Tombstone (msgpack)
     "meta",  # meta_key(name) -> u64(value), or MODEL's name as UTF-8
+    # unembedded_key(seq, raw id) -> b"": events of a server-space tenant awaiting their vector,
+    # in append order (the background embedder's work, derived from the log after a restart)
+    "unembedded",
 )
+
+# Databases a log of an older version may lack until its first open for writes (migrations.py):
+# a read-only snapshot of it reads them as empty.
+LATER_DBS = frozenset({"unembedded"})
 
 # -- meta names -------------------------------------------------------------------------------
 
@@ -59,7 +70,22 @@ SUPERSEDING = "superseding"
 # needs no counter: LMDB keeps each database's entry count.)
 LIVE_BYTES = "live_bytes"
 LAST_WRITE = "last_write"  # microseconds since the epoch of the last append or delete
-META_NAMES = (SCHEMA, DIM, MODEL, KEYWORD_SEQ, VECTOR_SEQ, SUPERSEDING, LIVE_BYTES, LAST_WRITE)
+# Who makes the tenant's vectors (SPACE_CLIENT or SPACE_SERVER), fixed by its first event that
+# carries or gets a vector; absent: nobody yet. With SPACE_SERVER, MODEL names the server's model.
+SPACE = "space"
+META_NAMES = (
+    SCHEMA,
+    DIM,
+    MODEL,
+    KEYWORD_SEQ,
+    VECTOR_SEQ,
+    SUPERSEDING,
+    LIVE_BYTES,
+    LAST_WRITE,
+    SPACE,
+)
+SPACE_CLIENT = 1
+SPACE_SERVER = 2
 
 
 def meta_key(name: str) -> bytes:
@@ -69,31 +95,8 @@ def meta_key(name: str) -> bytes:
 
 # -- ids, numbers and times -------------------------------------------------------------------
 
-ID_BYTES = 16  # an event id is a UUID, stored as its 16 bytes
+# Ids (ID_BYTES, id_bytes, id_str) are storage/ids.py's, imported above for the log's keys.
 _SIGN = 1 << 63
-
-
-def id_bytes(event_id: str) -> bytes:
-    """The 16 raw bytes of a UUID string."""
-    # Every lookup and scan step converts ids: the canonical form is read directly (faster than
-    # uuid.UUID); anything else, junk included, gets exactly uuid.UUID's answer.
-    e = event_id
-    if len(e) == 36 and e[8] == e[13] == e[18] == e[23] == "-":
-        try:
-            raw = bytes.fromhex(e[:8] + e[9:13] + e[14:18] + e[19:23] + e[24:])
-        except ValueError:
-            raw = b""
-        if (
-            len(raw) == ID_BYTES
-        ):  # 32 hex digits; fromhex skips spaces, so fewer bytes is not a UUID
-            return raw
-    return uuid.UUID(event_id).bytes
-
-
-def id_str(raw: bytes) -> str:
-    """The canonical UUID string of 16 raw bytes."""
-    h = bytes(raw).hex()  # faster than str(uuid.UUID(bytes=raw)), the same text
-    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def u64(n: int) -> bytes:
@@ -120,6 +123,9 @@ def read_ts(raw: bytes) -> int:
 
 OP_APPEND = b"A"
 OP_DELETE = b"D"
+# The live event's vector changed after its append (the server stored or cleared it): the vector
+# index replays it as a delete and an add of the event's label (its append seq).
+OP_EMBED = b"E"
 # Relationship types as the byte their link keys carry.
 REL_CODES: dict[str, bytes] = {SOURCE_FROM: b"S", SUPERSEDES: b"P"}
 TIME_KEY_BYTES = 8 + ID_BYTES
@@ -138,6 +144,16 @@ def op_value(op: bytes, raw_id: bytes) -> bytes:
 def read_op(value: bytes) -> tuple[bytes, bytes]:
     """Inverse of op_value: (OP_APPEND or OP_DELETE, raw id)."""
     return value[:1], value[1:]
+
+
+def unembedded_key(seq: int, raw_id: bytes) -> bytes:
+    """The unembedded key of an event awaiting its server vector: its seq, then its id."""
+    return u64(seq) + raw_id
+
+
+def read_unembedded(key: bytes) -> tuple[int, bytes]:
+    """Inverse of unembedded_key: (seq, raw id)."""
+    return read_u64(key), key[8:]
 
 
 def time_key(ts: int, raw_id: bytes) -> bytes:
@@ -173,10 +189,23 @@ def value_bytes(value: FilterValue) -> bytes:
     return b"s" + struct.pack(">H", len(raw)) + raw
 
 
+# Prefixes already built: an append writes one per filterable property and the keyword index
+# tags it twice more (storage/index/keyword.py), with the same few names and values each time.
+# Keyed by the value's type too, so True and 1, equal in Python, never share an entry.
+_PREFIXES: dict[tuple[str, type, FilterValue], bytes] = {}
+
+
 def property_prefix(name: str, value: FilterValue) -> bytes:
     """The key prefix under which every event with name == value is listed."""
-    raw_name = name.encode()
-    return bytes([len(raw_name)]) + raw_name + value_bytes(value)
+    key = (name, type(value), value)
+    prefix = _PREFIXES.get(key)
+    if prefix is None:
+        raw_name = name.encode()
+        prefix = bytes([len(raw_name)]) + raw_name + value_bytes(value)
+        if len(_PREFIXES) >= 65536:  # bounded: names and values are client data
+            _PREFIXES.clear()
+        _PREFIXES[key] = prefix
+    return prefix
 
 
 def property_key(name: str, value: FilterValue, raw_id: bytes) -> bytes:
@@ -322,6 +351,8 @@ _Record = msgspec.defstruct(
         for f in msgspec.structs.fields(StoredEvent)
     ],
     frozen=True,
+    # what decode_record hands readers outside the log (Cypher) that need the StoredEvent
+    namespace={"event": lambda self: event_of(self)},
 )
 _EMBEDDING = StoredEvent.__struct_fields__.index("embedding")
 
@@ -347,7 +378,19 @@ def encode_event(ev: StoredEvent) -> bytes:
 
 def decode_event(raw: bytes | memoryview) -> StoredEvent:
     """The StoredEvent a record holds, the floats exactly as appended."""
-    fields = msgspec.structs.asdict(_decode_record(raw))
+    return event_of(_decode_record(raw))
+
+
+def decode_record(raw: bytes | memoryview) -> Any:
+    """A record's fields as StoredEvent names them, the embedding left as its bytes (None if
+    none): for readers that look at many events' fields and few embeddings (Cypher's nodes);
+    its event() (or event_of) makes the StoredEvent."""
+    return _decode_record(raw)
+
+
+def event_of(record: Any) -> StoredEvent:
+    """The StoredEvent of a decode_record result."""
+    fields = msgspec.structs.asdict(record)
     embedding = fields["embedding"]
     if embedding is not None:
         fields["embedding"] = _floats(embedding)

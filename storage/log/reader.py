@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from itertools import islice
 from typing import Any, cast
 
 import lmdb
@@ -10,6 +11,9 @@ import lmdb
 from storage.log import layout
 from storage.log.layout import IdempotencyRecord, Tombstone
 from storage.model import FilterValue, StoredEvent
+
+# by_prop keys read at a time while finding the shortest of several property lists
+CHUNK = 256
 
 
 class LogReader:
@@ -77,27 +81,15 @@ class LogReader:
 
     def ids_by_kind(self, kind: str, lo: int | None = None, hi: int | None = None) -> Iterator[str]:
         """Ids of one kind with lo <= ts < hi (None: unbounded), ascending by time."""
-        prefix = layout.kind_prefix(kind)
-        start = layout.ts_bytes(lo) if lo is not None else b""
-        for key in self._keys("by_kind", prefix, start):
-            if hi is not None and layout.read_ts(key[len(prefix) :]) >= hi:
-                return
-            yield layout.key_id(key)
+        return map(layout.id_str, self.raw_ids_by_kind(kind, lo, hi))
 
     def ids_by_property(self, name: str, value: FilterValue) -> Iterator[str]:
         """Ids whose filterable property name equals value (1 and 1.0 are equal)."""
-        if not layout.is_filterable_value(value):
-            return
-        for key in self._keys("by_prop", layout.property_prefix(name, value)):
-            yield layout.key_id(key)
+        return map(layout.id_str, self.raw_ids_by_property(name, value))
 
     def ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[str]:
         """Ids with lo <= ts < hi, ascending by time."""
-        start = layout.ts_bytes(lo) if lo is not None else b""
-        for key in self._keys("by_ts", b"", start):
-            if hi is not None and layout.read_ts(key) >= hi:
-                return
-            yield layout.key_id(key)
+        return map(layout.id_str, self.raw_ids_by_ts(lo, hi))
 
     def all_ids(self) -> Iterator[str]:
         """Every live id, ascending by time."""
@@ -105,20 +97,109 @@ class LogReader:
 
     def links_out(self, event_id: str, rel: str) -> list[str]:
         """The events this one links to under rel, in link order."""
-        prefix = layout.link_prefix(layout.id_bytes(event_id), rel)
+        return [layout.id_str(raw) for raw in self.raw_links_out(layout.id_bytes(event_id), rel)]
+
+    def links_in(self, event_id: str, rel: str) -> list[str]:
+        """The events that link to this one under rel, in append order."""
+        return [layout.id_str(raw) for raw in self.raw_links_in(layout.id_bytes(event_id), rel)]
+
+    # -- by raw id: the 16 bytes, for a reader that goes from key to key (Cypher) without the
+    # -- text form of each id (converting one costs about as much as reading its record)
+
+    def node(self, raw_id: bytes) -> Any:
+        """The record of the live event with this raw id (layout.decode_record), or None."""
+        raw = self.txn.get(raw_id, db=self.dbs["events"])
+        return None if raw is None else layout.decode_record(raw)
+
+    def raw_ids_by_kind(
+        self, kind: str, lo: int | None = None, hi: int | None = None
+    ) -> Iterator[bytes]:
+        """As ids_by_kind, raw ids."""
+        prefix = layout.kind_prefix(kind)
+        start = layout.ts_bytes(lo) if lo is not None else b""
+        for key in self._keys("by_kind", prefix, start):
+            if hi is not None and layout.read_ts(key[len(prefix) :]) >= hi:
+                return
+            yield key[-layout.ID_BYTES :]
+
+    def raw_ids_by_property(self, name: str, value: FilterValue) -> Iterator[bytes]:
+        """As ids_by_property, raw ids (ascending by raw id)."""
+        if not layout.is_filterable_value(value):
+            return
+        for key in self._keys("by_prop", layout.property_prefix(name, value)):
+            yield key[-layout.ID_BYTES :]
+
+    def raw_ids_by_properties(self, pairs: list[tuple[str, FilterValue]]) -> list[bytes]:
+        """Raw ids of the events whose filterable properties equal every (name, value) pair,
+        ascending by raw id. The list of the value with the fewest events is read whole and each
+        of its ids looked up under the others: the lists are read side by side in CHUNK keys,
+        and the first to end is the shortest, so a long list costs about as many keys as the
+        shortest, not its own length."""
+        if not pairs:
+            return []
+        if not all(layout.is_filterable_value(v) for _, v in pairs):
+            return []
+        prefixes = [layout.property_prefix(n, v) for n, v in pairs]
+        if len(prefixes) == 1:
+            return list(self.raw_ids_by_property(*pairs[0]))
+        shortest, ids = self._shortest(prefixes)
+        db = self.dbs["by_prop"]
+        get = self.txn.get
+        for i, prefix in enumerate(prefixes):
+            if i != shortest and ids:
+                ids = [raw for raw in ids if get(prefix + raw, db=db) is not None]
+        return ids
+
+    def _shortest(self, prefixes: list[bytes]) -> tuple[int, list[bytes]]:
+        """(position, raw ids) of the prefix with the fewest by_prop keys."""
+        readers = [self._chunks(prefix) for prefix in prefixes]
+        read: list[list[bytes]] = [[] for _ in prefixes]
+        while True:
+            for i, chunks in enumerate(readers):
+                chunk, done = next(chunks)
+                read[i].extend(chunk)
+                if done:
+                    return i, read[i]
+
+    def _chunks(self, prefix: bytes) -> Iterator[tuple[list[bytes], bool]]:
+        """Raw ids under a by_prop prefix CHUNK keys at a time, and whether they were the last."""
+        cur = self.txn.cursor(db=self.dbs["by_prop"])
+        if not cur.set_range(prefix):
+            yield [], True
+            return
+        keys = cur.iternext(keys=True, values=False)
+        while True:
+            chunk = [_b(k) for k in islice(keys, CHUNK)]
+            if len(chunk) == CHUNK and chunk[-1].startswith(prefix):
+                yield [k[-layout.ID_BYTES :] for k in chunk], False
+                continue
+            yield [k[-layout.ID_BYTES :] for k in chunk if k.startswith(prefix)], True
+            return
+
+    def raw_ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[bytes]:
+        """As ids_by_ts, raw ids."""
+        start = layout.ts_bytes(lo) if lo is not None else b""
+        for key in self._keys("by_ts", b"", start):
+            if hi is not None and layout.read_ts(key) >= hi:
+                return
+            yield key[-layout.ID_BYTES :]
+
+    def raw_links_out(self, raw_id: bytes, rel: str) -> list[bytes]:
+        """As links_out, raw ids."""
+        prefix = layout.link_prefix(raw_id, rel)
         cur = self.txn.cursor(db=self.dbs["links_out"])
-        out: list[str] = []
+        out: list[bytes] = []
         if cur.set_range(prefix):
             for key, value in cur:
                 if not _b(key).startswith(prefix):
                     break
-                out.append(layout.id_str(_b(value)))
+                out.append(_b(value))
         return out
 
-    def links_in(self, event_id: str, rel: str) -> list[str]:
-        """The events that link to this one under rel, in append order."""
-        prefix = layout.link_prefix(layout.id_bytes(event_id), rel)
-        return [layout.key_id(key) for key in self._keys("links_in", prefix)]
+    def raw_links_in(self, raw_id: bytes, rel: str) -> list[bytes]:
+        """As links_in, raw ids."""
+        prefix = layout.link_prefix(raw_id, rel)
+        return [key[-layout.ID_BYTES :] for key in self._keys("links_in", prefix)]
 
     def count(self) -> int:
         """Number of live events."""
@@ -150,6 +231,50 @@ class LogReader:
             return None
         op, raw_id = layout.read_op(_b(value))
         return raw_id if op == layout.OP_APPEND else None
+
+    def space(self) -> int | None:
+        """Who makes the tenant's vectors: layout.SPACE_SERVER, SPACE_CLIENT, or None (nobody yet)."""
+        return self.meta_int(layout.SPACE)
+
+    def unembedded_count(self) -> int:
+        """How many events await their server vector."""
+        db = self.dbs.get("unembedded")
+        return 0 if db is None else int(self.txn.stat(db)["entries"])
+
+    def unembedded(self, limit: int) -> list[tuple[int, str]]:
+        """Up to limit events awaiting their server vector, oldest first: (seq, id)."""
+        db = self.dbs.get("unembedded")
+        if db is None:
+            return []
+        out: list[tuple[int, str]] = []
+        cur = self.txn.cursor(db=db)
+        for raw in cur.iternext(keys=True, values=False):
+            if len(out) >= limit:
+                break
+            seq, raw_id = layout.read_unembedded(_b(raw))
+            out.append((seq, layout.id_str(raw_id)))
+        return out
+
+    def chain_before(self, seq: int, kind: str, scan: int) -> StoredEvent | None:
+        """The latest live event of `kind` appended before op seq that has a vector, looking
+        back at most `scan` ops (the chain of turns, docs/recall.md)."""
+        cur = self.txn.cursor(db=self.dbs["ops"])
+        if not cur.set_range(layout.op_key(seq)):
+            if not cur.last():
+                return None
+        elif not cur.prev():
+            return None
+        for _ in range(scan):
+            op, raw_id = layout.read_op(_b(cur.value()))
+            if op == layout.OP_APPEND:
+                light = self.get_light_raw(raw_id)
+                if light is not None and light.kind == kind:
+                    ev = self.get(light.event_id)
+                    if ev is not None and ev.embedding is not None:
+                        return ev
+            if not cur.prev():
+                return None
+        return None
 
     def meta_int(self, name: str) -> int | None:
         """An integer meta value, or None."""

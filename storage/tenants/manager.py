@@ -17,6 +17,7 @@ from pathlib import Path
 import lmdb
 
 from storage.errors import MemspineError, Unavailable
+from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
 from storage.tenants.standin import EmptyStandIn
 from storage.tenants.tenant import Tenant
@@ -183,8 +184,14 @@ class TenantManager:
         max_open: int = 80,
         idle_secs: float = 3600.0,
         max_open_bytes: int | None = None,
+        embedding: EmbeddingWorker | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # The background embedder: told of each tenant opened and closed, it offers new
+        # tenants its space and holds open ones (use_open) while it writes their vectors.
+        self.embedding = embedding
+        if embedding is not None:
+            embedding.use_open = self.use_open
         self.embedding_dim = embedding_dim
         self.max_open = max_open
         self.max_open_bytes = max_open_bytes
@@ -334,8 +341,12 @@ class TenantManager:
             if self.admit is not None:
                 self.admit(slot.tenant_id)
             started = time.perf_counter()
+            embedding = self.embedding
             tenant = Tenant.open(
-                slot.tenant_id, self.path_of(slot.tenant_id), embedding_dim=self.embedding_dim
+                slot.tenant_id,
+                self.path_of(slot.tenant_id),
+                embedding_dim=self.embedding_dim,
+                offer=None if embedding is None else embedding.offer,
             )
             tenant.measure_memory = tenant_bytes
             seconds = time.perf_counter() - started
@@ -366,6 +377,11 @@ class TenantManager:
             self._account(slot, size)
             over = self._over_by(0) > 0
         self._notify_open(tenant, seconds)
+        if self.embedding is not None:
+            try:
+                self.embedding.opened(tenant)
+            except Exception:  # its work stays listed in its log for the next open
+                log.exception("the embedder could not read a tenant's work")
         slot.ready.set_result(tenant)
         if over:  # bigger than its files said: others make room once idle
             self._enforce_soon()
@@ -413,6 +429,7 @@ class TenantManager:
         """Close a detached tenant, then free its gate so the next open of it may proceed."""
         try:
             if slot.tenant is not None:
+                self._closing_tenant(slot.tenant)
                 slot.tenant.close()
         except Exception:
             log.exception("closing a tenant failed")
@@ -549,6 +566,7 @@ class TenantManager:
                 self._cond.wait_for(lambda: slot.in_flight == 0)
         try:
             if slot is not None and slot.tenant is not None:
+                self._closing_tenant(slot.tenant)
                 slot.tenant.close()
             if slot is not None:
                 slot.tenant = None
@@ -561,6 +579,30 @@ class TenantManager:
                 self._outside -= 1
                 self._cond.notify_all()
             gate.set_result(None)
+
+    def _closing_tenant(self, tenant: Tenant) -> None:
+        """Tell the embedder a tenant closes (its work stays in the log)."""
+        if self.embedding is not None:
+            self.embedding.closing(tenant)
+
+    @contextmanager
+    def use_open(self, tenant_id: str) -> Iterator[Tenant | None]:
+        """Blocking: the tenant held as a request holds it if it is open now, else None; never
+        opens it, and leaves its place in the LRU as it was (background work is no use)."""
+        with self._cond:
+            slot = self._slots.get(tenant_id)
+            if self._shut or slot is None or slot.tenant is None or slot.detached:
+                slot = None
+            else:
+                slot.in_flight += 1
+        if slot is None:
+            yield None
+            return
+        try:
+            assert slot.tenant is not None
+            yield slot.tenant
+        finally:
+            self._release(slot)
 
     @contextmanager
     def inspect(self, tenant_id: str) -> Iterator[Tenant | None]:
@@ -626,6 +668,7 @@ class TenantManager:
             if slot.tenant is None:
                 continue
             try:
+                self._closing_tenant(slot.tenant)
                 slot.tenant.close()
             except Exception:
                 log.exception("closing a tenant failed")

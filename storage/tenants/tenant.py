@@ -19,19 +19,30 @@ from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recov
 from storage.errors import Conflict, DiskFull, MemspineError
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.log import layout
-from storage.log.eventlog import EventLog
-from storage.model import NewEvent, PlacedEvent, Quota, QuotaSource, StoredEvent, current_quota
+from storage.log.eventlog import EventLog, space_name
+from storage.model import (
+    CHAIN_KIND,
+    NewEvent,
+    PlacedEvent,
+    Quota,
+    QuotaSource,
+    ServerSpace,
+    StoredEvent,
+    StoredVector,
+    current_quota,
+)
 from storage.read.cascade import derived_closure, would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
-from storage.read.recall import RecallQuery, RecallResult, recall, validate
+from storage.read.recall import Feedback, RecallQuery, RecallResult, recall, validate
 from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
-from storage.tenants.usage import TenantUsage, usage_of
+from storage.tenants.usage import TenantUsage, VectorSpace, usage_of
 from storage.tenants.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
 NOT_SAVED = "the server's disk is full: the vector index was not saved"
+CHAIN_SCAN = 1000  # ops a chain's start is looked for before the first event to embed
 IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
 
 
@@ -62,9 +73,23 @@ class CallJob:
 class Tenant:
     """An open tenant; all writes go through its writer, reads through log readers and indexes."""
 
-    def __init__(self, tenant_id: str, root: Path, embedding_dim: int) -> None:
+    def __init__(
+        self,
+        tenant_id: str,
+        root: Path,
+        embedding_dim: int,
+        offer: Callable[[], ServerSpace | None] | None = None,
+    ) -> None:
         self.tenant_id = tenant_id
         self.root = root
+        # What the server's embedder offers the tenant while its vector space is nobody's yet
+        # (asked at each group commit: an endpoint's dimension is learned after the start).
+        self.offer = offer
+        # Called on the writer thread after a commit that listed events for the embedder.
+        self.on_unembedded: Callable[[Tenant], None] | None = None
+        # Counts deletes: a batch of server vectors made before one may have chained on a turn
+        # it deleted, and is made again (store_vectors).
+        self.deletes = 0
         recover(root)  # finish or discard a purge a crash interrupted, before any store opens
         self.log = EventLog.open(root / files.LOG, embedding_dim=embedding_dim)
         try:
@@ -78,6 +103,8 @@ class Tenant:
         except BaseException:
             self.log.close()  # a failed open leaks no file or thread
             raise
+        with self.log.reader() as r:
+            self.space = r.space()
         self._mark_if_tombstoned()
         self.vector_saved_seq = self.vector_seq
         self.catch_ups = 0  # catch_ups that read ops back from the log (open, deletes, repair)
@@ -93,10 +120,18 @@ class Tenant:
         self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
 
     @classmethod
-    def open(cls, tenant_id: str, root: Path, *, embedding_dim: int = 384) -> Tenant:
-        """Open the tenant stored at root, creating it if needed, and bring its indexes up to date."""
+    def open(
+        cls,
+        tenant_id: str,
+        root: Path,
+        *,
+        embedding_dim: int = 384,
+        offer: Callable[[], ServerSpace | None] | None = None,
+    ) -> Tenant:
+        """Open the tenant stored at root, creating it if needed, and bring its indexes up to
+        date; offer: the server's embedder (docs/embeddings.md)."""
         try:
-            return cls(tenant_id, root, embedding_dim)
+            return cls(tenant_id, root, embedding_dim, offer)
         except Exception as exc:  # creating the log's files on a full disk, say
             raise_if_disk_full(exc, root)
             raise
@@ -137,11 +172,18 @@ class Tenant:
         labels: list[int] = []
         vectors: list[list[float]] = []
         vec_deletes: list[int] = []
+        replaced: dict[int, list[float] | None] = {}  # label -> its vector now (OP_EMBED)
         start = min(self.keyword_seq, self.vector_seq)
         last = start
         with self.log.reader() as r:
             for seq, op, event_id in r.ops_after(start):
                 last = seq
+                if op == layout.OP_EMBED:
+                    if seq > self.vector_seq:
+                        changed = r.get(event_id)
+                        if changed is not None:
+                            replaced[changed.seq] = changed.embedding
+                    continue
                 if op == b"D":
                     if seq > self.keyword_seq:
                         kw_deletes.append(event_id)
@@ -164,8 +206,13 @@ class Tenant:
         # background (a search waits for what was published before it), and vectors are
         # searched exactly from memory until the background insert places them in the graph.
         self.keyword.publish(docs, kw_deletes, last)
-        # Vectors go to the index's exact tail now and into the graph in the background.
+        # Vectors go to the index's exact tail now and into the graph in the background. A
+        # vector the server wrote (or cleared) after the append replaces what the label had.
         self.vectors.add(labels, vectors)
+        if replaced:
+            self.vectors.delete(list(replaced))
+            now = [(label, v) for label, v in replaced.items() if v is not None]
+            self.vectors.add([label for label, _v in now], [v for _label, v in now])
         self.vectors.delete(vec_deletes)
         # Handed over, not yet durable: each index keeps what it was handed until it is (the
         # keyword fold retries a failed commit with it), and only the durable marks are
@@ -185,12 +232,17 @@ class Tenant:
             moment = Moment(r, current=query.current, as_of=query.as_of)
             return list_events(r, query, keep=moment.visible)
 
-    def recall(self, query: RecallQuery, *, embeddings: bool = True) -> RecallResult:
+    def recall(
+        self, query: RecallQuery, *, embeddings: bool = True, feedback: Feedback | None = None
+    ) -> RecallResult:
         """Fused keyword and vector recall with the bounded walk, over one snapshot; with
-        embeddings=False the hits' events may lack their embeddings (read light)."""
+        embeddings=False the hits' events may lack their embeddings (read light); feedback for
+        a query vector the server made (docs/recall.md)."""
         with self.log.reader() as r:
             validate(query, self.dim, r.meta_str(layout.MODEL))
-            return recall(r, self.keyword, self.vectors, query, embeddings=embeddings)
+            return recall(
+                r, self.keyword, self.vectors, query, embeddings=embeddings, feedback=feedback
+            )
 
     def cypher(
         self,
@@ -234,6 +286,15 @@ class Tenant:
     def vectors_pending(self) -> int:
         """Vectors acknowledged (searched exactly) but not yet in the HNSW graph."""
         return self.vectors.pending()
+
+    def vector_space(self) -> tuple[VectorSpace, int]:
+        """Who makes the tenant's vectors, their model and length; and how many events await
+        their server vector."""
+        with self.log.reader() as r:
+            space = VectorSpace(
+                dim=self.dim, model=r.meta_str(layout.MODEL), made_by=space_name(r.space())
+            )
+            return space, r.unembedded_count()
 
     def usage(self) -> TenantUsage:
         """What the tenant uses now: events, bytes by part, vectors, vector space, last write,
@@ -331,7 +392,10 @@ class Tenant:
 
             self.mark_before_delete([event_id])  # the closure is empty unless the event is live
             deleted = self.log.write(apply)
+            self.deletes += 1
             self.catch_up()
+            if self.on_unembedded is not None:
+                self.on_unembedded(self)
             return deleted
 
         return self.call(run)
@@ -342,6 +406,7 @@ class Tenant:
         idempotency: Sequence[tuple[str, bytes, list[str]]] = (),
         *,
         model: str | None = None,
+        space: int | None = None,
         keep_before: int | None = None,
     ) -> Future[int]:
         """Write exported events as they were (ids, records, links in their order, idempotency
@@ -356,7 +421,9 @@ class Tenant:
 
             def apply(txn: Any) -> int:
                 appender = self.log.appender(txn)
-                if model is not None:
+                if space is not None:
+                    appender.claim_space(space, model)
+                elif model is not None:
                     appender.claim_model(model)
                 written = sum(appender.place(p, keep_before=keep_before) for p in placed)
                 for event_id, body_hash, unlinked in idempotency:
@@ -364,8 +431,62 @@ class Tenant:
                 return written
 
             written = self.log.write(apply)
+            with self.log.reader() as r:
+                self.space = r.space()
             self.catch_up()
+            if self.on_unembedded is not None:
+                self.on_unembedded(self)
             return written
+
+        return self.call(run)
+
+    # -- server vectors (storage/tenants/embedding.py) ------------------------------
+
+    def unembedded_count(self) -> int:
+        """How many events await their server vector."""
+        with self.log.reader() as r:
+            return r.unembedded_count()
+
+    def awaiting_vectors(self, upto: int) -> bool:
+        """Whether any event appended at op `upto` or before still awaits its server vector."""
+        with self.log.reader() as r:
+            first = r.unembedded(1)
+            return bool(first) and first[0][0] <= upto
+
+    def last_seq(self) -> int:
+        """The newest op of the log (what a recall that waits for vectors waits up to)."""
+        with self.log.reader() as r:
+            return r.last_seq()
+
+    def to_embed(self, limit: int) -> tuple[list[StoredEvent], StoredEvent | None, int, str | None]:
+        """Up to limit events awaiting their server vector, oldest first (read light, text and
+        all); the stored turn before the first of them that has a vector (the chain's start);
+        the delete count and the tenant's model when read."""
+        with self.log.reader() as r:
+            events: list[StoredEvent] = []
+            for _seq, event_id in r.unembedded(limit):
+                ev = r.get_light(event_id)
+                if ev is not None:
+                    events.append(ev)
+            before = None
+            if events:
+                before = r.chain_before(events[0].seq, CHAIN_KIND, CHAIN_SCAN)
+            return events, before, self.deletes, r.meta_str(layout.MODEL)
+
+    def store_vectors(
+        self, vectors: list[StoredVector], model: str, deletes: int
+    ) -> Future[int | None]:
+        """Write server vectors into their records on the writer, then project them; resolves
+        to how many were written, or None when an event was deleted since they were read (a
+        chain may carry it: the caller makes them again)."""
+
+        def run() -> int | None:
+            if self.deletes != deletes:
+                return None
+            written = self.log.write(lambda txn: self.log.store_vectors(txn, vectors, model))
+            if written:
+                self.catch_up()
+            return len(written)
 
         return self.call(run)
 
@@ -414,14 +535,15 @@ class Tenant:
             for job in jobs
         ]
 
+        offer = None if self.offer is None or self.space is not None else self.offer()
         memory = 0
         measure = self.measure_memory
         if measure is not None and any(isinstance(q, Quota) and q.max_memory for q in quotas):
             memory = measure(self)
 
-        def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent]]:
+        def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent], int | None, int]:
             # Runs again from the start if the map had to grow, with a fresh appender.
-            appender = self.log.appender(txn)
+            appender = self.log.appender(txn, offer)
             appender.memory = memory
             start = appender.last
             results: list[Any] = []
@@ -439,11 +561,20 @@ class Tenant:
             appender.finish()
             # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
             self.log.put_meta_int(txn, layout.KEYWORD_SEQ, kw_seq)
-            return results, start, appender.written
+            return results, start, appender.written, appender.space, appender.unembedded
 
-        results, start, written = self.log.write(apply)
+        results, start, written, self.space, unembedded = self.log.write(apply)
+        if not appends_only:
+            self.deletes += 1
         if not (appends_only and self._project(start, written)):
             self.catch_up()
+        # Before the answers: the backlog an append is held to counts it once it is answered.
+        # Its failure must not fail a batch that is durable: the list is in the log regardless.
+        if (unembedded or not appends_only) and self.on_unembedded is not None:
+            try:
+                self.on_unembedded(self)
+            except Exception:
+                log.exception("tenant %s: the embedder was not told of new work", self.tenant_id)
         for job, result in zip(jobs, results, strict=True):
             job.future.set_result(result)
 

@@ -10,7 +10,7 @@ import msgspec
 from storage import files
 from storage.index.vecfile import VectorFileError, live_path, read_live
 from storage.log import layout
-from storage.log.eventlog import read_only, record_bytes
+from storage.log.eventlog import read_only, record_bytes, space_name
 from storage.log.reader import LogReader
 
 METRIC = "cosine"  # the vector index's space (storage/index/vectors.py)
@@ -35,17 +35,21 @@ class Bytes(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class VectorCounts(msgspec.Struct, frozen=True, kw_only=True):
-    """Vectors in the HNSW graph, and acknowledged ones still in the exact tail."""
+    """Vectors in the HNSW graph, acknowledged ones still in the exact tail, and events that
+    await the vector the server makes for them."""
 
     graph: int
     pending: int
+    unembedded: int = 0
 
 
 class VectorSpace(msgspec.Struct, frozen=True, kw_only=True):
-    """The tenant's embedding dimension, its first embedding model (if one was named), the metric."""
+    """The tenant's embedding dimension, its model (the server's, or the first a client named),
+    who makes its vectors ("server", "client", or "none" while nobody has), the metric."""
 
     dim: int | None
     model: str | None
+    made_by: str = "none"
     metric: str = METRIC
 
 
@@ -102,8 +106,10 @@ def usage_of(
         open=is_open,
         events=EventCounts(live=r.event_count(), deleted=r.tombstone_count()),
         bytes=disk_bytes(root, size),
-        vectors=VectorCounts(graph=graph, pending=pending),
-        vector_space=VectorSpace(dim=dim, model=r.meta_str(layout.MODEL)),
+        vectors=VectorCounts(graph=graph, pending=pending, unembedded=r.unembedded_count()),
+        vector_space=VectorSpace(
+            dim=dim, model=r.meta_str(layout.MODEL), made_by=space_name(r.space())
+        ),
         last_write=r.meta_int(layout.LAST_WRITE),
         memory=memory,
     )
@@ -125,7 +131,7 @@ def closed_usage(root: Path, *, is_open: bool | None = False) -> TenantUsage:
             pending = sum(
                 1
                 for _seq, op, event_id in r.ops_after(saved)
-                if op == layout.OP_APPEND and _has_vector(r, event_id)
+                if op in (layout.OP_APPEND, layout.OP_EMBED) and _has_vector(r, event_id)
             )
             return usage_of(
                 r,

@@ -31,9 +31,15 @@ from storage.transfer.format import (
     idempotency_line,
 )
 
-_CARRIED = (layout.OP_APPEND, layout.OP_DELETE)  # a delete's effect is the event's absence
+# A delete's effect is the event's absence; a server vector's is in the record it was written to.
+_CARRIED = (layout.OP_APPEND, layout.OP_DELETE, layout.OP_EMBED)
 SNAPSHOT_TRIES = 20  # a purge's swap renames the log away for an instant: look again
 NO_TENANT = "no tenant with that id in this data directory"
+
+
+def vectors_by(r: LogReader) -> str | None:
+    """The header's vectors_by for the snapshot r: who makes the tenant's vectors, if anyone."""
+    return {layout.SPACE_SERVER: "server", layout.SPACE_CLIENT: "client"}.get(r.space() or 0)
 
 
 def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Iterator[bytes]:
@@ -45,6 +51,7 @@ def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Ite
         tenant_id=tenant_id,
         embedding_dim=r.meta_int(layout.DIM) or default_dim,
         embedding_model=r.meta_str(layout.MODEL),
+        vectors_by=vectors_by(r),
         exported_at=time.time_ns() // 1000,
         events=r.count(),
     )

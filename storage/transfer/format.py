@@ -30,7 +30,10 @@ from storage.errors import InvalidRequest
 from storage.model import PlacedEvent, StoredEvent
 
 FORMAT = "memspine-export"
-FORMAT_VERSION = 1
+# 2: the header's `vectors_by` (who makes the tenant's vectors: the server's are carried in the
+# event lines like a client's, and an import keeps the tenant server-space).
+FORMAT_VERSION = 2
+VECTORS_BY = ("server", "client")
 MEDIA_TYPE = "application/x-ndjson"
 # A line may hold a text of 100,000 characters (4 bytes each at most) and its embedding.
 MAX_LINE_BYTES = 8 << 20
@@ -53,6 +56,7 @@ class Header(msgspec.Struct, tag="header", tag_field="type", forbid_unknown_fiel
     embedding_model: str | None
     exported_at: int
     events: int
+    vectors_by: str | None = None  # VECTORS_BY; None: nobody yet (and every file of version 1)
 
 
 class Links(msgspec.Struct, forbid_unknown_fields=True, omit_defaults=True):
@@ -209,6 +213,10 @@ class Reader:
             raise InvalidRequest(
                 f"line {n}: export format version {header.version}; this version of memspine "
                 f"reads versions 1 to {FORMAT_VERSION}"
+            )
+        if header.vectors_by is not None and header.vectors_by not in VECTORS_BY:
+            raise InvalidRequest(
+                f"line {n}: vectors_by must be one of {', '.join(VECTORS_BY)} or null"
             )
         if not 1 <= header.embedding_dim <= 65536:
             raise InvalidRequest(f"line {n}: embedding_dim must be from 1 to 65536")

@@ -10,6 +10,7 @@ from typing import IO, Protocol
 import msgspec
 
 from storage.errors import InvalidRequest
+from storage.log import layout
 from storage.model import PlacedEvent
 from storage.transfer.format import MAX_LINE_BYTES, End, Header, IdempotencyLine, Reader
 
@@ -30,6 +31,7 @@ class Importable(Protocol):
         idempotency: Sequence[tuple[str, bytes, list[str]]] = (),
         *,
         model: str | None = None,
+        space: int | None = None,
         keep_before: int | None = None,
     ) -> Future[int]:
         """Write exported events as they were, in one transaction on the tenant's writer."""
@@ -91,6 +93,9 @@ def load(
     idem: list[tuple[str, bytes, list[str]]] = []
     size = written = seen = 0
     model = header.embedding_model
+    space = {"server": layout.SPACE_SERVER, "client": layout.SPACE_CLIENT}.get(
+        header.vectors_by or ""
+    )
     # One batch is written on the tenant's writer while the next is read and checked here;
     # memory holds those two.
     pending: Future[int] | None = None
@@ -104,11 +109,13 @@ def load(
                 progress(written)
 
     def flush() -> None:
-        nonlocal batch, idem, size, model, pending
-        if batch or idem or model is not None:
+        nonlocal batch, idem, size, model, space, pending
+        if batch or idem or model is not None or space is not None:
             settle()
-            pending = tenant.submit_import(batch, idem, model=model, keep_before=keep_before)
-        batch, idem, size, model = [], [], 0, None
+            pending = tenant.submit_import(
+                batch, idem, model=model, space=space, keep_before=keep_before
+            )
+        batch, idem, size, model, space = [], [], 0, None, None
 
     try:
         for raw in lines:

@@ -23,6 +23,7 @@ from storage.log import layout
 from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM, SUPERSEDES
 from storage.tenants.tenant import Tenant
+from storage.transfer.export import vectors_by
 from storage.transfer.format import (
     FORMAT,
     FORMAT_VERSION,
@@ -51,7 +52,13 @@ def changes(r: LogReader, after: int) -> Changes:
     appended: list[str] = []
     deleted: list[str] = []
     for _seq, op, event_id in r.ops_after(after):
-        (appended if op == layout.OP_APPEND else deleted).append(event_id)
+        # An OP_EMBED (a server vector written after the append) is not carried: the event's
+        # record as a later round reads it has the vector; one copied before has not, and the
+        # new node's embedder makes it (the event is listed for it there).
+        if op == layout.OP_APPEND:
+            appended.append(event_id)
+        elif op == layout.OP_DELETE:
+            deleted.append(event_id)
     return Changes(after=after, last_seq=r.last_seq(), appended=appended, deleted=deleted)
 
 
@@ -67,6 +74,7 @@ def changes_lines(
         tenant_id=tenant_id,
         embedding_dim=r.meta_int(layout.DIM) or default_dim,
         embedding_model=r.meta_str(layout.MODEL),
+        vectors_by=vectors_by(r),
         exported_at=time.time_ns() // 1000,
         events=len(found.appended),
     )

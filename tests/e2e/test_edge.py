@@ -27,7 +27,7 @@ from servers import ServerProcess
 from memspine.app import create_app
 from memspine.config import Settings
 from memspine.edge import Edge
-from memspine.jsonbounds import MAX_NESTING, max_depth, nesting_exceeds
+from memspine.jsonbounds import MAX_NESTING, max_depth, nesting_exceeds, skeleton
 
 # Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
 pytestmark = pytest.mark.timing
@@ -141,6 +141,20 @@ def test_the_nesting_scan_agrees_with_a_byte_by_byte_reading() -> None:
     assert max_depth(body) == MAX_NESTING + 1  # brackets in strings are text
     assert not nesting_exceeds(body, MAX_NESTING + 1)
     assert nesting_exceeds(json.dumps({"p": nested(MAX_NESTING + 1)}).encode(), MAX_NESTING + 1)
+
+
+def test_the_skeleton_the_scan_reads_has_the_depth_of_the_bytes() -> None:
+    rng = random.Random(19)
+    alphabet = b'[]{}"\\,a:0.-e nu/x\xc3'  # kept bytes, dropped ones, escape letters
+    dropped = 0
+    for _ in range(3000):
+        raw = bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 40)))
+        thin = skeleton(raw)
+        dropped += len(thin) < len(raw)
+        assert max_depth(thin) == reference_depth(raw), (raw, thin)
+    assert dropped > 1000  # the fast path was taken, not only the bytes kept whole
+    vectors = json.dumps({"events": [{"embedding": [0.125] * 384}] * 3}).encode()
+    assert skeleton(vectors) == b'{"nt"[{"bn"[]}{"bn"[]}{"bn"[]}]}'
 
 
 # -- deep and out-of-range JSON -------------------------------------------------------------------

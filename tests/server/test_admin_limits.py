@@ -106,7 +106,13 @@ def test_tenant_show_reads_the_figures_from_the_files(ready: Admin) -> None:
     assert usage["events"] == {"live": 3, "deleted": 2}
     assert usage["bytes"]["live"] > 0 and usage["bytes"]["total"] >= usage["bytes"]["log"] > 0
     assert usage["vectors"]["graph"] + usage["vectors"]["pending"] == 3
-    assert usage["vector_space"] == {"dim": 4, "model": None, "metric": "cosine"}
+    assert usage["vector_space"] == {
+        "dim": 4,
+        "model": None,
+        "made_by": "client",
+        "metric": "cosine",
+    }
+    assert usage["vectors"]["unembedded"] == 0
     assert usage["last_write"] is not None
     assert usage["memory"] is None  # what the server's budget counts: only the server measures
     human = ready.ok("tenant", "show", tid)

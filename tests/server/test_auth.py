@@ -179,6 +179,14 @@ def test_seed_first_session_keys_and_isolation(issued: Issued) -> None:
         "key_id": review_key["key_id"],
         "scopes": ["read"],
         "expires_at": review_key["expires_at"],
+        # Dimension 4 and no embedder (tests/servers.py): the tenant's vectors are its clients'.
+        "vector_space": {
+            "made_by": "client",
+            "model": None,
+            "dim": 4,
+            "server_embeds": False,
+            "unembedded": 0,
+        },
     }
     assert other.get("/v1/whoami").json()["tenant_id"] == other_tenant
     # Each tenant is its own directory; nothing of the first customer is in the second's.
@@ -416,6 +424,9 @@ def test_admin_routes_are_404_without_an_admin_key(start_server: Any) -> None:
     with server.client("t1") as c:
         assert c.get("/v1/whoami").json() == {
             "tenant_id": "t1", "key_id": "local", "scopes": ["read", "write"], "expires_at": None,
+            "vector_space": {
+                "made_by": "none", "model": None, "dim": 4, "server_embeds": False, "unembedded": 0,
+            },
         }  # fmt: skip
     r = server.request("GET", "/v1/whoami", headers={"Authorization": "Bearer ../t1"})
     assert (r.status_code, r.json()["detail"]) == (401, LOCAL_TOKEN_DETAIL)  # no secret to hide

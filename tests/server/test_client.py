@@ -24,9 +24,15 @@ from servers import AppTransport, InProcessServer, cheap_hasher
 from memspine.client import (
     AsyncMemspine,
     AsyncMemspineAdmin,
+    BatchAppended,
+    BrokenExport,
     Conflict,
     EmbeddingMismatch,
     Event,
+    ExportDeletedKey,
+    ExportEnd,
+    ExportEvent,
+    ExportHeader,
     Forbidden,
     Hit,
     IdempotencyMismatch,
@@ -34,11 +40,16 @@ from memspine.client import (
     Memspine,
     MemspineAdmin,
     NotFound,
+    QuotaExceeded,
     Unauthorized,
     UnexpectedAnswer,
+    event,
 )
 from memspine.client import routes as r
+from memspine.client.export import ExportCheck
 from memspine_admin.plane import init_control
+from storage.errors import InvalidRequest as StorageInvalid
+from storage.transfer import format as fmt
 
 ADMIN_KEY = "client-admin-key-5d2e8c"
 NOWISH = 1_791_208_939_000_000  # 2026-10-05, as in README's session
@@ -374,7 +385,7 @@ CLIENT_CALLS: dict[str, Any] = {
     "health": lambda: r.health(),
     "whoami": lambda: r.whoami(),
     "append_event": lambda: r.append(
-        r.event_body(
+        r.event(
             "fact",
             "t",
             ts=1,
@@ -413,23 +424,40 @@ CLIENT_CALLS: dict[str, Any] = {
         explain=True,
     ),
     "cypher": lambda: r.cypher("RETURN 1", {"p": 1}),
-    "create_tenant": lambda: r.create_tenant("n"),
+    "append_events": lambda: r.append_batch(
+        [
+            event(
+                "fact",
+                "t",
+                ts=1,
+                embedding=[1.0],
+                embedding_model="m",
+                properties={"a": 1},
+                source_event_ids=[ID],
+                supersedes=[ID],
+                valid_from=0,
+                valid_until=2,
+                idempotency_key="k",
+            )
+        ],
+        "batch-key",
+    ),
+    "export_events": lambda: r.export(),
+    "create_tenant": lambda: r.create_tenant("n", ID),
+    "get_tenant": lambda: r.get_tenant(ID),
+    "set_tenant_limits": lambda: r.set_tenant_limits(
+        ID, max_events=1, max_bytes=None, max_memory=3
+    ),
     "list_tenants": lambda: r.list_tenants(),
     "delete_tenant": lambda: r.delete_tenant(ID),
-    "create_key": lambda: r.create_key(ID, "n", scopes=["read"], ttl_secs=60),
+    "create_key": lambda: r.create_key(
+        ID, "n", scopes=["read"], ttl_secs=60, requests_per_minute=600
+    ),
     "list_keys": lambda: r.list_keys(ID),
     "revoke_key": lambda: r.revoke_key("abc"),
     "audit": lambda: r.audit(limit=1, cursor="c", tenant_id=ID),
 }
-NOT_IN_THE_CLIENT = {
-    "metrics": "Prometheus text, for a scraper",
-    # Batch append, export, and a tenant's record, usage and limits (memspine/routes/memory.py,
-    # memspine/routes/admin.py): not in the client yet.
-    "append_events": "not wrapped yet",
-    "export_events": "not wrapped yet",
-    "get_tenant": "not wrapped yet",
-    "set_tenant_limits": "not wrapped yet",
-}
+NOT_IN_THE_CLIENT = {"metrics": "Prometheus text, for a scraper"}
 
 
 def test_every_route_of_the_server_has_a_client_call_that_sends_only_what_it_takes() -> None:
@@ -451,7 +479,12 @@ def test_every_route_of_the_server_has_a_client_call_that_sends_only_what_it_tak
             assert op.body is None, op.name
         else:
             assert op.body is not None, op.name
-            assert set(msgspec.json.decode(call.body)) <= set(op.body.__struct_fields__), op.name
+            sent = msgspec.json.decode(call.body)
+            assert set(sent) <= set(op.body.__struct_fields__), op.name
+            if op.name == "append_events":  # each event: the batch item's fields, no other
+                from memspine.batch import BatchItem
+
+                assert set(sent["events"][0]) <= set(BatchItem.__struct_fields__), op.name
         assert set(call.headers) <= {h.name for h in op.headers}, op.name
 
 
@@ -465,3 +498,175 @@ def test_importing_the_client_loads_nothing_of_the_server() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert done.stdout.strip() == "[] []"
+
+
+# -- batch append, export, a tenant's record and limits ----------------------------------------
+
+
+def test_a_batch_goes_under_a_key_per_event_so_a_resent_batch_stores_nothing(
+    issued: Issued,
+) -> None:
+    tenant_id, key = issued.new_tenant("batch")
+    namespace = uuid.uuid5(uuid.NAMESPACE_URL, "memspine:" + tenant_id)
+    with issued.tenant(key) as c:
+        events = [
+            event("turn", "Lena: the cutover is on Saturday", ts=NOWISH),
+            event("fact", "Cutover on 2026-10-10", ts=NOWISH + 1, source_event_ids=["$0"]),
+            event("fact", "mine", ts=NOWISH + 2, idempotency_key="fact-mine-1"),
+        ]
+        call = r.append_batch(events)
+        done = c._run(call)
+        assert isinstance(done, BatchAppended) and done.replayed == [] and done.unlinked == []
+        assert len(done.idempotency_keys) == 3 and done.idempotency_keys[2] == "fact-mine-1"
+        # each id derives from its key exactly as a one-event append's does
+        assert done.event_ids == [str(uuid.uuid5(namespace, k)) for k in done.idempotency_keys]
+        assert c.get(done.event_ids[1]).properties["source_event_ids"] == [done.event_ids[0]]
+        again = c._run(call)  # the same request again, as a retry sends it
+        assert again.event_ids == done.event_ids and again.replayed == [0, 1, 2]
+        alone = c.append("fact", "mine", ts=NOWISH + 2, idempotency_key="fact-mine-1")
+        assert (alone.event_id, alone.replayed) == (done.event_ids[2], True)
+        fresh = c.append_batch(events)  # a new call: new keys, new events
+        assert set(fresh.event_ids[:2]).isdisjoint(done.event_ids)
+        assert fresh.event_ids[2] == done.event_ids[2] and fresh.replayed == [2]
+        assert len(list(c.iter_events())) == 5
+
+
+def test_a_batch_under_one_key_takes_its_per_event_keys_from_it(issued: Issued) -> None:
+    tenant_id, key = issued.new_tenant("batch-key")
+    namespace = uuid.uuid5(uuid.NAMESPACE_URL, "memspine:" + tenant_id)
+    with issued.tenant(key) as c:
+        events = [event("turn", f"turn {i}", ts=NOWISH + i) for i in range(3)]
+        done = c.append_batch(events, idempotency_key="load-7")
+        assert done.idempotency_keys == ["load-7/0", "load-7/1", "load-7/2"]
+        assert done.event_ids == [str(uuid.uuid5(namespace, f"load-7/{i}")) for i in range(3)]
+        assert c.append_batch(events, idempotency_key="load-7").replayed == [0, 1, 2]
+        assert len(list(c.iter_events())) == 3
+
+
+def test_a_refused_batch_raises_its_events_error_and_stores_nothing(issued: Issued) -> None:
+    _, key = issued.new_tenant("batch-refused")
+    with issued.tenant(key) as c:
+        good = event("turn", "fine", ts=NOWISH, embedding=[1.0, 0.0, 0.0, 0.0])
+        bad = event("turn", "short", ts=NOWISH, embedding=[1.0, 0.0])
+        with pytest.raises(EmbeddingMismatch, match=r"events\[1\]: .*stored nothing"):
+            c.append_batch([good, bad])
+        with pytest.raises(InvalidRequest, match=r"events\[0\]: .*\$1"):
+            c.append_batch([event("fact", "x", source_event_ids=["$1"]), good])
+        with pytest.raises(ValueError, match="1 to 1000 events"):
+            c.append_batch([])
+        assert list(c.iter_events()) == []
+
+
+def _exported(c: Memspine) -> tuple[str, list[str]]:
+    """A tenant with a linked pair, a pretty-printed properties object, and a deleted keyed
+    append: its export's bytes, and the ids of the live events."""
+    made = c.append_batch(
+        [
+            event("turn", "parcel late", ts=NOWISH, embedding=[0.1, 0.2, 0.3, 0.4]),
+            event("fact", "refund agreed", ts=NOWISH + 1, source_event_ids=["$0"]),
+            event("fact", "soon gone", ts=NOWISH + 2),
+        ]
+    )
+    c.delete(made.event_ids[2])
+    lines = list(c.export_lines())
+    return b"".join(lines).decode(), made.event_ids[:2]
+
+
+def test_an_export_streams_as_lines_the_import_reader_accepts(issued: Issued) -> None:
+    tenant_id, key = issued.new_tenant("export")
+    with issued.tenant(key) as c:
+        text, live = _exported(c)
+        reader = fmt.Reader()
+        for line in text.splitlines(keepends=True):
+            reader.feed(line.encode())
+        assert reader.finish().events == 2 and reader.header is not None
+        assert reader.header.tenant_id == tenant_id
+
+        records = list(c.iter_export())
+        header, turn, fact, deleted, end = records
+        assert isinstance(header, ExportHeader) and (header.events, header.embedding_dim) == (2, 4)
+        assert isinstance(turn, ExportEvent) and isinstance(fact, ExportEvent)
+        assert [turn.event_id, fact.event_id] == live
+        assert turn.embedding == pytest.approx([0.1, 0.2, 0.3, 0.4])
+        assert [live[0]] == fact.links.SOURCE_FROM
+        assert fact.properties == {"source_event_ids": [live[0]]}
+        assert fact.idempotency is not None and len(fact.idempotency.body_hash) == 64
+        assert isinstance(deleted, ExportDeletedKey)
+        assert isinstance(end, ExportEnd) and (end.events, end.idempotency) == (2, 1)
+
+
+def test_a_damaged_export_is_refused_by_the_client_as_by_the_import(issued: Issued) -> None:
+    _, key = issued.new_tenant("export-damaged")
+    with issued.tenant(key) as c:
+        text, _ = _exported(c)
+    lines = text.splitlines(keepends=True)
+    damaged = {
+        "changed": "".join(lines).replace("refund agreed", "refund refused"),
+        "a line less": "".join(lines[:2] + lines[3:]),
+        "a line more": "".join(lines[:2] + lines[1:]),
+        "cut short": "".join(lines)[:-10],
+        "no end": "".join(lines[:-1]),
+    }
+    for what, body in damaged.items():
+        check = ExportCheck()
+        with pytest.raises(BrokenExport, match="not a whole export"):
+            for i in range(0, len(body), 7):  # in chunks that cut lines anywhere
+                check.lines(body[i : i + 7].encode())
+            check.finish()
+        reader = fmt.Reader()
+        with pytest.raises(StorageInvalid):
+            for line in body.splitlines(keepends=True):
+                reader.feed(line.encode())
+            reader.finish()
+        assert what
+    whole = ExportCheck()
+    assert b"".join(whole.lines(text.encode())) == text.encode() and whole.finish().events == 2
+
+
+def test_the_admin_client_shows_a_tenant_and_sets_its_limits(issued: Issued) -> None:
+    chosen = str(uuid.uuid4())
+    with issued.admin() as admin:
+        tenant = admin.create_tenant("limited", tenant_id=chosen.upper())
+        assert tenant.tenant_id == chosen
+        shown = admin.get_tenant(chosen)
+        assert (shown.name, shown.max_events, shown.usage.events.live) == ("limited", None, 0)
+        capped = admin.set_tenant_limits(chosen, max_events=2, max_bytes=1 << 20)
+        assert (capped.max_events, capped.max_bytes, capped.limits.max_events) == (2, 1 << 20, 2)
+        kept = admin.set_tenant_limits(chosen, max_bytes=None)  # max_events not named: it stays
+        assert (kept.max_events, kept.max_bytes) == (2, None)
+        issued_key = admin.create_key(chosen, "agent", requests_per_minute=600)
+        assert issued_key.requests_per_minute == 600
+        [listed] = admin.list_keys(chosen)
+        assert listed.requests_per_minute == 600
+        with issued.tenant(issued_key.api_key) as c:
+            assert c.whoami().key_id == issued_key.key_id
+            c.append_batch([event("turn", "one"), event("turn", "two")])
+            with pytest.raises(QuotaExceeded, match="max_events"):
+                c.append("turn", "three")
+        assert admin.get_tenant(chosen).usage.events.live == 2
+        with pytest.raises(NotFound):
+            admin.get_tenant(str(uuid.uuid4()))
+
+
+def test_the_async_client_appends_batches_and_reads_exports(tmp_path: Path) -> None:
+    async def main() -> None:
+        async with (
+            asgi_app(tmp_path / "data") as app,
+            AsyncMemspine(URL, "my-project", transport=asgi(app)) as c,
+        ):
+            events = [event("turn", "a", ts=NOWISH), event("fact", "b", ts=NOWISH + 1)]
+            done = await c.append_batch(events, idempotency_key="async-1")
+            assert done.idempotency_keys == ["async-1/0", "async-1/1"]
+            assert (await c.append_batch(events, idempotency_key="async-1")).replayed == [0, 1]
+            records = [x async for x in c.iter_export()]
+            assert [type(x).__name__ for x in records] == [
+                "ExportHeader",
+                "ExportEvent",
+                "ExportEvent",
+                "ExportEnd",
+            ]
+            raw = b"".join([line async for line in c.export_lines()])
+            assert raw.count(b"\n") == 4 and raw.endswith(b"\n")
+            assert [e.event_id for e in records if isinstance(e, ExportEvent)] == done.event_ids
+
+    anyio.run(main)

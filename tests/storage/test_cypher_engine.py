@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,8 +17,9 @@ from cypher_table import table
 from storage.cypher import READ_ONLY_MESSAGE, CypherResult, GraphReader, plan, run
 from storage.cypher.diagnostics import WRITE_KEYWORDS
 from storage.errors import CypherSyntaxError, InvalidRequest
+from storage.log import layout
 from storage.log.eventlog import EventLog
-from storage.model import NewEvent, StoredEvent
+from storage.model import NewEvent
 
 DAY = 1_791_244_800_000_000  # 2026-10-06 00:00 UTC in microseconds, the seed's Tuesday
 
@@ -511,6 +512,97 @@ def test_deleted_events_are_gone_from_queries(own_ops: Tenant) -> None:
     assert own_ops.rows("MATCH (w {change: 'CHG-9038'})-->(s) RETURN count(s)") == [[2]]
 
 
+WRITES_OF = "MATCH (w {supplier: $s, effect: 'write'}) RETURN w.change ORDER BY w.ts"
+
+
+def test_intersected_properties_leave_out_deleted_events(own_ops: Tenant) -> None:
+    assert own_ops.rows(WRITES_OF, {"s": "SUP-2207"}) == [["CHG-9031"], ["CHG-9038"]]
+    own_ops.log.delete([own_ops.ids["W1"]])
+    assert own_ops.rows(WRITES_OF, {"s": "SUP-2207"}) == [["CHG-9038"]]
+    own_ops.log.delete([own_ops.ids["W2"]])  # one side of the intersection is now empty
+    assert own_ops.rows(WRITES_OF, {"s": "SUP-2207"}) == []
+    assert own_ops.rows(WRITES_OF, {"s": "SUP-3310"}) == [["CHG-9044"]]
+
+
+def test_intersected_properties_find_superseded_and_superseding_events(project: Tenant) -> None:
+    # a superseded event is still a node; supersession is a link, not a filter
+    query = (
+        "MATCH (new {topic: 'cutover_date', supersedes: 'date1'})-[:SUPERSEDES]->(old) "
+        "RETURN new.event_id, old.event_id"
+    )
+    assert project.rows(query) == [[project.ids["date2"], project.ids["date1"]]]
+
+
+def test_property_lists_intersect_across_chunks_either_way_round(tmp_path: Path) -> None:
+    # lists longer than the reader's CHUNK on both sides, and one side of them empty
+    from storage.log import reader as log_reader
+
+    log = EventLog.open(tmp_path / "log", embedding_dim=4)
+    try:
+        events = [
+            NewEvent(
+                kind="note",
+                ts=DAY + i,
+                properties_raw=msgspec.json.encode({"a": i % 5 != 0, "b": i % 3, "c": "x"}),
+            )
+            for i in range(3 * log_reader.CHUNK + 7)
+        ]
+        ids = [r.event_id for r in log.append_batch(events) if not isinstance(r, Exception)]
+        with log.reader() as r:
+            for pairs in (
+                [("a", True), ("b", 1)],
+                [("b", 1), ("a", True)],
+                [("c", "x"), ("b", 2), ("a", False)],
+                [("a", True), ("c", "y")],
+                [("c", "y"), ("a", True)],
+            ):
+                want = sorted(
+                    layout.id_bytes(ids[i])
+                    for i in range(len(events))
+                    if all(
+                        {"a": i % 5 != 0, "b": i % 3, "c": "x"}[name] == value
+                        and type({"a": i % 5 != 0, "b": i % 3, "c": "x"}[name]) is type(value)
+                        for name, value in pairs
+                    )
+                )
+                assert r.raw_ids_by_properties(pairs) == want, pairs
+    finally:
+        log.close()
+
+
+def test_intersected_properties_after_a_purge(tmp_path: Path) -> None:
+    from storage.cypher import Limits
+    from storage.tenants.tenant import Tenant as StoreTenant
+
+    tenant = StoreTenant.open("t1", tmp_path / "t1", embedding_dim=4)
+    try:
+        events = [
+            NewEvent(
+                kind="tool_call",
+                ts=DAY + i,
+                text=f"call {i}",
+                properties_raw=msgspec.json.encode(
+                    {"supplier": f"SUP-{i % 3}", "effect": "write" if i % 2 else "read", "n": i}
+                ),
+            )
+            for i in range(30)
+        ]
+        results = tenant.submit_append(events).result(10)
+        ids = [r.event_id for r in results if not isinstance(r, Exception)]
+        query = "MATCH (w {supplier: 'SUP-1', effect: 'write'}) RETURN w.n ORDER BY w.n"
+
+        def rows() -> list[Any]:
+            return tenant.cypher(query, None, Limits(timeout_ms=5000, max_rows=100)).rows
+
+        assert rows() == [[1], [7], [13], [19], [25]]
+        tenant.submit_delete([ids[7], ids[8], ids[19]]).result(10)
+        assert rows() == [[1], [13], [25]]
+        assert tenant.purge().purged == 3
+        assert rows() == [[1], [13], [25]]
+    finally:
+        tenant.close()
+
+
 # ---- bounds -------------------------------------------------------------------------------------
 
 
@@ -551,35 +643,38 @@ class CountingReader:
         self.calls: Counter[str] = Counter()
         self.scanned = 0
 
-    def get(self, event_id: str) -> StoredEvent | None:
+    def node(self, raw_id: bytes) -> Any:
         self.calls["get"] += 1
-        return self.inner.get(event_id)
+        return self.inner.node(raw_id)
 
-    def _ids(self, name: str, ids: Iterator[str]) -> Iterator[str]:
+    def _ids(self, name: str, ids: Iterable[bytes]) -> Iterator[bytes]:
         self.calls[name] += 1
-        for event_id in ids:
+        for raw_id in ids:
             self.scanned += 1
-            yield event_id
+            yield raw_id
 
-    def ids_by_kind(self, kind: str) -> Iterator[str]:
-        return self._ids("ids_by_kind", self.inner.ids_by_kind(kind))
+    def raw_ids_by_kind(
+        self, kind: str, lo: int | None = None, hi: int | None = None
+    ) -> Iterator[bytes]:
+        return self._ids("ids_by_kind", self.inner.raw_ids_by_kind(kind, lo, hi))
 
-    def ids_by_property(self, name: str, value: Any) -> Iterator[str]:
-        return self._ids("ids_by_property", self.inner.ids_by_property(name, value))
+    def raw_ids_by_property(self, name: str, value: Any) -> Iterator[bytes]:
+        return self._ids("ids_by_property", self.inner.raw_ids_by_property(name, value))
 
-    def ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[str]:
-        return self._ids("ids_by_ts", self.inner.ids_by_ts(lo, hi))
+    def raw_ids_by_properties(self, pairs: list[tuple[str, Any]]) -> list[bytes]:
+        return list(self._ids("ids_by_properties", self.inner.raw_ids_by_properties(pairs)))
 
-    def all_ids(self) -> Iterator[str]:
-        return self._ids("all_ids", self.inner.all_ids())
+    def raw_ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[bytes]:
+        name = "all_ids" if lo is None and hi is None else "ids_by_ts"
+        return self._ids(name, self.inner.raw_ids_by_ts(lo, hi))
 
-    def links_out(self, event_id: str, rel: str) -> list[str]:
+    def raw_links_out(self, raw_id: bytes, rel: str) -> list[bytes]:
         self.calls["links_out"] += 1
-        return self.inner.links_out(event_id, rel)
+        return self.inner.raw_links_out(raw_id, rel)
 
-    def links_in(self, event_id: str, rel: str) -> list[str]:
+    def raw_links_in(self, raw_id: bytes, rel: str) -> list[bytes]:
         self.calls["links_in"] += 1
-        return self.inner.links_in(event_id, rel)
+        return self.inner.raw_links_in(raw_id, rel)
 
     def count(self) -> int:
         return self.inner.count()
@@ -596,10 +691,11 @@ def counted(tenant: Tenant, query: str, params: dict[str, Any] | None = None) ->
 def test_seed_query_uses_the_property_index_not_a_scan(ops: Tenant) -> None:
     params = {"supplier": "SUP-2207", "effect": "write", "kind": "turn"}
     reader = counted(ops, WHO, params)
-    assert reader.calls["all_ids"] == 0
-    assert reader.calls["ids_by_property"] == 1
-    assert reader.scanned == 9  # the SUP-2207 events, not all twelve
-    assert "SeekByProperty(a.supplier = $supplier)" in plan(WHO).describe()
+    assert reader.calls["all_ids"] == reader.calls["ids_by_property"] == 0
+    assert reader.calls["ids_by_properties"] == 1
+    # the two SUP-2207 writes (of its nine events, of twelve), found before any event is read
+    assert reader.scanned == 2
+    assert "SeekByProperties(a.supplier = $supplier, a.effect = $effect)" in plan(WHO).describe()
 
 
 def test_event_id_is_a_get_and_expansion_starts_there(support: Tenant) -> None:

@@ -174,11 +174,11 @@ def test_parameters_and_plan_cache() -> None:
     assert plan(WHO) is plan(WHO)
 
 
-def test_seed_plan_starts_from_the_supplier_index() -> None:
+def test_seed_plan_starts_from_the_supplier_and_effect_lists_intersected() -> None:
     assert plan(WHO).describe() == "\n".join(
         [
             "Match",
-            "  SeekByProperty(a.supplier = $supplier)",
+            "  SeekByProperties(a.supplier = $supplier, a.effect = $effect)",
             "  Filter(a.supplier = $supplier)",
             "  Filter(a.effect = $effect)",
             "  Expand((a)-[_r1:SOURCE_FROM]->(i))",
@@ -255,12 +255,16 @@ def test_short_circuit_skips_the_error_on_the_right() -> None:
 
 
 def test_property_access() -> None:
+    from storage.cypher.bounds import record_bytes
+    from storage.cypher.graph import Node
+    from storage.log import layout
     from storage.model import StoredEvent
 
     event = StoredEvent(
         event_id="e1", seq=1, kind="fact", ts=5, text=None, filterable={"topic": "t", "n": 1}
     )
-    row = {"f": event}
+    record = layout.decode_record(layout.encode_event(event))
+    row = {"f": Node(b"\x01" * 16, record, record_bytes(record))}
     assert evaluate("[f.event_id, f.kind, f.ts, f.text, f.topic, f.n, f.other]", row) == [
         "e1", "fact", 5, None, "t", 1, None
     ]  # fmt: skip

@@ -16,9 +16,17 @@ REPO = Path(__file__).resolve().parents[2]
 # What memspine_admin may import of storage: the error hierarchy its commands and the verifier
 # answer with, the durable file writes of its control database, a tenant's figures read from
 # its files (storage.tenants.usage, for `tenant show`), and storage.transfer, which its export,
-# import, backup and restore commands run on. The rest of storage is the server's (memspine) to
-# use; test_storage_layers.py lists what memspine itself may import.
-STORAGE_PUBLIC = ("storage.errors", "storage.fsync", "storage.tenants.usage", "storage.transfer")
+# import, backup and restore commands run on, and the embedders with storage.tenants.reembed,
+# which `reembed` runs. The rest of storage is the server's (memspine) to use;
+# test_storage_layers.py lists what memspine itself may import.
+STORAGE_PUBLIC = (
+    "storage.errors",
+    "storage.fsync",
+    "storage.tenants.usage",
+    "storage.transfer",
+    "storage.embedders",
+    "storage.tenants.reembed",
+)
 STORAGE_FORBIDDEN = ("litestar", "memspine", "memspine_admin")
 # What memspine/client may import beyond the standard library: its HTTP stack and decoder, and
 # the package's version string (memspine/__init__.py imports only importlib.metadata).

@@ -19,6 +19,7 @@ from storage.model import SOURCE_FROM, SUPERSEDES, NewEvent, StoredEvent
 RECORDED = {
     1: "49ff625c7290d189b16ace7148b01b1a0089e944568fed4ed9a7363791ecef59",
     2: "0f9ff70254260522fb9a681f47be9a29199b67782d8f98a38c0c9ab95837712a",
+    3: "a7271f6fd2df6ed4d3ca387f67fd4de90e65e74486e0319282718fb446f6df7f",
 }
 
 ID = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b6c8a1f"
@@ -59,6 +60,9 @@ def fingerprint() -> str:
     feed("ts", layout.ts_bytes(-5) + layout.ts_bytes(1_800_000_000_123_456))
     feed("op", layout.op_key(9) + layout.op_value(layout.OP_APPEND, raw))
     feed("op", layout.op_value(layout.OP_DELETE, raw))
+    feed("op", layout.op_value(layout.OP_EMBED, raw))
+    feed("unembedded", layout.unembedded_key(9, raw))
+    feed("space", layout.u64(layout.SPACE_CLIENT) + layout.u64(layout.SPACE_SERVER))
     feed("by_ts", layout.time_key(1_800_000_000_123_456, raw))
     feed("by_kind", layout.kind_key("note", 1_800_000_000_123_456, raw))
     for value in (True, False, 3, 3.0, -0.0, -1.5, 2**62, "agent", ""):

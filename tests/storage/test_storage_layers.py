@@ -89,7 +89,8 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 
 
 # What each group of storage may import besides itself (docs/architecture.md, "Storage").
-# "base" is storage's own top-level modules: errors, model, files, fsync, space, failpoints, rwlock.
+# "base" is storage's own top-level modules: errors, model, ids, files, fsync, space, failpoints,
+# rwlock.
 MAY_IMPORT = {
     "base": set(),
     "log": {"base"},
@@ -172,6 +173,8 @@ PUBLIC = {
     "storage.tenants.manager",
     "storage.tenants.footprint",
     "storage.tenants.usage",
+    "storage.tenants.embedding",
+    "storage.tenants.reembed",
     "storage.cypher",
     "storage.embedders",
     "storage.transfer.format",

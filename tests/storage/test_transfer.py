@@ -326,8 +326,9 @@ def test_an_import_holds_one_batch_whatever_the_file_size(
 
 def test_a_later_format_version_is_refused_naming_the_ones_read(world, tmp_path: Path) -> None:
     exported, _seen, _ids = world
-    later = exported.replace(b'"version":1,', b'"version":2,', 1)
-    with pytest.raises(InvalidRequest, match="version 2; this version of memspine reads"):
+    later = exported.replace(b'"version":2,', b'"version":3,', 1)
+    assert later != exported
+    with pytest.raises(InvalidRequest, match="version 3; this version of memspine reads"):
         import_tenant(tmp_path / "data", "acme", io.BytesIO(later))
 
 

@@ -1,0 +1,201 @@
+"""Server-side embedding end to end over HTTP, issue 18's targets (bench/embed.py: the embedder).
+
+1. sustained text-only appends at RATE/s into a server-space tenant for SECONDS: append p50/p99
+   and the vector lag (every event's vector written within how long of its append: the backlog
+   `memspine_embeddings_pending` sampled every 0.2 s, and the time to drain it after the last
+   append), against the same load with MEMSPINE_EMBEDDER=none in the same run (the baseline);
+2. fused recall with a server-embedded query in a tenant of EVENTS text-only events (LoCoMo
+   turns, repeated with a counter): p50 over HTTP with a new question each time (the model runs)
+   and with one question repeated (its vector from the LRU).
+
+Fixed inputs: LoCoMo turns and questions in file order (bench/embed.py's DATA); paced, one
+client, loopback.
+
+    python bench/embed_server.py [--quick] [--out bench/out/embed_server.json]
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import median, parse_args, percentile, scratch_dir, start_memspine, write_json
+
+DATA = Path("/work/shared/data/locomo10-minilm.npz")
+for parent in Path(__file__).resolve().parents:
+    if (parent / "shared" / "data" / "locomo10-minilm.npz").exists():
+        DATA = parent / "shared" / "data" / "locomo10-minilm.npz"
+        break
+RATE = 200
+SECONDS = 20
+EVENTS = 10_000
+T0 = 1_800_000_000_000_000
+AUTH = {"Authorization": "Bearer bench"}
+
+
+def texts() -> tuple[list[str], list[str]]:
+    """LoCoMo turns and questions of conversations 0-9, in file order."""
+    z = np.load(DATA)
+    turns = [str(t) for c in range(10) for t in z[f"turn_texts_{c}"]]
+    questions = [str(q) for c in range(10) for q in z[f"q_texts_{c}"]]
+    return turns, questions
+
+
+def pending(c: httpx.Client) -> float:
+    """memspine_embeddings_pending from /metrics."""
+    for line in c.get("/metrics").text.splitlines():
+        if line.startswith("memspine_embeddings_pending "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def drained(c: httpx.Client) -> float:
+    """Wait until no event of the tenant awaits its vector; the time then (perf_counter)."""
+    while c.get("/v1/whoami").json()["vector_space"]["unembedded"]:
+        time.sleep(0.05)
+    return time.perf_counter()
+
+
+def sustained(embedder: str, turns: list[str], seconds: int) -> dict[str, Any]:
+    """Paced appends at RATE/s for `seconds`; latencies, and with an embedder the backlog."""
+    server = start_memspine(
+        scratch_dir(f"embed-server-{embedder}"), {"MEMSPINE_EMBEDDER": embedder}
+    )
+    base = f"http://127.0.0.1:{server.port}"
+    try:
+        with httpx.Client(base_url=base, headers=AUTH, timeout=60) as c:
+            # The model loads and the space is fixed before the clock starts.
+            c.post("/v1/memory/event", json={"kind": "turn", "ts": T0, "text": "warm up"})
+            drained(c)
+            samples: list[float] = []
+            stop = threading.Event()
+
+            def sample() -> None:
+                with httpx.Client(base_url=base, timeout=10) as m:
+                    while not stop.is_set():
+                        samples.append(pending(m))
+                        time.sleep(0.2)
+
+            sampler = threading.Thread(target=sample, daemon=True)
+            sampler.start()
+            latencies: list[float] = []
+            start = time.perf_counter()
+            n = RATE * seconds
+            for i in range(n):
+                due = start + i / RATE
+                wait = due - time.perf_counter()
+                if wait > 0:
+                    time.sleep(wait)
+                t = time.perf_counter()
+                body = {
+                    "kind": "turn",
+                    "ts": T0 + (i + 1) * 1_000_000,
+                    "text": turns[i % len(turns)],
+                }
+                r = c.post("/v1/memory/event", json=body)
+                latencies.append(time.perf_counter() - t)
+                assert r.status_code == 201, r.text
+            elapsed = time.perf_counter() - start
+            last = time.perf_counter()
+            drain = 0.0
+            if embedder != "none":
+                drain = drained(c) - last
+            stop.set()
+            sampler.join()
+    finally:
+        server.stop()
+    return {
+        "embedder": embedder,
+        "appends": n,
+        "achieved_per_sec": round(n / elapsed, 1),
+        "p50_ms": round(percentile(latencies, 50) * 1000, 2),
+        "p99_ms": round(percentile(latencies, 99) * 1000, 2),
+        "max_pending": max(samples, default=0),
+        "drain_after_last_s": round(drain, 3),
+        # With at most max_pending waiting at RATE/s in, an event waits about that long.
+        "vector_lag_bound_s": round(max(samples, default=0) / RATE + drain, 3),
+    }
+
+
+def recall_at(turns: list[str], questions: list[str], events: int) -> dict[str, Any]:
+    """Fused recall with a server-embedded query over HTTP, uncached and cached."""
+    server = start_memspine(scratch_dir("embed-server-recall"), {"MEMSPINE_EMBEDDER": "local"})
+    try:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{server.port}", headers=AUTH, timeout=600
+        ) as c:
+            built = time.perf_counter()
+            for start in range(0, events, 1000):
+                batch = [
+                    {
+                        "kind": "turn",
+                        "ts": T0 + i * 1_000_000,
+                        "text": f"{turns[i % len(turns)]} ({i})",
+                    }
+                    for i in range(start, min(events, start + 1000))
+                ]
+                r = c.post("/v1/memory/events", json={"events": batch})
+                assert r.status_code == 201, r.text
+            build_s = drained(c) - built
+            uncached = []
+            for q in questions[:200]:
+                t = time.perf_counter()
+                r = c.post("/v1/memory/recall", json={"text": q, "k": 10})
+                uncached.append(time.perf_counter() - t)
+                assert r.status_code == 200
+            cached = []
+            for _ in range(200):
+                t = time.perf_counter()
+                c.post("/v1/memory/recall", json={"text": questions[0], "k": 10})
+                cached.append(time.perf_counter() - t)
+    finally:
+        server.stop()
+    return {
+        "events": events,
+        "build_and_embed_s": round(build_s, 1),
+        "uncached_p50_ms": round(median(uncached) * 1000, 2),
+        "uncached_p99_ms": round(percentile(uncached, 99) * 1000, 2),
+        "cached_p50_ms": round(median(cached) * 1000, 2),
+        "cached_p99_ms": round(percentile(cached, 99) * 1000, 2),
+    }
+
+
+def main() -> None:
+    """Measure, print and write the JSON."""
+    args = parse_args(__doc__ or "")
+    turns, questions = texts()
+    seconds = 5 if args.quick else SECONDS
+    events = 2_000 if args.quick else EVENTS
+    before = os.getloadavg()
+    off = sustained("none", turns, seconds)
+    print(off, flush=True)
+    on = sustained("local", turns, seconds)
+    print(on, flush=True)
+    fused = recall_at(turns, questions, events)
+    print(fused, flush=True)
+    write_json(
+        "embed_server",
+        {
+            "rate": RATE,
+            "seconds": seconds,
+            "loadavg_before": [round(x, 2) for x in before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+            "appends_embedder_off": off,
+            "appends_embedder_local": on,
+            "p99_ratio": round(on["p99_ms"] / off["p99_ms"], 2) if off["p99_ms"] else None,
+            "recall": fused,
+        },
+        args.out,
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,57 @@
+"""Every change of the log's format, in one place: what brings a log made by an older version
+to SCHEMA_VERSION, run by EventLog.open in the transaction that records the new version.
+
+Each step takes a log of version n to n + 1 and is tested (tests/storage/test_migrations.py);
+a log several versions behind runs them in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import lmdb
+
+from storage.log import layout
+from storage.log.reader import LogReader
+
+Step = Callable[[lmdb.Transaction, LogReader, dict[str, Any]], None]
+
+
+def _put_int(txn: lmdb.Transaction, dbs: dict[str, Any], name: str, value: int) -> None:
+    """An integer meta value, inside the migration's transaction."""
+    txn.put(layout.meta_key(name), layout.u64(value), db=dbs["meta"])
+
+
+def to_2(txn: lmdb.Transaction, r: LogReader, dbs: dict[str, Any]) -> None:
+    """Version 2 keeps the bytes of the live records in the meta: count them once."""
+    cursor = txn.cursor(db=dbs["events"])
+    live = sum(len(value) for value in cursor.iternext(keys=False, values=True))
+    _put_int(txn, dbs, layout.LIVE_BYTES, live)
+
+
+def to_3(txn: lmdb.Transaction, r: LogReader, dbs: dict[str, Any]) -> None:
+    """Version 3 records who makes the tenant's vectors: a log that holds any vector (or named a
+    model) was made by clients, so it stays client-space; one without is nobody's yet. Its
+    "unembedded" database starts empty (LMDB made it when the log was opened)."""
+    if r.meta_str(layout.MODEL) is not None or _holds_a_vector(txn, dbs):
+        _put_int(txn, dbs, layout.SPACE, layout.SPACE_CLIENT)
+
+
+def _holds_a_vector(txn: lmdb.Transaction, dbs: dict[str, Any]) -> bool:
+    """Whether any live record carries an embedding (one scan, once in the log's life)."""
+    cursor = txn.cursor(db=dbs["events"])
+    return any(
+        layout.decode_event(value).embedding is not None
+        for value in cursor.iternext(keys=False, values=True)
+    )
+
+
+STEPS: dict[int, Step] = {2: to_2, 3: to_3}  # the version each step makes -> the step
+
+
+def migrate(txn: lmdb.Transaction, dbs: dict[str, Any], schema: int) -> None:
+    """Bring a log of version `schema` to SCHEMA_VERSION inside txn (the caller commits it)."""
+    for version in range(schema + 1, layout.SCHEMA_VERSION + 1):
+        STEPS[version](txn, LogReader(txn, dbs), dbs)
+    _put_int(txn, dbs, layout.SCHEMA, layout.SCHEMA_VERSION)

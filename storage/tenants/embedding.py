@@ -1,0 +1,292 @@
+"""The background embedder: one thread per server that gives server vectors to the events of
+server-space tenants, a batch at a time, and holds appends back once too many await theirs.
+
+Its work is in the logs, not in memory: each tenant lists the events that await a vector
+(layout's "unembedded"), in append order, in the transaction that appends them. The worker
+takes open tenants with work in turn, embeds a batch of their texts, and writes the vectors
+into the records on the tenant's writer (EventLog.store_vectors), which feeds the vector index.
+A restart or a tenant closed by the LRU loses nothing: the list is read again when the tenant
+opens. An embedder that fails (an endpoint down) is retried with back-off; nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+
+import numpy as np
+
+from storage.embedders.base import Embedder, EmbedderError, QueryCache
+from storage.log import layout
+from storage.model import (
+    CHAIN_GAP_US,
+    CHAIN_KIND,
+    CHAIN_WEIGHT,
+    ServerSpace,
+    StoredEvent,
+    StoredVector,
+)
+from storage.tenants.tenant import Tenant
+
+log = logging.getLogger("memspine.embedding")
+
+# Texts per embed call: the call size bench/embed.py measures (the local embedder sorts a call by
+# length and runs its batches on a thread per core; fewer, larger calls cost less per text).
+BATCH = 256
+DEFAULT_MAX_PENDING = 10_000
+RETRY_FIRST_SECS = 0.5
+RETRY_MAX_SECS = 30.0
+NICENESS = 10  # added to the process's own
+
+# Blocking: the open tenant held as a request holds it, or None if it is not open now.
+UseOpen = Callable[[str], AbstractContextManager[Tenant | None]]
+
+
+class EmbeddingWorker:
+    """Embeds what open server-space tenants list, oldest first, tenant after tenant."""
+
+    def __init__(
+        self,
+        embedder: Embedder,
+        *,
+        default_dim: int,
+        max_pending: int = DEFAULT_MAX_PENDING,
+        batch: int = BATCH,
+    ) -> None:
+        self.embedder = embedder
+        self.default_dim = default_dim  # MEMSPINE_EMBEDDING_DIM: what new tenants get
+        self.max_pending = max_pending
+        self.batch = batch
+        self.use_open: UseOpen | None = None  # set by the TenantManager that owns the tenants
+        self._cond = threading.Condition()
+        self._pending: dict[str, int] = {}  # open tenant -> events it lists (read after a batch)
+        self._queue: OrderedDict[str, None] = OrderedDict()  # tenants with work, in turn
+        self._stopping = False
+        self._retry_at = 0.0  # monotonic time before which a failed embedder is not asked
+        self._delay = RETRY_FIRST_SECS
+        self.failures_by: dict[str, int] = {}  # embedder calls that failed, by reason
+        self.embedded = 0  # vectors written
+        self.last_error: str | None = None  # reason of the last failure, None once one succeeds
+        self._thread: threading.Thread | None = None
+
+    # -- what tenants are offered -------------------------------------------------
+
+    def offer(self) -> ServerSpace | None:
+        """The space a tenant with none yet gets when its first event to get a vector is
+        text-only: the embedder's model and the dimension new tenants have. None while the
+        embedder's own dimension is unknown (an endpoint not asked yet) or differs: tenants
+        then stay client-space (docs/embeddings.md)."""
+        dim = self.embedder.dim
+        if dim is None or dim != self.default_dim:
+            return None
+        return ServerSpace(model=self.embedder.name, dim=dim)
+
+    def serves(self, tenant: Tenant) -> bool:
+        """Whether this embedder makes the tenant's vectors (server-space, its model, its length)."""
+        if tenant.space != layout.SPACE_SERVER:
+            return False
+        with tenant.log.reader() as r:
+            model = r.meta_str(layout.MODEL)
+        return model == self.embedder.name and self.embedder.dim in (None, tenant.dim)
+
+    def cached_query(self, text: str) -> np.ndarray | None:
+        """A query's vector if the embedder's LRU has it (cheap enough for the event loop)."""
+        queries = getattr(self.embedder, "queries", None)
+        return queries.peek(text) if isinstance(queries, QueryCache) else None
+
+    # -- tenants coming and going (the manager's hooks) ----------------------------------
+
+    def opened(self, tenant: Tenant) -> None:
+        """A tenant opened: its list is read, and it gets its turn if it has work."""
+        tenant.on_unembedded = self.notice
+        self.notice(tenant)
+
+    def closing(self, tenant: Tenant) -> None:
+        """A tenant closes: its work stays in its log for the next open."""
+        with self._cond:
+            self._pending.pop(tenant.tenant_id, None)
+            self._queue.pop(tenant.tenant_id, None)
+            self._cond.notify_all()
+
+    def notice(self, tenant: Tenant) -> None:
+        """A tenant's list may have changed (an append, a delete, an import, an open)."""
+        count = tenant.unembedded_count()
+        with self._cond:
+            if count:
+                self._pending[tenant.tenant_id] = count
+                self._queue.setdefault(tenant.tenant_id, None)
+            else:
+                self._pending.pop(tenant.tenant_id, None)
+                self._queue.pop(tenant.tenant_id, None)
+            self._cond.notify_all()
+
+    # -- figures and back-pressure --------------------------------------------------------
+
+    def pending(self) -> int:
+        """Events of open tenants awaiting their server vector (memspine_embeddings_pending)."""
+        with self._cond:
+            return sum(self._pending.values())
+
+    def has_room(self) -> bool:
+        """Whether appends that list events for the embedder may go ahead (the backlog is
+        under max_pending)."""
+        return self.pending() < self.max_pending
+
+    def wait_for_room(self, timeout: float) -> bool:
+        """Blocking: wait until the backlog is under max_pending; False if it was not in time."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while sum(self._pending.values()) >= self.max_pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopping:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    # -- the thread ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the worker thread."""
+        self._thread = threading.Thread(target=self._run, name="embedder", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Finish the batch under way and end the thread (work left stays in the logs)."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join()
+
+    def _next(self) -> str | None:
+        """The tenant whose turn it is (it goes to the back), waiting for one; None to stop."""
+        with self._cond:
+            while True:
+                if self._stopping:
+                    return None
+                wait = self._retry_at - time.monotonic()
+                if self._queue and wait <= 0:
+                    tenant_id, _ = self._queue.popitem(last=False)
+                    self._queue[tenant_id] = None
+                    return tenant_id
+                self._cond.wait(wait if self._queue else None)
+
+    def _learn_dim(self) -> None:
+        """An endpoint tells its dimension with its first answer: ask it once before any
+        tenant is offered its space (retried with back-off while it fails)."""
+        while self.embedder.dim is None:
+            with self._cond:
+                if self._stopping:
+                    return
+            try:
+                self.embedder.embed(["memspine asks the embedder its dimension"])
+            except EmbedderError as exc:
+                self._failed(exc.reason, exc.retry_after)
+                with self._cond:
+                    self._cond.wait_for(
+                        lambda: self._stopping, max(0.0, self._retry_at - time.monotonic())
+                    )
+
+    def _run(self) -> None:
+        """Take tenants in turn and embed a batch of each, until stopped."""
+        # Background work, niced as the vector inserter is (storage/index/vectors.py): when the
+        # cores are busy, the threads that answer requests get them first. Threads the embedder
+        # starts from here (the local model's pool) inherit it.
+        with contextlib.suppress(OSError, AttributeError):
+            me = threading.get_native_id()
+            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + NICENESS)
+        self._learn_dim()
+        while (tenant_id := self._next()) is not None:
+            try:
+                self._work_on(tenant_id)
+            except EmbedderError as exc:
+                self._failed(exc.reason, exc.retry_after)
+            except Exception as exc:
+                log.exception("server vectors not made for a tenant; retrying")
+                self._failed(type(exc).__name__, None)
+            else:
+                with self._cond:
+                    self._delay = RETRY_FIRST_SECS
+                    self.last_error = None
+
+    def _failed(self, reason: str, retry_after: float | None) -> None:
+        """Back off before asking the embedder again; the work stays listed."""
+        with self._cond:
+            self.failures_by[reason] = self.failures_by.get(reason, 0) + 1
+            self.last_error = reason
+            wait = retry_after if retry_after is not None else self._delay
+            self._delay = min(RETRY_MAX_SECS, self._delay * 2)
+            self._retry_at = time.monotonic() + min(wait, RETRY_MAX_SECS)
+        log.warning(
+            "the embedder failed (%s); server vectors wait, retried in %.1f s", reason, wait
+        )
+
+    def _work_on(self, tenant_id: str) -> None:
+        """Embed one batch of one open tenant's list and write it."""
+        assert self.use_open is not None
+        with self.use_open(tenant_id) as tenant:
+            if tenant is None:  # closed meanwhile: its work waits in its log
+                with self._cond:
+                    self._pending.pop(tenant_id, None)
+                    self._queue.pop(tenant_id, None)
+                return
+            if not self.serves(tenant):
+                self._shelve(tenant)
+                return
+            self._embed_batch(tenant)
+            self.notice(tenant)
+
+    def _shelve(self, tenant: Tenant) -> None:
+        """A tenant this embedder cannot serve (its model or dimension is another's): its
+        events stay listed for `memspine-admin reembed` or the embedder it was made with."""
+        log.error(
+            "tenant %s: its vectors come from another model or dimension than this server's "
+            "embedder makes; run memspine-admin reembed",
+            tenant.tenant_id,
+        )
+        with self._cond:
+            self._queue.pop(tenant.tenant_id, None)
+
+    def _embed_batch(self, tenant: Tenant) -> None:
+        """Embed up to `batch` listed events (made again if a delete came meanwhile)."""
+        for _attempt in range(3):
+            events, before, deletes, model = tenant.to_embed(self.batch)
+            if not events or model is None:
+                return
+            own = self.embedder.embed([ev.text or "" for ev in events])
+            if own.shape[1] != tenant.dim:  # an endpoint whose model changed its length
+                self._shelve(tenant)
+                return
+            vectors = chain(events, own, before)
+            items = [
+                StoredVector(ev.event_id, ev.seq, v.astype(float).tolist())
+                for ev, v in zip(events, vectors, strict=True)
+            ]
+            written = tenant.store_vectors(items, model, deletes).result()
+            if written is not None:
+                with self._cond:
+                    self.embedded += written
+                return
+
+
+def chain(events: list[StoredEvent], own: np.ndarray, before: StoredEvent | None) -> np.ndarray:
+    """The vectors to store for events in append order from their texts' vectors `own`: a turn
+    carries the stored vector of the turn before it within CHAIN_GAP_US (docs/recall.md)."""
+    out = np.array(own, dtype=np.float32, copy=True)
+    prev: tuple[int, np.ndarray] | None = None
+    if before is not None and before.embedding is not None:
+        prev = (before.ts, np.asarray(before.embedding, dtype=np.float32))
+    for i, ev in enumerate(events):
+        if ev.kind != CHAIN_KIND:
+            continue
+        if prev is not None and abs(ev.ts - prev[0]) <= CHAIN_GAP_US:
+            v = out[i] + np.float32(CHAIN_WEIGHT) * prev[1]
+            out[i] = v / np.linalg.norm(v)
+        prev = (ev.ts, out[i])
+    return out
