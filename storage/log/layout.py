@@ -388,6 +388,20 @@ def decode_record(raw: bytes | memoryview) -> Any:
     return _decode_record(raw)
 
 
+# Only a record's kind, for a reader that tests it before anything else (Cypher's `i.kind =
+# $kind` on an expansion's targets): msgspec skips the other fields without building them.
+class _Kind(msgspec.Struct, frozen=True):
+    kind: str
+
+
+_decode_kind = msgspec.msgpack.Decoder(_Kind).decode
+
+
+def record_kind(raw: bytes | memoryview) -> str:
+    """The kind a record holds, the rest of it left undecoded."""
+    return _decode_kind(raw).kind
+
+
 def event_of(record: Any) -> StoredEvent:
     """The StoredEvent of a decode_record result."""
     fields = msgspec.structs.asdict(record)

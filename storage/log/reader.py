@@ -111,6 +111,21 @@ class LogReader:
         raw = self.txn.get(raw_id, db=self.dbs["events"])
         return None if raw is None else layout.decode_record(raw)
 
+    def raw_record(self, raw_id: bytes) -> bytes | None:
+        """The encoded record of the live event with this raw id, or None: a reader that may
+        look at one field of it (decode_record, record_kind) decodes only what it needs."""
+        return cast(bytes | None, self.txn.get(raw_id, db=self.dbs["events"]))
+
+    @staticmethod
+    def decode_record(raw: bytes) -> Any:
+        """layout.decode_record of a raw_record."""
+        return layout.decode_record(raw)
+
+    @staticmethod
+    def record_kind(raw: bytes) -> str:
+        """The kind of a raw_record, the rest left undecoded (layout.record_kind)."""
+        return layout.record_kind(raw)
+
     def raw_ids_by_kind(
         self, kind: str, lo: int | None = None, hi: int | None = None
     ) -> Iterator[bytes]:

@@ -643,9 +643,16 @@ class CountingReader:
         self.calls: Counter[str] = Counter()
         self.scanned = 0
 
-    def node(self, raw_id: bytes) -> Any:
+    def raw_record(self, raw_id: bytes) -> bytes | None:
         self.calls["get"] += 1
-        return self.inner.node(raw_id)
+        return self.inner.raw_record(raw_id)
+
+    def decode_record(self, raw: bytes) -> Any:
+        self.calls["decode"] += 1
+        return self.inner.decode_record(raw)
+
+    def record_kind(self, raw: bytes) -> str:
+        return self.inner.record_kind(raw)
 
     def _ids(self, name: str, ids: Iterable[bytes]) -> Iterator[bytes]:
         self.calls[name] += 1
@@ -705,9 +712,19 @@ def test_event_id_is_a_get_and_expansion_starts_there(support: Tenant) -> None:
     assert reader.calls["links_in"] == 1 and reader.calls["links_out"] == 0
 
 
+def test_a_node_failing_its_kind_test_is_never_decoded(ops: Tenant) -> None:
+    query = (
+        "MATCH (a)-[:SOURCE_FROM]->(i) WHERE a.kind = 'tool_call' AND i.kind = $k RETURN i.actor"
+    )
+    sources = counted(ops, query, {"k": "turn"})
+    none = counted(ops, query, {"k": "no such kind"})
+    assert sources.calls["get"] == none.calls["get"] > sources.calls["decode"] > 0
+    assert none.calls["decode"] == 0  # every kind read without decoding a record
+
+
 def test_kind_and_ts_ranges_use_their_indexes(ops: Tenant) -> None:
     kind = counted(ops, "MATCH (n:Event) WHERE n.kind = 'turn' RETURN n.actor")
-    assert kind.calls == Counter({"ids_by_kind": 1, "get": 3})
+    assert kind.calls == Counter({"ids_by_kind": 1, "get": 3, "decode": 3})
     query = "MATCH (n) WHERE n.ts >= $lo AND n.ts < $hi RETURN n.text"
     window = counted(ops, query, {"lo": at("11:00:00"), "hi": at("12:00:00")})
     assert window.calls["ids_by_ts"] == 1 and window.scanned == 4
