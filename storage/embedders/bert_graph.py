@@ -1,11 +1,16 @@
 """An ONNX graph of a BERT encoder with mean pooling, built from its safetensors weights.
 
-No exporter and no torch: the graph is written node by node with onnxruntime's fused BERT
-operators (EmbedLayerNormalization, Attention, BiasGelu) and the standard LayerNormalization.
-In int8 the attention-output and first feed-forward layers multiply int8 activations (a
-scale per token) by int8 weights (a scale per output column), with the first feed-forward
-layer's few outlier input channels in float32; the QKV projection and the second
-feed-forward layer stay in float32, which keeps the vectors within 0.999 of the float model.
+No exporter and no torch: the graph is written node by node with onnxruntime's operators
+(EmbedLayerNormalization, MultiHeadAttention, BiasGelu, the standard LayerNormalization).
+Every row of a batch has the same length: there is no padding and no attention mask, which
+lets onnxruntime's MultiHeadAttention take its fused kernel (a mask sends it to one that took
+twice as long; bench/RESULTS.md, "Local embedder"). The hidden states are 2-D (tokens ×
+channels) between the attention nodes, so a scale per token is a scale per row.
+
+In int8 the QKV projection, the attention output and the first feed-forward layer multiply
+int8 activations (a scale per token) by int8 weights (a scale per output column); the few
+outlier channels of their inputs stay in float32 beside the int8 product. The second
+feed-forward layer stays in float32, which keeps the vectors within 0.999 of the float model.
 """
 
 from __future__ import annotations
@@ -17,10 +22,12 @@ from typing import Any
 import numpy as np
 
 MS = "com.microsoft"
-# Channels of the hidden state after each attention block's LayerNorm whose values run to
-# 10-30 where the others stay near 2 (all-MiniLM-L6-v2; the union of each layer's eight
-# largest, measured on 80 LoCoMo turns): the first feed-forward layer takes them in float.
-FF1_OUTLIERS = (63, 99, 127, 131, 157, 223, 246, 267, 303, 319, 338, 347, 354, 363)
+# Channels of the hidden state after each LayerNorm whose values run to 10-30 where the others
+# stay near 2 (all-MiniLM-L6-v2; the union of each layer's eight largest, measured on 80 LoCoMo
+# turns): the QKV projection and the first feed-forward layer take them in float.
+OUTLIERS = (63, 99, 127, 131, 157, 223, 246, 267, 303, 319, 338, 347, 354, 363)
+# The name of the per-row zero points (128 for every token of the batch) the int8 layers share.
+ROW_ZERO_POINTS = "rows.zp"
 
 
 @dataclass(frozen=True)
@@ -58,6 +65,12 @@ class _Graph:
         return outputs[0]
 
 
+def row_zero_points(g: _Graph, x: str) -> str:
+    """The uint8 zero point 128 once per row of the 2-D `x`, as per-row quantisation takes it."""
+    rows = g.node("Shape", [x], ["rows.count"], end=1)
+    return g.node("Expand", [g.const("zp.128", np.array(128, np.uint8)), rows], [ROW_ZERO_POINTS])
+
+
 def _dense(
     g: _Graph,
     x: str,
@@ -67,15 +80,14 @@ def _dense(
     int8: bool,
     outliers: tuple[int, ...] = (),
 ) -> tuple[str, str]:
-    """X @ w, returned with the name of the bias still to add (w is out × in, as torch stores it).
+    """X @ w.T for a 2-D X, returned with the name of the bias still to add (w is out × in).
 
-    In int8, each row of X is scaled to int8 by its own largest value (a per-token scale)
-    and multiplied by int8 weights with a scale per output column; the input channels in
-    `outliers`, whose values run ten times the others', would spoil that per-token scale,
-    so they are left out of it and multiplied in float32 beside it.
+    In int8, each row of x (a token) is scaled to int8 by its own largest value and
+    multiplied by int8 weights with a scale per output column (QuantizeLinear per row, then
+    MatMulIntegerToFloat: two fused kernels); the input channels in `outliers`, whose values
+    run ten times the others', would spoil that per-token scale, so they are masked out of it
+    and multiplied in float32 beside it. Needs `row_zero_points` in the graph.
     """
-    from onnx import TensorProto
-
     weight = np.asarray(w, dtype=np.float32).T  # in × out
     bias = g.const(f"{name}.b", np.asarray(b, dtype=np.float32))
     if not int8:
@@ -94,42 +106,49 @@ def _dense(
     amax = g.node(
         "ReduceMax",
         [g.node("Abs", [xq], [f"{name}.abs"])],
-        [f"{name}.amax0"],
+        [f"{name}.amax"],
         axes=[-1],
         keepdims=1,
     )
-    amax = g.node(
-        "Max", [amax, g.const(f"{name}.tiny", np.array(1e-8, np.float32))], [f"{name}.amax"]
+    scale = g.node(
+        "Max",
+        [
+            g.node(
+                "Mul",
+                [amax, g.const(f"{name}.1/127", np.array(1.0 / 127.0, np.float32))],
+                [f"{name}.scale0"],
+            ),
+            g.const(f"{name}.tiny", np.array(1e-10, np.float32)),
+        ],
+        [f"{name}.scale"],
     )
-    inv = g.node(
-        "Div", [g.const(f"{name}.127", np.array(127.0, np.float32)), amax], [f"{name}.inv"]
+    rows = g.node(
+        "Reshape", [scale, g.const(f"{name}.flat", np.array([-1], np.int64))], [f"{name}.rs"]
     )
-    r = g.node("Round", [g.node("Mul", [xq, inv], [f"{name}.scaled"])], [f"{name}.round"])
     # Unsigned around a zero point of 128: the u8 × s8 kernels are onnxruntime's fast path.
-    r = g.node("Add", [r, g.const(f"{name}.128", np.array(128.0, np.float32))], [f"{name}.u"])
-    u8 = g.node("Cast", [r], [f"{name}.u8"], to=TensorProto.UINT8)
+    u8 = g.node("QuantizeLinear", [xq, rows, ROW_ZERO_POINTS], [f"{name}.u8"], axis=0)
     y = g.node(
         "MatMulIntegerToFloat",
         [
             u8,
             g.const(f"{name}.q", q),
-            g.const(f"{name}.rs", np.array(1.0 / 127.0, np.float32)),
+            g.const(f"{name}.one", np.array(1.0, np.float32)),
             g.const(f"{name}.s", col_scale.astype(np.float32)),
             g.const(f"{name}.zp", np.array(128, np.uint8)),
         ],
         [f"{name}.mmi"],
         domain=MS,
     )
-    y = g.node("Mul", [y, amax], [f"{name}.mmq"])
+    y = g.node("Mul", [y, scale], [f"{name}.mmq"])
     if not len(idx):
         return y, bias
-    xo = g.node("Gather", [x, g.const(f"{name}.idx", idx)], [f"{name}.xo"], axis=2)
+    xo = g.node("Gather", [x, g.const(f"{name}.idx", idx)], [f"{name}.xo"], axis=1)
     yo = g.node("MatMul", [xo, g.const(f"{name}.wo", weight[idx])], [f"{name}.yo"])
     return g.node("Add", [y, yo], [f"{name}.mm"]), bias
 
 
 def build_bert(weights: Mapping[str, np.ndarray], shape: BertShape, *, int8: bool) -> bytes:
-    """The serialized ONNX model: (input_ids, attention_mask) int32 (B, S) -> masked sum (B, H)."""
+    """The serialized ONNX model: input_ids int32 (B, S), no padding -> sum over tokens (B, H)."""
     import onnx
     from onnx import TensorProto
 
@@ -150,21 +169,32 @@ def build_bert(weights: Mapping[str, np.ndarray], shape: BertShape, *, int8: boo
             "",
             g.const("emb.gamma", weights[emb + "LayerNorm.weight"]),
             g.const("emb.beta", weights[emb + "LayerNorm.bias"]),
-            "attention_mask",
         ],
-        ["x.emb", "mask_index"],
+        ["x.emb", "mask_index"],  # the mask index goes unused: there is no padding
         domain=MS,
         epsilon=shape.eps,
     )
+    g.node(
+        "Concat",
+        [
+            g.node("Shape", ["input_ids"], ["ids.shape"]),
+            g.const("hidden", np.array([shape.hidden], np.int64)),
+        ],
+        ["shape.3d"],
+        axis=0,
+    )
+    g.const("shape.2d", np.array([-1, shape.hidden], np.int64))
+    x = g.node("Reshape", [x, "shape.2d"], ["x.0"])
+    row_zero_points(g, x)
     for i in range(shape.layers):
         x = _block(g, weights, f"encoder.layer.{i}.", f"l{i}", x, shape, int8)
-    g.node("Cast", ["attention_mask"], ["mask.f"], to=TensorProto.FLOAT)
-    g.node("Unsqueeze", ["mask.f", g.const("axis.last", np.array([-1], np.int64))], ["mask.f3"])
-    g.node("Mul", [x, "mask.f3"], ["masked"])
     # A sum, not a mean: the vector is L2-normalised afterwards, which divides the count out.
     g.node(
         "ReduceSum",
-        ["masked", g.const("axis.seq", np.array([1], np.int64))],
+        [
+            g.node("Reshape", [x, "shape.3d"], ["x.3d"]),
+            g.const("axis.seq", np.array([1], np.int64)),
+        ],
         ["pooled"],
         keepdims=0,
     )
@@ -173,10 +203,7 @@ def build_bert(weights: Mapping[str, np.ndarray], shape: BertShape, *, int8: boo
     graph = h.make_graph(
         g.nodes,  # type: ignore[arg-type]
         "bert_mean_pool",
-        [
-            h.make_tensor_value_info("input_ids", TensorProto.INT32, ["batch", "seq"]),
-            h.make_tensor_value_info("attention_mask", TensorProto.INT32, ["batch", "seq"]),
-        ],
+        [h.make_tensor_value_info("input_ids", TensorProto.INT32, ["batch", "seq"])],
         [h.make_tensor_value_info("pooled", TensorProto.FLOAT, ["batch", shape.hidden])],
         g.inits,  # type: ignore[arg-type]
     )
@@ -190,26 +217,26 @@ def _block(
 ) -> str:
     """One encoder layer: self-attention, then the feed-forward, each with its residual norm."""
     att = p + "attention."
-    # The QKV projection stays in float: quantising it costs more accuracy than the others.
-    qkv_w = np.concatenate(
-        [w[att + f"self.{k}.weight"].T for k in ("query", "key", "value")], axis=1
-    ).astype(np.float32)
-    qkv_b = np.concatenate([w[att + f"self.{k}.bias"] for k in ("query", "key", "value")])
+    h = shape.hidden
+    qkv_w = np.concatenate([w[att + f"self.{k}.weight"] for k in ("query", "key", "value")])
+    qkv, q_b = _dense(g, x, qkv_w, w[att + "self.query.bias"], f"{n}.qkv", int8, OUTLIERS)
+    q, k, v = f"{n}.q", f"{n}.k", f"{n}.v"
+    g.node("Split", [qkv, g.const(f"{n}.split", np.array([h, h, h], np.int64))], [q, k, v], axis=1)
+    # Only the query's bias is added here: the key's adds the same to every score of a query
+    # (softmax ignores it), and the value's passes through the attention unchanged (its
+    # weights sum to one), so it is folded into the output layer's bias below.
+    q = g.node("Add", [q, q_b], [f"{n}.qb"])
     a = g.node(
-        "Attention",
-        [
-            x,
-            g.const(f"{n}.qkv.w", qkv_w),
-            g.const(f"{n}.qkv.b", qkv_b.astype(np.float32)),
-            "mask_index",
-        ],
+        "MultiHeadAttention",
+        [g.node("Reshape", [t, "shape.3d"], [f"{t}.3d"]) for t in (q, k, v)],
         [f"{n}.att"],
         domain=MS,
         num_heads=shape.heads,
     )
-    o, ob = _dense(
-        g, a, w[att + "output.dense.weight"], w[att + "output.dense.bias"], f"{n}.o", int8
-    )
+    a = g.node("Reshape", [a, "shape.2d"], [f"{n}.att.2d"])
+    o_w = w[att + "output.dense.weight"]
+    o_b = w[att + "output.dense.bias"] + o_w @ w[att + "self.value.bias"]
+    o, ob = _dense(g, a, o_w, o_b, f"{n}.o", int8)
     x1 = _add_norm(g, o, ob, x, w, att + "output.LayerNorm", f"{n}.x1", shape)
     f1, f1b = _dense(
         g,
@@ -218,11 +245,12 @@ def _block(
         w[p + "intermediate.dense.bias"],
         f"{n}.ff1",
         int8,
-        FF1_OUTLIERS,
+        OUTLIERS,
     )
     act = g.node("BiasGelu", [f1, f1b], [f"{n}.gelu"], domain=MS)
     # The second feed-forward layer stays in float: its input (after GELU) has outliers that
-    # move from layer to layer and token to token, and int8 there cost the most accuracy.
+    # move from layer to layer and token to token, and its weights a few rows far above the
+    # rest; int8 there cost more accuracy than the other three layers together.
     f2, f2b = _dense(
         g, act, w[p + "output.dense.weight"], w[p + "output.dense.bias"], f"{n}.ff2", False
     )

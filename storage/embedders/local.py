@@ -30,7 +30,8 @@ class LocalEmbedder:
 
     Importing this module loads neither onnxruntime nor the model: the first `embed` (or
     `load`) does, once, under a lock. Texts are sorted by token count and cut into batches
-    of similar length, so padding costs little; batches run on `threads` worker threads,
+    of one length each, so nothing is padded and the attention needs no mask (the graph,
+    storage/embedders/bert_graph.py, takes none); batches run on `threads` worker threads,
     each a single-threaded onnxruntime run on one core.
     """
 
@@ -145,7 +146,7 @@ class LocalEmbedder:
         out = np.empty((len(texts), DIM), dtype=np.float32)
 
         def run(rows: np.ndarray) -> None:
-            out[rows] = self._run([encodings[i].ids for i in rows], int(lengths[rows[-1]]))
+            out[rows] = self._run([encodings[i].ids for i in rows])
 
         if self._pool is None or len(batches) == 1:
             for rows in batches:
@@ -160,27 +161,26 @@ class LocalEmbedder:
         return self.queries.get(text, lambda t: self.embed([t])[0])
 
     def _batches(self, order: np.ndarray, lengths: np.ndarray) -> list[np.ndarray]:
-        """Runs of `order` (shortest first) whose padded size fits the batch limits."""
+        """Runs of `order` (shortest first) of one token count each, within the batch limits."""
         batches: list[np.ndarray] = []
         start = 0
         for end in range(1, len(order) + 1):
             if end < len(order):
-                # Sorted by length, so the next text sets the padded length if it joins.
-                grown = (end - start + 1) * int(lengths[order[end]])
-                if end - start < self.max_batch_rows and grown <= self.max_batch_tokens:
+                length = int(lengths[order[end]])
+                if (
+                    length == lengths[order[start]]
+                    and end - start < self.max_batch_rows
+                    and (end - start + 1) * length <= self.max_batch_tokens
+                ):
                     continue
             batches.append(order[start:end])
             start = end
         return batches
 
-    def _run(self, ids: list[list[int]], seq: int) -> np.ndarray:
-        """Masked sums of one padded batch."""
-        input_ids = np.zeros((len(ids), seq), dtype=np.int32)
-        mask = np.zeros((len(ids), seq), dtype=np.int32)
-        for r, row in enumerate(ids):
-            input_ids[r, : len(row)] = row
-            mask[r, : len(row)] = 1
-        (pooled,) = self._session.run(None, {"input_ids": input_ids, "attention_mask": mask})
+    def _run(self, ids: list[list[int]]) -> np.ndarray:
+        """Token sums of one batch, every row the same length."""
+        input_ids = np.array(ids, dtype=np.int32)
+        (pooled,) = self._session.run(None, {"input_ids": input_ids})
         return np.asarray(pooled, dtype=np.float32)
 
     def close(self) -> None:

@@ -19,7 +19,7 @@ from endpoint import Endpoint, fake_vector
 
 from memspine.config import SettingsError, load_settings
 from storage.embedders import Embedder, EmbedderError, make_embedder
-from storage.embedders.bert_graph import MS, _dense, _Graph
+from storage.embedders.bert_graph import MS, _dense, _Graph, row_zero_points
 from storage.embedders.local import DIM, MODEL_NAME, LocalEmbedder
 from storage.embedders.openai_compat import OpenAIEmbedder, endpoint_url, retry_after_secs
 
@@ -126,13 +126,14 @@ def _int8_dense(x: np.ndarray, w: np.ndarray, outliers: tuple[int, ...]) -> np.n
     from onnx import TensorProto
 
     g = _Graph()
+    row_zero_points(g, "x")
     out, bias = _dense(g, "x", w, np.zeros(w.shape[0], np.float32), "d", True, outliers)
     g.node("Add", [out, bias], ["y"])
     h = onnx.helper
     graph = h.make_graph(
         g.nodes,  # type: ignore[arg-type]
         "dense",
-        [h.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", x.shape[-1]])],
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, ["rows", x.shape[-1]])],
         [h.make_tensor_value_info("y", TensorProto.FLOAT, None)],
         g.inits,  # type: ignore[arg-type]
     )
@@ -144,8 +145,8 @@ def _int8_dense(x: np.ndarray, w: np.ndarray, outliers: tuple[int, ...]) -> np.n
 
 def test_int8_dense_takes_outlier_channels_in_float() -> None:
     rng = np.random.default_rng(7)
-    x = rng.standard_normal((2, 9, 64)).astype(np.float32)
-    x[..., [3, 40]] *= 25.0  # two channels far above the rest, as after the LayerNorm
+    x = rng.standard_normal((18, 64)).astype(np.float32)
+    x[:, [3, 40]] *= 25.0  # two channels far above the rest, as after the LayerNorm
     w = rng.standard_normal((48, 64)).astype(np.float32)
     exact = x @ w.T
 
@@ -156,6 +157,18 @@ def test_int8_dense_takes_outlier_channels_in_float() -> None:
     without = rel_err(_int8_dense(x, w, ()))
     assert with_outliers < 0.01
     assert with_outliers < without / 3
+
+
+def test_batches_hold_one_token_count_each_within_the_limits() -> None:
+    emb = LocalEmbedder(max_batch_tokens=40, max_batch_rows=3)  # nothing is loaded
+    lengths = np.array([5, 9, 5, 5, 5, 20, 9, 30, 5])
+    order = np.argsort(lengths, kind="stable")
+    batches = emb._batches(order, lengths)
+    assert sorted(int(i) for b in batches for i in b) == list(range(len(lengths)))
+    for rows in batches:
+        assert len({int(lengths[i]) for i in rows}) == 1  # no padding: the graph has no mask
+        assert len(rows) <= 3 and len(rows) * int(lengths[rows[0]]) <= 40
+    assert [len(b) for b in batches] == [3, 2, 2, 1, 1]
 
 
 def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:
