@@ -161,10 +161,19 @@ def time_key(ts: int, raw_id: bytes) -> bytes:
     return ts_bytes(ts) + raw_id
 
 
+_KINDS: dict[str, bytes] = {}  # kind prefixes already built: a tenant uses few kinds
+
+
 def kind_prefix(kind: str) -> bytes:
     """The by_kind key prefix: length-prefixed so one kind never prefixes another."""
-    raw = kind.encode()
-    return len(raw).to_bytes(2, "big") + raw
+    prefix = _KINDS.get(kind)
+    if prefix is None:
+        raw = kind.encode()
+        prefix = len(raw).to_bytes(2, "big") + raw
+        if len(_KINDS) >= 4096:  # bounded: kinds are client data
+            _KINDS.clear()
+        _KINDS[kind] = prefix
+    return prefix
 
 
 def kind_key(kind: str, ts: int, raw_id: bytes) -> bytes:
@@ -233,12 +242,14 @@ def link_in_key(raw_target: bytes, rel: str, seq: int, raw_source: bytes) -> byt
     return link_prefix(raw_target, rel) + u64(seq) + raw_source
 
 
-def index_keys(ev: StoredEvent) -> list[tuple[str, bytes]]:
+def index_keys(ev: StoredEvent, raw_id: bytes | None = None) -> list[tuple[str, bytes]]:
     """(database, key) of every key an append writes for an event beside its record, its op
-    and its links: what a delete removes again."""
-    raw_id = id_bytes(ev.event_id)
-    keys = [("by_ts", time_key(ev.ts, raw_id)), ("by_kind", kind_key(ev.kind, ev.ts, raw_id))]
-    keys += [("by_prop", property_key(n, v, raw_id)) for n, v in ev.filterable.items()]
+    and its links: what a delete removes again (raw_id: the event's id as bytes, if at hand)."""
+    if raw_id is None:
+        raw_id = id_bytes(ev.event_id)
+    tkey = time_key(ev.ts, raw_id)
+    keys = [("by_ts", tkey), ("by_kind", kind_prefix(ev.kind) + tkey)]
+    keys += [("by_prop", property_prefix(n, v) + raw_id) for n, v in ev.filterable.items()]
     return keys
 
 
