@@ -99,9 +99,19 @@ def _schema() -> tantivy.Schema:
     return b.build()
 
 
+_TAGS: dict[bytes, str] = {}  # tags already made: a tenant's events share few names and values
+
+
 def property_tag(name: str, value: FilterValue) -> str:
     """One exact-match token per filterable property: the same typed encoding as the log's index."""
-    return layout.property_prefix(name, value).hex()
+    prefix = layout.property_prefix(name, value)
+    tag = _TAGS.get(prefix)
+    if tag is None:
+        tag = prefix.hex()
+        if len(_TAGS) >= 65536:  # bounded: names and values are client data
+            _TAGS.clear()
+        _TAGS[prefix] = tag
+    return tag
 
 
 # The Snowball project's English stop words (apostrophe forms left out: they never survive _WORD).
@@ -225,8 +235,7 @@ class KeywordIndex:
         with self._cond:
             self._queue.extend((d, d.event_id) for d in docs)
             self._queue.extend((None, e) for e in deletes)
-            for t in tail:
-                self._tail.add(t)
+            self._tail.add_all(tail)
             self._published_seq = seq
             if self._thread is None:
                 self._thread = threading.Thread(target=self._fold, name="keyword", daemon=True)

@@ -242,13 +242,19 @@ class Tail:
         self.kinds: Counter[str] = Counter()
         self.postings: dict[str, list[TailDoc]] = {}
 
-    def add(self, doc: TailDoc) -> None:
-        """One more queued addition."""
-        self.docs.append(doc)
-        self.tokens += doc.length
-        self.kinds[doc.kind] += 1
-        for term in doc.tf:
-            self.postings.setdefault(term, []).append(doc)
+    def add_all(self, docs: list[TailDoc]) -> None:
+        """More queued additions, in order."""
+        postings = self.postings
+        for doc in docs:
+            for term in doc.tf:
+                found = postings.get(term)
+                if found is None:
+                    postings[term] = [doc]
+                else:
+                    found.append(doc)
+        self.docs += docs
+        self.tokens += sum(d.length for d in docs)
+        self.kinds.update(d.kind for d in docs)
 
     def drop(self, count: int) -> None:
         """The first count additions are in a durable commit now: no longer the tail's."""
