@@ -53,9 +53,6 @@ INITIAL_MAP_SIZE = 32 << 20
 T = TypeVar("T")
 
 NOT_WRITTEN = "the server's disk is full: nothing was written; retry once space is freed"
-# MDB_APPEND refuses a seq that is not past every op: the transaction was written behind an
-# appender's back, and numbering on would overwrite or reorder ops.
-OPS_WRITTEN_OUTSIDE = "an op is not past the newest op: ops were written outside the appender"
 
 
 class LogFormatError(RuntimeError):
@@ -406,11 +403,6 @@ class Appender:
         self.events = self.reader.event_count()
         self.bytes = self.reader.meta_int(LIVE_BYTES) or 0
         self.written: list[StoredEvent] = []
-        # While not None (an atomic batch), the ops and index keys of each append wait here, by
-        # database, and are written together, each database's in key order, before the batch
-        # commits (_write_held): one putmulti a database instead of a put a key. Nothing in a
-        # batch reads them back: a link or an idempotency key reads the records and "idem".
-        self._held: dict[str, list[tuple[bytes, bytes]]] | None = None
         self._random = b""  # random bytes for ids, drawn from the OS a few dozen ids at a time
         self._unsaved = False  # events appended since the meta last had the live bytes
         # What the tenant held in memory when its group commit started (a quota's max_memory):
@@ -454,14 +446,12 @@ class Appender:
             sub._random = self._random
             sub.bytes = self.bytes  # the meta's figure lags until finish: carry this one's
             sub.memory = self.memory
-            sub._held = {"ops": [], "by_ts": [], "by_kind": [], "by_prop": []}
             for i, ev in enumerate(events):
                 result = sub.append(ev, quota)
                 if isinstance(result, MemspineError):
                     child.abort()
                     return ItemRefused(i, result)
                 results.append(result)
-            sub._write_held()
         except BaseException:
             child.abort()
             raise
@@ -573,20 +563,16 @@ class Appender:
             txn.put(layout.unembedded_key(seq, raw_id), b"", db=d["unembedded"])
             self.unembedded += 1
         txn.put(raw_id, encoded, db=d["events"])
+        # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
+        # this appender's back, and numbering on would overwrite or reorder ops.
         op = layout.op_value(layout.OP_APPEND, raw_id)
-        held = self._held
-        if held is not None:
-            held["ops"].append((layout.op_key(seq), op))
-            for name, key in layout.index_keys(record, raw_id):
-                held[name].append((key, b""))
-        elif not txn.put(layout.op_key(seq), op, db=d["ops"], append=True):
-            raise RuntimeError(OPS_WRITTEN_OUTSIDE)
-        else:
-            for name, key in layout.index_keys(record, raw_id):
-                txn.put(key, b"", db=d[name])
+        if not txn.put(layout.op_key(seq), op, db=d["ops"], append=True):
+            raise RuntimeError(f"op {seq} is not past the newest op: ops written outside it")
         self.last = seq
         self.events, self.bytes = self.events + 1, self.bytes + len(encoded)
         self._unsaved = True
+        for name, key in layout.index_keys(record, raw_id):
+            txn.put(key, b"", db=d[name])
         if supersedes:
             self.log.put_meta_int(txn, SUPERSEDING, 1)
         for rel, targets in ((SOURCE_FROM, sources), (SUPERSEDES, supersedes)):
@@ -595,24 +581,6 @@ class Appender:
                 txn.put(layout.link_out_key(raw_id, rel, i), raw_target, db=d["links_out"])
                 txn.put(layout.link_in_key(raw_target, rel, seq, raw_id), b"", db=d["links_in"])
         self.written.append(record)
-
-    def _write_held(self) -> None:
-        """Write the held ops and index keys, each database's with one putmulti in key order
-        (the ops, numbered in order, with MDB_APPEND)."""
-        held, self._held = self._held, None
-        if held is None:
-            return
-        for name, items in held.items():
-            if not items:
-                continue
-            cursor = self.txn.cursor(db=self.log.dbs[name])
-            if name == "ops":
-                _consumed, added = cursor.putmulti(items, append=True)
-                if added != len(items):
-                    raise RuntimeError(OPS_WRITTEN_OUTSIDE)
-            else:
-                items.sort()  # neighbouring keys land on the page the last one left in cache
-                cursor.putmulti(items)
 
     def place(self, placed: PlacedEvent, *, keep_before: int | None = None) -> bool:
         """Write an exported event as it was: its id, its record's fields, its links in their

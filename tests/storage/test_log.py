@@ -352,7 +352,7 @@ def test_an_atomic_batch_also_refuses_ops_written_behind_its_back(
     def batch(txn: lmdb.Transaction) -> object:
         return log.appender(txn).append_atomic([event(text="one"), event(text="two")])
 
-    # The batch's held ops (3 and 4) are not past op 8: numbered on, they would reorder ops.
+    # The batch's second op (4) is not past op 8: numbered on, it would reorder ops.
     with pytest.raises(RuntimeError, match="not past the newest op"):
         log.write(batch)
     with log.reader() as r:
@@ -360,8 +360,8 @@ def test_an_atomic_batch_also_refuses_ops_written_behind_its_back(
 
 
 def test_an_atomic_batch_writes_what_one_append_at_a_time_writes(tmp_path: Path) -> None:
-    # append_atomic holds the ops and index keys and writes them per database at the end: the
-    # databases must end up byte for byte as appending the same events one by one leaves them.
+    # append_atomic writes through a nested transaction: the databases must end up byte for
+    # byte as appending the same events one by one leaves them.
     events = [
         event(
             kind=("turn", "fact", "note")[i % 3],
