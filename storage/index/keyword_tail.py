@@ -18,7 +18,7 @@ import math
 import re
 from bisect import bisect_right
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import tantivy
@@ -68,7 +68,7 @@ def fieldnorm(length: int) -> int:
 # filters see one token at a time, so a word alone gets the term it gets in its text.
 _ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
 _TERMS: dict[str, str] = {}
-MAX_TERMS = 65536  # bounded: words are client data
+MAX_TERMS = 65536  # bounded (a few MB at most): words are client data
 _CACHED_WORD = 40  # longer words are dropped by the analyzer's remove_long(40): never cached
 
 
@@ -78,9 +78,8 @@ def analyze(text: str) -> tuple[dict[str, int], int]:
         tokens = ANALYZER.analyze(text)
         return Counter(tokens), len(tokens)
     words = _ASCII_WORD.findall(text)
-    tf = Counter(map(_TERMS.get, words))
-    if None in tf:  # a word not seen yet
-        tf = Counter(map(_term, words))
+    cached: Counter[str | None] = Counter(map(_TERMS.get, words))
+    tf = Counter(map(_term, words)) if None in cached else cast("Counter[str]", cached)
     dropped = tf.pop("", 0)
     return tf, len(words) - dropped
 
