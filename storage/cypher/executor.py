@@ -50,6 +50,7 @@ class Context:
         self.tick = meter.tick
         self._nodes: dict[bytes, Node | None] = {}
         self._node_bytes = 0
+        self._kinds: dict[bytes, str] = {}  # kinds of events node_of_kind did not decode
         self._links: dict[tuple[bytes, str, bool], list[bytes]] = {}
         self._compiled: dict[Any, Fn] = {}
 
@@ -70,6 +71,29 @@ class Context:
         if len(nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
             nodes[raw_id] = node
             self._node_bytes += 0 if node is None else node.size
+        return node
+
+    def node_of_kind(self, raw_id: bytes, kind: str) -> Node | None:
+        """The live event with this raw id if it is of kind: an event of another kind is not
+        decoded beyond its kind (its kind is kept, so it is read once per query)."""
+        nodes = self._nodes
+        if raw_id in nodes:
+            node = nodes[raw_id]
+            return node if node is not None and node.record.kind == kind else None
+        other = self._kinds.get(raw_id)
+        if other is not None:
+            return None if other != kind else self.node(raw_id)
+        found, record = self.reader.node_of_kind(raw_id, kind)
+        if record is None:
+            if found is not None and len(self._kinds) < CACHE_ENTRIES:
+                self._kinds[raw_id] = found
+            elif found is None and len(nodes) < CACHE_ENTRIES:
+                nodes[raw_id] = None
+            return None
+        node = Node(raw_id, record, record_bytes(record))
+        if len(nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
+            nodes[raw_id] = node
+            self._node_bytes += node.size
         return node
 
     def links(self, raw_id: bytes, rel: str, outgoing: bool) -> list[bytes]:
@@ -330,6 +354,11 @@ def _one_hop(
     op: Expand, row: Row, start: bytes, used: set[Relationship], target: Node | None, ctx: Context
 ) -> Iterator[Row]:
     """_expand's rows for a single link (what _paths gives for one hop, without its queue)."""
+    read = ctx.node
+    if op.kind is not None and target is None:
+        kind = ctx.compile(op.kind)(row)
+        if type(kind) is str:  # else the Filter after this decides (null, a number: no match)
+            read = lambda raw_id: ctx.node_of_kind(raw_id, kind)  # noqa: E731
     for link, end_id in _steps(op, start, ctx):
         ctx.tick()
         if used and link in used:
@@ -338,7 +367,7 @@ def _one_hop(
             if end_id == target.raw_id and ctx.node(end_id) is not None:
                 yield {**row, op.rel: link}
             continue
-        node = ctx.node(end_id)
+        node = read(end_id)
         if node is not None:
             yield {**row, op.target: node, op.rel: link}
 

@@ -27,6 +27,10 @@ class GraphReader(Protocol):
         """The live event's record (storage.log.layout.decode_record), or None if deleted."""
         ...
 
+    def node_of_kind(self, raw_id: bytes, kind: str) -> tuple[str | None, Any]:
+        """(the live event's kind, its record if of kind, else None); (None, None) if none."""
+        ...
+
     def raw_ids_by_kind(
         self, kind: str, lo: int | None = None, hi: int | None = None
     ) -> Iterator[bytes]:

@@ -22,6 +22,7 @@ class LogReader:
     def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
         self.txn = txn
         self.dbs = dbs
+        self._links_cursor: lmdb.Cursor | None = None
 
     def get(self, event_id: str) -> StoredEvent | None:
         """The live event with this id, or None (unknown, malformed or deleted)."""
@@ -111,6 +112,15 @@ class LogReader:
         raw = self.txn.get(raw_id, db=self.dbs["events"])
         return None if raw is None else layout.decode_record(raw)
 
+    def node_of_kind(self, raw_id: bytes, kind: str) -> tuple[str | None, Any]:
+        """(the live event's kind, its record if that is kind, else None); (None, None) if no
+        live event has this raw id. Only the kind is decoded of an event of another kind."""
+        raw = self.txn.get(raw_id, db=self.dbs["events"])
+        if raw is None:
+            return None, None
+        found = layout.decode_kind(raw)
+        return found, layout.decode_record(raw) if found == kind else None
+
     def raw_ids_by_kind(
         self, kind: str, lo: int | None = None, hi: int | None = None
     ) -> Iterator[bytes]:
@@ -187,13 +197,17 @@ class LogReader:
     def raw_links_out(self, raw_id: bytes, rel: str) -> list[bytes]:
         """As links_out, raw ids."""
         prefix = layout.link_prefix(raw_id, rel)
-        cur = self.txn.cursor(db=self.dbs["links_out"])
+        # one cursor for the reader's life: opening one per call cost about as much as the walk
+        cur = self._links_cursor
+        if cur is None:
+            cur = self._links_cursor = self.txn.cursor(db=self.dbs["links_out"])
         out: list[bytes] = []
         if cur.set_range(prefix):
-            for key, value in cur:
-                if not _b(key).startswith(prefix):
+            n = len(prefix)
+            while cur.key()[:n] == prefix:
+                out.append(_b(cur.value()))
+                if not cur.next():
                     break
-                out.append(_b(value))
         return out
 
     def raw_links_in(self, raw_id: bytes, rel: str) -> list[bytes]:

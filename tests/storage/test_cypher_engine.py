@@ -647,6 +647,10 @@ class CountingReader:
         self.calls["get"] += 1
         return self.inner.node(raw_id)
 
+    def node_of_kind(self, raw_id: bytes, kind: str) -> tuple[str | None, Any]:
+        self.calls["get_kind"] += 1
+        return self.inner.node_of_kind(raw_id, kind)
+
     def _ids(self, name: str, ids: Iterable[bytes]) -> Iterator[bytes]:
         self.calls[name] += 1
         for raw_id in ids:
@@ -696,6 +700,18 @@ def test_seed_query_uses_the_property_index_not_a_scan(ops: Tenant) -> None:
     # the two SUP-2207 writes (of its nine events, of twelve), found before any event is read
     assert reader.scanned == 2
     assert "SeekByProperties(a.supplier = $supplier, a.effect = $effect)" in plan(WHO).describe()
+
+
+def test_a_kind_on_the_target_is_checked_before_its_record_is_read(ops: Tenant) -> None:
+    params = {"supplier": "SUP-2207", "effect": "write", "kind": "turn"}
+    reader = counted(ops, WHO, params)
+    assert reader.calls["get_kind"] > 0  # the sources' kinds, read before their records
+    forced = WHO.replace("i.kind =", "i.kind + '' =")
+    assert counted(ops, forced, params).calls["get_kind"] == 0
+    assert ops.rows(WHO, params) == ops.rows(forced, params) != []
+    for kind in ("tool_call", "nothing", 5, None, ["turn"]):
+        other = {**params, "kind": kind}
+        assert ops.rows(WHO, other) == ops.rows(forced, other)
 
 
 def test_event_id_is_a_get_and_expansion_starts_there(support: Tenant) -> None:
