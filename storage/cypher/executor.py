@@ -359,6 +359,15 @@ def _one_hop(
         kind = ctx.compile(op.kind)(row)
         if type(kind) is str:  # else the Filter after this decides (null, a number: no match)
             read = lambda raw_id: ctx.node_of_kind(raw_id, kind)  # noqa: E731
+    if target is None and not used and op.direction == "out" and len(op.types) == 1:
+        # the common case without Relationship values for targets that do not match
+        rel, tick = op.types[0], ctx.tick
+        for end_id in ctx.links(start, rel, True):
+            tick()
+            node = read(end_id)
+            if node is not None:
+                yield {**row, op.target: node, op.rel: Relationship(rel, start, end_id)}
+        return
     for link, end_id in _steps(op, start, ctx):
         ctx.tick()
         if used and link in used:
