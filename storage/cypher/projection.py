@@ -172,7 +172,14 @@ def _sort(
         yield entry.pair
 
 
+def _keys(entry: _Sorted) -> list[Any]:
+    return entry.keys
+
+
 def _sorted(run: list[_Sorted], descending: list[bool]) -> list[_Sorted]:
+    if not any(descending):  # the keys compared as one list: one stable sort
+        run.sort(key=_keys)
+        return run
     # one stable sort per key, least significant first: DESC flips one key, not the others
     for i in reversed(range(len(descending))):
         run.sort(key=lambda entry: entry.keys[i], reverse=descending[i])
@@ -191,7 +198,8 @@ def _merge(runs: list[list[_Sorted]], descending: list[bool], meter: Meter) -> I
             _Descending(k) if d else k for k, d in zip(entry.keys, descending, strict=True)
         )
 
-    for n, entry in enumerate(heapq.merge(*runs, key=key)):
+    merged = heapq.merge(*runs, key=key if any(descending) else _keys)
+    for n, entry in enumerate(merged):
         if not n % SORT_RUN:
             meter.tick()
         yield entry
