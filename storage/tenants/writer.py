@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
-import os
 import queue
 import threading
 from collections.abc import Callable
@@ -16,11 +14,6 @@ from storage.errors import MemspineError
 log = logging.getLogger("memspine.writer")
 
 MAX_BATCH = 512
-# Added to the writer thread's nice value: when both wait for a core, a recall's thread runs
-# before a group commit's CPU work (its fsyncs wait on the disk, where nice changes nothing);
-# less than the projection threads' 10 (storage/index/keyword.py, storage/index/vectors.py),
-# since every append waits for this thread (bench/RESULTS.md, "Recall at 10,000 and 100,000").
-WRITER_NICENESS = 5
 _STOP = object()
 
 
@@ -68,11 +61,6 @@ class GroupWriter:
 
     def _run(self) -> None:
         """Take whatever is queued (at least one job), commit it as one batch, repeat."""
-        with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority as the rest
-            me = threading.get_native_id()
-            os.setpriority(
-                os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + WRITER_NICENESS
-            )
         while True:
             first = self._queue.get()
             if first is _STOP:
