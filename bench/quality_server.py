@@ -15,6 +15,9 @@ Procedures, each end to end through the stores:
               to client within 0.01)
   chosen      what docs/recall.md specifies: each turn's vector carries its previous turn's
               (CONTEXT), and the query vector moves toward the first keyword hits (FEEDBACK)
+  served      (--http) the same through a real memspine-server that embeds (MEMSPINE_EMBEDDER=
+              local): text-only batch appends and text-only recalls over HTTP; equal to
+              `chosen` up to BM25 ties if the server does what docs/recall.md says
 
 `--sweep` also runs every variant tried (turn texts, turn-vector context, question rephrasings,
 fusion, pseudo-relevance feedback, keyword expansion) in process: the keyword arm from the same
@@ -53,7 +56,14 @@ import numpy as np
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 sys.path.insert(0, str(BENCH.parent))
-from common import OUT, median, percentile, scratch_dir, write_json  # noqa: E402  (plain files)
+from common import (  # noqa: E402  (plain files)
+    OUT,
+    median,
+    percentile,
+    scratch_dir,
+    start_memspine,
+    write_json,
+)
 
 from storage.embedders import Embedder, make_embedder  # noqa: E402
 from storage.index.keyword import STOP_WORDS, query_terms  # noqa: E402
@@ -364,6 +374,47 @@ def end_to_end(
     return rows, rankings, {"p50_ms": round(median(ms), 3), "p99_ms": round(percentile(ms, 99), 3)}
 
 
+def over_http(convs: list[Conversation]) -> tuple[list[Row], dict[str, float]]:
+    """`served`: a real memspine-server embeds (MEMSPINE_EMBEDDER=local); each conversation is
+    its own tenant, its turns appended as text only (batches of 100, in order), its questions
+    asked as text only once every vector is written; rows and HTTP recall timings."""
+    import httpx
+
+    server = start_memspine(scratch_dir("quality-http"), {"MEMSPINE_EMBEDDER": "local"})
+    rows: list[Row] = []
+    times: list[float] = []
+    try:
+        for conv in convs:
+            auth = {"Authorization": f"Bearer locomo-{conv.index}"}
+            base = f"http://127.0.0.1:{server.port}"
+            with httpx.Client(base_url=base, headers=auth, timeout=120) as c:
+                for start in range(0, len(conv.turns), 100):
+                    batch = [
+                        {
+                            "kind": "turn",
+                            "ts": t.ts,
+                            "text": t.text,
+                            "properties": {"dia_id": t.dia_id},
+                        }
+                        for t in conv.turns[start : start + 100]
+                    ]
+                    r = c.post("/v1/memory/events", json={"events": batch})
+                    assert r.status_code == 201, r.text
+                while c.get("/v1/whoami").json()["vector_space"]["unembedded"]:
+                    time.sleep(0.2)
+                for i, question in enumerate(conv.questions):
+                    started = time.perf_counter()
+                    r = c.post("/v1/memory/recall", json={"text": question, "kind": "turn", "k": K})
+                    times.append(time.perf_counter() - started)
+                    assert r.status_code == 200, r.text
+                    ranked = [h["properties"]["dia_id"] for h in r.json()["hits"]]
+                    rows.append((*metrics(ranked, conv.evidence[i]), conv.categories[i]))
+    finally:
+        server.stop()
+    ms = [t * 1000 for t in times]
+    return rows, {"p50_ms": round(median(ms), 3), "p99_ms": round(percentile(ms, 99), 3)}
+
+
 # -- the sweep, in process --------------------------------------------------------------------------
 
 
@@ -650,6 +701,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sweep", action="store_true", help="every variant tried, in process")
     parser.add_argument("--cost", action="store_true", help="feedback's cost at 100,000 events")
     parser.add_argument(
+        "--http", action="store_true", help="also `served`: through a real server that embeds"
+    )
+    parser.add_argument(
         "--out", type=Path, default=None, help="JSON (bench/out/quality-server.json)"
     )
     args = parser.parse_args(argv)
@@ -683,6 +737,10 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = {**summarise(rows), "in_process_recall": timing}
             rankings[name] = ranked
             print(line(name, results[name]), flush=True)
+        if args.http:
+            rows, timing = over_http(convs)
+            results["served"] = {**summarise(rows), "http_recall": timing}
+            print(line("served (a real server embeds, over HTTP)", results["served"]), flush=True)
         doc["procedures"] = results
         doc["target_1"] = {
             m: round(abs(results["server"][m] - results["client"][m]), 4)

@@ -21,13 +21,26 @@ class Health(msgspec.Struct, frozen=True):
     version: str
 
 
+class KeySpace(msgspec.Struct, frozen=True):
+    """The calling key's tenant's vector space, as whoami shows it (docs/api.md)."""
+
+    made_by: str  # "server", "client", or "none" while no event has a vector
+    model: str | None = None
+    dim: int | None = None
+    server_embeds: bool = False  # the server makes its vectors: recall by text is hybrid
+    unembedded: int = 0  # events awaiting their server vector
+
+
 class WhoAmI(msgspec.Struct, frozen=True):
-    """GET /v1/whoami: the calling key; in local mode key_id is "local"."""
+    """GET /v1/whoami: the calling key and its tenant's vector space; in local mode key_id is
+    "local"."""
 
     tenant_id: str
     key_id: str
     scopes: list[str]
     expires_at: int | None = None
+    requests_per_minute: int | None = None  # the key's own rate; None: the server's default
+    vector_space: KeySpace | None = None
 
 
 class Appended(msgspec.Struct, frozen=True):

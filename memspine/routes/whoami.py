@@ -1,4 +1,4 @@
-"""GET /v1/whoami: what the calling key is (tenant, key id, scopes, expiry) and its tenant's
+"""GET /v1/whoami: what the calling key is (tenant, key id, scopes, expiry, rate) and its tenant's
 vector space."""
 
 from __future__ import annotations
@@ -18,6 +18,7 @@ class WhoAmI(msgspec.Struct):
     key_id: str
     scopes: list[str]
     expires_at: int | None
+    requests_per_minute: int | None  # the key's own rate; None: the server's default
     vector_space: VectorSpaceView
 
 
@@ -28,6 +29,7 @@ async def whoami_of(engine: Engine, principal: Principal) -> WhoAmI:
         key_id=principal.key_id,
         scopes=list(principal.scopes),
         expires_at=principal.expires_at,
+        requests_per_minute=principal.requests_per_minute,
         vector_space=await engine.vector_space(principal.tenant_id),
     )
 

@@ -37,7 +37,7 @@ _TRIM_AFTER_BYTES = 4 << 20
 
 # Estimated bytes of what a query holds (CPython, 64-bit): a list of n is 56 + 8n, a number
 # about 32, a decoded node its fixed fields plus its text and properties.
-LIST_BYTES, SLOT_BYTES, NUMBER_BYTES, NODE_BYTES, RELATIONSHIP_BYTES = 56, 8, 32, 400, 200
+LIST_BYTES, SLOT_BYTES, NUMBER_BYTES, RELATIONSHIP_BYTES = 56, 8, 32, 200
 SET_ENTRY_BYTES = 64  # a hash-set slot and its key tuple (DISTINCT, grouping)
 NODE_JSON_BYTES = 160  # an event object's id, kind, ts and keys as JSON
 
@@ -187,12 +187,6 @@ def node_bytes(node: Node) -> int:
     """About what a decoded node holds, text and properties included (the embedding as the
     floats it becomes when the node is returned)."""
     return node.size
-
-
-def record_bytes(record: Any) -> int:
-    """node_bytes of a node of this record (storage.log.layout.decode_record)."""
-    floats = 0 if record.embedding is None else len(record.embedding) // 8
-    return NODE_BYTES + len(record.text or "") + len(record.properties_raw or b"") + 32 * floats
 
 
 def node_json(node: Node) -> tuple[int, int]:

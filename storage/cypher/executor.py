@@ -10,9 +10,9 @@ from typing import Any
 import msgspec
 
 from storage.cypher import ast
-from storage.cypher.bounds import LIST_BYTES, SLOT_BYTES, Meter, record_bytes
+from storage.cypher.bounds import LIST_BYTES, SLOT_BYTES, Meter
 from storage.cypher.expressions import Fn, Row, compile_expr, truth
-from storage.cypher.graph import GraphReader, Node, Relationship
+from storage.cypher.graph import NODE_BYTES, GraphReader, Node, Relationship
 from storage.cypher.operators import (
     Argument,
     Expand,
@@ -50,7 +50,6 @@ class Context:
         self.tick = meter.tick
         self._nodes: dict[bytes, Node | None] = {}
         self._node_bytes = 0
-        self._kinds: dict[bytes, str] = {}  # kinds of events node_of_kind did not decode
         self._links: dict[tuple[bytes, str, bool], list[bytes]] = {}
         self._compiled: dict[Any, Fn] = {}
 
@@ -66,34 +65,12 @@ class Context:
         nodes = self._nodes
         if raw_id in nodes:
             return nodes[raw_id]
-        record = self.reader.node(raw_id)
-        node = None if record is None else Node(raw_id, record, record_bytes(record))
+        raw = self.reader.raw_record(raw_id)
+        node = None if raw is None else Node(raw_id, raw, self.reader)
         if len(nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
             nodes[raw_id] = node
-            self._node_bytes += 0 if node is None else node.size
-        return node
-
-    def node_of_kind(self, raw_id: bytes, kind: str) -> Node | None:
-        """The live event with this raw id if it is of kind: an event of another kind is not
-        decoded beyond its kind (its kind is kept, so it is read once per query)."""
-        nodes = self._nodes
-        if raw_id in nodes:
-            node = nodes[raw_id]
-            return node if node is not None and node.record.kind == kind else None
-        other = self._kinds.get(raw_id)
-        if other is not None:
-            return None if other != kind else self.node(raw_id)
-        found, record = self.reader.node_of_kind(raw_id, kind)
-        if record is None:
-            if found is not None and len(self._kinds) < CACHE_ENTRIES:
-                self._kinds[raw_id] = found
-            elif found is None and len(nodes) < CACHE_ENTRIES:
-                nodes[raw_id] = None
-            return None
-        node = Node(raw_id, record, record_bytes(record))
-        if len(nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
-            nodes[raw_id] = node
-            self._node_bytes += node.size
+            # its bytes and, once a property is read, about as much again decoded
+            self._node_bytes += 0 if raw is None else NODE_BYTES + 2 * len(raw)
         return node
 
     def links(self, raw_id: bytes, rel: str, outgoing: bool) -> list[bytes]:
@@ -152,9 +129,31 @@ def _optional(step: MatchStep, rows: Iterator[Row], ctx: Context) -> Iterator[Ro
 
 
 def _run_ops(ops: Iterable[Any], rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
-    for op in ops:
-        rows = _OPS[type(op)](op, rows, ctx)
+    pending: list[Any] = list(ops)
+    while pending:
+        op = pending.pop(0)
+        fused = _FUSED.get(type(op))
+        if fused is None:
+            rows = _OPS[type(op)](op, rows, ctx)
+            continue
+        # the filters right after a seek or an expansion are tested where its rows are made,
+        # in the same order: one generator less per row, and a failing row is never yielded
+        checks = []
+        while pending and type(pending[0]) is Filter:
+            checks.append(ctx.compile(pending.pop(0).predicate))
+        rows = fused(op, rows, ctx, _all_true(checks))
     return rows
+
+
+def _all_true(checks: list[Fn]) -> Callable[[Row], bool] | None:
+    """One test of a row against each predicate in order (WHERE's three-valued truth), or None
+    for no predicate."""
+    if not checks:
+        return None
+    if len(checks) == 1:
+        (only,) = checks
+        return lambda row: truth(only(row), "WHERE") is True
+    return lambda row: all(truth(check(row), "WHERE") is True for check in checks)
 
 
 def _unwind(step: UnwindStep, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
@@ -195,7 +194,9 @@ def _argument(op: Argument, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
 def _seek(ids: Callable[[Any, Row, Context], Iterable[bytes]]) -> Callable[..., Iterator[Row]]:
     """An operator binding op.var to each live event whose raw id ids() yields for the row."""
 
-    def run(op: Any, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+    def run(
+        op: Any, rows: Iterator[Row], ctx: Context, check: Callable[[Row], bool] | None = None
+    ) -> Iterator[Row]:
         var, tick, read = op.var, ctx.tick, ctx.node
         for row in rows:
             tick()
@@ -203,7 +204,9 @@ def _seek(ids: Callable[[Any, Row, Context], Iterable[bytes]]) -> Callable[..., 
                 tick()
                 node = read(raw_id)
                 if node is not None:
-                    yield {**row, var: node}
+                    out = {**row, var: node}
+                    if check is None or check(out):
+                        yield out
 
     return run
 
@@ -324,7 +327,12 @@ def _scan_all(op: ScanAll, row: Row, ctx: Context) -> Iterable[bytes]:
 # ---- expansion and filters --------------------------------------------------------------------
 
 
-def _expand(op: Expand, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
+def _expand(
+    op: Expand, rows: Iterator[Row], ctx: Context, check: Callable[[Row], bool] | None = None
+) -> Iterator[Row]:
+    if check is not None:
+        yield from filter(check, _expand(op, rows, ctx))
+        return
     for row in rows:
         ctx.tick()
         source = row.get(op.source)
@@ -355,12 +363,8 @@ def _one_hop(
 ) -> Iterator[Row]:
     """_expand's rows for a single link (what _paths gives for one hop, without its queue)."""
     read = ctx.node
-    if op.kind is not None and target is None:
-        kind = ctx.compile(op.kind)(row)
-        if type(kind) is str:  # else the Filter after this decides (null, a number: no match)
-            read = lambda raw_id: ctx.node_of_kind(raw_id, kind)  # noqa: E731
     if target is None and not used and op.direction == "out" and len(op.types) == 1:
-        # the common case without Relationship values for targets that do not match
+        # the common case: the link list walked as it is, without _steps' generator
         rel, tick = op.types[0], ctx.tick
         for end_id in ctx.links(start, rel, True):
             tick()
@@ -437,6 +441,15 @@ def _filter(op: Filter, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
             yield row
 
 
+_FUSED: dict[type, Callable[[Any, Iterator[Row], Context, Any], Iterator[Row]]] = {
+    ScanAll: _seek(_scan_all),
+    SeekById: _seek(_ids_by_id),
+    SeekByKind: _seek(_ids_by_kind),
+    SeekByProperty: _seek(_ids_by_property),
+    SeekByProperties: _seek(_ids_by_properties),
+    SeekByTs: _seek(_ids_by_ts),
+    Expand: _expand,
+}
 _OPS: dict[type, Callable[[Any, Iterator[Row], Context], Iterator[Row]]] = {
     Argument: _argument,
     ScanAll: _seek(_scan_all),

@@ -46,6 +46,8 @@ _CORE = frozenset(CORE_PROPERTIES)
 
 def node_property(node: Node, key: str) -> Any:
     """A node property: event_id, kind, ts, text, else a filterable property, else null."""
+    if key == "kind":
+        return node.kind
     record = node.record
     return getattr(record, key) if key in _CORE else record.filterable.get(key)
 
@@ -53,8 +55,7 @@ def node_property(node: Node, key: str) -> Any:
 def read_property(subject: Any, key: str) -> Any:
     """`subject.key` for a node, a map, a relationship (no properties) or null."""
     if type(subject) is Node:
-        record = subject.record
-        return getattr(record, key) if key in _CORE else record.filterable.get(key)
+        return node_property(subject, key)
     if isinstance(subject, dict):
         return subject.get(key)
     if subject is None or isinstance(subject, Relationship):
@@ -336,6 +337,13 @@ def _property(expr: ast.Property, params: dict[str, Any], meter: Meter) -> Fn:
     if isinstance(expr.subject, ast.Variable):
         # `n.key`, most of what a query reads: one call per row, not three
         name, core = expr.subject.name, key in _CORE
+        if key == "kind":  # read without decoding the rest of the record (graph.py, Node)
+
+            def kind(row: Row) -> Any:
+                value = row.get(name)
+                return value.kind if type(value) is Node else read_property(value, key)
+
+            return kind
 
         def run(row: Row) -> Any:
             value = row.get(name)

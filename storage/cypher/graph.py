@@ -18,17 +18,37 @@ REL_TYPES = (SOURCE_FROM, SUPERSEDES)
 CORE_PROPERTIES = ("event_id", "kind", "ts", "text")
 
 
+# What a node is charged for itself beyond its text, properties and floats (storage/cypher/bounds.py)
+NODE_BYTES = 400
+
+
+class Codec(Protocol):
+    """What decodes an encoded record: the GraphReader that read it."""
+
+    def decode_record(self, raw: bytes) -> Any:
+        """The record decoded."""
+        ...
+
+    def record_kind(self, raw: bytes) -> str:
+        """Its kind alone."""
+        ...
+
+
 class GraphReader(Protocol):
     """One read transaction over a tenant's log, seen as a graph of events. Ids are the raw 16
     bytes of the event id (storage/log/layout.py): a query goes from key to key, and converting
     an id to its text costs about what reading the event does, so only answers are converted."""
 
-    def node(self, raw_id: bytes) -> Any:
-        """The live event's record (storage.log.layout.decode_record), or None if deleted."""
+    def raw_record(self, raw_id: bytes) -> bytes | None:
+        """The live event's encoded record, or None if deleted."""
         ...
 
-    def node_of_kind(self, raw_id: bytes, kind: str) -> tuple[str | None, Any]:
-        """(the live event's kind, its record if of kind, else None); (None, None) if none."""
+    def decode_record(self, raw: bytes) -> Any:
+        """A raw_record decoded (storage.log.layout.decode_record)."""
+        ...
+
+    def record_kind(self, raw: bytes) -> str:
+        """The kind of a raw_record, the rest of it left undecoded."""
         ...
 
     def raw_ids_by_kind(
@@ -63,15 +83,43 @@ class GraphReader(Protocol):
 
 
 class Node:
-    """An event as a query value: its raw id and its record, decoded once and without building
-    the embedding's floats or a StoredEvent until the node is returned whole."""
+    """An event as a query value: its raw id and its encoded record, decoded when a property is
+    first read (its kind alone, the cheapest test, without decoding the rest), and without
+    building the embedding's floats or a StoredEvent until the node is returned whole."""
 
-    __slots__ = ("raw_id", "record", "size")
+    __slots__ = ("_record", "_size", "codec", "raw", "raw_id")
 
-    def __init__(self, raw_id: bytes, record: Any, size: int) -> None:
+    def __init__(self, raw_id: bytes, raw: bytes, codec: Codec) -> None:
         self.raw_id = raw_id
-        self.record = record
-        self.size = size  # about the bytes it holds (storage/cypher/bounds.py, node_bytes)
+        self.raw = raw
+        self.codec = codec
+        self._record: Any = None
+        self._size = -1
+
+    @property
+    def record(self) -> Any:
+        """The decoded record (storage.log.layout.decode_record)."""
+        record = self._record
+        if record is None:
+            record = self._record = self.codec.decode_record(self.raw)
+        return record
+
+    @property
+    def kind(self) -> str:
+        """The event's kind, read without decoding the record if it is not decoded yet."""
+        record = self._record
+        return self.codec.record_kind(self.raw) if record is None else cast(str, record.kind)
+
+    @property
+    def size(self) -> int:
+        """About the bytes it holds (storage/cypher/bounds.py, node_bytes): its record decoded,
+        text and properties, and the embedding as the floats it becomes if returned."""
+        if self._size < 0:
+            record = self.record
+            floats = 0 if record.embedding is None else len(record.embedding) // 8
+            text, props = len(record.text or ""), len(record.properties_raw or b"")
+            self._size = NODE_BYTES + text + props + 32 * floats
+        return self._size
 
     @property
     def event_id(self) -> str:

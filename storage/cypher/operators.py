@@ -101,9 +101,6 @@ class Expand(msgspec.Struct, frozen=True):
     # the pattern is walked from its right end: a path variable still lists its links left to
     # right, as openCypher binds them, so the executor reverses what it walked
     reversed_path: bool = False
-    # `target.kind = kind` from the WHERE (the Filter after this stays): a one-hop expansion
-    # reads only the kind of a target record until it matches, and skips the rest
-    kind: ast.Expr | None = None
 
 
 class Filter(msgspec.Struct, frozen=True):

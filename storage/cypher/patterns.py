@@ -153,9 +153,6 @@ def _order_ops(
         if edge is not None:
             remaining.remove(edge)
             op = _expand(edge, bound, tuple(rels))
-            if not (op.into or op.variable_length):
-                kind = _kind_of(op.target, pending, bound)
-                op = op if kind is None else msgspec.structs.replace(op, kind=kind)
             rels.append(edge.name)
             bound.update((edge.name, op.target))
             ops.append(op)
@@ -191,14 +188,6 @@ def _expand(edge: _Edge, bound: set[str], earlier: tuple[str, ...]) -> Expand:
         unique_against=earlier,
         reversed_path=not forward,
     )
-
-
-def _kind_of(var: str, conjuncts: list[ast.Expr], bound: set[str]) -> ast.Expr | None:
-    """The value of a conjunct `var.kind = value` known before var is bound, if any."""
-    for key, op, value in _indexable(var, conjuncts, bound):
-        if key == "kind" and op == "=":
-            return value
-    return None
 
 
 def _best_seek(candidates: list[str], conjuncts: list[ast.Expr], bound: set[str]) -> StartOp:

@@ -1,10 +1,11 @@
 """An ONNX graph of a BERT encoder with mean pooling, built from its safetensors weights.
 
 No exporter and no torch: the graph is written node by node with onnxruntime's fused BERT
-operators (EmbedLayerNormalization, Attention, SkipLayerNormalization, BiasGelu), and the
-three dense layers of each block optionally as MatMulNBits with 8-bit weights in blocks of
-32 and int8 activations per block (accuracy_level 4), which keeps the vectors within
-rounding of the float model while the integer kernels do the arithmetic.
+operators (EmbedLayerNormalization, Attention, BiasGelu) and the standard LayerNormalization.
+In int8 the attention-output and first feed-forward layers multiply int8 activations (a
+scale per token) by int8 weights (a scale per output column), with the first feed-forward
+layer's few outlier input channels in float32; the QKV projection and the second
+feed-forward layer stay in float32, which keeps the vectors within 0.999 of the float model.
 """
 
 from __future__ import annotations
@@ -16,7 +17,10 @@ from typing import Any
 import numpy as np
 
 MS = "com.microsoft"
-INT8_BLOCK = 32
+# Channels of the hidden state after each attention block's LayerNorm whose values run to
+# 10-30 where the others stay near 2 (all-MiniLM-L6-v2; the union of each layer's eight
+# largest, measured on 80 LoCoMo turns): the first feed-forward layer takes them in float.
+FF1_OUTLIERS = (63, 99, 127, 131, 157, 223, 246, 267, 303, 319, 338, 347, 354, 363)
 
 
 @dataclass(frozen=True)
@@ -55,36 +59,73 @@ class _Graph:
 
 
 def _dense(
-    g: _Graph, x: str, w: np.ndarray, b: np.ndarray, name: str, int8: bool
+    g: _Graph,
+    x: str,
+    w: np.ndarray,
+    b: np.ndarray,
+    name: str,
+    int8: bool,
+    outliers: tuple[int, ...] = (),
 ) -> tuple[str, str]:
-    """X @ w, returned with the name of the bias still to add (w is out × in, as torch stores it)."""
-    weight = np.asarray(w, dtype=np.float32)
+    """X @ w, returned with the name of the bias still to add (w is out × in, as torch stores it).
+
+    In int8, each row of X is scaled to int8 by its own largest value (a per-token scale)
+    and multiplied by int8 weights with a scale per output column; the input channels in
+    `outliers`, whose values run ten times the others', would spoil that per-token scale,
+    so they are left out of it and multiplied in float32 beside it.
+    """
+    from onnx import TensorProto
+
+    weight = np.asarray(w, dtype=np.float32).T  # in × out
     bias = g.const(f"{name}.b", np.asarray(b, dtype=np.float32))
     if not int8:
-        out = g.node("MatMul", [x, g.const(f"{name}.w", weight.T)], [f"{name}.mm"])
-        return out, bias
-    n, k = weight.shape
-    blocks = weight.reshape(n, k // INT8_BLOCK, INT8_BLOCK)
-    scale = np.abs(blocks).max(axis=-1) / 127.0
-    scale[scale == 0] = 1.0
-    # Unsigned storage around the default zero point of 128: no zero-point tensor needed.
-    q = np.clip(np.rint(blocks / scale[..., None]), -127, 127) + 128
-    out = g.node(
-        "MatMulNBits",
-        [
-            x,
-            g.const(f"{name}.q", q.astype(np.uint8)),
-            g.const(f"{name}.s", scale.reshape(-1).astype(np.float32)),
-        ],
-        [f"{name}.mm"],
-        domain=MS,
-        K=k,
-        N=n,
-        bits=8,
-        block_size=INT8_BLOCK,
-        accuracy_level=4,
+        return g.node("MatMul", [x, g.const(f"{name}.w", weight)], [f"{name}.mm"]), bias
+    idx = np.array(sorted(outliers), dtype=np.int64)
+    quantised = weight.copy()
+    quantised[idx] = 0.0
+    col_scale = np.abs(quantised).max(axis=0) / 127.0
+    col_scale[col_scale == 0] = 1.0
+    q = np.clip(np.rint(quantised / col_scale), -127, 127).astype(np.int8)
+    xq = x
+    if len(idx):
+        mask = np.ones(weight.shape[0], dtype=np.float32)
+        mask[idx] = 0.0
+        xq = g.node("Mul", [x, g.const(f"{name}.mask", mask)], [f"{name}.xq"])
+    amax = g.node(
+        "ReduceMax",
+        [g.node("Abs", [xq], [f"{name}.abs"])],
+        [f"{name}.amax0"],
+        axes=[-1],
+        keepdims=1,
     )
-    return out, bias
+    amax = g.node(
+        "Max", [amax, g.const(f"{name}.tiny", np.array(1e-8, np.float32))], [f"{name}.amax"]
+    )
+    inv = g.node(
+        "Div", [g.const(f"{name}.127", np.array(127.0, np.float32)), amax], [f"{name}.inv"]
+    )
+    r = g.node("Round", [g.node("Mul", [xq, inv], [f"{name}.scaled"])], [f"{name}.round"])
+    # Unsigned around a zero point of 128: the u8 × s8 kernels are onnxruntime's fast path.
+    r = g.node("Add", [r, g.const(f"{name}.128", np.array(128.0, np.float32))], [f"{name}.u"])
+    u8 = g.node("Cast", [r], [f"{name}.u8"], to=TensorProto.UINT8)
+    y = g.node(
+        "MatMulIntegerToFloat",
+        [
+            u8,
+            g.const(f"{name}.q", q),
+            g.const(f"{name}.rs", np.array(1.0 / 127.0, np.float32)),
+            g.const(f"{name}.s", col_scale.astype(np.float32)),
+            g.const(f"{name}.zp", np.array(128, np.uint8)),
+        ],
+        [f"{name}.mmi"],
+        domain=MS,
+    )
+    y = g.node("Mul", [y, amax], [f"{name}.mmq"])
+    if not len(idx):
+        return y, bias
+    xo = g.node("Gather", [x, g.const(f"{name}.idx", idx)], [f"{name}.xo"], axis=2)
+    yo = g.node("MatMul", [xo, g.const(f"{name}.wo", weight[idx])], [f"{name}.yo"])
+    return g.node("Add", [y, yo], [f"{name}.mm"]), bias
 
 
 def build_bert(weights: Mapping[str, np.ndarray], shape: BertShape, *, int8: bool) -> bytes:
@@ -169,19 +210,7 @@ def _block(
     o, ob = _dense(
         g, a, w[att + "output.dense.weight"], w[att + "output.dense.bias"], f"{n}.o", int8
     )
-    x1 = g.node(
-        "SkipLayerNormalization",
-        [
-            o,
-            x,
-            g.const(f"{n}.ln1.g", w[att + "output.LayerNorm.weight"]),
-            g.const(f"{n}.ln1.b", w[att + "output.LayerNorm.bias"]),
-            ob,
-        ],
-        [f"{n}.x1"],
-        domain=MS,
-        epsilon=shape.eps,
-    )
+    x1 = _add_norm(g, o, ob, x, w, att + "output.LayerNorm", f"{n}.x1", shape)
     f1, f1b = _dense(
         g,
         x1,
@@ -189,21 +218,39 @@ def _block(
         w[p + "intermediate.dense.bias"],
         f"{n}.ff1",
         int8,
+        FF1_OUTLIERS,
     )
     act = g.node("BiasGelu", [f1, f1b], [f"{n}.gelu"], domain=MS)
+    # The second feed-forward layer stays in float: its input (after GELU) has outliers that
+    # move from layer to layer and token to token, and int8 there cost the most accuracy.
     f2, f2b = _dense(
-        g, act, w[p + "output.dense.weight"], w[p + "output.dense.bias"], f"{n}.ff2", int8
+        g, act, w[p + "output.dense.weight"], w[p + "output.dense.bias"], f"{n}.ff2", False
     )
+    return _add_norm(g, f2, f2b, x1, w, p + "output.LayerNorm", f"{n}.x2", shape)
+
+
+def _add_norm(
+    g: _Graph,
+    y: str,
+    bias: str,
+    residual: str,
+    w: Mapping[str, np.ndarray],
+    ln: str,
+    out: str,
+    shape: BertShape,
+) -> str:
+    """LayerNorm(y + bias + residual), as two Adds and the standard LayerNormalization.
+
+    Not SkipLayerNormalization: onnxruntime's CPU kernel of it took ten times as long as
+    LayerNormalization on the same rows (bench/RESULTS.md, "Local embedder"); the session
+    disables the fusion that would rebuild it (storage/embedders/local.py).
+    """
+    s = g.node("Add", [y, bias], [f"{out}.biased"])
+    s = g.node("Add", [s, residual], [f"{out}.sum"])
     return g.node(
-        "SkipLayerNormalization",
-        [
-            f2,
-            x1,
-            g.const(f"{n}.ln2.g", w[p + "output.LayerNorm.weight"]),
-            g.const(f"{n}.ln2.b", w[p + "output.LayerNorm.bias"]),
-            f2b,
-        ],
-        [f"{n}.x2"],
-        domain=MS,
+        "LayerNormalization",
+        [s, g.const(f"{out}.g", w[ln + ".weight"]), g.const(f"{out}.b", w[ln + ".bias"])],
+        [out],
+        axis=-1,
         epsilon=shape.eps,
     )

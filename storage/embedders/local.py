@@ -21,6 +21,8 @@ MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIM = 384
 MAX_TOKENS = 256
 PRECISIONS = ("int8", "fp32")
+# onnxruntime would fuse Add + LayerNormalization back into its slower SkipLayerNormalization.
+DISABLED_OPTIMIZERS = ["SkipLayerNormFusion"]
 
 
 class LocalEmbedder:
@@ -111,7 +113,12 @@ class LocalEmbedder:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
-        session = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+        session = ort.InferenceSession(
+            model,
+            opts,
+            providers=["CPUExecutionProvider"],
+            disabled_optimizers=DISABLED_OPTIMIZERS,
+        )
         self._tokenizer = tok
         if self.threads > 1:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="embedder")

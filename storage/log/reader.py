@@ -112,14 +112,20 @@ class LogReader:
         raw = self.txn.get(raw_id, db=self.dbs["events"])
         return None if raw is None else layout.decode_record(raw)
 
-    def node_of_kind(self, raw_id: bytes, kind: str) -> tuple[str | None, Any]:
-        """(the live event's kind, its record if that is kind, else None); (None, None) if no
-        live event has this raw id. Only the kind is decoded of an event of another kind."""
-        raw = self.txn.get(raw_id, db=self.dbs["events"])
-        if raw is None:
-            return None, None
-        found = layout.decode_kind(raw)
-        return found, layout.decode_record(raw) if found == kind else None
+    def raw_record(self, raw_id: bytes) -> bytes | None:
+        """The encoded record of the live event with this raw id, or None: a reader that may
+        look at one field of it (decode_record, record_kind) decodes only what it needs."""
+        return cast(bytes | None, self.txn.get(raw_id, db=self.dbs["events"]))
+
+    @staticmethod
+    def decode_record(raw: bytes) -> Any:
+        """layout.decode_record of a raw_record."""
+        return layout.decode_record(raw)
+
+    @staticmethod
+    def record_kind(raw: bytes) -> str:
+        """The kind of a raw_record, the rest left undecoded (layout.record_kind)."""
+        return layout.record_kind(raw)
 
     def raw_ids_by_kind(
         self, kind: str, lo: int | None = None, hi: int | None = None

@@ -179,6 +179,7 @@ def test_seed_first_session_keys_and_isolation(issued: Issued) -> None:
         "key_id": review_key["key_id"],
         "scopes": ["read"],
         "expires_at": review_key["expires_at"],
+        "requests_per_minute": None,
         # Dimension 4 and no embedder (tests/servers.py): the tenant's vectors are its clients'.
         "vector_space": {
             "made_by": "client",
@@ -424,7 +425,7 @@ def test_admin_routes_are_404_without_an_admin_key(start_server: Any) -> None:
     with server.client("t1") as c:
         assert c.get("/v1/whoami").json() == {
             "tenant_id": "t1", "key_id": "local", "scopes": ["read", "write"], "expires_at": None,
-            "vector_space": {
+            "requests_per_minute": None, "vector_space": {
                 "made_by": "none", "model": None, "dim": 4, "server_embeds": False, "unembedded": 0,
             },
         }  # fmt: skip

@@ -96,6 +96,8 @@ def test_a_session_through_the_blocking_client(issued: Issued) -> None:
         assert c.health().status == "ok"
         who = c.whoami()
         assert (who.tenant_id, who.scopes) == (tenant_id, ["read", "write"])
+        assert who.vector_space is not None and who.vector_space.made_by == "none"
+        assert (who.vector_space.dim, who.vector_space.server_embeds) == (4, False)
         turn = c.append(
             "turn",
             "Lena: the billing cutover is planned for Saturday 10 October",

@@ -22,6 +22,11 @@ from storage.transfer import backup as bk
 MOVED = "7c1d3f5e-8a2b-4c6d-9e0f-1a2b3c4d5e6f"
 
 
+def cli(data_dir: Path, cwd: Path) -> Admin:
+    """memspine-admin on data_dir, its main() run in this process."""
+    return Admin(data_dir, cwd, in_process=True)
+
+
 def make_tenant(data_dir: Path, tenant_id: str, n: int = 60) -> tuple[list[str], dict[str, object]]:
     """A populated tenant, closed again, and its answers."""
     t = Tenant.open(tenant_id, data_dir / tenant_id, embedding_dim=DIM)
@@ -42,7 +47,7 @@ def same_answers(data_dir: Path, tenant_id: str, ids: list[str], seen: object) -
 
 
 def test_export_then_import_moves_a_local_tenant(tmp_path: Path) -> None:
-    old, new = Admin(tmp_path / "old", tmp_path), Admin(tmp_path / "new", tmp_path)
+    old, new = cli(tmp_path / "old", tmp_path), cli(tmp_path / "new", tmp_path)
     ids, seen = make_tenant(old.data_dir, "acme")
     out = old.json("export", "acme", "--out", str(tmp_path / "acme.ndjson"))
     assert out["events"] == len(_live(tmp_path / "acme.ndjson")) and out["tenant_id"] == "acme"
@@ -62,7 +67,7 @@ def _live(path: Path) -> list[bytes]:
 
 
 def test_a_damaged_file_is_refused_with_its_line_and_nothing_lands(tmp_path: Path) -> None:
-    old, new = Admin(tmp_path / "old", tmp_path), Admin(tmp_path / "new", tmp_path)
+    old, new = cli(tmp_path / "old", tmp_path), cli(tmp_path / "new", tmp_path)
     make_tenant(old.data_dir, "acme", n=50)
     old.ok("export", "acme", "--out", str(tmp_path / "acme.ndjson"))
     lines = (tmp_path / "acme.ndjson").read_bytes().splitlines(keepends=True)
@@ -82,13 +87,13 @@ def test_a_damaged_file_is_refused_with_its_line_and_nothing_lands(tmp_path: Pat
 
 def test_a_killed_export_leaves_no_file_that_looks_whole(tmp_path: Path) -> None:
     """--out goes through a temp file: a file of that name is always a whole export."""
-    old = Admin(tmp_path / "old", tmp_path)
+    old = cli(tmp_path / "old", tmp_path)
     assert old.error("export", "acme", "--out", str(tmp_path / "x.ndjson"))["error"] == "not_found"
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # no tenant: no file, no temp
 
 
 def test_import_into_a_tenant_directory_the_server_holds_is_refused(tmp_path: Path) -> None:
-    old, new = Admin(tmp_path / "old", tmp_path), Admin(tmp_path / "new", tmp_path)
+    old, new = cli(tmp_path / "old", tmp_path), cli(tmp_path / "new", tmp_path)
     make_tenant(old.data_dir, "acme", n=50)
     old.ok("export", "acme", "--out", str(tmp_path / "acme.ndjson"))
     Tenant.open("acme", new.data_dir / "acme", embedding_dim=DIM).close()  # empty, has a dir
@@ -105,7 +110,7 @@ def test_import_into_a_tenant_directory_the_server_holds_is_refused(tmp_path: Pa
 
 
 def test_tenant_create_takes_an_id(tmp_path: Path) -> None:
-    admin = Admin(tmp_path / "data", tmp_path)
+    admin = cli(tmp_path / "data", tmp_path)
     admin.ok("init")
     made = admin.json("tenant", "create", "acme", "--id", MOVED.upper())
     assert made["tenant_id"] == MOVED  # canonical form
@@ -119,7 +124,7 @@ def test_tenant_create_takes_an_id(tmp_path: Path) -> None:
 
 
 def test_an_import_into_a_controlled_directory_says_what_to_register(tmp_path: Path) -> None:
-    old, new = Admin(tmp_path / "old", tmp_path), Admin(tmp_path / "new", tmp_path)
+    old, new = cli(tmp_path / "old", tmp_path), cli(tmp_path / "new", tmp_path)
     ids, seen = make_tenant(old.data_dir, MOVED, n=50)
     old.ok("export", MOVED, "--out", str(tmp_path / "t.ndjson"))
     new.ok("init")
@@ -134,7 +139,7 @@ def test_an_import_into_a_controlled_directory_says_what_to_register(tmp_path: P
 
 
 def test_adopt_registers_a_local_tenant_under_a_new_id(tmp_path: Path) -> None:
-    admin = Admin(tmp_path / "data", tmp_path)
+    admin = cli(tmp_path / "data", tmp_path)
     ids, seen = make_tenant(admin.data_dir, "my-project", n=50)
     Tenant.open(MOVED, admin.data_dir / MOVED, embedding_dim=DIM).close()
     admin.ok("init")
@@ -163,7 +168,7 @@ def test_adopt_registers_a_local_tenant_under_a_new_id(tmp_path: Path) -> None:
 
 
 def test_backup_then_restore_with_the_control_database(tmp_path: Path) -> None:
-    admin = Admin(tmp_path / "data", tmp_path)
+    admin = cli(tmp_path / "data", tmp_path)
     admin.ok("init")
     admin.ok("tenant", "create", "acme", "--id", MOVED)
     key = admin.json("key", "create", MOVED, "agent")
@@ -171,7 +176,7 @@ def test_backup_then_restore_with_the_control_database(tmp_path: Path) -> None:
     done = admin.json("backup", str(tmp_path / "bk"))
     assert done["tenants"] == 1 and done["environments"] == ["_control"]
     assert "and the control database" in admin.ok("backup", str(tmp_path / "bk2"))
-    restored = Admin(tmp_path / "restored", tmp_path)
+    restored = cli(tmp_path / "restored", tmp_path)
     out = restored.json("restore", str(tmp_path / "bk"))
     assert (out["tenants"], out["events"]) == (1, done["events"])
     same_answers(restored.data_dir, MOVED, ids, seen)
@@ -183,7 +188,7 @@ def test_backup_then_restore_with_the_control_database(tmp_path: Path) -> None:
 
 
 def test_a_restore_of_an_old_backup_is_refused_unless_asked(tmp_path: Path) -> None:
-    admin = Admin(tmp_path / "data", tmp_path)
+    admin = cli(tmp_path / "data", tmp_path)
     Tenant.open("acme", admin.data_dir / "acme", embedding_dim=DIM).close()
     t = Tenant.open("acme", admin.data_dir / "acme", embedding_dim=DIM)
     t.submit_append([NewEvent(kind="turn", ts=1, text="old")]).result()
@@ -193,7 +198,7 @@ def test_a_restore_of_an_old_backup_is_refused_unless_asked(tmp_path: Path) -> N
     body = msgspec.json.decode(manifest.read_bytes())
     body["taken_at"] -= 40 * 86_400 * 1_000_000
     manifest.write_bytes(json.dumps(body).encode())
-    target = Admin(tmp_path / "restored", tmp_path)
+    target = cli(tmp_path / "restored", tmp_path)
     old = target.error("restore", str(tmp_path / "bk"))
     assert old["error"] == "conflict" and "40 days old" in old["detail"]
     assert not target.data_dir.exists()
@@ -204,7 +209,7 @@ def test_a_restore_of_an_old_backup_is_refused_unless_asked(tmp_path: Path) -> N
 def test_a_tenant_id_that_is_no_directory_name_is_refused(
     tmp_path: Path, command: list[str]
 ) -> None:
-    admin = Admin(tmp_path / "data", tmp_path)
+    admin = cli(tmp_path / "data", tmp_path)
     refused = admin.error(*command)
     assert refused["error"] == "invalid_request" and "local mode" in refused["detail"]
 

@@ -19,6 +19,7 @@ from endpoint import Endpoint, fake_vector
 
 from memspine.config import SettingsError, load_settings
 from storage.embedders import Embedder, EmbedderError, make_embedder
+from storage.embedders.bert_graph import MS, _dense, _Graph
 from storage.embedders.local import DIM, MODEL_NAME, LocalEmbedder
 from storage.embedders.openai_compat import OpenAIEmbedder, endpoint_url, retry_after_secs
 
@@ -116,6 +117,45 @@ def test_fp32_loads_once_under_concurrent_first_use(reference: Any) -> None:
     for got in results:
         assert (got * expected).sum(axis=1).min() >= 0.9999
     emb.close()
+
+
+def _int8_dense(x: np.ndarray, w: np.ndarray, outliers: tuple[int, ...]) -> np.ndarray:
+    """One int8 dense layer of the graph builder, run by onnxruntime on `x`."""
+    import onnx
+    import onnxruntime as ort
+    from onnx import TensorProto
+
+    g = _Graph()
+    out, bias = _dense(g, "x", w, np.zeros(w.shape[0], np.float32), "d", True, outliers)
+    g.node("Add", [out, bias], ["y"])
+    h = onnx.helper
+    graph = h.make_graph(
+        g.nodes,  # type: ignore[arg-type]
+        "dense",
+        [h.make_tensor_value_info("x", TensorProto.FLOAT, ["b", "s", x.shape[-1]])],
+        [h.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        g.inits,  # type: ignore[arg-type]
+    )
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17), h.make_opsetid(MS, 1)])
+    model.ir_version = 8
+    sess = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    return np.asarray(sess.run(None, {"x": x})[0])
+
+
+def test_int8_dense_takes_outlier_channels_in_float() -> None:
+    rng = np.random.default_rng(7)
+    x = rng.standard_normal((2, 9, 64)).astype(np.float32)
+    x[..., [3, 40]] *= 25.0  # two channels far above the rest, as after the LayerNorm
+    w = rng.standard_normal((48, 64)).astype(np.float32)
+    exact = x @ w.T
+
+    def rel_err(got: np.ndarray) -> float:
+        return float(np.abs(got - exact).max() / np.abs(exact).max())
+
+    with_outliers = rel_err(_int8_dense(x, w, (3, 40)))
+    without = rel_err(_int8_dense(x, w, ()))
+    assert with_outliers < 0.01
+    assert with_outliers < without / 3
 
 
 def test_a_missing_model_is_a_clear_error(tmp_path: Path) -> None:

@@ -255,16 +255,15 @@ def test_short_circuit_skips_the_error_on_the_right() -> None:
 
 
 def test_property_access() -> None:
-    from storage.cypher.bounds import record_bytes
     from storage.cypher.graph import Node
     from storage.log import layout
+    from storage.log.reader import LogReader
     from storage.model import StoredEvent
 
     event = StoredEvent(
         event_id="e1", seq=1, kind="fact", ts=5, text=None, filterable={"topic": "t", "n": 1}
     )
-    record = layout.decode_record(layout.encode_event(event))
-    row = {"f": Node(b"\x01" * 16, record, record_bytes(record))}
+    row = {"f": Node(b"\x01" * 16, layout.encode_event(event), LogReader)}
     assert evaluate("[f.event_id, f.kind, f.ts, f.text, f.topic, f.n, f.other]", row) == [
         "e1", "fact", 5, None, "t", 1, None
     ]  # fmt: skip
