@@ -362,10 +362,9 @@ def _one_hop(
     op: Expand, row: Row, start: bytes, used: set[Relationship], target: Node | None, ctx: Context
 ) -> Iterator[Row]:
     """_expand's rows for a single link (what _paths gives for one hop, without its queue)."""
-    read = ctx.node
     if target is None and not used and op.direction == "out" and len(op.types) == 1:
         # the common case: the link list walked as it is, without _steps' generator
-        rel, tick = op.types[0], ctx.tick
+        rel, tick, read = op.types[0], ctx.tick, ctx.node
         for end_id in ctx.links(start, rel, True):
             tick()
             node = read(end_id)
@@ -380,7 +379,7 @@ def _one_hop(
             if end_id == target.raw_id and ctx.node(end_id) is not None:
                 yield {**row, op.rel: link}
             continue
-        node = read(end_id)
+        node = ctx.node(end_id)
         if node is not None:
             yield {**row, op.target: node, op.rel: link}
 
