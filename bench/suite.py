@@ -10,10 +10,11 @@ and the CPU time move less with the machine's load than the wall time does.
 
 `--split` runs pytest as the measured checkout's `make test` does: each pytest command that
 `make -n test` prints there (e.g. tests/storage and tests/server on one pytest-xdist worker per
-core, then tests/e2e on as many, then the `timing` tests alone), in order, each a step, with
-its own arguments. `--tree DIR` measures another checkout (say `git archive main | tar -x -C
-DIR`) with this checkout's virtualenv: DIR goes first on PYTHONPATH, so its packages, tests and
-the servers they start are DIR's own. `--quick` runs tests/storage only.
+core beside tests/e2e on as many, then the `timing` tests alone), in order, each a step, with
+its own arguments; the commands of a `make -jN` line side by side, as make runs them. `--tree
+DIR` measures another checkout (say `git archive main | tar -x -C DIR`) with this checkout's
+virtualenv: DIR goes first on PYTHONPATH, so its packages, tests and the servers they start
+are DIR's own. `--quick` runs tests/storage only.
 """
 
 from __future__ import annotations
@@ -60,17 +61,23 @@ def timed(cmd: list[str], tree: Path, env: dict[str, str], log: Path) -> dict[st
     }
 
 
-def make_test_runs(tree: Path) -> list[list[str]]:
-    """The arguments of each pytest command `make test` runs in `tree`, from `make -n test`."""
+def make_test_runs(tree: Path) -> list[list[list[str]]]:
+    """The pytest commands `make test` runs in `tree`, from `make -n test`: a list of groups, the
+    commands of one group run side by side (a `make -jN` of N targets), the groups one by one."""
     printed = subprocess.run(
         ["make", "-n", "-s", "-C", str(tree), "test", f"VENV={VENV_BIN.parent}"],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
-    runs = []
+    groups: list[list[list[str]]] = []
+    together = 0  # pytest commands still to come of the last `make -jN` line
     for line in printed.splitlines():
         words = shlex.split(line)
+        if words and Path(words[0]).name == "make" and any(w.startswith("-j") for w in words):
+            together = sum(1 for w in words[1:] if not w.startswith("-") and "=" not in w)
+            groups.append([])
+            continue
         at = next((i for i, w in enumerate(words) if Path(w).name == "pytest"), None)
         if at is None:
             continue
@@ -81,10 +88,44 @@ def make_test_runs(tree: Path) -> list[list[str]]:
                 del run[i]
             elif run[i : i + 2] == ["-p", "no:cacheprovider"]:
                 del run[i : i + 2]
-        runs.append(run)
-    if not runs:
+        if together:
+            groups[-1].append(run)
+            together -= 1
+        else:
+            groups.append([run])
+    if not any(groups):
         raise SystemExit(f"`make -n test` in {tree} runs no pytest")
-    return runs
+    return [g for g in groups if g]
+
+
+def timed_together(
+    cmds: list[list[str]], tree: Path, env: dict[str, str], logs: list[Path]
+) -> list[dict[str, Any]]:
+    """Run steps side by side to completion; each one's wall and CPU seconds and exit status."""
+    wall0 = time.perf_counter()
+    outs = [open(log, "ab") for log in logs]  # noqa: SIM115  (closed below, after the waits)
+    procs = [
+        subprocess.Popen(cmd, cwd=tree, env=env, stdout=out, stderr=out)
+        for cmd, out in zip(cmds, outs, strict=True)
+    ]
+    waiting = {proc.pid: i for i, proc in enumerate(procs)}
+    steps: list[dict[str, Any]] = [{} for _ in cmds]
+    while waiting:
+        # wait4: each step's own CPU time (the children's rusage would sum the steps running)
+        pid, status, usage = os.wait4(-1, 0)
+        if pid not in waiting:
+            continue
+        i = waiting.pop(pid)
+        procs[i].returncode = os.waitstatus_to_exitcode(status)
+        steps[i] = {
+            "cmd": " ".join(c for c in cmds[i] if not c.startswith("--junitxml")),
+            "wall_s": round(time.perf_counter() - wall0, 1),
+            "cpu_s": round(usage.ru_utime + usage.ru_stime, 1),
+            "rc": procs[i].returncode,
+        }
+    for out in outs:
+        out.close()
+    return steps
 
 
 def part(classname: str) -> tuple[str, str]:
@@ -159,15 +200,32 @@ def main() -> None:
         )
         steps.append(timed([str(VENV_BIN / "mypy"), *packages], tree, env, log))
     pytest = [str(VENV_BIN / "pytest"), "-q", "-p", "no:cacheprovider"]
-    runs = [["-m", args.markers, *paths]]
+    groups = [[["-m", args.markers, *paths]]]
     if args.split:
-        runs = make_test_runs(tree)
-    junits = []
-    for i, run in enumerate(runs):
-        junits.append(work / f"junit{i}.xml")
-        steps.append(timed([*pytest, f"--junitxml={junits[-1]}", *run], tree, env, log))
+        groups = make_test_runs(tree)
+    junits: list[Path] = []
+    walls = [s["wall_s"] for s in steps]
+    for group in groups:
+        cmds = []
+        for run in group:
+            junits.append(work / f"junit{len(junits)}.xml")
+            cmds.append([*pytest, f"--junitxml={junits[-1]}", *run])
+        if len(cmds) == 1:
+            steps.append(timed(cmds[0], tree, env, log))
+            walls.append(steps[-1]["wall_s"])
+            continue
+        # side by side, as make -jN runs them: each its own log, appended to the log after
+        logs = [work / f"log{len(steps) + i}.txt" for i in range(len(cmds))]
+        together = timed_together(cmds, tree, env, logs)
+        for step in together:
+            step["together"] = True
+        steps.extend(together)
+        walls.append(max(s["wall_s"] for s in together))
+        with open(log, "ab") as out:
+            for part_log in logs:
+                out.write(part_log.read_bytes())
     result["steps"] = steps
-    result["wall_s"] = round(sum(s["wall_s"] for s in steps), 1)
+    result["wall_s"] = round(sum(walls), 1)
     result["load_after"] = load()
     result |= durations(junits)
     result["log"] = str(log)

@@ -440,7 +440,8 @@ def _filter(op: Filter, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
             yield row
 
 
-_FUSED: dict[type, Callable[[Any, Iterator[Row], Context, Any], Iterator[Row]]] = {
+# (op, rows, ctx, check=None): the check a fused filter makes on each row it yields.
+_FUSED: dict[type, Callable[..., Iterator[Row]]] = {
     ScanAll: _seek(_scan_all),
     SeekById: _seek(_ids_by_id),
     SeekByKind: _seek(_ids_by_kind),
@@ -449,14 +450,9 @@ _FUSED: dict[type, Callable[[Any, Iterator[Row], Context, Any], Iterator[Row]]] 
     SeekByTs: _seek(_ids_by_ts),
     Expand: _expand,
 }
+# Every fused operator also runs unfused (no check): one table, not two copies of it.
 _OPS: dict[type, Callable[[Any, Iterator[Row], Context], Iterator[Row]]] = {
     Argument: _argument,
-    ScanAll: _seek(_scan_all),
-    SeekById: _seek(_ids_by_id),
-    SeekByKind: _seek(_ids_by_kind),
-    SeekByProperty: _seek(_ids_by_property),
-    SeekByProperties: _seek(_ids_by_properties),
-    SeekByTs: _seek(_ids_by_ts),
-    Expand: _expand,
+    **_FUSED,
     Filter: _filter,
 }

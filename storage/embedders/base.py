@@ -76,12 +76,10 @@ class QueryCache:
 
     def get(self, text: str, compute: Callable[[str], np.ndarray]) -> np.ndarray:
         """The cached vector of `text`, or `compute(text)` stored for next time."""
+        vec = self.peek(text)
+        if vec is not None:
+            return vec
         with self._lock:
-            vec = self._items.get(text)
-            if vec is not None:
-                self._items.move_to_end(text)
-                self.hits += 1
-                return vec
             self.misses += 1
         vec = compute(text)
         vec.setflags(write=False)

@@ -98,7 +98,10 @@ def test_a_hot_backup_restores_into_a_server_and_an_export_moves_a_tenant(
     server, key = origin
     writer = Writer(server, key)
     writer.start()
-    time.sleep(1.0)
+    deadline = time.monotonic() + 60  # a busy machine may take a while over the first appends
+    while len(writer.acked) < 3 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(0.5)
     started = time.monotonic()
     admin(server.data_dir, "backup", str(tmp_path / "bk"))
     admin(server.data_dir, "export", TENANT, "--out", str(tmp_path / "hot.ndjson"))
