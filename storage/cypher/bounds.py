@@ -221,7 +221,7 @@ def strings_bytes(values: Iterable[Any]) -> int:
 
 def row_bytes(row: dict[str, Any]) -> int:
     """About what holding a binding row keeps alive: the dict and its values."""
-    return sys.getsizeof(row) + sum(held_bytes(v) for v in row.values())
+    return sys.getsizeof(row) + sum(map(held_bytes, row.values()))
 
 
 def _size(nbytes: int) -> str:

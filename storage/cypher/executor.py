@@ -112,16 +112,34 @@ def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
     for step in plan.steps:
         rows = _STEPS[type(step)](step, rows, ctx)
     out: list[Any] = []
-    width = LIST_BYTES + SLOT_BYTES * len(plan.columns)
+    columns, tick, render = plan.columns, meter.tick, meter.render
+    width = LIST_BYTES + SLOT_BYTES * len(columns)
     for row in rows:
-        meter.tick()
+        tick()
         if len(out) >= max_rows:
             raise InvalidRequest(f"query produced more than {max_rows} rows; add LIMIT")
         meter.row_values = 0
-        meter.render(width, len(plan.columns))
-        rendered = [to_json(row[column], meter) for column in plan.columns]
+        rendered = [row[column] for column in columns]
+        # a row of strings, integers, booleans and nulls (most answers) is charged what
+        # to_json would charge it, in one call instead of one per value
+        nbytes, values = width, len(columns)
+        for value in rendered:
+            kind = type(value)
+            if kind is str:
+                nbytes += SLOT_BYTES + len(value)
+                values += 1
+            elif kind not in _PLAIN:
+                render(width, len(columns))
+                rendered = [to_json(value, meter) for value in rendered]
+                break
+        else:
+            render(nbytes, values)
         out.append(msgspec.Raw(msgspec.json.encode(rendered)) if encoded else rendered)
     return out
+
+
+# values to_json gives back as they are, charging nothing
+_PLAIN = frozenset({int, bool, type(None)})
 
 
 # ---- steps ----------------------------------------------------------------------------------

@@ -49,9 +49,15 @@ def _plain(
     step: ProjectStep, rows: Iterator[Row], compile: Compile, meter: Meter
 ) -> Iterator[Pair]:
     items = [(name, compile(expr)) for name, expr in step.items]
+    star, tick = step.star, meter.tick
+    if not star:
+        for row in rows:
+            tick()
+            yield row, {name: fn(row) for name, fn in items}
+        return
     for row in rows:
-        meter.tick()
-        projected = {name: row.get(name) for name in step.star}
+        tick()
+        projected = {name: row.get(name) for name in star}
         projected.update((name, fn(row)) for name, fn in items)
         yield row, projected
 

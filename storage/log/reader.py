@@ -159,11 +159,13 @@ class LogReader:
         if len(prefixes) == 1:
             return list(self.raw_ids_by_property(*pairs[0]))
         shortest, ids = self._shortest(prefixes)
-        db = self.dbs["by_prop"]
-        get = self.txn.get
         for i, prefix in enumerate(prefixes):
             if i != shortest and ids:
-                ids = [raw for raw in ids if get(prefix + raw, db=db) is not None]
+                # one cursor, the ids in ascending order: LMDB looks on the cursor's leaf page
+                # first, where the next id's key usually is, so most probes skip the descent
+                # (twice as fast as a get each: bench/RESULTS.md, "Cypher at 100,000 events")
+                probe = self.txn.cursor(db=self.dbs["by_prop"]).set_key
+                ids = [raw for raw in ids if probe(prefix + raw)]
         return ids
 
     def _shortest(self, prefixes: list[bytes]) -> tuple[int, list[bytes]]:
@@ -185,7 +187,8 @@ class LogReader:
             return
         keys = cur.iternext(keys=True, values=False)
         while True:
-            chunk = [_b(k) for k in islice(keys, CHUNK)]
+            # bytes already (no transaction here hands out buffers): no _b call per key
+            chunk = cast(list[bytes], list(islice(keys, CHUNK)))
             if len(chunk) == CHUNK and chunk[-1].startswith(prefix):
                 yield [k[-layout.ID_BYTES :] for k in chunk], False
                 continue
@@ -210,10 +213,10 @@ class LogReader:
             cur = self._links_cursor = self.txn.cursor(db=self.dbs["links_out"])
         out: list[bytes] = []
         if cur.set_range(prefix):
-            n = len(prefix)
-            while cur.key()[:n] == prefix:
-                out.append(_b(cur.value()))
-                if not cur.next():
+            n, key, value, step = len(prefix), cur.key, cur.value, cur.next
+            while key()[:n] == prefix:
+                out.append(cast(bytes, value()))
+                if not step():
                     break
         return out
 
