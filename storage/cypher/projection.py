@@ -13,6 +13,7 @@ from storage.cypher.bounds import SET_ENTRY_BYTES, Meter, held_bytes, row_bytes
 from storage.cypher.expressions import Fn, Row, truth
 from storage.cypher.functions import AGGREGATES, Aggregate, Distinct
 from storage.cypher.operators import ProjectStep
+from storage.cypher.scope import variables
 from storage.cypher.values import group_key, order_key, type_name
 from storage.errors import InvalidRequest
 
@@ -156,13 +157,21 @@ def _sort(
     (and their bytes given back as others push them out)."""
     fns = [compile(item.expr) for item in step.order_by]
     descending = [item.descending for item in step.order_by]
+    # the keys read the row before projection alone unless they name a column (which shadows
+    # a variable of the same name): then no merged row is built for each
+    read = {name for item in step.order_by for name in variables(item.expr)}
+    merged = bool(read & ({name for name, _ in step.items} | set(step.star)))
+    extra = 2 * SET_ENTRY_BYTES * (1 + len(fns))
     runs: list[list[_Sorted]] = []
     held, buffer = 0, []
     for env, projected in pairs:
         meter.tick()
-        view = {**env, **projected}
+        if merged:
+            view = {**env, **projected}
+            cost = row_bytes(view) + extra
+        else:
+            view, cost = env, row_bytes(env) + row_bytes(projected) + extra
         keys = [order_key(fn(view), meter) for fn in fns]
-        cost = row_bytes(view) + 2 * SET_ENTRY_BYTES * (1 + len(keys))
         meter.charge(cost)
         buffer.append(_Sorted(keys, (env, projected), cost))
         if len(buffer) == SORT_RUN:

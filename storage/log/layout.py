@@ -351,6 +351,9 @@ _Record = msgspec.defstruct(
         for f in msgspec.structs.fields(StoredEvent)
     ],
     frozen=True,
+    # never in a reference cycle (its fields are scalars, a dict of scalars, a list of ids), so
+    # the collector need not track it: a query holds thousands of them (Cypher's nodes)
+    gc=False,
     # what decode_record hands readers outside the log (Cypher) that need the StoredEvent
     namespace={"event": lambda self: event_of(self)},
 )
