@@ -52,6 +52,7 @@ class Context:
         self._nodes: dict[bytes, Node | None] = {}
         self._node_bytes = 0
         self._links: dict[tuple[bytes, str, bool], list[bytes]] = {}
+        self._links_of_kind: dict[tuple[bytes, str, str], list[bytes]] = {}
         self._compiled: dict[Any, Fn] = {}
 
     def compile(self, expr: ast.Expr) -> Fn:
@@ -61,25 +62,12 @@ class Context:
             fn = self._compiled[expr] = compile_expr(expr, self.params, self.meter)
         return fn
 
-    def node(self, raw_id: bytes, kind: str | None = None) -> Node | None:
-        """The live event with this raw id, read once per query (kind: unused, so that
-        node_of_kind and node are called alike)."""
+    def node(self, raw_id: bytes) -> Node | None:
+        """The live event with this raw id, read once per query."""
         nodes = self._nodes
         if raw_id in nodes:
             return nodes[raw_id]
         raw = self.reader.raw_record(raw_id)
-        return self._keep(raw_id, None if raw is None else Node(raw_id, raw, self.reader), raw)
-
-    def node_of_kind(self, raw_id: bytes, kind: str | None) -> Node | None:
-        """As node, None unless the event is of this kind: a record of another kind is
-        tested and dropped without a Node made or kept for it."""
-        nodes = self._nodes
-        if raw_id in nodes:
-            node = nodes[raw_id]
-            return node if node is not None and node.kind == kind else None
-        raw = self.reader.raw_record(raw_id)
-        if raw is not None and self.reader.record_kind(raw) != kind:
-            return None
         return self._keep(raw_id, None if raw is None else Node(raw_id, raw, self.reader), raw)
 
     def _keep(self, raw_id: bytes, node: Node | None, raw: bytes | None) -> Node | None:
@@ -89,6 +77,16 @@ class Context:
             # its bytes and, once a property is read, about as much again decoded
             self._node_bytes += 0 if raw is None else NODE_BYTES + 2 * len(raw)
         return node
+
+    def links_of_kind(self, raw_id: bytes, rel: str, kind: str) -> list[bytes]:
+        """raw_links_out_of_kind, read once per query."""
+        key = (raw_id, rel, kind)
+        found = self._links_of_kind.get(key)
+        if found is None:
+            found = self.reader.raw_links_out_of_kind(raw_id, rel, kind)
+            if len(self._links_of_kind) < CACHE_ENTRIES:
+                self._links_of_kind[key] = found
+        return found
 
     def links(self, raw_id: bytes, rel: str, outgoing: bool) -> list[bytes]:
         """raw_links_out or raw_links_in, read once per query."""
@@ -443,21 +441,22 @@ def _walks_one_list(op: Expand) -> bool:
 def _one_list(
     op: Expand, rows: Iterator[Row], ctx: Context, preds: tuple[ast.Expr, ...]
 ) -> Iterator[Row]:
-    """_expand's rows when _walks_one_list: the filters that read only the target are tested
-    on it before its row is built, a kind among them on the record before the node is (most
-    targets of a busy source fail such a filter: bench/RESULTS.md, "Cypher at 100,000 events")."""
-    target_var, rel, tick = op.target, op.types[0], ctx.tick
+    """_expand's rows when _walks_one_list: a kind that the filters ask of the target is told
+    by the link list, so a target of another kind is never read (most targets of a busy source
+    fail such a filter: bench/RESULTS.md, "Cypher at 100,000 events"); the other filters that
+    read the target alone are tested on it before its row is built."""
+    target_var, rel, tick, read = op.target, op.types[0], ctx.tick, ctx.node
     kind, first, rest = _target_filters(op.target, preds, ctx)
-    node_of = ctx.node if kind is None else ctx.node_of_kind
     for row in rows:
         tick()
         source = _source(op, row)
         if source is None:
             continue
         start = source.raw_id
-        for end_id in ctx.links(start, rel, True):
+        ends = ctx.links(start, rel, True) if kind is None else ctx.links_of_kind(start, rel, kind)
+        for end_id in ends:
             tick()
-            node = node_of(end_id, kind)
+            node = read(end_id)
             if node is None or (first is not None and not first({target_var: node})):
                 continue
             out = {**row, target_var: node, op.rel: Relationship(rel, start, end_id)}

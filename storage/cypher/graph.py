@@ -73,6 +73,10 @@ class GraphReader(Protocol):
         """The event's targets under rel, in link order."""
         ...
 
+    def raw_links_out_of_kind(self, raw_id: bytes, rel: str, kind: str) -> list[bytes]:
+        """The event's targets of this kind under rel, in link order, no target read."""
+        ...
+
     def raw_links_in(self, raw_id: bytes, rel: str) -> list[bytes]:
         """The events linking to this one under rel, in append order."""
         ...

@@ -29,8 +29,10 @@ from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 # 2: the meta names LIVE_BYTES and LAST_WRITE.
 # 3: the vector space (meta SPACE), the database "unembedded" and the op OP_EMBED: vectors the
 # server makes are written into their events' records after the append.
+# 4: a links_out value is the target's raw id and then its kind (UTF-8): an expansion that asks
+# its targets' kind answers from the link list, without reading the targets' records.
 # An older log is brought to this version on its first open (storage/log/migrations.py).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # -- the named databases ----------------------------------------------------------------------
 
@@ -40,7 +42,8 @@ DB_NAMES = (
     "by_ts",  # time_key(ts, raw id) -> b""
     "by_kind",  # kind_key(kind, ts, raw id) -> b""
     "by_prop",  # property_key(name, value, raw id) -> b""
-    "links_out",  # link_out_key(raw id, rel, position) -> raw target id (link order)
+    # link_out_key(raw id, rel, position) -> link_out_value(raw target id, its kind) (link order)
+    "links_out",
     "links_in",  # link_in_key(raw target id, rel, seq of the linking event, its raw id) -> b""
     "idem",  # raw id derived from an Idempotency-Key -> IdempotencyRecord (msgpack)
     "tombstones",  # raw id -> Tombstone (msgpack)
@@ -226,6 +229,17 @@ def link_prefix(raw_id: bytes, rel: str) -> bytes:
 def link_out_key(raw_source: bytes, rel: str, position: int) -> bytes:
     """The links_out key of a source's link at this position of its list."""
     return link_prefix(raw_source, rel) + position.to_bytes(2, "big")
+
+
+def link_out_value(raw_target: bytes, kind: str) -> bytes:
+    """The links_out value of a link: the target's raw id, then its kind (an event's kind never
+    changes, so the copy in the link stays true while the target lives)."""
+    return raw_target + kind.encode()
+
+
+def link_target(value: bytes) -> bytes:
+    """The target's raw id in a links_out value."""
+    return value[:ID_BYTES]
 
 
 def link_in_key(raw_target: bytes, rel: str, seq: int, raw_source: bytes) -> bytes:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, cast
 
@@ -205,6 +205,23 @@ class LogReader:
 
     def raw_links_out(self, raw_id: bytes, rel: str) -> list[bytes]:
         """As links_out, raw ids."""
+        return [layout.link_target(value) for value in self.link_values(raw_id, rel)]
+
+    def raw_links_out_of_kind(self, raw_id: bytes, rel: str, kind: str) -> list[bytes]:
+        """As raw_links_out, only the targets of this kind: told by the link list (which holds
+        each target's kind), no target's record read."""
+        tail, n, out = kind.encode(), layout.ID_BYTES, []
+        for value in self.link_values(raw_id, rel):
+            if value[n:] == tail:
+                out.append(value[:n])
+            elif len(value) == n:  # no kind in it (a snapshot of a log of version 3): the record's
+                raw = self.raw_record(value)
+                if raw is not None and layout.record_kind(raw) == kind:
+                    out.append(value)
+        return out
+
+    def link_values(self, raw_id: bytes, rel: str) -> list[bytes]:
+        """The event's links_out values under rel (layout.link_out_value), in link order."""
         prefix = layout.link_prefix(raw_id, rel)
         # one cursor for the reader's life: opening one was much of a short list's cost
         # (bench/RESULTS.md, "Cypher at 100,000 events")
@@ -213,9 +230,10 @@ class LogReader:
             cur = self._links_cursor = self.txn.cursor(db=self.dbs["links_out"])
         out: list[bytes] = []
         if cur.set_range(prefix):
-            n, key, value, step = len(prefix), cur.key, cur.value, cur.next
+            n, key, step = len(prefix), cur.key, cur.next
+            value = cast(Callable[[], bytes], cur.value)  # bytes: no transaction hands out buffers
             while key()[:n] == prefix:
-                out.append(cast(bytes, value()))
+                out.append(value())
                 if not step():
                     break
         return out
