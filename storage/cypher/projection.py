@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import heapq
+import operator
 import sys
 from collections.abc import Callable, Iterator
 from itertools import islice
@@ -23,6 +24,9 @@ Pair = tuple[Row, Row]
 # Rows sorted by one C call: a sort of this many keys holds the interpreter for about a
 # millisecond; longer inputs are sorted in runs of this size and merged.
 SORT_RUN = 1024
+# Runs holding this many rows in all are merged by one sort (it merges sorted runs in linear
+# time: about what a run's sort costs); more go through heapq.merge, which yields between rows.
+MERGE_BY_SORT = 4 * SORT_RUN
 
 
 def project(
@@ -187,8 +191,7 @@ def _sort(
         yield entry.pair
 
 
-def _keys(entry: _Sorted) -> list[Any]:
-    return entry.keys
+_keys = operator.itemgetter(0)  # an entry's sort keys, read in C by sort and merge
 
 
 def _sorted(run: list[_Sorted], descending: list[bool]) -> list[_Sorted]:
@@ -206,6 +209,12 @@ def _merge(runs: list[list[_Sorted]], descending: list[bool], meter: Meter) -> I
     so the sort stays stable."""
     if len(runs) == 1:
         yield from runs[0]
+        return
+    if sum(map(len, runs)) <= MERGE_BY_SORT:
+        # a few runs: one more stable sort of them end to end merges them in C (it finds the
+        # runs already in order), where heapq.merge takes a Python step per row
+        meter.tick()
+        yield from _sorted([entry for run in runs for entry in run], descending)
         return
 
     def key(entry: _Sorted) -> tuple[Any, ...]:

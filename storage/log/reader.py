@@ -231,7 +231,9 @@ class LogReader:
         out: list[bytes] = []
         if cur.set_range(prefix):
             n, key, step = len(prefix), cur.key, cur.next
-            value = cast("Callable[[], bytes]", cur.value)  # bytes: no transaction hands out buffers
+            value = cast(
+                "Callable[[], bytes]", cur.value
+            )  # bytes: no transaction hands out buffers
             while key()[:n] == prefix:
                 out.append(value())
                 if not step():
