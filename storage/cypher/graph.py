@@ -86,19 +86,21 @@ class GraphReader(Protocol):
         ...
 
 
-class Node:
+class Node(msgspec.Struct, gc=False, eq=False):
     """An event as a query value: its raw id and its encoded record, decoded when a property is
     first read (its kind alone, the cheapest test, without decoding the rest), and without
-    building the embedding's floats or a StoredEvent until the node is returned whole."""
+    building the embedding's floats or a StoredEvent until the node is returned whole.
 
-    __slots__ = ("_record", "_size", "codec", "raw", "raw_id")
+    Never tracked by the collector (it refers to no value that could refer back to it): a
+    query that holds thousands of nodes would otherwise bring on collections of the whole
+    process (bench/RESULTS.md, "Cypher at 100,000 events"). Equal only to itself, as a plain
+    object is (values.py compares nodes by raw_id)."""
 
-    def __init__(self, raw_id: bytes, raw: bytes, codec: Codec) -> None:
-        self.raw_id = raw_id
-        self.raw = raw
-        self.codec = codec
-        self._record: Any = None
-        self._size = -1
+    raw_id: bytes
+    raw: bytes
+    codec: Codec
+    _record: Any = None
+    _size: int = -1
 
     @property
     def record(self) -> Any:

@@ -129,10 +129,14 @@ def _distinct(pairs: Iterator[Pair], meter: Meter) -> Iterator[Pair]:
 
 
 class _Sorted(NamedTuple):
-    """A row waiting in ORDER BY: its sort keys, the pair, and the bytes charged for it."""
+    """A row waiting in ORDER BY: its sort keys, the pair's two rows, and the bytes charged
+    for it. The keys are a tuple and the rows are held apart (not as a pair): a tuple of
+    numbers or strings is soon untracked by the collector, and one object fewer per row is
+    held while the sort runs."""
 
-    keys: list[Any]
-    pair: Pair
+    keys: tuple[Any, ...]
+    env: Row
+    projected: Row
     cost: int
 
 
@@ -175,9 +179,9 @@ def _sort(
             cost = row_bytes(view) + extra
         else:
             view, cost = env, row_bytes(env) + row_bytes(projected) + extra
-        keys = [order_key(fn(view), meter) for fn in fns]
+        keys = tuple([order_key(fn(view), meter) for fn in fns])
         meter.charge(cost)
-        buffer.append(_Sorted(keys, (env, projected), cost))
+        buffer.append(_Sorted(keys, env, projected, cost))
         if len(buffer) == SORT_RUN:
             runs.append(_sorted(buffer, descending))
             held, buffer = held + SORT_RUN, []
@@ -188,7 +192,7 @@ def _sort(
     if buffer:
         runs.append(_sorted(buffer, descending))
     for entry in _merge(runs, descending, meter):
-        yield entry.pair
+        yield entry.env, entry.projected
 
 
 _keys = operator.itemgetter(0)  # an entry's sort keys, read in C by sort and merge

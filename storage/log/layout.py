@@ -355,15 +355,17 @@ def _field_spec(f: msgspec.structs.FieldInfo) -> tuple[Any, ...]:
     return (f.name, f.type)
 
 
-# StoredEvent's own fields in its order, so the two cannot drift apart; the embedding as bytes.
-# Not kw_only: a record is built from StoredEvent's values by position, which is cheaper than by
-# name.
+# StoredEvent's own fields in its order, so the two cannot drift apart; the embedding as bytes,
+# the superseded ids as a tuple (most are empty, and the empty tuple is one object the collector
+# does not track, where each empty list would be another). Not kw_only: a record is built from
+# StoredEvent's values by position, which is cheaper than by name.
+_RECORD_FIELDS: dict[str, tuple[Any, ...]] = {
+    "embedding": ("embedding", bytes | None, None),
+    "supersedes": ("supersedes", tuple[str, ...], ()),
+}
 _Record = msgspec.defstruct(
     "_Record",
-    [
-        ("embedding", bytes | None, None) if f.name == "embedding" else _field_spec(f)
-        for f in msgspec.structs.fields(StoredEvent)
-    ],
+    [_RECORD_FIELDS.get(f.name) or _field_spec(f) for f in msgspec.structs.fields(StoredEvent)],
     frozen=True,
     # never in a reference cycle (its fields are scalars, a dict of scalars, a list of ids), so
     # the collector need not track it: a query holds thousands of them (Cypher's nodes)
@@ -400,7 +402,7 @@ def decode_event(raw: bytes | memoryview) -> StoredEvent:
 
 def decode_record(raw: bytes | memoryview) -> Any:
     """A record's fields as StoredEvent names them, the embedding left as its bytes (None if
-    none): for readers that look at many events' fields and few embeddings (Cypher's nodes);
+    none) and the superseded ids as a tuple: for readers that look at many events' fields and few embeddings (Cypher's nodes);
     its event() (or event_of) makes the StoredEvent."""
     return _decode_record(raw)
 
@@ -425,6 +427,7 @@ def event_of(record: Any) -> StoredEvent:
     embedding = fields["embedding"]
     if embedding is not None:
         fields["embedding"] = _floats(embedding)
+    fields["supersedes"] = list(fields["supersedes"])
     return StoredEvent(**fields)
 
 

@@ -176,11 +176,11 @@ class LogReader:
             for i, chunks in enumerate(readers):
                 chunk, done = next(chunks)
                 read[i].extend(chunk)
-                if done:
-                    return i, read[i]
+                if done:  # only the shortest list's keys are cut to their ids
+                    return i, [key[-layout.ID_BYTES :] for key in read[i]]
 
     def _chunks(self, prefix: bytes) -> Iterator[tuple[list[bytes], bool]]:
-        """Raw ids under a by_prop prefix CHUNK keys at a time, and whether they were the last."""
+        """by_prop keys under a prefix CHUNK at a time, and whether they were the last."""
         cur = self.txn.cursor(db=self.dbs["by_prop"])
         if not cur.set_range(prefix):
             yield [], True
@@ -190,9 +190,9 @@ class LogReader:
             # bytes already (no transaction here hands out buffers): no _b call per key
             chunk = cast(list[bytes], list(islice(keys, CHUNK)))
             if len(chunk) == CHUNK and chunk[-1].startswith(prefix):
-                yield [k[-layout.ID_BYTES :] for k in chunk], False
+                yield chunk, False
                 continue
-            yield [k[-layout.ID_BYTES :] for k in chunk if k.startswith(prefix)], True
+            yield [k for k in chunk if k.startswith(prefix)], True
             return
 
     def raw_ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[bytes]:
