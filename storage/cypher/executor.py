@@ -51,8 +51,8 @@ class Context:
         self.tick = meter.tick
         self._nodes: dict[bytes, Node | None] = {}
         self._node_bytes = 0
-        self._links: dict[tuple[bytes, str, bool], list[bytes]] = {}
-        self._links_of_kind: dict[tuple[bytes, str, str], list[bytes]] = {}
+        self._links: dict[tuple[bytes, str, bool], tuple[bytes, ...]] = {}
+        self._links_of_kind: dict[tuple[bytes, str, str], tuple[bytes, ...]] = {}
         self._compiled: dict[Any, Fn] = {}
 
     def compile(self, expr: ast.Expr) -> Fn:
@@ -78,23 +78,26 @@ class Context:
             self._node_bytes += 0 if raw is None else NODE_BYTES + 2 * len(raw)
         return node
 
-    def links_of_kind(self, raw_id: bytes, rel: str, kind: str) -> list[bytes]:
+    # Link lists are kept as tuples: the collector stops tracking a tuple of ids, never a list,
+    # and a query keeps one per node it expands.
+
+    def links_of_kind(self, raw_id: bytes, rel: str, kind: str) -> tuple[bytes, ...]:
         """raw_links_out_of_kind, read once per query."""
         key = (raw_id, rel, kind)
         found = self._links_of_kind.get(key)
         if found is None:
-            found = self.reader.raw_links_out_of_kind(raw_id, rel, kind)
+            found = tuple(self.reader.raw_links_out_of_kind(raw_id, rel, kind))
             if len(self._links_of_kind) < CACHE_ENTRIES:
                 self._links_of_kind[key] = found
         return found
 
-    def links(self, raw_id: bytes, rel: str, outgoing: bool) -> list[bytes]:
+    def links(self, raw_id: bytes, rel: str, outgoing: bool) -> tuple[bytes, ...]:
         """raw_links_out or raw_links_in, read once per query."""
         key = (raw_id, rel, outgoing)
         found = self._links.get(key)
         if found is None:
             read = self.reader.raw_links_out if outgoing else self.reader.raw_links_in
-            found = read(raw_id, rel)
+            found = tuple(read(raw_id, rel))
             if len(self._links) < CACHE_ENTRIES:
                 self._links[key] = found
         return found

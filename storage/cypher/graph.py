@@ -152,8 +152,10 @@ class Node(msgspec.Struct, gc=False, eq=False):
         return cast(StoredEvent, self.record.event())
 
 
-class Relationship(msgspec.Struct, frozen=True):
-    """A link as a query value: start links to end under type (raw ids; text when rendered)."""
+class Relationship(msgspec.Struct, frozen=True, gc=False):
+    """A link as a query value: start links to end under type (raw ids; text when rendered).
+    Not a type the collector tracks, as Node is not: a row holding only nodes, links and
+    scalars is then not tracked either."""
 
     type: str
     start_raw: bytes

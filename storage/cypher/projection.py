@@ -7,7 +7,7 @@ import operator
 import sys
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import Any, Final
 
 from storage.cypher import ast
 from storage.cypher.bounds import SET_ENTRY_BYTES, Meter, held_bytes, row_bytes
@@ -128,16 +128,15 @@ def _distinct(pairs: Iterator[Pair], meter: Meter) -> Iterator[Pair]:
             yield env, projected
 
 
-class _Sorted(NamedTuple):
-    """A row waiting in ORDER BY: its sort keys, the pair's two rows, and the bytes charged
-    for it. The keys are a tuple and the rows are held apart (not as a pair): a tuple of
-    numbers or strings is soon untracked by the collector, and one object fewer per row is
-    held while the sort runs."""
-
-    keys: tuple[Any, ...]
-    env: Row
-    projected: Row
-    cost: int
+# A row waiting in ORDER BY: (its sort keys, the row before projection, the projected row, the
+# bytes charged for it). A plain tuple, not a NamedTuple, and the keys a tuple: the collector
+# stops tracking a plain tuple of untracked values (numbers, strings, rows of nodes), never a
+# NamedTuple, and a sort holds one per row.
+_Sorted = tuple[tuple[Any, ...], Row, Row, int]
+_KEYS: Final = 0
+_ENV: Final = 1
+_PROJECTED: Final = 2
+_COST: Final = 3
 
 
 class _Descending:
@@ -181,21 +180,23 @@ def _sort(
             view, cost = env, row_bytes(env) + row_bytes(projected) + extra
         keys = tuple([order_key(fn(view), meter) for fn in fns])
         meter.charge(cost)
-        buffer.append(_Sorted(keys, env, projected, cost))
+        buffer.append((keys, env, projected, cost))
         if len(buffer) == SORT_RUN:
             runs.append(_sorted(buffer, descending))
             held, buffer = held + SORT_RUN, []
             if keep is not None and held >= 2 * keep + SORT_RUN:
                 kept = list(islice(_merge(runs, descending, meter), keep))
-                meter.release(sum(e.cost for run in runs for e in run) - sum(e.cost for e in kept))
+                meter.release(
+                    sum(e[_COST] for run in runs for e in run) - sum(e[_COST] for e in kept)
+                )
                 runs, held = [kept], len(kept)
     if buffer:
         runs.append(_sorted(buffer, descending))
     for entry in _merge(runs, descending, meter):
-        yield entry.env, entry.projected
+        yield entry[_ENV], entry[_PROJECTED]
 
 
-_keys = operator.itemgetter(0)  # an entry's sort keys, read in C by sort and merge
+_keys = operator.itemgetter(_KEYS)  # an entry's sort keys, read in C by sort and merge
 
 
 def _sorted(run: list[_Sorted], descending: list[bool]) -> list[_Sorted]:
@@ -204,7 +205,7 @@ def _sorted(run: list[_Sorted], descending: list[bool]) -> list[_Sorted]:
         return run
     # one stable sort per key, least significant first: DESC flips one key, not the others
     for i in reversed(range(len(descending))):
-        run.sort(key=lambda entry: entry.keys[i], reverse=descending[i])
+        run.sort(key=lambda entry: entry[_KEYS][i], reverse=descending[i])
     return run
 
 
@@ -223,7 +224,7 @@ def _merge(runs: list[list[_Sorted]], descending: list[bool], meter: Meter) -> I
 
     def key(entry: _Sorted) -> tuple[Any, ...]:
         return tuple(
-            _Descending(k) if d else k for k, d in zip(entry.keys, descending, strict=True)
+            _Descending(k) if d else k for k, d in zip(entry[_KEYS], descending, strict=True)
         )
 
     merged = heapq.merge(*runs, key=key if any(descending) else _keys)
