@@ -63,9 +63,7 @@ class _Kept:
 
     __slots__ = ("deletes", "items", "model", "tenant_id")
 
-    def __init__(
-        self, tenant_id: str, items: list[StoredVector], model: str, deletes: int
-    ) -> None:
+    def __init__(self, tenant_id: str, items: list[StoredVector], model: str, deletes: int) -> None:
         self.tenant_id = tenant_id
         self.items = items
         self.model = model
