@@ -1,8 +1,9 @@
 """Every change of the log's format, in one place: what brings a log made by an older version
 to SCHEMA_VERSION, run by EventLog.open in the transaction that records the new version.
 
-Each step takes a log of version n to n + 1 and is tested (tests/storage/test_migrations.py);
-a log several versions behind runs them in order.
+Each step takes a log of version n to n + 1 and is tested (to_2 and to_4 in
+tests/storage/test_layout.py, to_3 in tests/storage/test_server_vectors.py); a log several
+versions behind runs them in order.
 """
 
 from __future__ import annotations
