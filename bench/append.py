@@ -203,11 +203,12 @@ def preload_template(payloads: list[bytes], count: int) -> Path:
     return data_dir
 
 
-def start_copy(template: Path) -> tuple[Process, Path]:
-    """memspine-server in local mode on a copy of a preloaded data directory (and the copy)."""
+def start_copy(template: Path, env: dict[str, str] | None = None) -> tuple[Process, Path]:
+    """memspine-server in local mode on a copy of a preloaded data directory (and the copy),
+    with env beside the dimension."""
     data_dir = scratch_dir("memspine") / "data"
     shutil.copytree(template, data_dir)
-    return serve_memspine(data_dir, {"MEMSPINE_EMBEDDING_DIM": str(DIM)}), data_dir
+    return serve_memspine(data_dir, {"MEMSPINE_EMBEDDING_DIM": str(DIM), **(env or {})}), data_dir
 
 
 def preloaded_run(

@@ -8,7 +8,8 @@ embedding, as a client with an embedding model sends them). In each run, on one 
 - batch: POST /v1/memory/events with BATCH events a request, from 1 and 4 connections;
 - lmdb: one durable LMDB write transaction per event, in process (bench/append.py's loop).
 
-Rates are events a second. With --preload N (issue 19: N = 100000) the tenant already holds N
+Rates are events a second. The server runs with MEMSPINE_EMBEDDER=none (the events' vectors, if
+any, are the client's). With --preload N (issue 19: N = 100000) the tenant already holds N
 events (written in process before the server starts). With --text-only the events carry no
 embedding (the route's own cost, without the vector graph's inserts behind it). Target
 (issue 19): batches of 1,000 reach >= 20,000 events/s.
@@ -86,10 +87,13 @@ def one_run(
     seconds: float,
 ) -> dict[str, Any]:
     """The one-event route, then batches, on one server; then the lmdb loop."""
-    env = {"MEMSPINE_EMBEDDING_DIM": str(DIM)}
+    # No server embedder: a text-only tenant would become the server's to embed (every
+    # preloaded event listed for the model, and appends held at its backlog), which is
+    # bench/embed_server.py's measurement, not the route's.
+    env = {"MEMSPINE_EMBEDDING_DIM": str(DIM), "MEMSPINE_EMBEDDER": "none"}
     server: Process
     if template is not None:
-        server, data_dir = start_copy(template)
+        server, data_dir = start_copy(template, env)
         load(server, singles[:1], 1, warmup=0.0, seconds=0.5)  # opens the preloaded tenant
     else:
         data_dir = scratch_dir("memspine") / "data"

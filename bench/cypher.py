@@ -22,7 +22,8 @@ Run: `.venv/bin/python bench/cypher.py [--quick] [--out FILE]`; writes bench/out
 `--base DIR` measures a second checkout (a directory holding storage/, e.g. `git archive main`)
 in the same run, on the same log: each round runs in a fresh process per tree, the trees
 alternating which goes first, so load from elsewhere falls on both alike; each query's CPU time
-is reported beside its wall time. `--keep` reuses the log a previous `--base` run built.
+is reported beside its wall time. Each tree reads the same events from a log its own code
+wrote (the two may differ in format). `--keep` reuses the logs a previous `--base` run built.
 """
 
 from __future__ import annotations
@@ -319,11 +320,22 @@ class Drawn:
         self.write_suppliers = write_suppliers
 
 
-def one_tree_round(log_dir: Path) -> None:
+def build_log(log_dir: Path, quick: bool) -> None:
+    """--build: the corpus's log in log_dir, written by this process's tree (each tree of a
+    --base run reads a log in its own format: the format may differ between them)."""
+    corpus = Corpus(*(QUICK_EVENTS, QUICK_SUPPLIERS) if quick else (EVENTS, SUPPLIERS))
+    log = EventLog.open(log_dir, embedding_dim=4)
+    try:
+        load(log, corpus)
+    finally:
+        log.close()
+
+
+def one_tree_round(log_dir: Path, tree: str) -> None:
     """--round: one round over a kept log, in this process's tree; the figures as JSON."""
     drawn = json.loads((log_dir / "drawn.json").read_text())
     qs = queries(Drawn(drawn["end"], drawn["write_suppliers"]))  # type: ignore[arg-type]
-    log = EventLog.open(log_dir / "log", embedding_dim=4)
+    log = EventLog.open(log_dir / tree / "log", embedding_dim=4)
     try:
         for q in qs.values():  # plans cached, pages warm
             timed(log, q.indexed, q.draw(np.random.default_rng(0)))
@@ -336,25 +348,24 @@ def paired(args: Any, base: Path) -> int:
     """Rounds of this tree and `base` alternating, each in its own process, on one kept log."""
     log_dir = OUT / "tmp" / ("cypher-keep-quick" if args.quick else "cypher-keep")
     runs, scan_runs = (QUICK_RUNS, QUICK_SCAN_RUNS) if args.quick else (RUNS, SCAN_RUNS)
-    if not (args.keep and (log_dir / "drawn.json").exists()):
+    trees = {"base": base.resolve(), "new": Path(__file__).resolve().parent.parent}
+    if not (args.keep and all((log_dir / name / "log").exists() for name in trees)):
         shutil.rmtree(log_dir, ignore_errors=True)
         log_dir.mkdir(parents=True)
         corpus = Corpus(*(QUICK_EVENTS, QUICK_SUPPLIERS) if args.quick else (EVENTS, SUPPLIERS))
-        log = EventLog.open(log_dir / "log", embedding_dim=4)
-        try:
-            load(log, corpus)
-        finally:
-            log.close()
         drawn = {"end": corpus.events[-1].ts, "write_suppliers": corpus.write_suppliers}
         drawn |= {"runs": runs, "scan_runs": scan_runs}
         (log_dir / "drawn.json").write_text(json.dumps(drawn))
-    trees = {"base": base.resolve(), "new": Path(__file__).resolve().parent.parent}
+        for name, tree in trees.items():  # the same events, each log in its tree's format
+            build = [sys.executable, __file__, "--build", str(log_dir / name / "log")]
+            env = {**os.environ, "CYPHER_BENCH_TREE": str(tree)}
+            subprocess.run(build + (["--quick"] if args.quick else []), env=env, check=True)
     rounds: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
     for i in range(args.rounds):
         for name in list(trees) if i % 2 == 0 else list(reversed(trees)):
             env = {**os.environ, "CYPHER_BENCH_TREE": str(trees[name])}
             out = subprocess.run(
-                [sys.executable, __file__, "--round", str(log_dir)],
+                [sys.executable, __file__, "--round", str(log_dir), name],
                 env=env, check=True, capture_output=True, text=True,
             )  # fmt: skip
             rounds[name].append(json.loads(out.stdout))
@@ -385,7 +396,10 @@ def paired(args: Any, base: Path) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Build the tenant, measure, print and write the JSON; exit 1 past the bound."""
     if argv is None and sys.argv[1:2] == ["--round"]:
-        one_tree_round(Path(sys.argv[2]))
+        one_tree_round(Path(sys.argv[2]), sys.argv[3])
+        return 0
+    if argv is None and sys.argv[1:2] == ["--build"]:
+        build_log(Path(sys.argv[2]), "--quick" in sys.argv[3:])
         return 0
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="short run (seconds, not minutes)")

@@ -6,16 +6,23 @@
    append), against the same load with MEMSPINE_EMBEDDER=none in the same run (the baseline);
 2. fused recall with a server-embedded query in a tenant of EVENTS text-only events (LoCoMo
    turns, repeated with a counter): p50 over HTTP with a new question each time (the model runs)
-   and with one question repeated (its vector from the LRU).
+   and with one question repeated (its vector from the LRU);
+3. the same recall in a server-space tenant of PRELOADED events (100,000): the space fixed by one
+   text-only event the server embeds, then batches of turns that carry the model's own vectors
+   (the reference all-MiniLM-L6-v2 vectors of the data file, each with a little fixed noise so no
+   two are equal), as a client of the same model may send them (docs/embeddings.md). Embedding
+   100,000 turns on the server would take most of an hour here; the recall measured is the same.
 
 Fixed inputs: LoCoMo turns and questions in file order (bench/embed.py's DATA); paced, one
 client, loopback.
 
-    python bench/embed_server.py [--quick] [--out bench/out/embed_server.json]
+    python bench/embed_server.py [--quick] [--preloaded N] [--only-recall]
+        [--out bench/out/embed_server.json]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
 import threading
@@ -37,6 +44,8 @@ for parent in Path(__file__).resolve().parents:
 RATE = 200
 SECONDS = 20
 EVENTS = 10_000
+PRELOADED = 100_000
+MODEL = "sentence-transformers/all-MiniLM-L6-v2"  # storage/embedders/local.py's MODEL_NAME
 T0 = 1_800_000_000_000_000
 AUTH = {"Authorization": "Bearer bench"}
 
@@ -125,6 +134,73 @@ def sustained(embedder: str, turns: list[str], seconds: int) -> dict[str, Any]:
     }
 
 
+def timed_recalls(c: httpx.Client, questions: list[str]) -> dict[str, float]:
+    """p50/p99 of 200 text-only recalls with new questions, and of one question 200 times."""
+    uncached = []
+    for q in questions[:200]:
+        t = time.perf_counter()
+        r = c.post("/v1/memory/recall", json={"text": q, "k": 10})
+        uncached.append(time.perf_counter() - t)
+        assert r.status_code == 200, r.text
+    cached = []
+    for _ in range(200):
+        t = time.perf_counter()
+        c.post("/v1/memory/recall", json={"text": questions[0], "k": 10})
+        cached.append(time.perf_counter() - t)
+    return {
+        "uncached_p50_ms": round(median(uncached) * 1000, 2),
+        "uncached_p99_ms": round(percentile(uncached, 99) * 1000, 2),
+        "cached_p50_ms": round(median(cached) * 1000, 2),
+        "cached_p99_ms": round(percentile(cached, 99) * 1000, 2),
+    }
+
+
+def model_vectors() -> np.ndarray:
+    """The reference vectors of the turns of texts(), in the same order."""
+    z = np.load(DATA)
+    return np.concatenate([z[f"turn_emb_{c}"] for c in range(10)]).astype(np.float32)
+
+
+def recall_preloaded(turns: list[str], questions: list[str], events: int) -> dict[str, Any]:
+    """Fused recall with a server-embedded query in a server-space tenant of `events` turns."""
+    vectors = model_vectors()
+    rng = np.random.default_rng(18)
+    server = start_memspine(scratch_dir("embed-server-preloaded"), {"MEMSPINE_EMBEDDER": "local"})
+    try:
+        with httpx.Client(
+            base_url=f"http://127.0.0.1:{server.port}", headers=AUTH, timeout=600
+        ) as c:
+            first = {"kind": "turn", "ts": T0, "text": turns[0]}
+            assert c.post("/v1/memory/event", json=first).status_code == 201
+            drained(c)  # the tenant's space is the server's now
+            built = time.perf_counter()
+            for start in range(1, events, 1000):
+                rows = range(start, min(events, start + 1000))
+                noisy = vectors[[i % len(vectors) for i in rows]]
+                noisy = noisy + rng.normal(0, 0.01, noisy.shape).astype(np.float32)
+                noisy /= np.linalg.norm(noisy, axis=1, keepdims=True)
+                batch = [
+                    {
+                        "kind": "turn",
+                        "ts": T0 + i * 1_000_000,
+                        "text": f"{turns[i % len(turns)]} ({i})",
+                        "embedding": v.tolist(),
+                        "embedding_model": MODEL,
+                    }
+                    for i, v in zip(rows, noisy, strict=True)
+                ]
+                r = c.post("/v1/memory/events", json={"events": batch})
+                assert r.status_code == 201, r.text
+            space = c.get("/v1/whoami").json()["vector_space"]
+            assert space["made_by"] == "server", space
+            c.post("/v1/memory/recall", json={"text": "warm up", "k": 10, "wait_for_vectors": True})
+            build_s = time.perf_counter() - built
+            timed = timed_recalls(c, questions)
+    finally:
+        server.stop()
+    return {"events": events, "build_s": round(build_s, 1), **timed}
+
+
 def recall_at(turns: list[str], questions: list[str], events: int) -> dict[str, Any]:
     """Fused recall with a server-embedded query over HTTP, uncached and cached."""
     server = start_memspine(scratch_dir("embed-server-recall"), {"MEMSPINE_EMBEDDER": "local"})
@@ -145,56 +221,46 @@ def recall_at(turns: list[str], questions: list[str], events: int) -> dict[str, 
                 r = c.post("/v1/memory/events", json={"events": batch})
                 assert r.status_code == 201, r.text
             build_s = drained(c) - built
-            uncached = []
-            for q in questions[:200]:
-                t = time.perf_counter()
-                r = c.post("/v1/memory/recall", json={"text": q, "k": 10})
-                uncached.append(time.perf_counter() - t)
-                assert r.status_code == 200
-            cached = []
-            for _ in range(200):
-                t = time.perf_counter()
-                c.post("/v1/memory/recall", json={"text": questions[0], "k": 10})
-                cached.append(time.perf_counter() - t)
+            timed = timed_recalls(c, questions)
     finally:
         server.stop()
-    return {
-        "events": events,
-        "build_and_embed_s": round(build_s, 1),
-        "uncached_p50_ms": round(median(uncached) * 1000, 2),
-        "uncached_p99_ms": round(percentile(uncached, 99) * 1000, 2),
-        "cached_p50_ms": round(median(cached) * 1000, 2),
-        "cached_p99_ms": round(percentile(cached, 99) * 1000, 2),
-    }
+    return {"events": events, "build_and_embed_s": round(build_s, 1), **timed}
 
 
 def main() -> None:
     """Measure, print and write the JSON."""
-    args = parse_args(__doc__ or "")
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--preloaded", type=int, default=None)
+    extra.add_argument("--only-recall", action="store_true")
+    known, rest = extra.parse_known_args()
+    args = parse_args(__doc__ or "", rest)
     turns, questions = texts()
     seconds = 5 if args.quick else SECONDS
     events = 2_000 if args.quick else EVENTS
+    preloaded = known.preloaded or (10_000 if args.quick else PRELOADED)
     before = os.getloadavg()
-    off = sustained("none", turns, seconds)
-    print(off, flush=True)
-    on = sustained("local", turns, seconds)
-    print(on, flush=True)
-    fused = recall_at(turns, questions, events)
-    print(fused, flush=True)
-    write_json(
-        "embed_server",
-        {
-            "rate": RATE,
-            "seconds": seconds,
-            "loadavg_before": [round(x, 2) for x in before],
-            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+    result: dict[str, Any] = {"rate": RATE, "seconds": seconds}
+    if not known.only_recall:
+        off = sustained("none", turns, seconds)
+        print(off, flush=True)
+        on = sustained("local", turns, seconds)
+        print(on, flush=True)
+        fused = recall_at(turns, questions, events)
+        print(fused, flush=True)
+        result |= {
             "appends_embedder_off": off,
             "appends_embedder_local": on,
             "p99_ratio": round(on["p99_ms"] / off["p99_ms"], 2) if off["p99_ms"] else None,
             "recall": fused,
-        },
-        args.out,
-    )
+        }
+    large = recall_preloaded(turns, questions, preloaded)
+    print(large, flush=True)
+    result |= {
+        "recall_preloaded": large,
+        "loadavg_before": [round(x, 2) for x in before],
+        "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+    }
+    write_json("embed_server", result, args.out)
 
 
 if __name__ == "__main__":

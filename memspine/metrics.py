@@ -140,7 +140,8 @@ class _EmbeddingCollector(Collector):
         failed = CounterMetricFamily(
             "memspine_embedder_failures",
             "Embedder calls that failed (each retried), by reason: timeout, connect, http_429, "
-            "http_5xx, http_4xx, bad_answer, dimension, or the error's type.",
+            "http_5xx, http_4xx, bad_answer, dimension, disk_full (a write of vectors the full "
+            "disk refused), or the error's type.",
             labels=["reason"],
         )
         for reason, count in sorted(({} if w is None else w.failures_by).items()):

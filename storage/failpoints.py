@@ -28,6 +28,7 @@ POINTS = frozenset(
     {
         "log.commit",  # storage/log/eventlog.py: a write transaction, before LMDB commits it
         "keyword.commit",  # storage/index/keyword.py: a Tantivy commit, documents already staged
+        "keyword.reload",  # storage/index/keyword.py: a Tantivy commit durable, its searcher not yet
         "vectors.save",  # storage/index/vectors.py: the saved index written to its temp file, not renamed
         "purge.copy",  # storage/erasure/compact.py: the purge's copy of the log written, before its sync
     }

@@ -13,7 +13,8 @@ tests/e2e/test_embedding_e2e.py, tests/storage/test_server_vectors.py.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import hashlib
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,36 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         where = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
         if len(where) < 2 or where[0] not in LAYOUT:
             item.add_marker(pytest.mark.timing)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def one_model_build_per_process() -> Iterator[None]:
+    """The local embedder's graph built once per process for the same weights and options.
+
+    Building it from the weights (storage/embedders/bert_graph.py) is deterministic and costs
+    more CPU than everything else a test of server vectors does; a test process builds it for
+    each LocalEmbedder it loads, a server process once. The built bytes are the same either way.
+    """
+    from storage.embedders import bert_graph
+
+    build = bert_graph.build_bert
+    built: dict[tuple[Any, ...], bytes] = {}
+
+    def build_once(weights: Mapping[str, Any], *args: Any, **kwargs: Any) -> bytes:
+        digest = hashlib.blake2b(digest_size=16)
+        for name in sorted(weights):  # names, shapes and each array's ends: hashing 90 MB costs
+            raw = memoryview(weights[name]).cast("B")
+            digest.update(f"{name}{weights[name].shape}".encode())
+            digest.update(raw[:256])
+            digest.update(raw[-256:])
+        key = (digest.digest(), repr(args), repr(sorted(kwargs.items())))
+        if key not in built:
+            built[key] = build(weights, *args, **kwargs)
+        return built[key]
+
+    bert_graph.build_bert = build_once  # type: ignore[assignment]
+    yield
+    bert_graph.build_bert = build
 
 
 @pytest.fixture

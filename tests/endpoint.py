@@ -19,12 +19,15 @@ def fake_vector(text: str, dim: int) -> list[float]:
 
 class Endpoint:
     """A real HTTP server answering POST /v1/embeddings; each request takes the next scripted
-    reply (status, headers, delay, dimension, shuffled order), then answers normally."""
+    reply (status, headers, delay, dimension, shuffled order), then answers normally. A
+    request waits while `gate` is cleared (an embedder busy with a batch, held by the test)."""
 
     def __init__(self) -> None:
         self.script: list[dict[str, Any]] = []
         self.requests: list[dict[str, Any]] = []
         self.dim = 8
+        self.gate = threading.Event()  # cleared: requests wait here until it is set again
+        self.gate.set()
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -33,6 +36,7 @@ class Endpoint:
                 endpoint.requests.append(
                     {"path": self.path, "body": body, "auth": self.headers.get("Authorization")}
                 )
+                endpoint.gate.wait()
                 step = endpoint.script.pop(0) if endpoint.script else {}
                 time.sleep(step.get("delay", 0))
                 status = step.get("status", 200)
@@ -77,5 +81,6 @@ class Endpoint:
         self.thread.start()
 
     def close(self) -> None:
+        self.gate.set()
         self.httpd.shutdown()
         self.httpd.server_close()

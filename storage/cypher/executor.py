@@ -29,6 +29,7 @@ from storage.cypher.operators import (
     UnwindStep,
 )
 from storage.cypher.projection import project
+from storage.cypher.scope import variables
 from storage.cypher.values import is_number, to_json, type_name
 from storage.errors import InvalidRequest
 from storage.ids import id_bytes
@@ -50,7 +51,8 @@ class Context:
         self.tick = meter.tick
         self._nodes: dict[bytes, Node | None] = {}
         self._node_bytes = 0
-        self._links: dict[tuple[bytes, str, bool], list[bytes]] = {}
+        self._links: dict[tuple[bytes, str, bool], tuple[bytes, ...]] = {}
+        self._links_of_kind: dict[tuple[bytes, str, str], tuple[bytes, ...]] = {}
         self._compiled: dict[Any, Fn] = {}
 
     def compile(self, expr: ast.Expr) -> Fn:
@@ -66,20 +68,36 @@ class Context:
         if raw_id in nodes:
             return nodes[raw_id]
         raw = self.reader.raw_record(raw_id)
-        node = None if raw is None else Node(raw_id, raw, self.reader)
-        if len(nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
-            nodes[raw_id] = node
+        return self._keep(raw_id, None if raw is None else Node(raw_id, raw, self.reader), raw)
+
+    def _keep(self, raw_id: bytes, node: Node | None, raw: bytes | None) -> Node | None:
+        """Node kept for the rest of the query while the cache has room."""
+        if len(self._nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
+            self._nodes[raw_id] = node
             # its bytes and, once a property is read, about as much again decoded
             self._node_bytes += 0 if raw is None else NODE_BYTES + 2 * len(raw)
         return node
 
-    def links(self, raw_id: bytes, rel: str, outgoing: bool) -> list[bytes]:
+    # Link lists are kept as tuples: the collector stops tracking a tuple of ids, never a list,
+    # and a query keeps one per node it expands.
+
+    def links_of_kind(self, raw_id: bytes, rel: str, kind: str) -> tuple[bytes, ...]:
+        """raw_links_out_of_kind, read once per query."""
+        key = (raw_id, rel, kind)
+        found = self._links_of_kind.get(key)
+        if found is None:
+            found = tuple(self.reader.raw_links_out_of_kind(raw_id, rel, kind))
+            if len(self._links_of_kind) < CACHE_ENTRIES:
+                self._links_of_kind[key] = found
+        return found
+
+    def links(self, raw_id: bytes, rel: str, outgoing: bool) -> tuple[bytes, ...]:
         """raw_links_out or raw_links_in, read once per query."""
         key = (raw_id, rel, outgoing)
         found = self._links.get(key)
         if found is None:
             read = self.reader.raw_links_out if outgoing else self.reader.raw_links_in
-            found = read(raw_id, rel)
+            found = tuple(read(raw_id, rel))
             if len(self._links) < CACHE_ENTRIES:
                 self._links[key] = found
         return found
@@ -95,16 +113,34 @@ def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
     for step in plan.steps:
         rows = _STEPS[type(step)](step, rows, ctx)
     out: list[Any] = []
-    width = LIST_BYTES + SLOT_BYTES * len(plan.columns)
+    columns, tick, render = plan.columns, meter.tick, meter.render
+    width = LIST_BYTES + SLOT_BYTES * len(columns)
     for row in rows:
-        meter.tick()
+        tick()
         if len(out) >= max_rows:
             raise InvalidRequest(f"query produced more than {max_rows} rows; add LIMIT")
         meter.row_values = 0
-        meter.render(width, len(plan.columns))
-        rendered = [to_json(row[column], meter) for column in plan.columns]
+        rendered = [row[column] for column in columns]
+        # a row of strings, integers, booleans and nulls (most answers) is charged what
+        # to_json would charge it, in one call instead of one per value
+        nbytes, values = width, len(columns)
+        for value in rendered:
+            kind = type(value)
+            if kind is str:
+                nbytes += SLOT_BYTES + len(value)
+                values += 1
+            elif kind not in _PLAIN:
+                render(width, len(columns))
+                rendered = [to_json(value, meter) for value in rendered]
+                break
+        else:
+            render(nbytes, values)
         out.append(msgspec.Raw(msgspec.json.encode(rendered)) if encoded else rendered)
     return out
+
+
+# values to_json gives back as they are, charging nothing
+_PLAIN = frozenset({int, bool, type(None)})
 
 
 # ---- steps ----------------------------------------------------------------------------------
@@ -138,10 +174,10 @@ def _run_ops(ops: Iterable[Any], rows: Iterator[Row], ctx: Context) -> Iterator[
             continue
         # the filters right after a seek or an expansion are tested where its rows are made,
         # in the same order: one generator less per row, and a failing row is never yielded
-        checks = []
+        preds = []
         while pending and type(pending[0]) is Filter:
-            checks.append(ctx.compile(pending.pop(0).predicate))
-        rows = fused(op, rows, ctx, _all_true(checks))
+            preds.append(pending.pop(0).predicate)
+        rows = fused(op, rows, ctx, tuple(preds))
     return rows
 
 
@@ -192,12 +228,14 @@ def _argument(op: Argument, rows: Iterator[Row], ctx: Context) -> Iterator[Row]:
 
 
 def _seek(ids: Callable[[Any, Row, Context], Iterable[bytes]]) -> Callable[..., Iterator[Row]]:
-    """An operator binding op.var to each live event whose raw id ids() yields for the row."""
+    """An operator binding op.var to each live event whose raw id ids() yields for the row,
+    kept if it passes the filters fused with it (preds)."""
 
     def run(
-        op: Any, rows: Iterator[Row], ctx: Context, check: Callable[[Row], bool] | None = None
+        op: Any, rows: Iterator[Row], ctx: Context, preds: tuple[ast.Expr, ...] = ()
     ) -> Iterator[Row]:
         var, tick, read = op.var, ctx.tick, ctx.node
+        check = _all_true([ctx.compile(p) for p in preds if not _sought(op, p, ctx)])
         for row in rows:
             tick()
             for raw_id in ids(op, row, ctx):
@@ -209,6 +247,28 @@ def _seek(ids: Callable[[Any, Row, Context], Iterable[bytes]]) -> Callable[..., 
                         yield out
 
     return run
+
+
+def _sought(op: Any, pred: ast.Expr, ctx: Context) -> bool:
+    """Whether every event the property seek op yields passes pred already: `var.key = value`
+    with a string or boolean value the seek looked up, which the property index holds exactly
+    (a number may not: the index keys it as a float64, which two integers can share)."""
+    if type(op) is SeekByProperties:
+        pairs = zip(op.keys, op.values, strict=True)
+    elif type(op) is SeekByProperty and not op.many:
+        pairs = zip((op.key,), (op.value,), strict=True)
+    else:
+        return False
+    if not (
+        type(pred) is ast.Binary
+        and pred.op == "="
+        and type(pred.left) is ast.Property
+        and pred.left.subject == ast.Variable(op.var)
+        and type(pred.right) in (ast.Literal, ast.Parameter)
+        and (pred.left.key, pred.right) in set(pairs)
+    ):
+        return False
+    return type(ctx.compile(pred.right)({})) in (str, bool)
 
 
 def _values(op: Any, row: Row, ctx: Context) -> list[Any]:
@@ -328,18 +388,20 @@ def _scan_all(op: ScanAll, row: Row, ctx: Context) -> Iterable[bytes]:
 
 
 def _expand(
-    op: Expand, rows: Iterator[Row], ctx: Context, check: Callable[[Row], bool] | None = None
+    op: Expand, rows: Iterator[Row], ctx: Context, preds: tuple[ast.Expr, ...] = ()
 ) -> Iterator[Row]:
-    if check is not None:
+    if _walks_one_list(op):
+        yield from _one_list(op, rows, ctx, preds)
+        return
+    if preds:
+        check = _all_true([ctx.compile(p) for p in preds])
         yield from filter(check, _expand(op, rows, ctx))
         return
     for row in rows:
         ctx.tick()
-        source = row.get(op.source)
+        source = _source(op, row)
         if source is None:
             continue
-        if not isinstance(source, Node):
-            raise InvalidRequest(f"variable {op.source!r} holds {type_name(source)}, not a node")
         used = _links_in_use(row, op.unique_against)
         target = row.get(op.target) if op.into else None
         if op.into and not isinstance(target, Node):
@@ -356,6 +418,87 @@ def _expand(
             node = ctx.node(end_id)
             if node is not None:
                 yield {**row, op.target: node, op.rel: value}
+
+
+def _source(op: Expand, row: Row) -> Node | None:
+    """The node an expansion starts from (None: a null from OPTIONAL MATCH, which matches
+    nothing); InvalidRequest if the variable holds something else."""
+    source = row.get(op.source)
+    if source is None or type(source) is Node:
+        return source
+    raise InvalidRequest(f"variable {op.source!r} holds {type_name(source)}, not a node")
+
+
+def _walks_one_list(op: Expand) -> bool:
+    """Whether each row's expansion is one link list read as it is: one hop out under one
+    type, to a new variable, with no earlier link of the pattern to avoid."""
+    return (
+        not op.variable_length
+        and not op.into
+        and op.direction == "out"
+        and len(op.types) == 1
+        and not op.unique_against
+    )
+
+
+def _one_list(
+    op: Expand, rows: Iterator[Row], ctx: Context, preds: tuple[ast.Expr, ...]
+) -> Iterator[Row]:
+    """_expand's rows when _walks_one_list: a kind that the filters ask of the target is told
+    by the link list, so a target of another kind is never read (most targets of a busy source
+    fail such a filter: bench/RESULTS.md, "Cypher at 100,000 events"); the other filters that
+    read the target alone are tested on it before its row is built."""
+    target_var, rel, tick, read = op.target, op.types[0], ctx.tick, ctx.node
+    kind, first, rest = _target_filters(op.target, preds, ctx)
+    for row in rows:
+        tick()
+        source = _source(op, row)
+        if source is None:
+            continue
+        start = source.raw_id
+        ends = ctx.links(start, rel, True) if kind is None else ctx.links_of_kind(start, rel, kind)
+        for end_id in ends:
+            tick()
+            node = read(end_id)
+            if node is None or (first is not None and not first({target_var: node})):
+                continue
+            out = {**row, target_var: node, op.rel: Relationship(rel, start, end_id)}
+            if rest is None or rest(out):
+                yield out
+
+
+def _target_filters(
+    target: str, preds: tuple[ast.Expr, ...], ctx: Context
+) -> tuple[str | None, Callable[[Row], bool] | None, Callable[[Row], bool] | None]:
+    """The filters of an expansion split, keeping their order: (a kind that the leading
+    filters ask of the target, the other leading ones that read the target alone, the rest)."""
+    lead = 0
+    while lead < len(preds) and variables(preds[lead]) <= {target}:
+        lead += 1
+    kind = None
+    first = list(preds[:lead])
+    for i, pred in enumerate(first):
+        wanted = _kind_equals(target, pred, ctx)
+        if wanted is not None:
+            kind = wanted
+            del first[i]
+            break
+    checks = [ctx.compile(p) for p in first], [ctx.compile(p) for p in preds[lead:]]
+    return kind, _all_true(checks[0]), _all_true(checks[1])
+
+
+def _kind_equals(var: str, pred: ast.Expr, ctx: Context) -> str | None:
+    """The kind pred asks of var (`var.kind = 'text'`, the text a literal or a parameter), or
+    None for any other predicate."""
+    if not (
+        type(pred) is ast.Binary
+        and pred.op == "="
+        and pred.left == ast.Property(ast.Variable(var), "kind")
+        and type(pred.right) in (ast.Literal, ast.Parameter)
+    ):
+        return None
+    value = ctx.compile(pred.right)({})
+    return value if type(value) is str else None
 
 
 def _one_hop(

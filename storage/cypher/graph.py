@@ -73,6 +73,10 @@ class GraphReader(Protocol):
         """The event's targets under rel, in link order."""
         ...
 
+    def raw_links_out_of_kind(self, raw_id: bytes, rel: str, kind: str) -> list[bytes]:
+        """The event's targets of this kind under rel, in link order, no target read."""
+        ...
+
     def raw_links_in(self, raw_id: bytes, rel: str) -> list[bytes]:
         """The events linking to this one under rel, in append order."""
         ...
@@ -82,19 +86,21 @@ class GraphReader(Protocol):
         ...
 
 
-class Node:
+class Node(msgspec.Struct, gc=False, eq=False):
     """An event as a query value: its raw id and its encoded record, decoded when a property is
     first read (its kind alone, the cheapest test, without decoding the rest), and without
-    building the embedding's floats or a StoredEvent until the node is returned whole."""
+    building the embedding's floats or a StoredEvent until the node is returned whole.
 
-    __slots__ = ("_record", "_size", "codec", "raw", "raw_id")
+    Never tracked by the collector (it refers to no value that could refer back to it): a
+    query that holds thousands of nodes would otherwise bring on collections of the whole
+    process (bench/RESULTS.md, "Cypher at 100,000 events"). Equal only to itself, as a plain
+    object is (values.py compares nodes by raw_id)."""
 
-    def __init__(self, raw_id: bytes, raw: bytes, codec: Codec) -> None:
-        self.raw_id = raw_id
-        self.raw = raw
-        self.codec = codec
-        self._record: Any = None
-        self._size = -1
+    raw_id: bytes
+    raw: bytes
+    codec: Codec
+    _record: Any = None
+    _size: int = -1
 
     @property
     def record(self) -> Any:
@@ -146,8 +152,10 @@ class Node:
         return cast(StoredEvent, self.record.event())
 
 
-class Relationship(msgspec.Struct, frozen=True):
-    """A link as a query value: start links to end under type (raw ids; text when rendered)."""
+class Relationship(msgspec.Struct, frozen=True, gc=False):
+    """A link as a query value: start links to end under type (raw ids; text when rendered).
+    Not a type the collector tracks, as Node is not: a row holding only nodes, links and
+    scalars is then not tracked either."""
 
     type: str
     start_raw: bytes

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import heapq
+import operator
 import sys
 from collections.abc import Callable, Iterator
 from itertools import islice
-from typing import Any, NamedTuple
+from typing import Any, Final
 
 from storage.cypher import ast
 from storage.cypher.bounds import SET_ENTRY_BYTES, Meter, held_bytes, row_bytes
 from storage.cypher.expressions import Fn, Row, truth
 from storage.cypher.functions import AGGREGATES, Aggregate, Distinct
 from storage.cypher.operators import ProjectStep
+from storage.cypher.scope import variables
 from storage.cypher.values import group_key, order_key, type_name
 from storage.errors import InvalidRequest
 
@@ -22,6 +24,9 @@ Pair = tuple[Row, Row]
 # Rows sorted by one C call: a sort of this many keys holds the interpreter for about a
 # millisecond; longer inputs are sorted in runs of this size and merged.
 SORT_RUN = 1024
+# Runs holding this many rows in all are merged by one sort (it merges sorted runs in linear
+# time: about what a run's sort costs); more go through heapq.merge, which yields between rows.
+MERGE_BY_SORT = 4 * SORT_RUN
 
 
 def project(
@@ -49,9 +54,15 @@ def _plain(
     step: ProjectStep, rows: Iterator[Row], compile: Compile, meter: Meter
 ) -> Iterator[Pair]:
     items = [(name, compile(expr)) for name, expr in step.items]
+    star, tick = step.star, meter.tick
+    if not star:
+        for row in rows:
+            tick()
+            yield row, {name: fn(row) for name, fn in items}
+        return
     for row in rows:
-        meter.tick()
-        projected = {name: row.get(name) for name in step.star}
+        tick()
+        projected = {name: row.get(name) for name in star}
         projected.update((name, fn(row)) for name, fn in items)
         yield row, projected
 
@@ -117,12 +128,15 @@ def _distinct(pairs: Iterator[Pair], meter: Meter) -> Iterator[Pair]:
             yield env, projected
 
 
-class _Sorted(NamedTuple):
-    """A row waiting in ORDER BY: its sort keys, the pair, and the bytes charged for it."""
-
-    keys: list[Any]
-    pair: Pair
-    cost: int
+# A row waiting in ORDER BY: (its sort keys, the row before projection, the projected row, the
+# bytes charged for it). A plain tuple, not a NamedTuple, and the keys a tuple: the collector
+# stops tracking a plain tuple of untracked values (numbers, strings, rows of nodes), never a
+# NamedTuple, and a sort holds one per row.
+_Sorted = tuple[tuple[Any, ...], Row, Row, int]
+_KEYS: Final = 0
+_ENV: Final = 1
+_PROJECTED: Final = 2
+_COST: Final = 3
 
 
 class _Descending:
@@ -150,32 +164,48 @@ def _sort(
     (and their bytes given back as others push them out)."""
     fns = [compile(item.expr) for item in step.order_by]
     descending = [item.descending for item in step.order_by]
+    # the keys read the row before projection alone unless they name a column (which shadows
+    # a variable of the same name): then no merged row is built for each
+    read = {name for item in step.order_by for name in variables(item.expr)}
+    merged = bool(read & ({name for name, _ in step.items} | set(step.star)))
+    extra = 2 * SET_ENTRY_BYTES * (1 + len(fns))
     runs: list[list[_Sorted]] = []
     held, buffer = 0, []
     for env, projected in pairs:
         meter.tick()
-        view = {**env, **projected}
-        keys = [order_key(fn(view), meter) for fn in fns]
-        cost = row_bytes(view) + 2 * SET_ENTRY_BYTES * (1 + len(keys))
+        if merged:
+            view = {**env, **projected}
+            cost = row_bytes(view) + extra
+        else:
+            view, cost = env, row_bytes(env) + row_bytes(projected) + extra
+        keys = tuple([order_key(fn(view), meter) for fn in fns])
         meter.charge(cost)
-        buffer.append(_Sorted(keys, (env, projected), cost))
+        buffer.append((keys, env, projected, cost))
         if len(buffer) == SORT_RUN:
             runs.append(_sorted(buffer, descending))
             held, buffer = held + SORT_RUN, []
             if keep is not None and held >= 2 * keep + SORT_RUN:
                 kept = list(islice(_merge(runs, descending, meter), keep))
-                meter.release(sum(e.cost for run in runs for e in run) - sum(e.cost for e in kept))
+                meter.release(
+                    sum(e[_COST] for run in runs for e in run) - sum(e[_COST] for e in kept)
+                )
                 runs, held = [kept], len(kept)
     if buffer:
         runs.append(_sorted(buffer, descending))
     for entry in _merge(runs, descending, meter):
-        yield entry.pair
+        yield entry[_ENV], entry[_PROJECTED]
+
+
+_keys = operator.itemgetter(_KEYS)  # an entry's sort keys, read in C by sort and merge
 
 
 def _sorted(run: list[_Sorted], descending: list[bool]) -> list[_Sorted]:
+    if not any(descending):  # the keys compared as one list: one stable sort
+        run.sort(key=_keys)
+        return run
     # one stable sort per key, least significant first: DESC flips one key, not the others
     for i in reversed(range(len(descending))):
-        run.sort(key=lambda entry: entry.keys[i], reverse=descending[i])
+        run.sort(key=lambda entry: entry[_KEYS][i], reverse=descending[i])
     return run
 
 
@@ -185,13 +215,20 @@ def _merge(runs: list[list[_Sorted]], descending: list[bool], meter: Meter) -> I
     if len(runs) == 1:
         yield from runs[0]
         return
+    if sum(map(len, runs)) <= MERGE_BY_SORT:
+        # a few runs: one more stable sort of them end to end merges them in C (it finds the
+        # runs already in order), where heapq.merge takes a Python step per row
+        meter.tick()
+        yield from _sorted([entry for run in runs for entry in run], descending)
+        return
 
     def key(entry: _Sorted) -> tuple[Any, ...]:
         return tuple(
-            _Descending(k) if d else k for k, d in zip(entry.keys, descending, strict=True)
+            _Descending(k) if d else k for k, d in zip(entry[_KEYS], descending, strict=True)
         )
 
-    for n, entry in enumerate(heapq.merge(*runs, key=key)):
+    merged = heapq.merge(*runs, key=key if any(descending) else _keys)
+    for n, entry in enumerate(merged):
         if not n % SORT_RUN:
             meter.tick()
         yield entry

@@ -81,6 +81,11 @@ class KeywordDoc(msgspec.Struct, frozen=True):
     seq: int
 
 
+# A queued change: (the document to add, or None to delete, its id, whether an add first
+# deletes any document of that id).
+Op = tuple[KeywordDoc | None, str, bool]
+
+
 def _schema() -> tantivy.Schema:
     """Id (stored, exact), text (indexed with stemming, not stored), kind and property tags
     (exact), and the appending op's seq as a fast field.
@@ -99,9 +104,19 @@ def _schema() -> tantivy.Schema:
     return b.build()
 
 
+_TAGS: dict[bytes, str] = {}  # tags already made: a tenant's events share few names and values
+
+
 def property_tag(name: str, value: FilterValue) -> str:
     """One exact-match token per filterable property: the same typed encoding as the log's index."""
-    return layout.property_prefix(name, value).hex()
+    prefix = layout.property_prefix(name, value)
+    tag = _TAGS.get(prefix)
+    if tag is None:
+        tag = prefix.hex()
+        if len(_TAGS) >= 65536:  # bounded: names and values are client data
+            _TAGS.clear()
+        _TAGS[prefix] = tag
+    return tag
 
 
 # The Snowball project's English stop words (apostrophe forms left out: they never survive _WORD).
@@ -157,8 +172,8 @@ class KeywordIndex:
         self.writer_lock = threading.Lock()  # Tantivy writers refuse concurrent use
         self.committed_seq = committed_seq  # the log op the committed index covers
         self._published_seq = committed_seq
-        # Published and not yet durably committed, in order: (doc to add | None to delete, id).
-        self._queue: list[tuple[KeywordDoc | None, str]] = []
+        # Published and not yet durably committed, in order (Op).
+        self._queue: list[Op] = []
         self._tail = Tail()  # the queue's additions, searchable (guarded by _cond, as the queue)
         self._view = View(index)  # the committed searcher: replaced with the queue's prefix
         self._cond = threading.Condition()
@@ -219,14 +234,19 @@ class KeywordIndex:
 
     # -- the writer's path ----------------------------------------------------
 
-    def publish(self, docs: list[KeywordDoc], deletes: list[str], seq: int) -> None:
-        """Hand the changes of log ops up to seq to the background fold; searchable at once."""
+    def publish(
+        self, docs: list[KeywordDoc], deletes: list[str], seq: int, *, new: bool = False
+    ) -> None:
+        """Hand the changes of log ops up to seq to the background fold; searchable at once.
+
+        new: the documents are events just appended, whose ids no document of the index or of
+        the queue has, so the fold adds them without first deleting by id (a replay after a
+        crash may find its documents committed already, and must)."""
         tail = [_tail_doc(d) for d in docs]  # tokenized before the lock: searches go on meanwhile
         with self._cond:
-            self._queue.extend((d, d.event_id) for d in docs)
-            self._queue.extend((None, e) for e in deletes)
-            for t in tail:
-                self._tail.add(t)
+            self._queue.extend((d, d.event_id, not new) for d in docs)
+            self._queue.extend((None, e, True) for e in deletes)
+            self._tail.add_all(tail)
             self._published_seq = seq
             if self._thread is None:
                 self._thread = threading.Thread(target=self._fold, name="keyword", daemon=True)
@@ -248,8 +268,11 @@ class KeywordIndex:
                 final = self._stopping  # close() is waiting: one last attempt, then give up
                 ops = list(self._queue)  # publish appends meanwhile; these leave only once durable
                 seq = self._published_seq
+                # After a failure, every add deletes by id first: a commit that failed once it
+                # was durable (its reload, its statistics) must not leave a document twice.
+                retry = self._failures > 0
             try:
-                view = self._commit_ops(ops) if ops else None
+                view = self._commit_ops(ops, replace_all=retry) if ops else None
             except Exception as exc:
                 self._failed_commit(exc)
                 if final:
@@ -262,7 +285,7 @@ class KeywordIndex:
                 # each queued document in one of the two.
                 if view is not None:
                     self._view = view
-                self._tail.drop(sum(1 for doc, _id in ops if doc is not None))
+                self._tail.drop(sum(1 for doc, _id, _replace in ops if doc is not None))
                 del self._queue[: len(ops)]
                 self.committed_seq = seq
                 self._error, self._full, self._failures = None, False, 0
@@ -311,16 +334,19 @@ class KeywordIndex:
                 return
             self._cond.wait(timeout=left)
 
-    def _commit_ops(self, ops: list[tuple[KeywordDoc | None, str]]) -> View:
+    def _commit_ops(self, ops: list[Op], *, replace_all: bool = False) -> View:
         """Apply queued adds and deletes in order, commit durably, reload the searcher; the new
-        view, its statistics read here, off the searches' path."""
+        view, its statistics read here, off the searches' path (replace_all: every add deletes
+        by id first, whatever its op says)."""
         with self.writer_lock:
-            for doc, event_id in ops:
-                self.writer.delete_documents_by_term("id", event_id)
+            for doc, event_id, replace in ops:
+                if replace or replace_all:
+                    self.writer.delete_documents_by_term("id", event_id)
                 if doc is not None:
                     self.writer.add_document(document(doc))
             failpoints.hit("keyword.commit")
             self.writer.commit()
+        failpoints.hit("keyword.reload")
         self.index.reload()
         view = View(self.index, _a_term(ops))
         view.stats()
@@ -497,9 +523,9 @@ def _tail_doc(d: KeywordDoc) -> TailDoc:
     return TailDoc(d.seq, d.event_id, d.kind, tags, d.text)
 
 
-def _a_term(ops: list[tuple[KeywordDoc | None, str]]) -> str | None:
+def _a_term(ops: list[Op]) -> str | None:
     """A term of the last document these ops add (to read a fresh commit's statistics by)."""
-    for doc, _id in reversed(ops):
+    for doc, _id, _replace in reversed(ops):
         if doc is not None:
             tf, _length = analyze(doc.text)
             if tf:

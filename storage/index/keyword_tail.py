@@ -15,9 +15,10 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from bisect import bisect_right
 from collections import Counter
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import tantivy
@@ -60,10 +61,40 @@ def fieldnorm(length: int) -> int:
     return FIELDNORMS[bisect_right(FIELDNORMS, length) - 1]
 
 
+# An ASCII text is split here, word by word, and each word's term (or "" if the analyzer drops
+# it) is looked up in _TERMS: one analyzer call per text cost most of a batch's publish, and a
+# conversation reuses few words (bench/RESULTS.md, "Batch append"). In ASCII, Tantivy's simple
+# tokenizer (it splits at every char that is not alphanumeric) keeps exactly these runs; its
+# filters see one token at a time, so a word alone gets the term it gets in its text.
+_ASCII_WORD = re.compile(r"[A-Za-z0-9]+")
+_TERMS: dict[str, str] = {}
+MAX_TERMS = 65536  # bounded (a few MB at most): words are client data
+_CACHED_WORD = 40  # longer words are dropped by the analyzer's remove_long(40): never cached
+
+
 def analyze(text: str) -> tuple[dict[str, int], int]:
     """A text's term frequencies and its token count, as the index sees them."""
-    tokens = ANALYZER.analyze(text)
-    return Counter(tokens), len(tokens)
+    if not text.isascii():
+        tokens = ANALYZER.analyze(text)
+        return Counter(tokens), len(tokens)
+    words = _ASCII_WORD.findall(text)
+    cached: Counter[str | None] = Counter(map(_TERMS.get, words))
+    tf = Counter(map(_term, words)) if None in cached else cast("Counter[str]", cached)
+    dropped = tf.pop("", 0)
+    return tf, len(words) - dropped
+
+
+def _term(word: str) -> str:
+    """The term the analyzer makes of one ASCII word, "" if it drops it."""
+    term = _TERMS.get(word)
+    if term is None:
+        tokens = ANALYZER.analyze(word)
+        term = tokens[0] if tokens else ""
+        if len(word) < _CACHED_WORD:
+            if len(_TERMS) >= MAX_TERMS:
+                _TERMS.clear()
+            _TERMS[word] = term
+    return term
 
 
 def query_tokens(words: list[str]) -> list[str] | None:
@@ -210,13 +241,19 @@ class Tail:
         self.kinds: Counter[str] = Counter()
         self.postings: dict[str, list[TailDoc]] = {}
 
-    def add(self, doc: TailDoc) -> None:
-        """One more queued addition."""
-        self.docs.append(doc)
-        self.tokens += doc.length
-        self.kinds[doc.kind] += 1
-        for term in doc.tf:
-            self.postings.setdefault(term, []).append(doc)
+    def add_all(self, docs: list[TailDoc]) -> None:
+        """More queued additions, in order."""
+        postings = self.postings
+        for doc in docs:
+            for term in doc.tf:
+                found = postings.get(term)
+                if found is None:
+                    postings[term] = [doc]
+                else:
+                    found.append(doc)
+        self.docs += docs
+        self.tokens += sum(d.length for d in docs)
+        self.kinds.update(d.kind for d in docs)
 
     def drop(self, count: int) -> None:
         """The first count additions are in a durable commit now: no longer the tail's."""

@@ -362,11 +362,11 @@ class EventLog:
     ) -> None:
         """Drop raw_target from source's ordered out-links, keeping the order of the rest."""
         raw_source = layout.id_bytes(source)
-        targets = [layout.id_bytes(t) for t in r.links_out(source, rel)]
-        kept = [t for t in targets if t != raw_target]
+        values = r.link_values(raw_source, rel)
+        kept = [v for v in values if layout.link_target(v) != raw_target]
         _delete_prefix(txn, self.dbs["links_out"], layout.link_prefix(raw_source, rel))
-        for i, t in enumerate(kept):
-            txn.put(layout.link_out_key(raw_source, rel, i), t, db=self.dbs["links_out"])
+        for i, value in enumerate(kept):
+            txn.put(layout.link_out_key(raw_source, rel, i), value, db=self.dbs["links_out"])
 
     def tombstones(self) -> list[str]:
         """Ids deleted since the last purge."""
@@ -571,16 +571,24 @@ class Appender:
         self.last = seq
         self.events, self.bytes = self.events + 1, self.bytes + len(encoded)
         self._unsaved = True
-        for name, key in layout.index_keys(record):
+        for name, key in layout.index_keys(record, raw_id):
             txn.put(key, b"", db=d[name])
         if supersedes:
             self.log.put_meta_int(txn, SUPERSEDING, 1)
         for rel, targets in ((SOURCE_FROM, sources), (SUPERSEDES, supersedes)):
             for i, target in enumerate(targets):
                 raw_target = layout.id_bytes(target)
-                txn.put(layout.link_out_key(raw_id, rel, i), raw_target, db=d["links_out"])
+                value = layout.link_out_value(raw_target, self._kind(raw_target))
+                txn.put(layout.link_out_key(raw_id, rel, i), value, db=d["links_out"])
                 txn.put(layout.link_in_key(raw_target, rel, seq, raw_id), b"", db=d["links_in"])
         self.written.append(record)
+
+    def _kind(self, raw_target: bytes) -> str:
+        """The kind of a link's target, which the caller found live in this transaction."""
+        raw = self.txn.get(raw_target, db=self.log.dbs["events"])
+        if raw is None:
+            raise RuntimeError("a link's target is not in the log")
+        return layout.record_kind(raw)
 
     def place(self, placed: PlacedEvent, *, keep_before: int | None = None) -> bool:
         """Write an exported event as it was: its id, its record's fields, its links in their

@@ -29,8 +29,10 @@ from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 # 2: the meta names LIVE_BYTES and LAST_WRITE.
 # 3: the vector space (meta SPACE), the database "unembedded" and the op OP_EMBED: vectors the
 # server makes are written into their events' records after the append.
+# 4: a links_out value is the target's raw id and then its kind (UTF-8): an expansion that asks
+# its targets' kind answers from the link list, without reading the targets' records.
 # An older log is brought to this version on its first open (storage/log/migrations.py).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 # -- the named databases ----------------------------------------------------------------------
 
@@ -40,7 +42,8 @@ DB_NAMES = (
     "by_ts",  # time_key(ts, raw id) -> b""
     "by_kind",  # kind_key(kind, ts, raw id) -> b""
     "by_prop",  # property_key(name, value, raw id) -> b""
-    "links_out",  # link_out_key(raw id, rel, position) -> raw target id (link order)
+    # link_out_key(raw id, rel, position) -> link_out_value(raw target id, its kind) (link order)
+    "links_out",
     "links_in",  # link_in_key(raw target id, rel, seq of the linking event, its raw id) -> b""
     "idem",  # raw id derived from an Idempotency-Key -> IdempotencyRecord (msgpack)
     "tombstones",  # raw id -> Tombstone (msgpack)
@@ -161,10 +164,19 @@ def time_key(ts: int, raw_id: bytes) -> bytes:
     return ts_bytes(ts) + raw_id
 
 
+_KINDS: dict[str, bytes] = {}  # kind prefixes already built: a tenant uses few kinds
+
+
 def kind_prefix(kind: str) -> bytes:
     """The by_kind key prefix: length-prefixed so one kind never prefixes another."""
-    raw = kind.encode()
-    return len(raw).to_bytes(2, "big") + raw
+    prefix = _KINDS.get(kind)
+    if prefix is None:
+        raw = kind.encode()
+        prefix = len(raw).to_bytes(2, "big") + raw
+        if len(_KINDS) >= 4096:  # bounded: kinds are client data
+            _KINDS.clear()
+        _KINDS[kind] = prefix
+    return prefix
 
 
 def kind_key(kind: str, ts: int, raw_id: bytes) -> bytes:
@@ -228,17 +240,30 @@ def link_out_key(raw_source: bytes, rel: str, position: int) -> bytes:
     return link_prefix(raw_source, rel) + position.to_bytes(2, "big")
 
 
+def link_out_value(raw_target: bytes, kind: str) -> bytes:
+    """The links_out value of a link: the target's raw id, then its kind (an event's kind never
+    changes, so the copy in the link stays true while the target lives)."""
+    return raw_target + kind.encode()
+
+
+def link_target(value: bytes) -> bytes:
+    """The target's raw id in a links_out value."""
+    return value[:ID_BYTES]
+
+
 def link_in_key(raw_target: bytes, rel: str, seq: int, raw_source: bytes) -> bytes:
     """The links_in key of a link, under its target: sources sort in the order they were appended."""
     return link_prefix(raw_target, rel) + u64(seq) + raw_source
 
 
-def index_keys(ev: StoredEvent) -> list[tuple[str, bytes]]:
+def index_keys(ev: StoredEvent, raw_id: bytes | None = None) -> list[tuple[str, bytes]]:
     """(database, key) of every key an append writes for an event beside its record, its op
-    and its links: what a delete removes again."""
-    raw_id = id_bytes(ev.event_id)
-    keys = [("by_ts", time_key(ev.ts, raw_id)), ("by_kind", kind_key(ev.kind, ev.ts, raw_id))]
-    keys += [("by_prop", property_key(n, v, raw_id)) for n, v in ev.filterable.items()]
+    and its links: what a delete removes again (raw_id: the event's id as bytes, if at hand)."""
+    if raw_id is None:
+        raw_id = id_bytes(ev.event_id)
+    tkey = time_key(ev.ts, raw_id)
+    keys = [("by_ts", tkey), ("by_kind", kind_prefix(ev.kind) + tkey)]
+    keys += [("by_prop", property_prefix(n, v) + raw_id) for n, v in ev.filterable.items()]
     return keys
 
 
@@ -341,16 +366,21 @@ def _field_spec(f: msgspec.structs.FieldInfo) -> tuple[Any, ...]:
     return (f.name, f.type)
 
 
-# StoredEvent's own fields in its order, so the two cannot drift apart; the embedding as bytes.
-# Not kw_only: a record is built from StoredEvent's values by position, which is cheaper than by
-# name.
+# StoredEvent's own fields in its order, so the two cannot drift apart; the embedding as bytes,
+# the superseded ids as a tuple (most are empty, and the empty tuple is one object the collector
+# does not track, where each empty list would be another). Not kw_only: a record is built from
+# StoredEvent's values by position, which is cheaper than by name.
+_RECORD_FIELDS: dict[str, tuple[Any, ...]] = {
+    "embedding": ("embedding", bytes | None, None),
+    "supersedes": ("supersedes", tuple[str, ...], ()),
+}
 _Record = msgspec.defstruct(
     "_Record",
-    [
-        ("embedding", bytes | None, None) if f.name == "embedding" else _field_spec(f)
-        for f in msgspec.structs.fields(StoredEvent)
-    ],
+    [_RECORD_FIELDS.get(f.name) or _field_spec(f) for f in msgspec.structs.fields(StoredEvent)],
     frozen=True,
+    # never in a reference cycle (its fields are scalars, a dict of scalars, a list of ids), so
+    # the collector need not track it: a query holds thousands of them (Cypher's nodes)
+    gc=False,
     # what decode_record hands readers outside the log (Cypher) that need the StoredEvent
     namespace={"event": lambda self: event_of(self)},
 )
@@ -383,7 +413,7 @@ def decode_event(raw: bytes | memoryview) -> StoredEvent:
 
 def decode_record(raw: bytes | memoryview) -> Any:
     """A record's fields as StoredEvent names them, the embedding left as its bytes (None if
-    none): for readers that look at many events' fields and few embeddings (Cypher's nodes);
+    none) and the superseded ids as a tuple: for readers that look at many events' fields and few embeddings (Cypher's nodes);
     its event() (or event_of) makes the StoredEvent."""
     return _decode_record(raw)
 
@@ -408,6 +438,7 @@ def event_of(record: Any) -> StoredEvent:
     embedding = fields["embedding"]
     if embedding is not None:
         fields["embedding"] = _floats(embedding)
+    fields["supersedes"] = list(fields["supersedes"])
     return StoredEvent(**fields)
 
 

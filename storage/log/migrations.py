@@ -1,8 +1,9 @@
 """Every change of the log's format, in one place: what brings a log made by an older version
 to SCHEMA_VERSION, run by EventLog.open in the transaction that records the new version.
 
-Each step takes a log of version n to n + 1 and is tested (tests/storage/test_migrations.py);
-a log several versions behind runs them in order.
+Each step takes a log of version n to n + 1 and is tested (to_2 and to_4 in
+tests/storage/test_layout.py, to_3 in tests/storage/test_server_vectors.py); a log several
+versions behind runs them in order.
 """
 
 from __future__ import annotations
@@ -47,7 +48,35 @@ def _holds_a_vector(txn: lmdb.Transaction, dbs: dict[str, Any]) -> bool:
     )
 
 
-STEPS: dict[int, Step] = {2: to_2, 3: to_3}  # the version each step makes -> the step
+def to_4(txn: lmdb.Transaction, r: LogReader, dbs: dict[str, Any]) -> None:
+    """Version 4 keeps each link's target kind in the link: every links_out value gets the
+    kind of its target's record."""
+    links, events = dbs["links_out"], dbs["events"]
+    after = b""
+    while True:  # a batch of links read, then rewritten, so no cursor walks what it changes
+        cur = txn.cursor(db=links)
+        if not cur.set_range(after):
+            return
+        batch = []
+        for key, value in cur.iternext(keys=True, values=True):
+            if key == after:
+                continue
+            batch.append((bytes(key), bytes(value)))
+            if len(batch) == _BATCH:
+                break
+        if not batch:
+            return
+        for key, value in batch:
+            raw = txn.get(value, db=events)
+            # a link to no live event (a delete leaves none) keeps its bare id: no kind
+            if raw is not None:
+                txn.put(key, layout.link_out_value(value, layout.record_kind(raw)), db=links)
+        after = batch[-1][0]
+
+
+_BATCH = 10_000  # links read per round of to_4
+
+STEPS: dict[int, Step] = {2: to_2, 3: to_3, 4: to_4}  # the version each step makes -> the step
 
 
 def migrate(txn: lmdb.Transaction, dbs: dict[str, Any], schema: int) -> None:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import islice
 from typing import Any, cast
 
@@ -22,6 +22,7 @@ class LogReader:
     def __init__(self, txn: lmdb.Transaction, dbs: dict[str, Any]) -> None:
         self.txn = txn
         self.dbs = dbs
+        self._links_cursor: lmdb.Cursor | None = None
 
     def get(self, event_id: str) -> StoredEvent | None:
         """The live event with this id, or None (unknown, malformed or deleted)."""
@@ -158,11 +159,13 @@ class LogReader:
         if len(prefixes) == 1:
             return list(self.raw_ids_by_property(*pairs[0]))
         shortest, ids = self._shortest(prefixes)
-        db = self.dbs["by_prop"]
-        get = self.txn.get
         for i, prefix in enumerate(prefixes):
             if i != shortest and ids:
-                ids = [raw for raw in ids if get(prefix + raw, db=db) is not None]
+                # one cursor, the ids in ascending order: LMDB looks on the cursor's leaf page
+                # first, where the next id's key usually is, so most probes skip the descent
+                # (twice as fast as a get each: bench/RESULTS.md, "Cypher at 100,000 events")
+                probe = self.txn.cursor(db=self.dbs["by_prop"]).set_key
+                ids = [raw for raw in ids if probe(prefix + raw)]
         return ids
 
     def _shortest(self, prefixes: list[bytes]) -> tuple[int, list[bytes]]:
@@ -173,22 +176,23 @@ class LogReader:
             for i, chunks in enumerate(readers):
                 chunk, done = next(chunks)
                 read[i].extend(chunk)
-                if done:
-                    return i, read[i]
+                if done:  # only the shortest list's keys are cut to their ids
+                    return i, [key[-layout.ID_BYTES :] for key in read[i]]
 
     def _chunks(self, prefix: bytes) -> Iterator[tuple[list[bytes], bool]]:
-        """Raw ids under a by_prop prefix CHUNK keys at a time, and whether they were the last."""
+        """by_prop keys under a prefix CHUNK at a time, and whether they were the last."""
         cur = self.txn.cursor(db=self.dbs["by_prop"])
         if not cur.set_range(prefix):
             yield [], True
             return
         keys = cur.iternext(keys=True, values=False)
         while True:
-            chunk = [_b(k) for k in islice(keys, CHUNK)]
+            # bytes already (no transaction here hands out buffers): no _b call per key
+            chunk = cast(list[bytes], list(islice(keys, CHUNK)))
             if len(chunk) == CHUNK and chunk[-1].startswith(prefix):
-                yield [k[-layout.ID_BYTES :] for k in chunk], False
+                yield chunk, False
                 continue
-            yield [k[-layout.ID_BYTES :] for k in chunk if k.startswith(prefix)], True
+            yield [k for k in chunk if k.startswith(prefix)], True
             return
 
     def raw_ids_by_ts(self, lo: int | None, hi: int | None) -> Iterator[bytes]:
@@ -201,14 +205,39 @@ class LogReader:
 
     def raw_links_out(self, raw_id: bytes, rel: str) -> list[bytes]:
         """As links_out, raw ids."""
+        return [layout.link_target(value) for value in self.link_values(raw_id, rel)]
+
+    def raw_links_out_of_kind(self, raw_id: bytes, rel: str, kind: str) -> list[bytes]:
+        """As raw_links_out, only the targets of this kind: told by the link list (which holds
+        each target's kind), no target's record read."""
+        tail, n, out = kind.encode(), layout.ID_BYTES, []
+        for value in self.link_values(raw_id, rel):
+            if value[n:] == tail:
+                out.append(value[:n])
+            elif len(value) == n:  # no kind in it (a snapshot of a log of version 3): the record's
+                raw = self.raw_record(value)
+                if raw is not None and layout.record_kind(raw) == kind:
+                    out.append(value)
+        return out
+
+    def link_values(self, raw_id: bytes, rel: str) -> list[bytes]:
+        """The event's links_out values under rel (layout.link_out_value), in link order."""
         prefix = layout.link_prefix(raw_id, rel)
-        cur = self.txn.cursor(db=self.dbs["links_out"])
+        # one cursor for the reader's life: opening one was much of a short list's cost
+        # (bench/RESULTS.md, "Cypher at 100,000 events")
+        cur = self._links_cursor
+        if cur is None:
+            cur = self._links_cursor = self.txn.cursor(db=self.dbs["links_out"])
         out: list[bytes] = []
         if cur.set_range(prefix):
-            for key, value in cur:
-                if not _b(key).startswith(prefix):
+            n, key, step = len(prefix), cur.key, cur.next
+            value = cast(
+                "Callable[[], bytes]", cur.value
+            )  # bytes: no transaction hands out buffers
+            while key()[:n] == prefix:
+                out.append(value())
+                if not step():
                     break
-                out.append(_b(value))
         return out
 
     def raw_links_in(self, raw_id: bytes, rel: str) -> list[bytes]:

@@ -7,6 +7,8 @@ takes open tenants with work in turn, embeds a batch of their texts, and writes 
 into the records on the tenant's writer (EventLog.store_vectors), which feeds the vector index.
 A restart or a tenant closed by the LRU loses nothing: the list is read again when the tenant
 opens. An embedder that fails (an endpoint down) is retried with back-off; nothing is dropped.
+A write refused for a full disk keeps the batch's vectors in memory and tries that write again
+(0.5 s doubling to 2 s), asking the embedder nothing until it lands (docs/embeddings.md).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from contextlib import AbstractContextManager
 import numpy as np
 
 from storage.embedders.base import Embedder, EmbedderError, QueryCache
+from storage.errors import DiskFull
 from storage.log import layout
 from storage.model import (
     CHAIN_GAP_US,
@@ -43,9 +46,28 @@ DEFAULT_MAX_PENDING = 10_000
 RETRY_FIRST_SECS = 0.5
 RETRY_MAX_SECS = 30.0
 NICENESS = 10  # added to the process's own
+# A write refused for a full disk is tried again soon and often (it costs one aborted LMDB
+# transaction, the vectors are kept), as the keyword index retries its commits
+# (storage/index/keyword.py): vectors land within seconds of space being freed.
+DISK_RETRY_FIRST_SECS = 0.5
+DISK_RETRY_MAX_SECS = 2.0
+DISK_FULL = "disk_full"  # the failure reason of a write refused for a full disk
+DISK_LOG_EVERY_SECS = 60.0  # a disk that stays full is logged again this often, not each try
 
 # Blocking: the open tenant held as a request holds it, or None if it is not open now.
 UseOpen = Callable[[str], AbstractContextManager[Tenant | None]]
+
+
+class _Kept:
+    """Vectors made for a batch whose write a full disk refused, kept to write again."""
+
+    __slots__ = ("deletes", "items", "model", "tenant_id")
+
+    def __init__(self, tenant_id: str, items: list[StoredVector], model: str, deletes: int) -> None:
+        self.tenant_id = tenant_id
+        self.items = items
+        self.model = model
+        self.deletes = deletes  # the tenant's delete count when they were made
 
 
 class EmbeddingWorker:
@@ -73,6 +95,9 @@ class EmbeddingWorker:
         self.failures_by: dict[str, int] = {}  # embedder calls that failed, by reason
         self.embedded = 0  # vectors written
         self.last_error: str | None = None  # reason of the last failure, None once one succeeds
+        self._kept: _Kept | None = None  # a batch a full disk refused: written before any other
+        self._disk_failures = 0  # writes refused in a row for a full disk
+        self._disk_logged = 0.0  # monotonic time the full disk was last logged
         self._thread: threading.Thread | None = None
 
     # -- what tenants are offered -------------------------------------------------
@@ -112,6 +137,8 @@ class EmbeddingWorker:
         with self._cond:
             self._pending.pop(tenant.tenant_id, None)
             self._queue.pop(tenant.tenant_id, None)
+            if self._kept is not None and self._kept.tenant_id == tenant.tenant_id:
+                self._kept = None  # made again from the log when the tenant next opens
             self._cond.notify_all()
 
     def notice(self, tenant: Tenant) -> None:
@@ -171,6 +198,8 @@ class EmbeddingWorker:
                 if self._stopping:
                     return None
                 wait = self._retry_at - time.monotonic()
+                if self._kept is not None and wait <= 0:  # its write first: nothing else fits
+                    return self._kept.tenant_id
                 if self._queue and wait <= 0:
                     tenant_id, _ = self._queue.popitem(last=False)
                     self._queue[tenant_id] = None
@@ -205,6 +234,8 @@ class EmbeddingWorker:
         while (tenant_id := self._next()) is not None:
             try:
                 self._work_on(tenant_id)
+            except DiskFull:
+                self._disk_full()
             except EmbedderError as exc:
                 self._failed(exc.reason, exc.retry_after)
             except Exception as exc:
@@ -226,6 +257,30 @@ class EmbeddingWorker:
         log.warning(
             "the embedder failed (%s); server vectors wait, retried in %.1f s", reason, wait
         )
+
+    def _disk_full(self) -> None:
+        """A write of vectors refused for a full disk: they are kept (the embedder is not asked
+        again), the write is tried again soon, and the log says so once a minute."""
+        now = time.monotonic()
+        with self._cond:
+            self.failures_by[DISK_FULL] = self.failures_by.get(DISK_FULL, 0) + 1
+            self.last_error = DISK_FULL
+            self._disk_failures += 1
+            refused = self._disk_failures
+            wait = min(DISK_RETRY_MAX_SECS, DISK_RETRY_FIRST_SECS * 2 ** (refused - 1))
+            self._retry_at = now + wait
+            say = refused == 1 or now - self._disk_logged >= DISK_LOG_EVERY_SECS
+            if say:
+                self._disk_logged = now
+            pending = sum(self._pending.values())
+        if say:
+            log.warning(
+                "the disk is full: server vectors not written (%d refused in a row, %d events "
+                "wait for theirs); retrying every %.0f s, nothing is lost",
+                refused,
+                pending,
+                DISK_RETRY_MAX_SECS,
+            )
 
     def _work_on(self, tenant_id: str) -> None:
         """Embed one batch of one open tenant's list and write it."""
@@ -254,7 +309,12 @@ class EmbeddingWorker:
             self._queue.pop(tenant.tenant_id, None)
 
     def _embed_batch(self, tenant: Tenant) -> None:
-        """Embed up to `batch` listed events (made again if a delete came meanwhile)."""
+        """Embed up to `batch` listed events (made again if a delete came meanwhile); DiskFull
+        with the vectors kept if a full disk refused their write."""
+        with self._cond:
+            kept, self._kept = self._kept, None
+        if kept is not None and kept.tenant_id == tenant.tenant_id and self._store(tenant, kept):
+            return
         for _attempt in range(3):
             events, before, deletes, model = tenant.to_embed(self.batch)
             if not events or model is None:
@@ -268,11 +328,29 @@ class EmbeddingWorker:
                 StoredVector(ev.event_id, ev.seq, v.astype(float).tolist())
                 for ev, v in zip(events, vectors, strict=True)
             ]
-            written = tenant.store_vectors(items, model, deletes).result()
-            if written is not None:
-                with self._cond:
-                    self.embedded += written
+            if self._store(tenant, _Kept(tenant.tenant_id, items, model, deletes)):
                 return
+
+    def _store(self, tenant: Tenant, batch: _Kept) -> bool:
+        """Write a batch's vectors; False if a delete since they were made means making them
+        again; DiskFull, with the batch kept, if the disk is full."""
+        try:
+            written = tenant.store_vectors(batch.items, batch.model, batch.deletes).result()
+        except DiskFull:
+            with self._cond:
+                self._kept = batch
+            raise
+        if written is None:
+            return False
+        with self._cond:
+            self.embedded += written
+            refused, self._disk_failures = self._disk_failures, 0
+        if refused:
+            log.warning(
+                "server vectors written again (resumed) after %d writes refused for a full disk",
+                refused,
+            )
+        return True
 
 
 def chain(events: list[StoredEvent], own: np.ndarray, before: StoredEvent | None) -> np.ndarray:

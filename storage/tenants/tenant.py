@@ -600,7 +600,9 @@ class Tenant:
         last = written[-1].seq
         # The same order as catch_up: a failure here leaves the watermarks behind, and the next
         # batch (then taking catch_up's path) replays what was not applied.
-        self.keyword.publish(docs, [], last)
+        # Every record is a new event (a replay writes none, and ids being distinct none was
+        # overwritten): no document of the index has its id.
+        self.keyword.publish(docs, [], last, new=True)
         self.vectors.add(labels, vectors)
         self.keyword_seq = self.vector_seq = last
         return True

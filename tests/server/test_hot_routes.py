@@ -30,12 +30,19 @@ def _client(root: Path, *, hot: bool) -> TestClient[Any]:
     return TestClient(create_app(settings, hot_routes=hot))
 
 
-@pytest.fixture
-def clients(tmp_path: Path) -> Iterator[tuple[TestClient[Any], TestClient[Any]]]:
-    """Litestar alone, and the same app with the hot routes in front, on separate data."""
+@pytest.fixture(scope="module")
+def clients(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[TestClient[Any], TestClient[Any]]]:
+    """Litestar alone, and the same app with the hot routes in front, on separate data.
+
+    One pair for the module: every request goes to both, in the same order, so the two tenants
+    hold the same events whatever cases ran before (and on which test worker).
+    """
+    root = tmp_path_factory.mktemp("hot-routes")
     with (
-        _client(tmp_path / "plain", hot=False) as plain,
-        _client(tmp_path / "hot", hot=True) as hot,
+        _client(root / "plain", hot=False) as plain,
+        _client(root / "hot", hot=True) as hot,
     ):
         yield plain, hot
 

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from storage import failpoints
 from storage.index import keyword
 from storage.index.keyword import KeywordDoc, KeywordIndex
 
@@ -63,3 +64,43 @@ def test_embedding_check_by_sum_stays_exact() -> None:
     for bad in ([0.1, float("nan")], [float("inf"), float("-inf")], [1e308, 1e308, float("nan")]):
         with pytest.raises(InvalidRequest):
             check_embedding(bad)
+
+
+def _live_docs(index: KeywordIndex) -> int:
+    """The documents the committed index holds (deleted ones not counted)."""
+    index.index.reload()
+    return int(index.index.searcher().num_docs)
+
+
+def test_new_documents_are_added_once_and_a_replay_replaces_them(tmp_path: Path) -> None:
+    """publish(new=True) adds without deleting by id first; a replay (not new) still replaces."""
+    index = KeywordIndex.open(tmp_path / "kw")
+    try:
+        index.publish([_doc(i) for i in range(1, 6)], [], 5, new=True)
+        index.flush()
+        assert _live_docs(index) == 5
+        # A replay of the same ops (the log's watermark behind a durable commit): no doubles.
+        index.publish([_doc(i) for i in range(1, 6)], [], 6)
+        index.flush()
+        assert _live_docs(index) == 5
+        assert [h[0] for h in index.search("number3", limit=5)] == [_doc(3).event_id]
+    finally:
+        index.close()
+
+
+def test_a_commit_that_failed_once_durable_leaves_no_document_twice(tmp_path: Path) -> None:
+    """The fold's commit is durable and then fails (its searcher's reload): the retry adds the
+    new documents again, deleting by id first."""
+    index = KeywordIndex.open(tmp_path / "kw")
+    failpoints.arm("keyword.reload", "eio", 1)
+    try:
+        index.publish([_doc(i) for i in range(1, 4)], [], 3, new=True)
+        deadline = time.monotonic() + 30
+        while index.committed_seq != 3 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert index.committed_seq == 3
+        assert failpoints.armed() == {}  # it did fail once
+        assert _live_docs(index) == 3
+    finally:
+        failpoints.disarm_all()
+        index.close()

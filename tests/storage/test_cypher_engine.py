@@ -679,6 +679,10 @@ class CountingReader:
         self.calls["links_out"] += 1
         return self.inner.raw_links_out(raw_id, rel)
 
+    def raw_links_out_of_kind(self, raw_id: bytes, rel: str, kind: str) -> list[bytes]:
+        self.calls["links_out"] += 1
+        return self.inner.raw_links_out_of_kind(raw_id, rel, kind)
+
     def raw_links_in(self, raw_id: bytes, rel: str) -> list[bytes]:
         self.calls["links_in"] += 1
         return self.inner.raw_links_in(raw_id, rel)
@@ -712,14 +716,36 @@ def test_event_id_is_a_get_and_expansion_starts_there(support: Tenant) -> None:
     assert reader.calls["links_in"] == 1 and reader.calls["links_out"] == 0
 
 
-def test_a_node_failing_its_kind_test_is_never_decoded(ops: Tenant) -> None:
-    query = (
-        "MATCH (a)-[:SOURCE_FROM]->(i) WHERE a.kind = 'tool_call' AND i.kind = $k RETURN i.actor"
-    )
-    sources = counted(ops, query, {"k": "turn"})
-    none = counted(ops, query, {"k": "no such kind"})
-    assert sources.calls["get"] == none.calls["get"] > sources.calls["decode"] > 0
-    assert none.calls["decode"] == 0  # every kind read without decoding a record
+KIND_OF_TARGET = (
+    "MATCH (a)-[:SOURCE_FROM]->(i) WHERE a.kind = 'tool_call' AND i.kind = $k RETURN i.actor"
+)
+# the same, the kind read from each target's record (the planner cannot see it is a kind test)
+KIND_OF_TARGET_READ = KIND_OF_TARGET.replace("i.kind =", "i.kind + '' =")
+
+
+def test_a_target_failing_its_kind_test_is_never_read(ops: Tenant) -> None:
+    sources = counted(ops, KIND_OF_TARGET, {"k": "turn"})
+    none = counted(ops, KIND_OF_TARGET, {"k": "no such kind"})
+    tool_calls = len(ops.rows("MATCH (a) WHERE a.kind = 'tool_call' RETURN a.event_id"))
+    # the link lists hold their targets' kinds: only the tool calls and the three turns are read
+    assert none.calls["get"] == tool_calls
+    assert sources.calls["get"] == tool_calls + 3
+    assert none.calls["decode"] == 0  # a.kind read without decoding a record
+    assert ops.rows(KIND_OF_TARGET, {"k": "turn"}) == [["priya.n"], ["daniel.o"], ["priya.n"]]
+    for kind in ("turn", "tool_call", "fact", "no such kind"):
+        want = ops.rows(KIND_OF_TARGET_READ, {"k": kind})
+        assert ops.rows(KIND_OF_TARGET, {"k": kind}) == want
+
+
+def test_target_kinds_in_links_stay_true_after_a_delete(own_ops: Tenant) -> None:
+    # deleting L1 rewrites W1's link list (I1, L2 left): the kinds must move with their targets
+    own_ops.log.delete([own_ops.ids["L1"]])
+    for kind in ("turn", "tool_call"):
+        want = own_ops.rows(KIND_OF_TARGET_READ, {"k": kind})
+        assert own_ops.rows(KIND_OF_TARGET, {"k": kind}) == want
+    assert own_ops.rows(KIND_OF_TARGET, {"k": "turn"}) == [["priya.n"], ["daniel.o"], ["priya.n"]]
+    query = "MATCH (w)-[:SOURCE_FROM]->(l) WHERE w.change = 'CHG-9031' AND l.kind = 'tool_call' "
+    assert own_ops.rows(query + "RETURN l.tool") == [["get_contract"]]
 
 
 def test_kind_and_ts_ranges_use_their_indexes(ops: Tenant) -> None:

@@ -5,6 +5,7 @@ over the generated graph. The naive side shares no code with storage/cypher."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import itertools
 import json
@@ -342,73 +343,111 @@ class Always(Pred):
 
 
 ODD = [None, 1, "1", True, [1]]  # values of the wrong type for some keys, and null
+# Event ids are drawn as a position among the last ids appended (an earlier example's, deleted,
+# among them) and resolved against the graph after the draw: the strategies then depend on no
+# graph, are built once, and hypothesis does not build and check them again for each example.
+RECENT_IDS = 16
 
 
-def operands(graph: Graph, key: str) -> st.SearchStrategy[Any]:
+@dataclass(frozen=True)
+class IdAt:
+    """The id appended `back` ids before the last one, once resolved against a graph."""
+
+    back: int
+
+
+def resolve(value: Any, graph: Graph) -> Any:
+    """The value with each IdAt inside it (a predicate, a list, an operand) made an id of graph."""
+    if isinstance(value, IdAt):
+        return graph.ids[-1 - value.back % len(graph.ids)]
+    if isinstance(value, list):
+        return [resolve(v, graph) for v in value]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        changes = {
+            f.name: resolve(getattr(value, f.name), graph) for f in dataclasses.fields(value)
+        }
+        return dataclasses.replace(value, **changes)
+    return value
+
+
+def draw_pred(data: st.DataObject, strategy: st.SearchStrategy[Pred], g: Built, label: str) -> Pred:
+    """A predicate drawn from strategy, its event ids those of g's graph."""
+    drawn: Pred = resolve(data.draw(strategy, label=label), g.graph)
+    return drawn
+
+
+@functools.cache
+def operands(key: str) -> st.SearchStrategy[Any]:
     """Values to compare key with: mostly of its type, sometimes another type or null."""
+    ids = [IdAt(back) for back in range(RECENT_IDS)]
     base: list[Any] = {
         "kind": [*KINDS, "nope"],
         "supplier": [*SUPPLIERS, "D"],
         "amount": [*AMOUNTS, 1.0, 2.0, 0.25],
         "ts": [*range(-4, 14), 2.5, -0.5],
         "urgent": [True, False],
-        "event_id": [*graph.ids, "not-an-id", "00000000-0000-4000-8000-000000000000"],
+        "event_id": [*ids, "not-an-id", "00000000-0000-4000-8000-000000000000"],
         "text": [*WORDS, "alpha beta", "a"],
     }[key]
     return st.one_of(st.sampled_from(base), st.sampled_from(base), st.sampled_from(ODD))
 
 
 @st.composite
-def atoms(draw: st.DrawFn, graph: Graph) -> Pred:
+def _atoms(draw: st.DrawFn) -> Pred:
     """One comparison, IN, IS NULL, string test or ts range."""
     shape = draw(st.sampled_from(["compare", "compare", "in", "null", "string", "range"]))
     key = draw(st.sampled_from(["kind", "supplier", "amount", "ts", "urgent", "event_id", "text"]))
     if shape == "compare":
         op = draw(st.sampled_from(sorted(COMPARE)))
-        return Compare(key, op, draw(operands(graph, key)), draw(st.booleans()))
+        return Compare(key, op, draw(operands(key)), draw(st.booleans()))
     if shape == "in":
-        return InList(key, draw(st.lists(operands(graph, key), max_size=3)))
+        return InList(key, draw(st.lists(operands(key), max_size=3)))
     if shape == "null":
         return IsNull(key, draw(st.booleans()))
     if shape == "string":
         op = draw(st.sampled_from(sorted(STRING_TESTS)))
         string = st.sampled_from(["a", "al", "beta", "B", "", "gamma", "_call", "t"])
         return StringTest(key, op, draw(st.one_of(string, st.sampled_from(ODD))))
-    low, high = (draw(operands(graph, "ts")) for _ in range(2))
+    low, high = (draw(operands("ts")) for _ in range(2))
     ops = st.sampled_from(["<", "<="])
     return TsRange(low, high, draw(ops), draw(ops), draw(st.booleans()))
 
 
 @st.composite
-def kind_windows(draw: st.DrawFn, graph: Graph) -> Pred:
+def _kind_windows(draw: st.DrawFn) -> Pred:
     """A kind (or kinds) within a ts range: the planner's combined (kind, ts, id) seek."""
-    kinds = operands(graph, "kind")
+    kinds = operands("kind")
     kind: Pred = draw(
         st.builds(Compare, st.just("kind"), st.just("="), kinds, st.booleans())
         | st.builds(InList, st.just("kind"), st.lists(kinds, max_size=3))
     )
-    low, high = (draw(operands(graph, "ts")) for _ in range(2))
+    low, high = (draw(operands("ts")) for _ in range(2))
     ops = st.sampled_from(["<", "<="])
     return Logic("AND", kind, TsRange(low, high, draw(ops), draw(ops), draw(st.booleans())))
 
 
-def loose(graph: Graph) -> st.SearchStrategy[Pred]:
-    """A shallow predicate or none at all."""
-    return st.one_of(st.just(Always()), predicates(graph, depth=1))
+ATOMS = _atoms()
+KIND_WINDOWS = _kind_windows()
 
 
-def predicates(graph: Graph, depth: int = 2) -> st.SearchStrategy[Pred]:
+@functools.cache
+def predicates(depth: int = 2) -> st.SearchStrategy[Pred]:
     """Atoms combined with NOT, AND, OR and XOR, up to depth levels."""
-    atom = atoms(graph)
     if depth == 0:
-        return atom
-    sub = predicates(graph, depth - 1)
+        return ATOMS
+    sub = predicates(depth - 1)
     return st.one_of(
-        atom,
-        atom,
+        ATOMS,
+        ATOMS,
         st.builds(Logic, st.just("NOT"), sub),
         st.builds(Logic, st.sampled_from(["AND", "OR", "XOR"]), sub, sub),
     )
+
+
+@functools.cache
+def loose() -> st.SearchStrategy[Pred]:
+    """A shallow predicate or none at all."""
+    return st.one_of(st.just(Always()), predicates(depth=1))
 
 
 @dataclass(frozen=True)
@@ -530,7 +569,7 @@ def test_where_on_one_node(graphs: Any, spec: Any, data: st.DataObject) -> None:
     g = graphs(spec)
     for _ in range(4):
         params = Params(data.draw(st.booleans(), label="literals"))
-        pred = data.draw(predicates(g.graph) | kind_windows(g.graph), label="where")
+        pred = draw_pred(data, predicates() | KIND_WINDOWS, g, "where")
         where = pred.text("n", params)
         nodes = list(g.graph.nodes.values())
         kept = [n for n in nodes if pred.value(n) is True]
@@ -590,8 +629,8 @@ def test_one_hop_in_each_direction(graphs: Any, spec: Any, data: st.DataObject) 
         params = Params(data.draw(st.booleans(), label="literals"))
         direction = data.draw(st.sampled_from(sorted(ARROWS)), label="direction")
         types = data.draw(st.sampled_from(TYPE_CHOICES), label="types")
-        on_a = data.draw(loose(g.graph), label="a")
-        on_b = data.draw(loose(g.graph), label="b")
+        on_a = draw_pred(data, loose(), g, "a")
+        on_b = draw_pred(data, loose(), g, "b")
         where = f"({on_a.text('a', params)}) AND ({on_b.text('b', params)})"
         query = f"MATCH (a){pattern(direction, types)}(b) WHERE {where} RETURN a.event_id, b.event_id, r"
         expected = [
@@ -624,7 +663,7 @@ def test_variable_length_paths(graphs: Any, spec: Any, data: st.DataObject) -> N
         low, high = _hop_bounds(hops)
         # a predicate on one end only, so the planner starts from either side
         end = data.draw(st.sampled_from("ab"), label="end")
-        pred = data.draw(loose(g.graph), label="where")
+        pred = draw_pred(data, loose(), g, "where")
         query = (
             f"MATCH (a){pattern(direction, types, hops)}(b) WHERE {pred.text(end, params)} "
             "RETURN a.event_id, b.event_id, r, size(r)"
@@ -647,7 +686,7 @@ def test_chains_use_each_link_once(graphs: Any, spec: Any, data: st.DataObject) 
         d1, d2 = (data.draw(st.sampled_from(sorted(ARROWS))) for _ in range(2))
         t1, t2 = (data.draw(st.sampled_from(TYPE_CHOICES)) for _ in range(2))
         end = data.draw(st.sampled_from("abc"), label="end")
-        pred = data.draw(loose(g.graph), label="where")
+        pred = draw_pred(data, loose(), g, "where")
         query = (
             f"MATCH (a){pattern(d1, t1, var='r1')}(b){pattern(d2, t2, var='r2')}(c) "
             f"WHERE {pred.text(end, params)} RETURN a.event_id, b.event_id, c.event_id"
@@ -672,8 +711,8 @@ def test_optional_match_and_comma_joins(graphs: Any, spec: Any, data: st.DataObj
         params = Params(data.draw(st.booleans(), label="literals"))
         direction = data.draw(st.sampled_from(sorted(ARROWS)), label="direction")
         types = data.draw(st.sampled_from(TYPE_CHOICES), label="types")
-        on_a = data.draw(loose(g.graph), label="a")
-        on_b = data.draw(loose(g.graph), label="b")
+        on_a = draw_pred(data, loose(), g, "a")
+        on_b = draw_pred(data, loose(), g, "b")
         query = (
             f"MATCH (a) WHERE {on_a.text('a', params)} "
             f"OPTIONAL MATCH (a){pattern(direction, types, var='')}(b) "
@@ -716,7 +755,7 @@ def test_aggregation_groups(graphs: Any, spec: Any, data: st.DataObject) -> None
     g = graphs(spec)
     nodes = g.graph.nodes
     params = Params(data.draw(st.booleans(), label="literals"))
-    pred = data.draw(loose(g.graph), label="where")
+    pred = draw_pred(data, loose(), g, "where")
     kept = [n for n in nodes.values() if pred.value(n) is True]
     key = data.draw(st.sampled_from(["kind", "supplier", "urgent"]), label="key")
     query = (
@@ -800,7 +839,7 @@ def test_order_by_skip_limit(graphs: Any, spec: Any, data: st.DataObject) -> Non
     g = graphs(spec)
     for _ in range(3):
         params = Params(data.draw(st.booleans(), label="literals"))
-        pred = data.draw(loose(g.graph), label="where")
+        pred = draw_pred(data, loose(), g, "where")
         keys = data.draw(st.lists(st.sampled_from(SORT_KEYS), min_size=1, max_size=2, unique=True))
         descending = [data.draw(st.booleans()) for _ in keys]
         skip = data.draw(st.none() | st.integers(min_value=0, max_value=3), label="skip")

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import random
 import threading
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,6 +15,7 @@ import tantivy
 
 from storage.index.keyword import KeywordDoc, KeywordIndex, document, query_terms
 from storage.index.keyword_tail import (
+    ANALYZER,
     FIELDNORMS,
     Scorer,
     analyze,
@@ -106,6 +108,23 @@ def test_fieldnorms_are_the_lengths_tantivy_scores_with() -> None:
         n = lengths[seq - 1]
         assert stats_of(index, query, addr)["dl"] == fieldnorm(n), n
     assert len(FIELDNORMS) == 256 and sorted(set(FIELDNORMS)) == FIELDNORMS
+
+
+def test_analyze_splits_ascii_text_word_by_word_as_the_analyzer_does() -> None:
+    # analyze reads an ASCII text's terms word by word from a cache; every text must get what
+    # one analyzer call on the whole text gives, the first time and from the cache.
+    rng = random.Random(7)
+    pieces = [*WORDS, "RUNNING", "Parcels", "x_y", "a-b", "don't", "42", "v2", "3.14", "_", ""]
+    pieces += ["b" * 39, "c" * 40, "D" * 41, "e9" * 30, "caf\u00e9", "na\u00efve", "\u00dcber"]
+    seps = [" ", "  ", ", ", ".", "\n", "\t", "!", "/", "(", ")", "#", "'", '"']
+    texts = ["", " ", "...", "b" * 39, "c" * 40, "Running runners RUN quickly, x_y"]
+    for _ in range(300):
+        texts.append(
+            "".join(rng.choice(pieces) + rng.choice(seps) for _ in range(rng.randint(1, 30)))
+        )
+    for text in texts * 2:
+        tokens = ANALYZER.analyze(text)
+        assert analyze(text) == (Counter(tokens), len(tokens)), text
 
 
 def test_the_analyzer_and_query_terms_are_the_index_s() -> None:

@@ -10,7 +10,7 @@ import lmdb
 import pytest
 
 from storage.log import layout
-from storage.log.eventlog import EventLog, LogFormatError
+from storage.log.eventlog import EventLog, LogFormatError, snapshot
 from storage.log.layout import IdempotencyRecord, Tombstone
 from storage.model import SOURCE_FROM, SUPERSEDES, NewEvent, StoredEvent
 
@@ -20,6 +20,7 @@ RECORDED = {
     1: "49ff625c7290d189b16ace7148b01b1a0089e944568fed4ed9a7363791ecef59",
     2: "0f9ff70254260522fb9a681f47be9a29199b67782d8f98a38c0c9ab95837712a",
     3: "a7271f6fd2df6ed4d3ca387f67fd4de90e65e74486e0319282718fb446f6df7f",
+    4: "0bc1819af984477f8ed548f995c972e10f302feb0d6624911bf4c8585bbaaab4",
 }
 
 ID = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b6c8a1f"
@@ -70,6 +71,7 @@ def fingerprint() -> str:
     for rel in (SOURCE_FROM, SUPERSEDES):
         feed(f"links_out {rel}", layout.link_out_key(raw, rel, 2))
         feed(f"links_in {rel}", layout.link_in_key(other, rel, 7, raw))
+    feed("links_out value", layout.link_out_value(other, "note"))
     for name, key in layout.index_keys(sample_event(embedding=None)):
         feed(f"index {name}", key)
     feed("tombstone", layout.encode_tombstone(Tombstone(seq=7, deleted_at=1_800_000_000_000_001)))
@@ -170,4 +172,45 @@ def test_a_log_of_schema_1_gets_its_live_bytes_counted_on_open(tmp_path: Path) -
         now = sum(len(r.record(e.event_id) or b"") for e in r.newest_first(None, None, None))
         assert r.meta_int(layout.LIVE_BYTES) == now > counted
         assert r.meta_int(layout.LAST_WRITE) is not None
+    log.close()
+
+
+def test_a_log_of_schema_3_gets_its_targets_kinds_into_its_links_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    log = EventLog.open(path, embedding_dim=4)
+    [turn, call] = log.append_batch(
+        [
+            NewEvent(kind="turn", ts=1_800_000_000_000_000, text="asked"),
+            NewEvent(kind="tool_call", ts=1_800_000_000_000_001, text="looked up"),
+        ]
+    )
+    ids = [turn.event_id, call.event_id]  # type: ignore[union-attr]
+    [write] = log.append_batch(
+        [NewEvent(kind="tool_call", ts=1_800_000_000_000_002, text="wrote", source_ids=tuple(ids))]
+    )
+    raw_write = layout.id_bytes(write.event_id)  # type: ignore[union-attr]
+    log.close()
+    # What version 3 wrote: each links_out value the target's raw id alone.
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    with env.begin(write=True) as txn:
+        meta, links = env.open_db(b"meta", txn=txn), env.open_db(b"links_out", txn=txn)
+        txn.put(layout.meta_key(layout.SCHEMA), layout.u64(3), db=meta)
+        for i, event_id in enumerate(ids):
+            key = layout.link_out_key(raw_write, SOURCE_FROM, i)
+            assert txn.get(key, db=links) == layout.link_out_value(
+                layout.id_bytes(event_id), ["turn", "tool_call"][i]
+            )
+            txn.put(key, layout.id_bytes(event_id), db=links)
+    env.close()
+    with snapshot(path) as r:  # read as it is, not migrated: the kinds from the records
+        assert r.raw_links_out_of_kind(raw_write, SOURCE_FROM, "turn") == [layout.id_bytes(ids[0])]
+        assert r.raw_links_out_of_kind(raw_write, SOURCE_FROM, "fact") == []
+    log = EventLog.open(path, embedding_dim=4)
+    assert log.meta_int(layout.SCHEMA) == layout.SCHEMA_VERSION
+    with log.reader() as r:
+        assert r.links_out(write.event_id, SOURCE_FROM) == ids  # type: ignore[union-attr]
+        assert r.raw_links_out_of_kind(raw_write, SOURCE_FROM, "turn") == [layout.id_bytes(ids[0])]
+        assert r.raw_links_out_of_kind(raw_write, SOURCE_FROM, "tool_call") == [
+            layout.id_bytes(ids[1])
+        ]
     log.close()

@@ -336,6 +336,66 @@ def test_an_appender_refuses_ops_written_behind_its_back(log: EventLog) -> None:
         assert list(r.ops_after(0)) == [(1, b"A", a.event_id), (2, b"A", b.event_id)]
 
 
+def test_an_atomic_batch_also_refuses_ops_written_behind_its_back(
+    log: EventLog, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    [a, b] = append(log, event(), event())
+    put = log_module.Appender._put
+
+    def put_then_write_an_op(self: log_module.Appender, *args: object, **kw: object) -> None:
+        put(self, *args, **kw)  # type: ignore[arg-type]
+        # An op past the batch's own, written into its transaction behind the appender's back.
+        self.txn.put(enc.op_key(self.last + 5), b"D" + bytes(16), db=log.dbs["ops"])
+
+    monkeypatch.setattr(log_module.Appender, "_put", put_then_write_an_op)
+
+    def batch(txn: lmdb.Transaction) -> object:
+        return log.appender(txn).append_atomic([event(text="one"), event(text="two")])
+
+    # The batch's second op (4) is not past op 8: numbered on, it would reorder ops.
+    with pytest.raises(RuntimeError, match="not past the newest op"):
+        log.write(batch)
+    with log.reader() as r:
+        assert list(r.ops_after(0)) == [(1, b"A", a.event_id), (2, b"A", b.event_id)]
+
+
+def test_an_atomic_batch_writes_what_one_append_at_a_time_writes(tmp_path: Path) -> None:
+    # append_atomic writes through a nested transaction: the databases must end up byte for
+    # byte as appending the same events one by one leaves them.
+    events = [
+        event(
+            kind=("turn", "fact", "note")[i % 3],
+            ts=5_000 - 7 * (i % 11),
+            text=f"event {i}",
+            properties={"speaker": ("a", "b")[i % 2], "n": i % 4, "ok": i % 5 == 0},
+            event_id=str(uuid.UUID(int=(i * 7919) % 97 + 1)),
+        )
+        for i in range(60)
+    ]
+    logs = []
+    for name in ("one", "batch"):
+        opened = EventLog.open(tmp_path / name, embedding_dim=4)
+        if name == "one":
+            for ev in events:
+                append(opened, ev)
+        else:
+            [results] = [opened.write(lambda txn, o=opened: o.appender(txn).append_atomic(events))]
+            assert all(isinstance(r, AppendResult) for r in results)  # type: ignore[union-attr]
+        logs.append(opened)
+    try:
+        for db in enc.DB_NAMES:
+            if db == "meta":
+                continue
+            with logs[0].env.begin() as t0, logs[1].env.begin() as t1:
+                one = list(t0.cursor(db=logs[0].dbs[db]).iternext())
+                batch = list(t1.cursor(db=logs[1].dbs[db]).iternext())
+            assert one == batch, db
+        assert len(keys(logs[1], "by_prop")) == 3 * len(events)
+    finally:
+        for opened in logs:
+            opened.close()
+
+
 def test_deleting_the_newest_event_reaches_both_projections(tmp_path: Path) -> None:
     t = Tenant.open("t", tmp_path / "t", embedding_dim=4)
     try:
