@@ -152,6 +152,9 @@ class LocalEmbedder:
             for rows in batches:
                 run(rows)
         else:
+            # Largest first: the small batches then even out the workers' last rounds, where
+            # shortest first left one worker running the largest batch alone.
+            batches.sort(key=lambda rows: len(rows) * int(lengths[rows[0]]), reverse=True)
             for done in [self._pool.submit(run, rows) for rows in batches]:
                 done.result()
         return normalise(out)
