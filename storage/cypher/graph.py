@@ -26,29 +26,22 @@ class Codec(Protocol):
     """What decodes an encoded record: the GraphReader that read it."""
 
     def decode_record(self, raw: bytes) -> Any:
-        """The record decoded."""
+        """The record decoded (storage.log.layout.decode_record)."""
         ...
 
     def record_kind(self, raw: bytes) -> str:
-        """Its kind alone."""
+        """Its kind alone, the rest of the record left undecoded."""
         ...
 
 
-class GraphReader(Protocol):
-    """One read transaction over a tenant's log, seen as a graph of events. Ids are the raw 16
-    bytes of the event id (storage/log/layout.py): a query goes from key to key, and converting
-    an id to its text costs about what reading the event does, so only answers are converted."""
+class GraphReader(Codec, Protocol):
+    """One read transaction over a tenant's log, seen as a graph of events; it decodes the
+    records it reads (Codec). Ids are the raw 16 bytes of the event id (storage/log/layout.py):
+    a query goes from key to key, and converting an id to its text costs about what reading the
+    event does, so only answers are converted."""
 
     def raw_record(self, raw_id: bytes) -> bytes | None:
         """The live event's encoded record, or None if deleted."""
-        ...
-
-    def decode_record(self, raw: bytes) -> Any:
-        """A raw_record decoded (storage.log.layout.decode_record)."""
-        ...
-
-    def record_kind(self, raw: bytes) -> str:
-        """The kind of a raw_record, the rest of it left undecoded."""
         ...
 
     def raw_ids_by_kind(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -104,19 +105,10 @@ def _schema() -> tantivy.Schema:
     return b.build()
 
 
-_TAGS: dict[bytes, str] = {}  # tags already made: a tenant's events share few names and values
-
-
+@functools.lru_cache(maxsize=layout.PREFIX_CACHE, typed=True)  # as layout.property_prefix
 def property_tag(name: str, value: FilterValue) -> str:
     """One exact-match token per filterable property: the same typed encoding as the log's index."""
-    prefix = layout.property_prefix(name, value)
-    tag = _TAGS.get(prefix)
-    if tag is None:
-        tag = prefix.hex()
-        if len(_TAGS) >= 65536:  # bounded: names and values are client data
-            _TAGS.clear()
-        _TAGS[prefix] = tag
-    return tag
+    return layout.property_prefix(name, value).hex()
 
 
 # The Snowball project's English stop words (apostrophe forms left out: they never survive _WORD).

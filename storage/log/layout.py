@@ -164,19 +164,16 @@ def time_key(ts: int, raw_id: bytes) -> bytes:
     return ts_bytes(ts) + raw_id
 
 
-_KINDS: dict[str, bytes] = {}  # kind prefixes already built: a tenant uses few kinds
+# Prefixes are built once per kind, name and value: a tenant's events use few of them, and an
+# append builds several per event. Bounded, as kinds, names and values are client data.
+PREFIX_CACHE = 65536
 
 
+@functools.lru_cache(maxsize=PREFIX_CACHE)
 def kind_prefix(kind: str) -> bytes:
     """The by_kind key prefix: length-prefixed so one kind never prefixes another."""
-    prefix = _KINDS.get(kind)
-    if prefix is None:
-        raw = kind.encode()
-        prefix = len(raw).to_bytes(2, "big") + raw
-        if len(_KINDS) >= 4096:  # bounded: kinds are client data
-            _KINDS.clear()
-        _KINDS[kind] = prefix
-    return prefix
+    raw = kind.encode()
+    return len(raw).to_bytes(2, "big") + raw
 
 
 def kind_key(kind: str, ts: int, raw_id: bytes) -> bytes:
@@ -204,20 +201,11 @@ def value_bytes(value: FilterValue) -> bytes:
 # Prefixes already built: an append writes one per filterable property and the keyword index
 # tags it twice more (storage/index/keyword.py), with the same few names and values each time.
 # Keyed by the value's type too, so True and 1, equal in Python, never share an entry.
-_PREFIXES: dict[tuple[str, type, FilterValue], bytes] = {}
-
-
+@functools.lru_cache(maxsize=PREFIX_CACHE, typed=True)
 def property_prefix(name: str, value: FilterValue) -> bytes:
     """The key prefix under which every event with name == value is listed."""
-    key = (name, type(value), value)
-    prefix = _PREFIXES.get(key)
-    if prefix is None:
-        raw_name = name.encode()
-        prefix = bytes([len(raw_name)]) + raw_name + value_bytes(value)
-        if len(_PREFIXES) >= 65536:  # bounded: names and values are client data
-            _PREFIXES.clear()
-        _PREFIXES[key] = prefix
-    return prefix
+    raw_name = name.encode()
+    return bytes([len(raw_name)]) + raw_name + value_bytes(value)
 
 
 def property_key(name: str, value: FilterValue, raw_id: bytes) -> bytes:
