@@ -228,7 +228,8 @@ def row_bytes(row: dict[str, Any]) -> int:
         if kind is str:
             total += sys.getsizeof(value)
         elif kind is Node:
-            total += value.size
+            size = value._size  # the property's call, inline, for a node sized already
+            total += size if size >= 0 else value.size
         else:
             total += RELATIONSHIP_BYTES if kind is Relationship else NUMBER_BYTES
     return total

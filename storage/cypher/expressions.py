@@ -345,11 +345,22 @@ def _property(expr: ast.Property, params: dict[str, Any], meter: Meter) -> Fn:
 
             return kind
 
+        if core:
+
+            def field(row: Row) -> Any:
+                value = row.get(name)
+                if type(value) is Node:
+                    record = value._record  # the property's call, inline: one per row read
+                    return getattr(record if record is not None else value.decode(), key)
+                return read_property(value, key)
+
+            return field
+
         def run(row: Row) -> Any:
             value = row.get(name)
             if type(value) is Node:
-                record = value.record
-                return getattr(record, key) if core else record.filterable.get(key)
+                record = value._record
+                return (record if record is not None else value.decode()).filterable.get(key)
             return read_property(value, key)
 
         return run

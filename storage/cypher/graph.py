@@ -99,8 +99,15 @@ class Node(msgspec.Struct, gc=False, eq=False):
     def record(self) -> Any:
         """The decoded record (storage.log.layout.decode_record)."""
         record = self._record
-        if record is None:
-            record = self._record = self.codec.decode_record(self.raw)
+        return self.decode() if record is None else record
+
+    def decode(self) -> Any:
+        """The record decoded now, and the node's size with it (what a sort or a cache charges
+        for each row holding the node then costs no call)."""
+        record = self._record = self.codec.decode_record(self.raw)
+        floats = 0 if record.embedding is None else len(record.embedding) // 8
+        text, props = len(record.text or ""), len(record.properties_raw or b"")
+        self._size = NODE_BYTES + text + props + 32 * floats
         return record
 
     @property
@@ -114,10 +121,7 @@ class Node(msgspec.Struct, gc=False, eq=False):
         """About the bytes it holds (storage/cypher/bounds.py, node_bytes): its record decoded,
         text and properties, and the embedding as the floats it becomes if returned."""
         if self._size < 0:
-            record = self.record
-            floats = 0 if record.embedding is None else len(record.embedding) // 8
-            text, props = len(record.text or ""), len(record.properties_raw or b"")
-            self._size = NODE_BYTES + text + props + 32 * floats
+            self.decode()
         return self._size
 
     @property
