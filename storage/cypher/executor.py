@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import operator
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -41,6 +42,9 @@ CACHE_ENTRIES = 10_000
 CACHE_NODE_BYTES = 16 << 20
 
 
+_UNREAD: Any = object()  # what the node cache holds for an id not read yet
+
+
 class Context:
     """What every operator shares: the reader, parameters, the meter and per-query caches."""
 
@@ -63,17 +67,16 @@ class Context:
         return fn
 
     def node(self, raw_id: bytes) -> Node | None:
-        """The live event with this raw id, read once per query."""
+        """The live event with this raw id, read once per query (kept while the cache has
+        room)."""
         nodes = self._nodes
-        if raw_id in nodes:
-            return nodes[raw_id]
+        node: Node | None = nodes.get(raw_id, _UNREAD)
+        if node is not _UNREAD:
+            return node
         raw = self.reader.raw_record(raw_id)
-        return self._keep(raw_id, None if raw is None else Node(raw_id, raw, self.reader), raw)
-
-    def _keep(self, raw_id: bytes, node: Node | None, raw: bytes | None) -> Node | None:
-        """Node kept for the rest of the query while the cache has room."""
-        if len(self._nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
-            self._nodes[raw_id] = node
+        node = None if raw is None else Node(raw_id, raw, self.reader)
+        if len(nodes) < CACHE_ENTRIES and self._node_bytes < CACHE_NODE_BYTES:
+            nodes[raw_id] = node
             # its bytes and, once a property is read, about as much again decoded
             self._node_bytes += 0 if raw is None else NODE_BYTES + 2 * len(raw)
         return node
@@ -115,12 +118,14 @@ def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
     out: list[Any] = []
     columns, tick, render = plan.columns, meter.tick, meter.render
     width = LIST_BYTES + SLOT_BYTES * len(columns)
+    # a row's values in column order by one C call (itemgetter gives a tuple for two or more)
+    pick = operator.itemgetter(*columns) if len(columns) > 1 else None
     for row in rows:
         tick()
         if len(out) >= max_rows:
             raise InvalidRequest(f"query produced more than {max_rows} rows; add LIMIT")
         meter.row_values = 0
-        rendered = [row[column] for column in columns]
+        rendered = [row[column] for column in columns] if pick is None else list(pick(row))
         # a row of strings, integers, booleans and nulls (most answers) is charged what
         # to_json would charge it, in one call instead of one per value
         nbytes, values = width, len(columns)
@@ -452,9 +457,11 @@ def _one_list(
     kind, first, rest = _target_filters(op.target, preds, ctx)
     for row in rows:
         tick()
-        source = _source(op, row)
-        if source is None:
-            continue
+        source = row.get(op.source)
+        if type(source) is not Node:
+            source = _source(op, row)  # None (OPTIONAL MATCH's null) or a refusal
+            if source is None:
+                continue
         start = source.raw_id
         ends = ctx.links(start, rel, True) if kind is None else ctx.links_of_kind(start, rel, kind)
         for end_id in ends:

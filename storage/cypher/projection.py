@@ -33,15 +33,19 @@ def project(
     step: ProjectStep, rows: Iterator[Row], compile: Compile, meter: Meter
 ) -> Iterator[Row]:
     """The rows after one WITH or RETURN."""
-    if step.aggregates:
-        pairs = _group(step, rows, compile, meter)
-    else:
-        pairs = _plain(step, rows, compile, meter)
-    if step.distinct:
-        pairs = _distinct(pairs, meter)
     start, stop = _page_bounds(step, compile)
-    if step.order_by:
-        pairs = _sort(step, pairs, compile, meter, keep=stop)
+    if step.order_by and not (step.aggregates or step.distinct or step.star):
+        # the sort projects each row as it takes it: no generator and no pair between them
+        pairs = _sort(step, rows, compile, meter, keep=stop, project=True)
+    else:
+        if step.aggregates:
+            pairs = _group(step, rows, compile, meter)
+        else:
+            pairs = _plain(step, rows, compile, meter)
+        if step.distinct:
+            pairs = _distinct(pairs, meter)
+        if step.order_by:
+            pairs = _sort(step, pairs, compile, meter, keep=stop)
     if start or stop is not None:
         pairs = islice(pairs, start, stop)
     out: Iterator[Row] = (projected for _, projected in pairs)
@@ -157,12 +161,19 @@ class _Descending:
 
 
 def _sort(
-    step: ProjectStep, pairs: Iterator[Pair], compile: Compile, meter: Meter, keep: int | None
+    step: ProjectStep,
+    pairs: Iterator[Any],
+    compile: Compile,
+    meter: Meter,
+    keep: int | None,
+    project: bool = False,
 ) -> Iterator[Pair]:
     """The pairs in ORDER BY order, stable. Sorted in runs of SORT_RUN and merged, so no one
     step holds the interpreter long; with a LIMIT, only the rows the page can reach are kept
-    (and their bytes given back as others push them out)."""
+    (and their bytes given back as others push them out). With project, pairs are the rows
+    before projection, each projected here as _plain would (its pairs, without _plain)."""
     fns = [compile(item.expr) for item in step.order_by]
+    items = [(name, compile(expr)) for name, expr in step.items] if project else None
     descending = [item.descending for item in step.order_by]
     # the keys read the row before projection alone unless they name a column (which shadows
     # a variable of the same name): then no merged row is built for each
@@ -170,15 +181,33 @@ def _sort(
     merged = bool(read & ({name for name, _ in step.items} | set(step.star)))
     extra = 2 * SET_ENTRY_BYTES * (1 + len(fns))
     runs: list[list[_Sorted]] = []
-    held, buffer = 0, []
-    for env, projected in pairs:
+    held, buffer = 0, list[_Sorted]()
+    # While every row's keys are integers or strings, each position of one type in all rows
+    # (ts, a name), the keys are the values themselves: they sort as their order_key tuples
+    # would, and without building one per value. The first row that breaks this turns every
+    # key held into order_key's (in the same order) and the rest are built as before.
+    shape: tuple[type, ...] | None = ()  # (): no row yet; None: order_key's tuples
+    for pair in pairs:
         meter.tick()
+        if items is None:
+            env, projected = pair
+        else:
+            env, projected = pair, {name: fn(pair) for name, fn in items}
         if merged:
             view = {**env, **projected}
             cost = row_bytes(view) + extra
         else:
             view, cost = env, row_bytes(env) + row_bytes(projected) + extra
-        keys = tuple([order_key(fn(view), meter) for fn in fns])
+        if shape is None:
+            keys = tuple([order_key(fn(view), meter) for fn in fns])
+        else:
+            keys = tuple([fn(view) for fn in fns])
+            if tuple(map(type, keys)) != shape:
+                if shape or not all(type(k) in _SELF_KEYED for k in keys):
+                    runs, buffer = _tagged(runs, meter), _tagged([buffer], meter)[0]
+                    keys, shape = tuple([order_key(k, meter) for k in keys]), None
+                else:
+                    shape = tuple(map(type, keys))
         meter.charge(cost)
         buffer.append((keys, env, projected, cost))
         if len(buffer) == SORT_RUN:
@@ -194,6 +223,22 @@ def _sort(
         runs.append(_sorted(buffer, descending))
     for entry in _merge(runs, descending, meter):
         yield entry[_ENV], entry[_PROJECTED]
+
+
+# values that are their own sort key among values of their type (bool is not int here)
+_SELF_KEYED = frozenset({int, str})
+
+
+def _tagged(runs: list[list[_Sorted]], meter: Meter) -> list[list[_Sorted]]:
+    """Runs whose keys are the values themselves with order_key's tuples instead: the same
+    order, so sorted runs stay sorted."""
+    return [
+        [
+            (tuple([order_key(k, meter) for k in keys]), env, projected, cost)
+            for keys, env, projected, cost in run
+        ]
+        for run in runs
+    ]
 
 
 _keys = operator.itemgetter(_KEYS)  # an entry's sort keys, read in C by sort and merge

@@ -23,6 +23,8 @@ class LogReader:
         self.txn = txn
         self.dbs = dbs
         self._links_cursor: lmdb.Cursor | None = None
+        self._get = cast("Callable[..., bytes | None]", txn.get)  # bytes: never buffers here
+        self._events = dbs["events"]
 
     def get(self, event_id: str) -> StoredEvent | None:
         """The live event with this id, or None (unknown, malformed or deleted)."""
@@ -115,7 +117,8 @@ class LogReader:
     def raw_record(self, raw_id: bytes) -> bytes | None:
         """The encoded record of the live event with this raw id, or None: a reader that may
         look at one field of it (decode_record, record_kind) decodes only what it needs."""
-        return cast(bytes | None, self.txn.get(raw_id, db=self.dbs["events"]))
+        raw: bytes | None = self._get(raw_id, db=self._events)  # one a node: no cast() call
+        return raw
 
     # layout.decode_record of a raw_record: the decoder itself, one C call per record
     decode_record = staticmethod(layout.decode_record)
@@ -208,8 +211,12 @@ class LogReader:
     def raw_links_out_of_kind(self, raw_id: bytes, rel: str, kind: str) -> list[bytes]:
         """As raw_links_out, only the targets of this kind: told by the link list (which holds
         each target's kind), no target's record read."""
-        tail, n, out = kind.encode(), layout.ID_BYTES, []
-        for value in self.link_values(raw_id, rel):
+        tail, n = kind.encode(), layout.ID_BYTES
+        values = self.link_values(raw_id, rel)
+        if min(map(len, values), default=n + 1) > n:  # every link holds its target's kind
+            return [value[:n] for value in values if value[n:] == tail]
+        out = []
+        for value in values:
             if value[n:] == tail:
                 out.append(value[:n])
             elif len(value) == n:  # no kind in it (a snapshot of a log of version 3): the record's
@@ -228,14 +235,12 @@ class LogReader:
             cur = self._links_cursor = self.txn.cursor(db=self.dbs["links_out"])
         out: list[bytes] = []
         if cur.set_range(prefix):
-            n, key, step = len(prefix), cur.key, cur.next
-            value = cast(
-                "Callable[[], bytes]", cur.value
-            )  # bytes: no transaction hands out buffers
-            while key()[:n] == prefix:
-                out.append(value())
-                if not step():
+            n = len(prefix)
+            # (key, value) pairs built in C, bytes (no transaction here hands out buffers)
+            for key, value in cast("Iterator[tuple[bytes, bytes]]", cur.iternext()):
+                if key[:n] != prefix:
                     break
+                out.append(value)
         return out
 
     def raw_links_in(self, raw_id: bytes, rel: str) -> list[bytes]:
