@@ -222,8 +222,13 @@ def strings_bytes(values: Iterable[Any]) -> int:
 def row_bytes(row: dict[str, Any]) -> int:
     """About what holding a binding row keeps alive: the dict and its values (held_bytes of
     each, inline: a sort charges every row it holds)."""
-    total = sys.getsizeof(row)
-    for value in row.values():
+    return sys.getsizeof(row) + values_bytes(row.values())
+
+
+def values_bytes(values: Iterable[Any]) -> int:
+    """What row_bytes charges for a row's values, the dict aside."""
+    total = 0
+    for value in values:
         kind = type(value)
         if kind is str:
             total += sys.getsizeof(value)

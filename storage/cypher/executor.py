@@ -29,7 +29,7 @@ from storage.cypher.operators import (
     SeekByTs,
     UnwindStep,
 )
-from storage.cypher.projection import project
+from storage.cypher.projection import project, sorted_columns, sorted_values
 from storage.cypher.scope import variables
 from storage.cypher.values import is_number, to_json, type_name
 from storage.errors import InvalidRequest
@@ -113,19 +113,30 @@ def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
     meter = ctx.meter
     max_rows = meter.limits.max_rows
     rows: Iterator[Row] = iter([{}])
-    for step in plan.steps:
+    steps, last = plan.steps, plan.steps[-1]
+    # a sorted RETURN hands over its rows as the answer's lists, not as maps to pick from
+    as_lists = type(last) is ProjectStep and sorted_columns(last)
+    for step in steps[:-1] if as_lists else steps:
         rows = _STEPS[type(step)](step, rows, ctx)
+    answer: Iterator[Any] = (
+        sorted_values(last, rows, ctx.compile, meter)
+        if type(last) is ProjectStep and as_lists
+        else rows
+    )
     out: list[Any] = []
     columns, tick, render = plan.columns, meter.tick, meter.render
     width = LIST_BYTES + SLOT_BYTES * len(columns)
     # a row's values in column order by one C call (itemgetter gives a tuple for two or more)
     pick = operator.itemgetter(*columns) if len(columns) > 1 else None
-    for row in rows:
+    for row in answer:
         tick()
         if len(out) >= max_rows:
             raise InvalidRequest(f"query produced more than {max_rows} rows; add LIMIT")
         meter.row_values = 0
-        rendered = [row[column] for column in columns] if pick is None else list(pick(row))
+        if as_lists:
+            rendered = row
+        else:
+            rendered = [row[column] for column in columns] if pick is None else list(pick(row))
         # a row of strings, integers, booleans and nulls (most answers) is charged what
         # to_json would charge it, in one call instead of one per value
         nbytes, values = width, len(columns)

@@ -10,7 +10,7 @@ from itertools import islice
 from typing import Any, Final
 
 from storage.cypher import ast
-from storage.cypher.bounds import SET_ENTRY_BYTES, Meter, held_bytes, row_bytes
+from storage.cypher.bounds import SET_ENTRY_BYTES, Meter, held_bytes, row_bytes, values_bytes
 from storage.cypher.expressions import Fn, Row, truth
 from storage.cypher.functions import AGGREGATES, Aggregate, Distinct
 from storage.cypher.operators import ProjectStep
@@ -27,6 +27,36 @@ SORT_RUN = 1024
 # Runs holding this many rows in all are merged by one sort (it merges sorted runs in linear
 # time: about what a run's sort costs); more go through heapq.merge, which yields between rows.
 MERGE_BY_SORT = 4 * SORT_RUN
+
+
+def sorted_columns(step: ProjectStep) -> bool:
+    """Whether a final RETURN can give its rows as lists of its columns' values straight from
+    its sort (sorted_values): ORDER BY on the rows before projection, nothing else between."""
+    return (
+        step.final
+        and bool(step.order_by)
+        and not (step.aggregates or step.distinct or step.star or step.where is not None)
+        and not _reads_columns(step)
+    )
+
+
+def sorted_values(
+    step: ProjectStep, rows: Iterator[Row], compile: Compile, meter: Meter
+) -> Iterator[list[Any]]:
+    """What project gives for a step that sorted_columns accepts, each row as the list of its
+    columns' values (the answer's row) instead of a map of them; the same rows, the same
+    charges."""
+    start, stop = _page_bounds(step, compile)
+    pairs = _sort(step, rows, compile, meter, keep=stop, project=True, as_values=True)
+    if start or stop is not None:
+        pairs = islice(pairs, start, stop)
+    return (values for _, values in pairs)
+
+
+def _reads_columns(step: ProjectStep) -> bool:
+    """Whether ORDER BY names a column (which shadows a variable of the same name)."""
+    read = {name for item in step.order_by for name in variables(item.expr)}
+    return bool(read & ({name for name, _ in step.items} | set(step.star)))
 
 
 def project(
@@ -136,7 +166,7 @@ def _distinct(pairs: Iterator[Pair], meter: Meter) -> Iterator[Pair]:
 # bytes charged for it). A plain tuple, not a NamedTuple, and the keys a tuple: the collector
 # stops tracking a plain tuple of untracked values (numbers, strings, rows of nodes), never a
 # NamedTuple, and a sort holds one per row.
-_Sorted = tuple[tuple[Any, ...], Row, Row, int]
+_Sorted = tuple[tuple[Any, ...], Row, Any, int]  # the projected row: a map, or its values
 _KEYS: Final = 0
 _ENV: Final = 1
 _PROJECTED: Final = 2
@@ -167,18 +197,23 @@ def _sort(
     meter: Meter,
     keep: int | None,
     project: bool = False,
-) -> Iterator[Pair]:
+    as_values: bool = False,
+) -> Iterator[tuple[Row, Any]]:
     """The pairs in ORDER BY order, stable. Sorted in runs of SORT_RUN and merged, so no one
     step holds the interpreter long; with a LIMIT, only the rows the page can reach are kept
     (and their bytes given back as others push them out). With project, pairs are the rows
-    before projection, each projected here as _plain would (its pairs, without _plain)."""
+    before projection, each projected here as _plain would (its pairs, without _plain); with
+    as_values too, each projected as the list of its values in column order (sorted_values),
+    charged what the map of them would be."""
     fns = [compile(item.expr) for item in step.order_by]
     items = [(name, compile(expr)) for name, expr in step.items] if project else None
+    values_of = [fn for _, fn in items] if items is not None and as_values else None
+    # the map a row would be projected into: its size is its keys' (the same for every row)
+    map_bytes = sys.getsizeof({name: None for name, _ in step.items})
     descending = [item.descending for item in step.order_by]
     # the keys read the row before projection alone unless they name a column (which shadows
     # a variable of the same name): then no merged row is built for each
-    read = {name for item in step.order_by for name in variables(item.expr)}
-    merged = bool(read & ({name for name, _ in step.items} | set(step.star)))
+    merged = _reads_columns(step)
     extra = 2 * SET_ENTRY_BYTES * (1 + len(fns))
     runs: list[list[_Sorted]] = []
     held, buffer = 0, list[_Sorted]()
@@ -187,17 +222,22 @@ def _sort(
     # would, and without building one per value. The first row that breaks this turns every
     # key held into order_key's (in the same order) and the rest are built as before.
     shape: tuple[type, ...] | None = ()  # (): no row yet; None: order_key's tuples
+    projected: Any
     for pair in pairs:
         meter.tick()
-        if items is None:
-            env, projected = pair
+        if values_of is not None:  # never merged (sorted_columns)
+            env, projected = pair, [fn(pair) for fn in values_of]
+            view, cost = env, row_bytes(env) + map_bytes + values_bytes(projected) + extra
         else:
-            env, projected = pair, {name: fn(pair) for name, fn in items}
-        if merged:
-            view = {**env, **projected}
-            cost = row_bytes(view) + extra
-        else:
-            view, cost = env, row_bytes(env) + row_bytes(projected) + extra
+            if items is None:
+                env, projected = pair
+            else:
+                env, projected = pair, {name: fn(pair) for name, fn in items}
+            if merged:
+                view = {**env, **projected}
+                cost = row_bytes(view) + extra
+            else:
+                view, cost = env, row_bytes(env) + row_bytes(projected) + extra
         if shape is None:
             keys = tuple([order_key(fn(view), meter) for fn in fns])
         else:
