@@ -6,6 +6,7 @@ input order, over more rows than one sorted run (SORT_RUN) so held runs are conv
 from __future__ import annotations
 
 import random
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 import pytest
 
 from storage.cypher import run
+from storage.cypher.bounds import NUMBER_BYTES, row_bytes
 from storage.cypher.projection import SORT_RUN
 from storage.log.eventlog import EventLog
 from storage.model import NewEvent
@@ -123,3 +125,10 @@ def test_integer_keys_of_nodes_and_node_keys(tmp_path: Path) -> None:
     finally:
         nodes_log.close()
     assert by_ts == by_node == [["t4"], ["t3"], ["t2"], ["t1"], ["t0"]]
+
+
+def test_row_bytes_is_what_getsizeof_says() -> None:
+    for row in ({}, {"a": "x"}, {"a": "é" * 9, "b": "猫", "c": "😀" * 3, "d": 1, "e": None}):
+        strings = sum(sys.getsizeof(v) for v in row.values() if type(v) is str)
+        others = NUMBER_BYTES * sum(type(v) is not str for v in row.values())
+        assert row_bytes(row) == sys.getsizeof(row) + strings + others
