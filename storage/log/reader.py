@@ -210,13 +210,19 @@ class LogReader:
 
     def raw_links_out_of_kind(self, raw_id: bytes, rel: str, kind: str) -> list[bytes]:
         """As raw_links_out, only the targets of this kind: told by the link list (which holds
-        each target's kind), no target's record read."""
-        tail, n = kind.encode(), layout.ID_BYTES
-        values = self.link_values(raw_id, rel)
-        if min(map(len, values), default=n + 1) > n:  # every link holds its target's kind
-            return [value[:n] for value in values if value[n:] == tail]
-        out = []
-        for value in values:
+        each target's kind), no target's record read. The list walked here, not through
+        link_values: an expansion reads one per source (bench/RESULTS.md, "Cypher at 100,000
+        events")."""
+        prefix, n = layout.link_prefix(raw_id, rel), layout.ID_BYTES
+        cur = self._links_cursor or self._open_links_cursor()
+        out: list[bytes] = []
+        if not cur.set_range(prefix):
+            return out
+        tail, length = kind.encode(), len(prefix)
+        # (key, value) pairs built in C, bytes (no transaction here hands out buffers)
+        for key, value in cast("Iterator[tuple[bytes, bytes]]", cur.iternext()):
+            if key[:length] != prefix:
+                break
             if value[n:] == tail:
                 out.append(value[:n])
             elif len(value) == n:  # no kind in it (a snapshot of a log of version 3): the record's
@@ -225,14 +231,16 @@ class LogReader:
                     out.append(value)
         return out
 
+    def _open_links_cursor(self) -> lmdb.Cursor:
+        """The reader's one links_out cursor: opening one was much of a short list's cost
+        (bench/RESULTS.md, "Cypher at 100,000 events")."""
+        cur = self._links_cursor = self.txn.cursor(db=self.dbs["links_out"])
+        return cur
+
     def link_values(self, raw_id: bytes, rel: str) -> list[bytes]:
         """The event's links_out values under rel (layout.link_out_value), in link order."""
         prefix = layout.link_prefix(raw_id, rel)
-        # one cursor for the reader's life: opening one was much of a short list's cost
-        # (bench/RESULTS.md, "Cypher at 100,000 events")
-        cur = self._links_cursor
-        if cur is None:
-            cur = self._links_cursor = self.txn.cursor(db=self.dbs["links_out"])
+        cur = self._links_cursor or self._open_links_cursor()
         out: list[bytes] = []
         if cur.set_range(prefix):
             n = len(prefix)
