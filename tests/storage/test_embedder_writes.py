@@ -1,10 +1,14 @@
-"""How the background embedder writes its vectors (storage/tenants/embedding.py) with the real
-local model and a real tenant: a batch goes to the tenant's writer a chunk at a time, so appends
-queued behind it wait for one chunk, and each chunk reaches the vector index from memory, giving
-the index catch_up would have built from the log."""
+"""How the background embedder runs and writes its vectors (storage/tenants/embedding.py) with
+the real local model and a real tenant: a batch goes to the tenant's writer a chunk at a time, so
+appends queued behind it wait for one chunk, and each chunk reaches the vector index from memory,
+giving the index catch_up would have built from the log; the model's work on a batch runs on
+threads of the priority of the thread that asked for it, whoever embedded first."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +25,7 @@ from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
 
+REPO = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000_000_000
 HOUR = 3_600_000_000  # notes an hour apart: no chain between them, each vector its text's own
 TEXTS = [
@@ -113,3 +118,44 @@ def test_vectors_written_in_chunks_are_those_a_rebuild_reads_from_the_log(
         assert [h[0].event.event_id for h in rebuilt] == ids
     finally:
         t.close()
+
+
+# In a process of its own: which threads the tokenizer and onnxruntime start is process-wide.
+NICE_PROBE = """
+import json, os, threading
+from storage.embedders.local import LocalEmbedder
+
+def nices():
+    out = {}
+    for tid in os.listdir("/proc/self/task"):
+        stat = open(f"/proc/self/task/{tid}/stat").read()
+        out[tid] = int(stat[stat.rindex(")") + 2 :].split()[16])
+    return out
+
+e = LocalEmbedder(threads=2)
+e.load()
+before = nices()
+e.embed_query("how does Lena want status notes written?")  # a request's, at nice 0, first
+
+def background():
+    me = threading.get_native_id()
+    os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + 10)
+    e.embed([f"note {i}: " + "three bullets, no tables " * (i % 7) for i in range(96)])
+
+t = threading.Thread(target=background)
+t.start()
+t.join()
+print(json.dumps(sorted(v for k, v in nices().items() if k not in before)))
+"""
+
+
+@pytest.mark.skipif(not Path("/proc/self/task").exists(), reason="per-thread nice is Linux's")
+def test_a_query_embedded_first_leaves_no_thread_at_its_priority_for_batches() -> None:
+    proc = subprocess.run(
+        [sys.executable, "-c", NICE_PROBE], cwd=REPO, capture_output=True, text=True, timeout=120
+    )
+    assert proc.returncode == 0, proc.stderr
+    started = json.loads(proc.stdout)  # the nice values of the threads the two calls started
+    # The local model's two workers, niced as the thread that made them; no tokenizer pool
+    # made at the query's priority that every later batch would run on.
+    assert started == [10, 10]
