@@ -316,6 +316,7 @@ WHILE_APPENDING = (
     "recall_p50_ms",
     "recall_p99_ms",
     "appends_per_sec",
+    "recalls_per_sec",
     "server_cpu_ms_per_req",
     "loop_cpu_ms_per_req",
     "load_average",
@@ -365,6 +366,7 @@ def _while_appending(
         "recall_p50_ms": together["p50_ms"],
         "recall_p99_ms": together["p99_ms"],
         "appends_per_sec": out["appends"]["per_sec"],
+        "recalls_per_sec": together["per_sec"],
         # every thread's CPU while the 9 clients ran (warm-ups included), over their requests
         "server_cpu_ms_per_req": round(cpu * 1000 / max(requests, 1), 3),
         "loop_cpu_ms_per_req": round(loop * 1000 / max(requests, 1), 3),

@@ -60,10 +60,6 @@ VECTORS_LATE = (
     "behind or failing); retry, or recall without wait_for_vectors"
 )
 POLL_SECS = 0.01
-# A recall this small (and without a filter, a kind or as_of, which can make an arm read far
-# more: small_recall) is answered on the loop beside other requests (Engine.read).
-SMALL_K = 20
-SMALL_HOPS = 1
 # What a recall by text alone gets in a server-space tenant (docs/recall.md).
 FEEDBACK = Feedback(hits=2, weight=0.5)
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
@@ -83,28 +79,17 @@ class ReadThreads:
         self._jobs: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._lock = threading.Lock()
         self._idle = 0  # threads done with their job and about to take the next
-        self._in_flight = 0  # reads running on a thread or waiting for one
         self._started = 0
         self._limit = limit
         self._shares = FairShares(limit, per_owner)
 
     async def run(self, fn: Callable[[Any], T], arg: Any, owner: Hashable = None) -> T:
         """fn(arg) on a read thread, once `owner` has a share of the threads free."""
-        with self._lock:
-            self._in_flight += 1
+        await self._shares.acquire(owner)
         try:
-            await self._shares.acquire(owner)
-            try:
-                return await self._run(fn, arg)
-            finally:
-                self._shares.release(owner)
+            return await self._run(fn, arg)
         finally:
-            with self._lock:
-                self._in_flight -= 1
-
-    def idle(self) -> bool:
-        """Whether no read runs on a thread or waits for one right now."""
-        return self._in_flight == 0
+            self._shares.release(owner)
 
     async def _run(self, fn: Callable[[Any], T], arg: Any) -> T:
         loop = asyncio.get_running_loop()
@@ -151,17 +136,6 @@ def _settle(done: asyncio.Future[Any], setter: Callable[[Any], object], value: A
     """On the loop: hand a read's outcome to its caller (unless it is gone)."""
     if not done.cancelled():
         setter(value)
-
-
-def small_recall(q: RecallQuery) -> bool:
-    """Whether a recall's work is small enough to answer on the event loop under load."""
-    return (
-        q.k <= SMALL_K
-        and q.hops <= SMALL_HOPS
-        and not q.filters
-        and q.kind is None
-        and q.as_of is None
-    )
 
 
 class VectorSpaceView(msgspec.Struct, frozen=True, kw_only=True):
@@ -231,9 +205,7 @@ class Engine:
             if gate is not None:
                 gate.exit_write(tenant_id)
 
-    async def read(
-        self, tenant_id: str, fn: Callable[[Tenant], T], *, short: bool = False, small: bool = False
-    ) -> T:
+    async def read(self, tenant_id: str, fn: Callable[[Tenant], T], *, short: bool = False) -> T:
         """Run a blocking read against the tenant in a worker thread, or right here if it is a
         short one and nothing else is under way. A tenant that does not exist reads as an empty
         one and is not created (only a write creates it).
@@ -247,33 +219,15 @@ class Engine:
         swap, a map resize, a graph resize or save: a read would wait, and the loop with it,
         holding back every tenant's requests). A request arriving meanwhile waits for it, as
         it would for the GIL.
-
-        A small read (short, and smaller still: one event, a recall of few hits without
-        filters, small_recall) runs on the loop beside other requests too, as long as no read
-        runs on a thread: under writes the tenant's appends hold leases while they wait for the
-        group commit, and the hop there and back then costs a recall more than the work
-        (queued behind every other callback of the loop on its way back, and sharing the
-        interpreter with the loop all the while; docs/recall.md, "Recall while the tenant is
-        written").
         """
         async with self.tenant(tenant_id, create=False) as t:
-            return await self._read_in(t, tenant_id, fn, short=short, small=small)
+            return await self._read_in(t, tenant_id, fn, short=short)
 
     async def _read_in(
-        self,
-        t: Tenant,
-        tenant_id: str,
-        fn: Callable[[Tenant], T],
-        *,
-        short: bool,
-        small: bool = False,
+        self, t: Tenant, tenant_id: str, fn: Callable[[Tenant], T], *, short: bool
     ) -> T:
         """Run fn against a tenant this request holds, here or on a read thread (read())."""
-        if (
-            short
-            and (self._leases == 1 or (small and self.read_threads.idle()))
-            and t.reads_start_at_once()
-        ):
+        if short and self._leases == 1 and t.reads_start_at_once():
             return fn(t)
         return await self.read_threads.run(fn, t, tenant_id)
 
@@ -343,7 +297,7 @@ class Engine:
 
     async def get(self, tenant_id: str, event_id: str) -> EventState:
         """One live event with its current state; 404 for unknown, deleted or foreign ids alike."""
-        state = await self.read(tenant_id, lambda t: t.get(event_id), short=True, small=True)
+        state = await self.read(tenant_id, lambda t: t.get(event_id), short=True)
         if state is None:
             raise NotFound(NO_EVENT)
         return state
@@ -407,19 +361,14 @@ class Engine:
         event acknowledged before the recall has its vector."""
         # Answers never show embeddings: hits keep the records ranking read without them.
         w = self.embedding
-        small = small_recall(query)
         if w is None or query.embedding is not None:
             return await self.read(
-                tenant_id, lambda t: t.recall(query, embeddings=False), short=True, small=small
+                tenant_id, lambda t: t.recall(query, embeddings=False), short=True
             )
         async with self.tenant(tenant_id, create=False) as t:
             if not (isinstance(t, Tenant) and w.serves(t)):
                 return await self._read_in(
-                    t,
-                    tenant_id,
-                    lambda t: t.recall(query, embeddings=False),
-                    short=True,
-                    small=small,
+                    t, tenant_id, lambda t: t.recall(query, embeddings=False), short=True
                 )
             if wait_for_vectors:
                 await self._vectors_of(t)
@@ -445,7 +394,6 @@ class Engine:
                 tenant_id,
                 lambda t: t.recall(q, embeddings=False, feedback=feedback),
                 short=True,
-                small=small,
             )
 
     async def vector_space(self, tenant_id: str) -> VectorSpaceView:
