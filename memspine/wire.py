@@ -16,6 +16,7 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import RequestResponseCycle
 
+
 class HeldTransport:
     """A cycle's transport that can hold one write (the head) to send it with the next."""
 
