@@ -799,6 +799,11 @@ class Ranked:
         self.searcher = searcher
         self.score_of = score_of  # a hit's score where the entry leaves it None
         if entries is None:  # Tantivy's hits as they come: (score, address)
+            if limit and len(hits) > limit:  # only the ties of the cut compete for its places
+                cut, end = hits[limit - 1][0], limit
+                while end < len(hits) and hits[end][0] == cut:
+                    end += 1
+                hits = hits[:end]
             values: list[int] = []
             if searcher is not None:
                 addrs = [addr for _score, addr in hits]
