@@ -2,11 +2,10 @@
 
 uvicorn writes a response's status line and headers in one `transport.write` and its body in
 another. uvloop makes each write a `write(2)` on the socket while holding the interpreter lock,
-and on loopback that call runs the receiver's side of TCP and wakes the client: 32 µs at the
-median and 0.7 ms at the 99th percentile beside 8 appending clients, when the woken client
-takes the core before the call returns (bench/RESULTS.md, "Recall at 10,000 and 100,000
-events"). Joined, a response costs one call and one wake-up, and the client never reads a head
-without its body.
+and on loopback that call runs the receiver's side of TCP and wakes the client, which under
+load can take the core before the call returns (bench/RESULTS.md, "Recall at 10,000 and
+100,000 events", for what it costs). Joined, a response costs one call and one wake-up, and
+the client never reads a head without its body.
 """
 
 from __future__ import annotations
