@@ -1,4 +1,5 @@
-"""One socket write per response: the head of an answer waits for its body's first bytes.
+"""One socket write per response: the head of an answer waits for its body's first bytes
+(within the same turn of the event loop).
 
 uvicorn writes a response's status line and headers in one `transport.write` and its body in
 another. uvloop makes each write a `write(2)` on the socket while holding the interpreter lock,
@@ -31,6 +32,9 @@ class HeldTransport:
         if self.holding:
             self.holding = False
             self.held = data
+            # Never held past this turn of the loop: a streamed answer (an MCP event stream, an
+            # export) whose first bytes come later still gets its head at once.
+            asyncio.get_running_loop().call_soon(self.flush)
             return
         if self.held is not None:
             data, self.held = self.held + data, None
