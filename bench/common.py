@@ -126,6 +126,12 @@ class Process:
         fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rpartition(")")[2].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def main_thread_cpu_seconds(self) -> float:
+        """User plus system CPU time of the process's main thread (a server's event loop)."""
+        pid = self.proc.pid
+        fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rpartition(")")[2].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def output(self) -> str:
         """What the process wrote so far."""
         self.log.seek(0)
@@ -259,8 +265,8 @@ def load(
     """Closed-loop load: `clients` connections, each sending its next request when answered.
 
     Given the server's Process (not just its port), also reports its CPU time per request
-    (all its threads, warm-up included): unlike the rate, it hardly moves when other work
-    shares the machine.
+    (all its threads, warm-up included) and its main thread's (the event loop's): unlike the
+    rate, they hardly move when other work shares the machine.
     """
     try:
         import uvloop
@@ -270,8 +276,10 @@ def load(
         runner = asyncio.run
     if isinstance(server, int):
         return dict(runner(_load(server, requests, clients, warmup, seconds)))
-    cpu_before = server.cpu_seconds()
+    cpu_before, loop_before = server.cpu_seconds(), server.main_thread_cpu_seconds()
     result = dict(runner(_load(server.port, requests, clients, warmup, seconds)))
     cpu = server.cpu_seconds() - cpu_before
+    loop = server.main_thread_cpu_seconds() - loop_before
     result["server_cpu_ms_per_req"] = round(cpu * 1000 / max(result["all_requests"], 1), 3)
+    result["loop_cpu_ms_per_req"] = round(loop * 1000 / max(result["all_requests"], 1), 3)
     return result

@@ -17,7 +17,11 @@ Fixed inputs: LoCoMo turns and questions in file order (bench/embed.py's DATA); 
 client, loopback.
 
     python bench/embed_server.py [--quick] [--preloaded N] [--only-recall]
-        [--out bench/out/embed_server.json]
+        [--sustained-rounds N] [--out bench/out/embed_server.json]
+
+--sustained-rounds N runs part 1 alone, N rounds of embedder off then `local`, each on a new
+server: the off baseline moves by up to x2 between identical runs on a shared machine, so the
+ratio is read from the medians of the rounds (and each round is in the JSON).
 """
 
 from __future__ import annotations
@@ -227,19 +231,59 @@ def recall_at(turns: list[str], questions: list[str], events: int) -> dict[str, 
     return {"events": events, "build_and_embed_s": round(build_s, 1), **timed}
 
 
+def sustained_rounds(turns: list[str], seconds: int, rounds: int) -> dict[str, Any]:
+    """Part 1 alone, `rounds` times embedder off then on; every round and the medians."""
+    each: list[dict[str, Any]] = []
+    for i in range(rounds):
+        off = sustained("none", turns, seconds)
+        on = sustained("local", turns, seconds)
+        pair = {"round": i, "off": off, "local": on, "loadavg": os.getloadavg()[0]}
+        pair["p99_ratio"] = round(on["p99_ms"] / off["p99_ms"], 2) if off["p99_ms"] else None
+        print(pair, flush=True)
+        each.append(pair)
+
+    def mid(side: str, key: str) -> float:
+        return round(median([float(r[side][key]) for r in each]), 3)
+
+    summary = {
+        "off_p50_ms": mid("off", "p50_ms"),
+        "off_p99_ms": mid("off", "p99_ms"),
+        "local_p50_ms": mid("local", "p50_ms"),
+        "local_p99_ms": mid("local", "p99_ms"),
+        "local_max_pending": mid("local", "max_pending"),
+        "local_drain_after_last_s": mid("local", "drain_after_last_s"),
+        "local_vector_lag_bound_s": mid("local", "vector_lag_bound_s"),
+    }
+    summary["p99_ratio_of_medians"] = round(summary["local_p99_ms"] / summary["off_p99_ms"], 2)
+    summary["p99_ratio_median"] = round(median([float(r["p99_ratio"]) for r in each]), 2)
+    print(summary, flush=True)
+    return {"rounds": each, "medians": summary}
+
+
 def main() -> None:
     """Measure, print and write the JSON."""
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--preloaded", type=int, default=None)
     extra.add_argument("--only-recall", action="store_true")
+    extra.add_argument("--sustained-rounds", type=int, default=0)
     known, rest = extra.parse_known_args()
     args = parse_args(__doc__ or "", rest)
     turns, questions = texts()
     seconds = 5 if args.quick else SECONDS
+    if known.sustained_rounds:
+        before = os.getloadavg()
+        result: dict[str, Any] = {"rate": RATE, "seconds": seconds}
+        result |= sustained_rounds(turns, seconds, known.sustained_rounds)
+        result |= {
+            "loadavg_before": [round(x, 2) for x in before],
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+        }
+        write_json("embed_server", result, args.out)
+        return
     events = 2_000 if args.quick else EVENTS
     preloaded = known.preloaded or (10_000 if args.quick else PRELOADED)
     before = os.getloadavg()
-    result: dict[str, Any] = {"rate": RATE, "seconds": seconds}
+    result = {"rate": RATE, "seconds": seconds}
     if not known.only_recall:
         off = sustained("none", turns, seconds)
         print(off, flush=True)

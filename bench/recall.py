@@ -255,7 +255,7 @@ def scenario_latency(setup: Setup) -> dict[str, Any]:
             assert not result["errors"], result
             per.setdefault(name, []).append(result)
     # Server CPU per request moves less than latency when other work shares the machine.
-    keys = ("p50_ms", "p99_ms", "server_cpu_ms_per_req")
+    keys = ("p50_ms", "p99_ms", "server_cpu_ms_per_req", "loop_cpu_ms_per_req")
     return {name: _medians(runs, keys) for name, runs in per.items()}
 
 
@@ -311,7 +311,16 @@ def scenario_vector_recall(setup: Setup) -> dict[str, Any]:
     return {"recall_at_10": round(found / (10 * len(q)), 4), "queries": len(q)}
 
 
-WHILE_APPENDING = ("recall_alone_p50_ms", "recall_p50_ms", "recall_p99_ms", "appends_per_sec")
+WHILE_APPENDING = (
+    "recall_alone_p50_ms",
+    "recall_p50_ms",
+    "recall_p99_ms",
+    "appends_per_sec",
+    "recalls_per_sec",
+    "server_cpu_ms_per_req",
+    "loop_cpu_ms_per_req",
+    "load_average",
+)
 
 
 def scenario_recall_while_appending(setup: Setup) -> dict[str, Any]:
@@ -344,15 +353,23 @@ def _while_appending(
         out["appends"] = load(server.port, appends, 8, warmup=0.5, seconds=seconds + 0.5)
 
     writers = threading.Thread(target=write)
+    cpu_before, loop_before = server.cpu_seconds(), server.main_thread_cpu_seconds()
     writers.start()
     together = load(server.port, recalls, 1, warmup=0.7, seconds=seconds)
     writers.join()
+    cpu = server.cpu_seconds() - cpu_before
+    loop = server.main_thread_cpu_seconds() - loop_before
     assert not together["errors"] and not out["appends"]["errors"], (together, out)
+    requests = together["all_requests"] + out["appends"]["all_requests"]
     return {
         "recall_alone_p50_ms": alone["p50_ms"],
         "recall_p50_ms": together["p50_ms"],
         "recall_p99_ms": together["p99_ms"],
         "appends_per_sec": out["appends"]["per_sec"],
+        "recalls_per_sec": together["per_sec"],
+        # every thread's CPU while the 9 clients ran (warm-ups included), over their requests
+        "server_cpu_ms_per_req": round(cpu * 1000 / max(requests, 1), 3),
+        "loop_cpu_ms_per_req": round(loop * 1000 / max(requests, 1), 3),
         "load_average": round(os.getloadavg()[0], 2),
     }
 
@@ -372,7 +389,7 @@ def scenario_fused_ab(setup: Setup) -> dict[str, Any]:
             assert not result["errors"], result
             result["load_average"] = round(os.getloadavg()[0], 2)
             rounds[name].append(result)
-    keys = ("p50_ms", "p99_ms", "server_cpu_ms_per_req", "load_average")
+    keys = ("p50_ms", "p99_ms", "server_cpu_ms_per_req", "loop_cpu_ms_per_req", "load_average")
     return {name: _medians(runs, keys) for name, runs in rounds.items()}
 
 

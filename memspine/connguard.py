@@ -13,6 +13,8 @@ few hundred of them could take the server off the network. Here:
 - the body must be complete within MEMSPINE_BODY_TIMEOUT_SECS of the headers: the route
   reading it then answers 408 through memspine/edge.py (BODY_TIMED_OUT in the scope), and
   a body nobody is reading any more is cut off.
+
+Each answer's head and body leave in one socket write (memspine/wire.py).
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from uvicorn.server import ServerState
 
 from memspine.config import Settings
 from memspine.edge import BODY_TIMED_OUT
+from memspine.wire import one_write
 
 log = logging.getLogger("memspine.connections")
 
@@ -199,8 +202,11 @@ class GuardedProtocol(HttpToolsProtocol):
             self._since = self.loop.time()
 
     def on_headers_complete(self) -> None:
-        """The headers are in: the body's clock starts."""
+        """The headers are in: the body's clock starts; the new cycle writes once per answer."""
+        existing = self.cycle
         super().on_headers_complete()
+        if self.cycle is not None and self.cycle is not existing:
+            one_write(self.cycle)
         self._phase = Phase.BODY
         self._since = self.loop.time()
         self._header_bytes = 0

@@ -85,8 +85,11 @@ def configure_logging(level: str, stream: IO[str] | None = None) -> None:
 def log_request(record: RequestRecord) -> None:
     """Write one request line (DEBUG for successful health and metrics polls)."""
     quiet = record.route in QUIET_ROUTES and record.status < 400
+    level = logging.DEBUG if quiet else logging.INFO
+    if not request_log.isEnabledFor(level):  # the usual case under load: build nothing
+        return
     request_log.log(
-        logging.DEBUG if quiet else logging.INFO,
+        level,
         "request",
         extra={
             "request_id": record.request_id,

@@ -6,6 +6,7 @@ Tenant ids appear only with MEMSPINE_METRICS_PER_TENANT=1; event text never does
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -69,6 +70,7 @@ class Metrics:
             buckets=PURGE_BUCKETS,
             registry=r,
         )
+        self._children: dict[tuple[str, str, int], tuple[Any, Any]] = {}
         self.tenant_requests: Counter | None = None
         if per_tenant:
             self.tenant_requests = Counter(
@@ -99,11 +101,22 @@ class Metrics:
 
     def observe_request(self, record: RequestRecord) -> None:
         """Count and time one HTTP request."""
-        status = str(record.status)
-        self.requests.labels(record.route, record.method, status).inc()
-        self.latency.labels(record.route, record.method, status).observe(record.duration)
+        key = (record.route, record.method, record.status)
+        children = self._children.get(key)
+        if children is None:
+            # labels() locks and builds its key on every call: on the event loop, once per
+            # request of every route, so each combination's children are looked up once (route
+            # templates, METHODS and statuses: a bounded set).
+            status = str(record.status)
+            children = (
+                self.requests.labels(record.route, record.method, status),
+                self.latency.labels(record.route, record.method, status),
+            )
+            self._children[key] = children
+        children[0].inc()
+        children[1].observe(record.duration)
         if self.tenant_requests is not None and record.tenant_id is not None:
-            self.tenant_requests.labels(record.tenant_id, status).inc()
+            self.tenant_requests.labels(record.tenant_id, str(record.status)).inc()
 
     def observe_purge(self, seconds: float) -> None:
         """Record how long one tenant's purge took (called by the purger)."""

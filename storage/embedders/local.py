@@ -90,6 +90,12 @@ class LocalEmbedder:
         self.loads += 1
         try:
             path = model_dir(self._model_dir)
+            # tokenizers would run encode_batch on its own pool of threads (rayon's), made once
+            # per process by the first call at that thread's priority: a query a request embeds
+            # first (nice 0) would leave every later batch's tokenizing at the request threads'
+            # priority, not the embedder's (storage/tenants/embedding.py nices its threads).
+            # Sequential, a batch is tokenized on the thread that embeds it (bench/RESULTS.md).
+            os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
             import onnxruntime as ort
             import tokenizers
 

@@ -41,6 +41,10 @@ log = logging.getLogger("memspine.keyword")
 _WORD = re.compile(r"[^\W_]+")
 MAX_QUERY_WORDS = 64
 TIE_HITS = 1024  # hits a search takes past its limit to order equal scores by append order
+# A search fetches this many times its limit at once: the hits past the cut say whether equal
+# scores run across it, and a second search to find out costs a whole search where a deeper
+# first one costs little (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
+TIE_FETCH = 2
 WRITER_HEAP_BYTES = 16_000_000
 # The fold commits at most this often: every commit is a new segment (fsyncs now, merge CPU
 # later), and at hundreds of appends a second one commit per group commit spent a large share of
@@ -584,13 +588,13 @@ def _search(
     """One committed searcher's BM25 hits for the words, kind and tags required."""
     searcher = view.searcher
     query = view.query(words, kind, filters)
-    hits = searcher.search(query, limit + 1).hits
+    hits = searcher.search(query, TIE_FETCH * limit + 1, count=False).hits
     # Equal scores come out in the segments' document order, which a purge's rebuild or a
     # merge changes (and a copy of the tenant has its own): when the cut falls among equal
     # scores, take all of them, so that Ranked's order by seq decides which make it (up to
     # TIE_HITS more: past that many equal scores the order is the segments' again).
     while len(hits) > limit and hits[-1][0] == hits[limit - 1][0] and len(hits) < limit + TIE_HITS:
-        more = searcher.search(query, min(2 * len(hits), limit + TIE_HITS)).hits
+        more = searcher.search(query, min(2 * len(hits), limit + TIE_HITS), count=False).hits
         if len(more) == len(hits):
             break
         hits = more
@@ -694,7 +698,7 @@ class Merge:
         while True:
             if searcher is not None and searched != fetch:
                 assert query is not None
-                hits = searcher.search(query, fetch).hits
+                hits = searcher.search(query, fetch, count=False).hits
                 seqs = cast(list[int], searcher.fast_field_values("seq", [a for _s, a in hits]))
                 searched = fetch
             head = _head(queued, limit + dead)
@@ -795,6 +799,11 @@ class Ranked:
         self.searcher = searcher
         self.score_of = score_of  # a hit's score where the entry leaves it None
         if entries is None:  # Tantivy's hits as they come: (score, address)
+            if limit and len(hits) > limit:  # only the ties of the cut compete for its places
+                cut, end = hits[limit - 1][0], limit
+                while end < len(hits) and hits[end][0] == cut:
+                    end += 1
+                hits = hits[:end]
             values: list[int] = []
             if searcher is not None:
                 addrs = [addr for _score, addr in hits]

@@ -42,6 +42,9 @@ log = logging.getLogger("memspine.embedding")
 # Texts per embed call: the call size bench/embed.py measures (the local embedder sorts a call by
 # length and runs its batches on a thread per core; fewer, larger calls cost less per text).
 BATCH = 256
+# Vectors per write on the tenant's writer: an append queued behind a write waits for this many
+# record rewrites and one commit, not a whole batch's (bench/RESULTS.md, issue 18's append p99).
+WRITE_CHUNK = 32
 DEFAULT_MAX_PENDING = 10_000
 RETRY_FIRST_SECS = 0.5
 RETRY_MAX_SECS = 30.0
@@ -80,11 +83,13 @@ class EmbeddingWorker:
         default_dim: int,
         max_pending: int = DEFAULT_MAX_PENDING,
         batch: int = BATCH,
+        write_chunk: int = WRITE_CHUNK,
     ) -> None:
         self.embedder = embedder
         self.default_dim = default_dim  # MEMSPINE_EMBEDDING_DIM: what new tenants get
         self.max_pending = max_pending
         self.batch = batch
+        self.write_chunk = max(1, write_chunk)
         self.use_open: UseOpen | None = None  # set by the TenantManager that owns the tenants
         self._cond = threading.Condition()
         self._pending: dict[str, int] = {}  # open tenant -> events it lists (read after a batch)
@@ -332,18 +337,24 @@ class EmbeddingWorker:
                 return
 
     def _store(self, tenant: Tenant, batch: _Kept) -> bool:
-        """Write a batch's vectors; False if a delete since they were made means making them
-        again; DiskFull, with the batch kept, if the disk is full."""
-        try:
-            written = tenant.store_vectors(batch.items, batch.model, batch.deletes).result()
-        except DiskFull:
+        """Write a batch's vectors, WRITE_CHUNK at a time; False if a delete since they were
+        made means making the rest again; DiskFull, with the rest kept, if the disk is full."""
+        while batch.items:
+            # One chunk per turn of the writer, the next asked for once it is written: an
+            # append that arrives meanwhile is committed between two chunks, not after them all.
+            chunk = batch.items[: self.write_chunk]
+            try:
+                written = tenant.store_vectors(chunk, batch.model, batch.deletes).result()
+            except DiskFull:
+                with self._cond:
+                    self._kept = batch
+                raise
+            if written is None:
+                return False
+            del batch.items[: len(chunk)]
             with self._cond:
-                self._kept = batch
-            raise
-        if written is None:
-            return False
+                self.embedded += written
         with self._cond:
-            self.embedded += written
             refused, self._disk_failures = self._disk_failures, 0
         if refused:
             log.warning(

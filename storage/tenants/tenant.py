@@ -480,15 +480,34 @@ class Tenant:
         to how many were written, or None when an event was deleted since they were read (a
         chain may carry it: the caller makes them again)."""
 
+        def apply(txn: Any) -> tuple[int, list[StoredVector]]:
+            return self.log.view(txn).last_seq(), self.log.store_vectors(txn, vectors, model)
+
         def run() -> int | None:
             if self.deletes != deletes:
                 return None
-            written = self.log.write(lambda txn: self.log.store_vectors(txn, vectors, model))
-            if written:
+            start, written = self.log.write(apply)
+            if written and not self._project_vectors(start, written):
                 self.catch_up()
             return len(written)
 
         return self.call(run)
+
+    def _project_vectors(self, start: int, written: list[StoredVector]) -> bool:
+        """Feed the vector index server vectors just written from memory, as catch_up would
+        from the log; False if catch_up must (the indexes are behind start)."""
+        # Their ops are the log's ops after start, one OP_EMBED each in the order written, and
+        # each vector what catch_up would read back: reading 1.5 KB records back would hold the
+        # writer (and appends queued behind it) for longer than the write itself.
+        if not (start == self.keyword_seq == self.vector_seq):
+            return False
+        labels = [item.seq for item in written]
+        last = start + len(written)
+        self.keyword.publish([], [], last)
+        self.vectors.delete(labels)
+        self.vectors.add(labels, [item.vector for item in written])
+        self.keyword_seq = self.vector_seq = last
+        return True
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run fn on the writer thread, alone, between group commits; resolves to its result."""
