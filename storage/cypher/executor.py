@@ -113,15 +113,13 @@ def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
     meter = ctx.meter
     max_rows = meter.limits.max_rows
     rows: Iterator[Row] = iter([{}])
-    steps, last = plan.steps, plan.steps[-1]
+    last = plan.steps[-1]
     # a sorted RETURN hands over its rows as the answer's lists, not as maps to pick from
-    as_lists = type(last) is ProjectStep and sorted_columns(last)
-    for step in steps[:-1] if as_lists else steps:
+    sorted_last = last if type(last) is ProjectStep and sorted_columns(last) else None
+    for step in plan.steps if sorted_last is None else plan.steps[:-1]:
         rows = _STEPS[type(step)](step, rows, ctx)
     answer: Iterator[Any] = (
-        sorted_values(last, rows, ctx.compile, meter)
-        if type(last) is ProjectStep and as_lists
-        else rows
+        rows if sorted_last is None else sorted_values(sorted_last, rows, ctx.compile, meter)
     )
     out: list[Any] = []
     columns, tick, render = plan.columns, meter.tick, meter.render
@@ -133,7 +131,7 @@ def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
         if len(out) >= max_rows:
             raise InvalidRequest(f"query produced more than {max_rows} rows; add LIMIT")
         meter.row_values = 0
-        if as_lists:
+        if sorted_last is not None:
             rendered = row
         else:
             rendered = [row[column] for column in columns] if pick is None else list(pick(row))
