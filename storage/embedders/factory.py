@@ -28,9 +28,9 @@ def make_embedder(
     if kind == "local":
         if url or model:
             raise ValueError("the local embedder takes no url or model")
-        from storage.embedders.local import LocalEmbedder
+        from storage.embedders.child import ChildEmbedder
 
-        return LocalEmbedder(**options)
+        return ChildEmbedder(**options)
     if kind == "openai":
         if not url or not model:
             raise ValueError("the openai embedder needs a url and a model")
