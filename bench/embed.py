@@ -4,13 +4,20 @@ Fixed inputs: the turns of LoCoMo conversations 0-4 in file order (2,760 texts; 
 takes the first 300) and their questions. In the same run, the baseline: a plain numpy
 float32 forward pass over the same weights, one text at a time (no padding), on a sample.
 
-    python bench/embed.py [--quick] [--out bench/out/embed.json]
+Then the server's form (storage/embedders/child.py): int8 on 2 threads in a child process,
+its start, its throughput over the pipes, and one query's latency made in this process (as the
+server does) against through the child, idle and while another thread keeps the child busy with
+calls of CALL_SIZE (as the background embedder does).
+
+    python bench/embed.py [--quick] [--child-only] [--out bench/out/embed.json]
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +30,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import median, parse_args, percentile, write_json
 
+from storage.embedders.child import ChildEmbedder
 from storage.embedders.local import MAX_TOKENS, LocalEmbedder
 from storage.embedders.weights import model_dir, read_safetensors
 
@@ -108,7 +116,8 @@ def baseline(texts: list[str], ref: np.ndarray, tokenizer: Any) -> dict[str, Any
     }
 
 
-def throughput(emb: LocalEmbedder, texts: list[str]) -> tuple[list[float], list[float], np.ndarray]:
+def throughput(
+    emb: LocalEmbedder | ChildEmbedder, texts: list[str]) -> tuple[list[float], list[float], np.ndarray]:
     """Texts per second (wall) and per CPU-second, over every text in calls of CALL_SIZE."""
     rates, cpu_rates, out = [], [], np.zeros((0, 384), np.float32)
     for _ in range(RUNS):
@@ -183,11 +192,76 @@ def variant(
     return row
 
 
+def query_times(embed: Any, questions: list[str]) -> dict[str, float]:
+    """p50/p99 in ms of one distinct question at a time through `embed`."""
+    times = []
+    for q in questions:
+        start = time.perf_counter()
+        embed(q)
+        times.append((time.perf_counter() - start) * 1000)
+    return {"p50_ms": round(median(times), 2), "p99_ms": round(percentile(times, 99), 2)}
+
+
+def child_variant(texts: list[str], ref: np.ndarray, questions: list[str]) -> dict[str, Any]:
+    """The server's local embedder: the model in a child process; queries both ways."""
+    emb = ChildEmbedder(threads=os.cpu_count() or 1)
+    emb.load()
+    start_s = emb.start_secs or 0.0
+    emb.embed(texts[:64])
+    rates, _cpu, got = throughput(emb, texts)
+    emb.embed_query("warm up the in-process query model")
+    here = lambda q: emb.queries.get(q, emb._embed_here)  # noqa: E731
+    child = lambda q: emb.embed([q])[0]  # noqa: E731
+    idle = {
+        "in_process": query_times(here, questions[:150]),
+        "via_child": query_times(child, questions[150:300]),
+    }
+    stop = threading.Event()
+
+    def busy() -> None:
+        i = 0
+        while not stop.is_set():
+            emb.embed(texts[i : i + CALL_SIZE] or texts[:CALL_SIZE])
+            i = (i + CALL_SIZE) % len(texts)
+
+    worker = threading.Thread(target=busy)
+    worker.start()
+    try:
+        loaded = {
+            "in_process": query_times(here, questions[300:450]),
+            "via_child": query_times(child, questions[450:490]),
+        }
+    finally:
+        stop.set()
+        worker.join()
+    emb.close()
+    row = {
+        "start_s": round(start_s, 2),
+        "model_load_in_child_s": round(emb.load_secs or 0.0, 2),
+        "texts_per_s": round(median(rates), 1),
+        "runs": [round(r, 1) for r in rates],
+        **cosines(got, ref),
+        "query_idle": idle,
+        "query_while_batches_run": loaded,
+    }
+    print({"child": row}, flush=True)
+    return row
+
+
 def main() -> None:
     """Measure, print and write the JSON."""
-    args = parse_args(__doc__ or "")
+    extra = argparse.ArgumentParser(add_help=False)
+    extra.add_argument("--child-only", action="store_true")
+    known, rest = extra.parse_known_args()
+    args = parse_args(__doc__ or "", rest)
     texts, ref, questions, qref = load_inputs(args.quick)
     load_before = os.getloadavg()
+    if known.child_only:
+        row = child_variant(texts, ref, questions)
+        after = [round(x, 2) for x in os.getloadavg()]
+        before = [round(x, 2) for x in load_before]
+        write_json("embed", {"child": row, "loadavg_before": before, "loadavg_after": after}, args.out)
+        return
     probe = LocalEmbedder(threads=1)
     probe.load()
     tokens = [len(e.ids) for e in probe._tokenizer.encode_batch(texts)]
@@ -200,9 +274,11 @@ def main() -> None:
         for p in ("int8", "fp32")
         for t in sorted({1, cpus})
     ]
+    child = child_variant(texts, ref, questions)
     write_json(
         "embed",
         {
+            "child": child,
             "texts": len(texts),
             "questions": len(questions),
             "tokens_mean": round(float(np.mean(tokens)), 1),

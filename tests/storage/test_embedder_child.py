@@ -1,0 +1,96 @@
+"""The local model in a child process (storage/embedders/child.py), with the real model: the
+child runs below the server's priority, a child that is killed is started again and no vector is
+lost, and close leaves no process behind."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from storage.embedders import make_embedder
+from storage.embedders.child import DIED, ChildEmbedder
+from storage.model import NewEvent
+from storage.tenants.embedding import EmbeddingWorker
+from storage.tenants.manager import TenantManager
+
+T0 = 1_800_000_000_000_000
+HOUR = 3_600_000_000  # notes an hour apart: no chain between them, each vector its text's own
+TEXTS = [
+    "Lena wants status notes as three bullets",
+    "no tables in the weekly report",
+    "the deploy runs every Tuesday at nine",
+    "Marco prefers tea to coffee",
+]
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this id exists (a zombie counts: it was not reaped)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def nice_of(pid: int) -> int:
+    """A process's nice value, from /proc (field 19 of stat)."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2 :].split()[16])
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_killed_child_is_started_again_and_no_vector_is_lost(tmp_path: Path) -> None:
+    embedder = make_embedder("local")
+    assert isinstance(embedder, ChildEmbedder) and not embedder.loaded
+    embedder.load()
+    first = embedder.pid
+    assert first is not None and first != os.getpid()
+    assert nice_of(first) == os.getpriority(os.PRIO_PROCESS, os.getpid()) + 10
+    want = embedder.embed(TEXTS)
+    assert want.shape == (4, 384) and np.allclose(np.linalg.norm(want, axis=1), 1, atol=1e-5)
+    os.kill(first, signal.SIGKILL)
+    worker = EmbeddingWorker(embedder, default_dim=384)
+    manager = TenantManager(tmp_path, embedding_dim=384, embedding=worker)
+    worker.start()
+    try:
+        with manager.use("t") as t:
+            events = [NewEvent(kind="note", ts=T0 + i * HOUR, text=x) for i, x in enumerate(TEXTS)]
+            ids = [a.event_id for a in t.submit_append(events).result()]
+            deadline = time.monotonic() + 120
+            while t.unembedded_count():
+                assert time.monotonic() < deadline, "vectors not made in time"
+                time.sleep(0.05)
+            with t.log.reader() as r:
+                got = [r.get(e).embedding for e in ids]  # type: ignore[union-attr]
+    finally:
+        worker.stop()
+        manager.close_all()
+    # The dead child was found on the first batch, counted, and a new one made every vector.
+    assert worker.failures_by.get(DIED) == 1 and embedder.deaths == 1 and embedder.starts == 2
+    assert np.allclose(np.asarray(got, dtype=np.float32), want, atol=1e-5)
+    assert not alive(first)  # reaped, not a zombie
+    second = embedder.pid
+    assert second is not None and second != first
+    # A query is made in this process, the same vector as the child's for the same text.
+    assert np.allclose(embedder.embed_query(TEXTS[0]), want[0], atol=1e-5)
+    embedder.close()
+    assert not embedder.loaded and not alive(second)
+    assert np.allclose(embedder.embed(TEXTS[:1]), want[:1], atol=1e-5)  # used again: started again
+    third = embedder.pid
+    embedder.close()
+    assert third is not None and not alive(third) and embedder.starts == 3
+
+
+def test_a_child_without_the_model_says_so(tmp_path: Path) -> None:
+    embedder = ChildEmbedder(model_dir=tmp_path)
+    with pytest.raises(Exception) as err:
+        embedder.embed(["anything"])
+    assert getattr(err.value, "reason", None) == "model_missing"
+    assert str(tmp_path) not in str(err.value)  # no path reaches a client
+    assert not embedder.loaded
+    embedder.close()
