@@ -117,7 +117,8 @@ def baseline(texts: list[str], ref: np.ndarray, tokenizer: Any) -> dict[str, Any
 
 
 def throughput(
-    emb: LocalEmbedder | ChildEmbedder, texts: list[str]) -> tuple[list[float], list[float], np.ndarray]:
+    emb: LocalEmbedder | ChildEmbedder, texts: list[str]
+) -> tuple[list[float], list[float], np.ndarray]:
     """Texts per second (wall) and per CPU-second, over every text in calls of CALL_SIZE."""
     rates, cpu_rates, out = [], [], np.zeros((0, 384), np.float32)
     for _ in range(RUNS):
@@ -260,7 +261,9 @@ def main() -> None:
         row = child_variant(texts, ref, questions)
         after = [round(x, 2) for x in os.getloadavg()]
         before = [round(x, 2) for x in load_before]
-        write_json("embed", {"child": row, "loadavg_before": before, "loadavg_after": after}, args.out)
+        write_json(
+            "embed", {"child": row, "loadavg_before": before, "loadavg_after": after}, args.out
+        )
         return
     probe = LocalEmbedder(threads=1)
     probe.load()

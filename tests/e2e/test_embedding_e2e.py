@@ -1,11 +1,13 @@
 """Server vectors across processes: events acknowledged while the embedder failed get their
 vectors after the server is killed and started again (the work is in the log), and the real
-local model gives a handful of text-only events vectors that recall by meaning finds."""
+local model gives a handful of text-only events vectors that recall by meaning finds, from a
+child process of the server's that the server's stop ends."""
 
 from __future__ import annotations
 
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 from endpoint import Endpoint
@@ -23,6 +25,23 @@ def recall_with_vectors(c: Any, body: dict[str, Any], secs: float = 120) -> Any:
         if r.status_code != 503 or time.monotonic() > deadline:
             return r
         assert r.json()["error"] == "unavailable", r.text
+
+
+def model_children(pid: int) -> list[int]:
+    """The server's child processes that run the local model (storage/embedders/child.py)."""
+    found = []
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            stat = (proc / "stat").read_text()
+            cmdline = (proc / "cmdline").read_bytes()
+        except OSError:  # ended meanwhile
+            continue
+        ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+        if ppid == pid and b"storage.embedders.child" in cmdline:
+            found.append(int(proc.name))
+    return found
 
 
 def test_pending_work_survives_a_kill_and_is_embedded_after_the_restart(
@@ -86,3 +105,8 @@ def test_the_local_model_finds_a_handful_of_notes_by_meaning(start_server: Any) 
         r = recall_with_vectors(c, {"text": question, "k": 1})
         assert r.status_code == 200, r.text
         assert [h["text"] for h in r.json()["hits"]] == [want]
+    server_pid = s.proc.pid if s.proc is not None else 0
+    children = model_children(server_pid)
+    assert len(children) == 1  # the model runs in one child process
+    s.stop()
+    assert not Path(f"/proc/{children[0]}").exists()  # ended and reaped with the server

@@ -20,6 +20,7 @@ from endpoint import Endpoint, fake_vector
 from memspine.config import SettingsError, load_settings
 from storage.embedders import Embedder, EmbedderError, make_embedder
 from storage.embedders.bert_graph import MS, _dense, _Graph, row_zero_points
+from storage.embedders.child import ChildEmbedder
 from storage.embedders.local import DIM, MODEL_NAME, LocalEmbedder
 from storage.embedders.openai_compat import OpenAIEmbedder, endpoint_url, retry_after_secs
 
@@ -362,7 +363,7 @@ def test_endpoint_urls_and_retry_after() -> None:
 def test_make_embedder_kinds(endpoint: Endpoint) -> None:
     assert make_embedder("none") is None
     local = make_embedder("local")
-    assert isinstance(local, LocalEmbedder) and not local.loaded
+    assert isinstance(local, ChildEmbedder) and not local.loaded
     remote_ = make_embedder("openai", endpoint.url, "m", None, batch_size=4)
     assert isinstance(remote_, OpenAIEmbedder) and remote_.batch_size == 4
     for bad in (

@@ -80,10 +80,12 @@ def test_a_killed_child_is_started_again_and_no_vector_is_lost(tmp_path: Path) -
     assert np.allclose(embedder.embed_query(TEXTS[0]), want[0], atol=1e-5)
     embedder.close()
     assert not embedder.loaded and not alive(second)
-    assert np.allclose(embedder.embed(TEXTS[:1]), want[:1], atol=1e-5)  # used again: started again
-    third = embedder.pid
-    embedder.close()
-    assert third is not None and not alive(third) and embedder.starts == 3
+
+
+def test_the_child_names_the_model_the_local_embedder_does() -> None:
+    from storage.embedders import child, local
+
+    assert (child.MODEL_NAME, child.DIM) == (local.MODEL_NAME, local.DIM)
 
 
 def test_a_child_without_the_model_says_so(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 from storage import files
-from storage.embedders import make_embedder
 from storage.embedders.base import Embedder
+from storage.embedders.local import LocalEmbedder
 from storage.model import NewEvent
 from storage.read.recall import RecallQuery
 from storage.tenants.embedding import EmbeddingWorker
@@ -42,9 +42,10 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def model() -> Iterator[Embedder]:
-    """The real local model (all-MiniLM-L6-v2 on onnxruntime), loaded once for the module."""
-    embedder = make_embedder("local")
-    assert embedder is not None
+    """The real local model (all-MiniLM-L6-v2 on onnxruntime), loaded once for the module, in
+    this process: its graph built once per test process (tests/conftest.py), where the server's
+    child process (tests/storage/test_embedder_child.py) would build it again."""
+    embedder = LocalEmbedder()
     yield embedder
     embedder.close()
 

@@ -339,7 +339,7 @@ def test_a_format_2_log_reads_read_only_before_its_migration(tmp_path: Path) -> 
 
 
 def test_reembed_switches_a_tenant_to_the_current_model(tmp_path: Path) -> None:
-    from storage.embedders import make_embedder
+    from storage.embedders.local import LocalEmbedder
     from storage.tenants.reembed import reembed
 
     root = tmp_path / "t"
@@ -352,8 +352,7 @@ def test_reembed_switches_a_tenant_to_the_current_model(tmp_path: Path) -> None:
     stale = [StoredVector(e.event_id, e.seq, [1.0] + [0.0] * 383) for e in events[:2]]
     t.store_vectors(stale, model, deletes).result()  # c still awaits its vector
     t.close()
-    embedder = make_embedder("local")
-    assert embedder is not None
+    embedder = LocalEmbedder()  # in this process: its graph built once (tests/conftest.py)
     seen: list[tuple[int, int]] = []
     stats = reembed(root, embedder, progress=lambda done, total: seen.append((done, total)))
     assert (stats.events, stats.model, stats.dim, stats.previous_model) == (
@@ -400,12 +399,11 @@ def test_a_backup_restores_server_vectors_without_recomputing_them(tmp_path: Pat
 def test_work_left_by_an_evicted_tenant_is_done_when_it_opens_again(tmp_path: Path) -> None:
     import time
 
-    from storage.embedders import make_embedder
+    from storage.embedders.local import LocalEmbedder
     from storage.tenants.embedding import EmbeddingWorker
     from storage.tenants.manager import TenantManager
 
-    embedder = make_embedder("local")
-    assert embedder is not None
+    embedder = LocalEmbedder()  # in this process: its graph built once (tests/conftest.py)
     worker = EmbeddingWorker(embedder, default_dim=384)
     manager = TenantManager(tmp_path, embedding_dim=384, max_open=1, embedding=worker)
     with manager.use("a") as a:  # the worker is not started yet: the work waits in the log
