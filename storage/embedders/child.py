@@ -67,10 +67,12 @@ class ChildEmbedder:
         *,
         query_cache: int = QUERY_CACHE_SIZE,
         niceness: int = NICENESS,
+        slice_ns: int = SLICE_NS,
         **options: Any,
     ) -> None:
         self._options = {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
         self.niceness = niceness
+        self.slice_ns = slice_ns  # 0: the kernel's default slice
         self.queries = QueryCache(query_cache)
         self._lock = threading.Lock()  # one exchange with the child at a time
         self._proc: subprocess.Popen[bytes] | None = None
@@ -138,7 +140,9 @@ class ChildEmbedder:
                 if self._query_model is None:
                     from storage.embedders.local import LocalEmbedder
 
-                    options = {k: v for k, v in self._options.items() if k != "threads"}
+                    options: dict[str, Any] = {
+                        k: v for k, v in self._options.items() if k != "threads"
+                    }
                     if "model_dir" in options:
                         options["model_dir"] = Path(options["model_dir"])
                     model = LocalEmbedder(threads=1, query_cache=0, **options)
@@ -169,6 +173,7 @@ class ChildEmbedder:
             raise self._died(proc)
         start = time.perf_counter()
         me = os.getpriority(os.PRIO_PROCESS, os.getpid())  # the process's, not this thread's
+        how = {"options": self._options, "nice": me + self.niceness, "slice_ns": self.slice_ns}
         env = {
             **os.environ,
             "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "false"),
@@ -177,10 +182,10 @@ class ChildEmbedder:
             "OPENBLAS_NUM_THREADS": "1",
         }
         proc = subprocess.Popen(
-            [sys.executable, "-m", "storage.embedders.child", json.dumps(self._options)],
+            [sys.executable, "-m", "storage.embedders.child", json.dumps(how)],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
-            env={**env, "MEMSPINE_EMBEDDER_NICE": str(me + self.niceness)},
+            env=env,
             close_fds=True,
         )
         self.starts += 1
@@ -257,11 +262,10 @@ def _lower_priority(nice: int, slice_ns: int) -> None:
         os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 
-def _child(options: dict[str, Any]) -> int:
+def _child(how: dict[str, Any]) -> int:
     """The child's loop: load the model, say READY, answer each frame until stdin closes."""
-    with contextlib.suppress(ValueError):
-        slice_ns = int(os.environ.get("MEMSPINE_EMBEDDER_SLICE_NS", SLICE_NS))
-        _lower_priority(int(os.environ.get("MEMSPINE_EMBEDDER_NICE", "")), slice_ns)
+    _lower_priority(int(how["nice"]), int(how["slice_ns"]))
+    options = dict(how["options"])
     # stdout carries frames only: anything the libraries print goes to stderr instead.
     out = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)
@@ -302,6 +306,6 @@ def _child(options: dict[str, Any]) -> int:
 
 if __name__ == "__main__":
     try:
-        sys.exit(_child(json.loads(sys.argv[1]) if len(sys.argv) > 1 else {}))
+        sys.exit(_child(json.loads(sys.argv[1])))
     except BrokenPipeError:  # the server went away mid-answer
         sys.exit(0)
