@@ -10,6 +10,8 @@ server does) against through the child, idle and while another thread keeps the 
 calls of CALL_SIZE (as the background embedder does).
 
     python bench/embed.py [--quick] [--child-only] [--out bench/out/embed.json]
+
+--child-only measures the server's form and, beside it, int8 on 2 threads in this process.
 """
 
 from __future__ import annotations
@@ -230,7 +232,7 @@ def child_variant(texts: list[str], ref: np.ndarray, questions: list[str]) -> di
     try:
         loaded = {
             "in_process": query_times(here, questions[300:450]),
-            "via_child": query_times(child, questions[450:490]),
+            "via_child": query_times(child, questions[450:470]),
         }
     finally:
         stop.set()
@@ -257,8 +259,11 @@ def main() -> None:
     args = parse_args(__doc__ or "", rest)
     texts, ref, questions, qref = load_inputs(args.quick)
     load_before = os.getloadavg()
-    if known.child_only:
+    if known.child_only:  # the server's form beside the same model in this process
+        cpus = os.cpu_count() or 1
+        here = variant("int8", cpus, texts, ref, questions, qref)
         row = child_variant(texts, ref, questions)
+        row["in_process_int8"] = {k: here[k] for k in ("texts_per_s", "runs", "query")}
         after = [round(x, 2) for x in os.getloadavg()]
         before = [round(x, 2) for x in load_before]
         write_json(
