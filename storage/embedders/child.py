@@ -18,11 +18,9 @@ next call.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import json
 import logging
 import os
-import platform
 import struct
 import subprocess
 import sys
@@ -42,11 +40,6 @@ log = logging.getLogger("memspine.embedder")
 MODEL_NAME = "sentence-transformers/all-MiniLM-L6-v2"
 DIM = 384
 NICENESS = 10  # the child's nice value over the server process's own
-# The child's scheduler slice (Linux 6.12+'s EEVDF takes 0.1-100 ms per thread; the default is
-# about 3 ms): a request thread that wakes on a core the model holds waits at most this long
-# before it runs, where it waited for the rest of the model's slice (bench/RESULTS.md).
-SLICE_NS = 100_000
-SYS_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}.get(platform.machine())
 OK, ERROR, READY = 0, 1, 2
 HEADER = struct.Struct("<BIII")
 LENGTH = struct.Struct("<I")
@@ -67,12 +60,10 @@ class ChildEmbedder:
         *,
         query_cache: int = QUERY_CACHE_SIZE,
         niceness: int = NICENESS,
-        slice_ns: int = SLICE_NS,
         **options: Any,
     ) -> None:
         self._options = {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
         self.niceness = niceness
-        self.slice_ns = slice_ns  # 0: the kernel's default slice
         self.queries = QueryCache(query_cache)
         self._lock = threading.Lock()  # one exchange with the child at a time
         self._proc: subprocess.Popen[bytes] | None = None
@@ -173,7 +164,7 @@ class ChildEmbedder:
             raise self._died(proc)
         start = time.perf_counter()
         me = os.getpriority(os.PRIO_PROCESS, os.getpid())  # the process's, not this thread's
-        how = {"options": self._options, "nice": me + self.niceness, "slice_ns": self.slice_ns}
+        how = {"options": self._options, "nice": me + self.niceness}
         env = {
             **os.environ,
             "TOKENIZERS_PARALLELISM": os.environ.get("TOKENIZERS_PARALLELISM", "false"),
@@ -248,23 +239,11 @@ def _end(proc: subprocess.Popen[bytes]) -> None:
         proc.wait()
 
 
-def _lower_priority(nice: int, slice_ns: int) -> None:
-    """This thread (and every thread it starts) at `nice`, with a slice of `slice_ns` where
-    the kernel takes one (sched_setattr); the nice value alone elsewhere."""
-    if slice_ns and SYS_SCHED_SETATTR is not None and sys.platform == "linux":
-        # struct sched_attr (56 bytes): SCHED_OTHER, no flags, the nice, the slice as runtime.
-        attr = struct.pack("<IIQiIQQQII", 56, 0, 0, nice, 0, slice_ns, 0, 0, 0, 0)
-        with contextlib.suppress(OSError, AttributeError):
-            libc = ctypes.CDLL(None, use_errno=True)
-            if libc.syscall(SYS_SCHED_SETATTR, 0, ctypes.create_string_buffer(attr, 56), 0) == 0:
-                return
-    with contextlib.suppress(OSError):
-        os.setpriority(os.PRIO_PROCESS, 0, nice)
-
-
 def _child(how: dict[str, Any]) -> int:
     """The child's loop: load the model, say READY, answer each frame until stdin closes."""
-    _lower_priority(int(how["nice"]), int(how["slice_ns"]))
+    # Before any thread is started here: every later thread (the model's workers) inherits it.
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, 0, int(how["nice"]))
     options = dict(how["options"])
     # stdout carries frames only: anything the libraries print goes to stderr instead.
     out = os.fdopen(os.dup(1), "wb")
