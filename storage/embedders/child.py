@@ -43,7 +43,6 @@ NICENESS = 10  # the child's nice value over the server process's own
 OK, ERROR, READY = 0, 1, 2
 HEADER = struct.Struct("<BIII")
 LENGTH = struct.Struct("<I")
-START_TIMEOUT_SECS = 120.0  # building the int8 graph takes a few seconds on a busy machine
 CLOSE_TIMEOUT_SECS = 10.0
 DIED = "model_process_died"  # the failure reason (memspine_embedder_failures) of a dead child
 
