@@ -44,6 +44,7 @@ OK, ERROR, READY = 0, 1, 2
 HEADER = struct.Struct("<BIII")
 LENGTH = struct.Struct("<I")
 CLOSE_TIMEOUT_SECS = 10.0
+ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the storage package
 DIED = "model_process_died"  # the failure reason (memspine_embedder_failures) of a dead child
 
 
@@ -170,6 +171,10 @@ class ChildEmbedder:
             # numpy's BLAS would start a pool of threads at import, before the child lowers its
             # priority; the child multiplies no large matrices with it (onnxruntime does).
             "OPENBLAS_NUM_THREADS": "1",
+            # The child imports this same checkout's storage package, wherever the server runs.
+            "PYTHONPATH": os.pathsep.join(
+                p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
+            ),
         }
         proc = subprocess.Popen(
             [sys.executable, "-m", "storage.embedders.child", json.dumps(how)],
