@@ -669,17 +669,18 @@ class Merge:
 
     def ranked(
         self,
-        tail: list[TailDoc],
+        tail: dict[str, list[TailDoc]],
         limit: int,
         kind: str | None,
         filters: dict[str, FilterValue] | None,
         text_of: Callable[[int], str | None],
     ) -> Ranked:
-        """The merged hits best first, at most limit of them, each live in the caller's snapshot."""
+        """The merged hits best first, at most limit of them, each live in the caller's snapshot
+        (tail: the queued documents' postings of the query's terms)."""
         tags = {property_tag(name, value) for name, value in (filters or {}).items()}
         queued = [
-            (self.scorer.score(d.tf, d.length), d.seq, d.event_id)
-            for d in sorted(tail, key=lambda d: d.seq)
+            (score, d.seq, d.event_id)
+            for score, d in self.scorer.score_postings(tail)
             if (kind is None or d.kind == kind) and tags <= d.tags
         ]
         queued.sort(key=lambda e: (-e[0], e[1]))  # equal scores: the oldest first (see Ranked)
