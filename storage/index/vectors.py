@@ -85,6 +85,11 @@ class VectorIndex:
         self._small = small  # the graph's rows while it holds at most EXACT_BELOW, else None
         self._tail = FlatSet(dim)  # labels acknowledged but not yet in the graph
         self._tail_cond = threading.Condition()
+        # Guarded by _tail_cond: the labels the inserter is moving into the graph, and those of
+        # them deleted or replaced meanwhile (the graph copy is stale: searches skip it, and the
+        # inserter hides it instead of making it live).
+        self._moving: set[int] = set()
+        self._cancelled: set[int] = set()
         self._mark_lock = threading.Lock()
         self._stopping = False
         self._thread = threading.Thread(target=self._drain, name="vectors", daemon=True)
@@ -128,6 +133,7 @@ class VectorIndex:
             while len(self._tail) >= MAX_TAIL and not self._stopping:
                 self._tail_cond.wait()
             self._tail.put(labels, data)
+            self._cancel_moving(labels)  # a new vector for a label on its way: the old is stale
             self._tail_cond.notify_all()
 
     def pending(self) -> int:
@@ -139,10 +145,17 @@ class VectorIndex:
         with self._tail_cond:
             for label in labels:
                 self._tail.pop(label)
+            self._cancel_moving(labels)
         with self.lock.shared():
             for label in labels:
                 if label in self.live:
                     self._overwrite_and_mark(label)
+
+    def _cancel_moving(self, labels: list[int]) -> None:
+        """Note labels the inserter is moving as stale (the caller holds _tail_cond)."""
+        moving = self._moving
+        if moving:
+            self._cancelled.update(label for label in labels if label in moving)
 
     def _overwrite_and_mark(self, label: int) -> None:
         """Replace the stored vector so its bytes leave the graph, then hide it from searches."""
@@ -171,41 +184,59 @@ class VectorIndex:
                     self._tail_cond.wait()
                 if not self._tail:
                     return
-                labels = self._tail.oldest(INSERT_BATCH)
-                data = self._tail.rows(labels)
+                labels, data = self._take(self._tail.oldest(INSERT_BATCH))
             try:
                 self._insert(labels, data)
-                self._settle(labels)
+                self._settle(labels, data)
             except Exception:  # keep serving from the tail rather than die
                 log.exception("vector insert failed; vectors stay in the exact tail")
                 with self._tail_cond:
+                    self._moving.clear()
+                    self._cancelled.clear()
                     self._stopping = True
                     self._tail_cond.notify_all()
                 return
 
-    def _settle(self, labels: list[int]) -> None:
-        """Drop inserted labels from the tail; one deleted while it moved is hidden again."""
-        with self._tail_cond:
-            for label in labels:
-                if self._tail.pop(label) is None:
-                    with self.lock.shared():
-                        self._overwrite_and_mark(label)
-            self._tail_cond.notify_all()
+    def _take(self, labels: list[int]) -> tuple[list[int], np.ndarray]:
+        """Mark labels as moving and copy their rows (the caller holds _tail_cond)."""
+        self._moving = set(labels)
+        self._cancelled = set()
+        return labels, self._tail.rows(labels)
 
     def _insert(self, labels: list[int], data: np.ndarray) -> None:
-        """Insert into the graph, growing it first when full."""
+        """Insert into the graph, growing it first when full (not yet live: _settle makes them so)."""
         needed = self.index.element_count + len(labels)
         if needed > self.index.get_max_elements():
             with self.lock.exclusive():
                 self.index.resize_index(max(needed, 2 * self.index.get_max_elements()))
         with self.lock.shared():
             self.index.add_items(data, np.asarray(labels, dtype=np.uint64), num_threads=1)
-            self.live.update(labels)
+
+    def _settle(self, labels: list[int], data: np.ndarray) -> None:
+        """Make inserted labels live and drop them from the tail, in one step against deletes;
+        one deleted or replaced while it moved is hidden in the graph instead."""
+        # One step under _tail_cond: a delete pops the tail under it too, so it lands either
+        # before (the label is cancelled here) or after (it finds the label live and hides it);
+        # no search sees a deleted vector live in between.
+        with self._tail_cond, self.lock.shared():
+            cancelled = self._cancelled
+            keep = [i for i, label in enumerate(labels) if label not in cancelled]
+            for label in cancelled:
+                self._overwrite_and_mark(label)  # the tail keeps a replacement, if any
+            kept = [labels[i] for i in keep]
+            # Searches read the tail without this lock, then the graph: each label is in the
+            # graph's exact rows and live before it leaves the tail.
             small = self._small
-            if small is not None and len(small) + len(labels) > EXACT_BELOW:
+            if small is not None and len(small) + len(kept) > EXACT_BELOW:
                 self._small = None  # large now: the graph answers from here on
-            elif small is not None:
-                small.put(labels, data)
+            elif small is not None and kept:
+                small.put(kept, data[keep])
+            self.live.update(kept)
+            for label in kept:
+                self._tail.pop(label)
+            self._moving = set()
+            self._cancelled = set()
+            self._tail_cond.notify_all()
 
     def flush(self) -> None:
         """Wait until every accepted vector is in the graph."""
@@ -214,11 +245,9 @@ class VectorIndex:
                 self._tail_cond.wait(timeout=0.5)
         if self._tail:  # the drainer stopped on an error: insert here
             with self._tail_cond:
-                labels = sorted(self._tail.labels())
-                data = self._tail.rows(labels)
-                for label in labels:
-                    self._tail.pop(label)
+                labels, data = self._take(sorted(self._tail.labels()))
             self._insert(labels, data)
+            self._settle(labels, data)
 
     def close(self) -> None:
         """Finish pending inserts and stop the background thread."""
@@ -266,16 +295,23 @@ class VectorIndex:
                 # graph and not yet counted live; knn_query(k=live) would then return those
                 # (found in the tail too) in place of others, and the caller would miss some.
                 return self._exact(query, k, allowed)
-            self.index.set_ef(max(MIN_EF, 2 * k))
+            # Labels deleted while the inserter moves them are in the graph until it hides them:
+            # ask for as many more and leave them out.
+            stale = self._cancelled
+            fetch = k + len(stale)
+            self.index.set_ef(max(MIN_EF, 2 * fetch))
             try:
                 labels, dists = self.index.knn_query(
-                    query[None, :], k=k, num_threads=1, filter=allowed
+                    query[None, :], k=fetch, num_threads=1, filter=allowed
                 )
             except RuntimeError:
                 # Fewer than k allowed vectors were reachable: fall back to an exact scan.
                 return self._exact(query, k, allowed)
         # tolist: Python ints and floats in one call each, not a numpy scalar per element
-        return [(lb, 1.0 - d) for lb, d in zip(labels[0].tolist(), dists[0].tolist(), strict=True)]
+        found = zip(labels[0].tolist(), dists[0].tolist(), strict=True)
+        if stale:
+            return [(lb, 1.0 - d) for lb, d in found if lb not in stale][:k]
+        return [(lb, 1.0 - d) for lb, d in found]
 
     def _exact(self, query: np.ndarray, k: int, allowed: Allowed | None) -> list[tuple[int, float]]:
         """Exact cosine over every live, allowed label in the graph."""

@@ -1,4 +1,5 @@
-"""The vector index's background tail: bounded, and its inserter runs at a lower CPU priority."""
+"""The vector index's background tail: bounded, its inserter niced, and a delete or a new vector
+that lands while the inserter moves a label into the graph never leaves a stale vector findable."""
 
 from __future__ import annotations
 
@@ -57,4 +58,58 @@ def test_the_inserter_thread_runs_niced(tmp_path: Path) -> None:
             time.sleep(0.01)
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == ours
     finally:
+        index.close()
+
+
+def _pause_after_insert(
+    index: VectorIndex, monkeypatch: pytest.MonkeyPatch
+) -> tuple[threading.Event, threading.Event]:
+    """Hold the inserter between its graph insert and its bookkeeping: (inserted, go)."""
+    inserted, go = threading.Event(), threading.Event()
+    real = index._insert
+
+    def insert(labels: list[int], data: np.ndarray) -> None:
+        real(labels, data)
+        inserted.set()
+        assert go.wait(10)
+
+    monkeypatch.setattr(index, "_insert", insert)
+    return inserted, go
+
+
+@pytest.mark.parametrize("graph", ["exact", "hnsw"])
+def test_a_label_deleted_or_replaced_while_it_moves_into_the_graph_is_never_found_stale(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, graph: str
+) -> None:
+    monkeypatch.setattr(vectors, "EXACT_BELOW", 4 if graph == "hnsw" else 2048)
+    index = VectorIndex.create_empty(tmp_path / "v.hnsw", DIM)
+    rows = _vectors(13)
+    fresh = _vectors(1, seed=8)[0]
+    try:
+        index.add(list(range(1, 9)), rows[1:9])
+        index.flush()  # 8 in the graph: past EXACT_BELOW, searched through hnswlib
+        inserted, go = _pause_after_insert(index, monkeypatch)
+        index.add([9, 10, 11, 12], rows[9:13])
+        assert inserted.wait(10)  # 9-12 are in the graph, not yet live
+        index.delete([10])
+        index.delete([11])
+        index.add([11], [fresh])  # 11 gets a new vector while the old one is in the graph
+
+        def check() -> None:
+            assert 10 not in [label for label, _sim in index.search(rows[10], 3)]
+            assert len(index.search(rows[10], 3)) == 3  # the stale one did not take a place
+            best, sim = index.search(fresh, 1)[0]
+            assert (best, round(sim, 4)) == (11, 1.0)
+            assert (11, 1.0) not in [(lb, round(s, 4)) for lb, s in index.search(rows[11], 3)]
+            for label in (9, 12):
+                assert index.search(rows[label], 1)[0][0] == label
+
+        check()  # while the inserter holds 9-12 between the graph and the live set
+        go.set()
+        index.flush()
+        check()
+        assert index.count() == 11  # 1-9, 11 and 12
+        assert 10 not in index.live and 11 in index.live
+    finally:
+        go.set()
         index.close()
