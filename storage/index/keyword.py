@@ -742,11 +742,12 @@ class Merge:
             items = [it for it in items if known.get(it.seq, 0.0) is not None]
             items.sort(key=lambda it: (-it.hi, it.seq))  # equal scores: the oldest first
             changed = False
-            i = 0
-            while i < len(items) and i < limit:
+            i, n = 0, len(items)
+            while i < n and i < limit:
                 j, low = i + 1, items[i].lo
-                while j < len(items) and items[j].hi >= low:  # overlaps the run: order unknown
-                    low = min(low, items[j].lo)
+                while j < n and items[j].hi >= low:  # overlaps the run: order unknown
+                    if items[j].lo < low:
+                        low = items[j].lo
                     j += 1
                 for it in items[i:j]:
                     if it.live and (it.exact or j == i + 1):

@@ -171,6 +171,7 @@ class Scorer:
         """
         totals: dict[int, float] = {}
         docs: dict[int, TailDoc] = {}
+        norms = self._norms
         for term in self.terms:
             holders = postings.get(term)
             weight = self.weights.get(term)
@@ -179,7 +180,10 @@ class Scorer:
             for d in holders:
                 key = id(d)
                 freq = d.tf[term]
-                share = weight * freq / (freq + self.norm(d.length))
+                norm = norms.get(d.length)
+                if norm is None:
+                    norm = self.norm(d.length)
+                share = weight * freq / (freq + norm)
                 total = totals.get(key)
                 if total is None:
                     totals[key] = 0.0 + share
