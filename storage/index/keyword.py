@@ -669,17 +669,18 @@ class Merge:
 
     def ranked(
         self,
-        tail: list[TailDoc],
+        tail: dict[str, list[TailDoc]],
         limit: int,
         kind: str | None,
         filters: dict[str, FilterValue] | None,
         text_of: Callable[[int], str | None],
     ) -> Ranked:
-        """The merged hits best first, at most limit of them, each live in the caller's snapshot."""
+        """The merged hits best first, at most limit of them, each live in the caller's snapshot
+        (tail: the queued documents' postings of the query's terms)."""
         tags = {property_tag(name, value) for name, value in (filters or {}).items()}
         queued = [
-            (self.scorer.score(d.tf, d.length), d.seq, d.event_id)
-            for d in sorted(tail, key=lambda d: d.seq)
+            (score, d.seq, d.event_id)
+            for score, d in self.scorer.score_postings(tail)
             if (kind is None or d.kind == kind) and tags <= d.tags
         ]
         queued.sort(key=lambda e: (-e[0], e[1]))  # equal scores: the oldest first (see Ranked)
@@ -741,11 +742,12 @@ class Merge:
             items = [it for it in items if known.get(it.seq, 0.0) is not None]
             items.sort(key=lambda it: (-it.hi, it.seq))  # equal scores: the oldest first
             changed = False
-            i = 0
-            while i < len(items) and i < limit:
+            i, n = 0, len(items)
+            while i < n and i < limit:
                 j, low = i + 1, items[i].lo
-                while j < len(items) and items[j].hi >= low:  # overlaps the run: order unknown
-                    low = min(low, items[j].lo)
+                while j < n and items[j].hi >= low:  # overlaps the run: order unknown
+                    if items[j].lo < low:
+                        low = items[j].lo
                     j += 1
                 for it in items[i:j]:
                     if it.live and (it.exact or j == i + 1):

@@ -144,18 +144,53 @@ class Scorer:
         self.avgdl = stats.avgdl()
         self._norms: dict[int, float] = {}  # length -> its penalty: documents share few lengths
 
-    def score(self, tf: dict[str, int], length: int) -> float:
-        """A document's score: each query term it holds adds its share."""
-        total = 0.0
+    def norm(self, length: int) -> float:
+        """The length penalty of a document of this many tokens."""
         norm = self._norms.get(length)
         if norm is None:
             norm = K1 * (1.0 - B + B * fieldnorm(length) / self.avgdl) if self.avgdl else K1
             self._norms[length] = norm
+        return norm
+
+    def score(self, tf: dict[str, int], length: int) -> float:
+        """A document's score: each query term it holds adds its share."""
+        total = 0.0
+        norm = self.norm(length)
         for term in self.terms:
             freq = tf.get(term)
             if freq:
                 total += self.weights[term] * freq / (freq + norm)
         return total
+
+    def score_postings(self, postings: dict[str, list[TailDoc]]) -> list[tuple[float, TailDoc]]:
+        """Each document of these postings (a term's holders) with its score.
+
+        The shares are added term by term in the query's order, as `score` adds them, so a
+        document scores the same to the bit (equal texts tie, committed or queued); but only
+        the postings are visited, not every query term of every document that holds one.
+        """
+        totals: dict[int, float] = {}
+        docs: dict[int, TailDoc] = {}
+        norms = self._norms
+        for term in self.terms:
+            holders = postings.get(term)
+            weight = self.weights.get(term)
+            if not holders or weight is None:
+                continue
+            for d in holders:
+                key = id(d)
+                freq = d.tf[term]
+                norm = norms.get(d.length)
+                if norm is None:
+                    norm = self.norm(d.length)
+                share = weight * freq / (freq + norm)
+                total = totals.get(key)
+                if total is None:
+                    totals[key] = 0.0 + share
+                    docs[key] = d
+                else:
+                    totals[key] = total + share
+        return [(total, docs[key]) for key, total in totals.items()]
 
 
 def bounds(
@@ -278,13 +313,8 @@ class Tail:
         self.kinds.clear()
         self.tokens = 0
 
-    def matching(self, terms: list[str]) -> tuple[list[TailDoc], dict[str, int]]:
-        """The queued documents holding any of the terms, and each term's document count here."""
-        seen: dict[int, TailDoc] = {}
-        df: dict[str, int] = {}
-        for term in terms:
-            docs = self.postings.get(term, [])
-            df[term] = len(docs)
-            for d in docs:
-                seen.setdefault(id(d), d)
-        return list(seen.values()), df
+    def matching(self, terms: list[str]) -> tuple[dict[str, list[TailDoc]], dict[str, int]]:
+        """The terms' postings here (copies: publish appends to them), and each term's
+        document count here."""
+        postings = {t: list(self.postings.get(t, ())) for t in terms}
+        return postings, {t: len(docs) for t, docs in postings.items()}

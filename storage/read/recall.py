@@ -197,9 +197,14 @@ def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEven
     chokepoint; over-fetches until depth admitted events or the index runs out."""
     assert adm.q.text
     kind = adm.q.kind
-    if kind is not None and kw.kind_share(kind) >= COMMON_KIND:
+    checked = kind is not None and kw.kind_share(kind) >= COMMON_KIND
+    if checked:
         kind = None  # the chokepoint checks it on each hit
-    limit = depth * 2
+    # Hits come back in their exact order (ties by seq) whatever the limit, so a deeper search
+    # only saves a second one when the chokepoint turns hits away: a kind checked here, or
+    # as_of. Otherwise almost every hit is admitted, and a search for depth hits scores fewer
+    # documents and reads fewer seqs (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
+    limit = depth * 2 if checked or adm.q.as_of is not None else depth
     while True:
         found = kw.ranked(
             adm.q.text, limit=limit, kind=kind, filters=adm.q.filters, text_of=adm.text_for_label

@@ -18,6 +18,9 @@ from storage.index.keyword_tail import (
     ANALYZER,
     FIELDNORMS,
     Scorer,
+    Stats,
+    Tail,
+    TailDoc,
     analyze,
     committed_stats,
     fieldnorm,
@@ -170,6 +173,30 @@ def test_scores_computed_here_are_tantivy_s(tmp_path: Path) -> None:
         for event_id, score in hits:
             assert scorer.score(*analyze(texts[event_id])) == pytest.approx(score, rel=1e-5)
     kw.close()
+
+
+def test_the_tail_s_postings_score_each_document_as_its_terms_do() -> None:
+    """Scoring the queued documents from the query terms' postings gives every document that
+    holds one exactly the sum `score` gives it (equal texts tie, queued or committed), with
+    repeated terms and stems; documents that hold none are not scored."""
+    rng = random.Random(11)
+    tail = Tail()
+    texts = [random_text(rng) for _ in range(200)]
+    tail.add_all([TailDoc(i + 1, f"e{i}", "turn", frozenset(), t) for i, t in enumerate(texts)])
+    stats = Stats(5000, 5000 * 9)
+    for _ in range(80):
+        words = query_terms(" ".join(rng.choice(WORDS + FORMS) for _ in range(rng.randint(1, 6))))
+        terms = query_tokens(words)
+        assert terms is not None
+        postings, df = tail.matching(terms)
+        scorer = Scorer(terms, {t: n + rng.randint(0, 50) for t, n in df.items()}, stats)
+        got = {d.seq: score for score, d in scorer.score_postings(postings)}
+        held = {d.seq for d in tail.docs if set(d.tf) & set(terms)}
+        assert set(got) == held
+        for d in tail.docs:
+            if d.seq in got:
+                assert got[d.seq] == scorer.score(d.tf, d.length)  # to the bit
+                assert got[d.seq] == scorer.score(*analyze(texts[d.seq - 1]))
 
 
 @pytest.fixture
