@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import sys
 import threading
 import time
@@ -79,9 +80,8 @@ def drained(c: httpx.Client) -> float:
 
 def sustained(embedder: str, turns: list[str], seconds: int) -> dict[str, Any]:
     """Paced appends at RATE/s for `seconds`; latencies, and with an embedder the backlog."""
-    server = start_memspine(
-        scratch_dir(f"embed-server-{embedder}"), {"MEMSPINE_EMBEDDER": embedder}
-    )
+    scratch = scratch_dir(f"embed-server-{embedder}")
+    server = start_memspine(scratch, {"MEMSPINE_EMBEDDER": embedder})
     base = f"http://127.0.0.1:{server.port}"
     try:
         with httpx.Client(base_url=base, headers=AUTH, timeout=60) as c:
@@ -125,6 +125,7 @@ def sustained(embedder: str, turns: list[str], seconds: int) -> dict[str, Any]:
             sampler.join()
     finally:
         server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)  # 25 MB a round otherwise
     return {
         "embedder": embedder,
         "appends": n,
@@ -169,7 +170,8 @@ def recall_preloaded(turns: list[str], questions: list[str], events: int) -> dic
     """Fused recall with a server-embedded query in a server-space tenant of `events` turns."""
     vectors = model_vectors()
     rng = np.random.default_rng(18)
-    server = start_memspine(scratch_dir("embed-server-preloaded"), {"MEMSPINE_EMBEDDER": "local"})
+    scratch = scratch_dir("embed-server-preloaded")
+    server = start_memspine(scratch, {"MEMSPINE_EMBEDDER": "local"})
     try:
         with httpx.Client(
             base_url=f"http://127.0.0.1:{server.port}", headers=AUTH, timeout=600
@@ -202,12 +204,14 @@ def recall_preloaded(turns: list[str], questions: list[str], events: int) -> dic
             timed = timed_recalls(c, questions)
     finally:
         server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)  # 25 MB a round otherwise
     return {"events": events, "build_s": round(build_s, 1), **timed}
 
 
 def recall_at(turns: list[str], questions: list[str], events: int) -> dict[str, Any]:
     """Fused recall with a server-embedded query over HTTP, uncached and cached."""
-    server = start_memspine(scratch_dir("embed-server-recall"), {"MEMSPINE_EMBEDDER": "local"})
+    scratch = scratch_dir("embed-server-recall")
+    server = start_memspine(scratch, {"MEMSPINE_EMBEDDER": "local"})
     try:
         with httpx.Client(
             base_url=f"http://127.0.0.1:{server.port}", headers=AUTH, timeout=600
@@ -228,6 +232,7 @@ def recall_at(turns: list[str], questions: list[str], events: int) -> dict[str, 
             timed = timed_recalls(c, questions)
     finally:
         server.stop()
+        shutil.rmtree(scratch, ignore_errors=True)  # 25 MB a round otherwise
     return {"events": events, "build_and_embed_s": round(build_s, 1), **timed}
 
 
