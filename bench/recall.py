@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import shutil
 import sys
@@ -102,6 +103,7 @@ class Setup:
     rounds: int
     notes: dict[str, Any] = field(default_factory=dict)
     base: Process | None = None  # with --base: another checkout's server over a copy of the tenant
+    appenders_in_thread: bool = False  # --appenders-in-thread: the entries before 2026-12-02 16:00
 
 
 def load_corpus() -> Corpus:
@@ -337,25 +339,47 @@ def scenario_recall_while_appending(setup: Setup) -> dict[str, Any]:
     rounds: dict[str, list[dict[str, Any]]] = {name: [] for name in servers}
     for n in range(setup.rounds):
         for name in sorted(servers, reverse=n % 2 == 1):
-            rounds[name].append(_while_appending(servers[name], recalls, appends, seconds))
+            rounds[name].append(
+                _while_appending(
+                    servers[name], recalls, appends, seconds, setup.appenders_in_thread
+                )
+            )
     out = {name: _medians(runs, WHILE_APPENDING) for name, runs in rounds.items()}
     return out["new"] if setup.base is None else out
 
 
 def _while_appending(
-    server: Process, recalls: list[bytes], appends: list[bytes], seconds: float
+    server: Process, recalls: list[bytes], appends: list[bytes], seconds: float, in_thread: bool
 ) -> dict[str, Any]:
-    """One round: recall alone, then recall while 8 clients append."""
+    """One round: recall alone, then recall while 8 clients append.
+
+    The 8 appenders run in a process of their own, as real clients do: run from a thread of
+    this process (in_thread, the entries before 2026-12-02 16:00), their work held this
+    process's interpreter lock while the recall client's answer waited for it, and that wait
+    was counted as the server's latency."""
     alone = load(server.port, recalls, 1, warmup=0.3, seconds=seconds / 2)
     out: dict[str, dict[str, Any]] = {}
-
-    def write(out: dict[str, dict[str, Any]] = out) -> None:
-        out["appends"] = load(server.port, appends, 8, warmup=0.5, seconds=seconds + 0.5)
-
-    writers = threading.Thread(target=write)
     cpu_before, loop_before = server.cpu_seconds(), server.main_thread_cpu_seconds()
-    writers.start()
+    if in_thread:
+
+        def write(out: dict[str, dict[str, Any]] = out) -> None:
+            out["appends"] = _append_load(server.port, appends, seconds)
+
+        writers: Any = threading.Thread(target=write)
+        writers.start()
+    else:
+        ctx = multiprocessing.get_context("spawn")
+        results: Any = ctx.Queue()
+        started = ctx.Event()
+        writers = ctx.Process(
+            target=_append_process, args=(server.port, appends, seconds, started, results)
+        )
+        writers.start()
+        if not started.wait(60):
+            raise RuntimeError("the appenders' process did not start")
     together = load(server.port, recalls, 1, warmup=0.7, seconds=seconds)
+    if not in_thread:
+        out["appends"] = results.get(timeout=60)
     writers.join()
     cpu = server.cpu_seconds() - cpu_before
     loop = server.main_thread_cpu_seconds() - loop_before
@@ -372,6 +396,19 @@ def _while_appending(
         "loop_cpu_ms_per_req": round(loop * 1000 / max(requests, 1), 3),
         "load_average": round(os.getloadavg()[0], 2),
     }
+
+
+def _append_load(port: int, appends: list[bytes], seconds: float) -> dict[str, Any]:
+    """The 8 appenders' closed loop, long enough to cover the recall client's warm-up and run."""
+    return load(port, appends, 8, warmup=0.5, seconds=seconds + 0.5)
+
+
+def _append_process(
+    port: int, appends: list[bytes], seconds: float, started: Any, results: Any
+) -> None:
+    """The appenders in a process of their own: say so, run, send back what they measured."""
+    started.set()
+    results.put(_append_load(port, appends, seconds))
 
 
 def scenario_fused_ab(setup: Setup) -> dict[str, Any]:
@@ -640,7 +677,17 @@ def run_size(size: int, corpus: Corpus, work: Path, args: argparse.Namespace) ->
         base = serve(base_data, args.base)
     server = serve(data)
     try:
-        setup = Setup(size, root, server, corpus, vectors, args.quick, args.rounds, base=base)
+        setup = Setup(
+            size,
+            root,
+            server,
+            corpus,
+            vectors,
+            args.quick,
+            args.rounds,
+            base=base,
+            appenders_in_thread=args.appenders_in_thread,
+        )
         for name, scenario in SCENARIOS.items():
             if args.only and name not in args.only:
                 continue
@@ -716,6 +763,11 @@ def main(argv: list[str] | None = None) -> int:
         default=None,
         help="another checkout (e.g. a git archive of main) served beside this one, rounds "
         "interleaved, in fused_ab and recall_while_appending",
+    )
+    parser.add_argument(
+        "--appenders-in-thread",
+        action="store_true",
+        help="recall_while_appending's appenders in a thread of this process (the old way)",
     )
     args = parser.parse_args(argv)
     sizes = args.sizes or (QUICK_SIZES if args.quick else SIZES)
