@@ -23,7 +23,6 @@ from storage.embedders import EmbedderError, make_embedder
 from storage.erasure.purge import for_want_of_room
 from storage.errors import MemspineError, NotFound, QuotaExceeded, Unavailable
 from storage.log import layout
-from storage.priority import PARTIES, READS
 from storage.model import AppendResult, ItemRefused, NewEvent, Quota, QuotaSource, StoredEvent
 from storage.read.current import EventState
 from storage.read.listing import ListQuery
@@ -228,7 +227,7 @@ class Engine:
         self, t: Tenant, tenant_id: str, fn: Callable[[Tenant], T], *, short: bool
     ) -> T:
         """Run fn against a tenant this request holds, here or on a read thread (read())."""
-        if short and ("loop" in PARTIES or self._leases == 1) and t.reads_start_at_once():
+        if short and self._leases == 1 and t.reads_start_at_once():
             return fn(t)
         return await self.read_threads.run(fn, t, tenant_id)
 
@@ -360,12 +359,6 @@ class Engine:
         this server makes, a query with text and no embedding gets the embedder's vector of
         the text and both arms (docs/recall.md); wait_for_vectors first waits until every
         event acknowledged before the recall has its vector."""
-        with READS.reading():
-            return await self._recall(tenant_id, query, wait_for_vectors=wait_for_vectors)
-
-    async def _recall(
-        self, tenant_id: str, query: RecallQuery, *, wait_for_vectors: bool
-    ) -> RecallResult:
         # Answers never show embeddings: hits keep the records ranking read without them.
         w = self.embedding
         if w is None or query.embedding is not None:

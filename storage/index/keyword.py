@@ -18,7 +18,6 @@ import msgspec
 import tantivy
 
 from storage import failpoints
-from storage.priority import READS
 from storage.errors import DiskFull
 from storage.index.keyword_tail import (
     FIELD,
@@ -268,7 +267,6 @@ class KeywordIndex:
                 # After a failure, every add deletes by id first: a commit that failed once it
                 # was durable (its reload, its statistics) must not leave a document twice.
                 retry = self._failures > 0
-            READS.step_aside("fold")
             try:
                 view = self._commit_ops(ops, replace_all=retry) if ops else None
             except Exception as exc:

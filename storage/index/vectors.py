@@ -17,7 +17,6 @@ import hnswlib
 import numpy as np
 
 from storage import failpoints
-from storage.priority import READS
 from storage.fsync import replace_durably
 from storage.index.flat import (
     Allowed,
@@ -186,7 +185,6 @@ class VectorIndex:
                 if not self._tail:
                     return
                 labels, data = self._take(self._tail.oldest(INSERT_BATCH))
-            READS.step_aside("insert")
             try:
                 self._insert(labels, data)
                 self._settle(labels, data)

@@ -10,7 +10,6 @@ from concurrent.futures import Future
 from typing import Any
 
 from storage.errors import MemspineError
-from storage.priority import READS
 
 log = logging.getLogger("memspine.writer")
 
@@ -66,7 +65,6 @@ class GroupWriter:
             first = self._queue.get()
             if first is _STOP:
                 return
-            READS.step_aside("writer")
             batch = [first]
             stop = False
             while len(batch) < MAX_BATCH:
