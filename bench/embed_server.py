@@ -172,6 +172,7 @@ def sustained(
                 drain = drained(c) - last
             stop.set()
             sampler.join()
+            cpu = server.cpu_seconds()  # the server's threads, its model's child not counted
     finally:
         server.stop()
         shutil.rmtree(scratch, ignore_errors=True)  # 25 MB a round otherwise
@@ -183,6 +184,7 @@ def sustained(
         "p99_ms": round(percentile(latencies, 99) * 1000, 2),
         "max_pending": max(samples, default=0),
         "drain_after_last_s": round(drain, 3),
+        "server_cpu_s": round(cpu, 2),
         # With at most max_pending waiting at RATE/s in, an event waits about that long.
         "vector_lag_bound_s": round(max(samples, default=0) / RATE + drain, 3),
     }
