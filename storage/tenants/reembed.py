@@ -11,6 +11,7 @@ builds it from the log, whatever the log holds).
 from __future__ import annotations
 
 import shutil
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -19,7 +20,7 @@ import msgspec
 import numpy as np
 
 from storage import files
-from storage.embedders.base import Embedder
+from storage.embedders.base import Embedder, EmbedderError
 from storage.errors import InvalidRequest
 from storage.fsync import fsync_dir
 from storage.index.vectors import VectorIndex
@@ -29,6 +30,9 @@ from storage.model import StoredEvent
 from storage.tenants.embedding import chain
 
 BATCH = 256  # texts per embed call (the local embedder batches them by length itself)
+TRIES = 3  # calls of one batch before the re-embedding gives up, the tenant left as it was
+RETRY_SECS = 0.5  # the first wait before a failed batch is tried again, doubled each time
+RETRY_MAX_SECS = 30.0
 BESIDE = "reembed"  # the new graph's directory inside the tenant's, until the switch
 CLIENT_SPACE = "this tenant's vectors are its clients' (client-space): the server cannot make them"
 
@@ -75,22 +79,11 @@ def _reembed(
     beside = root / BESIDE
     shutil.rmtree(beside, ignore_errors=True)
     beside.mkdir()
-    vectors: list[np.ndarray] = []
-    index: VectorIndex | None = None
-    before: StoredEvent | None = None
-    for start in range(0, total, BATCH):
-        batch = events[start : start + BATCH]
-        made = chain(batch, embedder.embed([ev.text or "" for ev in batch]), before)
-        if index is None:
-            index = VectorIndex.create_empty(beside / files.VECTORS, int(made.shape[1]))
-        index.add([ev.seq for ev in batch], made.tolist())
-        vectors.append(made)
-        turns = [i for i, ev in enumerate(batch) if ev.kind == "turn"]
-        if turns:
-            i = turns[-1]
-            before = msgspec.structs.replace(batch[i], embedding=made[i].tolist())
-        if progress is not None:
-            progress(start + len(batch), total)
+    try:
+        index, vectors = _embed_all(beside, events, embedder, progress)
+    except BaseException:  # the tenant is as it was: nothing of the new graph stays behind
+        shutil.rmtree(beside, ignore_errors=True)
+        raise
     dim = embedder.dim or old_dim or 0
     if index is None:  # nothing to embed: an empty graph of the new dimension
         index = VectorIndex.create_empty(beside / files.VECTORS, dim)
@@ -101,6 +94,51 @@ def _reembed(
     return ReembedStats(
         events=total, model=embedder.name, dim=dim, previous_model=old_model, previous_dim=old_dim
     )
+
+
+def _embed_all(
+    beside: Path,
+    events: list[StoredEvent],
+    embedder: Embedder,
+    progress: Callable[[int, int], None] | None,
+) -> tuple[VectorIndex | None, list[np.ndarray]]:
+    """Every event's new vector, in append order with the chain of turns, into a graph beside."""
+    total = len(events)
+    vectors: list[np.ndarray] = []
+    index: VectorIndex | None = None
+    before: StoredEvent | None = None
+    try:
+        for start in range(0, total, BATCH):
+            batch = events[start : start + BATCH]
+            made = chain(batch, _embed(embedder, [ev.text or "" for ev in batch]), before)
+            if index is None:
+                index = VectorIndex.create_empty(beside / files.VECTORS, int(made.shape[1]))
+            index.add([ev.seq for ev in batch], made.tolist())
+            vectors.append(made)
+            turns = [i for i, ev in enumerate(batch) if ev.kind == "turn"]
+            if turns:
+                i = turns[-1]
+                before = msgspec.structs.replace(batch[i], embedding=made[i].tolist())
+            if progress is not None:
+                progress(start + len(batch), total)
+    except BaseException:
+        if index is not None:
+            index.close()  # its inserter thread with it
+        raise
+    return index, vectors
+
+
+def _embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
+    """The texts' vectors; a failed call tried again (a local model whose process died is
+    started again by the next call; an endpoint may be back), TRIES calls in all."""
+    for attempt in range(1, TRIES + 1):
+        try:
+            return embedder.embed(texts)
+        except EmbedderError as exc:
+            if attempt == TRIES:
+                raise
+            time.sleep(min(exc.retry_after or RETRY_SECS * 2 ** (attempt - 1), RETRY_MAX_SECS))
+    raise AssertionError("unreachable")
 
 
 def _switch(

@@ -377,6 +377,73 @@ def test_reembed_switches_a_tenant_to_the_current_model(tmp_path: Path) -> None:
     del c
 
 
+def old_model_tenant(root: Path, texts: list[str]) -> None:
+    """A closed server-space tenant of `texts`, its vectors made by "old-model"."""
+    t = Tenant.open(
+        "t", root, embedding_dim=384, offer=lambda: ServerSpace(model="old-model", dim=384)
+    )
+    append(t, *(note(text, i) for i, text in enumerate(texts)))
+    events, _before, deletes, model = t.to_embed(len(texts))
+    stale = [StoredVector(e.event_id, e.seq, [1.0] + [0.0] * 383) for e in events]
+    t.store_vectors(stale, str(model), deletes).result()
+    t.close()
+
+
+def test_reembed_goes_on_when_the_models_process_is_killed(tmp_path: Path) -> None:
+    import os
+    import signal
+
+    from storage.embedders.child import ChildEmbedder
+    from storage.tenants.reembed import BATCH, reembed
+
+    root = tmp_path / "t"
+    texts = [f"note {i}: the parcel for number {i} was signed for" for i in range(BATCH + 40)]
+    old_model_tenant(root, texts)
+    embedder = ChildEmbedder()
+    killed: list[int] = []
+
+    def progress(done: int, total: int) -> None:
+        if 0 < done < total and not killed:  # between the first batch and the second
+            assert embedder.pid is not None
+            killed.append(embedder.pid)
+            os.kill(embedder.pid, signal.SIGKILL)
+
+    try:
+        stats = reembed(root, embedder, progress=progress)
+        assert killed and (embedder.deaths, embedder.starts) == (1, 2)
+        assert stats.events == len(texts) and stats.model == embedder.name
+        t = Tenant.open("t", root, embedding_dim=384)
+        with t.log.reader() as r:
+            assert r.meta_str(layout.MODEL) == embedder.name
+        assert listed(t) == []  # none awaits a vector
+        hits = t.recall(RecallQuery(embedding=embedder.embed([texts[-1]])[0].tolist(), k=1)).hits
+        assert hits[0].event.text == texts[-1]  # the last batch, made by the second process
+        t.close()
+    finally:
+        embedder.close()
+    assert not (root / "reembed").exists()
+
+
+def test_a_reembed_that_cannot_embed_leaves_the_tenant_as_it_was(tmp_path: Path) -> None:
+    from storage.embedders.base import EmbedderError
+    from storage.embedders.child import ChildEmbedder
+    from storage.tenants.reembed import TRIES, reembed
+
+    root = tmp_path / "t"
+    old_model_tenant(root, ["Lena wants three bullets, no tables."])
+    embedder = ChildEmbedder(model_dir=tmp_path)  # no model there: every call fails
+    with pytest.raises(EmbedderError):
+        reembed(root, embedder)
+    assert embedder.starts == TRIES
+    embedder.close()
+    assert not (root / "reembed").exists()
+    t = Tenant.open("t", root, embedding_dim=384)
+    with t.log.reader() as r:
+        assert r.meta_str(layout.MODEL) == "old-model"
+    assert listed(t) == []
+    t.close()
+
+
 def test_a_backup_restores_server_vectors_without_recomputing_them(tmp_path: Path) -> None:
     from storage.transfer import backup as bk
 
