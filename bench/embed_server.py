@@ -17,11 +17,16 @@ Fixed inputs: LoCoMo turns and questions in file order (bench/embed.py's DATA); 
 client, loopback.
 
     python bench/embed_server.py [--quick] [--preloaded N] [--only-recall]
-        [--sustained-rounds N] [--out bench/out/embed_server.json]
+        [--sustained-rounds N] [--modes none,client,openai,local]
+        [--out bench/out/embed_server.json]
 
---sustained-rounds N runs part 1 alone, N rounds of embedder off then `local`, each on a new
-server: the off baseline moves by up to x2 between identical runs on a shared machine, so the
-ratio is read from the medians of the rounds (and each round is in the JSON).
+--sustained-rounds N runs part 1 alone, N rounds of every mode in turn, each on a new server:
+the off baseline moves by up to x2 between identical runs on a shared machine, so each mode's
+p99 is read against `none` of the same round (each round is in the JSON) and from the medians.
+The modes: `none` (the embedder off, text only), `client` (the embedder off, each event with
+the reference 384-d vector of its turn: the cost of having vectors at all), `openai` (server
+vectors from bench/embed_stub.py, an endpoint in a process of its own that costs next to
+nothing: the server's own share of server embedding) and `local` (the model in its child).
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -78,10 +84,51 @@ def drained(c: httpx.Client) -> float:
     return time.perf_counter()
 
 
-def sustained(embedder: str, turns: list[str], seconds: int) -> dict[str, Any]:
-    """Paced appends at RATE/s for `seconds`; latencies, and with an embedder the backlog."""
+class Stub:
+    """bench/embed_stub.py in a process of its own, for the `openai` mode."""
+
+    def __init__(self) -> None:
+        stub = Path(__file__).resolve().parent / "embed_stub.py"
+        self.proc = subprocess.Popen([sys.executable, str(stub)], stdout=subprocess.PIPE)
+        assert self.proc.stdout is not None
+        self.port = int(self.proc.stdout.readline())
+
+    def env(self) -> dict[str, str]:
+        """What points a server's openai embedder at it."""
+        return {
+            "MEMSPINE_EMBEDDER": "openai",
+            "MEMSPINE_EMBEDDER_URL": f"http://127.0.0.1:{self.port}/v1",
+            "MEMSPINE_EMBEDDER_MODEL": "stub-384",
+        }
+
+    def stop(self) -> None:
+        """End the endpoint."""
+        self.proc.kill()
+        self.proc.wait()
+
+
+def mode_env(mode: str, stub: Stub | None) -> dict[str, str]:
+    """The server's environment for one sustained mode."""
+    if mode == "client":
+        return {"MEMSPINE_EMBEDDER": "none", "MEMSPINE_EMBEDDING_DIM": "384"}
+    if mode == "openai":
+        assert stub is not None
+        return stub.env()
+    return {"MEMSPINE_EMBEDDER": mode}
+
+
+def sustained(
+    embedder: str,
+    turns: list[str],
+    seconds: int,
+    *,
+    env: dict[str, str] | None = None,
+    vectors: list[list[float]] | None = None,
+) -> dict[str, Any]:
+    """Paced appends at RATE/s for `seconds` (each with the vector of its turn if `vectors`);
+    latencies, and with an embedder the backlog."""
     scratch = scratch_dir(f"embed-server-{embedder}")
-    server = start_memspine(scratch, {"MEMSPINE_EMBEDDER": embedder})
+    server = start_memspine(scratch, env or {"MEMSPINE_EMBEDDER": embedder})
     base = f"http://127.0.0.1:{server.port}"
     try:
         with httpx.Client(base_url=base, headers=AUTH, timeout=60) as c:
@@ -113,16 +160,19 @@ def sustained(embedder: str, turns: list[str], seconds: int) -> dict[str, Any]:
                     "ts": T0 + (i + 1) * 1_000_000,
                     "text": turns[i % len(turns)],
                 }
+                if vectors is not None:
+                    body["embedding"] = vectors[i % len(vectors)]
                 r = c.post("/v1/memory/event", json=body)
                 latencies.append(time.perf_counter() - t)
                 assert r.status_code == 201, r.text
             elapsed = time.perf_counter() - start
             last = time.perf_counter()
             drain = 0.0
-            if embedder != "none":
+            if embedder not in ("none", "client"):
                 drain = drained(c) - last
             stop.set()
             sampler.join()
+            cpu = server.cpu_seconds()  # the server's threads, its model's child not counted
     finally:
         server.stop()
         shutil.rmtree(scratch, ignore_errors=True)  # 25 MB a round otherwise
@@ -134,6 +184,7 @@ def sustained(embedder: str, turns: list[str], seconds: int) -> dict[str, Any]:
         "p99_ms": round(percentile(latencies, 99) * 1000, 2),
         "max_pending": max(samples, default=0),
         "drain_after_last_s": round(drain, 3),
+        "server_cpu_s": round(cpu, 2),
         # With at most max_pending waiting at RATE/s in, an event waits about that long.
         "vector_lag_bound_s": round(max(samples, default=0) / RATE + drain, 3),
     }
@@ -236,33 +287,50 @@ def recall_at(turns: list[str], questions: list[str], events: int) -> dict[str, 
     return {"events": events, "build_and_embed_s": round(build_s, 1), **timed}
 
 
-def sustained_rounds(turns: list[str], seconds: int, rounds: int) -> dict[str, Any]:
-    """Part 1 alone, `rounds` times embedder off then on; every round and the medians."""
+def sustained_rounds(
+    turns: list[str], seconds: int, rounds: int, modes: list[str]
+) -> dict[str, Any]:
+    """Part 1 alone, `rounds` times every mode in turn; every round, each mode's p99 over the
+    round's `none`, and the medians."""
+    modes = ["none", *[m for m in modes if m != "none"]]
+    vectors = [[round(float(x), 6) for x in v] for v in model_vectors()[:2000]]
+    stub = Stub() if "openai" in modes else None
     each: list[dict[str, Any]] = []
-    for i in range(rounds):
-        off = sustained("none", turns, seconds)
-        on = sustained("local", turns, seconds)
-        pair = {"round": i, "off": off, "local": on, "loadavg": os.getloadavg()[0]}
-        pair["p99_ratio"] = round(on["p99_ms"] / off["p99_ms"], 2) if off["p99_ms"] else None
-        print(pair, flush=True)
-        each.append(pair)
+    try:
+        for i in range(rounds):
+            row: dict[str, Any] = {"round": i}
+            for mode in modes:
+                env = mode_env(mode, stub)
+                row[mode] = sustained(
+                    mode, turns, seconds, env=env, vectors=vectors if mode == "client" else None
+                )
+            row["loadavg"] = os.getloadavg()[0]
+            off = row["none"]["p99_ms"]
+            row["p99_ratio"] = {m: round(row[m]["p99_ms"] / off, 2) for m in modes[1:] if off}
+            print(row, flush=True)
+            each.append(row)
+    finally:
+        if stub is not None:
+            stub.stop()
 
-    def mid(side: str, key: str) -> float:
-        return round(median([float(r[side][key]) for r in each]), 3)
+    def mid(mode: str, key: str) -> float:
+        return round(median([float(r[mode][key]) for r in each]), 3)
 
-    summary = {
-        "off_p50_ms": mid("off", "p50_ms"),
-        "off_p99_ms": mid("off", "p99_ms"),
-        "local_p50_ms": mid("local", "p50_ms"),
-        "local_p99_ms": mid("local", "p99_ms"),
-        "local_max_pending": mid("local", "max_pending"),
-        "local_drain_after_last_s": mid("local", "drain_after_last_s"),
-        "local_vector_lag_bound_s": mid("local", "vector_lag_bound_s"),
-    }
-    summary["p99_ratio_of_medians"] = round(summary["local_p99_ms"] / summary["off_p99_ms"], 2)
-    summary["p99_ratio_median"] = round(median([float(r["p99_ratio"]) for r in each]), 2)
+    summary: dict[str, Any] = {}
+    for mode in modes:
+        summary[mode] = {k: mid(mode, k) for k in ("p50_ms", "p99_ms")}
+        if mode not in ("none", "client"):
+            for k in ("max_pending", "drain_after_last_s", "vector_lag_bound_s"):
+                summary[mode][k] = mid(mode, k)
+        if mode != "none":
+            summary[mode]["p99_ratio_of_medians"] = round(
+                summary[mode]["p99_ms"] / summary["none"]["p99_ms"], 2
+            )
+            summary[mode]["p99_ratio_median"] = round(
+                median([float(r["p99_ratio"][mode]) for r in each]), 2
+            )
     print(summary, flush=True)
-    return {"rounds": each, "medians": summary}
+    return {"modes": modes, "rounds": each, "medians": summary}
 
 
 def main() -> None:
@@ -271,6 +339,7 @@ def main() -> None:
     extra.add_argument("--preloaded", type=int, default=None)
     extra.add_argument("--only-recall", action="store_true")
     extra.add_argument("--sustained-rounds", type=int, default=0)
+    extra.add_argument("--modes", default="none,client,openai,local")
     known, rest = extra.parse_known_args()
     args = parse_args(__doc__ or "", rest)
     turns, questions = texts()
@@ -278,7 +347,8 @@ def main() -> None:
     if known.sustained_rounds:
         before = os.getloadavg()
         result: dict[str, Any] = {"rate": RATE, "seconds": seconds}
-        result |= sustained_rounds(turns, seconds, known.sustained_rounds)
+        modes = known.modes.split(",")
+        result |= sustained_rounds(turns, seconds, known.sustained_rounds, modes)
         result |= {
             "loadavg_before": [round(x, 2) for x in before],
             "loadavg_after": [round(x, 2) for x in os.getloadavg()],

@@ -419,6 +419,8 @@ class Engine:
         """Wait until every event appended before now has its server vector (VECTORS_WAIT_SECS
         at most, then 503)."""
         upto = t.last_seq()
+        if self.embedding is not None:  # no linger for a small backlog (docs/embeddings.md)
+            self.embedding.hurry(t.tenant_id)
         deadline = time.monotonic() + VECTORS_WAIT_SECS
         while t.awaiting_vectors(upto):
             if time.monotonic() > deadline:

@@ -7,6 +7,8 @@ takes open tenants with work in turn, embeds a batch of their texts, and writes 
 into the records on the tenant's writer (EventLog.store_vectors), which feeds the vector index.
 A restart or a tenant closed by the LRU loses nothing: the list is read again when the tenant
 opens. An embedder that fails (an endpoint down) is retried with back-off; nothing is dropped.
+A tenant with fewer than a write's worth listed waits a little (LINGER_SECS) for more, so an
+endpoint gets fewer, larger batches; a recall that waits for vectors cuts that short (hurry).
 A write refused for a full disk keeps the batch's vectors in memory and tries that write again
 (0.5 s doubling to 2 s), asking the embedder nothing until it lands (docs/embeddings.md).
 """
@@ -15,6 +17,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import threading
 import time
@@ -46,6 +49,10 @@ BATCH = 256
 # record rewrites and one commit, not a whole batch's (bench/RESULTS.md, issue 18's append p99).
 WRITE_CHUNK = 32
 DEFAULT_MAX_PENDING = 10_000
+# A tenant with fewer than a write's worth of events listed is embedded this long after its
+# list was last taken (or first had work), not at once: at 200 appends/s the worker otherwise
+# embeds and writes every 3-5 events (bench/RESULTS.md). Far inside the 5 s vector lag target.
+LINGER_SECS = 0.15
 RETRY_FIRST_SECS = 0.5
 RETRY_MAX_SECS = 30.0
 NICENESS = 10  # added to the process's own
@@ -84,16 +91,20 @@ class EmbeddingWorker:
         max_pending: int = DEFAULT_MAX_PENDING,
         batch: int = BATCH,
         write_chunk: int = WRITE_CHUNK,
+        linger: float = LINGER_SECS,
     ) -> None:
         self.embedder = embedder
         self.default_dim = default_dim  # MEMSPINE_EMBEDDING_DIM: what new tenants get
         self.max_pending = max_pending
         self.batch = batch
         self.write_chunk = max(1, write_chunk)
+        self.linger = linger  # LINGER_SECS: how long a small backlog waits for more
         self.use_open: UseOpen | None = None  # set by the TenantManager that owns the tenants
         self._cond = threading.Condition()
         self._pending: dict[str, int] = {}  # open tenant -> events it lists (read after a batch)
         self._queue: OrderedDict[str, None] = OrderedDict()  # tenants with work, in turn
+        self._since: dict[str, float] = {}  # tenant with work -> when its linger started
+        self._hurried: set[str] = set()  # tenants a recall waits for: no linger
         self._stopping = False
         self._retry_at = 0.0  # monotonic time before which a failed embedder is not asked
         self._delay = RETRY_FIRST_SECS
@@ -140,8 +151,7 @@ class EmbeddingWorker:
     def closing(self, tenant: Tenant) -> None:
         """A tenant closes: its work stays in its log for the next open."""
         with self._cond:
-            self._pending.pop(tenant.tenant_id, None)
-            self._queue.pop(tenant.tenant_id, None)
+            self._forget(tenant.tenant_id)
             if self._kept is not None and self._kept.tenant_id == tenant.tenant_id:
                 self._kept = None  # made again from the log when the tenant next opens
             self._cond.notify_all()
@@ -152,11 +162,26 @@ class EmbeddingWorker:
         with self._cond:
             if count:
                 self._pending[tenant.tenant_id] = count
+                if tenant.tenant_id not in self._queue:
+                    self._since[tenant.tenant_id] = time.monotonic()
                 self._queue.setdefault(tenant.tenant_id, None)
             else:
-                self._pending.pop(tenant.tenant_id, None)
-                self._queue.pop(tenant.tenant_id, None)
+                self._forget(tenant.tenant_id)
             self._cond.notify_all()
+
+    def hurry(self, tenant_id: str) -> None:
+        """A recall waits for the tenant's vectors: its next batch is taken without a linger."""
+        with self._cond:
+            if tenant_id in self._queue:
+                self._hurried.add(tenant_id)
+                self._cond.notify_all()
+
+    def _forget(self, tenant_id: str) -> None:
+        """The tenant has no work now, or is closed (under _cond)."""
+        self._pending.pop(tenant_id, None)
+        self._queue.pop(tenant_id, None)
+        self._since.pop(tenant_id, None)
+        self._hurried.discard(tenant_id)
 
     # -- figures and back-pressure --------------------------------------------------------
 
@@ -206,10 +231,29 @@ class EmbeddingWorker:
                 if self._kept is not None and wait <= 0:  # its write first: nothing else fits
                     return self._kept.tenant_id
                 if self._queue and wait <= 0:
-                    tenant_id, _ = self._queue.popitem(last=False)
-                    self._queue[tenant_id] = None
-                    return tenant_id
+                    now = time.monotonic()
+                    tenant_id, at = self._ready(now)
+                    if tenant_id is not None:
+                        self._queue.move_to_end(tenant_id)
+                        self._since[tenant_id] = now  # what comes next waits from here
+                        self._hurried.discard(tenant_id)
+                        return tenant_id
+                    wait = at - now  # every tenant with work lingers: until the first is due
                 self._cond.wait(wait if self._queue else None)
+
+    def _ready(self, now: float) -> tuple[str | None, float]:
+        """The first tenant in turn whose batch may be taken now (under _cond); else None and
+        when the first will be."""
+        soonest = math.inf
+        for tenant_id in self._queue:
+            at = 0.0
+            small = self._pending.get(tenant_id, 0) < self.write_chunk
+            if self.linger > 0 and small and tenant_id not in self._hurried:
+                at = self._since.get(tenant_id, 0.0) + self.linger
+            if at <= now:
+                return tenant_id, now
+            soonest = min(soonest, at)
+        return None, soonest
 
     def _learn_dim(self) -> None:
         """An endpoint tells its dimension with its first answer: ask it once before any
@@ -293,8 +337,7 @@ class EmbeddingWorker:
         with self.use_open(tenant_id) as tenant:
             if tenant is None:  # closed meanwhile: its work waits in its log
                 with self._cond:
-                    self._pending.pop(tenant_id, None)
-                    self._queue.pop(tenant_id, None)
+                    self._forget(tenant_id)
                 return
             if not self.serves(tenant):
                 self._shelve(tenant)

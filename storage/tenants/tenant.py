@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -44,6 +46,11 @@ T = TypeVar("T")
 NOT_SAVED = "the server's disk is full: the vector index was not saved"
 CHAIN_SCAN = 1000  # ops a chain's start is looked for before the first event to embed
 IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
+# A write of server vectors waits this long on the writer for an append to share its commit,
+# when appends are flowing (one committed within FLOWING_SECS): one fsync for both instead of
+# one each (bench/RESULTS.md, issue 18's append p99). Otherwise it commits at once.
+RIDE_SECS = 0.02
+FLOWING_SECS = 0.1
 
 
 class AppendJob(msgspec.Struct, frozen=True):
@@ -59,6 +66,15 @@ class DeleteJob(msgspec.Struct, frozen=True):
     """Event ids to delete."""
 
     event_ids: list[str]
+
+
+class VectorJob(msgspec.Struct, frozen=True):
+    """Server vectors to write into their records (storage/tenants/embedding.py), made when the
+    tenant had counted `deletes` deletes."""
+
+    vectors: list[StoredVector]
+    model: str
+    deletes: int
 
 
 class CallJob:
@@ -117,6 +133,7 @@ class Tenant:
         # the tenant, not a closure over it: a closed tenant is freed without a collection.
         self.measure_memory: Callable[[Tenant], int] | None = None
         self._purges = PurgeGate()
+        self._appended_at = 0.0  # monotonic time of the last commit with appends (RIDE_SECS)
         self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
 
     @classmethod
@@ -478,20 +495,25 @@ class Tenant:
     ) -> Future[int | None]:
         """Write server vectors into their records on the writer, then project them; resolves
         to how many were written, or None when an event was deleted since they were read (a
-        chain may carry it: the caller makes them again)."""
+        chain may carry it: the caller makes them again). While appends are flowing the write
+        waits up to RIDE_SECS to be committed in an append group's transaction."""
+        flowing = time.monotonic() - self._appended_at < FLOWING_SECS
+        return self.writer.submit(VectorJob(vectors, model, deletes), RIDE_SECS if flowing else 0)
+
+    def _write_vectors(self, job: VectorJob) -> int | None:
+        """A vector write in a transaction of its own (no append group to carry it)."""
+        if self.deletes != job.deletes:
+            return None
 
         def apply(txn: Any) -> tuple[int, list[StoredVector]]:
-            return self.log.view(txn).last_seq(), self.log.store_vectors(txn, vectors, model)
+            return self.log.view(txn).last_seq(), self.log.store_vectors(
+                txn, job.vectors, job.model
+            )
 
-        def run() -> int | None:
-            if self.deletes != deletes:
-                return None
-            start, written = self.log.write(apply)
-            if written and not self._project_vectors(start, written):
-                self.catch_up()
-            return len(written)
-
-        return self.call(run)
+        start, written = self.log.write(apply)
+        if written and not self._project_vectors(start, written):
+            self.catch_up()
+        return len(written)
 
     def _project_vectors(self, start: int, written: list[StoredVector]) -> bool:
         """Feed the vector index server vectors just written from memory, as catch_up would
@@ -524,19 +546,34 @@ class Tenant:
         self.keyword = index
 
     def _commit_batch(self, jobs: list[Job]) -> None:
-        """Commit the batch's writes as one group, then run its calls one at a time."""
-        writes = [job for job in jobs if not isinstance(job.payload, CallJob)]
+        """Commit the batch's writes as one group (its vector writes in the same transaction
+        when the writes are appends only), then the other vector writes, then its calls."""
+        writes = [job for job in jobs if isinstance(job.payload, (AppendJob, DeleteJob))]
+        vectors = [job for job in jobs if isinstance(job.payload, VectorJob)]
+        # Beside a delete a vector write goes after it, alone, and finds itself stale (its
+        # chain may carry a deleted turn): as if it had come after the delete.
+        ride = bool(writes) and all(isinstance(job.payload, AppendJob) for job in writes)
         if writes:
-            self._commit_writes(writes)
+            self._commit_writes(writes, vectors if ride else [])
+        for job in vectors if not ride else []:
+            assert isinstance(job.payload, VectorJob)
+            self._answer(job, partial(self._write_vectors, job.payload))
         for job in jobs:
             if isinstance(job.payload, CallJob):
-                try:
-                    job.future.set_result(job.payload.fn())
-                except BaseException as exc:  # the caller gets it; the writer carries on
-                    job.future.set_exception(exc)
+                self._answer(job, job.payload.fn)
 
-    def _commit_writes(self, jobs: list[Job]) -> None:
-        """One durable LMDB transaction for every job, then the index projections, then the answers."""
+    @staticmethod
+    def _answer(job: Job, fn: Callable[[], Any]) -> None:
+        """Run fn for one job and answer it; its failure is its caller's, the writer carries on."""
+        try:
+            job.future.set_result(fn())
+        except BaseException as exc:
+            job.future.set_exception(exc)
+
+    def _commit_writes(self, jobs: list[Job], carried: list[Job] | None = None) -> None:
+        """One durable LMDB transaction for every job (and the vector writes it carries, after
+        them), then the index projections, then the answers."""
+        carried = [job for job in carried or [] if self._fresh(job)]
         kw_seq = self.keyword.committed_seq  # what the durable keyword index covers
         appends_only = all(isinstance(job.payload, AppendJob) for job in jobs)
         if not appends_only:
@@ -560,7 +597,7 @@ class Tenant:
         if measure is not None and any(isinstance(q, Quota) and q.max_memory for q in quotas):
             memory = measure(self)
 
-        def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent], int | None, int]:
+        def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent], int | None, int, Any]:
             # Runs again from the start if the map had to grow, with a fresh appender.
             appender = self.log.appender(txn, offer)
             appender.memory = memory
@@ -578,11 +615,25 @@ class Tenant:
                 else:
                     results.append(appender.delete(p.event_ids))
             appender.finish()
+            # After every append: the appender numbers ops itself, the vectors take the next.
+            stored = self._store_in(txn, carried)
             # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
             self.log.put_meta_int(txn, layout.KEYWORD_SEQ, kw_seq)
-            return results, start, appender.written, appender.space, appender.unembedded
+            return results, start, appender.written, appender.space, appender.unembedded, stored
 
-        results, start, written, self.space, unembedded = self.log.write(apply)
+        try:
+            results, start, written, self.space, unembedded, stored = self.log.write(apply)
+        except Exception as exc:
+            if not carried:
+                raise
+            # Vectors never cost the appends beside them: these are committed again alone, and
+            # the vectors' writer gets the refusal (DiskFull: it keeps them and tries again).
+            for job in carried:
+                job.future.set_exception(exc)
+            self._commit_writes(jobs)
+            return
+        if any(isinstance(job.payload, AppendJob) for job in jobs):
+            self._appended_at = time.monotonic()
         if not appends_only:
             self.deletes += 1
         if not (appends_only and self._project(start, written)):
@@ -596,6 +647,42 @@ class Tenant:
                 log.exception("tenant %s: the embedder was not told of new work", self.tenant_id)
         for job, result in zip(jobs, results, strict=True):
             job.future.set_result(result)
+        if carried:
+            self._land_vectors(carried, *stored)
+
+    def _fresh(self, job: Job) -> bool:
+        """Whether a vector write may ride in this group; a stale one is answered None now."""
+        assert isinstance(job.payload, VectorJob)
+        if job.payload.deletes == self.deletes:
+            return True
+        job.future.set_result(None)
+        return False
+
+    def _store_in(self, txn: Any, carried: list[Job]) -> tuple[int, list[list[StoredVector]]]:
+        """Write carried vector jobs in txn: the last op before them and what each wrote."""
+        start = self.log.view(txn).last_seq()
+        written = []
+        for job in carried:
+            assert isinstance(job.payload, VectorJob)
+            written.append(self.log.store_vectors(txn, job.payload.vectors, job.payload.model))
+        return start, written
+
+    def _land_vectors(
+        self, carried: list[Job], start: int, written: list[list[StoredVector]]
+    ) -> None:
+        """Project vectors committed with an append group (after its answers: appends do not
+        wait for it) and answer their writes."""
+        try:
+            every = [item for items in written for item in items]
+            if every and not self._project_vectors(start, every):
+                self.catch_up()
+        except Exception as exc:  # durable: the indexes' watermarks stay behind and replay them
+            log.exception("tenant %s: server vectors not projected", self.tenant_id)
+            for job in carried:
+                job.future.set_exception(exc)
+            return
+        for job, items in zip(carried, written, strict=True):
+            job.future.set_result(len(items))
 
     def _project(self, start: int, written: list[StoredEvent]) -> bool:
         """Feed both indexes an append-only batch's records from memory; False if catch_up must."""

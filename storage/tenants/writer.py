@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
@@ -20,10 +21,12 @@ _STOP = object()
 class Job:
     """One request's share of a batch: its input and the future its caller awaits."""
 
-    __slots__ = ("future", "payload")
+    __slots__ = ("due", "future", "payload")
 
-    def __init__(self, payload: Any) -> None:
+    def __init__(self, payload: Any, linger: float = 0.0) -> None:
         self.payload = payload
+        # Until when the job may wait for other work to share its batch (GroupWriter.submit).
+        self.due = time.monotonic() + linger if linger > 0 else 0.0
         self.future: Future[Any] = Future()
         # Running from the start: a caller that gives up cannot cancel a job its batch will
         # commit, and set_result never meets a cancelled future (which would fail the batch).
@@ -45,9 +48,10 @@ class GroupWriter:
         self._thread = threading.Thread(target=self._run, name=f"writer-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, payload: Any) -> Future[Any]:
-        """Queue one job; its future resolves once its batch is durable and indexed."""
-        job = Job(payload)
+    def submit(self, payload: Any, linger: float = 0.0) -> Future[Any]:
+        """Queue one job; its future resolves once its batch is durable and indexed. linger:
+        how long it may wait, alone in the queue, for other work to share its batch's commit."""
+        job = Job(payload, linger)
         self._queue.put(job)
         return job.future
 
@@ -66,19 +70,37 @@ class GroupWriter:
             if first is _STOP:
                 return
             batch = [first]
-            stop = False
-            while len(batch) < MAX_BATCH:
+            stop = self._drain(batch)
+            # A batch of lingering jobs only waits for one that does not linger (an append
+            # for a server vector write, storage/tenants/tenant.py): one commit for both.
+            while not stop and len(batch) < MAX_BATCH and all(job.due for job in batch):
+                wait = min(job.due for job in batch) - time.monotonic()
+                if wait <= 0:
+                    break
                 try:
-                    item = self._queue.get_nowait()
+                    item = self._queue.get(timeout=wait)
                 except queue.Empty:
                     break
                 if item is _STOP:
                     stop = True
                     break
                 batch.append(item)
+                stop = self._drain(batch)
             self._commit(batch)
             if stop:
                 return
+
+    def _drain(self, batch: list[Job]) -> bool:
+        """Add what is queued now to the batch (up to MAX_BATCH); whether a stop came."""
+        while len(batch) < MAX_BATCH:
+            try:
+                item = self._queue.get_nowait()
+            except queue.Empty:
+                return False
+            if item is _STOP:
+                return True
+            batch.append(item)
+        return False
 
     def _commit(self, batch: list[Job]) -> None:
         """Commit one batch; a failure fails every job in it that has no answer yet."""
