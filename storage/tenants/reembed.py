@@ -131,14 +131,12 @@ def _embed_all(
 def _embed(embedder: Embedder, texts: list[str]) -> np.ndarray:
     """The texts' vectors; a failed call tried again (a local model whose process died is
     started again by the next call; an endpoint may be back), TRIES calls in all."""
-    for attempt in range(1, TRIES + 1):
+    for attempt in range(TRIES - 1):
         try:
             return embedder.embed(texts)
         except EmbedderError as exc:
-            if attempt == TRIES:
-                raise
-            time.sleep(min(exc.retry_after or RETRY_SECS * 2 ** (attempt - 1), RETRY_MAX_SECS))
-    raise AssertionError("unreachable")
+            time.sleep(min(exc.retry_after or RETRY_SECS * 2**attempt, RETRY_MAX_SECS))
+    return embedder.embed(texts)  # the last call: its error is the run's
 
 
 def _switch(

@@ -7,7 +7,6 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
-from functools import partial
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -500,20 +499,18 @@ class Tenant:
         flowing = time.monotonic() - self._appended_at < FLOWING_SECS
         return self.writer.submit(VectorJob(vectors, model, deletes), RIDE_SECS if flowing else 0)
 
-    def _write_vectors(self, job: VectorJob) -> int | None:
-        """A vector write in a transaction of its own (no append group to carry it)."""
-        if self.deletes != job.deletes:
-            return None
-
-        def apply(txn: Any) -> tuple[int, list[StoredVector]]:
-            return self.log.view(txn).last_seq(), self.log.store_vectors(
-                txn, job.vectors, job.model
-            )
-
-        start, written = self.log.write(apply)
-        if written and not self._project_vectors(start, written):
-            self.catch_up()
-        return len(written)
+    def _write_vectors(self, jobs: list[Job]) -> None:
+        """Vector writes in a transaction of their own (no append group to carry them)."""
+        fresh = [job for job in jobs if self._fresh(job)]
+        if not fresh:
+            return
+        try:
+            start, written = self.log.write(lambda txn: self._store_in(txn, fresh))
+        except BaseException as exc:  # DiskFull: the worker keeps the vectors and tries again
+            for job in fresh:
+                job.future.set_exception(exc)
+            return
+        self._land_vectors(fresh, start, written)
 
     def _project_vectors(self, start: int, written: list[StoredVector]) -> bool:
         """Feed the vector index server vectors just written from memory, as catch_up would
@@ -555,20 +552,14 @@ class Tenant:
         ride = bool(writes) and all(isinstance(job.payload, AppendJob) for job in writes)
         if writes:
             self._commit_writes(writes, vectors if ride else [])
-        for job in vectors if not ride else []:
-            assert isinstance(job.payload, VectorJob)
-            self._answer(job, partial(self._write_vectors, job.payload))
+        if vectors and not ride:
+            self._write_vectors(vectors)
         for job in jobs:
             if isinstance(job.payload, CallJob):
-                self._answer(job, job.payload.fn)
-
-    @staticmethod
-    def _answer(job: Job, fn: Callable[[], Any]) -> None:
-        """Run fn for one job and answer it; its failure is its caller's, the writer carries on."""
-        try:
-            job.future.set_result(fn())
-        except BaseException as exc:
-            job.future.set_exception(exc)
+                try:
+                    job.future.set_result(job.payload.fn())
+                except BaseException as exc:  # the caller gets it; the writer carries on
+                    job.future.set_exception(exc)
 
     def _commit_writes(self, jobs: list[Job], carried: list[Job] | None = None) -> None:
         """One durable LMDB transaction for every job (and the vector writes it carries, after

@@ -35,13 +35,18 @@ def cmdline(pid: int) -> list[str]:
     return raw.decode(errors="replace").split("\0")
 
 
+def stat(pid: int) -> list[str] | None:
+    """The fields of /proc/PID/stat after the command's name, None once pid is gone."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def alive(pid: int) -> bool:
     """Whether pid runs (a zombie counts as gone: it has ended, only its parent has not waited)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+    fields = stat(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 def pids() -> list[int]:
@@ -49,13 +54,11 @@ def pids() -> list[int]:
     return [int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit()]
 
 
-def parent(pid: int) -> int | None:
-    """The parent's pid, None once pid is gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    return int(stat.rsplit(")", 1)[1].split()[1])
+def model_children(pid: int) -> list[int]:
+    """The model processes pid started."""
+    return [
+        p for p in pids() if (f := stat(p)) and int(f[1]) == pid and CHILD in " ".join(cmdline(p))
+    ]
 
 
 def bridge_of(data_dir: Path) -> int:
@@ -63,11 +66,6 @@ def bridge_of(data_dir: Path) -> int:
     found = [p for p in pids() if str(data_dir) in cmdline(p) and "mcp" in cmdline(p)]
     assert len(found) == 1, found
     return found[0]
-
-
-def model_children(pid: int) -> list[int]:
-    """The model processes pid started."""
-    return [p for p in pids() if parent(p) == pid and CHILD in " ".join(cmdline(p))]
 
 
 def gone_within(pid: int, secs: float) -> bool:
