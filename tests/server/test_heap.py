@@ -42,8 +42,9 @@ trimmer = heap.HeapTrimmer()
 enough = free_bytes() >= heap.TRIM_ABOVE_BYTES
 before = resident_anon()
 first = trimmer.check()
-freed = before - resident_anon()
+# At once: reading /proc between the two (an 8 KB buffer from malloc) could move the free figure.
 second = trimmer.check()
+freed = before - resident_anon()
 print(json.dumps({"enough": enough, "first": first, "freed": freed, "second": second,
                   "kept": len(kept), "trims": trimmer.trims}))
 """
