@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
+import anyio
 import anyio.to_thread
 import msgspec
 
@@ -19,17 +20,17 @@ from memspine.cluster import NodeGate
 from memspine.config import Settings
 from memspine.shares import FairShares
 from storage.cypher import CypherResult, Limits
-from storage.embedders import EmbedderError, make_embedder
+from storage.embedders import make_embedder
 from storage.erasure.purge import for_want_of_room
 from storage.errors import MemspineError, NotFound, QuotaExceeded, Unavailable
-from storage.log import layout
 from storage.model import AppendResult, ItemRefused, NewEvent, Quota, QuotaSource, StoredEvent
 from storage.read.current import EventState
 from storage.read.listing import ListQuery
-from storage.read.recall import Feedback, RecallQuery, RecallResult
+from storage.read.recall import RecallQuery, RecallResult
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.footprint import closed_tenant_bytes
 from storage.tenants.manager import TenantManager
+from storage.tenants.serving import ServerVectors
 from storage.tenants.tenant import Tenant
 from storage.tenants.usage import TenantUsage, closed_usage
 
@@ -46,22 +47,7 @@ READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 # many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
 READ_THREADS_PER_TENANT = 8
 CYPHER_BUSY = "other Cypher queries kept this one waiting past its time limit; retry shortly"
-# Appends that would list events for the embedder wait at most this long for the backlog to
-# fall under MEMSPINE_EMBEDDINGS_MAX_PENDING, then get 503 (nothing written, nothing lost).
-BACKLOG_WAIT_SECS = 30.0
-BACKLOG_FULL = (
-    "the server's embedder is behind (MEMSPINE_EMBEDDINGS_MAX_PENDING events await their "
-    "vectors); nothing was written: retry shortly"
-)
-# A recall with wait_for_vectors waits at most this long.
-VECTORS_WAIT_SECS = 10.0
-VECTORS_LATE = (
-    "events of this tenant still await their vectors after {secs:g} s (the embedder is "
-    "behind or failing); retry, or recall without wait_for_vectors"
-)
-POLL_SECS = 0.01
-# What a recall by text alone gets in a server-space tenant (docs/recall.md).
-FEEDBACK = Feedback(hits=2, weight=0.5)
+WAITING_APPENDS = 256  # appends that may wait at once for room in the embedder's backlog
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
 
 
@@ -154,6 +140,9 @@ class Engine:
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
         self.embedding = make_worker(settings)
+        self.vectors = ServerVectors(self.embedding)  # the server-embedding policy
+        # Appends waiting for room in the embedder's backlog block threads of their own.
+        self._waits = anyio.CapacityLimiter(WAITING_APPENDS)
         self.manager = TenantManager(
             settings.data_dir,
             embedding_dim=settings.embedding_dim,
@@ -233,19 +222,9 @@ class Engine:
 
     async def _room_for(self, t: Tenant, events: list[NewEvent]) -> None:
         """Back-pressure: hold appends that would list events for the embedder while its
-        backlog is full; 503 (nothing written) if it stays full for BACKLOG_WAIT_SECS."""
-        w = self.embedding
-        if w is None or w.has_room() or t.space == layout.SPACE_CLIENT:
-            return
-        if t.space is None and w.offer() is None:
-            return
-        if not any(ev.embedding is None and ev.text for ev in events):
-            return
-        deadline = time.monotonic() + BACKLOG_WAIT_SECS
-        while not w.has_room():
-            if time.monotonic() > deadline:
-                raise Unavailable(BACKLOG_FULL, headers={"Retry-After": "5"})
-            await asyncio.sleep(POLL_SECS)
+        backlog is full (storage/tenants/serving.py); the wait blocks a thread, not the loop."""
+        if self.vectors.must_wait(t, events):
+            await anyio.to_thread.run_sync(self.vectors.wait_for_room, limiter=self._waits)
 
     async def append(
         self, tenant_id: str, event: NewEvent, quota: Quota | QuotaSource | None = None
@@ -353,40 +332,14 @@ class Engine:
         the text and both arms (docs/recall.md); wait_for_vectors first waits until every
         event acknowledged before the recall has its vector."""
         # Answers never show embeddings: hits keep the records ranking read without them.
-        w = self.embedding
-        if w is None or query.embedding is not None:
-            return await self.read(
-                tenant_id, lambda t: t.recall(query, embeddings=False), short=True
-            )
+        policy = self.vectors
         async with self.tenant(tenant_id, create=False) as t:
-            if not (isinstance(t, Tenant) and w.serves(t)):
-                return await self._read_in(
-                    t, tenant_id, lambda t: t.recall(query, embeddings=False), short=True
-                )
-            if wait_for_vectors:
-                await self._vectors_of(t)
-            feedback: Feedback | None = None
-            if query.text:
-                vector = w.cached_query(query.text)
-                if vector is None:  # the model runs off the event loop
-                    text = query.text
-                    try:
-                        vector = await self.read_threads.run(
-                            lambda _t: w.embedder.embed_query(text), t, tenant_id
-                        )
-                    except EmbedderError as exc:  # the keyword arm still answers
-                        log.warning("query not embedded (%s): keyword recall only", exc.reason)
-                if vector is not None:
-                    query = msgspec.structs.replace(
-                        query, embedding=vector.tolist(), embedding_model=w.embedder.name
-                    )
-                    feedback = FEEDBACK
-            q = query
+            short = not wait_for_vectors and policy.answers_at_once(t, query)
             return await self._read_in(
                 t,
                 tenant_id,
-                lambda t: t.recall(q, embeddings=False, feedback=feedback),
-                short=True,
+                lambda t: policy.recall(t, query, wait_for_vectors=wait_for_vectors),
+                short=short,
             )
 
     async def vector_space(self, tenant_id: str) -> VectorSpaceView:
@@ -407,19 +360,6 @@ class Engine:
             server_embeds=embeds,
             unembedded=unembedded,
         )
-
-    async def _vectors_of(self, t: Tenant) -> None:
-        """Wait until every event appended before now has its server vector (VECTORS_WAIT_SECS
-        at most, then 503)."""
-        upto = t.last_seq()
-        if self.embedding is not None:  # no linger for a small backlog (docs/embeddings.md)
-            self.embedding.hurry(t.tenant_id)
-        deadline = time.monotonic() + VECTORS_WAIT_SECS
-        while t.awaiting_vectors(upto):
-            if time.monotonic() > deadline:
-                detail = VECTORS_LATE.format(secs=VECTORS_WAIT_SECS)
-                raise Unavailable(detail, headers={"Retry-After": "1"})
-            await asyncio.sleep(POLL_SECS)
 
     async def cypher(
         self, tenant_id: str, query: str, params: dict[str, Any] | None

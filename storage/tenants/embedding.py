@@ -115,6 +115,7 @@ class EmbeddingWorker:
         self._disk_failures = 0  # writes refused in a row for a full disk
         self._disk_logged = 0.0  # monotonic time the full disk was last logged
         self._thread: threading.Thread | None = None
+        self._written = 0  # changes to what tenants await: vectors written, lists read again
 
     # -- what tenants are offered -------------------------------------------------
 
@@ -167,6 +168,7 @@ class EmbeddingWorker:
                 self._queue.setdefault(tenant.tenant_id, None)
             else:
                 self._forget(tenant.tenant_id)
+            self._written += 1
             self._cond.notify_all()
 
     def hurry(self, tenant_id: str) -> None:
@@ -200,6 +202,22 @@ class EmbeddingWorker:
         deadline = time.monotonic() + timeout
         with self._cond:
             while sum(self._pending.values()) >= self.max_pending:
+                left = deadline - time.monotonic()
+                if left <= 0 or self._stopping:
+                    return False
+                self._cond.wait(left)
+            return True
+
+    def written(self) -> int:
+        """A count that moves whenever vectors are written or a tenant's list is read again."""
+        with self._cond:
+            return self._written
+
+    def wait_written(self, seen: int, timeout: float) -> bool:
+        """Blocking: wait until written() moves past `seen`; False if it did not in time."""
+        deadline = time.monotonic() + timeout
+        with self._cond:
+            while self._written == seen:
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping:
                     return False
@@ -397,6 +415,8 @@ class EmbeddingWorker:
             del batch.items[: len(chunk)]
             with self._cond:
                 self.embedded += written
+                self._written += 1
+                self._cond.notify_all()  # a recall waiting for these vectors (written())
         with self._cond:
             refused, self._disk_failures = self._disk_failures, 0
         if refused:

@@ -174,6 +174,7 @@ PUBLIC = {
     "storage.tenants.footprint",
     "storage.tenants.usage",
     "storage.tenants.embedding",
+    "storage.tenants.serving",
     "storage.tenants.reembed",
     "storage.cypher",
     "storage.embedders",

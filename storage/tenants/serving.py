@@ -1,0 +1,119 @@
+"""The policy of a server whose embedder makes its tenants' vectors (docs/embeddings.md,
+docs/recall.md): appends held back while the embedder's backlog is full, recall by text given
+the embedder's vector of the query and the feedback step, and a recall that first waits until
+every event acknowledged before it has its vector. Each wait blocks on the background
+embedder's condition (storage/tenants/embedding.py), never polls.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Iterable
+
+import msgspec
+
+from storage.embedders import EmbedderError
+from storage.errors import Unavailable
+from storage.log import layout
+from storage.model import NewEvent
+from storage.read.recall import Feedback, RecallQuery, RecallResult
+from storage.tenants.embedding import EmbeddingWorker
+from storage.tenants.tenant import Tenant
+
+log = logging.getLogger("memspine.engine")
+# Appends that would list events for the embedder wait at most this long for the backlog to
+# fall under MEMSPINE_EMBEDDINGS_MAX_PENDING, then get 503 (nothing written, nothing lost).
+BACKLOG_WAIT_SECS = 30.0
+BACKLOG_FULL = (
+    "the server's embedder is behind (MEMSPINE_EMBEDDINGS_MAX_PENDING events await their "
+    "vectors); nothing was written: retry shortly"
+)
+# A recall with wait_for_vectors waits at most this long.
+VECTORS_WAIT_SECS = 10.0
+VECTORS_LATE = (
+    "events of this tenant still await their vectors after {secs:g} s (the embedder is "
+    "behind or failing); retry, or recall without wait_for_vectors"
+)
+# What a recall by text alone gets in a server-space tenant (docs/recall.md).
+FEEDBACK = Feedback(hits=2, weight=0.5)
+
+
+class ServerVectors:
+    """The server-embedding policy over one background embedder (None: the server embeds
+    nothing, and every step is a no-op)."""
+
+    def __init__(self, worker: EmbeddingWorker | None) -> None:
+        self.worker = worker
+
+    # -- back-pressure ----------------------------------------------------------------------
+
+    def must_wait(self, tenant: Tenant, events: Iterable[NewEvent]) -> bool:
+        """Whether appending these events must first wait for room in the embedder's backlog
+        (they would list text-only events for it while it is full); cheap, never blocks."""
+        w = self.worker
+        if w is None or w.has_room() or tenant.space == layout.SPACE_CLIENT:
+            return False
+        if tenant.space is None and w.offer() is None:
+            return False
+        return any(ev.embedding is None and ev.text for ev in events)
+
+    def wait_for_room(self) -> None:
+        """Blocking: wait until the backlog has room; Unavailable (503, nothing written) if it
+        stays full for BACKLOG_WAIT_SECS."""
+        if self.worker is not None and not self.worker.wait_for_room(BACKLOG_WAIT_SECS):
+            raise Unavailable(BACKLOG_FULL, headers={"Retry-After": "5"})
+
+    # -- recall ----------------------------------------------------------------------------
+
+    def answers_at_once(self, tenant: Tenant, query: RecallQuery) -> bool:
+        """Whether recall(tenant, query) runs neither the model nor a wait (cheap: the query
+        carries its vector, has no text, is cached, or the tenant's vectors are not ours)."""
+        w = self.worker
+        if w is None or query.embedding is not None or not w.serves(tenant):
+            return True
+        return not query.text or w.cached_query(query.text) is not None
+
+    def recall(
+        self, tenant: Tenant, query: RecallQuery, *, wait_for_vectors: bool = False
+    ) -> RecallResult:
+        """Blocking: fused recall over the tenant. In a tenant whose vectors this server makes,
+        a query with text and no embedding gets the embedder's vector of the text and both
+        arms; wait_for_vectors first waits until every event acknowledged before the recall
+        has its vector (VECTORS_WAIT_SECS at most, then 503). Hits carry no embeddings."""
+        w = self.worker
+        if w is None or query.embedding is not None or not w.serves(tenant):
+            return tenant.recall(query, embeddings=False)
+        if wait_for_vectors:
+            self.wait_for_vectors(tenant)
+        feedback: Feedback | None = None
+        if query.text:
+            vector = w.cached_query(query.text)
+            if vector is None:
+                try:
+                    vector = w.embedder.embed_query(query.text)
+                except EmbedderError as exc:  # the keyword arm still answers
+                    log.warning("query not embedded (%s): keyword recall only", exc.reason)
+            if vector is not None:
+                query = msgspec.structs.replace(
+                    query, embedding=vector.tolist(), embedding_model=w.embedder.name
+                )
+                feedback = FEEDBACK
+        return tenant.recall(query, embeddings=False, feedback=feedback)
+
+    def wait_for_vectors(self, tenant: Tenant) -> None:
+        """Blocking: wait until every event appended before now has its server vector
+        (VECTORS_WAIT_SECS at most, then Unavailable)."""
+        w = self.worker
+        if w is None:
+            return
+        upto = tenant.last_seq()
+        w.hurry(tenant.tenant_id)  # no linger for a small backlog (docs/embeddings.md)
+        deadline = time.monotonic() + VECTORS_WAIT_SECS
+        while True:
+            seen = w.written()
+            if not tenant.awaiting_vectors(upto):
+                return
+            if not w.wait_written(seen, deadline - time.monotonic()):
+                detail = VECTORS_LATE.format(secs=VECTORS_WAIT_SECS)
+                raise Unavailable(detail, headers={"Retry-After": "1"})
