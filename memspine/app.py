@@ -17,7 +17,7 @@ from memspine.auth import Authenticator, AuthLimits
 from memspine.cluster import default_node_url, node_figures
 from memspine.config import Settings
 from memspine.edge import Edge
-from memspine.engine import Engine
+from memspine.engine import Engine, EngineHooks
 from memspine.errors import EXCEPTION_HANDLERS
 from memspine.heap import HeapTrimmer
 from memspine.hot import HotRoutes
@@ -62,7 +62,6 @@ def create_app(
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     limit_arenas()  # before the tenants' threads start: each would get an arena of its own
-    engine = Engine(settings)
     auth = auth or Authenticator(
         settings.data_dir,
         settings.admin_key,
@@ -72,11 +71,19 @@ def create_app(
         node_url=settings.node_url or default_node_url(settings.host, settings.port),
         figures=lambda: node_figures(settings.data_dir, engine.manager.open_count()),
     )
-    engine.manager.admit = auth.admit_tenant
     allowance = Allowance(settings, auth.control)
-    engine.on_reject = allowance.count
-    engine.gate = auth.gate
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
+    engine = Engine(
+        settings,
+        EngineHooks(
+            on_purge=metrics.observe_purge,
+            on_reject=allowance.count,
+            on_open=metrics.observe_open,
+            on_batch=metrics.observe_batch,
+            admit=auth.admit_tenant,
+            gate=auth.gate,
+        ),
+    )
     metrics.watch(engine.manager)
     metrics.watch_limits(lambda: dict(allowance.rejected))
     metrics.watch_embedding(engine.embedding)
@@ -88,7 +95,6 @@ def create_app(
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
         engine.manager.start_idle_closer()
-        engine.on_purge = metrics.observe_purge
         purger = Purger(engine, settings.purge_interval_secs)
         purger.start()
         trimmer = HeapTrimmer()

@@ -9,6 +9,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable, Hashable
 from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import anyio
@@ -134,10 +135,25 @@ class VectorSpaceView(msgspec.Struct, frozen=True, kw_only=True):
     unembedded: int  # events awaiting their server vector
 
 
+@dataclass(frozen=True)
+class EngineHooks:
+    """Whom the engine tells what, and whom it asks, given when it is built (memspine/app.py:
+    the metrics, the keys' allowance, the control plane's admission and a node's gate)."""
+
+    on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
+    on_reject: Callable[[str], None] | None = None  # the limit of each refused write
+    on_open: Callable[[Tenant, float], None] | None = None  # each tenant opened, and its time
+    on_batch: Callable[[int], None] | None = None  # the size of each group commit
+    # Asked right before a tenant's files are opened; raises to refuse (storage/tenants/manager.py).
+    admit: Callable[[str], None] | None = None
+    gate: NodeGate | None = None  # a cluster node's placement checks (memspine/cluster.py)
+
+
 class Engine:
     """The server's handle on every tenant: opening through the manager, blocking work in threads."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, hooks: EngineHooks | None = None) -> None:
+        hooks = hooks or EngineHooks()
         self.settings = settings
         self.embedding = make_worker(settings)
         self.vectors = ServerVectors(self.embedding)  # the server-embedding policy
@@ -150,17 +166,20 @@ class Engine:
             idle_secs=settings.tenant_idle_secs,
             max_open_bytes=settings.max_open_bytes,
             embedding=self.embedding,
+            on_open=hooks.on_open,
+            on_batch=hooks.on_batch,
+            admit=hooks.admit,
         )
         if self.embedding is not None:
             self.embedding.start()
-        self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
-        self.on_reject: Callable[[str], None] | None = None  # the limit of each refused write
+        self.on_purge = hooks.on_purge
+        self.on_reject = hooks.on_reject
         self.read_threads = ReadThreads()
         # Cypher is CPU work under the interpreter lock: each query running beside the others
         # slows every request of every tenant, so few run at once and one tenant runs one.
         self.cypher_shares = FairShares(settings.cypher_concurrency, per_owner=1)
         self._leases = 0  # requests holding a tenant right now (this one included)
-        self.gate: NodeGate | None = None  # a cluster node's placement checks (memspine/cluster.py)
+        self.gate = hooks.gate
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
 
     @asynccontextmanager

@@ -81,8 +81,8 @@ class Metrics:
             )
 
     def watch(self, manager: TenantManager) -> None:
-        """Export the manager's gauges and counters and observe every tenant it opens."""
-        manager.on_open = self._on_open
+        """Export the manager's gauges and counters (its tenants' opens and group commits come
+        through the engine's hooks: observe_open, observe_batch)."""
         self.registry.register(_ManagerCollector(manager, per_tenant=self.per_tenant))
 
     def watch_embedding(self, worker: EmbeddingWorker | None) -> None:
@@ -94,10 +94,13 @@ class Metrics:
         """Export the requests refused by a key's or tenant's limit, by the limit."""
         self.registry.register(_RejectedCollector(rejected))
 
-    def _on_open(self, tenant: Tenant, seconds: float) -> None:
-        """A tenant opened: time it and measure its writer's batches from now on."""
+    def observe_open(self, _tenant: Tenant, seconds: float) -> None:
+        """A tenant opened: how long it took."""
         self.open_seconds.observe(seconds)
-        tenant.on_batch = self.batch_sizes.observe
+
+    def observe_batch(self, size: int) -> None:
+        """One group commit of a tenant's writer: how many jobs it committed."""
+        self.batch_sizes.observe(size)
 
     def observe_request(self, record: RequestRecord) -> None:
         """Count and time one HTTP request."""

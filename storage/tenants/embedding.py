@@ -145,8 +145,8 @@ class EmbeddingWorker:
     # -- tenants coming and going (the manager's hooks) ----------------------------------
 
     def opened(self, tenant: Tenant) -> None:
-        """A tenant opened: its list is read, and it gets its turn if it has work."""
-        tenant.on_unembedded = self.notice
+        """A tenant opened (told of its new work by `notice`, its on_unembedded hook): its list
+        is read, and it gets its turn if it has work."""
         self.notice(tenant)
 
     def closing(self, tenant: Tenant) -> None:

@@ -20,7 +20,7 @@ from storage.errors import MemspineError, Unavailable
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
 from storage.tenants.standin import EmptyStandIn
-from storage.tenants.tenant import Tenant
+from storage.tenants.tenant import Tenant, TenantHooks
 
 log = logging.getLogger("memspine.manager")
 
@@ -185,6 +185,9 @@ class TenantManager:
         idle_secs: float = 3600.0,
         max_open_bytes: int | None = None,
         embedding: EmbeddingWorker | None = None,
+        on_open: Callable[[Tenant, float], None] | None = None,
+        on_batch: Callable[[int], None] | None = None,
+        admit: Callable[[str], None] | None = None,
     ) -> None:
         self.data_dir = data_dir
         # The background embedder: told of each tenant opened and closed, it offers new
@@ -208,10 +211,17 @@ class TenantManager:
         self._enforcing = False  # a background eviction to get back under the budget is running
         self._absent_in_flight = 0  # reads of tenants that do not exist, answered by:
         self._standin = EmptyStandIn(embedding_dim)
-        self.on_open: Callable[[Tenant, float], None] | None = None  # (tenant, seconds to open)
+        self.on_open = on_open  # told of each tenant opened: (tenant, seconds to open)
+        # What each open tenant tells: its group commits' sizes, its new work to the embedder,
+        # and its memory measured for quotas (storage/tenants/footprint.py).
+        self.hooks = TenantHooks(
+            on_unembedded=None if embedding is None else embedding.notice,
+            on_batch=on_batch,
+            measure_memory=tenant_bytes,
+        )
         # Asked right before a tenant's files are opened; raises to refuse (a tenant erased
         # while a request that authenticated earlier waited must not come back as empty files).
-        self.admit: Callable[[str], None] | None = None
+        self.admit = admit
         self.opens = self.idle_closes = 0
         self.evictions_by = dict.fromkeys(REASONS, 0)
         self.rejections_by = dict.fromkeys(REASONS, 0)
@@ -347,8 +357,8 @@ class TenantManager:
                 self.path_of(slot.tenant_id),
                 embedding_dim=self.embedding_dim,
                 offer=None if embedding is None else embedding.offer,
+                hooks=self.hooks,
             )
-            tenant.measure_memory = tenant_bytes
             seconds = time.perf_counter() - started
         except BaseException as exc:
             with self._cond:

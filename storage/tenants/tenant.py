@@ -6,6 +6,7 @@ import logging
 import threading
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
 
@@ -56,6 +57,22 @@ CHAIN_SCAN = 1000  # ops a chain's start is looked for before the first event to
 IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
 
 
+@dataclass(frozen=True)
+class TenantHooks:
+    """Whom an open tenant tells what, given when it opens. Each is a function of the tenant,
+    not a closure over it: a closed tenant is freed without a collection."""
+
+    # Called on the writer thread after a commit that listed events for the embedder.
+    on_unembedded: Callable[[Tenant], None] | None = None
+    on_batch: Callable[[int], None] | None = None  # the size of each group commit
+    # What the tenant holds in memory, for a quota's max_memory and its usage
+    # (storage/tenants/footprint.py's tenant_bytes, from the manager that counts it).
+    measure_memory: Callable[[Tenant], int] | None = None
+
+
+NO_HOOKS = TenantHooks()
+
+
 class Tenant:
     """An open tenant; all writes go through its writer, reads through log readers and indexes."""
 
@@ -65,14 +82,14 @@ class Tenant:
         root: Path,
         embedding_dim: int,
         offer: Callable[[], ServerSpace | None] | None = None,
+        hooks: TenantHooks = NO_HOOKS,
     ) -> None:
         self.tenant_id = tenant_id
         self.root = root
         # What the server's embedder offers the tenant while its vector space is nobody's yet
         # (asked at each group commit: an endpoint's dimension is learned after the start).
         self.offer = offer
-        # Called on the writer thread after a commit that listed events for the embedder.
-        self.on_unembedded: Callable[[Tenant], None] | None = None
+        self.on_unembedded = hooks.on_unembedded
         # Counts deletes: a batch of server vectors made before one may have chained on a turn
         # it deleted, and is made again (store_vectors).
         self.deletes = 0
@@ -97,11 +114,8 @@ class Tenant:
         self.catch_up()
         self._in_flight_keys: set[str] = set()  # idempotency ids being written (409 for a twin)
         self._keys_lock = threading.Lock()
-        self.on_batch: Callable[[int], None] | None = None
-        # What the tenant holds in memory, for a quota's max_memory and its usage: set by the
-        # manager that counts it (storage/tenants/footprint.py's tenant_bytes). A function of
-        # the tenant, not a closure over it: a closed tenant is freed without a collection.
-        self.measure_memory: Callable[[Tenant], int] | None = None
+        self.on_batch = hooks.on_batch
+        self.measure_memory = hooks.measure_memory
         self._purges = PurgeGate()
         self.appended_at = 0.0  # monotonic time of the last commit with appends (RIDE_SECS)
         self.writer: GroupWriter[AnyJob] = GroupWriter(
@@ -116,11 +130,12 @@ class Tenant:
         *,
         embedding_dim: int = 384,
         offer: Callable[[], ServerSpace | None] | None = None,
+        hooks: TenantHooks = NO_HOOKS,
     ) -> Tenant:
         """Open the tenant stored at root, creating it if needed, and bring its indexes up to
-        date; offer: the server's embedder (docs/embeddings.md)."""
+        date; offer: the server's embedder (docs/embeddings.md); hooks: whom it tells what."""
         try:
-            return cls(tenant_id, root, embedding_dim, offer)
+            return cls(tenant_id, root, embedding_dim, offer, hooks)
         except Exception as exc:  # creating the log's files on a full disk, say
             raise_if_disk_full(exc, root)
             raise

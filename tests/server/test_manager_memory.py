@@ -337,8 +337,7 @@ def test_with_issued_keys_a_created_tenant_reads_as_empty_and_an_erased_one_is_r
     made = control.create_tenant("made", actor="test").tenant_id
     gone = control.create_tenant("gone", actor="test").tenant_id
     control.delete_tenant(gone, actor="test")
-    m = TenantManager(data, embedding_dim=4)
-    m.admit = auth.admit_tenant
+    m = TenantManager(data, embedding_dim=4, admit=auth.admit_tenant)
     try:
         with m.use(made, create=False) as t:  # created by the admin, never written: empty
             assert count_events(t) == 0

@@ -65,13 +65,19 @@ def drained(t: Tenant) -> None:
 
 def test_a_batch_is_written_a_chunk_per_writer_turn(tmp_path: Path, model: Embedder) -> None:
     worker = EmbeddingWorker(model, default_dim=384, batch=len(TEXTS), write_chunk=3)
-    manager = TenantManager(tmp_path, embedding_dim=384, embedding=worker)
+    left: list[int] = []  # events still awaiting a vector after each writer turn, once counted
+    counted: list[Tenant] = []
+
+    def turn(_size: int) -> None:
+        if counted:
+            left.append(counted[0].unembedded_count())
+
+    manager = TenantManager(tmp_path, embedding_dim=384, embedding=worker, on_batch=turn)
     try:
         with manager.use("t") as t:
             t.submit_append(notes()).result()  # the worker is not started: all of it waits
             assert t.unembedded_count() == len(TEXTS)
-            left: list[int] = []  # events still awaiting a vector after each writer turn
-            t.on_batch = lambda _size: left.append(t.unembedded_count())
+            counted.append(t)
             worker.start()
             drained(t)
             assert model.loaded  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ from storage.log import layout
 from storage.log.eventlog import EventLog, read_only, record_bytes
 from storage.model import AppendResult, ItemRefused, NewEvent, Quota
 from storage.tenants.footprint import tenant_bytes
-from storage.tenants.tenant import Tenant
+from storage.tenants.tenant import Tenant, TenantHooks
 from storage.tenants.usage import closed_usage
 
 TS = 1_790_000_000_000_000
@@ -86,9 +86,12 @@ def test_the_quota_counts_every_job_committed_before_in_the_same_group(tmp_path:
 
 
 def test_live_bytes_follow_appends_deletes_and_a_purge(tmp_path: Path) -> None:
-    t = Tenant.open("t", tmp_path / "t", embedding_dim=4)
-    assert t.usage().memory is None  # nobody measures it: no manager opened this one
-    t.measure_memory = tenant_bytes
+    plain = Tenant.open("plain", tmp_path / "plain", embedding_dim=4)
+    assert plain.usage().memory is None  # nobody measures it: no hook was given
+    plain.close()
+    t = Tenant.open(
+        "t", tmp_path / "t", embedding_dim=4, hooks=TenantHooks(measure_memory=tenant_bytes)
+    )
     try:
         ids = [r.event_id for r in t.submit_append([one(i) for i in range(20)]).result()]
         count, size = scanned(t.log)

@@ -21,8 +21,7 @@ def test_an_erased_tenant_is_not_recreated_by_a_late_request(tmp_path: Path) -> 
     assert control is not None
     kept = control.create_tenant("kept", actor="test").tenant_id
     gone = control.create_tenant("gone", actor="test").tenant_id
-    manager = TenantManager(data, embedding_dim=4)
-    manager.admit = auth.admit_tenant
+    manager = TenantManager(data, embedding_dim=4, admit=auth.admit_tenant)
     try:
         with manager.use(kept) as tenant:
             assert tenant.tenant_id == kept
@@ -39,8 +38,7 @@ def test_an_erased_tenant_is_not_recreated_by_a_late_request(tmp_path: Path) -> 
 
 def test_local_mode_opens_any_valid_tenant(tmp_path: Path) -> None:
     auth = Authenticator(tmp_path, None)
-    manager = TenantManager(tmp_path, embedding_dim=4)
-    manager.admit = auth.admit_tenant
+    manager = TenantManager(tmp_path, embedding_dim=4, admit=auth.admit_tenant)
     try:
         with manager.use("acme") as tenant:
             assert tenant.tenant_id == "acme"
