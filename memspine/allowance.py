@@ -24,8 +24,8 @@ from memspine.config import Settings
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import LIMITS, TenantRecord
 from memspine_admin.verifier import Principal
+from storage import UNLIMITED, Quota, QuotaSource
 from storage.errors import TooManyRequests
-from storage.model import UNLIMITED, Quota, QuotaSource
 
 REQUESTS_PER_MINUTE = "requests_per_minute"
 REASONS = (REQUESTS_PER_MINUTE, *LIMITS)  # memspine_rejected_total's reasons

@@ -28,8 +28,8 @@ from memspine.openapi import schema_routes
 from memspine.pipeline import Services
 from memspine.purger import Purger
 from memspine.routes import OPERATIONS, litestar_handlers, ui
-from storage.cypher import warm as warm_cypher
-from storage.heap import limit_arenas
+from storage import limit_arenas
+from storage import warm as warm_cypher
 
 log = logging.getLogger("memspine.app")
 

@@ -16,8 +16,8 @@ from memspine.schemas import (
     doc,
     to_new_event,
 )
+from storage import AppendResult, NewEvent
 from storage.errors import InvalidRequest, MemspineError, QuotaExceeded
-from storage.model import AppendResult, NewEvent
 
 MAX_BATCH = 1000  # events in one POST /v1/memory/events
 # "$N" in an event of a batch names the batch's event N, an earlier one (docs/api.md).

@@ -20,20 +20,30 @@ from memspine.batch import in_batch
 from memspine.cluster import NodeGate
 from memspine.config import Settings
 from memspine.shares import FairShares
-from storage.cypher import CypherResult, Limits
-from storage.embedders import make_embedder
-from storage.erasure.purge import for_want_of_room
+from storage import (
+    AppendResult,
+    CypherResult,
+    EmbeddingWorker,
+    EventState,
+    ItemRefused,
+    Limits,
+    ListQuery,
+    NewEvent,
+    Quota,
+    QuotaSource,
+    RecallQuery,
+    RecallResult,
+    ServerVectors,
+    StoredEvent,
+    Tenant,
+    TenantManager,
+    TenantUsage,
+    closed_tenant_bytes,
+    closed_usage,
+    for_want_of_room,
+    make_embedder,
+)
 from storage.errors import MemspineError, NotFound, QuotaExceeded, Unavailable
-from storage.model import AppendResult, ItemRefused, NewEvent, Quota, QuotaSource, StoredEvent
-from storage.read.current import EventState
-from storage.read.listing import ListQuery
-from storage.read.recall import RecallQuery, RecallResult
-from storage.tenants.embedding import EmbeddingWorker
-from storage.tenants.footprint import closed_tenant_bytes
-from storage.tenants.manager import TenantManager
-from storage.tenants.serving import ServerVectors
-from storage.tenants.tenant import Tenant
-from storage.tenants.usage import TenantUsage, closed_usage
 
 T = TypeVar("T")
 log = logging.getLogger("memspine.engine")

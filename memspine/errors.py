@@ -9,8 +9,8 @@ import msgspec
 from litestar import Request, Response
 from litestar.exceptions import HTTPException, NotAuthorizedException, ValidationException
 
+from storage import names_full_disk
 from storage.errors import MemspineError, Unavailable
-from storage.space import names_full_disk
 
 log = logging.getLogger("memspine.errors")
 

@@ -7,7 +7,7 @@ import contextlib
 import logging
 import threading
 
-from storage.heap import available, free_bytes, trim
+from storage import available, free_bytes, trim
 
 log = logging.getLogger("memspine.heap")
 

@@ -19,10 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 from prometheus_client.registry import Collector
 
 from memspine.logs import RequestRecord
-from storage.tenants.embedding import EmbeddingWorker
-from storage.tenants.footprint import PARTS, tenant_memory
-from storage.tenants.manager import REASONS, TenantManager
-from storage.tenants.tenant import Tenant
+from storage import PARTS, REASONS, EmbeddingWorker, Tenant, TenantManager, tenant_memory
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
 OPEN_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0)

@@ -24,8 +24,8 @@ from litestar.params import FromPath
 from memspine import __version__
 from memspine.pipeline import ADMIN, ANY_KEY, PROP_PREFIX, PUBLIC, READ, WRITE, Operation
 from memspine.schemas import TIME_CHECK_HEADER
+from storage import MAX_FILTER_NAME_BYTES, MAX_FILTER_STRING_BYTES
 from storage.errors import NotFound
-from storage.log import layout as enc
 
 REF = "#/components/schemas/{name}"
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -191,9 +191,7 @@ def _parameters(op: Operation) -> list[dict[str, Any]]:
     if op.props:
         # OpenAPI cannot name a family of parameters; an exploded form object can: each key is
         # sent as its own parameter, so {"prop.topic": "billing"} is ?prop.topic=billing.
-        name = (
-            f"^{re.escape(PROP_PREFIX)}[A-Za-z][A-Za-z0-9_]{{0,{enc.MAX_FILTER_NAME_BYTES - 1}}}$"
-        )
+        name = f"^{re.escape(PROP_PREFIX)}[A-Za-z][A-Za-z0-9_]{{0,{MAX_FILTER_NAME_BYTES - 1}}}$"
         params.append(
             {
                 "name": "prop",
@@ -208,7 +206,7 @@ def _parameters(op: Operation) -> list[dict[str, Any]]:
                     "additionalProperties": {
                         "type": "string",
                         "minLength": 1,
-                        "maxLength": enc.MAX_FILTER_STRING_BYTES,
+                        "maxLength": MAX_FILTER_STRING_BYTES,
                     },
                 },
             }

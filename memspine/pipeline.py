@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from memspine.config import Settings
     from memspine.engine import Engine
     from memspine_admin.plane import ControlPlane
-    from storage.model import Quota, QuotaSource
+    from storage import Quota, QuotaSource
 
 JSON = "application/json"
 # Who may call an operation: a key with the read or write scope, any valid key, the admin key,

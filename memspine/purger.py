@@ -9,8 +9,7 @@ import logging
 import lmdb
 
 from memspine.engine import Engine
-from storage.erasure.purge import for_want_of_room
-from storage.erasure.swap import PENDING, pending_tenants
+from storage import PENDING, for_want_of_room, pending_tenants
 from storage.errors import Unavailable
 
 log = logging.getLogger("memspine.purger")

@@ -8,10 +8,15 @@ from collections.abc import Callable, Mapping
 import msgspec
 
 from memspine.schemas import MAX_TS, check_kind, check_time
+from storage import (
+    MAX_FILTER_NAME_BYTES,
+    MAX_FILTER_STRING_BYTES,
+    MAX_LIMIT,
+    FilterValue,
+    ListQuery,
+)
+from storage import PROPERTY_NAME as FILTER_NAME
 from storage.errors import InvalidRequest
-from storage.log import layout as enc
-from storage.model import FilterValue
-from storage.read.listing import MAX_LIMIT, ListQuery
 
 DEFAULT_LIST_LIMIT = 100
 TRUE, FALSE = frozenset({"true", "1"}), frozenset({"false", "0"})
@@ -70,14 +75,14 @@ def prop_values(raw: str) -> list[FilterValue]:
 
 def prop_filter(prop: str, raw: str) -> list[FilterValue]:
     """The accepted values of prop.NAME=VALUE; 400 when no event could ever match it."""
-    if not enc.PROPERTY_NAME.match(prop) or len(prop) > enc.MAX_FILTER_NAME_BYTES:
+    if not FILTER_NAME.match(prop) or len(prop) > MAX_FILTER_NAME_BYTES:
         raise InvalidRequest(
             f"query parameter 'prop.{prop}' does not name a filterable property "
             "(letters, digits and underscores, starting with a letter)"
         )
-    if len(raw.encode()) > enc.MAX_FILTER_STRING_BYTES:
+    if len(raw.encode()) > MAX_FILTER_STRING_BYTES:
         raise InvalidRequest(
-            f"query parameter 'prop.{prop}' is longer than {enc.MAX_FILTER_STRING_BYTES} bytes; "
+            f"query parameter 'prop.{prop}' is longer than {MAX_FILTER_STRING_BYTES} bytes; "
             "only shorter strings are filterable"
         )
     return prop_values(raw)

@@ -13,11 +13,20 @@ from typing import Annotated, Any, TypeVar
 import msgspec
 
 from memspine.jsonbounds import check_body_nesting
-from storage.cypher import MAX_QUERY_CHARS
+from storage import (
+    MAX_FILTER_NAME_BYTES,
+    MAX_FILTER_STRING_BYTES,
+    MAX_QUERY_CHARS,
+    NewEvent,
+    RecallQuery,
+    RecallResult,
+    StoredEvent,
+    Walk,
+    Withheld,
+    is_filterable_value,
+)
+from storage import PROPERTY_NAME as FILTER_NAME
 from storage.errors import InvalidRequest
-from storage.log import layout as enc
-from storage.model import NewEvent, StoredEvent
-from storage.read.recall import RecallQuery, RecallResult, Walk, Withheld
 
 T = TypeVar("T")
 
@@ -77,10 +86,10 @@ FILTER_VALUE = {
     "anyOf": [
         {"type": "boolean"},
         {"type": "number"},
-        {"type": "string", "maxLength": enc.MAX_FILTER_STRING_BYTES},
+        {"type": "string", "maxLength": MAX_FILTER_STRING_BYTES},
     ]
 }
-PROPERTY_NAME = f"^[A-Za-z][A-Za-z0-9_]{{0,{enc.MAX_FILTER_NAME_BYTES - 1}}}$"
+PROPERTY_NAME = f"^[A-Za-z][A-Za-z0-9_]{{0,{MAX_FILTER_NAME_BYTES - 1}}}$"
 Filter = Annotated[
     dict[str, bool | int | float | str],
     doc(
@@ -453,11 +462,11 @@ def to_recall_query(body: RecallIn, *, check_times: bool = True) -> RecallQuery:
     check_model(body.embedding_model)
     filters = body.filter or {}
     for name, value in filters.items():
-        if not enc.PROPERTY_NAME.match(name) or len(name) > enc.MAX_FILTER_NAME_BYTES:
+        if not FILTER_NAME.match(name) or len(name) > MAX_FILTER_NAME_BYTES:
             raise InvalidRequest(
                 f"filter '{name}' is not a filterable property name (letters, digits, underscores; starting with a letter)"
             )
-        if not enc.is_filterable_value(value):
+        if not is_filterable_value(value):
             raise InvalidRequest(
                 f"filter '{name}' must be a boolean, a finite number or a string of at most 256 bytes"
             )

@@ -17,7 +17,7 @@ from memspine.routes.memory import append_event, delete_event, get_event, list_p
 from memspine.routes.whoami import whoami_of
 from memspine.schemas import CypherIn, RecallIn, convert_body, event_in, plain
 from memspine_admin.verifier import Principal
-from storage.model import Quota, QuotaSource
+from storage import Quota, QuotaSource
 
 
 class Backend(Protocol):

@@ -31,9 +31,8 @@ from memspine_admin.records import (
     TenantRecord,
     now_us,
 )
+from storage import Quota, TenantUsage
 from storage.errors import InvalidRequest, NotFound
-from storage.model import Quota
-from storage.tenants.usage import TenantUsage
 
 JSON = "application/json"
 ACTOR = "admin-api"

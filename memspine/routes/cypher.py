@@ -5,7 +5,7 @@ from __future__ import annotations
 from memspine.engine import Engine
 from memspine.pipeline import READ, Call, Operation, Outcome, Reply
 from memspine.schemas import CypherIn
-from storage.cypher import MAX_QUERY_CHARS, CypherResult
+from storage import MAX_QUERY_CHARS, CypherResult
 from storage.errors import InvalidRequest
 
 __all__ = ["CYPHER", "MAX_QUERY_CHARS", "OPERATIONS", "cypher_query"]

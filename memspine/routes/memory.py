@@ -31,9 +31,8 @@ from memspine.schemas import (
     to_new_event,
     to_recall_query,
 )
+from storage import MAX_LIMIT, ListQuery, Quota, QuotaSource
 from storage.errors import InvalidRequest, NotFound
-from storage.model import Quota, QuotaSource
-from storage.read.listing import MAX_LIMIT, ListQuery
 
 IDEMPOTENCY_KEY = b"idempotency-key"
 REPLAYED = {"Idempotent-Replayed": "true"}

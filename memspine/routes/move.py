@@ -27,12 +27,17 @@ from memspine.queryparams import int_range
 from memspine_admin.control import erase_tenant_dir
 from memspine_admin.placement import refusal
 from memspine_admin.records import is_tenant_id
+from storage import (
+    MEDIA_TYPE,
+    Tenant,
+    apply_changes,
+    changes,
+    changes_lines,
+    export_lines,
+    import_tenant,
+    sweep_stale,
+)
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound, Unavailable
-from storage.tenants.tenant import Tenant
-from storage.transfer.export import export_lines
-from storage.transfer.format import MEDIA_TYPE
-from storage.transfer.landing import import_tenant, sweep_stale
-from storage.transfer.tail import apply_changes, changes, changes_lines
 
 MOVE = "/v1/admin/move/{tenant_id:str}"
 LAST_SEQ = "Memspine-Last-Seq"  # the export's snapshot: the op the next round starts after

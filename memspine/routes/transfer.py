@@ -16,11 +16,8 @@ from typing import IO
 import anyio.to_thread
 
 from memspine.pipeline import READ, Call, Operation, Outcome, Reply, Streamed
+from storage import MEDIA_TYPE, Tenant, disk_full, write_export
 from storage.errors import DiskFull
-from storage.space import disk_full
-from storage.tenants.tenant import Tenant
-from storage.transfer.export import write_export
-from storage.transfer.format import MEDIA_TYPE
 
 CHUNK_BYTES = 1 << 20
 SPOOL_BUFFER_BYTES = 1 << 20

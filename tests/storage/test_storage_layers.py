@@ -92,6 +92,17 @@ def cycles(edges: dict[str, set[str]]) -> list[list[str]]:
 # "base" is storage's own top-level modules: errors, model, ids, files, fsync, space, failpoints,
 # rwlock.
 MAY_IMPORT = {
+    "door": {
+        "base",
+        "log",
+        "index",
+        "read",
+        "cypher",
+        "erasure",
+        "embedders",
+        "tenants",
+        "transfer",
+    },
     "base": set(),
     "log": {"base"},
     "index": {"base", "log"},
@@ -105,7 +116,10 @@ MAY_IMPORT = {
 
 
 def group(module: str) -> str:
-    """The group of a storage module: its subpackage, or "base" for a top-level module."""
+    """The group of a storage module: its subpackage, "base" for a top-level module, or "door"
+    for the package itself (storage/__init__.py, the API the server uses)."""
+    if module == "storage":
+        return "door"
     parts = module.split(".")
     return parts[1] if len(parts) > 1 and (STORAGE / parts[1]).is_dir() else "base"
 
@@ -156,41 +170,54 @@ def test_only_storage_fsync_calls_fsync() -> None:
     assert sorted(set(callers)) == ["storage/fsync.py"]
 
 
-# The modules of storage that memspine and memspine_admin may import (docs/architecture.md).
+# What the server (memspine) may import of storage: its front door and its errors.
+SERVER_MAY_IMPORT = {"storage", "storage.errors"}
+# The modules of storage that memspine_admin may import (docs/architecture.md; its narrower
+# list per command is tests/storage/test_import_rule.py's).
 PUBLIC = {
     "storage.errors",
-    "storage.model",
-    "storage.space",
     "storage.fsync",
-    "storage.heap",
-    "storage.log.layout",
-    "storage.read.current",
-    "storage.read.listing",
-    "storage.read.recall",
-    "storage.erasure.purge",
-    "storage.erasure.swap",
-    "storage.tenants.tenant",
-    "storage.tenants.manager",
-    "storage.tenants.footprint",
     "storage.tenants.usage",
-    "storage.tenants.embedding",
-    "storage.tenants.serving",
-    "storage.tenants.reembed",
-    "storage.cypher",
     "storage.embedders",
+    "storage.tenants.reembed",
     "storage.transfer.format",
     "storage.transfer.export",
     "storage.transfer.landing",
     "storage.transfer.backup",
-    "storage.transfer.tail",
 }
 
 
-def test_the_server_uses_only_storages_public_modules() -> None:
+def used_by(package: str) -> dict[str, set[str]]:
+    """The storage modules a package imports, each with the files that import it."""
     known = modules()
     used: dict[str, set[str]] = {}
-    for package in ("memspine", "memspine_admin"):
-        for path in sorted((ROOT / package).rglob("*.py")):
-            for target in imports(path, known):
-                used.setdefault(target, set()).add(str(path.relative_to(ROOT)))
-    assert {m: sorted(users) for m, users in used.items() if m not in PUBLIC} == {}
+    for path in sorted((ROOT / package).rglob("*.py")):
+        for target in imports(path, known):
+            used.setdefault(target, set()).add(str(path.relative_to(ROOT)))
+    return used
+
+
+def test_the_server_uses_only_storages_front_door_and_errors() -> None:
+    used = used_by("memspine")
+    assert {m: sorted(users) for m, users in used.items() if m not in SERVER_MAY_IMPORT} == {}
+    assert "storage" in used  # the check reads real imports
+
+
+def test_the_admin_uses_only_storages_public_modules() -> None:
+    used = used_by("memspine_admin")
+    assert {m: sorted(users) for m, users in used.items() if m not in PUBLIC | {"storage"}} == {}
+
+
+def test_the_front_door_names_what_it_imports_and_each_name_loads() -> None:
+    """storage/__init__.py's HOMES (what it loads) and its imports for the type checker agree,
+    and every name of the API loads from its home."""
+    tree = ast.parse((STORAGE / "__init__.py").read_text())
+    typed = {
+        alias.asname or alias.name: node.module
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("storage")
+        for alias in node.names
+    }
+    assert typed == storage.HOMES
+    for name in storage.__all__:
+        assert getattr(storage, name) is not None, name
