@@ -126,6 +126,9 @@ if TYPE_CHECKING:
     from storage.transfer.tail import (
         changes_lines as changes_lines,
     )
+    from storage.transfer.tail import (
+        write_since as write_since,
+    )
 
 # Each name of the API and the module it lives in (the imports above, for the type checker;
 # tests/storage/test_storage_layers.py holds the two lists equal).
@@ -181,6 +184,7 @@ HOMES: dict[str, str] = {
     "warm": "storage.cypher",
     "Withheld": "storage.read.recall",
     "write_export": "storage.transfer.export",
+    "write_since": "storage.transfer.tail",
 }
 __all__ = sorted(HOMES)
 

@@ -31,11 +31,9 @@ from storage import (
     MEDIA_TYPE,
     Tenant,
     apply_changes,
-    changes,
-    changes_lines,
-    export_lines,
     import_tenant,
     sweep_stale,
+    write_since,
 )
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound, Unavailable
 
@@ -117,17 +115,7 @@ async def _export(call: Call) -> Outcome:
     spool = tempfile.TemporaryFile(dir=services.settings.data_dir)  # noqa: SIM115
 
     def spool_it(t: Tenant) -> tuple[int, int]:
-        t.log.grow_if_over_half()  # writes go on meanwhile: room for them without a resize
-        with t.log.reader() as r:
-            last = r.last_seq()
-            if after == 0:
-                lines = export_lines(r, tenant_id, default_dim=t.dim)
-            else:
-                lines = changes_lines(r, tenant_id, changes(r, after), default_dim=t.dim)
-            size = 0
-            for line in lines:
-                spool.write(line)
-                size += len(line)
+        last, size = write_since(t, spool, tenant_id, after)
         spool.flush()
         spool.seek(0)
         return last, size
@@ -156,13 +144,8 @@ async def _deleted(call: Call) -> Outcome:
     await anyio.to_thread.run_sync(_serving, gate, tenant_id)
     after, upto = call.query.get("after", 0), call.query.get("upto", MAX_SEQ)
 
-    def read(t: Tenant) -> list[str]:
-        with t.log.reader() as r:
-            return [
-                event_id for seq, op, event_id in r.ops_after(after) if seq <= upto and op == b"D"
-            ]
-
-    return Outcome(200, Deleted(await call.services.engine.read(tenant_id, read)))
+    deleted = await call.services.engine.read(tenant_id, lambda t: t.deleted_after(after, upto))
+    return Outcome(200, Deleted(deleted))
 
 
 async def _drain(call: Call) -> Outcome:
@@ -176,11 +159,8 @@ async def _drain(call: Call) -> Outcome:
         raise Conflict("the tenant's writes are not held for a move from this node")
     await anyio.to_thread.run_sync(gate.drain, tenant_id)
 
-    def last_seq(t: Tenant) -> int:
-        with t.log.reader() as r:
-            return r.last_seq()
-
-    return Outcome(200, Drained(tenant_id, await call.services.engine.read(tenant_id, last_seq)))
+    last = await call.services.engine.read(tenant_id, lambda t: t.last_seq())
+    return Outcome(200, Drained(tenant_id, last))
 
 
 class _Body(io.RawIOBase):

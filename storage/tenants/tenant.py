@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, TypeVar, overload
@@ -20,6 +21,7 @@ from storage.index.keyword import KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
 from storage.log.layout import space_name
+from storage.log.reader import LogReader
 from storage.model import (
     CHAIN_KIND,
     AppendResult,
@@ -223,6 +225,23 @@ class Tenant:
                 encoded=encoded,
                 started=started,
             )
+
+    @contextmanager
+    def snapshot(self) -> Iterator[LogReader]:
+        """One read snapshot of the log for a long read (an export), the map grown first if it
+        is over half full: writes go on meanwhile, with room for them without a resize."""
+        self.log.grow_if_over_half()
+        with self.log.reader() as r:
+            yield r
+
+    def deleted_after(self, after: int, upto: int) -> list[str]:
+        """The ids deleted by the log's ops after op `after`, up to op `upto`, in order."""
+        with self.log.reader() as r:
+            return [
+                event_id
+                for seq, op, event_id in r.ops_after(after)
+                if seq <= upto and op == layout.OP_DELETE
+            ]
 
     def would_delete(self, event_id: str, *, cascade: bool) -> list[str]:
         """The ids a delete (cascading or not) would remove, the event first; changes nothing."""

@@ -94,8 +94,7 @@ def tenant_export(tenant: Tenant, tenant_id: str | None = None) -> Iterator[Iter
     """The export of an open tenant, line by line, from one snapshot held until the block
     ends (tenant_id: the id the header names, when the tenant object answers for another, as
     the manager's empty stand-in does)."""
-    tenant.log.grow_if_over_half()  # writes go on meanwhile: room for them without a resize
-    with tenant.log.reader() as r:
+    with tenant.snapshot() as r:
         yield export_lines(r, tenant_id or tenant.tenant_id, default_dim=tenant.dim)
 
 

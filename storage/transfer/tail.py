@@ -23,7 +23,7 @@ from storage.log import layout
 from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM, SUPERSEDES
 from storage.tenants.tenant import Tenant
-from storage.transfer.export import vectors_by
+from storage.transfer.export import export_lines, vectors_by
 from storage.transfer.format import (
     FORMAT,
     FORMAT_VERSION,
@@ -103,6 +103,22 @@ def changes_lines(
         kept += 1
         yield line
     yield end_line(len(found.appended), kept, digest.hexdigest())
+
+
+def write_since(tenant: Tenant, out: IO[bytes], tenant_id: str, after: int = 0) -> tuple[int, int]:
+    """Write the tenant's export from one snapshot to out: whole (after=0) or what its log
+    gained after op `after`; the snapshot's last op and the bytes written."""
+    with tenant.snapshot() as r:
+        last = r.last_seq()
+        if after == 0:
+            lines = export_lines(r, tenant_id, default_dim=tenant.dim)
+        else:
+            lines = changes_lines(r, tenant_id, changes(r, after), default_dim=tenant.dim)
+        size = 0
+        for line in lines:
+            out.write(line)
+            size += len(line)
+    return last, size
 
 
 def apply_changes(tenant: Tenant, stream: IO[bytes]) -> int:
