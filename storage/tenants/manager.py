@@ -361,19 +361,26 @@ class TenantManager:
             )
             seconds = time.perf_counter() - started
         except BaseException as exc:
-            with self._cond:
-                if self._slots.get(slot.tenant_id) is slot:
-                    del self._slots[slot.tenant_id]
-                self._forget(slot)
-            if _out_of_fds(exc):
-                log.error("opening a tenant failed: out of file descriptors")
-                exc = _unavailable(OUT_OF_FDS)
-            elif isinstance(exc, MemspineError):
-                pass  # refused by admit: an answer for the client, not a failure
-            else:
-                log.exception("opening a tenant failed")
-            slot.ready.set_exception(exc)
-            raise exc from None
+            raise self._open_failed(slot, exc) from None
+        return self._opened(slot, tenant, seconds)
+
+    def _open_failed(self, slot: _Slot, exc: BaseException) -> BaseException:
+        """An open that failed: the slot goes, its waiters get the error (an out-of-fds one as
+        503), and the caller raises what this returns."""
+        with self._cond:
+            if self._slots.get(slot.tenant_id) is slot:
+                del self._slots[slot.tenant_id]
+            self._forget(slot)
+        if _out_of_fds(exc):
+            log.error("opening a tenant failed: out of file descriptors")
+            exc = _unavailable(OUT_OF_FDS)
+        elif not isinstance(exc, MemspineError):  # refused by admit: an answer, not a failure
+            log.exception("opening a tenant failed", exc_info=exc)
+        slot.ready.set_exception(exc)
+        return exc
+
+    def _opened(self, slot: _Slot, tenant: Tenant, seconds: float) -> Tenant:
+        """A tenant just opened: counted against the budget, announced, handed to its waiters."""
         size = tenant_bytes(tenant) if self.max_open_bytes is not None else 0
         if self.max_open_bytes is not None and size > self.max_open_bytes:
             # It opens only when nothing else is open, and closes again as soon as it is idle.
