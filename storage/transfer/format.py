@@ -245,7 +245,7 @@ class Reader:
 
 
 def placed(line: Any, header: Header, n: int) -> PlacedEvent:
-    """An event line, checked, as the log's appender takes it (storage/log/eventlog.py)."""
+    """An event line, checked, as the log's appender takes it (storage/log/appender.py)."""
     _check_id(line.event_id, n, "event_id")
     if not line.kind or "\x00" in line.kind or len(line.kind.encode()) > 255:
         raise InvalidRequest(f"line {n}: kind must be 1 to 255 bytes without NUL")
