@@ -91,6 +91,19 @@ def test_a_recall_waiting_for_vectors_is_woken_by_their_write(
         assert result.hits[0].event.embedding is None  # answers never carry vectors
 
 
+def test_a_recall_whose_vectors_never_come_is_refused_in_time(
+    world: tuple[EmbeddingWorker, TenantManager], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    worker, manager = world  # never started: no vector is ever written
+    policy = ServerVectors(worker)
+    monkeypatch.setattr(serving, "VECTORS_WAIT_SECS", 0.3)
+    with manager.use("t") as t:
+        t.submit_append([note(0)]).result(10)
+        with pytest.raises(Unavailable, match="still await their vectors"):
+            policy.recall(t, RecallQuery(text="okapis", k=1), wait_for_vectors=True)
+        assert t.unembedded_count() == 1
+
+
 def test_without_an_embedder_every_step_is_a_no_op(tmp_path: Path) -> None:
     policy = ServerVectors(None)
     manager = TenantManager(tmp_path, embedding_dim=4)
