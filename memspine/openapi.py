@@ -175,6 +175,7 @@ PATH_SCHEMAS: dict[str, dict[str, Any]] = {
         "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$",
     },
     "key_id": {"type": "string", "minLength": 1},
+    "hold_id": {"type": "string", "minLength": 1},
 }
 
 
