@@ -49,7 +49,7 @@ def test_windows_are_set_shown_and_removed(ready: Admin) -> None:
     assert "retention: *=3650d, turn=30d" in human and "due now 1, within 7 days 2" in human
     assert "last retention run: none" in human and "holds: 0" in human
     audit = ready.json("audit", "--tenant", tid)["entries"]
-    assert [e["detail"] for e in audit if e["action"] == "tenant.retention"][0] == {
+    assert next(e["detail"] for e in audit if e["action"] == "tenant.retention") == {
         "turns": 30,
         "*": 3650,
     }
