@@ -85,3 +85,38 @@ def test_holds_are_placed_listed_shown_and_lifted(ready: Admin) -> None:
     assert ready.error("tenant", "unhold", tid, hold["hold_id"])["error"] == "not_found"
     assert ready.ok("tenant", "holds", tid) == "no holds\n"
     ready.ok("tenant", "delete", tid, "--yes")
+
+
+def test_an_import_drops_what_is_past_its_window(ready: Admin, tmp_path: Path) -> None:
+    source = Admin(tmp_path / "old", tmp_path, in_process=True)
+    tid = "7c1d3f5e-8a2b-4c6d-9e0f-1a2b3c4d5e6f"
+    now = now_us()
+    tenant = Tenant.open(tid, source.data_dir / tid, embedding_dim=4)
+    try:
+        old, young = tenant.submit_append(
+            [
+                NewEvent(kind="turn", ts=now - 200 * DAY, text="an old turn"),
+                NewEvent(kind="turn", ts=now - 2 * DAY, text="a young turn"),
+            ]
+        ).result()
+        (fact,) = tenant.submit_append(
+            [NewEvent(kind="fact", ts=now - 200 * DAY, text="derived", source_ids=(old.event_id,))]
+        ).result()
+    finally:
+        tenant.close()
+    source.ok("export", tid, "--out", str(tmp_path / "t.ndjson"))
+    ready.ok("tenant", "create", "acme", "--id", tid)
+    ready.ok("tenant", "retention", tid, "turn=30")
+    done = ready.json("import", tid, "--in", str(tmp_path / "t.ndjson"))
+    assert (done["events"], done["retention_dropped"]) == (2, 1)
+    assert "dropped 1 past their retention window" in ready.ok(
+        "import", tid, "--in", str(tmp_path / "t.ndjson"), "--merge"
+    )
+    tenant = Tenant.open(tid, ready.data_dir / tid, embedding_dim=4)
+    try:
+        assert tenant.get(old.event_id) is None
+        assert tenant.get(young.event_id) is not None
+        assert tenant.get(fact.event_id) is not None
+        assert tenant.snapshot_read(lambda r: r.links_out(fact.event_id, "SOURCE_FROM")) == []
+    finally:
+        tenant.close()
