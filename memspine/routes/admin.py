@@ -15,7 +15,7 @@ import msgspec
 from memspine.engine import Engine
 from memspine.pipeline import ADMIN, Call, Operation, Outcome, Query, Reply
 from memspine.queryparams import int_range, text
-from memspine.schemas import doc
+from memspine.schemas import KIND_PATTERN, MAX_KIND_BYTES, doc
 from memspine_admin import keys
 from memspine_admin.control import MAX_AUDIT_LIMIT, check_limits, erase_tenant_dir
 from memspine_admin.plane import ControlPlane
@@ -126,15 +126,14 @@ class KeyIssued(msgspec.Struct):
     requests_per_minute: int | None
 
 
+Days = Annotated[int, doc("Days the kind's events are kept.", minimum=1, maximum=MAX_DAYS)]
 Windows = Annotated[
-    dict[str, int | None],
+    dict[str, Days | None],
     doc(
         'Days an event of each kind is kept ("*": every kind not named); null removes a '
         "kind's window, a kind not given keeps its own. At most 64 kinds.",
         maxProperties=MAX_KINDS,
-        additionalProperties={
-            "anyOf": [{"type": "integer", "minimum": 1, "maximum": MAX_DAYS}, {"type": "null"}]
-        },
+        propertyNames={"minLength": 1, "maxLength": MAX_KIND_BYTES, "pattern": KIND_PATTERN},
     ),
 ]
 

@@ -17,8 +17,17 @@ from storage.errors import NotFound
 ACTOR = "admin-api"
 HOLDS = "/v1/admin/tenants/{tenant_id:str}/holds"
 
+# memspine_admin/retention.check_reason: something besides whitespace, no control character
+# but newlines.
+_OK, _SEEN = r"[^\x00-\x09\x0b-\x1f\x7f-\x9f]", r"[^\s\x00-\x1f\x7f-\x9f]"
 Reason = Annotated[
-    str, doc("Why the hold is placed (a case, a dispute).", minLength=1, maxLength=MAX_REASON_BYTES)
+    str,
+    doc(
+        "Why the hold is placed (a case, a dispute).",
+        minLength=1,
+        maxLength=MAX_REASON_BYTES,
+        pattern=f"^{_OK}*{_SEEN}{_OK}*$",
+    ),
 ]
 Subject = Annotated[
     str,
