@@ -15,6 +15,7 @@ from pathlib import Path
 
 import msgspec
 
+from storage import failpoints
 from storage.fsync import fsync_dir, fsync_file, replace_durably
 from storage.read.retention import Outlook, Policy
 
@@ -111,6 +112,7 @@ class Journal:
 
     def intend(self, event_ids: list[str]) -> None:
         """Journal a batch durably, before its delete is submitted."""
+        failpoints.hit("retention.journal")
         with open(self.path, "ab") as fh:
             fh.write(msgspec.json.encode(event_ids) + b"\n")
         fsync_file(self.path)
