@@ -594,6 +594,34 @@ def held_tenant(hold: HoldRecord) -> LegalHold:
     )
 
 
+def retention_in_copy(
+    control_dir: Path,
+) -> dict[str, tuple[dict[str, int] | None, list[HoldRecord]]]:
+    """Each tenant's retention windows and legal holds as a copy of a control database (a
+    backup's) holds them, read without writing to it: tenant id -> (windows, holds)."""
+    env = lmdb.open(
+        str(control_dir), subdir=True, readonly=True, lock=False, max_dbs=16, map_size=MAP_SIZE
+    )
+    try:
+        with env.begin() as txn:
+            tenants = env.open_db(b"tenants", txn=txn, create=False)
+            found: dict[str, tuple[dict[str, int] | None, list[HoldRecord]]] = {
+                key.decode(): (msgspec.msgpack.decode(raw, type=StoredTenant).retention, [])
+                for key, raw in txn.cursor(db=tenants)
+            }
+            try:
+                holds = env.open_db(b"holds", txn=txn, create=False)
+            except lmdb.NotFoundError:  # a copy made before holds existed
+                return found
+            for _key, raw in txn.cursor(db=holds):
+                hold = msgspec.msgpack.decode(raw, type=HoldRecord)
+                if hold.tenant_id in found:
+                    found[hold.tenant_id][1].append(hold)
+        return found
+    finally:
+        env.close()
+
+
 def check_audit_page(after: object, limit: object) -> None:
     """InvalidRequest unless `limit` is 1..MAX_AUDIT_LIMIT and `after` None or a seq (>= 0)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_AUDIT_LIMIT:

@@ -251,6 +251,35 @@ def _past_window(data_dir: Path, tenant_id: str) -> Callable[[Any], bool]:
     return lambda event: policy.is_due(event.kind, event.ts, now)
 
 
+def _restore_drops(src: Path) -> Callable[[str], Callable[[Any], bool] | None]:
+    """Which events of each tenant a restore drops: those past their window now (the tenant's
+    windows as the backup's control database or MEMSPINE_CONTROL_URL holds them, else
+    MEMSPINE_RETENTION_DAYS of this shell) that no legal hold keeps."""
+    from memspine_admin.control import retention_in_copy
+    from memspine_admin.retention_cmds import server_default
+    from storage.read.retention import Policy, holds_blocking
+
+    url = os.environ.get("MEMSPINE_CONTROL_URL", "").strip() or None
+    plans: dict[str, tuple[dict[str, int] | None, list[Any]]] = {}
+    if url is not None:
+        with open_control(src, url) as db:
+            plans = {
+                t.tenant_id: (t.retention, db.list_holds(t.tenant_id)) for t in db.list_tenants()
+            }
+    elif (src / CONTROL_DIR / "data.mdb").is_file():
+        plans = retention_in_copy(src / CONTROL_DIR)
+    default, now = server_default(), now_us()
+
+    def drop(tenant_id: str) -> Callable[[Any], bool] | None:
+        own, holds = plans.get(tenant_id, (None, []))
+        policy = Policy.of(own, default)
+        if not policy.windows:
+            return None
+        return lambda e: policy.is_due(e.kind, e.ts, now) and holds_blocking(holds, e) is None
+
+    return drop
+
+
 def _registered(data_dir: Path, tenant_id: str) -> bool | None:
     """Whether the control plane has a record of the tenant; None in local mode."""
     if not _controlled(data_dir):
@@ -311,12 +340,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
             seen[tenant_id] = events
             bar.update(before + events)
 
-        stats = restore(src, args.data_dir, progress=told)  # each log records its dimension
+        # Each log records its dimension.
+        stats = restore(src, args.data_dir, progress=told, drop=_restore_drops(src))
     human = (
         f"restored {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
         + f" into {args.data_dir} in {stats.seconds:.1f} s"
     )
+    if stats.retention_dropped:
+        human += f"; dropped {stats.retention_dropped} events past their retention window"
     _emit(args, stats, human)
     return 0
 

@@ -120,3 +120,35 @@ def test_an_import_drops_what_is_past_its_window(ready: Admin, tmp_path: Path) -
         assert tenant.snapshot_read(lambda r: r.links_out(fact.event_id, "SOURCE_FROM")) == []
     finally:
         tenant.close()
+
+
+def test_a_restore_drops_what_is_past_its_window_unless_held(ready: Admin, tmp_path: Path) -> None:
+    now = now_us()
+    kept: dict[str, list[str]] = {}
+    for name in ("acme", "held"):
+        tid = ready.json("tenant", "create", name)["tenant_id"]
+        ready.ok("tenant", "retention", tid, "turn=30")
+        tenant = Tenant.open(tid, ready.data_dir / tid, embedding_dim=4)
+        try:
+            results = tenant.submit_append(
+                [
+                    NewEvent(kind="turn", ts=now - 90 * DAY, text="old"),
+                    NewEvent(kind="turn", ts=now - DAY, text="young"),
+                ]
+            ).result()
+            kept[tid] = [r.event_id for r in results]
+        finally:
+            tenant.close()
+        if name == "held":
+            ready.ok("tenant", "hold", tid, "--reason", "case 3")
+    ready.ok("backup", str(tmp_path / "bk"))
+    restored = Admin(tmp_path / "restored", tmp_path, in_process=True)
+    out = restored.json("restore", str(tmp_path / "bk"))
+    assert (out["events"], out["retention_dropped"]) == (3, 1)
+    for tid, (old, young) in kept.items():
+        tenant = Tenant.open(tid, restored.data_dir / tid, embedding_dim=4)
+        try:
+            held = restored.json("tenant", "holds", tid)["holds"] != []
+            assert (tenant.get(old) is not None) == held and tenant.get(young) is not None
+        finally:
+            tenant.close()
