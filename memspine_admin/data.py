@@ -237,18 +237,20 @@ def cmd_reembed(args: argparse.Namespace) -> int:
 
 
 def _past_window(data_dir: Path, tenant_id: str) -> Callable[[Any], bool]:
-    """Whether an imported event is past its retention window now: the tenant's own windows
-    (if the control plane has a record of it), else MEMSPINE_RETENTION_DAYS of this shell."""
+    """Whether an imported event is past its retention window now and no legal hold keeps it:
+    the tenant's own windows and holds (if the control plane has a record of it), else
+    MEMSPINE_RETENTION_DAYS of this shell."""
     from memspine_admin.retention_cmds import server_default
-    from storage.read.retention import Policy
+    from storage.read.retention import Policy, holds_blocking
 
-    own = None
+    own, holds = None, []
     if _controlled(data_dir):
         with _plane(data_dir) as db:
             record = db.get_tenant(tenant_id)
             own = None if record is None else record.retention
+            holds = db.list_holds(tenant_id)
     policy, now = Policy.of(own, server_default()), now_us()
-    return lambda event: policy.is_due(event.kind, event.ts, now)
+    return lambda e: policy.is_due(e.kind, e.ts, now) and holds_blocking(holds, e) is None
 
 
 def _restore_drops(src: Path) -> Callable[[str], Callable[[Any], bool] | None]:

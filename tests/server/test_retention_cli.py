@@ -120,6 +120,9 @@ def test_an_import_drops_what_is_past_its_window(ready: Admin, tmp_path: Path) -
         assert tenant.snapshot_read(lambda r: r.links_out(fact.event_id, "SOURCE_FROM")) == []
     finally:
         tenant.close()
+    ready.ok("tenant", "hold", tid, "--reason", "case 5")  # a held tenant keeps what comes in
+    again = ready.json("import", tid, "--in", str(tmp_path / "t.ndjson"), "--merge")
+    assert (again["events"], again["retention_dropped"]) == (1, 0)
 
 
 def test_a_restore_drops_what_is_past_its_window_unless_held(ready: Admin, tmp_path: Path) -> None:
