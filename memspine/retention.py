@@ -12,11 +12,12 @@ import anyio.to_thread
 
 from memspine.engine import Engine
 from memspine_admin.plane import ControlPlane
-from memspine_admin.records import HoldRecord, TenantRecord, is_tenant_id, now_us
+from memspine_admin.records import HoldRecord, TenantRecord, now_us
 from storage.errors import LegalHold, Unavailable
 from storage.read.retention import Due, Outlook, Policy, due, outlook, outlook_of_files
 from storage.tenants.runs import Journal, RetentionView, RunReceipt, last_receipt, view_of
 from storage.tenants.tenant import Tenant
+from storage.transfer.backup import tenant_dirs
 
 log = logging.getLogger("memspine.retention")
 # Events deleted per batch: one delete transaction on the tenant's writer, which takes the
@@ -60,8 +61,7 @@ class Retention:
             policy = self.policy(None)
             if not policy.windows or not data_dir.is_dir():
                 return []
-            names = sorted(p.name for p in data_dir.iterdir() if is_tenant_id(p.name))
-            return [(name, policy) for name in names]
+            return [(name, policy) for name in tenant_dirs(data_dir)]
         found = []
         for record in control.list_tenants():
             policy = self.policy(record)

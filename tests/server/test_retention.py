@@ -315,3 +315,16 @@ def test_both_planes_keep_windows_and_holds(tmp_path: Path, url: str | None) -> 
         actions = [e.action for e in plane.audit(tenant_id=tenant.tenant_id)[0]]
         assert actions[1:] == ["tenant.retention", "tenant.retention", "hold.place", "hold.lift"]
         plane.delete_tenant(tenant.tenant_id, actor="t")
+
+
+def test_local_mode_applies_the_server_default_to_every_tenant(start_server: Any) -> None:
+    server = start_server(env={"MEMSPINE_RETENTION_DAYS": "30"})
+    retention: Retention = server.app.state.retention
+    retention.clock = lambda: NOW
+    with server.client("acme") as c:
+        old = c.post("/v1/memory/event", json={"kind": "turn", "ts": NOW - 40 * DAY, "text": "x"})
+        young = c.post("/v1/memory/event", json={"kind": "note", "ts": NOW - DAY, "text": "y"})
+        assert old.status_code == young.status_code == 201
+        (receipt,) = server.runner.blocking_portal.call(retention.sweep)
+        assert receipt.deleted_ids == [old.json()["event_id"]]
+        assert c.get(f"/v1/memory/event/{young.json()['event_id']}").status_code == 200
