@@ -3,18 +3,18 @@ list and lift the holds that stop every deletion of what they keep (docs/erasure
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 import anyio.to_thread
 import msgspec
 
-from memspine.pipeline import ADMIN, Call, Operation, Outcome, Reply
+from memspine.pipeline import Call, Outcome, Reply
+from memspine.routes.admin import ACTOR, _admin, _control
 from memspine.schemas import doc
 from memspine_admin.records import HoldRecord
 from memspine_admin.retention import MAX_REASON_BYTES, MAX_SUBJECT_BYTES
 from storage.errors import NotFound
 
-ACTOR = "admin-api"
 HOLDS = "/v1/admin/tenants/{tenant_id:str}/holds"
 
 # memspine_admin/retention.check_reason: something besides whitespace, no control character
@@ -85,15 +85,6 @@ async def _lift(call: Call) -> Outcome:
         lambda: control.lift_hold(path["tenant_id"], path["hold_id"], actor=ACTOR)
     )
     return Outcome(200, HoldLifted(hold_id=hold.hold_id, tenant_id=hold.tenant_id, lifted=True))
-
-
-def _control(call: Call) -> Any:
-    assert call.control is not None  # the pipeline checked the admin key
-    return call.control
-
-
-def _admin(name: str, method: str, path: str, run: Any, summary: str, **more: Any) -> Operation:
-    return Operation(name, method, path, ADMIN, run, summary, tag="admin", **more)
 
 
 OPERATIONS = (
