@@ -4,13 +4,14 @@
   then at its smallest, so the run's own cost weighs most in the ratio), 10 % of them older
   than the window of their kind ("turn": 30 days), built once through `Tenant.submit_append` in
   batches of 1,000 and kept as a template under bench/out/tmp/.
-- Each round, paired on copies of the same template: (a) a retention run through the server's
-  engine (`memspine.retention.Retention.run`: the due events selected and deleted in batches of
-  500, then the purge), timed whole, while a task on the same event loop recalls the tenant by
-  text (`Engine.recall`) without pause and times each recall; (b) on the other copy, the same
-  ids deleted in one job, then one `Tenant.purge()`, timed alone.
+- Each round, paired on copies of the same template, each side through the server's engine
+  while a task on the same event loop recalls the tenant by text (`Engine.recall`) without
+  pause and times each recall: (a) a retention run (`memspine.retention.Retention.run`: the due
+  events selected and deleted in batches of 500, then the purge), timed whole; (b) on the other
+  copy, the same ids deleted in one job (`Engine.delete`), then one purge (`Engine.purge`), the
+  purge timed. The order of the sides alternates with the round.
 - Reported: medians over the rounds of the run's seconds, the purge's seconds and their ratio,
-  and the p99 of the recalls that ran during the run beside the p99 of recalls with no run.
+  and on each side the p99 of the recalls that ran during it beside the p99 with nothing else.
 
 Targets (issue 33): the run's total time at most 1.5 times one purge of that tenant; the
 tenant's own recall p99 during the run at most 50 ms.
@@ -86,12 +87,12 @@ async def recalls(engine: Engine, stop: asyncio.Event, out: list[float]) -> None
         await asyncio.sleep(0)
 
 
-async def run_under_recall(data_dir: Path) -> dict[str, Any]:
-    """One retention run with recalls beside it, and recalls alone before it."""
+async def under_recall(data_dir: Path, side: str) -> dict[str, Any]:
+    """Recalls alone for 3 s, then one side (the run, or the delete and the purge) with recalls
+    beside it."""
     engine = Engine(
         load_settings({"MEMSPINE_DATA_DIR": str(data_dir), "MEMSPINE_EMBEDDING_DIM": "4"})
     )
-    retention = Retention(engine, lambda: None, clock=lambda: NOW)
     try:
         quiet: list[float] = []
         stop = asyncio.Event()
@@ -102,58 +103,64 @@ async def run_under_recall(data_dir: Path) -> dict[str, Any]:
         during: list[float] = []
         stop = asyncio.Event()
         task = asyncio.create_task(recalls(engine, stop, during))
-        started = time.perf_counter()
-        receipt = await retention.run(TENANT, POLICY)
-        seconds = time.perf_counter() - started
+        work = retention_run(engine) if side == "run" else delete_then_purge(engine)
+        figures = await work
         stop.set()
         await task
     finally:
         engine.close()
-    assert receipt is not None
-    return {
-        "run_s": round(seconds, 3),
-        "deleted": receipt.deleted,
-        "purged": receipt.purged,
-        "recall_p99_quiet_ms": round(percentile(quiet, 99) * 1000, 2),
-        "recall_p99_during_ms": round(percentile(during, 99) * 1000, 2),
-        "recalls_during": len(during),
+    return figures | {
+        f"recall_p99_quiet_ms_{side}": round(percentile(quiet, 99) * 1000, 2),
+        f"recall_p99_during_ms_{side}": round(percentile(during, 99) * 1000, 2),
     }
 
 
-def one_purge(data_dir: Path) -> dict[str, Any]:
-    """The same events deleted in one job, then one purge, timed alone."""
-    tenant = Tenant.open(TENANT, data_dir / TENANT, embedding_dim=4)
-    try:
-        cutoff = POLICY.cutoff("turn", NOW)
-        assert cutoff is not None
-        with tenant.log.reader() as r:
-            due = list(r.ids_by_kind("turn", None, cutoff))
-        tenant.submit_delete(due).result()
-        started = time.perf_counter()
-        stats = tenant.purge()
-        return {"purge_s": round(time.perf_counter() - started, 3), "purged": stats.purged}
-    finally:
-        tenant.close()
+async def retention_run(engine: Engine) -> dict[str, Any]:
+    """One retention run, timed whole."""
+    retention = Retention(engine, lambda: None, clock=lambda: NOW)
+    started = time.perf_counter()
+    receipt = await retention.run(TENANT, POLICY)
+    seconds = time.perf_counter() - started
+    assert receipt is not None
+    return {"run_s": round(seconds, 3), "deleted": receipt.deleted, "purged": receipt.purged}
+
+
+async def delete_then_purge(engine: Engine) -> dict[str, Any]:
+    """The same events deleted in one job, then one purge, the purge timed."""
+    cutoff = POLICY.cutoff("turn", NOW)
+    assert cutoff is not None
+    due = await engine.read(
+        TENANT, lambda t: t.snapshot_read(lambda r: list(r.ids_by_kind("turn", None, cutoff)))
+    )
+    await engine.delete(TENANT, due)
+    started = time.perf_counter()
+    stats = await engine.purge(TENANT)
+    return {"purge_s": round(time.perf_counter() - started, 3), "purge_purged": stats.purged}
 
 
 def one_round(source: Path, seed: int) -> dict[str, Any]:
     """Both sides on fresh copies; the order alternates with the round."""
-    copies = [OUT / "tmp" / f"retention-run-{side}" for side in ("a", "b")]
-    for copy in copies:
+    copies = {side: OUT / "tmp" / f"retention-{side}" for side in ("run", "purge")}
+    for copy in copies.values():
         shutil.rmtree(copy, ignore_errors=True)
         shutil.copytree(source, copy)
     result: dict[str, Any] = {}
-    sides = [
-        lambda: result.update(asyncio.run(run_under_recall(copies[0]))),
-        lambda: result.update(one_purge(copies[1])),
-    ]
-    for side in sides if seed % 2 == 0 else reversed(sides):
-        side()
-    for copy in copies:
+    order = ["run", "purge"] if seed % 2 == 0 else ["purge", "run"]
+    for side in order:
+        result.update(asyncio.run(under_recall(copies[side], side)))
+    for copy in copies.values():
         shutil.rmtree(copy, ignore_errors=True)
     result["ratio"] = round(result["run_s"] / result["purge_s"], 2)
     print(result, flush=True)
     return result
+
+
+RECALLS = (
+    "recall_p99_quiet_ms_run",
+    "recall_p99_during_ms_run",
+    "recall_p99_quiet_ms_purge",
+    "recall_p99_during_ms_purge",
+)
 
 
 def main() -> None:
@@ -170,10 +177,7 @@ def main() -> None:
         "run_s_median": statistics.median(r["run_s"] for r in results),
         "purge_s_median": statistics.median(r["purge_s"] for r in results),
         "ratio_median": statistics.median(r["ratio"] for r in results),
-        "recall_p99_quiet_ms_median": statistics.median(r["recall_p99_quiet_ms"] for r in results),
-        "recall_p99_during_ms_median": statistics.median(
-            r["recall_p99_during_ms"] for r in results
-        ),
+        **{f"{name}_median": statistics.median(r[name] for r in results) for name in RECALLS},
         "each": results,
     }
     print({k: v for k, v in summary.items() if k != "each"}, flush=True)
