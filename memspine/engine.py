@@ -258,11 +258,9 @@ class Engine:
         it is durable and indexed."""
         async with self.tenant(tenant_id) as t:
             await self._room_for(t, [event])
-            results = await asyncio.wrap_future(t.submit_append([event], quota=quota))
-        result = results[0]
+            [result] = await asyncio.wrap_future(t.submit_append([event], quota=quota))
         if isinstance(result, MemspineError):
             raise self._refused(result)
-        assert isinstance(result, AppendResult)
         return result
 
     async def append_batch(
@@ -273,13 +271,10 @@ class Engine:
         its index (events[i])."""
         async with self.tenant(tenant_id) as t:
             await self._room_for(t, events)
-            outcome = await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
-        if isinstance(outcome, ItemRefused):
-            raise self._refused(outcome.error, outcome.item)
-        if isinstance(outcome, MemspineError):  # the tenant's limits could not be read
-            raise outcome
-        results: list[AppendResult] = outcome
-        return results
+            try:
+                return await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
+            except ItemRefused as refused:
+                raise self._refused(refused.error, refused.item) from None
 
     def _refused(self, error: MemspineError, index: int | None = None) -> MemspineError:
         """A write's refusal as the caller sees it (counted when a limit refused it)."""
@@ -312,15 +307,13 @@ class Engine:
         a hold keeps one of them."""
         async with self.tenant(tenant_id) as t:
             await anyio.to_thread.run_sync(self._refuse_held, t, event_ids, False)
-            deleted: list[str] = await asyncio.wrap_future(t.submit_delete(event_ids))
-        return deleted
+            return await asyncio.wrap_future(t.submit_delete(event_ids))
 
     async def delete_cascade(self, tenant_id: str, event_id: str) -> list[str]:
         """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids deleted."""
         async with self.tenant(tenant_id) as t:
             await anyio.to_thread.run_sync(self._refuse_held, t, [event_id], True)
-            deleted = await asyncio.wrap_future(t.submit_delete_cascade(event_id))
-        return deleted
+            return await asyncio.wrap_future(t.submit_delete_cascade(event_id))
 
     def _refuse_held(self, t: Tenant, event_ids: list[str], cascade: bool) -> None:
         """Blocking: LegalHold if one of the tenant's holds keeps an event the delete would
