@@ -15,7 +15,15 @@ from memspine_admin.plane import ControlPlane
 from memspine_admin.records import HoldRecord, TenantRecord, now_us
 from storage.errors import LegalHold, Unavailable
 from storage.read.retention import Due, Outlook, Policy, due, outlook, outlook_of_files
-from storage.tenants.runs import Journal, RetentionView, RunReceipt, last_receipt, view_of
+from storage.tenants.runs import (
+    JOURNAL,
+    RUNS,
+    Journal,
+    RetentionView,
+    RunReceipt,
+    last_receipt,
+    view_of,
+)
 from storage.tenants.tenant import Tenant
 from storage.transfer.backup import tenant_dirs
 
@@ -64,9 +72,10 @@ class Retention:
             return [(name, policy) for name in tenant_dirs(data_dir)]
         found = []
         for record in control.list_tenants():
-            policy = self.policy(record)
-            # A tenant with no directory here stored nothing here (or is another node's).
-            if policy.windows and (data_dir / record.tenant_id).is_dir():
+            policy, root = self.policy(record), data_dir / record.tenant_id
+            # A tenant with no directory here stored nothing here (or is another node's); one
+            # whose windows were removed during an interrupted run still has that run finished.
+            if (policy.windows and root.is_dir()) or (root / RUNS / JOURNAL).exists():
                 found.append((record.tenant_id, policy))
         return found
 

@@ -328,3 +328,15 @@ def test_local_mode_applies_the_server_default_to_every_tenant(start_server: Any
         (receipt,) = server.runner.blocking_portal.call(retention.sweep)
         assert receipt.deleted_ids == [old.json()["event_id"]]
         assert c.get(f"/v1/memory/event/{young.json()['event_id']}").status_code == 200
+
+
+def test_an_interrupted_run_is_finished_after_its_windows_were_removed(srv: Server) -> None:
+    assert srv.patch({"turn": 30}).status_code == 200
+    old = srv.append("turn", "an old turn", 40)
+    journal = Journal.begin(srv.data / srv.tenant_id, srv.now)
+    journal.intend([old])
+    assert srv.client.delete(f"/v1/memory/event/{old}", headers=srv.key).status_code in (200, 202)
+    assert srv.patch({"turn": None}).json()["retention"] is None
+    (receipt,) = srv.sweep()
+    assert (receipt.receipt_id, receipt.deleted_ids, receipt.windows) == (journal.run_id, [old], {})
+    assert srv.sweep() == []
