@@ -37,7 +37,13 @@ from memspine_admin.records import (
     is_tenant_id,
     now_us,
 )
-from memspine_admin.retention import hold_audit, is_hold_id, merge_retention, new_hold
+from memspine_admin.retention import (
+    hold_audit,
+    is_hold_id,
+    merge_retention,
+    new_hold,
+    retention_audit,
+)
 from storage.errors import Conflict, InvalidRequest, LegalHold, NotFound
 from storage.fsync import fsync_dir
 
@@ -351,7 +357,7 @@ class ControlDB:
     # -- retention and legal holds ------------------------------------------------------------
 
     def set_retention(
-        self, tenant_id: str, changes: dict[str, object], *, actor: str
+        self, tenant_id: str, changes: Mapping[str, object] | None, *, actor: str
     ) -> TenantRecord:
         """Set (days) or remove (None) a tenant's retention windows by kind; the others stay."""
         with self._env.begin(write=True) as txn:
@@ -362,7 +368,7 @@ class ControlDB:
             merged = merge_retention(stored.retention, changes)
             stored = msgspec.structs.replace(stored, retention=merged)
             txn.put(tenant_id.encode(), msgspec.msgpack.encode(stored), db=self._tenants)
-            self._log(txn, actor, "tenant.retention", tenant_id, None, dict(changes))
+            self._log(txn, actor, "tenant.retention", tenant_id, None, retention_audit(changes))
         return stored.tenant()
 
     def place_hold(

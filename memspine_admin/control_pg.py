@@ -20,7 +20,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -59,7 +59,13 @@ from memspine_admin.records import (
     is_tenant_id,
     now_us,
 )
-from memspine_admin.retention import hold_audit, is_hold_id, merge_retention, new_hold
+from memspine_admin.retention import (
+    hold_audit,
+    is_hold_id,
+    merge_retention,
+    new_hold,
+    retention_audit,
+)
 from storage.errors import Conflict, InvalidRequest, NotFound, Unavailable
 
 log = logging.getLogger("memspine.control")
@@ -671,7 +677,7 @@ class PgControl:
     # -- retention and legal holds ------------------------------------------------------------
 
     def set_retention(
-        self, tenant_id: str, changes: dict[str, object], *, actor: str
+        self, tenant_id: str, changes: Mapping[str, object] | None, *, actor: str
     ) -> TenantRecord:
         """Set (days) or remove (None) a tenant's retention windows by kind; the others stay."""
         if not is_tenant_id(tenant_id):
@@ -690,7 +696,7 @@ class PgControl:
                 (None if merged is None else Json(merged), tenant_id),
             ).fetchone()
             assert row is not None  # the tenant row is locked by the SELECT above's transaction
-            change.log(actor, "tenant.retention", tenant_id, None, dict(changes))
+            change.log(actor, "tenant.retention", tenant_id, None, retention_audit(changes))
             change.finish()
         return _tenant(row)
 

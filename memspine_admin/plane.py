@@ -8,7 +8,7 @@ call alike (tests/test_control.py runs one suite over both).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -76,7 +76,7 @@ class ControlPlane(Protocol):
         ...
 
     def set_retention(
-        self, tenant_id: str, changes: dict[str, object], *, actor: str
+        self, tenant_id: str, changes: Mapping[str, object] | None, *, actor: str
     ) -> TenantRecord:
         """Set (days) or remove (None) a tenant's retention windows by kind, the kinds not
         named staying (memspine_admin/retention.py checks them); NotFound for an unknown tenant."""

@@ -48,10 +48,13 @@ def check_days(kind: str, days: object) -> int | None:
 
 
 def merge_retention(
-    current: Mapping[str, int] | None, changes: Mapping[str, object]
+    current: Mapping[str, int] | None, changes: Mapping[str, object] | None
 ) -> dict[str, int] | None:
     """The windows after a change (a kind given null loses its window, one not given keeps
-    it); None when none is left. InvalidRequest for a bad kind or days, or more than MAX_KINDS."""
+    it; changes None removes them all); None when none is left. InvalidRequest for a bad kind
+    or days, or more than MAX_KINDS."""
+    if changes is None:
+        return None
     if not isinstance(changes, Mapping):
         raise InvalidRequest("retention must be an object of kind -> days")
     merged = dict(current or {})
@@ -132,6 +135,12 @@ def is_hold_id(value: object) -> bool:
         and len(value) == len(HOLD_PREFIX) + 20
         and all(c in "0123456789abcdef" for c in value[len(HOLD_PREFIX) :])
     )
+
+
+def retention_audit(changes: Mapping[str, object] | None) -> dict[str, object]:
+    """What the audit log keeps of a change of windows: the windows sent, or {"all": None}
+    when every window was removed at once."""
+    return {"all": None} if changes is None else dict(changes)
 
 
 def hold_audit(hold: HoldRecord) -> dict[str, object]:

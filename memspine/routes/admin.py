@@ -145,7 +145,7 @@ class TenantLimitsIn(msgspec.Struct, forbid_unknown_fields=True):
     max_events: Limit | msgspec.UnsetType | None = msgspec.UNSET
     max_bytes: Limit | msgspec.UnsetType | None = msgspec.UNSET
     max_memory: Limit | msgspec.UnsetType | None = msgspec.UNSET
-    retention: Windows | msgspec.UnsetType = msgspec.UNSET
+    retention: Windows | msgspec.UnsetType | None = msgspec.UNSET  # null: none of its own
 
 
 class TenantShown(msgspec.Struct):
@@ -342,15 +342,15 @@ async def _patch_tenant(call: Call) -> Outcome:
     changes = {
         name: getattr(body, name) for name in LIMITS if getattr(body, name) is not msgspec.UNSET
     }
-    windows = body.retention if body.retention is not msgspec.UNSET else None
-    if not changes and windows is None:
+    windows = body.retention
+    if not changes and windows is msgspec.UNSET:
         return await _get_tenant(call)
     if changes:
         check_limits(changes)  # before any write: a bad limit leaves the windows as they were
     record = None
-    if windows is not None:
+    if windows is not msgspec.UNSET:
         record = await anyio.to_thread.run_sync(
-            lambda: control.set_retention(tenant_id, dict(windows), actor=ACTOR)
+            lambda: control.set_retention(tenant_id, windows, actor=ACTOR)
         )
     if changes:
         record = await anyio.to_thread.run_sync(
@@ -358,7 +358,8 @@ async def _patch_tenant(call: Call) -> Outcome:
         )
         if call.services.allowance is not None:  # in force for the tenant's next group commit
             await anyio.to_thread.run_sync(call.services.allowance.learn, record)
-    named = [kind for kind, days in (windows or {}).items() if days is not None]
+    given = windows if isinstance(windows, dict) else {}  # unset or null: no kind named
+    named = [kind for kind, days in given.items() if days is not None]
     return await _show(call, record, named)
 
 

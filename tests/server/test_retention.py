@@ -340,3 +340,12 @@ def test_an_interrupted_run_is_finished_after_its_windows_were_removed(srv: Serv
     (receipt,) = srv.sweep()
     assert (receipt.receipt_id, receipt.deleted_ids, receipt.windows) == (journal.run_id, [old], {})
     assert srv.sweep() == []
+
+
+def test_null_removes_every_window_at_once(srv: Server) -> None:
+    assert srv.patch({"turn": 30, "*": 90}).json()["retention"] == {"turn": 30, "*": 90}
+    shown = srv.patch(None).json()
+    assert shown["retention"] is None and shown["retention_state"]["in_force"] == {}
+    audit = srv.client.get(f"/v1/admin/audit?tenant_id={srv.tenant_id}", headers=ADMIN).json()
+    details = [e["detail"] for e in audit["entries"] if e["action"] == "tenant.retention"]
+    assert details == [{"turn": 30, "*": 90}, {"all": None}]
