@@ -27,6 +27,7 @@ from memspine.metrics import Metrics
 from memspine.openapi import schema_routes
 from memspine.pipeline import Services
 from memspine.purger import Purger
+from memspine.retention import Retention
 from memspine.routes import OPERATIONS, litestar_handlers, ui
 from storage import limit_arenas
 from storage import warm as warm_cypher
@@ -82,20 +83,29 @@ def create_app(
             on_batch=metrics.observe_batch,
             admit=auth.admit_tenant,
             gate=auth.gate,
+            # A delete of what a legal hold keeps is refused (the holds come from the control
+            # plane through Retention, made just below: it needs the engine).
+            holds=lambda tenant_id: retention.holds(tenant_id),
         ),
     )
+    retention = Retention(engine, auth.control)
     metrics.watch(engine.manager)
     metrics.watch_limits(lambda: dict(allowance.rejected))
     metrics.watch_embedding(engine.embedding)
     mcp = LazyMcp(engine, auth, settings, allowance)  # the MCP SDK loads on its first request
     services = Services(
-        engine=engine, auth=auth, settings=settings, metrics=metrics, allowance=allowance
+        engine=engine,
+        auth=auth,
+        settings=settings,
+        metrics=metrics,
+        allowance=allowance,
+        retention=retention,
     )
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
         engine.manager.start_idle_closer()
-        purger = Purger(engine, settings.purge_interval_secs)
+        purger = Purger(engine, settings.purge_interval_secs, retention)
         purger.start()
         trimmer = HeapTrimmer()
         trimmer.start()
@@ -118,7 +128,15 @@ def create_app(
             mcp.route(),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
-        state=State({"engine": engine, "auth": auth, "settings": settings, "metrics": metrics}),
+        state=State(
+            {
+                "engine": engine,
+                "auth": auth,
+                "settings": settings,
+                "metrics": metrics,
+                "retention": retention,
+            }
+        ),
         lifespan=[lifespan, mcp.lifespan],  # MCP sessions end before the engine closes
         request_max_body_size=settings.max_body_bytes,
         openapi_config=None,  # memspine/openapi.py builds the document from the operations

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
         warm as warm,
     )
     from storage.embedders import make_embedder as make_embedder
+    from storage.erasure.purge import PurgeStats as PurgeStats
     from storage.erasure.purge import for_want_of_room as for_want_of_room
     from storage.erasure.swap import (
         PENDING as PENDING,
@@ -94,6 +95,14 @@ if TYPE_CHECKING:
     from storage.read.recall import (
         Withheld as Withheld,
     )
+    from storage.read.retention import Due as Due
+    from storage.read.retention import Hold as Hold
+    from storage.read.retention import Outlook as Outlook
+    from storage.read.retention import Policy as Policy
+    from storage.read.retention import due as due
+    from storage.read.retention import outlook as outlook
+    from storage.read.retention import outlook_of_files as outlook_of_files
+    from storage.read.retention import refuse_held as refuse_held
     from storage.space import disk_full as disk_full
     from storage.space import names_full_disk as names_full_disk
     from storage.tenants.embedding import EmbeddingWorker as EmbeddingWorker
@@ -108,10 +117,18 @@ if TYPE_CHECKING:
     )
     from storage.tenants.manager import REASONS as REASONS
     from storage.tenants.manager import TenantManager as TenantManager
+    from storage.tenants.runs import JOURNAL as JOURNAL
+    from storage.tenants.runs import RUNS as RUNS
+    from storage.tenants.runs import Journal as Journal
+    from storage.tenants.runs import RetentionView as RetentionView
+    from storage.tenants.runs import RunReceipt as RunReceipt
+    from storage.tenants.runs import last_receipt as last_receipt
+    from storage.tenants.runs import view_of as view_of
     from storage.tenants.serving import ServerVectors as ServerVectors
     from storage.tenants.tenant import Tenant as Tenant
     from storage.tenants.usage import TenantUsage as TenantUsage
     from storage.tenants.usage import closed_usage as closed_usage
+    from storage.transfer.backup import tenant_dirs as tenant_dirs
     from storage.transfer.export import export_lines as export_lines
     from storage.transfer.export import write_export as write_export
     from storage.transfer.format import MEDIA_TYPE as MEDIA_TYPE
@@ -142,15 +159,21 @@ HOMES: dict[str, str] = {
     "closed_usage": "storage.tenants.usage",
     "CypherResult": "storage.cypher",
     "disk_full": "storage.space",
+    "Due": "storage.read.retention",
+    "due": "storage.read.retention",
     "EmbeddingWorker": "storage.tenants.embedding",
     "EventState": "storage.read.current",
     "export_lines": "storage.transfer.export",
     "FilterValue": "storage.model",
     "for_want_of_room": "storage.erasure.purge",
     "free_bytes": "storage.heap",
+    "Hold": "storage.read.retention",
     "import_tenant": "storage.transfer.landing",
     "is_filterable_value": "storage.log.layout",
     "ItemRefused": "storage.model",
+    "JOURNAL": "storage.tenants.runs",
+    "Journal": "storage.tenants.runs",
+    "last_receipt": "storage.tenants.runs",
     "limit_arenas": "storage.heap",
     "Limits": "storage.cypher",
     "ListQuery": "storage.read.listing",
@@ -162,24 +185,35 @@ HOMES: dict[str, str] = {
     "MEDIA_TYPE": "storage.transfer.format",
     "names_full_disk": "storage.space",
     "NewEvent": "storage.model",
+    "Outlook": "storage.read.retention",
+    "outlook": "storage.read.retention",
+    "outlook_of_files": "storage.read.retention",
     "PARTS": "storage.tenants.footprint",
     "PENDING": "storage.erasure.swap",
     "pending_tenants": "storage.erasure.swap",
+    "Policy": "storage.read.retention",
     "PROPERTY_NAME": "storage.log.layout",
+    "PurgeStats": "storage.erasure.purge",
     "Quota": "storage.model",
     "QuotaSource": "storage.model",
     "REASONS": "storage.tenants.manager",
     "RecallQuery": "storage.read.recall",
     "RecallResult": "storage.read.recall",
+    "refuse_held": "storage.read.retention",
+    "RetentionView": "storage.tenants.runs",
+    "RunReceipt": "storage.tenants.runs",
+    "RUNS": "storage.tenants.runs",
     "ServerVectors": "storage.tenants.serving",
     "StoredEvent": "storage.model",
     "sweep_stale": "storage.transfer.landing",
     "Tenant": "storage.tenants.tenant",
+    "tenant_dirs": "storage.transfer.backup",
     "tenant_memory": "storage.tenants.footprint",
     "TenantManager": "storage.tenants.manager",
     "TenantUsage": "storage.tenants.usage",
     "trim": "storage.heap",
     "UNLIMITED": "storage.model",
+    "view_of": "storage.tenants.runs",
     "Walk": "storage.read.recall",
     "warm": "storage.cypher",
     "Withheld": "storage.read.recall",

@@ -248,6 +248,11 @@ class Tenant:
         with self.log.reader() as r:
             return would_delete(r, event_id, cascade=cascade)
 
+    def snapshot_read(self, fn: Callable[[LogReader], T]) -> T:
+        """Run fn over one read snapshot of the log (storage/read/retention.py's reads)."""
+        with self.log.reader() as r:
+            return fn(r)
+
     def awaiting_purge(self) -> bool:
         """Whether deleted events of this tenant await a purge (the log holds tombstones)."""
         return bool(self.log.tombstones())

@@ -178,6 +178,8 @@ PUBLIC = {
     "storage.errors",
     "storage.fsync",
     "storage.tenants.usage",
+    "storage.read.retention",
+    "storage.tenants.runs",
     "storage.embedders",
     "storage.tenants.reembed",
     "storage.transfer.format",
