@@ -42,21 +42,21 @@ async def serve(caller: Caller) -> None:
 
 async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool = False) -> None:
     """Open the data directory in this process and serve one tenant (both scopes unless read_only)."""
-    from memspine.engine import Engine
+    from memspine.engine import Engine, EngineHooks
     from memspine.mcp.backend import EngineBackend
     from memspine.mcp.server import Caller
     from memspine.purger import Purger
     from memspine.retention import Retention
     from memspine_admin.plane import control_exists, open_control
 
-    engine = Engine(settings)
     # Legal holds and retention windows hold here too, when the directory has a control plane.
     url = settings.control_url
     control = (
         open_control(settings.data_dir, url) if control_exists(settings.data_dir, url) else None
     )
+    # The holds are Retention's, made just below (it needs the engine).
+    engine = Engine(settings, EngineHooks(holds=lambda tenant_id: retention.holds(tenant_id)))
     retention = Retention(engine, lambda: control)
-    engine.holds = retention.holds
     scopes = ("read",) if read_only else ("read", "write")
     principal = Principal(tenant_id=tenant_id, key_id="embedded", scopes=scopes)
     log.info(
