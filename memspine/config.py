@@ -16,6 +16,7 @@ from memspine.limits import default_max_open_bytes, machine_memory
 from memspine_admin.placement import is_node_name
 from memspine_admin.plane import is_control_url, redact
 from memspine_admin.records import MAX_QUOTA, MAX_REQUESTS_PER_MINUTE
+from storage.model import MAX_EMBEDDING_DIM
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
@@ -367,7 +368,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_AUTH_HASH_SLOTS": lambda v: {"auth_hash_slots": _int_in(1, 64)(v)},
     "MEMSPINE_AUTH_FREE_FAILURES": lambda v: {"auth_free_failures": _int_in(1, 1000)(v)},
     "MEMSPINE_AUTH_MAX_BACKOFF_SECS": lambda v: {"auth_max_backoff_secs": _positive_float(v)},
-    "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, 4096)(v)},
+    "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, MAX_EMBEDDING_DIM)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
     "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},

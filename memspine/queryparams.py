@@ -7,10 +7,10 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
-from memspine.schemas import MAX_TS, check_kind, check_time
+from memspine.schemas import check_time
 from storage.errors import InvalidRequest
 from storage.log import layout as enc
-from storage.model import FilterValue
+from storage.model import MAX_TS, FilterValue, check_kind
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 DEFAULT_LIST_LIMIT = 100
