@@ -24,7 +24,7 @@ from litestar.params import FromPath
 from memspine import __version__
 from memspine.pipeline import ADMIN, ANY_KEY, PROP_PREFIX, PUBLIC, READ, WRITE, Operation
 from memspine.schemas import TIME_CHECK_HEADER
-from storage.errors import NotFound
+from storage.errors import CODES, NotFound
 from storage.log import layout as enc
 
 REF = "#/components/schemas/{name}"
@@ -70,22 +70,7 @@ ANSWER_HEADERS = {
         "schema": {"type": "string", "enum": ["true"]},
     },
 }
-ERROR_CODES = [
-    "invalid_request",
-    "unauthorized",
-    "forbidden",
-    "not_found",
-    "method_not_allowed",
-    "request_timeout",
-    "conflict",
-    "payload_too_large",
-    "idempotency_mismatch",
-    "embedding_mismatch",
-    "quota_exceeded",
-    "too_many_requests",
-    "internal",
-    "unavailable",
-]
+ERROR_CODES = list(CODES)  # the one table: storage/errors.py
 ERROR_SCHEMA = {
     "type": "object",
     "description": "Every error: a code and a sentence saying what to change.",
