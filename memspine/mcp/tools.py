@@ -14,6 +14,7 @@ from memspine.mcp import render
 from memspine.mcp.backend import Backend
 from memspine.routes import memory as ops
 from memspine.routes.cypher import CYPHER as CYPHER_OP
+from memspine.schemas import MAX_HOPS, MAX_K, MAX_RECALL_TEXT_CHARS
 from storage.errors import InvalidRequest
 
 JsonObj = dict[str, Any]
@@ -38,7 +39,8 @@ class AppendArgs(msgspec.Struct, forbid_unknown_fields=True):
 
 
 class RecallArgs(msgspec.Struct, forbid_unknown_fields=True):
-    """memory_recall."""
+    """memory_recall: RecallIn's fields (memspine/schemas.py) with its defaults, less those in
+    RECALL_LEFT_OUT (tests/server/test_recall_doors.py holds both to RecallIn)."""
 
     text: str
     kind: str | None = None
@@ -98,17 +100,21 @@ async def append(b: Backend, a: AppendArgs) -> ToolAnswer:
     return out, render.append_text(out)
 
 
+# RecallIn's fields a model is not offered, and why.
+RECALL_LEFT_OUT = {
+    "embedding": "a model has no embeddings: the server embeds the text where it makes vectors",
+    "embedding_model": "it goes with an embedding",
+    "current": "superseded events stay out: a model corrects by superseding",
+    "as_of": "the past state of memory is an audit question, for memory_cypher",
+    "explain": "per-arm ranks are for people tuning recall, not for a model",
+}
+
+
 async def recall(b: Backend, a: RecallArgs) -> ToolAnswer:
     """Recall by text (the model has no embeddings; the server embeds the text where it makes
-    the tenant's vectors) with the optional walk."""
-    body: JsonObj = {"text": a.text, "k": a.k, "hops": a.hops}
-    if a.wait_for_vectors:
-        body["wait_for_vectors"] = True
-    if a.kind is not None:
-        body["kind"] = a.kind
-    if a.filter:
-        body["filter"] = a.filter
-    out = await b.recall(body)
+    the tenant's vectors) with the optional walk: every argument given becomes its field."""
+    values = msgspec.structs.asdict(a)
+    out = await b.recall({k: v for k, v in values.items() if v is not None})
     return out, render.recall_text(out)
 
 
@@ -256,7 +262,7 @@ RECALL = _tool(
     {
         "text": {
             "type": "string",
-            "description": "Words to search for (at most 10 000 characters).",
+            "description": f"Words to search for (at most {MAX_RECALL_TEXT_CHARS:,} characters).",
         },
         "kind": {
             "type": "string",
@@ -265,17 +271,17 @@ RECALL = _tool(
         "k": {
             "type": "integer",
             "minimum": 1,
-            "maximum": 100,
+            "maximum": MAX_K,
             "default": 10,
-            "description": "How many ranked hits at most (1-100, default 10).",
+            "description": f"How many ranked hits at most (1-{MAX_K}, default 10).",
         },
         "hops": {
             "type": "integer",
             "minimum": 0,
-            "maximum": 3,
+            "maximum": MAX_HOPS,
             "default": 0,
-            "description": "How far to follow SOURCE_FROM links from the hits (0-3, default 0); "
-            "linked events are added within the same allowance of k.",
+            "description": f"How far to follow SOURCE_FROM links from the hits (0-{MAX_HOPS}, "
+            "default 0); linked events are added within the same allowance of k.",
         },
         "filter": {
             "type": "object",
