@@ -11,9 +11,9 @@ import uvicorn
 
 from memspine import __version__
 from memspine.config import Settings
-from memspine.datalock import client_url
 from memspine_admin.control import ControlDB, control_path
-from memspine_admin.plane import redact
+from memspine_admin.controlurl import redact
+from storage.datalock import client_url
 
 log = logging.getLogger("memspine.server")
 

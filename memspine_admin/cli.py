@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
-import getpass
 import os
 import socket
 import sys
@@ -16,6 +15,8 @@ from typing import Any
 import msgspec
 
 from memspine_admin import data, keys
+from memspine_admin.command import actor, control_url, local_tenants
+from memspine_admin.command import emit as _emit
 from memspine_admin.control import erase_tenant_dir
 from memspine_admin.plane import ControlPlane, init_control, open_control
 from memspine_admin.records import LIMITS, KeyCounts, TenantRecord, now_us
@@ -23,15 +24,6 @@ from storage.errors import Conflict, MemspineError, NotFound
 from storage.tenants.usage import TenantUsage, closed_usage
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ABORTED = 0, 1, 2, 3
-
-
-def actor() -> str:
-    """The audit actor for this CLI run: `cli:<os user>`."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # containers often run with a uid that has no passwd entry
-        user = f"uid{os.getuid()}"
-    return f"cli:{user}"
 
 
 def _when(us: int | None) -> str:
@@ -49,13 +41,6 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
     return "\n".join(lines)
 
 
-def _emit(args: argparse.Namespace, payload: Any, human: str) -> None:
-    if args.json:
-        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
-    else:
-        sys.stdout.write(human + "\n")
-
-
 def _confirm(args: argparse.Namespace, question: str) -> bool:
     """Ask on stdin unless --yes; anything but y/yes (or end of input) means no."""
     if args.yes:
@@ -66,33 +51,11 @@ def _confirm(args: argparse.Namespace, question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def control_url() -> str | None:
-    """MEMSPINE_CONTROL_URL: the PostgreSQL control plane, as the server reads it; None for LMDB."""
-    return os.environ.get("MEMSPINE_CONTROL_URL", "").strip() or None
-
-
 def _open(args: argparse.Namespace) -> ControlPlane:
     return open_control(args.data_dir, control_url(), actor=actor())
 
 
 ADOPT = "memspine-admin tenant adopt DIRNAME NAME"
-
-
-def local_tenants(data_dir: Path, known: set[str]) -> list[str]:
-    """Tenant directories (holding an event log) whose names the control database lacks:
-    the tenants of local mode, whose tokens were their names."""
-    try:
-        entries = sorted(os.scandir(data_dir), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-    return [
-        e.name
-        for e in entries
-        if e.name[0] not in "._"  # _control, and the .erasing-* or .control-init-* leftovers
-        and e.is_dir(follow_symlinks=False)
-        and os.path.isdir(os.path.join(e.path, "events"))
-        and e.name not in known
-    ]
 
 
 def has_command(*path: str) -> bool:

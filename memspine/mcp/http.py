@@ -30,7 +30,7 @@ from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
 from memspine.pipeline import bearer_token
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 from storage.errors import MemspineError, MethodNotAllowed, Unauthorized
 
 PRINCIPAL_KEY = "memspine.principal"  # where the checked principal rides in the ASGI scope

@@ -177,6 +177,8 @@ PUBLIC = {
     "storage.tenants.reembed",
     "storage.cypher",
     "storage.embedders",
+    "storage.embedders.settings",
+    "storage.datalock",
     "storage.transfer.format",
     "storage.transfer.export",
     "storage.transfer.landing",
