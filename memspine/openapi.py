@@ -22,6 +22,7 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
 
 from memspine import __version__
+from memspine.examples import EXAMPLES
 from memspine.pipeline import ADMIN, ANY_KEY, PROP_PREFIX, PUBLIC, READ, WRITE, Operation
 from memspine.schemas import TIME_CHECK_HEADER
 from storage.errors import CODES, NotFound
@@ -234,7 +235,10 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     if params:
         out["parameters"] = params
     if op.body is not None:
-        out["requestBody"] = {"required": True, "content": {JSON: {"schema": schemas.of(op.body)}}}
+        media: dict[str, Any] = {"schema": schemas.of(op.body)}
+        if op.name in EXAMPLES:
+            media["example"] = EXAMPLES[op.name]
+        out["requestBody"] = {"required": True, "content": {JSON: media}}
     return out
 
 

@@ -9,6 +9,7 @@ import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
@@ -417,6 +418,15 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def _version() -> str:
+    """The installed distribution's version, as `memspine-server --version` prints it (the
+    package memspine is the server's, which this one does not import)."""
+    try:
+        return metadata.version("memspine")
+    except metadata.PackageNotFoundError:  # running from a source tree without an install
+        return "0.0.0"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     common = _common()
@@ -425,6 +435,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         description="Manage memspine tenants, API keys, audit, and tenants' data.",
     )
+    parser.add_argument("--version", action="version", version=f"memspine-admin {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(

@@ -107,7 +107,10 @@ def test_the_page_runs_as_shown(path: str, tmp_path: Path) -> None:
     home = tmp_path / "checkout"
     home.mkdir()
     (home / ".venv").symlink_to(Path(sys.executable).parent.parent)
-    server = ServerProcess(home / "data", {"MEMSPINE_EMBEDDING_DIM": "384"})  # make run's
+    # As `make run` starts it: the default embedder (local) and dimension, which its start line names.
+    server = ServerProcess(
+        home / "data", {"MEMSPINE_EMBEDDING_DIM": "384", "MEMSPINE_EMBEDDER": "local"}
+    )
     server.start()
     try:
         got = run_session(steps, home, server.port)
