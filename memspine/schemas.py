@@ -11,6 +11,7 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from memspine import integers
 from memspine.jsonbounds import check_body_nesting
 from storage.cypher import MAX_QUERY_CHARS
 from storage.errors import InvalidRequest
@@ -155,6 +156,13 @@ def decode_body(body: bytes, type_: type[T]) -> T:
     try:
         return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
+        lax = (
+            integers.decode(body, type_)
+            if integers.INT_WORDS.search(str(exc)) is not None
+            else None
+        )
+        if lax is not None:  # 2.0 where an integer goes: an integer to JSON Schema
+            return lax
         raise InvalidRequest(f"invalid request body: {_explain(str(exc))}") from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
@@ -165,6 +173,13 @@ def convert_body(values: dict[str, Any], type_: type[T]) -> T:
     try:
         return msgspec.convert(values, type=type_)
     except msgspec.ValidationError as exc:
+        lax = (
+            integers.convert(values, type_)
+            if integers.INT_WORDS.search(str(exc)) is not None
+            else None
+        )
+        if lax is not None:
+            return lax
         raise InvalidRequest(f"invalid request body: {_explain(str(exc))}") from None
 
 

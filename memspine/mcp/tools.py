@@ -9,6 +9,7 @@ from typing import Any
 import msgspec
 from mcp_types import Tool, ToolAnnotations
 
+from memspine import integers
 from memspine.jsonbounds import value_problem
 from memspine.mcp import render
 from memspine.mcp.backend import Backend
@@ -169,6 +170,10 @@ class ToolSpec:
         try:
             return msgspec.convert(arguments or {}, self.args)
         except msgspec.ValidationError as exc:
+            exact = integers.INT_WORDS.search(str(exc)) is not None
+            lax = integers.convert(arguments or {}, self.args) if exact else None
+            if lax is not None:
+                return lax  # k=2.0: an integer to JSON Schema
             where = str(exc).replace("`$.", "`").replace("`$`", "the arguments")
             raise InvalidRequest(f"invalid arguments for {self.tool.name}: {where}") from None
 

@@ -155,3 +155,60 @@ def test_no_empty_stray_file_is_tracked_at_the_root() -> None:
     ).stdout.split()
     root_files = [REPO / name for name in tracked if "/" not in name]
     assert [p.name for p in root_files if p.stat().st_size == 0] == []
+
+
+T0 = 1_791_208_939_000_000
+
+
+@pytest.mark.parametrize(
+    ("path", "body", "status"),
+    [
+        ("/v1/memory/recall", {"text": "billing", "k": 2.0, "hops": 0.0}, 200),
+        ("/v1/memory/recall", {"text": "billing", "k": 1e1}, 200),
+        ("/v1/memory/event", {"kind": "turn", "text": "x", "ts": float(T0)}, 201),
+        ("/v1/memory/events", {"events": [{"kind": "turn", "ts": float(T0)}]}, 201),
+    ],
+)
+def test_integral_numbers_are_integers(
+    local: InProcessServer, path: str, body: dict[str, object], status: int
+) -> None:
+    with local.client(TENANT) as c:
+        r = c.post(path, json=body)
+    assert r.status_code == status, r.text
+
+
+@pytest.mark.parametrize(
+    ("body", "words"),
+    [
+        ({"text": "billing", "k": 2.5}, "Expected `int`, got `float` - at `k`"),
+        ({"text": "billing", "k": "2"}, "Expected `int`, got `str` - at `k`"),
+        ({"text": "billing", "explain": 1, "k": 2.0}, "Expected `bool`, got `int` - at `explain`"),
+        ({"text": "billing", "k": 1e17}, "Expected `int`, got `float` - at `k`"),
+    ],
+)
+def test_other_numbers_stay_refused_where_an_integer_goes(
+    local: InProcessServer, body: dict[str, object], words: str
+) -> None:
+    with local.client(TENANT) as c:
+        r = c.post("/v1/memory/recall", json=body)
+    assert r.status_code == 400 and words in r.json()["detail"], r.text
+
+
+def test_a_query_integer_may_be_spelled_integral(local: InProcessServer) -> None:
+    with local.client(TENANT) as c:
+        assert c.get("/v1/memory/events", params={"limit": "2.0"}).status_code == 200
+        assert c.get("/v1/memory/events", params={"limit": "2e0"}).status_code == 200
+        for bad in ("2.5", "1e999999999", "nan", "two"):
+            r = c.get("/v1/memory/events", params={"limit": bad})
+            assert r.status_code == 400 and "limit must be an integer" in r.json()["detail"], bad
+
+
+def test_an_mcp_tools_integer_may_be_spelled_integral() -> None:
+    from memspine.mcp.tools import BY_NAME
+    from storage.errors import InvalidRequest
+
+    spec = BY_NAME["memory_recall"]
+    parsed = spec.parse({"text": "x", "k": 3.0})
+    assert parsed.k == 3 and isinstance(parsed.k, int)
+    with pytest.raises(InvalidRequest, match="Expected `int`, got `float`"):
+        spec.parse({"text": "x", "k": 3.5})
