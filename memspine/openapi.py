@@ -27,6 +27,7 @@ from memspine.pipeline import ADMIN, ANY_KEY, PROP_PREFIX, PUBLIC, READ, WRITE, 
 from memspine.schemas import TIME_CHECK_HEADER
 from storage.errors import CODES, NotFound
 from storage.log import layout as enc
+from storage.model import FLOAT32_MAX
 
 REF = "#/components/schemas/{name}"
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -133,7 +134,9 @@ class _Schemas:
                 types += reply.type if isinstance(reply.type, tuple) else [reply.type]
         refs, self.components = msgspec.json.schema_components(types, ref_template=REF)
         self.refs = dict(zip(map(id, types), refs, strict=True))
-        vector = {"minItems": embedding_dim, "maxItems": embedding_dim}
+        # Each value within float32's range (storage/model.py check_embedding refuses 1e300).
+        values = {"type": "number", "minimum": -FLOAT32_MAX, "maximum": FLOAT32_MAX}
+        vector = {"minItems": embedding_dim, "maxItems": embedding_dim, "items": values}
         for name in ("EventIn", "RecallIn", "BatchItem"):
             self.components[name]["properties"]["embedding"]["anyOf"][0].update(vector)
         recall = self.components["RecallIn"]
