@@ -111,11 +111,17 @@ RECALL_LEFT_OUT = {
 }
 
 
+# The tool's arguments that are not RecallIn's fields (a request header's, say): not sent in
+# the body.
+RECALL_TOOL_ONLY: frozenset[str] = frozenset()
+
+
 async def recall(b: Backend, a: RecallArgs) -> ToolAnswer:
     """Recall by text (the model has no embeddings; the server embeds the text where it makes
     the tenant's vectors) with the optional walk: every argument given becomes its field."""
     values = msgspec.structs.asdict(a)
-    out = await b.recall({k: v for k, v in values.items() if v is not None})
+    body = {k: v for k, v in values.items() if v is not None and k not in RECALL_TOOL_ONLY}
+    out = await b.recall(body)
     return out, render.recall_text(out)
 
 

@@ -32,11 +32,11 @@ def _tool_properties() -> dict[str, Any]:
 
 
 def test_the_mcp_tool_offers_each_field_or_says_why_not() -> None:
-    offered = set(tools.RecallArgs.__struct_fields__)
+    offered = set(tools.RecallArgs.__struct_fields__) - tools.RECALL_TOOL_ONLY
     left_out = set(tools.RECALL_LEFT_OUT)
     assert offered | left_out == FIELDS
     assert not offered & left_out
-    assert set(_tool_properties()) == offered
+    assert set(_tool_properties()) == offered | tools.RECALL_TOOL_ONLY
 
 
 def test_the_mcp_tool_has_recalls_defaults_and_bounds() -> None:
@@ -44,6 +44,8 @@ def test_the_mcp_tool_has_recalls_defaults_and_bounds() -> None:
     defaults = dict(zip(RecallIn.__struct_fields__, _defaults(RecallIn), strict=True))
     args = dict(zip(tools.RecallArgs.__struct_fields__, _defaults(tools.RecallArgs), strict=True))
     for name, prop in _tool_properties().items():
+        if name in tools.RECALL_TOOL_ONLY:
+            continue
         if name != "text":
             assert args[name] == defaults[name], name
         if "default" in prop:
