@@ -37,5 +37,6 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "name": "agent",
         "scopes": ["read", "write"],
     },
+    "place_hold": {"reason": "litigation hold, case 2026-114"},
     "move_pull": {"after": 0},
 }

@@ -4,7 +4,6 @@ move tenants' data (memspine_admin/data.py)."""
 from __future__ import annotations
 
 import argparse
-import datetime as dt
 import os
 import socket
 import sys
@@ -15,22 +14,24 @@ from typing import Any
 
 import msgspec
 
-from memspine_admin import data, keys
-from memspine_admin.command import actor, control_url, local_tenants
+from memspine_admin import data, keys, retention_cmds
+from memspine_admin.command import (
+    EXIT_ABORTED,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    actor,
+    control_url,
+    local_tenants,
+)
 from memspine_admin.command import emit as _emit
+from memspine_admin.command import open_plane as _open
+from memspine_admin.command import when as _when
 from memspine_admin.control import erase_tenant_dir
-from memspine_admin.plane import ControlPlane, init_control, open_control
+from memspine_admin.plane import init_control
 from memspine_admin.records import LIMITS, KeyCounts, TenantRecord, now_us
 from storage.errors import Conflict, MemspineError, NotFound
 from storage.tenants.usage import TenantUsage, closed_usage
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ABORTED = 0, 1, 2, 3
-
-
-def _when(us: int | None) -> str:
-    if us is None:
-        return "never"
-    return dt.datetime.fromtimestamp(us / 1e6, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -50,10 +51,6 @@ def _confirm(args: argparse.Namespace, question: str) -> bool:
     sys.stderr.flush()
     answer = sys.stdin.readline()
     return answer.strip().lower() in ("y", "yes")
-
-
-def _open(args: argparse.Namespace) -> ControlPlane:
-    return open_control(args.data_dir, control_url(), actor=actor())
 
 
 ADOPT = "memspine-admin tenant adopt DIRNAME NAME"
@@ -231,12 +228,17 @@ def cmd_tenant_show(args: argparse.Namespace) -> int:
         if tenant is None:
             raise NotFound("no tenant with that id")
         keys = KeyCounts.of(db.list_keys(tenant.tenant_id), now_us())
+        holds = db.list_holds(tenant.tenant_id)
     root = args.data_dir / tenant.tenant_id
     usage = closed_usage(root, is_open=None) if root.is_dir() else None
     # Its own limits always (null: none), which the record leaves out when unset.
     payload = {**msgspec.to_builtins(tenant), **{name: getattr(tenant, name) for name in LIMITS}}
-    payload |= {"keys": keys, "usage": usage}
-    _emit(args, payload, _show(tenant, keys, usage, args.data_dir))
+    view = retention_cmds.view_from_files(args.data_dir, tenant)
+    payload |= {"keys": keys, "usage": usage, "retention": tenant.retention}
+    payload |= {"retention_state": view, "holds": holds}
+    human = [_show(tenant, keys, usage, args.data_dir)]
+    human += retention_cmds.show_lines(tenant, holds, view)
+    _emit(args, payload, "\n".join(human))
     return EXIT_OK
 
 
@@ -500,6 +502,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="apply the routes once and exit")
 
     data.add_commands(sub, tsub, command)
+    retention_cmds.add_commands(tsub, command)
 
     p = command(sub, "audit", cmd_audit)
     p.add_argument("--after", type=int, default=None, help="show entries after this seq")

@@ -1,9 +1,10 @@
-"""What every command of memspine-admin shares (memspine_admin/cli.py, memspine_admin/data.py):
+"""What every command of memspine-admin shares (memspine_admin/cli.py, data.py, retention_cmds.py):
 who runs it, which control plane it opens, how it prints, which tenant directories are local."""
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import getpass
 import os
 import sys
@@ -11,6 +12,10 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+
+from memspine_admin.plane import ControlPlane, open_control
+
+EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ABORTED = 0, 1, 2, 3
 
 
 def actor() -> str:
@@ -25,6 +30,18 @@ def actor() -> str:
 def control_url() -> str | None:
     """MEMSPINE_CONTROL_URL: the PostgreSQL control plane, as the server reads it; None for LMDB."""
     return os.environ.get("MEMSPINE_CONTROL_URL", "").strip() or None
+
+
+def open_plane(args: argparse.Namespace) -> ControlPlane:
+    """The control plane of the command's data directory (or MEMSPINE_CONTROL_URL's)."""
+    return open_control(args.data_dir, control_url(), actor=actor())
+
+
+def when(us: int | None) -> str:
+    """A time in microseconds as UTC for people, or "never"."""
+    if us is None:
+        return "never"
+    return dt.datetime.fromtimestamp(us / 1e6, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def emit(args: argparse.Namespace, payload: Any, human: str) -> None:

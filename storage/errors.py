@@ -56,9 +56,13 @@ class Conflict(MemspineError):
 
 
 class LegalHold(Conflict):
-    """A delete refused because a legal hold covers the event; the detail names the hold (409)."""
+    """A legal hold keeps what a deletion would remove (409); the detail names the hold."""
 
     code = "legal_hold"
+
+    def __init__(self, detail: str, *, hold_id: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail, headers=headers)
+        self.hold_id = hold_id
 
 
 class MethodNotAllowed(MemspineError):

@@ -147,6 +147,8 @@ def test_the_admin_examples_are_taken(issued: InProcessServer) -> None:
         }  # the example's names no tenant here
         r = c.post("/v1/admin/keys", json=key)
         assert r.status_code == 201, r.text
+        r = c.post(f"/v1/admin/tenants/{tenant_id}/holds", json=EXAMPLES["place_hold"])
+        assert r.status_code == 201, r.text
 
 
 def test_no_empty_stray_file_is_tracked_at_the_root() -> None:
