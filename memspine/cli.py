@@ -14,9 +14,10 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 
 from memspine import __version__
-from memspine.auth import LOCAL_TENANT, UUID
 from memspine.config import SettingsError, check_data_dir, load_settings
-from memspine.datalock import DataDirBusy, hold
+from memspine_admin.records import LOCAL_TENANT, UUID
+from storage import DataDirBusy
+from storage import hold_data_dir as hold
 from storage.errors import MemspineError
 
 USAGE_ERROR = 2

@@ -7,13 +7,16 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
-from memspine.schemas import MAX_TS, check_kind, check_time
+from memspine import integers
+from memspine.schemas import check_time
 from storage import (
     MAX_FILTER_NAME_BYTES,
     MAX_FILTER_STRING_BYTES,
     MAX_LIMIT,
+    MAX_TS,
     FilterValue,
     ListQuery,
+    check_kind,
 )
 from storage import PROPERTY_NAME as FILTER_NAME
 from storage.errors import InvalidRequest
@@ -41,7 +44,7 @@ def int_range(name: str, lo: int, hi: int) -> Callable[[str], int]:
 
     def parse(raw: str) -> int:
         try:
-            value = int(raw)
+            value = integers.parse(raw)  # 2 or 2.0, as JSON Schema's integer; not 2.5
         except ValueError:
             raise InvalidRequest(f"{name} must be an integer") from None
         return in_range(value, name, lo, hi)

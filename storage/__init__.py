@@ -23,7 +23,14 @@ if TYPE_CHECKING:
     from storage.cypher import (
         warm as warm,
     )
+    from storage.datalock import DataDirBusy as DataDirBusy
+    from storage.datalock import client_url as client_url
+    from storage.datalock import hold as hold_data_dir
+    from storage.embedders import describe as describe_embedder
     from storage.embedders import make_embedder as make_embedder
+    from storage.embedders.settings import check_kind as check_embedder_kind
+    from storage.embedders.settings import check_together as check_embedder_settings
+    from storage.embedders.settings import check_url as check_embedder_url
     from storage.erasure.purge import PurgeStats as PurgeStats
     from storage.erasure.purge import for_want_of_room as for_want_of_room
     from storage.erasure.swap import (
@@ -56,6 +63,14 @@ if TYPE_CHECKING:
     from storage.log.layout import (
         is_filterable_value as is_filterable_value,
     )
+    from storage.model import FLOAT32_MAX as FLOAT32_MAX
+    from storage.model import KIND_PATTERN as KIND_PATTERN
+    from storage.model import MAX_EMBEDDING_DIM as MAX_EMBEDDING_DIM
+    from storage.model import MAX_IDS as MAX_IDS
+    from storage.model import MAX_KIND_BYTES as MAX_KIND_BYTES
+    from storage.model import MAX_MODEL_CHARS as MAX_MODEL_CHARS
+    from storage.model import MAX_TEXT_CHARS as MAX_TEXT_CHARS
+    from storage.model import MAX_TS as MAX_TS
     from storage.model import (
         UNLIMITED as UNLIMITED,
     )
@@ -80,6 +95,11 @@ if TYPE_CHECKING:
     from storage.model import (
         StoredEvent as StoredEvent,
     )
+    from storage.model import check_embedding as check_embedding
+    from storage.model import check_kind as check_kind
+    from storage.model import check_model as check_model
+    from storage.model import check_text as check_text
+    from storage.model import new_event as new_event
     from storage.read.current import EventState as EventState
     from storage.read.listing import MAX_LIMIT as MAX_LIMIT
     from storage.read.listing import ListQuery as ListQuery
@@ -147,17 +167,28 @@ if TYPE_CHECKING:
         write_since as write_since,
     )
 
-# Each name of the API and the module it lives in (the imports above, for the type checker;
-# tests/storage/test_storage_layers.py holds the two lists equal).
+# Each name of the API and the module it lives in, "module:name" where the name there is another
+# (the imports above, for the type checker; tests/storage/test_storage_layers.py holds the two
+# lists equal).
 HOMES: dict[str, str] = {
     "AppendResult": "storage.model",
     "apply_changes": "storage.transfer.tail",
     "available": "storage.heap",
     "changes": "storage.transfer.tail",
     "changes_lines": "storage.transfer.tail",
+    "check_embedder_kind": "storage.embedders.settings:check_kind",
+    "check_embedder_settings": "storage.embedders.settings:check_together",
+    "check_embedder_url": "storage.embedders.settings:check_url",
+    "check_embedding": "storage.model",
+    "check_kind": "storage.model",
+    "check_model": "storage.model",
+    "check_text": "storage.model",
+    "client_url": "storage.datalock",
     "closed_tenant_bytes": "storage.tenants.footprint",
     "closed_usage": "storage.tenants.usage",
     "CypherResult": "storage.cypher",
+    "DataDirBusy": "storage.datalock",
+    "describe_embedder": "storage.embedders:describe",
     "disk_full": "storage.space",
     "Due": "storage.read.retention",
     "due": "storage.read.retention",
@@ -165,25 +196,35 @@ HOMES: dict[str, str] = {
     "EventState": "storage.read.current",
     "export_lines": "storage.transfer.export",
     "FilterValue": "storage.model",
+    "FLOAT32_MAX": "storage.model",
     "for_want_of_room": "storage.erasure.purge",
     "free_bytes": "storage.heap",
     "Hold": "storage.read.retention",
+    "hold_data_dir": "storage.datalock:hold",
     "import_tenant": "storage.transfer.landing",
     "is_filterable_value": "storage.log.layout",
     "ItemRefused": "storage.model",
     "JOURNAL": "storage.tenants.runs",
     "Journal": "storage.tenants.runs",
+    "KIND_PATTERN": "storage.model",
     "last_receipt": "storage.tenants.runs",
     "limit_arenas": "storage.heap",
     "Limits": "storage.cypher",
     "ListQuery": "storage.read.listing",
     "make_embedder": "storage.embedders",
+    "MAX_EMBEDDING_DIM": "storage.model",
     "MAX_FILTER_NAME_BYTES": "storage.log.layout",
     "MAX_FILTER_STRING_BYTES": "storage.log.layout",
+    "MAX_IDS": "storage.model",
+    "MAX_KIND_BYTES": "storage.model",
     "MAX_LIMIT": "storage.read.listing",
+    "MAX_MODEL_CHARS": "storage.model",
     "MAX_QUERY_CHARS": "storage.cypher",
+    "MAX_TEXT_CHARS": "storage.model",
+    "MAX_TS": "storage.model",
     "MEDIA_TYPE": "storage.transfer.format",
     "names_full_disk": "storage.space",
+    "new_event": "storage.model",
     "NewEvent": "storage.model",
     "Outlook": "storage.read.retention",
     "outlook": "storage.read.retention",
@@ -220,7 +261,97 @@ HOMES: dict[str, str] = {
     "write_export": "storage.transfer.export",
     "write_since": "storage.transfer.tail",
 }
-__all__ = sorted(HOMES)
+__all__ = [
+    "FLOAT32_MAX",
+    "JOURNAL",
+    "KIND_PATTERN",
+    "MAX_EMBEDDING_DIM",
+    "MAX_FILTER_NAME_BYTES",
+    "MAX_FILTER_STRING_BYTES",
+    "MAX_IDS",
+    "MAX_KIND_BYTES",
+    "MAX_LIMIT",
+    "MAX_MODEL_CHARS",
+    "MAX_QUERY_CHARS",
+    "MAX_TEXT_CHARS",
+    "MAX_TS",
+    "MEDIA_TYPE",
+    "PARTS",
+    "PENDING",
+    "PROPERTY_NAME",
+    "REASONS",
+    "RUNS",
+    "UNLIMITED",
+    "AppendResult",
+    "CypherResult",
+    "DataDirBusy",
+    "Due",
+    "EmbeddingWorker",
+    "EventState",
+    "FilterValue",
+    "Hold",
+    "ItemRefused",
+    "Journal",
+    "Limits",
+    "ListQuery",
+    "NewEvent",
+    "Outlook",
+    "Policy",
+    "PurgeStats",
+    "Quota",
+    "QuotaSource",
+    "RecallQuery",
+    "RecallResult",
+    "RetentionView",
+    "RunReceipt",
+    "ServerVectors",
+    "StoredEvent",
+    "Tenant",
+    "TenantManager",
+    "TenantUsage",
+    "Walk",
+    "Withheld",
+    "apply_changes",
+    "available",
+    "changes",
+    "changes_lines",
+    "check_embedder_kind",
+    "check_embedder_settings",
+    "check_embedder_url",
+    "check_embedding",
+    "check_kind",
+    "check_model",
+    "check_text",
+    "client_url",
+    "closed_tenant_bytes",
+    "closed_usage",
+    "describe_embedder",
+    "disk_full",
+    "due",
+    "export_lines",
+    "for_want_of_room",
+    "free_bytes",
+    "hold_data_dir",
+    "import_tenant",
+    "is_filterable_value",
+    "last_receipt",
+    "limit_arenas",
+    "make_embedder",
+    "names_full_disk",
+    "new_event",
+    "outlook",
+    "outlook_of_files",
+    "pending_tenants",
+    "refuse_held",
+    "sweep_stale",
+    "tenant_dirs",
+    "tenant_memory",
+    "trim",
+    "view_of",
+    "warm",
+    "write_export",
+    "write_since",
+]
 
 
 def __getattr__(name: str) -> Any:
@@ -228,6 +359,7 @@ def __getattr__(name: str) -> Any:
     home = HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'storage' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
+    module, _, attr = home.partition(":")
+    value = getattr(importlib.import_module(module), attr or name)
     globals()[name] = value
     return value

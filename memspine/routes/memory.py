@@ -13,7 +13,6 @@ from memspine.queryparams import flag, int_range, list_query, text
 from memspine.schemas import (
     KIND_SCHEMA,
     MAX_IDEMPOTENCY_KEY,
-    MAX_TS,
     TIME,
     TIME_CHECK_HEADER,
     DeleteDone,
@@ -24,14 +23,13 @@ from memspine.schemas import (
     RecallIn,
     RecallOut,
     WouldDelete,
-    check_kind,
     event_out,
     recall_out,
     time_check,
     to_new_event,
     to_recall_query,
 )
-from storage import MAX_LIMIT, ListQuery, Quota, QuotaSource
+from storage import MAX_LIMIT, MAX_TS, ListQuery, Quota, QuotaSource, check_kind
 from storage.errors import InvalidRequest, NotFound
 
 IDEMPOTENCY_KEY = b"idempotency-key"

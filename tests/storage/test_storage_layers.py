@@ -182,6 +182,8 @@ PUBLIC = {
     "storage.tenants.runs",
     "storage.embedders",
     "storage.tenants.reembed",
+    "storage.embedders.settings",
+    "storage.datalock",
     "storage.transfer.format",
     "storage.transfer.export",
     "storage.transfer.landing",
@@ -216,10 +218,13 @@ def test_the_front_door_names_what_it_imports_and_each_name_loads() -> None:
     tree = ast.parse((STORAGE / "__init__.py").read_text())
     typed = {
         alias.asname or alias.name: node.module
+        if alias.asname in (None, alias.name)
+        else f"{node.module}:{alias.name}"
         for node in ast.walk(tree)
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("storage")
         for alias in node.names
     }
     assert typed == storage.HOMES
+    assert sorted(storage.__all__) == sorted(storage.HOMES)
     for name in storage.__all__:
         assert getattr(storage, name) is not None, name
