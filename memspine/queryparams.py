@@ -10,7 +10,7 @@ import msgspec
 from memspine.schemas import MAX_TS, check_kind, check_time
 from storage.errors import InvalidRequest
 from storage.log import layout as enc
-from storage.model import FilterValue
+from storage.model import FilterValue, check_subject
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 DEFAULT_LIST_LIMIT = 100
@@ -94,12 +94,16 @@ def list_query(
     current: bool = True,
     as_of: int | None = None,
     checked: bool = True,
+    subject: str | None = None,
 ) -> ListQuery:
     """A listing's query from parsed values (GET /v1/memory/events, memory_list): kinds,
     ranges, property filters and times checked here, once for both doors."""
     if kind is not None:
         check_kind(kind)
     filters = {name: prop_filter(name, raw) for name, raw in (props or {}).items()}
+    if subject is not None:
+        # the subject's list first: listing walks the first filter's index (the narrowest here)
+        filters = {enc.SUBJECT: [check_subject(subject)], **filters}
     return ListQuery(
         kind=kind,
         since=check_time(_bounded(since, "since"), "since", checked=checked, zero=True),

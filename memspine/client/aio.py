@@ -113,6 +113,7 @@ class AsyncMemspine(_Client):
         valid_from: int | None = None,
         valid_until: int | None = None,
         idempotency_key: str | None = None,
+        subjects: Sequence[str] | None = None,
     ) -> m.Appended:
         """Append one event, under `idempotency_key` or a new one, so a retry never stores twice."""
         body = routes.event(
@@ -127,6 +128,7 @@ class AsyncMemspine(_Client):
             valid_from=valid_from,
             valid_until=valid_until,
             idempotency_key=idempotency_key,
+            subjects=subjects,
         )
         return await self._run(routes.append(body))
 
@@ -152,6 +154,7 @@ class AsyncMemspine(_Client):
         filter: Mapping[str, Scalar] | None = None,
         current: bool | None = None,
         as_of: int | None = None,
+        subject: str | None = None,
     ) -> m.EventPage:
         """One page of events, newest first; `filter` is equality on filterable properties."""
         return await self._run(
@@ -164,6 +167,7 @@ class AsyncMemspine(_Client):
                 filter=filter,
                 current=current,
                 as_of=as_of,
+                subject=subject,
             )
         )
 

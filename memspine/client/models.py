@@ -86,6 +86,7 @@ class Event(msgspec.Struct, frozen=True):
     valid_until: int | None = None
     current: bool | None = None
     superseded_by: list[str] | None = None
+    subjects: list[str] = []
 
 
 class EventPage(msgspec.Struct, frozen=True):
@@ -109,6 +110,7 @@ class Hit(msgspec.Struct, frozen=True):
     replaces: list[str] = []
     keyword_rank: int | None = None
     vector_rank: int | None = None
+    subjects: list[str] = []
 
 
 class Walk(msgspec.Struct, frozen=True):
@@ -205,6 +207,7 @@ class ExportEvent(msgspec.Struct, frozen=True, tag="event", tag_field="type"):
     valid_until: int | None = None
     properties: Properties | None = None
     properties_text: str | None = None
+    subjects: list[str] = []
     links: ExportLinks = ExportLinks()
     idempotency: ExportIdempotency | None = None
 

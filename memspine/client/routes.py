@@ -162,6 +162,7 @@ def event(
     valid_from: int | None = None,
     valid_until: int | None = None,
     idempotency_key: str | None = None,
+    subjects: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """One event's JSON object, as `append` and each event of `append_batch` send it:
     `source_event_ids` goes into properties, where the API reads it; in a batch, "$N" there or
@@ -182,6 +183,7 @@ def event(
         valid_from=valid_from,
         valid_until=valid_until,
         idempotency_key=idempotency_key,
+        subjects=list(subjects) if subjects is not None else None,
     )
 
 
@@ -271,9 +273,18 @@ def list_events(
     filter: Mapping[str, Scalar] | None = None,
     current: bool | None = None,
     as_of: int | None = None,
+    subject: str | None = None,
 ) -> Call[m.EventPage]:
     """GET /v1/memory/events; `filter` becomes prop.NAME=VALUE parameters."""
-    given = _present(kind=kind, since=since, until=until, limit=limit, cursor=cursor, as_of=as_of)
+    given = _present(
+        kind=kind,
+        since=since,
+        until=until,
+        limit=limit,
+        cursor=cursor,
+        as_of=as_of,
+        subject=subject,
+    )
     params = {k: str(v) for k, v in given.items()}
     if current is not None:
         params["current"] = _flag(current)

@@ -230,6 +230,7 @@ class _Indexed(msgspec.Struct):
     kind: str
     text: str | None = None
     filterable: dict[str, FilterValue] = {}
+    subjects: list[str] = []
 
 
 _decode_indexed = msgspec.msgpack.Decoder(_Indexed).decode
@@ -254,7 +255,7 @@ class _KeywordBuilder:
         """Index one stored record."""
         ev = _decode_indexed(raw)
         if ev.text:
-            doc = KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq)
+            doc = KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects)
             self.writer.add_document(document(doc))  # a new index: its documents carry the seq
 
     def finish(self) -> KeywordIndex:
@@ -348,7 +349,9 @@ def _catch_up_keyword(keyword: KeywordIndex, live: LogReader, since: int) -> Non
             continue
         ev = live.get(event_id)
         if ev is not None and ev.text:
-            docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq))
+            docs.append(
+                KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects)
+            )
     keyword.add(docs)
     keyword.delete(gone)
 

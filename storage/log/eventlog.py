@@ -519,6 +519,7 @@ class Appender:
             supersedes=supersedes,
             valid_from=ev.valid_from,
             valid_until=ev.valid_until,
+            subjects=list(ev.subjects),
         )
         encoded = layout.encode_event(record)
         if quota is not None:

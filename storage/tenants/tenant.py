@@ -211,7 +211,11 @@ class Tenant:
                 if ev is None:
                     continue
                 if seq > self.keyword_seq and ev.text:
-                    docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq))
+                    docs.append(
+                        KeywordDoc(
+                            ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects
+                        )
+                    )
                 if seq > self.vector_seq and ev.embedding is not None:
                     labels.append(seq)
                     vectors.append(ev.embedding)
@@ -690,7 +694,9 @@ class Tenant:
         if not written:
             return True  # no op written (replays, errors): catch_up would have nothing to do
         docs = [
-            KeywordDoc(r.event_id, r.kind, r.text, r.filterable, r.seq) for r in written if r.text
+            KeywordDoc(r.event_id, r.kind, r.text, r.filterable, r.seq, r.subjects)
+            for r in written
+            if r.text
         ]
         labels = [r.seq for r in written if r.embedding is not None]
         vectors = [r.embedding for r in written if r.embedding is not None]

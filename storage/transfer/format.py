@@ -27,12 +27,13 @@ from typing import Any
 import msgspec
 
 from storage.errors import InvalidRequest
-from storage.model import PlacedEvent, StoredEvent
+from storage.model import PlacedEvent, StoredEvent, check_subjects
 
 FORMAT = "memspine-export"
 # 2: the header's `vectors_by` (who makes the tenant's vectors: the server's are carried in the
 # event lines like a client's, and an import keeps the tenant server-space).
-FORMAT_VERSION = 2
+# 3: an event line's `subjects` (the people the event is about).
+FORMAT_VERSION = 3
 VECTORS_BY = ("server", "client")
 MEDIA_TYPE = "application/x-ndjson"
 # A line may hold a text of 100,000 characters (4 bytes each at most) and its embedding.
@@ -266,6 +267,10 @@ def placed(line: Any, header: Header, n: int) -> PlacedEvent:
         ):
             raise InvalidRequest(f"line {n}: the embedding holds a value that is not finite")
     raw = _properties(line, n)
+    try:
+        check_subjects(line.subjects)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"line {n}: {exc.detail}") from None
     for target in (*line.links.SOURCE_FROM, *line.links.SUPERSEDES, *line.supersedes):
         _check_id(target, n, "a linked id")
     fields = {f: getattr(line, f) for f in _RECORD}
