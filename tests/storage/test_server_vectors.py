@@ -269,7 +269,9 @@ def test_an_export_of_version_1_still_loads(tmp_path: Path) -> None:
         data = b"".join(export_lines(r, "src"))
     src.close()
     header, *body, _end = data.rstrip(b"\n").split(b"\n")
-    old = header.replace(f'"version":{FORMAT_VERSION}'.encode(), b'"version":1').replace(b',"vectors_by":"client"', b"")
+    old = header.replace(f'"version":{FORMAT_VERSION}'.encode(), b'"version":1').replace(
+        b',"vectors_by":"client"', b""
+    )
     assert b"vectors_by" not in old
     kept = [old + b"\n", *(line + b"\n" for line in body)]
     digest = hashlib.sha256(b"".join(kept)).hexdigest()
