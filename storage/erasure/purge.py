@@ -218,6 +218,13 @@ def _check_room(tenant: Purgeable, r: LogReader) -> None:
         raise NoRoomToPurge(needed, free)
 
 
+def check_room(tenant: Purgeable) -> None:
+    """NoRoomToPurge when the disk cannot hold a purge of the tenant now (asked before an
+    erasure deletes anything, so that it is not left half-done)."""
+    with tenant.log.reader() as r:
+        _check_room(tenant, r)
+
+
 _LMDB_SPARE_PAGES = 64  # meta and root pages and the free list of the new environment
 
 

@@ -335,6 +335,7 @@ class EventLog:
             _delete_prefix(txn, d["links_in"], layout.link_prefix(raw_id, rel))
         tomb = Tombstone(seq=ev.seq, deleted_at=time.time_ns() // 1000)
         txn.put(raw_id, layout.encode_tombstone(tomb), db=d["tombstones"])
+        txn.put(raw_id, layout.u64(tomb.deleted_at), db=d["erased"])
         return len(raw)
 
     def _unchain(self, txn: lmdb.Transaction, deleted: StoredEvent) -> None:

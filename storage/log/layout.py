@@ -33,7 +33,7 @@ from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 # 4: a links_out value is the target's raw id and then its kind (UTF-8): an expansion that asks
 # its targets' kind answers from the link list, without reading the targets' records.
 # 5: a record's field `subjects` (the people an event is about), each listed in by_prop under
-# the name SUBJECT.
+# the name SUBJECT; the database "erased" (the erasure ledger: every deleted id and when).
 # An older log is brought to this version on its first open (storage/log/migrations.py).
 SCHEMA_VERSION = 5
 
@@ -54,11 +54,15 @@ DB_NAMES = (
     # unembedded_key(seq, raw id) -> b"": events of a server-space tenant awaiting their vector,
     # in append order (the background embedder's work, derived from the log after a restart)
     "unembedded",
+    # raw id -> u64(microseconds since the epoch of its delete): the erasure ledger, kept past
+    # the purge so that a restore, an import or a move can drop an erased event again
+    # (docs/erasure.md, "The erasure ledger"); ids and times only, never content
+    "erased",
 )
 
 # Databases a log of an older version may lack until its first open for writes (migrations.py):
 # a read-only snapshot of it reads them as empty.
-LATER_DBS = frozenset({"unembedded"})
+LATER_DBS = frozenset({"unembedded", "erased"})
 
 # -- meta names -------------------------------------------------------------------------------
 

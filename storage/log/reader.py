@@ -296,6 +296,20 @@ class LogReader:
         db = self.dbs.get("unembedded")
         return 0 if db is None else int(self.txn.stat(db)["entries"])
 
+    def erased(self) -> Iterator[tuple[str, int]]:
+        """The erasure ledger: (id, microseconds of its delete) of every event deleted from
+        this log and still kept there (docs/erasure.md, "The erasure ledger")."""
+        db = self.dbs.get("erased")
+        if db is None:  # a log of an older format, read as it is
+            return
+        for key, value in self.txn.cursor(db=db).iternext(keys=True, values=True):
+            yield layout.id_str(bytes(key)), layout.read_u64(bytes(value))
+
+    def erased_count(self) -> int:
+        """How many ids the erasure ledger holds."""
+        db = self.dbs.get("erased")
+        return 0 if db is None else int(self.txn.stat(db)["entries"])
+
     def unembedded(self, limit: int) -> list[tuple[int, str]]:
         """Up to limit events awaiting their server vector, oldest first: (seq, id)."""
         db = self.dbs.get("unembedded")

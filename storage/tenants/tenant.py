@@ -21,6 +21,7 @@ from storage.errors import Conflict, DiskFull, MemspineError
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog, space_name
+from storage.log.reader import LogReader
 from storage.model import (
     CHAIN_KIND,
     NewEvent,
@@ -295,6 +296,12 @@ class Tenant:
         with self.log.reader() as r:
             return would_delete(r, event_id, cascade=cascade)
 
+    def snapshot(self, fn: Callable[[LogReader], T]) -> T:
+        """What fn answers over one read snapshot of the log (a read of storage/read/ the tenant
+        has no method for, such as an erasure's reach)."""
+        with self.log.reader() as r:
+            return fn(r)
+
     def awaiting_purge(self) -> bool:
         """Whether deleted events of this tenant await a purge (the log holds tombstones)."""
         return bool(self.log.tombstones())
@@ -412,6 +419,23 @@ class Tenant:
 
             self.mark_before_delete([event_id])  # the closure is empty unless the event is live
             deleted = self.log.write(apply)
+            self.deletes += 1
+            self.catch_up()
+            if self.on_unembedded is not None:
+                self.on_unembedded(self)
+            return deleted
+
+        return self.call(run)
+
+    def submit_delete_found(self, find: Callable[[LogReader], list[str]]) -> Future[list[str]]:
+        """Delete what `find` names in the log as it is on the writer, in one transaction (an
+        erasure by subject: storage/read/subjects.py); resolves to the ids deleted."""
+
+        def run() -> list[str]:
+            with self.log.reader() as r:  # on the writer: nothing is written before the delete
+                ids = find(r)
+            self.mark_before_delete(ids)
+            deleted: list[str] = self.log.write(lambda txn: self.log.delete_in(txn, ids))
             self.deletes += 1
             self.catch_up()
             if self.on_unembedded is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
@@ -42,8 +42,17 @@ def vectors_by(r: LogReader) -> str | None:
     return {layout.SPACE_SERVER: "server", layout.SPACE_CLIENT: "client"}.get(r.space() or 0)
 
 
-def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Iterator[bytes]:
-    """Every line of the tenant's export, from the one snapshot r, in constant memory."""
+def export_lines(
+    r: LogReader,
+    tenant_id: str,
+    *,
+    default_dim: int = 384,
+    only: set[str] | None = None,
+    extra: Iterable[bytes] = (),
+) -> Iterator[bytes]:
+    """Every line of the tenant's export, from the one snapshot r, in constant memory; with
+    `only`, the lines of those events alone (an access export: no idempotency lines), and
+    `extra` lines (each ending in a newline) before the end line, hashed with the rest."""
     digest = hashlib.sha256()
     header = Header(
         format=FORMAT,
@@ -53,7 +62,7 @@ def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Ite
         embedding_model=r.meta_str(layout.MODEL),
         vectors_by=vectors_by(r),
         exported_at=time.time_ns() // 1000,
-        events=r.count(),
+        events=r.count() if only is None else sum(1 for e in only if r.exists(e)),
     )
     line = header_line(header)
     digest.update(line)
@@ -65,6 +74,8 @@ def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Ite
                 # An op this format has no line for: exporting without it would lose what it
                 # wrote. A new kind of op comes with its line (a format version more).
                 raise RuntimeError(f"the export format does not carry log op {op!r} yet")
+            continue
+        if only is not None and event_id not in only:
             continue
         ev = r.get(event_id)
         if ev is None:
@@ -78,8 +89,11 @@ def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Ite
         digest.update(line)
         events += 1
         yield line
+    for line in extra:
+        digest.update(line)
+        yield line
     kept = 0
-    for event_id, rec in r.idempotency_records():
+    for event_id, rec in () if only is not None else r.idempotency_records():
         if r.exists(event_id):
             continue  # carried on its event's line
         line = idempotency_line(event_id, rec.body_hash, rec.unlinked)
