@@ -72,13 +72,13 @@ SUBJECT_SCHEMA = {
     "maxLength": MAX_SUBJECT_BYTES,
     "pattern": "^[ -~]+$",
 }
+Subject = Annotated[str, doc(**SUBJECT_SCHEMA)]
 Subjects = Annotated[
-    list[str],
+    list[Subject],
     doc(
         f"The people the event is about: at most {MAX_SUBJECTS} ids of 1-{MAX_SUBJECT_BYTES} "
         "printable ASCII bytes.",
         maxItems=MAX_SUBJECTS,
-        items=SUBJECT_SCHEMA,
     ),
 ]
 Properties = Annotated[

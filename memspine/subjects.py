@@ -11,7 +11,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Iterator
-from typing import Literal
+from typing import Annotated, Literal
 
 import anyio.to_thread
 import msgspec
@@ -19,6 +19,7 @@ import msgspec
 from memspine import receipts
 from memspine.engine import Engine
 from memspine.pipeline import event_id
+from memspine.schemas import doc
 from storage.erasure.purge import check_room, for_want_of_room
 from storage.erasure.scan import files_holding, log_holding
 from storage.errors import DiskFull, InvalidRequest
@@ -28,6 +29,9 @@ from storage.read.subjects import (
     DERIVED,
     IDENTIFIER,
     MAX_CONFIRM_IDS,
+    MAX_IDENTIFIER_CHARS,
+    MAX_IDENTIFIERS,
+    MIN_IDENTIFIER_CHARS,
     SUBJECT,
     Reach,
     Reached,
@@ -49,12 +53,26 @@ PURGE_NO_ROOM = (
 )
 
 
+Identifier = Annotated[
+    str, doc(minLength=MIN_IDENTIFIER_CHARS, maxLength=MAX_IDENTIFIER_CHARS, pattern=r"\S.*\S.*\S")
+]
+Uuid = Annotated[str, doc(format="uuid")]
+
+
 class EraseIn(msgspec.Struct, forbid_unknown_fields=True):
     """POST /v1/memory/subjects/{subject}/erase."""
 
     dry_run: bool = True
-    identifiers: list[str] | None = None
-    confirm_ids: list[str] | None = None
+    identifiers: (
+        Annotated[
+            list[Identifier], doc("Names, emails, numbers to search for.", maxItems=MAX_IDENTIFIERS)
+        ]
+        | None
+    ) = None
+    confirm_ids: (
+        Annotated[list[Uuid], doc("Ids the dry run found by identifier.", maxItems=MAX_CONFIRM_IDS)]
+        | None
+    ) = None
     cascade: Literal["derived", "none"] = "derived"
 
 

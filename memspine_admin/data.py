@@ -149,6 +149,9 @@ def cmd_export(args: argparse.Namespace) -> int:
                     if events % 1000 == 0:
                         bar.update(events)
 
+    from memspine.receipts import record_copy
+
+    record_copy(args.data_dir, "export", tenant_id, args.out)  # for erasure receipts
     if args.out is None:
         write(sys.stdout.buffer)
         sys.stdout.buffer.flush()
@@ -183,9 +186,11 @@ def cmd_import(args: argparse.Namespace) -> int:
             stream.close()
     payload: dict[str, Any] = {"tenant_id": tenant_id, "from_tenant": stats.tenant_id}
     payload |= {"events": stats.events, "skipped": stats.skipped, "lines": stats.lines}
+    payload["erased_dropped"] = stats.erased_dropped
     human = f"imported {stats.events} events into tenant {tenant_id}"
     if stats.skipped:
         human += f" ({stats.skipped} held already, kept as they were)"
+    human += f"\nerased_dropped: {stats.erased_dropped}"
     registered = _registered(args.data_dir, tenant_id)
     payload["registered"] = registered
     if registered is False:
@@ -248,6 +253,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
             bar.update(done)
 
         stats = backup(args.data_dir, dest, environments=[(CONTROL_DIR, MAP_SIZE)], progress=told)
+    from memspine.receipts import record_copy
+
+    record_copy(args.data_dir, "backup", None, str(dest.resolve()))  # for erasure receipts
     human = (
         f"backed up {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
@@ -285,14 +293,40 @@ def cmd_restore(args: argparse.Namespace) -> int:
             seen[tenant_id] = events
             bar.update(before + events)
 
-        stats = restore(src, args.data_dir, progress=told)  # each log records its dimension
+        erased = _ledgers_for_restore(src, args.data_dir, manifest.taken_at, args.ledger_from)
+        # each log records its dimension
+        stats = restore(src, args.data_dir, progress=told, erased=erased)
     human = (
         f"restored {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
         + f" into {args.data_dir} in {stats.seconds:.1f} s"
+        + f"\nerased_dropped: {stats.erased_dropped}"
     )
     _emit(args, stats, human)
     return 0
+
+
+def _ledgers_for_restore(
+    src: Path, target: Path, taken_at: int, extra: list[str]
+) -> dict[str, dict[str, int]]:
+    """The erasure ledgers a restore applies (docs/erasure.md): MEMSPINE_DATA_DIR's when it is
+    another directory that exists, every newer backup's beside src, and each --ledger-from."""
+    from storage.transfer import ledger
+    from storage.transfer.backup import MANIFEST, read_manifest
+
+    paths = [Path(p) for p in extra]
+    live = os.environ.get("MEMSPINE_DATA_DIR")
+    if live and Path(live).is_dir() and Path(live).resolve() != target.resolve():
+        paths.append(Path(live))
+    for sibling in sorted(src.resolve().parent.iterdir()):
+        if sibling.resolve() != src.resolve() and (sibling / MANIFEST).is_file():
+            with contextlib.suppress(MemspineError):
+                if read_manifest(sibling).taken_at > taken_at:
+                    paths.append(sibling)
+    for path in paths:
+        if not path.exists():
+            raise NotFound(f"--ledger-from {path}: no such data directory or backup")
+    return ledger.merged(ledger.of_path(p) for p in paths)
 
 
 def cmd_tenant_adopt(args: argparse.Namespace) -> int:
@@ -306,6 +340,7 @@ def cmd_tenant_adopt(args: argparse.Namespace) -> int:
             raise Conflict(f"{args.dirname} is a tenant already")
         if args.dirname not in local_tenants(data_dir, known):
             raise NotFound(f"no local-mode tenant directory {args.dirname!r} in {data_dir}")
+        dropped = _apply_ledgers(data_dir, args.dirname)
         if is_tenant_id(args.dirname):  # its name is a tenant id already: nothing moves
             tenant = db.create_tenant(args.name, actor=actor(), tenant_id=args.dirname)
             renamed = False
@@ -315,12 +350,29 @@ def cmd_tenant_adopt(args: argparse.Namespace) -> int:
                 tenant = _adopt_renamed(db, data_dir, args.dirname, args.name, actor())
             renamed = True
     payload = {"tenant_id": tenant.tenant_id, "name": tenant.name, "dirname": args.dirname}
+    payload["erased_dropped"] = dropped
     human = f"adopted {args.dirname} as tenant {tenant.tenant_id} ({tenant.name})"
+    human += f"\nerased_dropped: {dropped}"
     if renamed:
         human += f"; its directory is now {data_dir / tenant.tenant_id}"
     human += f"\nissue it a key: memspine-admin key create {tenant.tenant_id} NAME"
     _emit(args, payload, human)
     return 0
+
+
+def _apply_ledgers(data_dir: Path, dirname: str) -> int:
+    """Erase from a directory being adopted the events any erasure ledger of the data directory
+    names (a copy brought in from elsewhere may hold them), before any key can read it."""
+    from storage.transfer import ledger
+    from storage.transfer.export import log_snapshot
+
+    every = ledger.every_id(ledger.of_path(data_dir))
+    with log_snapshot(data_dir / dirname) as r:
+        if not any(r.exists(e) for e in every):
+            return 0
+    why = f"stop it to adopt {dirname}: events erased elsewhere must leave it first"
+    with unserved(data_dir, why):
+        return ledger.apply(data_dir / dirname, dirname, every)
 
 
 def _adopt_renamed(db: Any, data_dir: Path, dirname: str, name: str, who: str) -> Any:
@@ -368,6 +420,12 @@ def add_commands(
         type=float,
         default=DEFAULT_MAX_AGE_DAYS,
         help=f"refuse an older backup (default {DEFAULT_MAX_AGE_DAYS}; docs/operations.md)",
+    )
+    p.add_argument(
+        "--ledger-from",
+        action="append",
+        default=[],
+        help="also apply the erasure ledger of this data directory or backup (repeatable)",
     )
     p = command(sub, "reembed", cmd_reembed)
     p.add_argument("tenant_id")

@@ -222,6 +222,7 @@ OPERATIONS = (
         _receipt,
         "One erasure receipt as signed: memspine-admin receipt verify checks the body",
         replies={200: Reply(receipts.Signed, "The signed receipt, byte for byte as stored.")},
+        errors=(404,),
     ),
     Operation(
         "receipt_key",

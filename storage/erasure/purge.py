@@ -92,6 +92,7 @@ class Purgeable(Protocol):
     keyword: KeywordIndex
     keyword_seq: int
     vectors: VectorIndex
+    ledger_days: float  # erasure ledger entries older than this go with the purge
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run fn on the tenant's writer thread, between group commits."""
@@ -335,8 +336,11 @@ def _catch_up_copy(
     # An id deleted, then written and deleted again since the snapshot keeps its new tombstone.
     purged = [e for e in doomed if e not in changed]
 
+    ledger_since = time.time_ns() // 1000 - int(tenant.ledger_days * 86_400 * 1_000_000)
+
     def seal(txn: lmdb.Transaction) -> int:
         copy.clear_tombstones(txn, purged)
+        copy.prune_erased(txn, ledger_since)
         copy.put_meta_int(txn, layout.KEYWORD_SEQ, upto)
         return copy.view(txn).tombstone_count()
 

@@ -43,6 +43,7 @@ from storage.tenants.writer import GroupWriter, Job
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
+LEDGER_DAYS = 30.0  # how long the erasure ledger keeps an id (MEMSPINE_ERASURE_LEDGER_DAYS)
 NOT_SAVED = "the server's disk is full: the vector index was not saved"
 CHAIN_SCAN = 1000  # ops a chain's start is looked for before the first event to embed
 IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
@@ -106,6 +107,7 @@ class Tenant:
         # Counts deletes: a batch of server vectors made before one may have chained on a turn
         # it deleted, and is made again (store_vectors).
         self.deletes = 0
+        self.ledger_days = LEDGER_DAYS  # its purges drop older ledger entries (the manager's)
         recover(root)  # finish or discard a purge a crash interrupted, before any store opens
         self.log = EventLog.open(root / files.LOG, embedding_dim=embedding_dim)
         try:

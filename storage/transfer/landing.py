@@ -19,7 +19,7 @@ import fcntl
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -30,6 +30,7 @@ from storage.errors import Conflict, InvalidRequest
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog
 from storage.tenants.tenant import Tenant
+from storage.transfer import ledger
 from storage.transfer.format import Reader
 from storage.transfer.load import ImportStats, Progress, lines_of, load, read_header
 
@@ -44,19 +45,24 @@ def import_tenant(
     *,
     merge: bool = False,
     progress: Progress | None = None,
+    erased: Mapping[str, int] | None = None,
 ) -> ImportStats:
     """Import an export into DATA_DIR/<tenant_id>: all of it, or (refused, interrupted) nothing.
 
     A tenant holding live events is refused (Conflict) unless `merge`: then events whose ids
-    it holds already are kept as they are and the others added.
+    it holds already are kept as they are and the others added. An event the erasure ledger
+    of any tenant of data_dir (or `erased`) names is dropped (ImportStats.erased_dropped).
     """
     root = data_dir / tenant_id
     reader = Reader()
     lines = lines_of(stream)
     header = read_header(lines, reader)
+    gone = ledger.every_id(ledger.of_path(data_dir)) | dict(erased or {})
     if not root.exists():
-        return _into_new(data_dir, tenant_id, header.embedding_dim, lines, reader, progress)
-    return _into_existing(root, tenant_id, lines, reader, merge=merge, progress=progress)
+        return _into_new(data_dir, tenant_id, header.embedding_dim, lines, reader, progress, gone)
+    return _into_existing(
+        root, tenant_id, lines, reader, merge=merge, progress=progress, erased=gone
+    )
 
 
 def _into_new(
@@ -66,6 +72,7 @@ def _into_new(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None,
+    erased: Mapping[str, int],
 ) -> ImportStats:
     """Build the tenant beside the others and rename it into place."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +81,7 @@ def _into_new(
     staging.mkdir()
     try:
         with held(staging):
-            stats = build(staging, tenant_id, dim, lines, reader, progress)
+            stats = build(staging, tenant_id, dim, lines, reader, progress, erased)
             fsync_tree(staging)
             _rename_into_place(staging, data_dir / tenant_id)
     except BaseException:
@@ -90,14 +97,20 @@ def build(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None = None,
+    erased: Mapping[str, int] | None = None,
+    carried: Mapping[str, int] | None = None,
 ) -> ImportStats:
     """Make a new tenant at root from the rest of an export (its header read by `reader`):
-    the log written in batches, both indexes projected from it, all saved and closed."""
+    the log written in batches, both indexes projected from it, all saved and closed; the
+    events the erasure ledger `erased` names are dropped, and the new log keeps `carried`
+    as its own ledger (a restore's: what the backup's log kept, and what was applied)."""
     tenant = Tenant.open(tenant_id, root, embedding_dim=dim)
     try:
-        return load(tenant, lines, reader, progress=progress)
+        stats = load(tenant, lines, reader, progress=progress, erased=erased)
     finally:
         tenant.close()
+    ledger.carry(root, carried or {})
+    return stats
 
 
 def _rename_into_place(staging: Path, root: Path) -> None:
@@ -122,13 +135,15 @@ def _into_existing(
     *,
     merge: bool,
     progress: Progress | None,
+    erased: Mapping[str, int],
 ) -> ImportStats:
-    """Import into a copy of the tenant's log in purge.new/, then swap it in as a purge does."""
+    """Import into a copy of the tenant's log in purge.new/, then swap it in as a purge does
+    (the copy keeps the tenant's erasure ledger)."""
     swap.recover(root)
     log = EventLog.open(root / files.LOG)
     try:
         with log.reader() as r:
-            live, last = r.count(), r.last_seq()
+            live, last, own = r.count(), r.last_seq(), ledger.of_log(r)
         if live and not merge:
             raise Conflict(
                 f"tenant {tenant_id} holds {live} events; import only into an empty tenant, "
@@ -147,10 +162,17 @@ def _into_existing(
         tenant = Tenant.open(tenant_id, staging, embedding_dim=reader.header.embedding_dim)
         try:
             stats = load(
-                tenant, lines, reader, keep_before=last if merge else None, progress=progress
+                tenant,
+                lines,
+                reader,
+                keep_before=last if merge else None,
+                progress=progress,
+                erased=erased,
             )
         finally:
             tenant.close()
+        if not merge:  # a new log: the tenant's ledger goes on in it
+            ledger.carry(staging, own)
         (staging / swap.PENDING).unlink(missing_ok=True)  # the tenant's own marker stays
         fsync_tree(staging)
         swap.commit(root)

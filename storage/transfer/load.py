@@ -3,7 +3,7 @@ batches through its writer; memory stays bounded by one batch whatever the file'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import IO, Protocol
 
@@ -46,6 +46,7 @@ class ImportStats(msgspec.Struct, frozen=True, kw_only=True):
     skipped: int = 0  # events a merge found live already and kept
     idempotency: int = 0  # Idempotency-Key records of deleted events
     lines: int = 0
+    erased_dropped: int = 0  # events the erasure ledger dropped (docs/erasure.md)
 
 
 def lines_of(stream: IO[bytes]) -> Iterator[bytes]:
@@ -75,8 +76,11 @@ def load(
     *,
     keep_before: int | None = None,
     progress: Progress | None = None,
+    erased: Mapping[str, int] | None = None,
 ) -> ImportStats:
-    """Write the rest of an export (its header already read by `reader`) into the tenant.
+    """Write the rest of an export (its header already read by `reader`) into the tenant;
+    an event the erasure ledger `erased` names is dropped (its Idempotency-Key record kept, so
+    a retry of its append replays rather than stores it again).
 
     Every line is checked before its batch is written, and the trailer's counts and checksum
     once the input ends; a refusal is InvalidRequest naming the line. Batches written before a
@@ -91,7 +95,7 @@ def load(
         )
     batch: list[PlacedEvent] = []
     idem: list[tuple[str, bytes, list[str]]] = []
-    size = written = seen = 0
+    size = written = seen = dropped = 0
     model = header.embedding_model
     space = {"server": layout.SPACE_SERVER, "client": layout.SPACE_CLIENT}.get(
         header.vectors_by or ""
@@ -124,9 +128,13 @@ def load(
                 continue  # reader.finish() below checks there is nothing after it
             if isinstance(item, IdempotencyLine):
                 idem.append((item.event_id, bytes.fromhex(item.body_hash), item.unlinked))
+            elif erased and isinstance(item, PlacedEvent) and item.event.event_id in erased:
+                dropped += 1
+                if item.body_hash is not None:
+                    idem.append((item.event.event_id, item.body_hash, item.unlinked))
             else:
                 assert isinstance(item, PlacedEvent)
-                batch.append(item)
+                batch.append(_unlinked_from(item, erased) if erased else item)
                 seen += 1
             size += len(raw)
             if len(batch) + len(idem) >= BATCH_EVENTS or size >= BATCH_BYTES:
@@ -143,4 +151,19 @@ def load(
         skipped=seen - written,
         idempotency=end.idempotency,
         lines=reader.line,
+        erased_dropped=dropped,
+    )
+
+
+def _unlinked_from(placed: PlacedEvent, erased: Mapping[str, int]) -> PlacedEvent:
+    """The event without its links to erased events (their delete removed those links)."""
+    if not any(t in erased for t in (*placed.sources, *placed.superseded)):
+        return placed
+    return msgspec.structs.replace(
+        placed,
+        sources=[t for t in placed.sources if t not in erased],
+        superseded=[t for t in placed.superseded if t not in erased],
+        event=msgspec.structs.replace(
+            placed.event, supersedes=[t for t in placed.event.supersedes if t not in erased]
+        ),
     )
