@@ -24,7 +24,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from storage.errors import NotFound
-from storage.fsync import fsync_dir, replace_durably
+from storage.fsync import fsync_dir, fsync_file, replace_durably
 
 DIR = "_receipts"
 KEY_FILE = "signing.ed25519"  # the private key's 32 raw bytes
@@ -106,9 +106,9 @@ def signing_key(data_dir: Path) -> Ed25519PrivateKey:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, key.private_bytes_raw())
-        os.fsync(fd)
     finally:
         os.close(fd)
+    fsync_file(tmp)
     try:
         os.link(tmp, path)  # never replaces a key another process made meanwhile
     except FileExistsError:
@@ -206,14 +206,16 @@ class CopyRecord(msgspec.Struct, frozen=True):
 def record_copy(data_dir: Path, kind: str, tenant_id: str | None, where: str | None = None) -> None:
     """Note a copy made now (one appended line, synced; a failure to note it never fails the copy)."""
     line = msgspec.json.encode(CopyRecord(kind, time.time_ns() // 1000, tenant_id, where)) + b"\n"
+    if not data_dir.is_dir():
+        return
     try:
-        (data_dir / DIR).mkdir(parents=True, exist_ok=True)
+        (data_dir / DIR).mkdir(exist_ok=True)
         fd = os.open(data_dir / DIR / COPIES, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
             os.write(fd, line)
-            os.fsync(fd)
         finally:
             os.close(fd)
+        fsync_file(data_dir / DIR / COPIES)
     except OSError:
         pass
 

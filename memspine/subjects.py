@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Annotated, Literal
 
 import anyio.to_thread
@@ -23,7 +23,6 @@ from memspine.schemas import doc
 from storage.erasure.purge import check_room, for_want_of_room
 from storage.erasure.scan import files_holding, log_holding
 from storage.errors import DiskFull, InvalidRequest
-from storage.log.reader import LogReader
 from storage.model import check_subject
 from storage.read.subjects import (
     DERIVED,
@@ -40,7 +39,7 @@ from storage.read.subjects import (
     reach,
 )
 from storage.tenants.tenant import Tenant
-from storage.transfer.export import export_lines
+from storage.transfer.export import subject_lines
 
 STORES = ["events", "keyword", "vectors"]  # what one purge rewrites (docs/erasure.md)
 NO_ROOM = (
@@ -207,20 +206,21 @@ def _counts(found: list[Reached], deleted: list[str]) -> dict[str, int]:
 # -- the access export ------------------------------------------------------------------------
 
 
-def about(r: LogReader, subject: str) -> set[str]:
-    """The ids of the events about the subject: tagged, and derived from those."""
-    return {f.event_id for f in reach(r, Reach(subject=subject))}
+def read_records(tenant_id: str) -> Callable[[set[str]], Iterator[bytes]]:
+    """The recorded reads of a tenant's events, as export lines: none until the read audit
+    exists (docs/erasure.md, "Access export"); the audit fills this in."""
+
+    def of(event_ids: set[str]) -> Iterator[bytes]:
+        return iter(())
+
+    return of
 
 
-def read_records(tenant_id: str, event_ids: set[str]) -> Iterator[bytes]:
-    """The recorded reads of these events, as export lines: none until the read audit exists
-    (docs/erasure.md, "Access export"); the audit fills this in."""
-    return iter(())
-
-
-def subject_lines(r: LogReader, tenant_id: str, subject: str, dim: int) -> Iterator[bytes]:
-    """The access export of one subject: the tenant export's lines restricted to its events,
-    then the recorded reads of them."""
-    ids = about(r, subject)
-    extra = read_records(tenant_id, ids)
-    return export_lines(r, tenant_id, default_dim=dim, only=ids, extra=extra)
+def access_lines(t: Tenant, tenant_id: str, subject: str) -> list[bytes]:
+    """The access export of one subject, from one snapshot (400 for a subject that cannot be
+    one)."""
+    subject = check_subject(subject)
+    reads = read_records(tenant_id)
+    return t.snapshot(
+        lambda r: list(subject_lines(r, tenant_id, subject, default_dim=t.dim, reads=reads))
+    )

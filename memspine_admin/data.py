@@ -151,13 +151,14 @@ def cmd_export(args: argparse.Namespace) -> int:
 
     from memspine.receipts import record_copy
 
-    record_copy(args.data_dir, "export", tenant_id, args.out)  # for erasure receipts
     if args.out is None:
         write(sys.stdout.buffer)
         sys.stdout.buffer.flush()
+        record_copy(args.data_dir, "export", tenant_id)  # for erasure receipts
         return 0
     # Through a temp file beside it: a killed export leaves no file that looks whole.
     replace_durably(Path(args.out), write)
+    record_copy(args.data_dir, "export", tenant_id, str(args.out))
     payload = {"tenant_id": tenant_id, "events": events, "bytes": size, "out": str(args.out)}
     _emit(args, payload, f"exported {events} events of tenant {tenant_id} to {args.out}")
     return 0

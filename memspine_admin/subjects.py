@@ -62,17 +62,16 @@ def cmd_subject_erase(args: argparse.Namespace) -> int:
 
 def cmd_subject_export(args: argparse.Namespace) -> int:
     """Write everything about SUBJECT in TENANT as NDJSON (an access request); safe while the server runs."""
-    from memspine.subjects import subject_lines
-    from storage.model import check_subject
-    from storage.transfer.export import log_snapshot
+    from memspine.subjects import read_records
+    from storage.transfer.export import log_snapshot, subject_lines
 
     beside_the_server()
-    subject = check_subject(args.subject)
+    subject = args.subject  # subject_lines refuses one that cannot be a subject
     tenant_id = tenant_dir(args.data_dir, args.tenant_id)
 
     def write(out: IO[bytes]) -> None:
         with log_snapshot(args.data_dir / tenant_id) as r:
-            for line in subject_lines(r, tenant_id, subject, 384):
+            for line in subject_lines(r, tenant_id, subject, reads=read_records(tenant_id)):
                 out.write(line)
 
     if args.out is None:

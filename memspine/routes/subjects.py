@@ -27,9 +27,9 @@ from memspine.subjects import (
     DryRun,
     Erased,
     EraseIn,
+    access_lines,
     dry_run,
     erase,
-    subject_lines,
     to_reach,
 )
 from storage.errors import DiskFull, InvalidRequest
@@ -120,7 +120,7 @@ async def _export(call: Call) -> Outcome:
 
     def spool_it(t: Tenant) -> int:
         size = 0
-        lines = t.snapshot(lambda r: list(subject_lines(r, tenant_id, subject, t.dim)))
+        lines = access_lines(t, tenant_id, subject)
         for line in lines:
             spool.write(line)
             size += len(line)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
@@ -18,7 +18,8 @@ from storage.errors import NotFound
 from storage.log import layout
 from storage.log.eventlog import snapshot
 from storage.log.reader import LogReader
-from storage.model import SOURCE_FROM, SUPERSEDES
+from storage.model import SOURCE_FROM, SUPERSEDES, check_subject
+from storage.read.subjects import Reach, reach
 from storage.tenants.tenant import Tenant
 from storage.transfer.format import (
     FORMAT,
@@ -101,6 +102,21 @@ def export_lines(
         kept += 1
         yield line
     yield end_line(events, kept, digest.hexdigest())
+
+
+def subject_lines(
+    r: LogReader,
+    tenant_id: str,
+    subject: str,
+    *,
+    default_dim: int = 384,
+    reads: Callable[[set[str]], Iterable[bytes]] = lambda ids: (),
+) -> Iterator[bytes]:
+    """An access export (docs/erasure.md): the lines of the subject's events and of those
+    derived from them, then `reads` of those ids (the recorded reads, as lines); InvalidRequest
+    for a subject that cannot be one."""
+    ids = {f.event_id for f in reach(r, Reach(subject=check_subject(subject)))}
+    return export_lines(r, tenant_id, default_dim=default_dim, only=ids, extra=reads(ids))
 
 
 @contextmanager

@@ -167,7 +167,9 @@ PUBLIC = {
     "storage.read.current",
     "storage.read.listing",
     "storage.read.recall",
+    "storage.read.subjects",
     "storage.erasure.purge",
+    "storage.erasure.scan",
     "storage.erasure.swap",
     "storage.tenants.tenant",
     "storage.tenants.manager",
@@ -181,6 +183,7 @@ PUBLIC = {
     "storage.transfer.export",
     "storage.transfer.landing",
     "storage.transfer.backup",
+    "storage.transfer.ledger",
     "storage.transfer.tail",
 }
 
