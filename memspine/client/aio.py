@@ -269,6 +269,38 @@ class AsyncMemspine(_Client):
         """What `delete` would remove, the event first; deletes nothing."""
         return await self._run(routes.would_delete(event_id, cascade=cascade))
 
+    async def erase_subject(
+        self,
+        subject: str,
+        *,
+        dry_run: bool = True,
+        identifiers: Sequence[str] | None = None,
+        confirm_ids: Sequence[str] | None = None,
+        cascade: str | None = None,
+    ) -> m.SubjectErasure:
+        """Erase everything about a subject (docs/erasure.md): a dry run unless dry_run=False,
+        then one delete, one purge and a signed receipt."""
+        call = routes.erase_subject(
+            subject,
+            dry_run=dry_run,
+            identifiers=identifiers,
+            confirm_ids=confirm_ids,
+            cascade=cascade,
+        )
+        return await self._run(call)
+
+    async def receipts(self) -> m.ReceiptList:
+        """The tenant's erasure receipts, newest first."""
+        return await self._run(routes.list_receipts())
+
+    async def receipt(self, receipt_id: str) -> m.SignedReceipt:
+        """One signed erasure receipt."""
+        return await self._run(routes.get_receipt(receipt_id))
+
+    async def receipt_key(self) -> m.ReceiptKey:
+        """The public key that signs receipts."""
+        return await self._run(routes.receipt_key())
+
 
 class AsyncMemspineAdmin(_Client):
     """The admin routes (tenants, keys, audit) through MEMSPINE_ADMIN_KEY."""
@@ -333,6 +365,25 @@ class AsyncMemspineAdmin(_Client):
     async def revoke_key(self, key_id: str) -> m.Key:
         """Revoke a key (its id, or the smk_live_<id> prefix), effective on the next request."""
         return await self._run(routes.revoke_key(key_id))
+
+    async def erase_subject_everywhere(
+        self,
+        subject: str,
+        *,
+        dry_run: bool = True,
+        identifiers: Sequence[str] | None = None,
+        confirm_ids: Sequence[str] | None = None,
+        cascade: str | None = None,
+    ) -> m.SubjectErasures:
+        """Erase a subject in every tenant of the server (a dry run unless dry_run=False)."""
+        call = routes.erase_subject_everywhere(
+            subject,
+            dry_run=dry_run,
+            identifiers=identifiers,
+            confirm_ids=confirm_ids,
+            cascade=cascade,
+        )
+        return await self._run(call)
 
     async def audit(
         self, *, limit: int | None = None, cursor: str | None = None, tenant_id: str | None = None

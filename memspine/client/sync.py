@@ -263,6 +263,38 @@ class Memspine(_Client):
         """What `delete` would remove, the event first; deletes nothing."""
         return self._run(routes.would_delete(event_id, cascade=cascade))
 
+    def erase_subject(
+        self,
+        subject: str,
+        *,
+        dry_run: bool = True,
+        identifiers: Sequence[str] | None = None,
+        confirm_ids: Sequence[str] | None = None,
+        cascade: str | None = None,
+    ) -> m.SubjectErasure:
+        """Erase everything about a subject (docs/erasure.md): a dry run unless dry_run=False,
+        then one delete, one purge and a signed receipt."""
+        call = routes.erase_subject(
+            subject,
+            dry_run=dry_run,
+            identifiers=identifiers,
+            confirm_ids=confirm_ids,
+            cascade=cascade,
+        )
+        return self._run(call)
+
+    def receipts(self) -> m.ReceiptList:
+        """The tenant's erasure receipts, newest first."""
+        return self._run(routes.list_receipts())
+
+    def receipt(self, receipt_id: str) -> m.SignedReceipt:
+        """One signed erasure receipt."""
+        return self._run(routes.get_receipt(receipt_id))
+
+    def receipt_key(self) -> m.ReceiptKey:
+        """The public key that signs receipts."""
+        return self._run(routes.receipt_key())
+
 
 class MemspineAdmin(_Client):
     """The admin routes (tenants, keys, audit) through MEMSPINE_ADMIN_KEY."""
@@ -327,6 +359,25 @@ class MemspineAdmin(_Client):
     def revoke_key(self, key_id: str) -> m.Key:
         """Revoke a key (its id, or the smk_live_<id> prefix), effective on the next request."""
         return self._run(routes.revoke_key(key_id))
+
+    def erase_subject_everywhere(
+        self,
+        subject: str,
+        *,
+        dry_run: bool = True,
+        identifiers: Sequence[str] | None = None,
+        confirm_ids: Sequence[str] | None = None,
+        cascade: str | None = None,
+    ) -> m.SubjectErasures:
+        """Erase a subject in every tenant of the server (a dry run unless dry_run=False)."""
+        call = routes.erase_subject_everywhere(
+            subject,
+            dry_run=dry_run,
+            identifiers=identifiers,
+            confirm_ids=confirm_ids,
+            cascade=cascade,
+        )
+        return self._run(call)
 
     def audit(
         self, *, limit: int | None = None, cursor: str | None = None, tenant_id: str | None = None

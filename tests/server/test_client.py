@@ -458,6 +458,16 @@ CLIENT_CALLS: dict[str, Any] = {
     "list_keys": lambda: r.list_keys(ID),
     "revoke_key": lambda: r.revoke_key("abc"),
     "audit": lambda: r.audit(limit=1, cursor="c", tenant_id=ID),
+    "erase_subject": lambda: r.erase_subject(
+        "cust-1", dry_run=False, identifiers=["Ann"], confirm_ids=[ID], cascade="none"
+    ),
+    "export_subject": lambda: r.export_subject("cust-1"),
+    "list_receipts": lambda: r.list_receipts(),
+    "get_receipt": lambda: r.get_receipt("0" * 32),
+    "receipt_key": lambda: r.receipt_key(),
+    "erase_subject_everywhere": lambda: r.erase_subject_everywhere(
+        "cust-1", dry_run=False, identifiers=["Ann"], confirm_ids=[ID], cascade="none"
+    ),
 }
 NOT_IN_THE_CLIENT = {"metrics": "Prometheus text, for a scraper"}
 
@@ -672,3 +682,21 @@ def test_the_async_client_appends_batches_and_reads_exports(tmp_path: Path) -> N
             assert [e.event_id for e in records if isinstance(e, ExportEvent)] == done.event_ids
 
     anyio.run(main)
+
+
+def test_subjects_and_their_erasure_through_the_blocking_client(issued: Issued) -> None:
+    _tenant_id, key = issued.new_tenant("subjects")
+    with issued.tenant(key) as c:
+        tagged = c.append("turn", "Ann asked for a refund", subjects=["cust-9"]).event_id
+        c.append("turn", "the weather")
+        assert c.get(tagged).subjects == ["cust-9"]
+        assert [e.event_id for e in c.list_events(subject="cust-9").events] == [tagged]
+        dry = c.erase_subject("cust-9")
+        assert (dry.subject, dry.count, dry.events[0].reasons) == ("cust-9", 1, ["subject"])
+        done = c.erase_subject("cust-9", dry_run=False)
+        assert done.deleted_ids == [tagged] and done.receipt is not None
+        assert [r["receipt_id"] for r in c.receipts().receipts] == [done.receipt_id]
+        assert c.receipt(done.receipt_id or "").signature == done.receipt.signature
+        assert c.receipt_key().public_key == done.receipt.public_key
+    with issued.admin() as admin:
+        assert admin.erase_subject_everywhere("cust-9").tenants == []
