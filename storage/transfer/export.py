@@ -27,6 +27,7 @@ from storage.transfer.format import (
     Header,
     Links,
     end_line,
+    erased_line,
     event_line,
     header_line,
     idempotency_line,
@@ -50,10 +51,13 @@ def export_lines(
     default_dim: int = 384,
     only: set[str] | None = None,
     extra: Iterable[bytes] = (),
+    ledger: bool = False,
 ) -> Iterator[bytes]:
     """Every line of the tenant's export, from the one snapshot r, in constant memory; with
     `only`, the lines of those events alone (an access export: no idempotency lines), and
-    `extra` lines (each ending in a newline) before the end line, hashed with the rest."""
+    `extra` lines (each ending in a newline) before the end line, hashed with the rest; with
+    `ledger`, the erasure ledger's `erased` lines (a tenant move carries them; an export for
+    people holds no id of a purged event)."""
     digest = hashlib.sha256()
     header = Header(
         format=FORMAT,
@@ -101,7 +105,13 @@ def export_lines(
         digest.update(line)
         kept += 1
         yield line
-    yield end_line(events, kept, digest.hexdigest())
+    erased = 0
+    for event_id, at in r.erased() if ledger and only is None else ():
+        line = erased_line(event_id, at)
+        digest.update(line)
+        erased += 1
+        yield line
+    yield end_line(events, kept, digest.hexdigest(), erased)
 
 
 def subject_lines(

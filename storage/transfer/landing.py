@@ -109,7 +109,7 @@ def build(
         stats = load(tenant, lines, reader, progress=progress, erased=erased)
     finally:
         tenant.close()
-    ledger.carry(root, carried or {})
+    ledger.carry(root, {**stats.ledger, **(carried or {})})  # the file's, then the caller's
     return stats
 
 
@@ -171,8 +171,8 @@ def _into_existing(
             )
         finally:
             tenant.close()
-        if not merge:  # a new log: the tenant's ledger goes on in it
-            ledger.carry(staging, own)
+        # a new log (unless a merge copied the tenant's): its ledger goes on, with the file's
+        ledger.carry(staging, {**stats.ledger, **({} if merge else own)})
         (staging / swap.PENDING).unlink(missing_ok=True)  # the tenant's own marker stays
         fsync_tree(staging)
         swap.commit(root)

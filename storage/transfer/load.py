@@ -12,7 +12,14 @@ import msgspec
 from storage.errors import InvalidRequest
 from storage.log import layout
 from storage.model import PlacedEvent
-from storage.transfer.format import MAX_LINE_BYTES, End, Header, IdempotencyLine, Reader
+from storage.transfer.format import (
+    MAX_LINE_BYTES,
+    End,
+    ErasedLine,
+    Header,
+    IdempotencyLine,
+    Reader,
+)
 
 BATCH_EVENTS = 500  # one LMDB transaction each; a batch's records are what memory holds
 BATCH_BYTES = 8 << 20
@@ -47,6 +54,7 @@ class ImportStats(msgspec.Struct, frozen=True, kw_only=True):
     idempotency: int = 0  # Idempotency-Key records of deleted events
     lines: int = 0
     erased_dropped: int = 0  # events the erasure ledger dropped (docs/erasure.md)
+    ledger: dict[str, int] = {}  # the file's erasure ledger, for the new log to keep
 
 
 def lines_of(stream: IO[bytes]) -> Iterator[bytes]:
@@ -96,6 +104,7 @@ def load(
     batch: list[PlacedEvent] = []
     idem: list[tuple[str, bytes, list[str]]] = []
     size = written = seen = dropped = 0
+    ledger: dict[str, int] = {}
     model = header.embedding_model
     space = {"server": layout.SPACE_SERVER, "client": layout.SPACE_CLIENT}.get(
         header.vectors_by or ""
@@ -126,6 +135,9 @@ def load(
             item = reader.feed(raw)
             if isinstance(item, End):
                 continue  # reader.finish() below checks there is nothing after it
+            if isinstance(item, ErasedLine):
+                ledger[item.event_id] = item.erased_at
+                continue
             if isinstance(item, IdempotencyLine):
                 idem.append((item.event_id, bytes.fromhex(item.body_hash), item.unlinked))
             elif erased and isinstance(item, PlacedEvent) and item.event.event_id in erased:
@@ -152,6 +164,7 @@ def load(
         idempotency=end.idempotency,
         lines=reader.line,
         erased_dropped=dropped,
+        ledger=ledger,
     )
 
 
