@@ -94,6 +94,11 @@ class LogReader:
         """Ids with lo <= ts < hi, ascending by time."""
         return map(layout.id_str, self.raw_ids_by_ts(lo, hi))
 
+    def live_light(self) -> Iterator[StoredEvent]:
+        """Every live event without its embedding, in id order (one pass over the records)."""
+        for value in self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True):
+            yield layout.decode_light(value)
+
     def all_ids(self) -> Iterator[str]:
         """Every live id, ascending by time."""
         return self.ids_by_ts(None, None)

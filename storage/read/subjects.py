@@ -113,19 +113,17 @@ def matching(r: LogReader, identifiers: tuple[str, ...]) -> list[str]:
     if not identifiers:
         return []
     wanted = [(i.casefold(), frozenset(_WORD.findall(i.casefold()))) for i in identifiers]
-    found = []
-    for event_id in r.all_ids():
-        ev = r.get_light(event_id)
-        if ev is not None and _names_any(ev, wanted):
-            found.append(event_id)
-    return found
+    return [ev.event_id for ev in r.live_light() if _names_any(ev, wanted)]
 
 
 def _names_any(ev: StoredEvent, wanted: list[tuple[str, frozenset[str]]]) -> bool:
     """Whether the event's text or properties hold one of the identifiers."""
     texts = [ev.text] if ev.text else []
-    if ev.properties_raw:
+    raw = ev.properties_raw
+    if raw and b"\\" in raw:  # an escape in the JSON: its strings as they read
         _strings(ev.properties(), texts)
+    elif raw:  # the JSON text itself holds every key and value as written
+        texts.append(raw.decode(errors="replace"))
     hay = " ".join(texts).casefold()
     if not hay:
         return False
@@ -133,7 +131,7 @@ def _names_any(ev: StoredEvent, wanted: list[tuple[str, frozenset[str]]]) -> boo
     for whole, parts in wanted:
         if whole in hay:
             return True
-        if len(parts) > 1:
+        if len(parts) > 1 and all(p in hay for p in parts):  # words only if each is there
             words = words if words is not None else set(_WORD.findall(hay))
             if parts <= words:
                 return True
