@@ -40,7 +40,7 @@ WORDS = [f"w{i:04d}" for i in range(4000)] + ["order", "parcel", "carrier", "ref
 
 
 def build(t: Tenant, n: int, tagged: int) -> None:
-    """n events; subject s-<r> tagged on `tagged` of them for each round r."""
+    """Append n events; subject s-<r> is tagged on `tagged` of them for each round r."""
     rng, words = np.random.default_rng(SEED), random.Random(SEED)
     for lo in range(0, n, BATCH):
         size = min(BATCH, n - lo)
@@ -63,6 +63,7 @@ def build(t: Tenant, n: int, tagged: int) -> None:
 
 
 def main() -> None:
+    """Build, run the rounds and the searches, write the JSON."""
     args = parse_args(__doc__ or "")
     n, tagged = (10_000, 100) if args.quick else (100_000, 1000)
     root = scratch_dir("subject-erase")
