@@ -239,3 +239,11 @@ def vector_held(root: Path, vector: list[float]) -> bool:
             if any(form in data for form in forms):
                 return True
     return False
+
+
+def test_a_subject_with_a_space_travels_percent_encoded(client: httpx.Client) -> None:
+    tagged = post(client, "hello", subjects=["agent 7"])
+    dry = client.post("/v1/memory/subjects/agent%207/erase", json={}).json()
+    assert (dry["subject"], [e["event_id"] for e in dry["events"]]) == ("agent 7", [tagged])
+    lines = client.get("/v1/memory/subjects/agent%207/export").content.splitlines()
+    assert len(lines) == 3 and tagged.encode() in lines[1]
