@@ -74,7 +74,9 @@ def main() -> None:
     built = time.perf_counter() - started
     rounds = []
     for r in range(ROUNDS):
-        victim = t.snapshot(lambda rd: next(rd.newest_first(None, None, None)).event_id)  # untagged
+        victim = t.snapshot_read(
+            lambda rd: next(rd.newest_first(None, None, None)).event_id
+        )  # untagged
         t0 = time.perf_counter()
         t.submit_delete([victim]).result()
         t.purge()
@@ -91,7 +93,7 @@ def main() -> None:
     q = Reach(subject="nobody", identifiers=("Zelda Quarrington", "ORD-77123"))
     for _ in range(SEARCHES):
         t0 = time.perf_counter()
-        t.snapshot(lambda rd: reach(rd, q))
+        t.snapshot_read(lambda rd: reach(rd, q))
         searches.append((time.perf_counter() - t0) * 1000)
     t.close()
     out = {

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Annotated, Literal
 
 import anyio.to_thread
@@ -24,6 +24,7 @@ from storage.erasure.purge import check_room, for_want_of_room
 from storage.erasure.scan import files_holding, log_holding
 from storage.errors import DiskFull, InvalidRequest
 from storage.model import check_subject
+from storage.read.retention import Hold
 from storage.read.subjects import (
     DERIVED,
     IDENTIFIER,
@@ -118,14 +119,15 @@ def to_reach(subject: str, body: EraseIn) -> Reach:
 
 async def dry_run(engine: Engine, tenant_id: str, q: Reach) -> DryRun:
     """Every event the erasure would reach and why; an unknown subject reaches nothing."""
-    found = await engine.read(tenant_id, lambda t: t.snapshot(lambda r: reach(r, q)))
+    found = await engine.read(tenant_id, lambda t: t.snapshot_read(lambda r: reach(r, q)))
     return DryRun(subject=q.subject, events=found, count=len(found))
 
 
 async def erase(engine: Engine, tenant_id: str, q: Reach, asker: Asker) -> Erased:
     """Delete everything the request reaches in one write, purge once, scan, sign and keep
-    the receipt. Before anything is deleted: confirm_ids must be identifier matches, and the
-    disk must hold a purge (else 503, nothing done)."""
+    the receipt. Before anything is deleted: confirm_ids must be identifier matches, no legal
+    hold may keep any of the events (else 409 legal_hold), and the disk must hold a purge (else
+    503); nothing is done then."""
     started = time.time_ns() // 1000
     found = await dry_run(engine, tenant_id, q)
     matched = {f.event_id for f in found.events if IDENTIFIER in f.reasons}
@@ -135,6 +137,10 @@ async def erase(engine: Engine, tenant_id: str, q: Reach, asker: Asker) -> Erase
                 f"confirm_ids[{i}] is not an event the identifiers found; confirm only ids "
                 "the dry run listed with the reason identifier"
             )
+    holds: Sequence[Hold] = ()
+    if engine.holds is not None:
+        holds = await anyio.to_thread.run_sync(engine.holds, tenant_id)
+
     async with engine.tenant(tenant_id) as t:
         try:
             await anyio.to_thread.run_sync(check_room, t)
@@ -142,7 +148,7 @@ async def erase(engine: Engine, tenant_id: str, q: Reach, asker: Asker) -> Erase
             if for_want_of_room(exc):
                 raise DiskFull(NO_ROOM) from exc
             raise
-        deleted = await asyncio.wrap_future(t.submit_delete_found(lambda r: doomed(r, q)))
+        deleted = await asyncio.wrap_future(t.submit_delete_found(lambda r: doomed(r, q, holds)))
     try:
         await engine.purge(tenant_id)
     except OSError as exc:
@@ -180,7 +186,7 @@ def _scan(
     needles = {i.encode(): i for i in q.identifiers}
     needles.update({e.encode(): e for e in deleted})
     in_files = files_holding(t.root, needles)
-    in_log = t.snapshot(lambda r: log_holding(r, deleted))
+    in_log = t.snapshot_read(lambda r: log_holding(r, deleted))
     idents = [
         receipts.Found(receipts.digest(i), in_files.get(i.encode(), [])) for i in q.identifiers
     ]
@@ -221,6 +227,6 @@ def access_lines(t: Tenant, tenant_id: str, subject: str) -> list[bytes]:
     one)."""
     subject = check_subject(subject)
     reads = read_records(tenant_id)
-    return t.snapshot(
+    return t.snapshot_read(
         lambda r: list(subject_lines(r, tenant_id, subject, default_dim=t.dim, reads=reads))
     )

@@ -185,7 +185,7 @@ OPERATIONS = (
                 "signed `receipt` and `deleted_ids`.",
             )
         },
-        errors=(503,),
+        errors=(409, 503),
         description=ERASE_NOTE,
     ),
     Operation(

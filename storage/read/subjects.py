@@ -14,6 +14,7 @@ from storage.log import layout
 from storage.log.reader import LogReader
 from storage.model import StoredEvent
 from storage.read.cascade import derived_closure
+from storage.read.retention import Hold, refuse_held
 
 SUBJECT = "subject"  # the reasons an event is reached, as the answer names them
 DERIVED = "derived"
@@ -83,13 +84,16 @@ def reach(r: LogReader, q: Reach) -> list[Reached]:
     return found
 
 
-def doomed(r: LogReader, q: Reach) -> list[str]:
+def doomed(r: LogReader, q: Reach, holds: Iterable[Hold] = ()) -> list[str]:
     """The ids the real run deletes: tagged, confirmed (if still live), and with cascade
     everything derived from those; read in the delete's own transaction, so an event tagged
-    or derived meanwhile goes too."""
+    or derived meanwhile goes too. LegalHold (nothing deleted) if one of `holds` keeps one."""
     roots = list(dict.fromkeys([*tagged(r, q.subject), *q.confirm_ids]))
     roots = [e for e in roots if r.exists(e)]
-    return derived(r, roots) if q.cascade else roots
+    ids = derived(r, roots) if q.cascade else roots
+    if holds:
+        refuse_held(r, holds, ids)
+    return ids
 
 
 def tagged(r: LogReader, subject: str) -> list[str]:

@@ -223,9 +223,8 @@ class Tenant:
         with self.log.reader() as r:
             return would_delete(r, event_id, cascade=cascade)
 
-    def snapshot(self, fn: Callable[[LogReader], T]) -> T:
-        """What fn answers over one read snapshot of the log (a read of storage/read/ the tenant
-        has no method for, such as an erasure's reach)."""
+    def snapshot_read(self, fn: Callable[[LogReader], T]) -> T:
+        """Run fn over one read snapshot of the log (storage/read/retention.py's reads)."""
         with self.log.reader() as r:
             return fn(r)
 

@@ -32,7 +32,7 @@ from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog
 from storage.tenants.tenant import Tenant
 from storage.transfer import ledger
 from storage.transfer.format import Reader
-from storage.transfer.load import ImportStats, Progress, lines_of, load, read_header
+from storage.transfer.load import Drop, ImportStats, Progress, lines_of, load, read_header
 
 STAGING_PREFIX = ".importing-"
 LOCK = ".lock"  # flock-ed inside a staging directory while its import runs
@@ -46,12 +46,14 @@ def import_tenant(
     merge: bool = False,
     progress: Progress | None = None,
     erased: Mapping[str, int] | None = None,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Import an export into DATA_DIR/<tenant_id>: all of it, or (refused, interrupted) nothing.
 
     A tenant holding live events is refused (Conflict) unless `merge`: then events whose ids
     it holds already are kept as they are and the others added. An event the erasure ledger
-    of any tenant of data_dir (or `erased`) names is dropped (ImportStats.erased_dropped).
+    of any tenant of data_dir (or `erased`) names is dropped (ImportStats.erased_dropped);
+    events `drop` refuses (past their retention window) are not written.
     """
     root = data_dir / tenant_id
     reader = Reader()
@@ -59,9 +61,11 @@ def import_tenant(
     header = read_header(lines, reader)
     gone = ledger.every_id(ledger.of_path(data_dir)) | dict(erased or {})
     if not root.exists():
-        return _into_new(data_dir, tenant_id, header.embedding_dim, lines, reader, progress, gone)
+        return _into_new(
+            data_dir, tenant_id, header.embedding_dim, lines, reader, progress, gone, drop
+        )
     return _into_existing(
-        root, tenant_id, lines, reader, merge=merge, progress=progress, erased=gone
+        root, tenant_id, lines, reader, merge=merge, progress=progress, erased=gone, drop=drop
     )
 
 
@@ -73,6 +77,7 @@ def _into_new(
     reader: Reader,
     progress: Progress | None,
     erased: Mapping[str, int],
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Build the tenant beside the others and rename it into place."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -81,7 +86,7 @@ def _into_new(
     staging.mkdir()
     try:
         with held(staging):
-            stats = build(staging, tenant_id, dim, lines, reader, progress, erased)
+            stats = build(staging, tenant_id, dim, lines, reader, progress, erased, drop=drop)
             fsync_tree(staging)
             _rename_into_place(staging, data_dir / tenant_id)
     except BaseException:
@@ -99,14 +104,17 @@ def build(
     progress: Progress | None = None,
     erased: Mapping[str, int] | None = None,
     carried: Mapping[str, int] | None = None,
+    *,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Make a new tenant at root from the rest of an export (its header read by `reader`):
     the log written in batches, both indexes projected from it, all saved and closed; the
     events the erasure ledger `erased` names are dropped, and the new log keeps `carried`
-    as its own ledger (a restore's: what the backup's log kept, and what was applied)."""
+    as its own ledger (a restore's: what the backup's log kept, and what was applied); events
+    `drop` refuses (past their retention window) are not written."""
     tenant = Tenant.open(tenant_id, root, embedding_dim=dim)
     try:
-        stats = load(tenant, lines, reader, progress=progress, erased=erased)
+        stats = load(tenant, lines, reader, progress=progress, erased=erased, drop=drop)
     finally:
         tenant.close()
     ledger.carry(root, {**stats.ledger, **(carried or {})})  # the file's, then the caller's
@@ -136,6 +144,7 @@ def _into_existing(
     merge: bool,
     progress: Progress | None,
     erased: Mapping[str, int],
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Import into a copy of the tenant's log in purge.new/, then swap it in as a purge does
     (the copy keeps the tenant's erasure ledger)."""
@@ -168,6 +177,7 @@ def _into_existing(
                 keep_before=last if merge else None,
                 progress=progress,
                 erased=erased,
+                drop=drop,
             )
         finally:
             tenant.close()

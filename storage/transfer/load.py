@@ -11,7 +11,7 @@ import msgspec
 
 from storage.errors import InvalidRequest
 from storage.log import layout
-from storage.model import PlacedEvent
+from storage.model import PlacedEvent, StoredEvent
 from storage.transfer.format import (
     MAX_LINE_BYTES,
     End,
@@ -25,6 +25,7 @@ BATCH_EVENTS = 500  # one LMDB transaction each; a batch's records are what memo
 BATCH_BYTES = 8 << 20
 
 Progress = Callable[[int], None]  # told how many events were written so far
+Drop = Callable[[StoredEvent], bool]  # an event not to write (past its retention window)
 
 
 class Importable(Protocol):
@@ -53,8 +54,9 @@ class ImportStats(msgspec.Struct, frozen=True, kw_only=True):
     skipped: int = 0  # events a merge found live already and kept
     idempotency: int = 0  # Idempotency-Key records of deleted events
     lines: int = 0
-    erased_dropped: int = 0  # events the erasure ledger dropped (docs/erasure.md)
-    ledger: dict[str, int] = {}  # the file's erasure ledger, for the new log to keep
+    retention_dropped: int = 0  # events past their retention window, not written
+    erased_dropped: int = 0  # events an erasure ledger names, not written (docs/erasure.md)
+    ledger: dict[str, int] = {}  # the file's erasure ledger (a move's), for the new log to keep
 
 
 def lines_of(stream: IO[bytes]) -> Iterator[bytes]:
@@ -84,16 +86,18 @@ def load(
     *,
     keep_before: int | None = None,
     progress: Progress | None = None,
+    drop: Drop | None = None,
     erased: Mapping[str, int] | None = None,
 ) -> ImportStats:
-    """Write the rest of an export (its header already read by `reader`) into the tenant;
-    an event the erasure ledger `erased` names is dropped (its Idempotency-Key record kept, so
-    a retry of its append replays rather than stores it again).
+    """Write the rest of an export (its header already read by `reader`) into the tenant.
 
     Every line is checked before its batch is written, and the trailer's counts and checksum
     once the input ends; a refusal is InvalidRequest naming the line. Batches written before a
     refusal stay in the tenant: import into a staging copy (storage/transfer/landing.py) so
-    that a refused or interrupted import leaves nothing behind.
+    that a refused or interrupted import leaves nothing behind. An event `drop` refuses is
+    not written, and the events after it link to it no longer (counted as retention_dropped);
+    so is an event the erasure ledger `erased` names (erased_dropped; its Idempotency-Key
+    record is kept, so that a retry of its append replays rather than stores it again).
     """
     header = reader.header
     assert header is not None
@@ -103,7 +107,9 @@ def load(
         )
     batch: list[PlacedEvent] = []
     idem: list[tuple[str, bytes, list[str]]] = []
-    size = written = seen = dropped = 0
+    size = written = seen = 0
+    dropped: set[str] = set()  # ids only: what later events' links must forget
+    erased_n = 0
     ledger: dict[str, int] = {}
     model = header.embedding_model
     space = {"server": layout.SPACE_SERVER, "client": layout.SPACE_CLIENT}.get(
@@ -140,13 +146,18 @@ def load(
                 continue
             if isinstance(item, IdempotencyLine):
                 idem.append((item.event_id, bytes.fromhex(item.body_hash), item.unlinked))
-            elif erased and isinstance(item, PlacedEvent) and item.event.event_id in erased:
-                dropped += 1
-                if item.body_hash is not None:
-                    idem.append((item.event.event_id, item.body_hash, item.unlinked))
             else:
                 assert isinstance(item, PlacedEvent)
-                batch.append(_unlinked_from(item, erased) if erased else item)
+                if erased and item.event.event_id in erased:
+                    dropped.add(item.event.event_id)
+                    erased_n += 1
+                    if item.body_hash is not None:
+                        idem.append((item.event.event_id, item.body_hash, item.unlinked))
+                    continue
+                if drop is not None and drop(item.event):
+                    dropped.add(item.event.event_id)
+                    continue
+                batch.append(_unlinked(item, dropped) if dropped else item)
                 seen += 1
             size += len(raw)
             if len(batch) + len(idem) >= BATCH_EVENTS or size >= BATCH_BYTES:
@@ -163,20 +174,21 @@ def load(
         skipped=seen - written,
         idempotency=end.idempotency,
         lines=reader.line,
-        erased_dropped=dropped,
+        retention_dropped=len(dropped) - erased_n,
+        erased_dropped=erased_n,
         ledger=ledger,
     )
 
 
-def _unlinked_from(placed: PlacedEvent, erased: Mapping[str, int]) -> PlacedEvent:
-    """The event without its links to erased events (their delete removed those links)."""
-    if not any(t in erased for t in (*placed.sources, *placed.superseded)):
-        return placed
+def _unlinked(item: PlacedEvent, dropped: set[str]) -> PlacedEvent:
+    """The event without its links to dropped events (as a delete would have left it)."""
+    if dropped.isdisjoint(item.sources) and dropped.isdisjoint(item.superseded):
+        return item
     return msgspec.structs.replace(
-        placed,
-        sources=[t for t in placed.sources if t not in erased],
-        superseded=[t for t in placed.superseded if t not in erased],
+        item,
+        sources=[s for s in item.sources if s not in dropped],
+        superseded=[s for s in item.superseded if s not in dropped],
         event=msgspec.structs.replace(
-            placed.event, supersedes=[t for t in placed.event.supersedes if t not in erased]
+            item.event, supersedes=[s for s in item.event.supersedes if s not in dropped]
         ),
     )

@@ -247,3 +247,28 @@ def test_a_subject_with_a_space_travels_percent_encoded(client: httpx.Client) ->
     assert (dry["subject"], [e["event_id"] for e in dry["events"]]) == ("agent 7", [tagged])
     lines = client.get("/v1/memory/subjects/agent%207/export").content.splitlines()
     assert len(lines) == 3 and tagged.encode() in lines[1]
+
+
+def test_a_legal_hold_on_the_subject_refuses_its_erasure(tmp_path: Path) -> None:
+    data_dir = tmp_path / "held"
+    admin_cli(data_dir, "init")
+    server = InProcessServer(data_dir, {"MEMSPINE_ADMIN_KEY": ADMIN_KEY}, hasher=cheap_hasher())
+    server.start()
+    try:
+        issued = Issued(server)
+        tenant = issued.tenant("held")
+        with issued.client(issued.key(tenant)["api_key"]) as c:
+            kept = post(c, "about her", subjects=["p-9"])
+            hold = issued.admin.post(
+                f"/v1/admin/tenants/{tenant}/holds", json={"reason": "litigation", "subject": "p-9"}
+            )
+            assert hold.status_code in (200, 201), hold.text
+            resp = erase(c, "p-9", dry_run=False)
+            assert resp.status_code == 409 and resp.json()["error"] == "legal_hold", resp.text
+            assert hold.json()["hold_id"] in resp.json()["detail"]
+            assert c.get(f"/v1/memory/event/{kept}").status_code == 200
+            assert c.get("/v1/memory/receipts").json() == {"receipts": []}
+            issued.admin.delete(f"/v1/admin/tenants/{tenant}/holds/{hold.json()['hold_id']}")
+            assert erase(c, "p-9", dry_run=False).status_code == 200
+    finally:
+        server.stop()

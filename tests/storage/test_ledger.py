@@ -31,14 +31,14 @@ def test_a_delete_is_in_the_ledger_past_its_purge_until_it_is_too_old(tmp_path: 
         before = time.time_ns() // 1000
         assert t.submit_delete([a, b]).result() == [a, b]
         t.purge()
-        held = t.snapshot(ledger.of_log)
+        held = t.snapshot_read(ledger.of_log)
         assert set(held) == {a, b} and all(at >= before for at in held.values())
         t.ledger_days = 1e-12  # every entry is older than that
         fill(t, 1)
         t.submit_delete([_c]).result()
         time.sleep(0.01)
         t.purge()
-        assert t.snapshot(ledger.of_log) == {}
+        assert t.snapshot_read(ledger.of_log) == {}
     finally:
         t.close()
 
@@ -67,8 +67,8 @@ def test_a_moves_export_carries_the_ledger_to_the_new_tenant(tmp_path: Path) -> 
     try:
         ids = fill(t, 3)
         t.submit_delete([ids[0]]).result()
-        moved = t.snapshot(lambda r: b"".join(export_lines(r, "src", ledger=True)))
-        plain = t.snapshot(lambda r: b"".join(export_lines(r, "src")))
+        moved = t.snapshot_read(lambda r: b"".join(export_lines(r, "src", ledger=True)))
+        plain = t.snapshot_read(lambda r: b"".join(export_lines(r, "src")))
     finally:
         t.close()
     assert ids[0].encode() in moved and ids[0].encode() not in plain
