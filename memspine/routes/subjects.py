@@ -3,8 +3,8 @@ the receipt key (docs/erasure.md, "Erasure by subject"); the work is memspine/su
 
 from __future__ import annotations
 
-import tempfile
 from pathlib import Path
+from typing import IO
 
 import anyio.to_thread
 import msgspec
@@ -19,9 +19,8 @@ from memspine.pipeline import (
     Operation,
     Outcome,
     Reply,
-    Streamed,
 )
-from memspine.routes.transfer import NO_ROOM, SPOOL_BUFFER_BYTES, _chunks
+from memspine.routes.transfer import spooled
 from memspine.subjects import (
     Asker,
     DryRun,
@@ -32,10 +31,9 @@ from memspine.subjects import (
     erase,
     to_reach,
 )
-from storage.errors import DiskFull, InvalidRequest
+from storage.errors import InvalidRequest
 from storage.model import check_subject
 from storage.read.subjects import IDENTIFIER, Reached
-from storage.space import disk_full
 from storage.tenants.tenant import Tenant
 from storage.transfer.backup import tenant_dirs
 from storage.transfer.format import MEDIA_TYPE
@@ -113,32 +111,15 @@ async def _admin_erase(call: Call) -> Outcome:
 
 async def _export(call: Call) -> Outcome:
     """The subject's events and what derives from them, spooled then streamed."""
-    subject = check_subject(call.path["subject"])
-    services, tenant_id = call.services, call.tenant_id
-    data_dir = services.settings.data_dir
-    spool = tempfile.TemporaryFile(dir=data_dir, buffering=SPOOL_BUFFER_BYTES)  # noqa: SIM115
+    subject, tenant_id = check_subject(call.path["subject"]), call.tenant_id
 
-    def spool_it(t: Tenant) -> int:
-        size = 0
+    def write(t: Tenant, spool: IO[bytes]) -> int:
         lines = access_lines(t, tenant_id, subject)
         for line in lines:
             spool.write(line)
-            size += len(line)
-        spool.flush()
-        spool.seek(0)
-        return size
+        return sum(map(len, lines))
 
-    try:
-        size = await services.engine.read(tenant_id, spool_it)
-    except OSError as exc:
-        spool.close()
-        if disk_full(exc, data_dir):
-            raise DiskFull(NO_ROOM) from exc
-        raise
-    except BaseException:
-        spool.close()
-        raise
-    return Outcome(200, Streamed(_chunks(spool), size), media_type=MEDIA_TYPE)
+    return await spooled(call, write)
 
 
 async def _receipts(call: Call) -> Outcome:
