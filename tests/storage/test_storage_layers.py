@@ -167,8 +167,10 @@ PUBLIC = {
     "storage.read.current",
     "storage.read.listing",
     "storage.read.recall",
+    "storage.read.subjects",
     "storage.read.retention",
     "storage.erasure.purge",
+    "storage.erasure.scan",
     "storage.erasure.swap",
     "storage.tenants.tenant",
     "storage.tenants.manager",
@@ -181,10 +183,12 @@ PUBLIC = {
     "storage.embedders",
     "storage.embedders.settings",
     "storage.datalock",
+    "storage.receipts",
     "storage.transfer.format",
     "storage.transfer.export",
     "storage.transfer.landing",
     "storage.transfer.backup",
+    "storage.transfer.ledger",
     "storage.transfer.tail",
 }
 
