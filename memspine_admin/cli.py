@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from memspine_admin import data, keys
+from memspine_admin import data, foreign, keys
 from memspine_admin.control import erase_tenant_dir
 from memspine_admin.plane import ControlPlane, init_control, open_control
 from memspine_admin.records import LIMITS, KeyCounts, TenantRecord, now_us
@@ -526,6 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="apply the routes once and exit")
 
     data.add_commands(sub, tsub, command)
+    foreign.add_commands(sub, command)
 
     p = command(sub, "audit", cmd_audit)
     p.add_argument("--after", type=int, default=None, help="show entries after this seq")

@@ -182,6 +182,7 @@ PUBLIC = {
     "storage.transfer.landing",
     "storage.transfer.backup",
     "storage.transfer.tail",
+    "storage.transfer.foreign",
 }
 
 
