@@ -1,0 +1,447 @@
+"""AutoMem's six MCP tools (mcp-automem's src/index.ts) over memspine: what each does here.
+
+A memory is an event whose kind is AutoMem's `type` (lowercased); tags, importance, confidence
+and metadata are its properties; `t_valid`/`t_invalid` its validity. Ids are memspine's
+event_ids, and the ids AutoMem gave are found too (an import or a store with `id` keys the event
+`automem:<id>`). Events are immutable: an update appends a version that supersedes the old one.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from memspine.mcp.backend import Backend
+from memspine.mcp.render import iso, parse_time
+from memspine.mcp.toolsets.common import (
+    JsonObj,
+    answer,
+    delete_chain,
+    events,
+    find,
+    refused,
+    tags_of,
+)
+from storage.errors import InvalidRequest, MemspineError
+
+PREFIX = "automem"
+SUPERSEDING = ("INVALIDATED_BY", "EVOLVED_INTO")
+_PROPS = ("tags", "importance", "type", "confidence", "metadata", "updated_at", "last_accessed")
+ToolAnswer = tuple[JsonObj, str]
+
+
+class Item(msgspec.Struct):
+    """One memory of store_memory's batch mode."""
+
+    content: str
+    tags: list[str] | None = None
+    importance: float | None = None
+    timestamp: str | None = None
+    type: str | None = None
+    confidence: float | None = None
+    metadata: JsonObj | None = None
+
+
+class StoreArgs(msgspec.Struct):
+    """store_memory."""
+
+    content: str | None = None
+    memories: list[Item] | None = None
+    tags: list[str] | None = None
+    importance: float | None = None
+    embedding: list[float] | None = None
+    metadata: JsonObj | None = None
+    timestamp: str | None = None
+    type: str | None = None
+    confidence: float | None = None
+    id: str | None = None
+    t_valid: str | None = None
+    t_invalid: str | None = None
+    updated_at: str | None = None
+    last_accessed: str | None = None
+    supersedes_memory_id: str | None = None
+    supersede_relation: str = "INVALIDATED_BY"
+    supersede_reason: str | None = None
+
+
+def body_of(a: StoreArgs | Item, content: str) -> JsonObj:
+    """An append body for one memory."""
+    props = {f: getattr(a, f, None) for f in _PROPS}
+    properties = {k: v for k, v in props.items() if v is not None}
+    body: JsonObj = {"kind": (a.type or "memory").lower(), "text": content}
+    if a.timestamp:
+        body["ts"] = parse_time(a.timestamp, "timestamp")
+    if isinstance(a, StoreArgs):
+        if a.id:
+            properties["automem_id"] = a.id
+        if a.t_valid:
+            body["valid_from"] = parse_time(a.t_valid, "t_valid")
+        if a.t_invalid:
+            body["valid_until"] = parse_time(a.t_invalid, "t_invalid")
+    if properties:
+        body["properties"] = properties
+    return body
+
+
+async def store(b: Backend, a: StoreArgs) -> ToolAnswer:
+    """Single, supersede or batch mode."""
+    if (a.content is None) == (a.memories is None):
+        raise InvalidRequest("give either content (one memory) or memories (a batch), not both")
+    if a.memories is not None:
+        ids = [(await b.append(body_of(m, m.content), None))["event_id"] for m in a.memories]
+        return answer(
+            {"memory_ids": ids, "stored": len(ids), "message": f"Stored {len(ids)} memories"}
+        )
+    assert a.content is not None
+    body = body_of(a, a.content)
+    out: JsonObj = {}
+    if a.supersedes_memory_id:
+        if a.supersede_relation not in SUPERSEDING:
+            raise InvalidRequest("supersede_relation must be INVALIDATED_BY or EVOLVED_INTO")
+        old = await find(b, PREFIX, a.supersedes_memory_id, head=True)
+        body["supersedes"] = [old["event_id"]]
+        entry = {"of": old["event_id"], "relation": a.supersede_relation}
+        if a.supersede_reason:
+            entry["reason"] = a.supersede_reason
+        body.setdefault("properties", {})["supersession"] = [entry]
+        out = {"superseded_memory_id": old["event_id"], "association_created": True}
+    key = f"{PREFIX}:{a.id}" if a.id else None
+    stored = await b.append(body, key)
+    out = {"memory_id": stored["event_id"], **out}
+    out["message"] = f"Memory stored successfully (ID: {stored['event_id']})"
+    return answer(out)
+
+
+class RecallArgs(msgspec.Struct):
+    """recall_memory: every argument AutoMem takes; those memspine does not use are accepted."""
+
+    memory_id: str | None = None
+    exhaustive: bool = False
+    exclude_tags: list[str] | None = None
+    query: str | None = None
+    queries: list[str] | None = None
+    embedding: list[float] | None = None
+    limit: int = 5
+    time_query: str | None = None
+    start: str | None = None
+    end: str | None = None
+    tags: list[str] | None = None
+    tag_mode: str = "any"
+    tag_match: str = "exact"
+    expand_entities: bool | None = None
+    expand_relations: bool | None = None
+    expand_respect_tags: bool | None = None
+    auto_decompose: bool | None = None
+    expansion_limit: int | None = None
+    relation_limit: int | None = None
+    expand_min_importance: float | None = None
+    expand_min_strength: float | None = None
+    current_only: bool = True
+    state_debug: bool | None = None
+    state_mode: str | None = None
+    recency_bias: str | None = None
+    scope_fallback: bool | None = None
+    min_score: float | None = None
+    adaptive_floor: bool | None = None
+    context: str | None = None
+    language: str | None = None
+    active_path: str | None = None
+    context_tags: list[str] | None = None
+    context_types: list[str] | None = None
+    priority_ids: list[str] | None = None
+    per_query_limit: int | None = None
+    sort: str | None = None
+    format: str | None = None
+    offset: int = 0
+
+
+def memory_of(ev: JsonObj, score: float | None = None) -> JsonObj:
+    """An event as AutoMem's recall returns a result."""
+    props = dict(ev.get("properties") or {})
+    memory = {
+        "id": ev["event_id"],
+        "content": ev.get("text"),
+        "timestamp": iso(ev["ts"]),
+        **{k: props.pop(k) for k in _PROPS if k in props},
+    }
+    if ev.get("valid_from") is not None:
+        memory["t_valid"] = iso(ev["valid_from"])
+    if ev.get("valid_until") is not None:
+        memory["t_invalid"] = iso(ev["valid_until"])
+    memory["type"] = memory.get("type") or ev["kind"]
+    if props:
+        memory["properties"] = props
+    result: JsonObj = {"id": ev["event_id"], "memory_id": ev["event_id"], "memory": memory}
+    if score is not None:
+        result["final_score"] = score
+        result["match_type"] = "hybrid"
+    return result
+
+
+def _tagged(ev: JsonObj, a: RecallArgs) -> bool:
+    """Whether an event passes the tag arguments."""
+    have = tags_of(ev)
+    if a.exclude_tags and any(t.lower() in have for t in a.exclude_tags):
+        return False
+    if not a.tags:
+        return True
+    want = [t.lower() for t in a.tags]
+
+    def hit(w: str) -> bool:
+        return any(h.startswith(w) for h in have) if a.tag_match == "prefix" else w in have
+
+    return all(map(hit, want)) if a.tag_mode == "all" else any(map(hit, want))
+
+
+async def recall(b: Backend, a: RecallArgs) -> ToolAnswer:
+    """ID fetch, tag enumeration or ranked recall, as AutoMem picks by the arguments."""
+    if a.memory_id:
+        ev = await find(b, PREFIX, a.memory_id)
+        return answer({"count": 1, "mode": "id_fetch", "results": [memory_of(ev)]})
+    if a.exhaustive:
+        return await _enumerate(b, a)
+    texts = [q for q in [a.query, *(a.queries or [])] if q]
+    if not texts:
+        raise InvalidRequest("give query (or queries), memory_id, or tags with exhaustive")
+    since = parse_time(a.start, "start") if a.start else None
+    until = parse_time(a.end, "end") if a.end else None
+    current = a.current_only and a.state_mode != "history"
+    best: dict[str, tuple[float, JsonObj]] = {}
+    k = 100 if (a.tags or a.exclude_tags or since or until) else min(max(a.limit, 1), 100)
+    for text in texts:
+        out = await b.recall({"text": text, "k": k, "current": current})
+        for hit in out["hits"]:
+            if (
+                not _tagged(hit, a)
+                or (since and hit["ts"] < since)
+                or (until and hit["ts"] > until)
+            ):
+                continue
+            if hit["event_id"] not in best or best[hit["event_id"]][0] < hit["score"]:
+                best[hit["event_id"]] = (hit["score"], hit)
+    ranked = sorted(best.values(), key=lambda sh: -sh[0])
+    if a.sort in ("time_desc", "time_asc"):
+        ranked.sort(key=lambda sh: sh[1]["ts"], reverse=a.sort == "time_desc")
+    results = [memory_of(h, s) for s, h in ranked[: max(a.limit, 1)]]
+    mode = "current" if current else "history"
+    return answer(
+        {
+            "count": len(results),
+            "mode": "ranked",
+            "state_mode": mode,
+            "results": results,
+            "query": texts[0],
+        }
+    )
+
+
+async def _enumerate(b: Backend, a: RecallArgs) -> ToolAnswer:
+    """Every memory carrying any of the tags, newest first, a page at a time."""
+    if not a.tags:
+        raise InvalidRequest("exhaustive needs tags")
+    if a.tag_match == "prefix" or a.tag_mode == "all":
+        raise InvalidRequest('exhaustive takes exact tags in "any" mode only')
+    limit = min(max(a.limit, 1), 200)
+    matched = [ev async for ev in events(b) if _tagged(ev, a)]
+    page = matched[a.offset : a.offset + limit]
+    return answer(
+        {
+            "count": len(page),
+            "mode": "enumeration",
+            "results": [memory_of(ev) for ev in page],
+            "has_more": a.offset + limit < len(matched),
+            "limit": limit,
+            "offset": a.offset,
+        }
+    )
+
+
+class Association(msgspec.Struct):
+    """One association."""
+
+    memory1_id: str
+    memory2_id: str
+    type: str
+    strength: float
+    context: str | None = None
+    reason: str | None = None
+    pattern_type: str | None = None
+    confidence: float | None = None
+    resolution: str | None = None
+    observations: list[str] | None = None
+    timestamp: str | None = None
+    transformation: str | None = None
+    role: str | None = None
+
+
+class AssociateArgs(msgspec.Struct):
+    """associate_memories: one pair, or associations."""
+
+    memory1_id: str | None = None
+    memory2_id: str | None = None
+    type: str | None = None
+    strength: float | None = None
+    context: str | None = None
+    reason: str | None = None
+    pattern_type: str | None = None
+    confidence: float | None = None
+    resolution: str | None = None
+    observations: list[str] | None = None
+    timestamp: str | None = None
+    transformation: str | None = None
+    role: str | None = None
+    associations: list[Association] | None = None
+
+
+async def associate(b: Backend, a: AssociateArgs) -> ToolAnswer:
+    """Each association as a relation event, or for the supersession types a new version."""
+    if a.associations is None:
+        fields = {f: getattr(a, f) for f in Association.__struct_fields__}
+        try:
+            one = msgspec.convert(fields, Association)
+        except msgspec.ValidationError:
+            raise InvalidRequest(
+                "give memory1_id, memory2_id, type and strength, or associations"
+            ) from None
+        out = await _associate(b, one)
+        return answer({"success": True, "message": out["message"], **out})
+    done: list[JsonObj] = []
+    failed: list[JsonObj] = []
+    for item in a.associations:
+        try:
+            done.append(await _associate(b, item))
+        except MemspineError as exc:
+            failed.append(
+                {"memory1_id": item.memory1_id, "memory2_id": item.memory2_id, **refused(exc)}
+            )
+    return answer(
+        {
+            "success": not failed,
+            "message": f"Created {len(done)} associations, {len(failed)} failed",
+            "created_count": len(done),
+            "failed_count": len(failed),
+            "succeeded": done,
+            "failed": failed,
+        }
+    )
+
+
+async def _associate(b: Backend, a: Association) -> JsonObj:
+    """One association: (memory1)-[type]->(memory2)."""
+    one = await find(b, PREFIX, a.memory1_id, head=True)
+    two = await find(b, PREFIX, a.memory2_id, head=True)
+    extra = {
+        f: getattr(a, f) for f in Association.__struct_fields__[4:] if getattr(a, f) is not None
+    }
+    if a.type in SUPERSEDING:  # memory1 is replaced by memory2: a version of memory2 says so
+        props = dict(two.get("properties") or {})
+        props["supersession"] = [{"of": one["event_id"], "relation": a.type, **extra}]
+        body = {"kind": two["kind"], "text": two.get("text"), "properties": props}
+        body["supersedes"] = [one["event_id"], two["event_id"]]
+        new = await b.append(body, None)
+        return {
+            "memory1_id": one["event_id"],
+            "memory2_id": new["event_id"],
+            "type": a.type,
+            "message": f"{a.memory1_id} is superseded by {new['event_id']}, a new version of {a.memory2_id}",
+        }
+    props = {
+        "relation": a.type,
+        "from": one["event_id"],
+        "to": two["event_id"],
+        "strength": a.strength,
+    }
+    props |= extra | {"source_event_ids": [one["event_id"], two["event_id"]]}
+    key = f"{PREFIX}:{one['event_id']}-{a.type}-{two['event_id']}"
+    await b.append({"kind": "relation", "text": None, "properties": props}, key)
+    message = f"Associated {a.memory1_id} -[{a.type}]-> {a.memory2_id}"
+    return {
+        "memory1_id": one["event_id"],
+        "memory2_id": two["event_id"],
+        "type": a.type,
+        "message": message,
+    }
+
+
+class UpdateArgs(msgspec.Struct):
+    """update_memory."""
+
+    memory_id: str
+    content: str | None = None
+    tags: list[str] | None = None
+    importance: float | None = None
+    metadata: JsonObj | None = None
+    timestamp: str | None = None
+    t_valid: str | None = None
+    t_invalid: str | None = None
+    updated_at: str | None = None
+    last_accessed: str | None = None
+    type: str | None = None
+    confidence: float | None = None
+
+
+async def update(b: Backend, a: UpdateArgs) -> ToolAnswer:
+    """A new version with the changes, superseding the current one."""
+    old = await find(b, PREFIX, a.memory_id, head=True)
+    props: JsonObj = dict(old.get("properties") or {})
+    props.pop("source_event_ids", None)
+    for f in ("tags", "importance", "type", "confidence", "updated_at", "last_accessed"):
+        if getattr(a, f) is not None:
+            props[f] = getattr(a, f)
+    if a.metadata is not None:
+        props["metadata"] = {**(props.get("metadata") or {}), **a.metadata}
+    body: JsonObj = {
+        "kind": (a.type or "").lower() or old["kind"],
+        "text": a.content if a.content is not None else old.get("text"),
+        "properties": props,
+        "supersedes": [old["event_id"]],
+        "ts": parse_time(a.timestamp, "timestamp") if a.timestamp else old["ts"],
+    }
+    for arg, field in (("t_valid", "valid_from"), ("t_invalid", "valid_until")):
+        value = getattr(a, arg)
+        if value is not None:
+            body[field] = parse_time(value, arg)
+        elif old.get(field) is not None:
+            body[field] = old[field]
+    new = await b.append(body, None)
+    return answer(
+        {
+            "memory_id": new["event_id"],
+            "message": f"Memory updated: {new['event_id']} supersedes {old['event_id']}",
+        }
+    )
+
+
+class DeleteArgs(msgspec.Struct):
+    """delete_memory."""
+
+    memory_id: str | None = None
+    tags: list[str] | None = None
+
+
+async def delete(b: Backend, a: DeleteArgs) -> ToolAnswer:
+    """One memory with its earlier versions, or every memory with any of the tags."""
+    if (a.memory_id is None) == (a.tags is None):
+        raise InvalidRequest("give either memory_id or tags")
+    if a.memory_id is not None:
+        ev = await find(b, PREFIX, a.memory_id, head=True)
+        gone = await delete_chain(b, ev)
+        return answer({"memory_id": ev["event_id"], "deleted": gone, "message": "Memory deleted"})
+    want = {t.lower() for t in a.tags or []}
+    tagged = [ev async for ev in events(b) if want & set(tags_of(ev))]
+    count = 0
+    for ev in tagged:
+        count += bool(await delete_chain(b, ev))
+    return answer({"deleted_count": count, "tags": a.tags, "message": f"Deleted {count} memories"})
+
+
+class HealthArgs(msgspec.Struct):
+    """check_database_health takes nothing."""
+
+
+async def health(b: Backend, _a: HealthArgs) -> ToolAnswer:
+    """The key's tenant answers."""
+    who = await b.whoami()
+    stats: dict[str, Any] = {"tenant_id": who["tenant_id"], "scopes": who["scopes"]}
+    return answer({"status": "healthy", "backend": "memspine", "statistics": stats})
