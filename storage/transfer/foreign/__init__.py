@@ -10,11 +10,21 @@ from __future__ import annotations
 
 from storage.errors import InvalidRequest
 from storage.transfer.foreign import automem, mem0, zep
+from storage.transfer.foreign.bodies import batches
 from storage.transfer.foreign.lines import land, present
 from storage.transfer.foreign.records import Conversion, Report, event_id
 
 SOURCES = ("automem", "mem0", "zep")
-__all__ = ["SOURCES", "Conversion", "Report", "convert", "event_id", "land", "present"]
+__all__ = [
+    "SOURCES",
+    "Conversion",
+    "Report",
+    "batches",
+    "convert",
+    "event_id",
+    "land",
+    "present",
+]
 
 
 def convert(
