@@ -7,7 +7,8 @@ from __future__ import annotations
 from typing import Any
 
 from memspine.mcp.tools import ToolSpec
-from memspine.mcp.toolsets import automem_tools as t
+from memspine.mcp.toolsets import automem_reads as r
+from memspine.mcp.toolsets import automem_writes as w
 from memspine.mcp.toolsets.common import JsonObj, tool
 from memspine.routes import memory as ops
 
@@ -314,10 +315,10 @@ HEALTH = tool(
 )
 
 TOOLS: tuple[ToolSpec, ...] = (
-    ToolSpec(STORE, ops.APPEND.scope, t.StoreArgs, t.store),
-    ToolSpec(RECALL, ops.RECALL.scope, t.RecallArgs, t.recall),
-    ToolSpec(ASSOCIATE, ops.APPEND.scope, t.AssociateArgs, t.associate),
-    ToolSpec(UPDATE, ops.APPEND.scope, t.UpdateArgs, t.update),
-    ToolSpec(DELETE, ops.DELETE.scope, t.DeleteArgs, t.delete),
-    ToolSpec(HEALTH, ops.GET.scope, t.HealthArgs, t.health),
+    ToolSpec(STORE, ops.APPEND.scope, w.StoreArgs, w.store),
+    ToolSpec(RECALL, ops.RECALL.scope, r.RecallArgs, r.recall),
+    ToolSpec(ASSOCIATE, ops.APPEND.scope, w.AssociateArgs, w.associate),
+    ToolSpec(UPDATE, ops.APPEND.scope, w.UpdateArgs, w.update),
+    ToolSpec(DELETE, ops.DELETE.scope, w.DeleteArgs, w.delete),
+    ToolSpec(HEALTH, ops.GET.scope, r.HealthArgs, r.health),
 )

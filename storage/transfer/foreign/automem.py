@@ -126,7 +126,7 @@ def _memories(
         props = node["properties"] if wrapped else node
         if not isinstance(props, dict):
             raise InvalidRequest(f"{where}.properties: expected an object")
-        labels = node.get("labels") or ["Memory"] if wrapped else ["Memory"]
+        labels = (node.get("labels") or ["Memory"]) if wrapped else ["Memory"]
         if "Memory" not in labels:
             report.count("other nodes")
             report.drop(f"{'/'.join(map(str, labels)) or 'unlabelled'} node (not a memory)")

@@ -3,6 +3,7 @@ report that says what went where and what was left behind."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 import uuid
@@ -74,8 +75,13 @@ def key_of(source: str, source_id: object) -> str:
 def event_id(tenant_id: str, key: str) -> str:
     """The id the API gives an append under Idempotency-Key `key` (memspine/schemas.py's
     idempotent_id; docs/api.md states the formula)."""
-    namespace = uuid.uuid5(uuid.NAMESPACE_URL, "memspine:" + tenant_id)
-    return str(uuid.uuid5(namespace, key))
+    return str(uuid.uuid5(_namespace(tenant_id), key))
+
+
+@functools.lru_cache(maxsize=64)
+def _namespace(tenant_id: str) -> uuid.UUID:
+    """The tenant's namespace of ids (one per import, not one per event)."""
+    return uuid.uuid5(uuid.NAMESPACE_URL, "memspine:" + tenant_id)
 
 
 def micros(value: object, where: str) -> int | None:
