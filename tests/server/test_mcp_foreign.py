@@ -146,6 +146,13 @@ def test_automem_tools_with_their_documented_examples(env: Env) -> None:
 
             rel = await call(c, "associate_memories", {"memory1_id": "bug-fix-123", "memory2_id": "feature-456", "type": "RELATES_TO", "strength": 0.9})  # fmt: skip
             assert rel["success"] is True
+            async with env.client("memspine") as m:
+                listed = await m.call_tool("memory_list", {"kind": "relation"})
+            (event,) = listed.structured_content["events"]
+            props = event["properties"]
+            assert (props["relation"], props["strength"]) == ("RELATES_TO", 0.9)
+            assert props["source_event_ids"] == [props["from"], props["to"]]
+            assert set(props) == {"relation", "from", "to", "strength", "source_event_ids"}
             evo = await call(c, "associate_memories", {"memory1_id": "new-decision", "memory2_id": "old-decision", "type": "EVOLVED_INTO", "strength": 0.8})  # fmt: skip
             redis = await call(c, "recall_memory", {"query": "Redis sessions"})
             assert [r["id"] for r in redis["results"]] == [evo["memory2_id"]]

@@ -119,40 +119,37 @@ async def store(b: Backend, a: StoreArgs) -> ToolAnswer:
     return answer(out)
 
 
-class Association(msgspec.Struct):
+class Extras(msgspec.Struct, kw_only=True):
+    """The relation-specific properties an association may carry (AutoMem's
+    ASSOCIATION_PROPERTY_SCHEMAS), kept on it."""
+
+    context: str | None = None
+    reason: str | None = None
+    pattern_type: str | None = None
+    confidence: float | None = None
+    resolution: str | None = None
+    observations: list[str] | None = None
+    timestamp: str | None = None
+    transformation: str | None = None
+    role: str | None = None
+
+
+class Association(Extras, kw_only=True):
     """One association."""
 
     memory1_id: str
     memory2_id: str
     type: str
     strength: float
-    context: str | None = None
-    reason: str | None = None
-    pattern_type: str | None = None
-    confidence: float | None = None
-    resolution: str | None = None
-    observations: list[str] | None = None
-    timestamp: str | None = None
-    transformation: str | None = None
-    role: str | None = None
 
 
-class AssociateArgs(msgspec.Struct):
+class AssociateArgs(Extras, kw_only=True):
     """associate_memories: one pair, or associations."""
 
     memory1_id: str | None = None
     memory2_id: str | None = None
     type: str | None = None
     strength: float | None = None
-    context: str | None = None
-    reason: str | None = None
-    pattern_type: str | None = None
-    confidence: float | None = None
-    resolution: str | None = None
-    observations: list[str] | None = None
-    timestamp: str | None = None
-    transformation: str | None = None
-    role: str | None = None
     associations: list[Association] | None = None
 
 
@@ -194,7 +191,7 @@ async def _associate(b: Backend, a: Association) -> JsonObj:
     one = await find(b, PREFIX, a.memory1_id, head=True)
     two = await find(b, PREFIX, a.memory2_id, head=True)
     extra = {
-        f: getattr(a, f) for f in Association.__struct_fields__[4:] if getattr(a, f) is not None
+        f: getattr(a, f) for f in Extras.__struct_fields__ if getattr(a, f) is not None
     }
     if a.type in SUPERSEDING:  # memory1 is replaced by memory2: a version of memory2 says so
         props = dict(two.get("properties") or {})
