@@ -190,9 +190,7 @@ async def _associate(b: Backend, a: Association) -> JsonObj:
     """One association: (memory1)-[type]->(memory2)."""
     one = await find(b, PREFIX, a.memory1_id, head=True)
     two = await find(b, PREFIX, a.memory2_id, head=True)
-    extra = {
-        f: getattr(a, f) for f in Extras.__struct_fields__ if getattr(a, f) is not None
-    }
+    extra = {f: getattr(a, f) for f in Extras.__struct_fields__ if getattr(a, f) is not None}
     if a.type in SUPERSEDING:  # memory1 is replaced by memory2: a version of memory2 says so
         props = dict(two.get("properties") or {})
         props["supersession"] = [{"of": one["event_id"], "relation": a.type, **extra}]
