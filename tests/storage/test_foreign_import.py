@@ -17,6 +17,7 @@ from memspine_admin.cli import main
 from storage.read.listing import ListQuery
 from storage.read.recall import RecallQuery
 from storage.tenants.tenant import Tenant
+from storage.transfer.foreign import convert
 from storage.transfer.foreign.records import event_id
 
 FILES: dict[str, Callable[[], bytes]] = {
@@ -300,3 +301,49 @@ def test_a_gzipped_mem0_file_reads_alike(capsys, tmp_path: Path) -> None:
         capsys, tmp_path / "data", "import-from", "mem0", str(path), "--tenant", "t1", "--dry-run"
     )
     assert code == 0 and report["events"] == 5
+
+
+def test_an_automem_graph_snapshot_converts_alike() -> None:
+    backup = ff.automem_backup()
+    inner = {n["id"]: n["properties"] for n in backup["nodes"]}
+    nodes = [  # GET /graph/snapshot's node: the memory's fields and drawing hints
+        {
+            **{
+                k: p[k]
+                for k in (
+                    "id",
+                    "content",
+                    "type",
+                    "importance",
+                    "confidence",
+                    "tags",
+                    "timestamp",
+                    "updated_at",
+                )
+            },
+            "metadata": {"files_modified": ["db.ts"]},
+            "color": "#fff",
+            "radius": 1.0,
+            "opacity": 0.9,
+        }
+        for p in list(inner.values())[:4]
+    ]
+    edges = [
+        {
+            "id": "x",
+            "source": inner[r["source_id"]]["id"],
+            "target": inner[r["target_id"]]["id"],
+            "type": r["type"],
+            "strength": 0.5,
+            "color": "#000",
+            "properties": r["properties"],
+        }
+        for r in backup["relationships"][:3]
+    ]
+    raw = json.dumps({"nodes": nodes, "edges": edges, "stats": {}}).encode()
+    conv = convert("automem", raw)
+    assert conv.report.created == EXPECTED["automem"]
+    assert "color (a graph snapshot's drawing hint)" in conv.report.dropped
+    assert any("no t_valid" in n for n in conv.report.notes)
+    head = next(r for r in conv.records if r.key == f"automem:{ff.A_HEAD}")
+    assert head.supersedes == [f"automem:{ff.A_MID}"]

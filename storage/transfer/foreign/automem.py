@@ -34,6 +34,9 @@ _DERIVED = {
     "processed": "AutoMem's enrichment queue state",
     "relevance_score": "AutoMem's decay score, recomputed by its consolidation",
     "embedding": "vectors live in Qdrant; kept from there when their model is named",
+    "color": "a graph snapshot's drawing hint",
+    "radius": "a graph snapshot's drawing hint",
+    "opacity": "a graph snapshot's drawing hint",
 }
 MAPPING = [
     "Memory node id -> Idempotency-Key automem:<id> (event_id derived) and properties.automem_id",
@@ -88,6 +91,10 @@ def convert(raw: bytes, *, embedding_model: str | None = None, name: str = "file
     if vectors:
         _attach(memories, vectors, embedding_model, report)
     relations = _relationships(backup, name, memories, internal, report)
+    if backup.edges is not None and backup.relationships is None:
+        report.notes.append(
+            "a graph snapshot carries no t_valid or t_invalid: import a backup to keep validity"
+        )
     records = ordered([*memories.values(), *relations], report)
     for rec in records:
         report.created[rec.kind] = report.created.get(rec.kind, 0) + 1
