@@ -7,6 +7,7 @@ from pathlib import Path
 
 import anyio
 from mcp import Client
+from servers import ServerProcess
 from test_mcp_e2e import stdio
 from test_mcp_foreign import AUTOMEM_TOOLS, MEM0_TOOLS, call
 
@@ -27,3 +28,24 @@ def test_stdio_serves_the_other_servers_tools(tmp_path: Path) -> None:
             assert got["memory"] == "User prefers early returns over nested conditionals."
 
     anyio.run(main)
+
+
+def test_stdio_through_a_server_finds_memories_by_automem_ids(tmp_path: Path) -> None:
+    server = ServerProcess(tmp_path / "data", {"MEMSPINE_EMBEDDER": "none"}).start()
+    try:
+        params = stdio(["--tools", "automem", "--url", server.url], {"MEMSPINE_API_KEY": "agent-2"})
+
+        async def main() -> None:
+            async with Client(params) as c:
+                made = await call(c, "store_memory", {"content": "Auth tokens expire after one hour.", "id": "abc123"})  # fmt: skip
+                got = await call(c, "recall_memory", {"memory_id": "abc123"})
+                assert got["results"][0]["id"] == made["memory_id"]
+                up = await call(c, "update_memory", {"memory_id": "abc123", "importance": 0.95})
+                gone = await call(c, "delete_memory", {"memory_id": "abc123"})
+                assert gone["memory_id"] == up["memory_id"] and len(gone["deleted"]) == 2
+                missing = await c.call_tool("recall_memory", {"memory_id": "abc123"})
+                assert missing.is_error and missing.structured_content["error"] == "not_found"
+
+        anyio.run(main)
+    finally:
+        server.stop()

@@ -17,6 +17,7 @@ JsonObj = dict[str, Any]
 PAGE = 1000  # events per listing page
 MAX_SCAN = 100_000  # events a tag or scope scan reads at most
 MAX_CHAIN = 64  # versions followed along a supersession chain
+ABSENT = (NotFound.code, InvalidRequest.code)  # what an id that names no event is answered
 
 
 def tool(
@@ -65,8 +66,10 @@ async def _get(b: Backend, eid: str) -> JsonObj | None:
     """One event, or None where there is none by that id."""
     try:
         return await b.get(eid)
-    except (NotFound, InvalidRequest):
-        return None
+    except MemspineError as exc:  # by code: through a server (remote.py) it comes as Refused
+        if exc.code in ABSENT:
+            return None
+        raise
 
 
 async def delete_chain(b: Backend, event: JsonObj) -> list[str]:
@@ -82,8 +85,10 @@ async def delete_chain(b: Backend, event: JsonObj) -> list[str]:
         todo.extend(older.get("supersedes") or [])
         try:
             await b.delete(eid, cascade=False, dry_run=False)
-        except NotFound:
-            continue
+        except MemspineError as exc:
+            if exc.code in ABSENT:
+                continue
+            raise
         deleted.append(eid)
     return deleted
 
