@@ -16,16 +16,52 @@ from storage.errors import InvalidRequest
 
 def cmd_import_from(args: argparse.Namespace) -> int:
     """Import AutoMem, Mem0 or Zep/Graphiti data into a tenant, history and all (docs/migrate.md)."""
-    from storage.transfer.foreign import convert, land, present
-
-    tenant_id = tenant_dir(args.data_dir, args.tenant)
     try:
         raw = sys.stdin.buffer.read() if args.file == "-" else Path(args.file).read_bytes()
     except OSError as exc:
         raise InvalidRequest(f"cannot read {args.file}: {exc.strerror or exc}") from None
-    name = "stdin" if args.file == "-" else Path(args.file).name
+    if args.per_user:
+        return _per_user(args, raw)
+    payload = _import(args, tenant_dir(args.data_dir, args.tenant), raw, args.user)
+    _emit(args, payload, human(payload))
+    return 0
+
+
+def _per_user(args: argparse.Namespace, raw: bytes) -> int:
+    """A Mem0 file into one tenant per user_id, TENANT-<user_id> (memories without one into
+    TENANT); every tenant id is checked before the first import."""
+    from storage.transfer.foreign import convert
+
+    if args.source != "mem0" or args.user is not None:
+        raise InvalidRequest("--per-user is for mem0 files, without --user")
+    users = convert("mem0", raw, name=_name(args)).report.users
+    tenants: dict[str, str] = {}
+    for user in users:
+        try:
+            tenants[user] = tenant_dir(
+                args.data_dir, f"{args.tenant}-{user}" if user else args.tenant
+            )
+        except InvalidRequest as exc:
+            raise InvalidRequest(
+                f"user_id {user[:64]!r} cannot name a tenant: {exc.detail}"
+            ) from None
+    payloads = [_import(args, tenant, raw, user) for user, tenant in tenants.items()]
+    _emit(args, {"tenants": payloads}, "\n\n".join(map(human, payloads)))
+    return 0
+
+
+def _name(args: argparse.Namespace) -> str:
+    return "stdin" if args.file == "-" else Path(args.file).name
+
+
+def _import(
+    args: argparse.Namespace, tenant_id: str, raw: bytes, user: str | None
+) -> dict[str, Any]:
+    """Convert, report, and unless a dry run import into one tenant: the report as a payload."""
+    from storage.transfer.foreign import convert, land, present
+
     conv = convert(
-        args.source, raw, name=name, embedding_model=args.embedding_model, user=args.user
+        args.source, raw, name=_name(args), embedding_model=args.embedding_model, user=user
     )
     dim, held = present(args.data_dir, tenant_id, conv)
     report = conv.report
@@ -42,19 +78,19 @@ def cmd_import_from(args: argparse.Namespace) -> int:
         "notes": report.notes,
         "embedding_model": report.embedding_model,
     }
-    if not args.dry_run:
-        with progress(args, "importing", len(conv.records)) as bar:
-            if (args.data_dir / tenant_id).exists():
-                why = f"stop it to import into tenant {tenant_id}, which has a directory there"
-                with unserved(args.data_dir, why):
-                    stats = land(args.data_dir, tenant_id, conv, dim=dim, progress=bar.update)
-            else:
+    if args.dry_run:
+        return payload
+    with progress(args, "importing", len(conv.records)) as bar:
+        if (args.data_dir / tenant_id).exists():
+            why = f"stop it to import into tenant {tenant_id}, which has a directory there"
+            with unserved(args.data_dir, why):
                 stats = land(args.data_dir, tenant_id, conv, dim=dim, progress=bar.update)
-        payload["imported"] = stats.events
-        payload["skipped"] = stats.skipped
-        payload["registered"] = _registered(args.data_dir, tenant_id)
-    _emit(args, payload, human(payload))
-    return 0
+        else:
+            stats = land(args.data_dir, tenant_id, conv, dim=dim, progress=bar.update)
+    payload["imported"] = stats.events
+    payload["skipped"] = stats.skipped
+    payload["registered"] = _registered(args.data_dir, tenant_id)
+    return payload
 
 
 def human(p: dict[str, Any]) -> str:
@@ -103,3 +139,8 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
         help="the model that made the file's vectors (automem, zep); without it they are not kept",
     )
     p.add_argument("--user", default=None, help="mem0: only this user_id's memories")
+    p.add_argument(
+        "--per-user",
+        action="store_true",
+        help="mem0: one tenant per user_id, named TENANT-<user_id>",
+    )

@@ -347,3 +347,17 @@ def test_an_automem_graph_snapshot_converts_alike() -> None:
     assert any("no t_valid" in n for n in conv.report.notes)
     head = next(r for r in conv.records if r.key == f"automem:{ff.A_HEAD}")
     assert head.supersedes == [f"automem:{ff.A_MID}"]
+
+
+def test_mem0_per_user_makes_one_tenant_per_user_id(capsys, tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    path = write(tmp_path, "mem0")
+    code, out = run(capsys, data, "import-from", "mem0", str(path), "--tenant", "m", "--per-user")
+    assert code == 0
+    assert {p["tenant_id"]: p["imported"] for p in out["tenants"]} == {"m-alice": 4, "m-bob": 1}
+    assert sorted(p.name for p in data.iterdir() if not p.name.startswith(".")) == [
+        "m-alice",
+        "m-bob",
+    ]
+    code, err = run(capsys, data, "import-from", "zep", str(path), "--tenant", "m", "--per-user")
+    assert code == 1 and err["detail"] == "--per-user is for mem0 files, without --user"

@@ -55,14 +55,15 @@ class Export(msgspec.Struct):
 
 
 def convert(raw: bytes, *, user: str | None = None, name: str = "file") -> Conversion:
-    """Records of a Mem0 export; with `user`, only that user_id's memories."""
+    """Records of a Mem0 export; with `user`, only that user_id's memories ("": those
+    without one)."""
     data = src.gunzip(raw, name)
     if data.lstrip()[:1] == b"[":  # get_all of an old version: the list alone
         data = b'{"results":' + data + b"}"
     export = src.decode(data, Export, name)
     report = Report(source="mem0", mapping=list(MAPPING))
     rows = _rows_by_memory(export.history or [], name)
-    users: dict[str, int] = {}
+    users = report.users
     records: list[Record] = []
     held = set()
     for i, item in enumerate(export.results):
@@ -73,7 +74,8 @@ def convert(raw: bytes, *, user: str | None = None, name: str = "file") -> Conve
         held.add(memory_id)
         report.count("memories")
         owner = item.get("user_id")
-        users[str(owner)] = users.get(str(owner), 0) + 1
+        owner = "" if owner is None else str(owner)
+        users[owner] = users.get(owner, 0) + 1
         if user is not None and owner != user:
             report.drop(f"memory of another user_id (--user {user})")
             continue
@@ -86,8 +88,8 @@ def convert(raw: bytes, *, user: str | None = None, name: str = "file") -> Conve
     if len(users) > 1:
         report.notes.append(
             "memories of several user_ids: "
-            + ", ".join(f"{u} ({n})" for u, n in sorted(users.items()))
-            + "; for one tenant per user, run once per user with --user ID --tenant ID"
+            + ", ".join(f"{u or '(none)'} ({n})" for u, n in sorted(users.items()))
+            + "; for one tenant per user: --per-user, or --user ID with --tenant ID per user"
         )
     records = ordered(records, report)
     for rec in records:

@@ -47,6 +47,7 @@ class Report(msgspec.Struct, kw_only=True):
     dropped: dict[str, int] = {}  # "what (why)" -> how many items lost it
     notes: list[str] = []
     embedding_model: str | None = None  # the model of the embeddings kept, if any
+    users: dict[str, int] = {}  # mem0: memories by user_id ("" for none)
 
     def drop(self, what: str, n: int = 1) -> None:
         """Count n items that lose `what`."""
