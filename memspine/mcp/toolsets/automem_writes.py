@@ -242,7 +242,7 @@ async def update(b: Backend, a: UpdateArgs) -> ToolAnswer:
     """A new version with the changes, superseding the current one."""
     old = await find(b, PREFIX, a.memory_id, head=True)
     props: JsonObj = dict(old.get("properties") or {})
-    props.pop("source_event_ids", None)
+    props.pop("supersession", None)  # what this version replaced is the update itself
     for f in ("tags", "importance", "type", "confidence", "updated_at", "last_accessed"):
         if getattr(a, f) is not None:
             props[f] = getattr(a, f)

@@ -169,7 +169,6 @@ async def update(b: Backend, a: UpdateArgs) -> ToolAnswer:
     """A new version with the new text, superseding the current one."""
     old = await find(b, PREFIX, a.memory_id, head=True)
     props = dict(old.get("properties") or {})
-    props.pop("source_event_ids", None)
     body = {
         "kind": old["kind"],
         "text": a.text,
