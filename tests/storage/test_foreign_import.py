@@ -5,6 +5,7 @@ the imported tenant, a second run that stores nothing, and damaged files that st
 from __future__ import annotations
 
 import gzip
+import io
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -361,3 +362,23 @@ def test_mem0_per_user_makes_one_tenant_per_user_id(capsys, tmp_path: Path) -> N
     ]
     code, err = run(capsys, data, "import-from", "zep", str(path), "--tenant", "m", "--per-user")
     assert code == 1 and err["detail"] == "--per-user is for mem0 files, without --user"
+
+
+def test_a_file_on_stdin_reads_alike(capsys, monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(ff.zep_file()))))
+    code, report = run(
+        capsys, tmp_path / "data", "import-from", "zep", "-", "--tenant", "t1", "--dry-run"
+    )
+    assert code == 0 and report["created"] == EXPECTED["zep"]
+    code, err = run(
+        capsys,
+        tmp_path / "data",
+        "import-from",
+        "zep",
+        str(tmp_path / "nope.json"),
+        "--tenant",
+        "t1",
+    )
+    assert (
+        code == 1 and err["detail"].startswith("cannot read ") and "No such file" in err["detail"]
+    )
