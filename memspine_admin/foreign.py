@@ -8,7 +8,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memspine_admin.data import _emit, _registered, progress, tenant_dir, unserved
+from memspine_admin.data import _emit, _past_window, _registered, progress, tenant_dir, unserved
 from storage.errors import InvalidRequest
 
 # storage.transfer.foreign (and with it the stores) is imported by the command that uses it.
@@ -80,15 +80,19 @@ def _import(
     }
     if args.dry_run:
         return payload
+    drop = _past_window(args.data_dir, tenant_id)  # as memspine-admin import drops
     with progress(args, "importing", len(conv.records)) as bar:
         if (args.data_dir / tenant_id).exists():
             why = f"stop it to import into tenant {tenant_id}, which has a directory there"
             with unserved(args.data_dir, why):
-                stats = land(args.data_dir, tenant_id, conv, dim=dim, progress=bar.update)
+                stats = land(
+                    args.data_dir, tenant_id, conv, dim=dim, progress=bar.update, drop=drop
+                )
         else:
-            stats = land(args.data_dir, tenant_id, conv, dim=dim, progress=bar.update)
+            stats = land(args.data_dir, tenant_id, conv, dim=dim, progress=bar.update, drop=drop)
     payload["imported"] = stats.events
     payload["skipped"] = stats.skipped
+    payload["retention_dropped"] = stats.retention_dropped
     payload["registered"] = _registered(args.data_dir, tenant_id)
     return payload
 
@@ -110,6 +114,8 @@ def human(p: dict[str, Any]) -> str:
         f"{verb}: {new} events of {p['events']} ({counts(p['created'])}); "
         f"{p['held'] if 'skipped' not in p else p['skipped']} held already"
     )
+    if p.get("retention_dropped"):
+        out.append(f"dropped {p['retention_dropped']} past their retention window")
     if p["embedding_model"]:
         out.append(f"embeddings kept, model {p['embedding_model']}")
     out.append("maps:")

@@ -8,6 +8,7 @@ import gzip
 import io
 import json
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -382,3 +383,24 @@ def test_a_file_on_stdin_reads_alike(capsys, monkeypatch, tmp_path: Path) -> Non
     assert (
         code == 1 and err["detail"].startswith("cannot read ") and "No such file" in err["detail"]
     )
+
+
+def test_what_is_past_its_retention_window_is_dropped_as_by_import(
+    capsys, monkeypatch, tmp_path: Path
+) -> None:
+    # A window that ends on 2025-02-15, whatever today is: the two memories before it go.
+    days = (datetime.now(UTC) - datetime(2025, 2, 15, tzinfo=UTC)).days
+    monkeypatch.setenv("MEMSPINE_RETENTION_DAYS", str(days))
+    data = tmp_path / "data"
+    code, out = run(
+        capsys, data, "import-from", "automem", str(write(tmp_path, "automem")), "--tenant", "t1"
+    )
+    assert code == 0 and (out["imported"], out["retention_dropped"]) == (3, 2)
+    t = open_tenant(data, "t1")
+    try:
+        mid = t.get(event_id("t1", f"automem:{ff.A_MID}"))
+        assert mid is not None and mid.event.supersedes == [event_id("t1", f"automem:{ff.A_OLD}")]
+        assert t.get(event_id("t1", f"automem:{ff.A_OLD}")) is None
+        assert t.get(event_id("t1", f"automem:{ff.A_PREF}")) is None
+    finally:
+        t.close()

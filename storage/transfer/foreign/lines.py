@@ -19,7 +19,7 @@ from storage.transfer import format as fmt
 from storage.transfer.export import log_snapshot
 from storage.transfer.foreign.records import Conversion, Record, event_id
 from storage.transfer.landing import import_tenant
-from storage.transfer.load import ImportStats, Progress
+from storage.transfer.load import Drop, ImportStats, Progress
 
 DEFAULT_DIM = 384  # a new tenant's dimension when no embedding is kept (Tenant.open's default)
 
@@ -91,13 +91,15 @@ def land(
     *,
     dim: int | None = None,
     progress: Progress | None = None,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Import the conversion into DATA_DIR/<tenant_id>, merging into what it holds (the events
-    of an earlier run of the same file are there already and kept as they are)."""
+    of an earlier run of the same file are there already and kept as they are); `drop` as
+    memspine's own import takes it (events past their retention window)."""
     if dim is None:
         dim = _dim_of(conv) or DEFAULT_DIM
     stream = io.BytesIO(b"".join(export_lines(conv, tenant_id, dim)))
-    return import_tenant(data_dir, tenant_id, stream, merge=True, progress=progress)
+    return import_tenant(data_dir, tenant_id, stream, merge=True, progress=progress, drop=drop)
 
 
 def _dim_of(conv: Conversion) -> int | None:
