@@ -8,7 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from memspine_admin.data import _emit, _past_window, _registered, progress, tenant_dir, unserved
+from memspine_admin.command import emit
+from memspine_admin.data import _past_window, _registered, progress, tenant_dir, unserved
 from storage.errors import InvalidRequest
 
 # storage.transfer.foreign (and with it the stores) is imported by the command that uses it.
@@ -23,7 +24,7 @@ def cmd_import_from(args: argparse.Namespace) -> int:
     if args.per_user:
         return _per_user(args, raw)
     payload = _import(args, tenant_dir(args.data_dir, args.tenant), raw, args.user)
-    _emit(args, payload, human(payload))
+    emit(args, payload, human(payload))
     return 0
 
 
@@ -46,7 +47,7 @@ def _per_user(args: argparse.Namespace, raw: bytes) -> int:
                 f"user_id {user[:64]!r} cannot name a tenant: {exc.detail}"
             ) from None
     payloads = [_import(args, tenant, raw, user) for user, tenant in tenants.items()]
-    _emit(args, {"tenants": payloads}, "\n\n".join(map(human, payloads)))
+    emit(args, {"tenants": payloads}, "\n\n".join(map(human, payloads)))
     return 0
 
 

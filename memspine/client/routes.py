@@ -294,6 +294,7 @@ def recall(
     current: bool | None = None,
     as_of: int | None = None,
     explain: bool | None = None,
+    wait_for_vectors: bool | None = None,
 ) -> Call[m.RecallResult]:
     """POST /v1/memory/recall (a read: sending it twice is harmless)."""
     body = _present(
@@ -307,6 +308,7 @@ def recall(
         current=current,
         as_of=as_of,
         explain=explain,
+        wait_for_vectors=wait_for_vectors,
     )
     return _read("POST", "/v1/memory/recall", m.RecallResult, body=_json(body))
 

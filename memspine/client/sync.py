@@ -229,6 +229,7 @@ class Memspine(_Client):
         current: bool | None = None,
         as_of: int | None = None,
         explain: bool | None = None,
+        wait_for_vectors: bool | None = None,
     ) -> m.RecallResult:
         """Recall by words, by an embedding, or both (fused), with an optional walk of `hops`."""
         return self._run(
@@ -243,6 +244,7 @@ class Memspine(_Client):
                 current=current,
                 as_of=as_of,
                 explain=explain,
+                wait_for_vectors=wait_for_vectors,
             )
         )
 

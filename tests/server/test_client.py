@@ -459,7 +459,10 @@ CLIENT_CALLS: dict[str, Any] = {
     "revoke_key": lambda: r.revoke_key("abc"),
     "audit": lambda: r.audit(limit=1, cursor="c", tenant_id=ID),
 }
-NOT_IN_THE_CLIENT = {"metrics": "Prometheus text, for a scraper"}
+NOT_IN_THE_CLIENT = {
+    "metrics": "Prometheus text, for a scraper",
+    "home": "the paths a person starts from (/ui, /schema), for a person or a browser",
+}
 
 
 def test_every_route_of_the_server_has_a_client_call_that_sends_only_what_it_takes() -> None:

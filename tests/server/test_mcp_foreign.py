@@ -22,8 +22,8 @@ from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
 from memspine.mcp.toolsets import TOOLSETS
+from memspine.verifier import Principal
 from memspine_admin.cli import main as admin
-from memspine_admin.verifier import Principal
 
 AUTOMEM_TOOLS = {
     "store_memory",
