@@ -404,3 +404,13 @@ def test_what_is_past_its_retention_window_is_dropped_as_by_import(
         assert t.get(event_id("t1", f"automem:{ff.A_PREF}")) is None
     finally:
         t.close()
+
+
+def test_a_value_the_event_rules_refuse_is_refused_with_its_place(capsys, tmp_path: Path) -> None:
+    dump = ff.zep_dump()
+    dump["episodes"][1]["content"] = "x" * 100_001  # a json episode of Graphiti may be that long
+    path = write(tmp_path, "zep", json.dumps(dump).encode())
+    code, err = run(capsys, tmp_path / "data", "import-from", "zep", str(path), "--tenant", "t1")
+    assert code == 1
+    assert err["detail"] == "zep.json: episodes[1]: text may be at most 100000 characters"
+    assert not (tmp_path / "data" / "t1").exists()

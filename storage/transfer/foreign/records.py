@@ -13,12 +13,12 @@ from typing import Any
 import msgspec
 
 from storage.errors import InvalidRequest
+from storage.model import MAX_KIND_BYTES, check_event
 
 # A key must be what the API takes as an Idempotency-Key (memspine/schemas.py), so that the
 # same source id names the same event whether it came in by this import or by an append.
 MAX_KEY = 255
 _PRINTABLE = re.compile(r"^[\x21-\x7e]+\Z")
-MAX_KIND_BYTES = 64
 
 
 class Record(msgspec.Struct, kw_only=True):
@@ -149,8 +149,28 @@ def ordered(records: list[Record], report: Report) -> list[Record]:
     out: list[Record] = []
     state: dict[str, int] = {}  # 1: being placed, 2: placed
     for rec in by_key.values():
+        checked(rec)
         _place(rec, by_key, state, out, report)
     return out
+
+
+def checked(rec: Record) -> Record:
+    """The record, if it keeps the event's rules (storage/model.py) as an append must; else
+    InvalidRequest naming its place in the source file, not a line of the export made of it."""
+    fields = {
+        "kind": rec.kind,
+        "ts": rec.ts,
+        "text": rec.text,
+        "embedding": rec.embedding,
+        "valid_from": rec.valid_from,
+        "valid_until": rec.valid_until,
+        "properties_raw": msgspec.json.encode(rec.properties) if rec.properties else None,
+    }
+    try:
+        check_event(fields)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"{rec.where}: {exc.detail}") from None
+    return rec
 
 
 def _place(
