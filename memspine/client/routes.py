@@ -390,6 +390,23 @@ def delete_tenant(tenant_id: str) -> Call[m.TenantDeleted]:
     return Call("DELETE", f"{TENANTS}/{_segment(tenant_id)}", m.TenantDeleted)
 
 
+def place_hold(tenant_id: str, reason: str, subject: str | None = None) -> Call[m.Hold]:
+    """POST /v1/admin/tenants/{id}/holds; never sent twice, which would place a second hold."""
+    body = _present(reason=reason, subject=subject)
+    return Call("POST", f"{TENANTS}/{_segment(tenant_id)}/holds", m.Hold, body=_json(body))
+
+
+def list_holds(tenant_id: str) -> Call[m.HoldList]:
+    """GET /v1/admin/tenants/{id}/holds, oldest first."""
+    return _read("GET", f"{TENANTS}/{_segment(tenant_id)}/holds", m.HoldList)
+
+
+def lift_hold(tenant_id: str, hold_id: str) -> Call[m.HoldLifted]:
+    """DELETE /v1/admin/tenants/{id}/holds/{hold_id}."""
+    path = f"{TENANTS}/{_segment(tenant_id)}/holds/{_segment(hold_id)}"
+    return Call("DELETE", path, m.HoldLifted)
+
+
 def create_key(
     tenant_id: str,
     name: str,

@@ -297,6 +297,18 @@ class MemspineAdmin(_Client):
         """Delete a tenant: revoke its keys, then erase its directory."""
         return self._run(routes.delete_tenant(tenant_id))
 
+    def place_hold(self, tenant_id: str, reason: str, subject: str | None = None) -> m.Hold:
+        """Place a legal hold on a tenant, or on one data subject's events (docs/erasure.md)."""
+        return self._run(routes.place_hold(tenant_id, reason, subject))
+
+    def list_holds(self, tenant_id: str) -> m.HoldList:
+        """The tenant's legal holds, oldest first."""
+        return self._run(routes.list_holds(tenant_id))
+
+    def lift_hold(self, tenant_id: str, hold_id: str) -> m.HoldLifted:
+        """Lift a legal hold: retention, erasure and deletes reach what it kept again."""
+        return self._run(routes.lift_hold(tenant_id, hold_id))
+
     def create_key(
         self,
         tenant_id: str,
