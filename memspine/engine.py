@@ -183,6 +183,7 @@ class Engine:
             on_open=hooks.on_open,
             on_batch=hooks.on_batch,
             admit=hooks.admit,
+            ledger_days=settings.erasure_ledger_days,
         )
         if self.embedding is not None:
             self.embedding.start()

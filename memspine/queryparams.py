@@ -14,9 +14,11 @@ from storage import (
     MAX_FILTER_STRING_BYTES,
     MAX_LIMIT,
     MAX_TS,
+    SUBJECT_PROPERTY,
     FilterValue,
     ListQuery,
     check_kind,
+    check_subject,
 )
 from storage import PROPERTY_NAME as FILTER_NAME
 from storage.errors import InvalidRequest
@@ -102,12 +104,16 @@ def list_query(
     current: bool = True,
     as_of: int | None = None,
     checked: bool = True,
+    subject: str | None = None,
 ) -> ListQuery:
     """A listing's query from parsed values (GET /v1/memory/events, memory_list): kinds,
     ranges, property filters and times checked here, once for both doors."""
     if kind is not None:
         check_kind(kind)
     filters = {name: prop_filter(name, raw) for name, raw in (props or {}).items()}
+    if subject is not None:
+        # the subject's list first: listing walks the first filter's index (the narrowest here)
+        filters = {SUBJECT_PROPERTY: [check_subject(subject)], **filters}
     return ListQuery(
         kind=kind,
         since=check_time(_bounded(since, "since"), "since", checked=checked, zero=True),

@@ -32,7 +32,10 @@ if TYPE_CHECKING:
     from storage.embedders.settings import check_together as check_embedder_settings
     from storage.embedders.settings import check_url as check_embedder_url
     from storage.erasure.purge import PurgeStats as PurgeStats
+    from storage.erasure.purge import check_room as check_room
     from storage.erasure.purge import for_want_of_room as for_want_of_room
+    from storage.erasure.scan import files_holding as files_holding
+    from storage.erasure.scan import log_holding as log_holding
     from storage.erasure.swap import (
         PENDING as PENDING,
     )
@@ -60,6 +63,7 @@ if TYPE_CHECKING:
     from storage.log.layout import (
         PROPERTY_NAME as PROPERTY_NAME,
     )
+    from storage.log.layout import SUBJECT as SUBJECT_PROPERTY
     from storage.log.layout import (
         is_filterable_value as is_filterable_value,
     )
@@ -98,6 +102,7 @@ if TYPE_CHECKING:
     from storage.model import check_embedding as check_embedding
     from storage.model import check_kind as check_kind
     from storage.model import check_model as check_model
+    from storage.model import check_subject as check_subject
     from storage.model import check_text as check_text
     from storage.model import new_event as new_event
     from storage.read.current import EventState as EventState
@@ -123,6 +128,19 @@ if TYPE_CHECKING:
     from storage.read.retention import outlook as outlook
     from storage.read.retention import outlook_of_files as outlook_of_files
     from storage.read.retention import refuse_held as refuse_held
+    from storage.read.subjects import DERIVED as DERIVED
+    from storage.read.subjects import IDENTIFIER as IDENTIFIER
+    from storage.read.subjects import MAX_CONFIRM_IDS as MAX_CONFIRM_IDS
+    from storage.read.subjects import MAX_IDENTIFIER_CHARS as MAX_IDENTIFIER_CHARS
+    from storage.read.subjects import MAX_IDENTIFIERS as MAX_IDENTIFIERS
+    from storage.read.subjects import MIN_IDENTIFIER_CHARS as MIN_IDENTIFIER_CHARS
+    from storage.read.subjects import SUBJECT as SUBJECT
+    from storage.read.subjects import Reach as Reach
+    from storage.read.subjects import Reached as Reached
+    from storage.read.subjects import check_identifiers as check_identifiers
+    from storage.read.subjects import doomed as doomed
+    from storage.read.subjects import reach as reach
+    from storage.receipts import record_copy as record_copy
     from storage.space import disk_full as disk_full
     from storage.space import names_full_disk as names_full_disk
     from storage.tenants.embedding import EmbeddingWorker as EmbeddingWorker
@@ -150,6 +168,7 @@ if TYPE_CHECKING:
     from storage.tenants.usage import closed_usage as closed_usage
     from storage.transfer.backup import tenant_dirs as tenant_dirs
     from storage.transfer.export import export_lines as export_lines
+    from storage.transfer.export import subject_lines as subject_lines
     from storage.transfer.export import write_export as write_export
     from storage.transfer.format import MEDIA_TYPE as MEDIA_TYPE
     from storage.transfer.landing import import_tenant as import_tenant
@@ -180,27 +199,34 @@ HOMES: dict[str, str] = {
     "check_embedder_settings": "storage.embedders.settings:check_together",
     "check_embedder_url": "storage.embedders.settings:check_url",
     "check_embedding": "storage.model",
+    "check_identifiers": "storage.read.subjects",
     "check_kind": "storage.model",
     "check_model": "storage.model",
+    "check_room": "storage.erasure.purge",
+    "check_subject": "storage.model",
     "check_text": "storage.model",
     "client_url": "storage.datalock",
     "closed_tenant_bytes": "storage.tenants.footprint",
     "closed_usage": "storage.tenants.usage",
     "CypherResult": "storage.cypher",
     "DataDirBusy": "storage.datalock",
+    "DERIVED": "storage.read.subjects",
     "describe_embedder": "storage.embedders:describe",
     "disk_full": "storage.space",
+    "doomed": "storage.read.subjects",
     "Due": "storage.read.retention",
     "due": "storage.read.retention",
     "EmbeddingWorker": "storage.tenants.embedding",
     "EventState": "storage.read.current",
     "export_lines": "storage.transfer.export",
+    "files_holding": "storage.erasure.scan",
     "FilterValue": "storage.model",
     "FLOAT32_MAX": "storage.model",
     "for_want_of_room": "storage.erasure.purge",
     "free_bytes": "storage.heap",
     "Hold": "storage.read.retention",
     "hold_data_dir": "storage.datalock:hold",
+    "IDENTIFIER": "storage.read.subjects",
     "import_tenant": "storage.transfer.landing",
     "is_filterable_value": "storage.log.layout",
     "ItemRefused": "storage.model",
@@ -211,10 +237,14 @@ HOMES: dict[str, str] = {
     "limit_arenas": "storage.heap",
     "Limits": "storage.cypher",
     "ListQuery": "storage.read.listing",
+    "log_holding": "storage.erasure.scan",
     "make_embedder": "storage.embedders",
+    "MAX_CONFIRM_IDS": "storage.read.subjects",
     "MAX_EMBEDDING_DIM": "storage.model",
     "MAX_FILTER_NAME_BYTES": "storage.log.layout",
     "MAX_FILTER_STRING_BYTES": "storage.log.layout",
+    "MAX_IDENTIFIER_CHARS": "storage.read.subjects",
+    "MAX_IDENTIFIERS": "storage.read.subjects",
     "MAX_IDS": "storage.model",
     "MAX_KIND_BYTES": "storage.model",
     "MAX_LIMIT": "storage.read.listing",
@@ -223,6 +253,7 @@ HOMES: dict[str, str] = {
     "MAX_TEXT_CHARS": "storage.model",
     "MAX_TS": "storage.model",
     "MEDIA_TYPE": "storage.transfer.format",
+    "MIN_IDENTIFIER_CHARS": "storage.read.subjects",
     "names_full_disk": "storage.space",
     "new_event": "storage.model",
     "NewEvent": "storage.model",
@@ -237,15 +268,22 @@ HOMES: dict[str, str] = {
     "PurgeStats": "storage.erasure.purge",
     "Quota": "storage.model",
     "QuotaSource": "storage.model",
+    "Reach": "storage.read.subjects",
+    "reach": "storage.read.subjects",
+    "Reached": "storage.read.subjects",
     "REASONS": "storage.tenants.manager",
     "RecallQuery": "storage.read.recall",
     "RecallResult": "storage.read.recall",
+    "record_copy": "storage.receipts",
     "refuse_held": "storage.read.retention",
     "RetentionView": "storage.tenants.runs",
     "RunReceipt": "storage.tenants.runs",
     "RUNS": "storage.tenants.runs",
     "ServerVectors": "storage.tenants.serving",
     "StoredEvent": "storage.model",
+    "SUBJECT": "storage.read.subjects",
+    "SUBJECT_PROPERTY": "storage.log.layout:SUBJECT",
+    "subject_lines": "storage.transfer.export",
     "sweep_stale": "storage.transfer.landing",
     "Tenant": "storage.tenants.tenant",
     "tenant_dirs": "storage.transfer.backup",
@@ -262,12 +300,17 @@ HOMES: dict[str, str] = {
     "write_since": "storage.transfer.tail",
 }
 __all__ = [
+    "DERIVED",
     "FLOAT32_MAX",
+    "IDENTIFIER",
     "JOURNAL",
     "KIND_PATTERN",
+    "MAX_CONFIRM_IDS",
     "MAX_EMBEDDING_DIM",
     "MAX_FILTER_NAME_BYTES",
     "MAX_FILTER_STRING_BYTES",
+    "MAX_IDENTIFIERS",
+    "MAX_IDENTIFIER_CHARS",
     "MAX_IDS",
     "MAX_KIND_BYTES",
     "MAX_LIMIT",
@@ -276,11 +319,14 @@ __all__ = [
     "MAX_TEXT_CHARS",
     "MAX_TS",
     "MEDIA_TYPE",
+    "MIN_IDENTIFIER_CHARS",
     "PARTS",
     "PENDING",
     "PROPERTY_NAME",
     "REASONS",
     "RUNS",
+    "SUBJECT",
+    "SUBJECT_PROPERTY",
     "UNLIMITED",
     "AppendResult",
     "CypherResult",
@@ -300,6 +346,8 @@ __all__ = [
     "PurgeStats",
     "Quota",
     "QuotaSource",
+    "Reach",
+    "Reached",
     "RecallQuery",
     "RecallResult",
     "RetentionView",
@@ -319,16 +367,21 @@ __all__ = [
     "check_embedder_settings",
     "check_embedder_url",
     "check_embedding",
+    "check_identifiers",
     "check_kind",
     "check_model",
+    "check_room",
+    "check_subject",
     "check_text",
     "client_url",
     "closed_tenant_bytes",
     "closed_usage",
     "describe_embedder",
     "disk_full",
+    "doomed",
     "due",
     "export_lines",
+    "files_holding",
     "for_want_of_room",
     "free_bytes",
     "hold_data_dir",
@@ -336,13 +389,17 @@ __all__ = [
     "is_filterable_value",
     "last_receipt",
     "limit_arenas",
+    "log_holding",
     "make_embedder",
     "names_full_disk",
     "new_event",
     "outlook",
     "outlook_of_files",
     "pending_tenants",
+    "reach",
+    "record_copy",
     "refuse_held",
+    "subject_lines",
     "sweep_stale",
     "tenant_dirs",
     "tenant_memory",

@@ -12,7 +12,17 @@ from litestar.response import Stream
 
 from memspine.body import ClientGone
 from memspine.pipeline import Operation, Services, error_answer, serve
-from memspine.routes import admin, cypher, health, holds, memory, move, transfer, whoami
+from memspine.routes import (
+    admin,
+    cypher,
+    health,
+    holds,
+    memory,
+    move,
+    subjects,
+    transfer,
+    whoami,
+)
 from storage.errors import InvalidRequest
 
 GONE = "the client disconnected before its body arrived"
@@ -26,6 +36,7 @@ OPERATIONS: tuple[Operation, ...] = (
     *admin.OPERATIONS,
     *holds.OPERATIONS,
     *move.OPERATIONS,
+    *subjects.OPERATIONS,
 )
 
 

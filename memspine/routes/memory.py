@@ -13,6 +13,7 @@ from memspine.queryparams import flag, int_range, list_query, text
 from memspine.schemas import (
     KIND_SCHEMA,
     MAX_IDEMPOTENCY_KEY,
+    SUBJECT_SCHEMA,
     TIME,
     TIME_CHECK_HEADER,
     DeleteDone,
@@ -29,7 +30,7 @@ from memspine.schemas import (
     to_new_event,
     to_recall_query,
 )
-from storage import MAX_LIMIT, MAX_TS, ListQuery, Quota, QuotaSource, check_kind
+from storage import MAX_LIMIT, MAX_TS, ListQuery, Quota, QuotaSource, check_kind, check_subject
 from storage.errors import InvalidRequest, NotFound
 
 IDEMPOTENCY_KEY = b"idempotency-key"
@@ -309,6 +310,7 @@ LIST = Operation(
         ),
         Query("current", flag("current"), FLAG_SCHEMA, "Only current events (default true)."),
         Query("as_of", int_range("as_of", 0, MAX_TS), TIME_SCHEMA, "Current as of." + TIME_NOTE),
+        Query("subject", check_subject, SUBJECT_SCHEMA, "Only events about this subject."),
     ),
     props=True,
     replies={200: Reply(EventPage, "One page, and the cursor of the next (null on the last).")},

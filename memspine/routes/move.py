@@ -115,7 +115,7 @@ async def _export(call: Call) -> Outcome:
     spool = tempfile.TemporaryFile(dir=services.settings.data_dir)  # noqa: SIM115
 
     def spool_it(t: Tenant) -> tuple[int, int]:
-        last, size = write_since(t, spool, tenant_id, after)
+        last, size = write_since(t, spool, tenant_id, after, ledger=True)
         spool.flush()
         spool.seek(0)
         return last, size

@@ -20,7 +20,7 @@ from storage.errors import MemspineError, Unavailable
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
 from storage.tenants.standin import EmptyStandIn
-from storage.tenants.tenant import Tenant, TenantHooks
+from storage.tenants.tenant import LEDGER_DAYS, Tenant, TenantHooks
 
 log = logging.getLogger("memspine.manager")
 
@@ -188,8 +188,10 @@ class TenantManager:
         on_open: Callable[[Tenant, float], None] | None = None,
         on_batch: Callable[[int], None] | None = None,
         admit: Callable[[str], None] | None = None,
+        ledger_days: float = LEDGER_DAYS,
     ) -> None:
         self.data_dir = data_dir
+        self.ledger_days = ledger_days  # each tenant's purges prune its erasure ledger to it
         # The background embedder: told of each tenant opened and closed, it offers new
         # tenants its space and holds open ones (use_open) while it writes their vectors.
         self.embedding = embedding
@@ -359,6 +361,7 @@ class TenantManager:
                 offer=None if embedding is None else embedding.offer,
                 hooks=self.hooks,
             )
+            tenant.ledger_days = self.ledger_days
             seconds = time.perf_counter() - started
         except BaseException as exc:
             raise self._open_failed(slot, exc) from None

@@ -105,13 +105,16 @@ def changes_lines(
     yield end_line(len(found.appended), kept, digest.hexdigest())
 
 
-def write_since(tenant: Tenant, out: IO[bytes], tenant_id: str, after: int = 0) -> tuple[int, int]:
-    """Write the tenant's export from one snapshot to out: whole (after=0) or what its log
-    gained after op `after`; the snapshot's last op and the bytes written."""
+def write_since(
+    tenant: Tenant, out: IO[bytes], tenant_id: str, after: int = 0, *, ledger: bool = False
+) -> tuple[int, int]:
+    """Write the tenant's export from one snapshot to out: whole (after=0; with its erasure
+    ledger if `ledger`) or what its log gained after op `after`; the snapshot's last op and the
+    bytes written."""
     with tenant.snapshot() as r:
         last = r.last_seq()
         if after == 0:
-            lines = export_lines(r, tenant_id, default_dim=tenant.dim)
+            lines = export_lines(r, tenant_id, default_dim=tenant.dim, ledger=ledger)
         else:
             lines = changes_lines(r, tenant_id, changes(r, after), default_dim=tenant.dim)
         size = 0
