@@ -73,6 +73,8 @@ if TYPE_CHECKING:
     from storage.model import MAX_IDS as MAX_IDS
     from storage.model import MAX_KIND_BYTES as MAX_KIND_BYTES
     from storage.model import MAX_MODEL_CHARS as MAX_MODEL_CHARS
+    from storage.model import MAX_SUBJECT_BYTES as MAX_SUBJECT_BYTES
+    from storage.model import MAX_SUBJECTS as MAX_SUBJECTS
     from storage.model import MAX_TEXT_CHARS as MAX_TEXT_CHARS
     from storage.model import MAX_TS as MAX_TS
     from storage.model import (
@@ -103,6 +105,7 @@ if TYPE_CHECKING:
     from storage.model import check_kind as check_kind
     from storage.model import check_model as check_model
     from storage.model import check_subject as check_subject
+    from storage.model import check_subjects as check_subjects
     from storage.model import check_text as check_text
     from storage.model import new_event as new_event
     from storage.read.current import EventState as EventState
@@ -204,6 +207,7 @@ HOMES: dict[str, str] = {
     "check_model": "storage.model",
     "check_room": "storage.erasure.purge",
     "check_subject": "storage.model",
+    "check_subjects": "storage.model",
     "check_text": "storage.model",
     "client_url": "storage.datalock",
     "closed_tenant_bytes": "storage.tenants.footprint",
@@ -250,6 +254,8 @@ HOMES: dict[str, str] = {
     "MAX_LIMIT": "storage.read.listing",
     "MAX_MODEL_CHARS": "storage.model",
     "MAX_QUERY_CHARS": "storage.cypher",
+    "MAX_SUBJECT_BYTES": "storage.model",
+    "MAX_SUBJECTS": "storage.model",
     "MAX_TEXT_CHARS": "storage.model",
     "MAX_TS": "storage.model",
     "MEDIA_TYPE": "storage.transfer.format",
@@ -282,8 +288,8 @@ HOMES: dict[str, str] = {
     "ServerVectors": "storage.tenants.serving",
     "StoredEvent": "storage.model",
     "SUBJECT": "storage.read.subjects",
-    "SUBJECT_PROPERTY": "storage.log.layout:SUBJECT",
     "subject_lines": "storage.transfer.export",
+    "SUBJECT_PROPERTY": "storage.log.layout:SUBJECT",
     "sweep_stale": "storage.transfer.landing",
     "Tenant": "storage.tenants.tenant",
     "tenant_dirs": "storage.transfer.backup",
@@ -316,6 +322,8 @@ __all__ = [
     "MAX_LIMIT",
     "MAX_MODEL_CHARS",
     "MAX_QUERY_CHARS",
+    "MAX_SUBJECTS",
+    "MAX_SUBJECT_BYTES",
     "MAX_TEXT_CHARS",
     "MAX_TS",
     "MEDIA_TYPE",
@@ -372,6 +380,7 @@ __all__ = [
     "check_model",
     "check_room",
     "check_subject",
+    "check_subjects",
     "check_text",
     "client_url",
     "closed_tenant_bytes",
