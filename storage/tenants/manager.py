@@ -214,13 +214,7 @@ class TenantManager:
         self._absent_in_flight = 0  # reads of tenants that do not exist, answered by:
         self._standin = EmptyStandIn(embedding_dim)
         self.on_open = on_open  # told of each tenant opened: (tenant, seconds to open)
-        # What each open tenant tells: its group commits' sizes, its new work to the embedder,
-        # and its memory measured for quotas (storage/tenants/footprint.py).
-        self.hooks = TenantHooks(
-            on_unembedded=None if embedding is None else embedding.notice,
-            on_batch=on_batch,
-            measure_memory=tenant_bytes,
-        )
+        self.hooks = _tenant_hooks(embedding, on_batch)
         # Asked right before a tenant's files are opened; raises to refuse (a tenant erased
         # while a request that authenticated earlier waited must not come back as empty files).
         self.admit = admit
@@ -739,3 +733,15 @@ class TenantManager:
             except lmdb.Error:
                 continue
         return sizes
+
+
+def _tenant_hooks(
+    embedding: EmbeddingWorker | None, on_batch: Callable[[int], None] | None
+) -> TenantHooks:
+    """What each tenant a manager opens tells: its new work to the embedder, its group
+    commits' sizes, and its memory measured for quotas (storage/tenants/footprint.py)."""
+    return TenantHooks(
+        on_unembedded=None if embedding is None else embedding.notice,
+        on_batch=on_batch,
+        measure_memory=tenant_bytes,
+    )
