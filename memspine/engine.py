@@ -46,12 +46,13 @@ READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 # many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
 READ_THREADS_PER_TENANT = 8
 CYPHER_BUSY = "other Cypher queries kept this one waiting past its time limit; retry shortly"
-# Appends that would list events for the embedder wait at most this long for the backlog to
-# fall under MEMSPINE_EMBEDDINGS_MAX_PENDING, then get 503 (nothing written, nothing lost).
+# Appends that would list events for the embedder wait at most this long for their tenant's
+# room in the backlog (MEMSPINE_EMBEDDINGS_MAX_PENDING, shared fairly between tenants with work:
+# storage/tenants/embedding.py), then get 503 (nothing written, nothing lost).
 BACKLOG_WAIT_SECS = 30.0
 BACKLOG_FULL = (
-    "the server's embedder is behind (MEMSPINE_EMBEDDINGS_MAX_PENDING events await their "
-    "vectors); nothing was written: retry shortly"
+    "the server's embedder is behind on this tenant's events (its share of "
+    "MEMSPINE_EMBEDDINGS_MAX_PENDING awaits vectors); nothing was written: retry shortly"
 )
 # A recall with wait_for_vectors waits at most this long.
 VECTORS_WAIT_SECS = 10.0
@@ -235,14 +236,14 @@ class Engine:
         """Back-pressure: hold appends that would list events for the embedder while its
         backlog is full; 503 (nothing written) if it stays full for BACKLOG_WAIT_SECS."""
         w = self.embedding
-        if w is None or w.has_room() or t.space == layout.SPACE_CLIENT:
+        if w is None or w.has_room(t.tenant_id) or t.space == layout.SPACE_CLIENT:
             return
         if t.space is None and w.offer() is None:
             return
         if not any(ev.embedding is None and ev.text for ev in events):
             return
         deadline = time.monotonic() + BACKLOG_WAIT_SECS
-        while not w.has_room():
+        while not w.has_room(t.tenant_id):
             if time.monotonic() > deadline:
                 raise Unavailable(BACKLOG_FULL, headers={"Retry-After": "5"})
             await asyncio.sleep(POLL_SECS)
@@ -370,7 +371,7 @@ class Engine:
                 return await self._read_in(
                     t, tenant_id, lambda t: t.recall(query, embeddings=False), short=True
                 )
-            if wait_for_vectors:
+            if wait_for_vectors and t.tenant_id not in w.keyword_only:  # else none will come
                 await self._vectors_of(t)
             feedback: Feedback | None = None
             if query.text:
