@@ -26,6 +26,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
@@ -183,12 +184,47 @@ def read_manifest(src: Path) -> Manifest:
             f"{src} is a backup of format version {manifest.version}; this version of "
             f"memspine reads version {FORMAT_VERSION}"
         )
+    tenants = {entry.tenant_id for entry in manifest.tenants}
     for entry in manifest.tenants:
-        if entry.tenant_id[:1] in ("", ".", "_") or "/" in entry.tenant_id:
+        if not _plain_name(entry.tenant_id, hidden="._"):
             raise InvalidRequest(f"{src / MANIFEST} names a tenant {entry.tenant_id!r}")
-        if not (src / TENANTS / entry.tenant_id / files.LOG / "data.mdb").is_file():
-            raise InvalidRequest(f"{src} lacks the log of tenant {entry.tenant_id}")
+        if not _plain_file(src, (TENANTS, entry.tenant_id, files.LOG, "data.mdb")):
+            raise InvalidRequest(
+                f"{src} lacks the log of tenant {entry.tenant_id} as a plain file inside its "
+                "tenant's directory (a link or a missing file is refused)"
+            )
+    for name in manifest.environments:
+        if not _plain_name(name, hidden=".") or name in {TENANTS, *tenants}:
+            raise InvalidRequest(f"{src / MANIFEST} names an environment {name!r}")
+        if not _plain_file(src, (name, "data.mdb")):
+            raise InvalidRequest(
+                f"{src} lacks environment {name} as a plain file inside its directory "
+                "(a link or a missing file is refused)"
+            )
     return manifest
+
+
+def _plain_name(name: str, *, hidden: str) -> bool:
+    """Whether a manifest's name is one directory entry: not empty, no separator, not starting
+    with a character of `hidden` (which holds ".": no `.` or `..`)."""
+    return bool(name) and name[0] not in hidden and not any(c in name for c in "/\\\0")
+
+
+def _plain_file(src: Path, parts: tuple[str, ...]) -> bool:
+    """Whether src/parts... is a regular file reached through real directories only: no
+    component a symbolic link (a crafted backup must not copy a file from outside itself, or
+    another tenant's log under a new id, into the restored directory)."""
+    path = src
+    for i, part in enumerate(parts):
+        path = path / part
+        try:
+            st = path.lstat()
+        except OSError:
+            return False
+        last = i == len(parts) - 1
+        if not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
+            return False
+    return True
 
 
 def restore(
