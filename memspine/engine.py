@@ -17,7 +17,7 @@ import msgspec
 from memspine.batch import in_batch
 from memspine.cluster import NodeGate
 from memspine.config import Settings
-from memspine.shares import FairShares
+from memspine.shares import CostedShares, FairShares
 from storage.cypher import CypherResult, Limits
 from storage.embedders import EmbedderError, make_embedder
 from storage.erasure.purge import for_want_of_room
@@ -45,6 +45,7 @@ READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 # Reads one tenant runs at once: its further reads wait in its own queue, so a tenant with
 # many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
 READ_THREADS_PER_TENANT = 8
+EXPORTS_AT_ONCE = 4  # exports spooling at once, one per tenant (docs/security.md)
 CYPHER_BUSY = "other Cypher queries kept this one waiting past its time limit; retry shortly"
 # Appends that would list events for the embedder wait at most this long for their tenant's
 # room in the backlog (MEMSPINE_EMBEDDINGS_MAX_PENDING, shared fairly between tenants with work:
@@ -169,8 +170,12 @@ class Engine:
         self.on_reject: Callable[[str], None] | None = None  # the limit of each refused write
         self.read_threads = ReadThreads()
         # Cypher is CPU work under the interpreter lock: each query running beside the others
-        # slows every request of every tenant, so few run at once and one tenant runs one.
-        self.cypher_shares = FairShares(settings.cypher_concurrency, per_owner=1)
+        # slows every request of every tenant, so few run at once and one tenant runs one; a
+        # tenant whose queries are short gets a lane beside them (memspine/shares.py).
+        self.cypher_shares = CostedShares(settings.cypher_concurrency, per_owner=1)
+        # An export holds a read thread while it spools the whole tenant: one per tenant at
+        # once, a few in all, so one tenant's export loops leave the threads to others.
+        self.export_shares = FairShares(EXPORTS_AT_ONCE, per_owner=1)
         self._leases = 0  # requests holding a tenant right now (this one included)
         self.gate: NodeGate | None = None  # a cluster node's placement checks (memspine/cluster.py)
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
@@ -445,18 +450,25 @@ class Engine:
             max_result_bytes=settings.cypher_max_result_bytes,
         )
         try:
-            await asyncio.wait_for(
+            pool = await asyncio.wait_for(
                 self.cypher_shares.acquire(tenant_id), settings.cypher_timeout_ms / 1000
             )
         except TimeoutError:
             raise Unavailable(CYPHER_BUSY, headers={"Retry-After": "1"}) from None
-        try:
+        spent = [0.0]  # the query's CPU time: its cost, whatever else shares the cores
+
+        def run(t: Tenant) -> CypherResult:
             # encoded: the answer is encoded on the read thread, row by row, under the limits.
-            return await self.read(
-                tenant_id, lambda t: t.cypher(query, params, limits, encoded=True, started=started)
-            )
+            start = time.thread_time()
+            try:
+                return t.cypher(query, params, limits, encoded=True, started=started)
+            finally:
+                spent[0] = time.thread_time() - start
+
+        try:
+            return await self.read(tenant_id, run)
         finally:
-            self.cypher_shares.release(tenant_id)
+            self.cypher_shares.release(pool, tenant_id, spent[0])
 
     def close(self) -> None:
         """Stop the background embedder (its work stays in the logs), close every open tenant
