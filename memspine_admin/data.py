@@ -19,6 +19,7 @@ import msgspec
 
 from memspine_admin.control import CONTROL_DIR, MAP_SIZE
 from memspine_admin.plane import ControlPlane, control_exists, open_control
+from memspine_admin.quotas import quota_for
 from memspine_admin.records import check_tenant_id, is_tenant_id
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound
 from storage.fsync import fsync_dir, replace_durably
@@ -174,10 +175,18 @@ def cmd_import(args: argparse.Namespace) -> int:
                 why = f"stop it to import into tenant {tenant_id}, which has a directory there"
                 with unserved(args.data_dir, why):
                     stats = import_tenant(
-                        args.data_dir, tenant_id, stream, merge=args.merge, progress=bar.update
+                        args.data_dir,
+                        tenant_id,
+                        stream,
+                        merge=args.merge,
+                        progress=bar.update,
+                        quota=quota_for(args.data_dir, tenant_id),
                     )
             else:
-                stats = import_tenant(args.data_dir, tenant_id, stream, progress=bar.update)
+                quota = quota_for(args.data_dir, tenant_id)
+                stats = import_tenant(
+                    args.data_dir, tenant_id, stream, progress=bar.update, quota=quota
+                )
     finally:
         if args.input:
             stream.close()
@@ -285,7 +294,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
             seen[tenant_id] = events
             bar.update(before + events)
 
-        stats = restore(src, args.data_dir, progress=told)  # each log records its dimension
+        # Each log records its dimension; each tenant is held to its quota in the restored
+        # control plane (environments are copied first), as the server would hold it.
+        stats = restore(src, args.data_dir, progress=told, quota_of=quota_for)
     human = (
         f"restored {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")

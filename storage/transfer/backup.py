@@ -40,6 +40,7 @@ from storage.erasure.compact import rewrite
 from storage.errors import Conflict, InvalidRequest, NotFound
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
+from storage.model import Quota
 from storage.transfer.export import export_lines, log_snapshot
 from storage.transfer.format import Reader
 from storage.transfer.landing import LOCK, build, held
@@ -233,9 +234,11 @@ def restore(
     *,
     default_dim: int = 384,
     progress: Progress | None = None,
+    quota_of: Callable[[Path, str], Quota | None] | None = None,
 ) -> BackupStats:
     """Rebuild data_dir (absent or empty) from the backup at src, indexes from the logs; all
-    of it, or (refused, killed, failed) nothing."""
+    of it, or (refused, killed, failed) nothing. Each tenant is held to quota_of(the data
+    directory being built, with its environments, its id) as an import is (QuotaExceeded)."""
     started = time.monotonic()
     manifest = read_manifest(src)
     if data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
@@ -243,10 +246,11 @@ def restore(
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     events = 0
     with _stage(data_dir, RESTORING) as stage:
-        for entry in manifest.tenants:
-            events += _restore_tenant(src, stage, entry, default_dim, progress)
-        for name in manifest.environments:
+        for name in manifest.environments:  # first: the control plane holds the quotas
             _copy_files(src / name, stage / name)
+        for entry in manifest.tenants:
+            quota = None if quota_of is None else quota_of(stage, entry.tenant_id)
+            events += _restore_tenant(src, stage, entry, default_dim, progress, quota)
         fsync_tree(stage)
         _into_place(stage, data_dir)
     return BackupStats(
@@ -260,7 +264,12 @@ def restore(
 
 
 def _restore_tenant(
-    src: Path, stage: Path, entry: TenantEntry, default_dim: int, progress: Progress | None
+    src: Path,
+    stage: Path,
+    entry: TenantEntry,
+    default_dim: int,
+    progress: Progress | None,
+    quota: Quota | None,
 ) -> int:
     """Import one tenant of a backup from its log's records; the events written."""
     log = src / TENANTS / entry.tenant_id / files.LOG
@@ -271,7 +280,7 @@ def _restore_tenant(
         header = read_header(lines, reader)
         told = None if progress is None else (lambda n: progress(entry.tenant_id, n))
         root = stage / entry.tenant_id
-        stats = build(root, entry.tenant_id, header.embedding_dim, lines, reader, told)
+        stats = build(root, entry.tenant_id, header.embedding_dim, lines, reader, told, quota)
     if stats.events != entry.events:
         raise InvalidRequest(
             f"tenant {entry.tenant_id}: the backup's manifest counts {entry.events} events, "

@@ -26,9 +26,11 @@ from typing import IO
 from storage import files
 from storage.erasure import swap
 from storage.erasure.compact import rewrite
-from storage.errors import Conflict, InvalidRequest
+from storage.errors import Conflict, InvalidRequest, QuotaExceeded
 from storage.fsync import fsync_dir, fsync_tree
-from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog
+from storage.log import layout
+from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog, vector_bytes
+from storage.model import Quota
 from storage.tenants.tenant import Tenant
 from storage.transfer.format import Reader
 from storage.transfer.load import ImportStats, Progress, lines_of, load, read_header
@@ -44,19 +46,41 @@ def import_tenant(
     *,
     merge: bool = False,
     progress: Progress | None = None,
+    quota: Quota | None = None,
 ) -> ImportStats:
     """Import an export into DATA_DIR/<tenant_id>: all of it, or (refused, interrupted) nothing.
 
     A tenant holding live events is refused (Conflict) unless `merge`: then events whose ids
-    it holds already are kept as they are and the others added.
+    it holds already are kept as they are and the others added. What the tenant holds after
+    the import is held to `quota` as appends are (QuotaExceeded, nothing imported).
     """
     root = data_dir / tenant_id
     reader = Reader()
     lines = lines_of(stream)
     header = read_header(lines, reader)
     if not root.exists():
-        return _into_new(data_dir, tenant_id, header.embedding_dim, lines, reader, progress)
-    return _into_existing(root, tenant_id, lines, reader, merge=merge, progress=progress)
+        return _into_new(data_dir, tenant_id, header.embedding_dim, lines, reader, progress, quota)
+    return _into_existing(
+        root, tenant_id, lines, reader, merge=merge, progress=progress, quota=quota
+    )
+
+
+def within(log: EventLog, quota: Quota | None) -> None:
+    """QuotaExceeded if what the log holds (its live events, their bytes and the vectors the
+    server owes the events awaiting theirs) is past `quota`'s max_events or max_bytes."""
+    if quota is None:
+        return
+    with log.reader() as r:
+        events = r.event_count()
+        size = (r.meta_int(layout.LIVE_BYTES) or 0) + r.unembedded_count() * vector_bytes(
+            r.meta_int(layout.DIM) or 0
+        )
+    refused = Quota(max_events=quota.max_events, max_bytes=quota.max_bytes).refusal(events, size)
+    if refused is not None:
+        raise QuotaExceeded(
+            f"the import would pass the tenant's quota: {refused.detail}; nothing was imported",
+            limit=refused.limit,
+        )
 
 
 def _into_new(
@@ -66,6 +90,7 @@ def _into_new(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None,
+    quota: Quota | None = None,
 ) -> ImportStats:
     """Build the tenant beside the others and rename it into place."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +99,7 @@ def _into_new(
     staging.mkdir()
     try:
         with held(staging):
-            stats = build(staging, tenant_id, dim, lines, reader, progress)
+            stats = build(staging, tenant_id, dim, lines, reader, progress, quota)
             fsync_tree(staging)
             _rename_into_place(staging, data_dir / tenant_id)
     except BaseException:
@@ -90,12 +115,16 @@ def build(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None = None,
+    quota: Quota | None = None,
 ) -> ImportStats:
     """Make a new tenant at root from the rest of an export (its header read by `reader`):
-    the log written in batches, both indexes projected from it, all saved and closed."""
+    the log written in batches, both indexes projected from it, all saved and closed; held
+    to `quota` after each batch."""
     tenant = Tenant.open(tenant_id, root, embedding_dim=dim)
     try:
-        return load(tenant, lines, reader, progress=progress)
+        return load(
+            tenant, lines, reader, progress=progress, check=lambda: within(tenant.log, quota)
+        )
     finally:
         tenant.close()
 
@@ -122,6 +151,7 @@ def _into_existing(
     *,
     merge: bool,
     progress: Progress | None,
+    quota: Quota | None = None,
 ) -> ImportStats:
     """Import into a copy of the tenant's log in purge.new/, then swap it in as a purge does."""
     swap.recover(root)
@@ -147,7 +177,12 @@ def _into_existing(
         tenant = Tenant.open(tenant_id, staging, embedding_dim=reader.header.embedding_dim)
         try:
             stats = load(
-                tenant, lines, reader, keep_before=last if merge else None, progress=progress
+                tenant,
+                lines,
+                reader,
+                keep_before=last if merge else None,
+                progress=progress,
+                check=lambda: within(tenant.log, quota),
             )
         finally:
             tenant.close()

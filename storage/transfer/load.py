@@ -75,8 +75,10 @@ def load(
     *,
     keep_before: int | None = None,
     progress: Progress | None = None,
+    check: Callable[[], None] | None = None,
 ) -> ImportStats:
-    """Write the rest of an export (its header already read by `reader`) into the tenant.
+    """Write the rest of an export (its header already read by `reader`) into the tenant;
+    `check` is called after each batch is written and may refuse the rest (a quota).
 
     Every line is checked before its batch is written, and the trailer's counts and checksum
     once the input ends; a refusal is InvalidRequest naming the line. Batches written before a
@@ -107,6 +109,8 @@ def load(
             written += done.result()
             if progress is not None:
                 progress(written)
+            if check is not None:
+                check()
 
     def flush() -> None:
         nonlocal batch, idem, size, model, space, pending
