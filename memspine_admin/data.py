@@ -22,7 +22,7 @@ from memspine_admin.plane import ControlPlane, control_exists, open_control
 from memspine_admin.quotas import quota_for
 from memspine_admin.records import check_tenant_id, is_tenant_id
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound
-from storage.fsync import fsync_dir, replace_durably
+from storage.fsync import fsync_dir, publish_durably
 
 # storage.transfer (the stores: Tantivy, hnswlib, LMDB) is imported by the commands that use
 # it, so that every other command of the CLI starts without it.
@@ -154,8 +154,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         write(sys.stdout.buffer)
         sys.stdout.buffer.flush()
         return 0
-    # Through a temp file beside it: a killed export leaves no file that looks whole.
-    replace_durably(Path(args.out), write)
+    # Through an unnamed file beside it: a killed export leaves no file, whole or partial.
+    try:
+        publish_durably(Path(args.out), write)
+    except OSError as exc:
+        if exc.filename is None:  # a write to the out file: its name, not the data directory's
+            exc.filename = str(args.out)
+        raise
     payload = {"tenant_id": tenant_id, "events": events, "bytes": size, "out": str(args.out)}
     _emit(args, payload, f"exported {events} events of tenant {tenant_id} to {args.out}")
     return 0

@@ -37,10 +37,11 @@ import msgspec
 from storage import files
 from storage.erasure import swap
 from storage.erasure.compact import rewrite
-from storage.errors import Conflict, InvalidRequest, NotFound
+from storage.errors import Conflict, DiskFull, InvalidRequest, NotFound
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
 from storage.model import Quota
+from storage.space import disk_full
 from storage.transfer.export import export_lines, log_snapshot
 from storage.transfer.format import Reader
 from storage.transfer.landing import LOCK, build, held
@@ -112,7 +113,7 @@ def backup(
     if not data_dir.is_dir():
         raise InvalidRequest(f"{data_dir} is not a data directory")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with _stage(dest, PARTIAL) as stage:
+    with _stage(dest, PARTIAL) as stage, _full_disk_said(dest, "backup"):
         taken_at = time.time_ns() // 1000
         entries = []
         for tenant_id in tenant_dirs(data_dir):
@@ -245,7 +246,7 @@ def restore(
         raise Conflict(f"{data_dir} is not empty: restore into a new data directory")
     data_dir.parent.mkdir(parents=True, exist_ok=True)
     events = 0
-    with _stage(data_dir, RESTORING) as stage:
+    with _stage(data_dir, RESTORING) as stage, _full_disk_said(data_dir, "restore"):
         for name in manifest.environments:  # first: the control plane holds the quotas
             _copy_files(src / name, stage / name)
         for entry in manifest.tenants:
@@ -294,6 +295,21 @@ def _copy_files(source: Path, dest: Path) -> None:
     dest.mkdir(mode=0o700)
     shutil.copyfile(source / "data.mdb", dest / "data.mdb")
     os.chmod(dest / "data.mdb", 0o600)
+
+
+@contextlib.contextmanager
+def _full_disk_said(target: Path, what: str) -> Iterator[None]:
+    """A write that failed for a full disk (an OSError, an LMDB error) as DiskFull naming the
+    target: the operator reads the cause in one line, not a traceback."""
+    try:
+        yield
+    except (OSError, lmdb.Error) as exc:
+        if not disk_full(exc, target.parent):
+            raise
+        raise DiskFull(
+            f"the disk holding {target} is full: the {what} could not be written and nothing "
+            f"was left there; free space and run it again"
+        ) from None
 
 
 @contextlib.contextmanager
