@@ -31,6 +31,7 @@ from psycopg.types.json import Json
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memspine_admin import keys
+from memspine_admin.breaker import Breaker
 from memspine_admin.control import (
     NO_CONTROL_DB,
     check_audit_page,
@@ -255,6 +256,7 @@ class GenerationWatcher:
         self.url = url
         self.node = node
         self.poll_secs = poll_secs
+        self.breaker: Breaker | None = None  # PgControl's: opened when the watch is lost
         self._seen: tuple[int, float] | None = None  # (generation, monotonic time confirmed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="control-watch", daemon=True)
@@ -290,6 +292,8 @@ class GenerationWatcher:
                         row = conn.execute("SELECT generation FROM control_meta").fetchone()
                         self._seen = (int(row[0]) if row else 0, time.monotonic())
                         failures = 0
+                        if self.breaker is not None:
+                            self.breaker.succeeded()
                         if self.node is not None and time.monotonic() - beat > HEARTBEAT_SECS:
                             conn.execute(
                                 "UPDATE nodes SET seen_at = %s WHERE name = %s",
@@ -300,6 +304,8 @@ class GenerationWatcher:
                             pass
             except psycopg.Error as exc:
                 failures += 1
+                if self.breaker is not None:  # requests need not each find it out
+                    self.breaker.failed()
                 if failures == 1:
                     log.warning("control plane watch lost: %s", _first_line(exc))
                 self._stop.wait(min(2.0, 0.1 * failures))
@@ -378,6 +384,9 @@ class PgControl:
         self._pool = pool
         self._watcher = watcher
         self._reporter = reporter
+        self.breaker = Breaker()  # the watcher's lost connection opens it too
+        if watcher is not None:
+            watcher.breaker = self.breaker
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -474,12 +483,17 @@ class PgControl:
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection in a transaction (committed on exit, rolled back on an error);
         a database that cannot be reached is ControlUnavailable, never a 500."""
+        wait = self.breaker.admit()
+        if wait is None:  # found unreachable a moment ago: 503 now, not after the pool's wait
+            raise ControlUnavailable()
         try:
-            with self._pool.connection() as conn:
+            with self._pool.connection(timeout=wait or None) as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            self.breaker.failed()
             log.warning("control plane unavailable: %s", _first_line(exc))
             raise ControlUnavailable() from None
+        self.breaker.succeeded()
 
     # -- generation --------------------------------------------------------------------------
 
