@@ -29,7 +29,8 @@ from storage.erasure.compact import rewrite
 from storage.errors import Conflict, InvalidRequest, QuotaExceeded
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log import layout
-from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog, vector_bytes
+from storage.log.appender import vector_bytes
+from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog
 from storage.model import Quota
 from storage.tenants.tenant import Tenant
 from storage.transfer.format import Reader
