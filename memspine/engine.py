@@ -17,6 +17,7 @@ import msgspec
 from memspine.batch import in_batch
 from memspine.cluster import NodeGate
 from memspine.config import Settings
+from memspine.purging import PurgeLine
 from memspine.shares import CostedShares, FairShares
 from storage.cypher import CypherResult, Limits
 from storage.embedders import EmbedderError, make_embedder
@@ -169,6 +170,7 @@ class Engine:
         self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
         self.on_reject: Callable[[str], None] | None = None  # the limit of each refused write
         self.read_threads = ReadThreads()
+        self.purges = PurgeLine()
         # Cypher is CPU work under the interpreter lock: each query running beside the others
         # slows every request of every tenant, so few run at once and one tenant runs one; a
         # tenant whose queries are short gets a lane beside them (memspine/shares.py).
@@ -324,7 +326,7 @@ class Engine:
     async def purge(self, tenant_id: str) -> None:
         """Rewrite the tenant's files so its deleted events' bytes leave the disk (docs/erasure.md)."""
         async with self.tenant(tenant_id) as t:
-            stats = await anyio.to_thread.run_sync(t.purge)
+            stats = await self.purges.run(tenant_id, t.purge)  # one at a time, niced
         if stats.purged and self.on_purge is not None:
             self.on_purge(stats.seconds)
 
@@ -468,6 +470,7 @@ class Engine:
         and stop the read threads."""
         if self.embedding is not None:
             self.embedding.stop()
+        self.purges.close()  # a purge under way ends before its tenant closes
         self.manager.close_all()
         if self.embedding is not None:
             self.embedding.embedder.close()
