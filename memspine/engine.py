@@ -17,6 +17,7 @@ import msgspec
 from memspine.batch import in_batch
 from memspine.cluster import NodeGate
 from memspine.config import Settings
+from memspine.fullness import FullTenants
 from memspine.purging import PurgeLine
 from memspine.shares import CostedShares, FairShares
 from storage.cypher import CypherResult, Limits
@@ -171,6 +172,7 @@ class Engine:
         self.on_reject: Callable[[str], None] | None = None  # the limit of each refused write
         self.read_threads = ReadThreads()
         self.purges = PurgeLine()
+        self.full = FullTenants(self.manager)  # tenants a quota refused a moment ago
         # Cypher is CPU work under the interpreter lock: each query running beside the others
         # slows every request of every tenant, so few run at once and one tenant runs one; a
         # tenant whose queries are short gets a lane beside them (memspine/shares.py).
@@ -264,7 +266,7 @@ class Engine:
             await self._room_for(t, [event])
             [result] = await asyncio.wrap_future(t.submit_append([event], quota=quota))
         if isinstance(result, MemspineError):
-            raise self._refused(result)
+            raise self._refused(result, owner=(tenant_id, quota))
         return result
 
     async def append_batch(
@@ -278,13 +280,31 @@ class Engine:
             try:
                 return await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
             except ItemRefused as refused:
-                raise self._refused(refused.error, refused.item) from None
+                raise self._refused(refused.error, refused.item, owner=(tenant_id, quota)) from None
 
-    def _refused(self, error: MemspineError, index: int | None = None) -> MemspineError:
-        """A write's refusal as the caller sees it (counted when a limit refused it)."""
-        if isinstance(error, QuotaExceeded) and self.on_reject is not None:
-            self.on_reject(error.limit)
+    def _refused(
+        self,
+        error: MemspineError,
+        index: int | None = None,
+        *,
+        owner: tuple[str, Quota | QuotaSource | None] | None = None,
+    ) -> MemspineError:
+        """A write's refusal as the caller sees it (counted when a limit refused it; a quota's
+        refusal of `owner`'s (tenant, quota) append remembered, memspine/fullness.py)."""
+        if isinstance(error, QuotaExceeded):
+            if owner is not None:
+                self.full.learn(owner[0], owner[1], error)
+            if self.on_reject is not None:
+                self.on_reject(error.limit)
         return error if index is None else in_batch(index, error)
+
+    def refuse_if_full(self, tenant_id: str, *, batch: bool = False) -> None:
+        """QuotaExceeded now if an append to tenant_id would be refused whatever its body (its
+        quota refused one a moment ago and it still holds all it may): before the body is read,
+        as the writer would refuse it (a batch's first event)."""
+        error = self.full.refusal(tenant_id)
+        if error is not None:
+            raise self._refused(error, 0 if batch else None)
 
     def usage_now(self, tenant_id: str) -> TenantUsage:
         """Blocking: what a tenant uses; an open tenant answers from memory, a closed one from

@@ -28,11 +28,10 @@ from storage.erasure import swap
 from storage.erasure.compact import rewrite
 from storage.errors import Conflict, InvalidRequest, QuotaExceeded
 from storage.fsync import fsync_dir, fsync_tree
-from storage.log import layout
-from storage.log.appender import vector_bytes
 from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog
 from storage.model import Quota
 from storage.tenants.tenant import Tenant
+from storage.tenants.usage import quota_figures
 from storage.transfer.format import Reader
 from storage.transfer.load import ImportStats, Progress, lines_of, load, read_header
 
@@ -72,10 +71,7 @@ def within(log: EventLog, quota: Quota | None) -> None:
     if quota is None:
         return
     with log.reader() as r:
-        events = r.event_count()
-        size = (r.meta_int(layout.LIVE_BYTES) or 0) + r.unembedded_count() * vector_bytes(
-            r.meta_int(layout.DIM) or 0
-        )
+        events, size = quota_figures(r)
     refused = Quota(max_events=quota.max_events, max_bytes=quota.max_bytes).refusal(events, size)
     if refused is not None:
         raise QuotaExceeded(
