@@ -39,9 +39,11 @@ from memspine_admin.control import (
 )
 from memspine_admin.issuing import KeyRequest
 from memspine_admin.placement import (
+    HOLD_LEASE_SECS,
     NodeFigures,
     NodeLoad,
     Placement,
+    holding,
     is_node_name,
     least_loaded,
 )
@@ -163,8 +165,17 @@ def _tenant(row: tuple[Any, ...]) -> TenantRecord:
     )
 
 
-def _placement(row: tuple[Any, ...]) -> Placement:
-    return Placement(node=row[0], move_to=row[1], move_from=row[2], writes_held=row[3])
+def _placement(row: tuple[Any, ...], conn: psycopg.Connection[Any], tenant_id: str) -> Placement:
+    placement = Placement(node=row[0], move_to=row[1], move_from=row[2], writes_held=row[3])
+    if not placement.writes_held:
+        return placement
+    # The hold's lease runs from its step in the audit (no column of its own).
+    held = conn.execute(
+        "SELECT ts FROM audit WHERE tenant_id = %s AND action = 'tenant.move'"
+        " AND detail->>'step' = 'hold' ORDER BY seq DESC LIMIT 1",
+        (tenant_id,),
+    ).fetchone()
+    return msgspec.structs.replace(placement, held_since=None if held is None else held[0])
 
 
 def _placed(name: str, node: str | None) -> dict[str, Any]:
@@ -820,7 +831,7 @@ class PgControl:
             row = conn.execute(
                 f"SELECT {_PLACEMENT_COLUMNS} FROM tenants WHERE tenant_id = %s", (tenant_id,)
             ).fetchone()
-        return None if row is None else _placement(row)
+            return None if row is None else _placement(row, conn, tenant_id)
 
     # -- moving a tenant (memspine_admin/move.py drives these steps in order) ----------------
 
@@ -864,6 +875,12 @@ class PgControl:
         def step(_conn: psycopg.Connection[Any], p: Placement) -> Placement:
             if p.move_to is None or not p.writes_held:
                 raise Conflict("the tenant's writes are not held for a move")
+            # The nodes' clock, as they judge the lease: writes went on at the source.
+            if not holding(p, now_us()):
+                raise Conflict(
+                    f"the hold on the tenant's writes ran past its {HOLD_LEASE_SECS:.0f} s lease "
+                    "and writes resumed; run the move again"
+                )
             return Placement(node=p.move_to, move_from=p.node, writes_held=True)
 
         return self._move_step(tenant_id, "switch", step, actor=actor)
@@ -908,7 +925,7 @@ class PgControl:
             ).fetchone()
             if row is None:
                 raise NotFound("no tenant with that id")
-            before = _placement(row)
+            before = _placement(row, conn, tenant_id)
             after = step(conn, before)
             conn.execute(
                 "UPDATE tenants SET node = %s, move_to = %s, move_from = %s, writes_held = %s"

@@ -121,3 +121,30 @@ def test_a_drain_waits_for_the_writes_in_flight(cluster: dict[str, Any]) -> None
     with pytest.raises(Exception) as info:  # held here until the plane says otherwise
         gate.enter_write(tid)
     assert getattr(info.value, "status", None) == 503
+
+
+def test_a_hold_left_by_a_killed_move_runs_out_with_its_lease(cluster: dict[str, Any]) -> None:
+    """A move killed while it holds writes (its hold made HOLD_LEASE_SECS ago, by a clock set
+    back) refuses them no more: they go on where the tenant is, even after the source's
+    drain, and the move's switch is refused (the copy would be behind), so nothing is lost."""
+    from memspine_admin.placement import HOLD_LEASE_SECS
+    from storage.errors import Conflict
+
+    a = cluster["nodes"]["a"]
+    tid, key = cluster["tenant"], cluster["key"]
+    past = int((time.time() - HOLD_LEASE_SECS - 5) * 1e6)
+    with (
+        a.client(key) as ca,
+        PgControl.open(cluster["url"], hasher=WEAK, clock=lambda: past) as killed,
+    ):
+        assert ca.post("/v1/memory/event", json=EVENT).status_code == 201
+        killed.begin_move(tid, "node-b", actor="test")
+        killed.hold_writes(tid, actor="test")  # then the mover was killed
+        a.auth.gate.drain(tid)
+        statuses = [ca.post("/v1/memory/event", json=EVENT).status_code for _ in range(3)]
+        assert statuses == [201, 201, 201]
+        assert len(ca.get("/v1/memory/events").json()["events"]) == 4
+        with pytest.raises(Conflict, match="lease"):
+            killed.switch_move(tid, actor="test")
+        killed.abort_move(tid, actor="test")
+        assert ca.post("/v1/memory/event", json=EVENT).status_code == 201
