@@ -833,6 +833,26 @@ class PgControl:
             ).fetchone()
             return None if row is None else _placement(row, conn, tenant_id)
 
+    def moved_away(self, node: str, tenant_ids: list[str]) -> dict[str, Placement]:
+        """Of `tenant_ids` (copies on `node`'s disk), those a move switched away from `node` and
+        now placed elsewhere (not moving back to it), with their placement: what a killed move
+        may have left there (memspine/leftovers.py). The audit's switch step names the source,
+        so a node renamed or a tenant placed by hand is never taken for one."""
+        ids = [t for t in tenant_ids if is_tenant_id(t)]
+        if not ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT tenant_id, {_PLACEMENT_COLUMNS} FROM tenants t"
+                " WHERE t.tenant_id = ANY(%s) AND t.node IS NOT NULL AND t.node <> %s"
+                " AND (t.move_to IS NULL OR t.move_to <> %s) AND EXISTS ("
+                "  SELECT 1 FROM audit a WHERE a.tenant_id = t.tenant_id"
+                "  AND a.action = 'tenant.move' AND a.detail->>'step' = 'switch'"
+                "  AND a.detail->>'from' = %s)",
+                (ids, node, node, node),
+            ).fetchall()
+            return {row[0]: _placement(row[1:], conn, row[0]) for row in rows}
+
     # -- moving a tenant (memspine_admin/move.py drives these steps in order) ----------------
 
     def begin_move(self, tenant_id: str, to: str, *, actor: str) -> Placement:
