@@ -33,7 +33,7 @@ from storage.model import Quota
 from storage.tenants.tenant import Tenant
 from storage.tenants.usage import quota_figures
 from storage.transfer.format import Reader
-from storage.transfer.load import ImportStats, Progress, lines_of, load, read_header
+from storage.transfer.load import Drop, ImportStats, Progress, lines_of, load, read_header
 
 STAGING_PREFIX = ".importing-"
 LOCK = ".lock"  # flock-ed inside a staging directory while its import runs
@@ -46,22 +46,26 @@ def import_tenant(
     *,
     merge: bool = False,
     progress: Progress | None = None,
+    drop: Drop | None = None,
     quota: Quota | None = None,
 ) -> ImportStats:
     """Import an export into DATA_DIR/<tenant_id>: all of it, or (refused, interrupted) nothing.
 
     A tenant holding live events is refused (Conflict) unless `merge`: then events whose ids
-    it holds already are kept as they are and the others added. What the tenant holds after
-    the import is held to `quota` as appends are (QuotaExceeded, nothing imported).
+    it holds already are kept as they are and the others added. Events `drop` refuses (past
+    their retention window) are not written. What the tenant holds after the import is held
+    to `quota` as appends are (QuotaExceeded, nothing imported).
     """
     root = data_dir / tenant_id
     reader = Reader()
     lines = lines_of(stream)
     header = read_header(lines, reader)
     if not root.exists():
-        return _into_new(data_dir, tenant_id, header.embedding_dim, lines, reader, progress, quota)
+        return _into_new(
+            data_dir, tenant_id, header.embedding_dim, lines, reader, progress, drop, quota
+        )
     return _into_existing(
-        root, tenant_id, lines, reader, merge=merge, progress=progress, quota=quota
+        root, tenant_id, lines, reader, merge=merge, progress=progress, drop=drop, quota=quota
     )
 
 
@@ -87,6 +91,7 @@ def _into_new(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None,
+    drop: Drop | None = None,
     quota: Quota | None = None,
 ) -> ImportStats:
     """Build the tenant beside the others and rename it into place."""
@@ -96,7 +101,7 @@ def _into_new(
     staging.mkdir()
     try:
         with held(staging):
-            stats = build(staging, tenant_id, dim, lines, reader, progress, quota)
+            stats = build(staging, tenant_id, dim, lines, reader, progress, drop, quota)
             fsync_tree(staging)
             _rename_into_place(staging, data_dir / tenant_id)
     except BaseException:
@@ -112,6 +117,7 @@ def build(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None = None,
+    drop: Drop | None = None,
     quota: Quota | None = None,
 ) -> ImportStats:
     """Make a new tenant at root from the rest of an export (its header read by `reader`):
@@ -120,7 +126,12 @@ def build(
     tenant = Tenant.open(tenant_id, root, embedding_dim=dim)
     try:
         return load(
-            tenant, lines, reader, progress=progress, check=lambda: within(tenant.log, quota)
+            tenant,
+            lines,
+            reader,
+            progress=progress,
+            drop=drop,
+            check=lambda: within(tenant.log, quota),
         )
     finally:
         tenant.close()
@@ -148,6 +159,7 @@ def _into_existing(
     *,
     merge: bool,
     progress: Progress | None,
+    drop: Drop | None = None,
     quota: Quota | None = None,
 ) -> ImportStats:
     """Import into a copy of the tenant's log in purge.new/, then swap it in as a purge does."""
@@ -179,6 +191,7 @@ def _into_existing(
                 reader,
                 keep_before=last if merge else None,
                 progress=progress,
+                drop=drop,
                 check=lambda: within(tenant.log, quota),
             )
         finally:
