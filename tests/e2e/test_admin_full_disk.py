@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 from test_admin_cli import COMMAND, Admin
+from test_disk_full import tmpfs
 
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
@@ -24,23 +25,8 @@ TS = 1_790_000_000_000_000
 @pytest.fixture
 def small_fs(tmp_path: Path) -> Iterator[Path]:
     """A 1 MiB tmpfs mounted on tmp_path/fs (skipped where this process may not mount one)."""
-    mnt = tmp_path / "fs"
-    mnt.mkdir()
-    try:
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot run mount to make a small filesystem: {exc}")
-    if done.returncode != 0:
-        pytest.skip(f"mounting a small tmpfs is not permitted here: {done.stderr.strip()}")
-    try:
+    with tmpfs(tmp_path / "fs", "1m") as mnt:
         yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
 
 
 def tenant(data_dir: Path, n: int, size: int = 2000) -> None:
