@@ -25,7 +25,7 @@ import msgspec
 from memspine.body import TOO_LARGE, ClientGone, read_body
 from memspine.errors import error_body, unexpected_error
 from memspine.schemas import decode_body
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 from storage.errors import InvalidRequest, MemspineError
 
 if TYPE_CHECKING:

@@ -38,6 +38,7 @@ from memspine_admin.control import (
     check_limits,
     held_tenant,
 )
+from memspine_admin.controlurl import redact
 from memspine_admin.issuing import KeyRequest
 from memspine_admin.placement import (
     HOLD_LEASE_SECS,
@@ -48,7 +49,6 @@ from memspine_admin.placement import (
     is_node_name,
     least_loaded,
 )
-from memspine_admin.plane import redact
 from memspine_admin.records import (
     SCOPES,
     AuditEntry,

@@ -18,7 +18,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from storage.errors import MemspineError, Unavailable
+from storage.errors import MemspineError, Misdirected, Unavailable
 
 # A DNS label, as Kubernetes names StatefulSet pods (memspine-0) and HAProxy names backends.
 NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
@@ -38,13 +38,6 @@ RETRY_AFTER_SECS = 1
 # writes resume on the source (the switch then refuses an expired hold: the move is given up);
 # after it, on the target, which holds every write by then.
 HOLD_LEASE_SECS = 60.0
-
-
-class Misdirected(MemspineError):
-    """The request reached a node that does not hold its tenant (421)."""
-
-    status = 421
-    code = "misdirected"
 
 
 def is_node_name(value: object) -> bool:

@@ -14,7 +14,7 @@ def quota_for(data_dir: Path, tenant_id: str) -> Quota | None:
     """What tenant_id of data_dir may store, read now; None if nothing bounds it."""
     from memspine.allowance import Allowance
     from memspine.config import load_settings
-    from memspine_admin.cli import actor, control_url
+    from memspine_admin.command import actor, control_url
 
     settings = load_settings(os.environ)
     url = control_url()

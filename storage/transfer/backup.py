@@ -28,7 +28,7 @@ import secrets
 import shutil
 import stat
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import lmdb
@@ -42,10 +42,12 @@ from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
 from storage.model import Quota
 from storage.space import disk_full
+from storage.transfer import ledger
 from storage.transfer.export import export_lines, log_snapshot
 from storage.transfer.format import Reader
 from storage.transfer.landing import LOCK, build, held
-from storage.transfer.load import Drop, read_header
+from storage.transfer.ledger import Ledger
+from storage.transfer.load import Drop, ImportStats, read_header
 
 FORMAT = "memspine-backup"
 FORMAT_VERSION = 1
@@ -83,6 +85,7 @@ class BackupStats(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     environments: list[str]
     seconds: float
+    erased_dropped: int = 0  # events a restore dropped as erasure ledgers name them
     retention_dropped: int = 0  # a restore's events past their retention window, not written
 
 
@@ -236,29 +239,38 @@ def restore(
     *,
     default_dim: int = 384,
     progress: Progress | None = None,
+    erased: Mapping[str, Ledger] | None = None,
     drop: Callable[[str], Drop | None] | None = None,
     quota_of: Callable[[Path, str], Quota | None] | None = None,
 ) -> BackupStats:
     """Rebuild data_dir (absent or empty) from the backup at src, indexes from the logs; all
-    of it, or (refused, killed, failed) nothing. `drop(tenant_id)` says which of a tenant's
-    events not to write (past their retention window); each tenant is held to quota_of(the
-    data directory being built, with its environments, its id) as an import is."""
+    of it, or (refused, killed, failed) nothing. Every event an erasure ledger names (the
+    backup's own, or one of `erased`, tenant id -> ledger) is dropped before the data
+    directory exists, and each restored log keeps its tenant's ledgers. `drop(tenant_id)` says
+    which of a tenant's events not to write (past their retention window); each tenant is held
+    to quota_of(the data directory being built, with its environments, its id) as an import
+    is."""
     started = time.monotonic()
     manifest = read_manifest(src)
     if data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
         raise Conflict(f"{data_dir} is not empty: restore into a new data directory")
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    events = dropped = 0
+    events = dropped = expired = 0
+    applied = dict(erased or {})
+    every = ledger.every_id(applied)
     with _stage(data_dir, RESTORING) as stage, _full_disk_said(data_dir, "restore"):
         for name in manifest.environments:  # first: the control plane holds the quotas
             _copy_files(src / name, stage / name)
         for entry in manifest.tenants:
+            mine = applied.get(entry.tenant_id, {})
             its_drop = None if drop is None else drop(entry.tenant_id)
             quota = None if quota_of is None else quota_of(stage, entry.tenant_id)
-            written, gone = _restore_tenant(
-                src, stage, entry, default_dim, progress, its_drop, quota
+            stats = _restore_tenant(
+                src, stage, entry, default_dim, progress, every, mine, its_drop, quota
             )
-            events, dropped = events + written, dropped + gone
+            events += stats.events
+            dropped += stats.erased_dropped
+            expired += stats.retention_dropped
         fsync_tree(stage)
         _into_place(stage, data_dir)
     return BackupStats(
@@ -268,7 +280,8 @@ def restore(
         events=events,
         environments=list(manifest.environments),
         seconds=time.monotonic() - started,
-        retention_dropped=dropped,
+        erased_dropped=dropped,
+        retention_dropped=expired,
     )
 
 
@@ -278,11 +291,14 @@ def _restore_tenant(
     entry: TenantEntry,
     default_dim: int,
     progress: Progress | None,
+    every: Mapping[str, int],
+    mine: Mapping[str, int],
     drop: Drop | None = None,
     quota: Quota | None = None,
-) -> tuple[int, int]:
-    """Import one tenant of a backup from its log's records (held to `quota`); the events
-    written and those dropped."""
+) -> ImportStats:
+    """Import one tenant of a backup from its log's records, less the events the ledgers name
+    (its own, `every` tenant's) and those `drop` refuses, held to `quota`; what the import
+    did."""
     log = src / TENANTS / entry.tenant_id / files.LOG
     # Nobody writes a backup: no lock file, so a backup on read-only media restores too.
     with snapshot(log, lock=False) as r:
@@ -291,14 +307,19 @@ def _restore_tenant(
         header = read_header(lines, reader)
         told = None if progress is None else (lambda n: progress(entry.tenant_id, n))
         root = stage / entry.tenant_id
+        own = ledger.of_log(r)
+        gone = {**every, **own}
+        kept = {**own, **mine}
         dim = header.embedding_dim
-        stats = build(root, entry.tenant_id, dim, lines, reader, told, drop, quota)
-    if stats.events + stats.retention_dropped != entry.events:
+        stats = build(
+            root, entry.tenant_id, dim, lines, reader, told, gone, kept, drop=drop, quota=quota
+        )
+    if stats.events + stats.erased_dropped + stats.retention_dropped != entry.events:
         raise InvalidRequest(
             f"tenant {entry.tenant_id}: the backup's manifest counts {entry.events} events, "
             f"its log holds {stats.events}"
         )
-    return stats.events, stats.retention_dropped
+    return stats
 
 
 def _copy_files(source: Path, dest: Path) -> None:

@@ -167,8 +167,10 @@ PUBLIC = {
     "storage.read.current",
     "storage.read.listing",
     "storage.read.recall",
+    "storage.read.subjects",
     "storage.read.retention",
     "storage.erasure.purge",
+    "storage.erasure.scan",
     "storage.erasure.swap",
     "storage.tenants.tenant",
     "storage.tenants.manager",
@@ -179,11 +181,16 @@ PUBLIC = {
     "storage.tenants.runs",
     "storage.cypher",
     "storage.embedders",
+    "storage.embedders.settings",
+    "storage.datalock",
+    "storage.receipts",
     "storage.transfer.format",
     "storage.transfer.export",
     "storage.transfer.landing",
     "storage.transfer.backup",
+    "storage.transfer.ledger",
     "storage.transfer.tail",
+    "storage.transfer.foreign",
 }
 
 
