@@ -19,7 +19,9 @@ import msgspec
 from memspine.batch import in_batch
 from memspine.cluster import NodeGate
 from memspine.config import Settings
-from memspine.shares import FairShares
+from memspine.fullness import FullTenants
+from memspine.purging import PurgeLine
+from memspine.shares import CostedShares, FairShares
 from storage import (
     AppendResult,
     CypherResult,
@@ -60,6 +62,7 @@ READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 # Reads one tenant runs at once: its further reads wait in its own queue, so a tenant with
 # many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
 READ_THREADS_PER_TENANT = 8
+EXPORTS_AT_ONCE = 4  # exports spooling at once, one per tenant (docs/security.md)
 CYPHER_BUSY = "other Cypher queries kept this one waiting past its time limit; retry shortly"
 WAITING_APPENDS = 256  # appends that may wait at once for room in the embedder's backlog
 _Job = tuple[asyncio.AbstractEventLoop, "asyncio.Future[Any]", Callable[[Any], Any], Any]
@@ -190,9 +193,15 @@ class Engine:
         self.on_purge = hooks.on_purge
         self.on_reject = hooks.on_reject
         self.read_threads = ReadThreads()
+        self.purges = PurgeLine()
+        self.full = FullTenants(self.manager)  # tenants a quota refused a moment ago
         # Cypher is CPU work under the interpreter lock: each query running beside the others
-        # slows every request of every tenant, so few run at once and one tenant runs one.
-        self.cypher_shares = FairShares(settings.cypher_concurrency, per_owner=1)
+        # slows every request of every tenant, so few run at once and one tenant runs one; a
+        # tenant whose queries are short gets a lane beside them (memspine/shares.py).
+        self.cypher_shares = CostedShares(settings.cypher_concurrency, per_owner=1)
+        # An export holds a read thread while it spools the whole tenant: one per tenant at
+        # once, a few in all, so one tenant's export loops leave the threads to others.
+        self.export_shares = FairShares(EXPORTS_AT_ONCE, per_owner=1)
         self._leases = 0  # requests holding a tenant right now (this one included)
         self.gate = hooks.gate
         # A tenant's legal holds (the app reads them from the control plane): a delete of what
@@ -261,7 +270,9 @@ class Engine:
         """Back-pressure: hold appends that would list events for the embedder while its
         backlog is full (storage/tenants/serving.py); the wait blocks a thread, not the loop."""
         if self.vectors.must_wait(t, events):
-            await anyio.to_thread.run_sync(self.vectors.wait_for_room, limiter=self._waits)
+            await anyio.to_thread.run_sync(
+                self.vectors.wait_for_room, t.tenant_id, limiter=self._waits
+            )
 
     async def append(
         self, tenant_id: str, event: NewEvent, quota: Quota | QuotaSource | None = None
@@ -272,7 +283,7 @@ class Engine:
             await self._room_for(t, [event])
             [result] = await asyncio.wrap_future(t.submit_append([event], quota=quota))
         if isinstance(result, MemspineError):
-            raise self._refused(result)
+            raise self._refused(result, owner=(tenant_id, quota))
         return result
 
     async def append_batch(
@@ -286,13 +297,31 @@ class Engine:
             try:
                 return await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
             except ItemRefused as refused:
-                raise self._refused(refused.error, refused.item) from None
+                raise self._refused(refused.error, refused.item, owner=(tenant_id, quota)) from None
 
-    def _refused(self, error: MemspineError, index: int | None = None) -> MemspineError:
-        """A write's refusal as the caller sees it (counted when a limit refused it)."""
-        if isinstance(error, QuotaExceeded) and self.on_reject is not None:
-            self.on_reject(error.limit)
+    def _refused(
+        self,
+        error: MemspineError,
+        index: int | None = None,
+        *,
+        owner: tuple[str, Quota | QuotaSource | None] | None = None,
+    ) -> MemspineError:
+        """A write's refusal as the caller sees it (counted when a limit refused it; a quota's
+        refusal of `owner`'s (tenant, quota) append remembered, memspine/fullness.py)."""
+        if isinstance(error, QuotaExceeded):
+            if owner is not None:
+                self.full.learn(owner[0], owner[1], error)
+            if self.on_reject is not None:
+                self.on_reject(error.limit)
         return error if index is None else in_batch(index, error)
+
+    def refuse_if_full(self, tenant_id: str, *, batch: bool = False) -> None:
+        """QuotaExceeded now if an append to tenant_id would be refused whatever its body (its
+        quota refused one a moment ago and it still holds all it may): before the body is read,
+        as the writer would refuse it (a batch's first event)."""
+        error = self.full.refusal(tenant_id)
+        if error is not None:
+            raise self._refused(error, 0 if batch else None)
 
     def usage_now(self, tenant_id: str) -> TenantUsage:
         """Blocking: what a tenant uses; an open tenant answers from memory, a closed one from
@@ -344,7 +373,7 @@ class Engine:
     async def purge(self, tenant_id: str) -> PurgeStats:
         """Rewrite the tenant's files so its deleted events' bytes leave the disk (docs/erasure.md)."""
         async with self.tenant(tenant_id) as t:
-            stats = await anyio.to_thread.run_sync(t.purge)
+            stats = await self.purges.run(tenant_id, t.purge)  # one at a time, niced
         if stats.purged and self.on_purge is not None:
             self.on_purge(stats.seconds)
         return stats
@@ -425,24 +454,32 @@ class Engine:
             max_result_bytes=settings.cypher_max_result_bytes,
         )
         try:
-            await asyncio.wait_for(
+            pool = await asyncio.wait_for(
                 self.cypher_shares.acquire(tenant_id), settings.cypher_timeout_ms / 1000
             )
         except TimeoutError:
             raise Unavailable(CYPHER_BUSY, headers={"Retry-After": "1"}) from None
-        try:
+        spent = [0.0]  # the query's CPU time: its cost, whatever else shares the cores
+
+        def run(t: Tenant) -> CypherResult:
             # encoded: the answer is encoded on the read thread, row by row, under the limits.
-            return await self.read(
-                tenant_id, lambda t: t.cypher(query, params, limits, encoded=True, started=started)
-            )
+            start = time.thread_time()
+            try:
+                return t.cypher(query, params, limits, encoded=True, started=started)
+            finally:
+                spent[0] = time.thread_time() - start
+
+        try:
+            return await self.read(tenant_id, run)
         finally:
-            self.cypher_shares.release(tenant_id)
+            self.cypher_shares.release(pool, tenant_id, spent[0])
 
     def close(self) -> None:
         """Stop the background embedder (its work stays in the logs), close every open tenant
         and stop the read threads."""
         if self.embedding is not None:
             self.embedding.stop()
+        self.purges.close()  # a purge under way ends before its tenant closes
         self.manager.close_all()
         if self.embedding is not None:
             self.embedding.embedder.close()

@@ -107,6 +107,7 @@ if TYPE_CHECKING:
     from storage.model import check_subject as check_subject
     from storage.model import check_subjects as check_subjects
     from storage.model import check_text as check_text
+    from storage.model import current_quota as current_quota
     from storage.model import new_event as new_event
     from storage.read.current import EventState as EventState
     from storage.read.listing import MAX_LIMIT as MAX_LIMIT
@@ -169,6 +170,7 @@ if TYPE_CHECKING:
     from storage.tenants.tenant import Tenant as Tenant
     from storage.tenants.usage import TenantUsage as TenantUsage
     from storage.tenants.usage import closed_usage as closed_usage
+    from storage.tenants.usage import quota_figures as quota_figures
     from storage.transfer.backup import tenant_dirs as tenant_dirs
     from storage.transfer.export import export_lines as export_lines
     from storage.transfer.export import subject_lines as subject_lines
@@ -212,6 +214,7 @@ HOMES: dict[str, str] = {
     "client_url": "storage.datalock",
     "closed_tenant_bytes": "storage.tenants.footprint",
     "closed_usage": "storage.tenants.usage",
+    "current_quota": "storage.model",
     "CypherResult": "storage.cypher",
     "DataDirBusy": "storage.datalock",
     "DERIVED": "storage.read.subjects",
@@ -273,6 +276,7 @@ HOMES: dict[str, str] = {
     "PROPERTY_NAME": "storage.log.layout",
     "PurgeStats": "storage.erasure.purge",
     "Quota": "storage.model",
+    "quota_figures": "storage.tenants.usage",
     "QuotaSource": "storage.model",
     "Reach": "storage.read.subjects",
     "reach": "storage.read.subjects",
@@ -385,6 +389,7 @@ __all__ = [
     "client_url",
     "closed_tenant_bytes",
     "closed_usage",
+    "current_quota",
     "describe_embedder",
     "disk_full",
     "doomed",
@@ -405,6 +410,7 @@ __all__ = [
     "outlook",
     "outlook_of_files",
     "pending_tenants",
+    "quota_figures",
     "reach",
     "record_copy",
     "refuse_held",

@@ -22,12 +22,13 @@ from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.tenant import Tenant
 
 log = logging.getLogger("memspine.engine")
-# Appends that would list events for the embedder wait at most this long for the backlog to
-# fall under MEMSPINE_EMBEDDINGS_MAX_PENDING, then get 503 (nothing written, nothing lost).
+# Appends that would list events for the embedder wait at most this long for their tenant's
+# room in the backlog (MEMSPINE_EMBEDDINGS_MAX_PENDING, shared fairly between tenants with work:
+# storage/tenants/embedding.py), then get 503 (nothing written, nothing lost).
 BACKLOG_WAIT_SECS = 30.0
 BACKLOG_FULL = (
-    "the server's embedder is behind (MEMSPINE_EMBEDDINGS_MAX_PENDING events await their "
-    "vectors); nothing was written: retry shortly"
+    "the server's embedder is behind on this tenant's events (its share of "
+    "MEMSPINE_EMBEDDINGS_MAX_PENDING awaits vectors); nothing was written: retry shortly"
 )
 # A recall with wait_for_vectors waits at most this long.
 VECTORS_WAIT_SECS = 10.0
@@ -52,16 +53,18 @@ class ServerVectors:
         """Whether appending these events must first wait for room in the embedder's backlog
         (they would list text-only events for it while it is full); cheap, never blocks."""
         w = self.worker
-        if w is None or w.has_room() or tenant.space == layout.SPACE_CLIENT:
+        if w is None or w.has_room(tenant.tenant_id) or tenant.space == layout.SPACE_CLIENT:
             return False
         if tenant.space is None and w.offer() is None:
             return False
         return any(ev.embedding is None and ev.text for ev in events)
 
-    def wait_for_room(self) -> None:
-        """Blocking: wait until the backlog has room; Unavailable (503, nothing written) if it
-        stays full for BACKLOG_WAIT_SECS."""
-        if self.worker is not None and not self.worker.wait_for_room(BACKLOG_WAIT_SECS):
+    def wait_for_room(self, tenant_id: str | None = None) -> None:
+        """Blocking: wait until the backlog has room for the tenant's appends (its fair share
+        once it is full); Unavailable (503, nothing written) if it has none for
+        BACKLOG_WAIT_SECS."""
+        w = self.worker
+        if w is not None and not w.wait_for_room(BACKLOG_WAIT_SECS, tenant_id):
             raise Unavailable(BACKLOG_FULL, headers={"Retry-After": "5"})
 
     # -- recall ----------------------------------------------------------------------------
@@ -84,7 +87,7 @@ class ServerVectors:
         w = self.worker
         if w is None or query.embedding is not None or not w.serves(tenant):
             return tenant.recall(query, embeddings=False)
-        if wait_for_vectors:
+        if wait_for_vectors and tenant.tenant_id not in w.keyword_only:  # else none will come
             self.wait_for_vectors(tenant)
         feedback: Feedback | None = None
         if query.text:

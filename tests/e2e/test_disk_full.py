@@ -8,6 +8,7 @@ server's environment or in-process, so that CI without root makes the same commi
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import random
@@ -176,14 +177,13 @@ def append_all(
 # -- a real small filesystem ----------------------------------------------------
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MiB tmpfs mounted on tmp_path/fs (skipped where this process may not mount one)."""
-    mnt = tmp_path / "fs"
+@contextlib.contextmanager
+def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted on mnt (skipped where this process may not mount one)."""
     mnt.mkdir()
     try:
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)],
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -196,6 +196,13 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs mounted on tmp_path/fs (skipped where this process may not mount one)."""
+    with tmpfs(tmp_path / "fs", "16m") as mnt:
+        yield mnt
 
 
 def fill(url: str, *, workers: int = 6) -> tuple[dict[str, int], list[httpx.Response]]:

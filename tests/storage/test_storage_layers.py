@@ -179,6 +179,8 @@ SERVER_MAY_IMPORT = {"storage", "storage.errors", "storage.receipts"}
 # list per command is tests/storage/test_import_rule.py's).
 PUBLIC = {
     "storage.errors",
+    "storage.model",
+    "storage.space",
     "storage.fsync",
     "storage.heap",
     "storage.log.layout",
