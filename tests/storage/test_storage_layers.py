@@ -101,6 +101,7 @@ MAY_IMPORT = {
     "embedders": {"base"},
     "tenants": {"base", "log", "index", "read", "cypher", "erasure", "embedders"},
     "transfer": {"base", "log", "index", "read", "erasure", "tenants"},
+    "readlog": {"base"},
 }
 
 
@@ -182,6 +183,7 @@ PUBLIC = {
     "storage.transfer.landing",
     "storage.transfer.backup",
     "storage.transfer.tail",
+    "storage.readlog",
 }
 
 

@@ -1,0 +1,26 @@
+"""Who read which events: each tenant's read log, its one writer thread, retention and verify.
+
+Records hold ids and keys, never event content (storage/readlog/format.py); the file lives in
+the tenant's directory and goes with it.
+"""
+
+from __future__ import annotations
+
+from storage.readlog.format import Read, ReadLogCorrupt
+from storage.readlog.logfile import Found, Mark, read_bytes, reads_of_events, records
+from storage.readlog.verify import Verdict, verify
+from storage.readlog.writer import Backlogged, ReadLogWriter
+
+__all__ = [
+    "Backlogged",
+    "Found",
+    "Mark",
+    "Read",
+    "ReadLogCorrupt",
+    "ReadLogWriter",
+    "Verdict",
+    "read_bytes",
+    "reads_of_events",
+    "records",
+    "verify",
+]

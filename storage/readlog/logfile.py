@@ -1,0 +1,207 @@
+"""A tenant's read log on disk: opened for appending (its tail recovered), read page by page,
+and cut by retention. The bytes are storage/readlog/format.py's."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from storage.files import READS
+from storage.fsync import fdatasync_fd, fsync_dir, replace_durably
+from storage.ids import id_bytes
+from storage.readlog.format import (
+    HEADER_BYTES,
+    ZERO_HASH,
+    Header,
+    Read,
+    body_ts,
+    chain,
+    decode_body,
+    decode_header,
+    encode_body,
+    encode_header,
+    frame,
+    frames,
+)
+
+
+class Mark(NamedTuple):
+    """A point of a tenant's chain: the seq of a record and the chain value after it."""
+
+    seq: int
+    hash: bytes
+
+
+def reads_path(root: Path) -> Path:
+    """The read log of the tenant whose directory is `root`."""
+    return Path(root) / READS
+
+
+def read_bytes(root: Path) -> int:
+    """The read log's size on disk (0 if the tenant has none)."""
+    try:
+        return reads_path(root).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+class Tail(NamedTuple):
+    """Where a file's records end: the last seq, chain value and ts, and the byte after them."""
+
+    seq: int
+    hash: bytes
+    ts: int
+    end: int
+
+
+def walk(buf: bytes | memoryview, header: Header) -> Tail:
+    """Follow every whole record from the header on: where they end and the chain after them."""
+    seq, value, ts, end = header.base_seq, header.base_hash, header.base_ts, HEADER_BYTES
+    for f in frames(buf, HEADER_BYTES, header.base_seq):
+        value = chain(value, f.body)
+        ts = body_ts(f.body, ts)
+        seq, end = f.seq, f.end
+    return Tail(seq, value, ts, end)
+
+
+class Appender:
+    """One tenant's read log open for appending: the writer thread's only handle on it."""
+
+    def __init__(self, root: Path, first_ts: int) -> None:
+        """Open (creating it with an empty chain if missing) and cut off an interrupted tail.
+
+        FileNotFoundError if the tenant's directory is gone (the tenant was erased).
+        """
+        self.path = reads_path(root)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            if size < HEADER_BYTES:  # new, or a crash before its header was whole
+                os.ftruncate(fd, 0)
+                os.write(fd, encode_header(Header(0, ZERO_HASH, first_ts)))
+                fdatasync_fd(fd)
+                fsync_dir(self.path.parent)
+                size = HEADER_BYTES
+            buf = os.pread(fd, size, 0)
+            tail = walk(buf, decode_header(buf))
+            if tail.end < size:  # a write cut short by a crash: never acknowledged
+                os.ftruncate(fd, tail.end)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        self.inode = os.fstat(fd).st_ino
+        self.seq, self.hash, self.ts, self.size = tail
+
+    def current(self) -> bool:
+        """True while the path still names this file (not replaced by retention, restore or
+        an erased and recreated tenant)."""
+        try:
+            return os.stat(self.path).st_ino == self.inode
+        except FileNotFoundError:
+            return False
+
+    def append(self, reads: list[Read]) -> None:
+        """Write the records and make them durable; on failure the file is as it was."""
+        seq, value, ts = self.seq, self.hash, self.ts
+        parts = []
+        for r in reads:
+            body = encode_body(r, value, ts)
+            parts.append(frame(body))
+            value = chain(value, body)
+            seq, ts = seq + 1, r.ts
+        data = b"".join(parts)
+        try:
+            written = os.write(self.fd, data)
+            while written < len(data):
+                written += os.write(self.fd, data[written:])
+            fdatasync_fd(self.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # leave no half record behind
+                os.ftruncate(self.fd, self.size)
+            raise
+        self.seq, self.hash, self.ts, self.size = seq, value, ts, self.size + len(data)
+
+    def mark(self) -> Mark:
+        """The chain's head now."""
+        return Mark(self.seq, self.hash)
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self.fd)
+
+
+class Found(NamedTuple):
+    """A record read back: its seq and what it says."""
+
+    seq: int
+    read: Read
+
+
+def records(root: Path, after: int = 0) -> Iterator[Found]:
+    """Every whole record of a tenant's read log with seq > after, oldest first (none if it
+    has no log). Reads one consistent file: a retention cut meanwhile replaces it whole."""
+    try:
+        with open(reads_path(root), "rb") as fh:
+            buf = fh.read()
+    except FileNotFoundError:
+        return
+    header = decode_header(buf)
+    ts = header.base_ts
+    for f in frames(buf, HEADER_BYTES, header.base_seq):
+        if f.seq <= after:
+            ts = body_ts(f.body, ts)
+            continue
+        read = decode_body(f.body, ts)
+        ts = read.ts
+        yield Found(f.seq, read)
+
+
+def reads_of_events(root: Path, event_ids: list[str]) -> list[Found]:
+    """The records of a tenant's read log that name any of these events, oldest first (for an
+    access export: who read a data subject's events)."""
+    wanted = {id_bytes(e) for e in event_ids}
+    if not wanted:
+        return []
+    found = []
+    for f in records(root):
+        if any(id_bytes(e) in wanted for e in f.read.event_ids):
+            found.append(f)
+    return found
+
+
+def cut(root: Path, before_ts: int, publish: Callable[[Mark], None]) -> int:
+    """Drop the records older than before_ts from the front of the chain (stopping at the first
+    that is not), publishing the new base with `publish` before the file is replaced; the
+    number dropped. Only the writer thread calls it (it holds no handle on the file meanwhile).
+    """
+    path = reads_path(root)
+    try:
+        buf = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    header = decode_header(buf)
+    seq, value, ts, start = header.base_seq, header.base_hash, header.base_ts, HEADER_BYTES
+    for f in frames(buf, HEADER_BYTES, header.base_seq):
+        t = body_ts(f.body, ts)
+        if t >= before_ts:
+            break
+        value, ts, seq, start = chain(value, f.body), t, f.seq, f.end
+    dropped = seq - header.base_seq
+    if not dropped:
+        return 0
+    # The records kept are re-based on the new header: their first ts delta is relative to
+    # the last dropped one's, which the new header keeps as its base ts.
+    publish(Mark(seq, value))
+    kept = memoryview(buf)[start : walk(buf, header).end]
+    new_header = encode_header(Header(seq, value, ts))
+
+    def write(fh: BinaryIO) -> None:
+        fh.write(new_header)
+        fh.write(kept)
+
+    replace_durably(path, write)
+    return dropped
