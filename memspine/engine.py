@@ -17,6 +17,7 @@ import msgspec
 from memspine.batch import in_batch
 from memspine.cluster import NodeGate
 from memspine.config import Settings
+from memspine.readaudit import ReadAudit
 from memspine.shares import FairShares
 from storage.cypher import CypherResult, Limits
 from storage.embedders import EmbedderError, make_embedder
@@ -173,6 +174,7 @@ class Engine:
         self._leases = 0  # requests holding a tenant right now (this one included)
         self.gate: NodeGate | None = None  # a cluster node's placement checks (memspine/cluster.py)
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
+        self.reads = ReadAudit(settings.read_audit, self.manager.path_of)  # memspine/readaudit.py
 
     @asynccontextmanager
     async def tenant(self, tenant_id: str, *, create: bool = True) -> AsyncIterator[Tenant]:
@@ -466,6 +468,7 @@ class Engine:
         if self.embedding is not None:
             self.embedding.embedder.close()
         self.read_threads.close()
+        self.reads.close()
 
 
 def make_worker(settings: Settings) -> EmbeddingWorker | None:

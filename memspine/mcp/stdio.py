@@ -59,7 +59,7 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
     if purger is not None:
         purger.start()
     try:
-        await serve(Caller(principal, EngineBackend(engine, principal)))
+        await serve(Caller(principal, EngineBackend(engine, principal, door="bridge")))
     finally:
         if purger is not None:
             await purger.stop()

@@ -19,6 +19,7 @@ from memspine_admin import keys
 from memspine_admin.control import MAX_AUDIT_LIMIT, erase_tenant_dir
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import (
+    DEFAULT_SCOPES,
     LIMITS,
     MAX_NAME_BYTES,
     MAX_QUOTA,
@@ -108,6 +109,7 @@ class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
     scopes: Scopes | None = None  # null or absent: read and write
     ttl_secs: Ttl | None = None
     requests_per_minute: Rate | None = None
+    require_purpose: bool = False  # its reads need a Memspine-Purpose header (docs/audit.md)
 
 
 class KeyIssued(msgspec.Struct):
@@ -120,6 +122,7 @@ class KeyIssued(msgspec.Struct):
     scopes: list[str]
     expires_at: int | None
     requests_per_minute: int | None
+    require_purpose: bool = False
 
 
 class TenantLimitsIn(msgspec.Struct, forbid_unknown_fields=True):
@@ -175,6 +178,7 @@ class KeyOut(msgspec.Struct):
     revoked_at: int | None
     status: str
     requests_per_minute: int | None
+    require_purpose: bool = False
 
 
 class KeyList(msgspec.Struct):
@@ -202,6 +206,7 @@ def _key_out(info: KeyInfo, now: int) -> KeyOut:
         revoked_at=info.revoked_at,
         status=info.status(now),
         requests_per_minute=info.requests_per_minute,
+        require_purpose=info.require_purpose,
     )
 
 
@@ -336,10 +341,11 @@ async def _create_key(call: Call) -> Outcome:
         lambda: control.create_key(
             body.tenant_id,
             body.name,
-            SCOPES if body.scopes is None else body.scopes,
+            DEFAULT_SCOPES if body.scopes is None else body.scopes,
             body.ttl_secs,
             actor=ACTOR,
             requests_per_minute=body.requests_per_minute,
+            require_purpose=body.require_purpose,
         )
     )
     out = KeyIssued(
@@ -350,6 +356,7 @@ async def _create_key(call: Call) -> Outcome:
         scopes=list(issued.scopes),
         expires_at=issued.expires_at,
         requests_per_minute=issued.requests_per_minute,
+        require_purpose=issued.require_purpose,
     )
     return Outcome(201, out)
 

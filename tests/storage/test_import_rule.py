@@ -26,6 +26,7 @@ STORAGE_PUBLIC = (
     "storage.transfer",
     "storage.embedders",
     "storage.tenants.reembed",
+    "storage.readlog",
 )
 STORAGE_FORBIDDEN = ("litestar", "memspine", "memspine_admin")
 # What memspine/client may import beyond the standard library: its HTTP stack and decoder, and
