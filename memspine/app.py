@@ -76,6 +76,7 @@ def create_app(
     allowance = Allowance(settings, auth.control)
     engine.on_reject = allowance.count
     engine.gate = auth.gate
+    engine.reads.keep_marks_in(auth.control)
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
     metrics.watch_limits(lambda: dict(allowance.rejected))

@@ -15,18 +15,23 @@ import time
 import unicodedata
 from collections.abc import Callable
 from concurrent.futures import Future
+from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from memspine_admin.plane import ControlPlane
+from memspine_admin.readaudit import mark_keeper
 from memspine_admin.verifier import Principal
 from storage.errors import DiskFull, InvalidRequest, Unavailable
-from storage.readlog import Backlogged, Mark, Read, ReadLogWriter
+from storage.readlog import Backlogged, Mark, Read, ReadLogWriter, first_ts
 from storage.space import names_full_disk
 
 PURPOSE_HEADER = "Memspine-Purpose"
 MAX_PURPOSE_BYTES = 200
 IDS_PER_RECORD = 4096  # a bigger answer (an export) is several records of one request
 BACKLOG_WAIT_SECS = 10.0
+DAY_US = 86_400_000_000
+CUT_SLACK_US = 3_600_000_000
 POLL_SECS = 0.005
 BACKLOG_FULL = (
     "the read audit's writer is behind (or its disk is full): this read was not answered "
@@ -69,21 +74,47 @@ class ReadAudit:
         """mode: buffered, durable or off; root_of: a tenant's directory."""
         self.mode = mode
         self._root_of = root_of
-        self.writer: ReadLogWriter | None = None
-        if mode != "off":
-            self.writer = ReadLogWriter(durable=mode == "durable")
-            self.writer.start()
+        # Even when off: retention still drops the records made before (expire).
+        self.writer = ReadLogWriter(durable=mode == "durable")
+        self.writer.start()
+        self.keep_cut: Callable[[str, Mark], None] = lambda _tenant_id, _mark: None
 
-    def set_head_keeper(self, keep: Callable[[str, Mark], None] | None) -> None:
-        """Where the chains' heads go at intervals (the control plane)."""
-        if self.writer is not None:
-            self.writer.on_head = keep
+    def keep_marks_in(self, control_of: Callable[[], ControlPlane | None]) -> None:
+        """Hand the chains' heads (at intervals) and retention cuts (before they are made) to
+        the control plane `control_of` gives, when there is one (not in local mode)."""
+
+        def keeper(cut: bool) -> Callable[[str, Mark], None]:
+            def keep(tenant_id: str, mark: Mark) -> None:
+                control = control_of()
+                if control is not None:
+                    mark_keeper(control, cut=cut)(tenant_id, mark)
+
+            return keep
+
+        self.writer.on_head = keeper(False)
+        self.keep_cut = keeper(True)
+
+    def expire(self, tenant_ids: list[str], days: int, now_us: int | None = None) -> int:
+        """Blocking: drop the read records older than `days` of these tenants, in chain order
+        (each cut recorded first); the records dropped. A tenant is cut once its oldest record
+        is an hour past the limit, so a busy log is not rewritten at every sweep."""
+        now = time.time_ns() // 1000 if now_us is None else now_us
+        before = now - days * DAY_US
+        dropped = 0
+        for tenant_id in tenant_ids:
+            root = self._root_of(tenant_id)
+            oldest = first_ts(root)
+            if oldest is None or oldest >= before - CUT_SLACK_US:
+                continue
+            done = self.writer.cut(tenant_id, root, before, partial(self.keep_cut, tenant_id))
+            dropped += done.result()
+        return dropped
 
     async def record(self, tenant_id: str, reader: Reader, event_ids: list[str]) -> None:
         """Record one read; durable: return once it is synced. A read that returned no event
         is not recorded (it read no content)."""
         w = self.writer
-        if w is None or not event_ids:
+        if self.mode == "off" or not event_ids:
             return
         root = self._root_of(tenant_id)
         ts = time.time_ns() // 1000
@@ -124,5 +155,4 @@ class ReadAudit:
 
     def close(self) -> None:
         """Write what is queued and stop the writer."""
-        if self.writer is not None:
-            self.writer.stop()
+        self.writer.stop()

@@ -252,7 +252,7 @@ def _show(tenant: TenantRecord, keys: KeyCounts, usage: TenantUsage | None, data
     lines += [
         f"events: {e.live} live, {e.deleted} deleted awaiting purge",
         f"bytes: {b.live} of live events; on disk {b.total} (log {b.log}, keyword {b.keyword}, "
-        f"vectors {b.vectors})",
+        f"vectors {b.vectors}, read records {b.reads})",
         f"vectors: {v.graph} in the saved graph, {v.pending} not yet in it",
         f"vector space: {space.dim} dimensions, {space.metric}, model {space.model or 'none named'}",
         f"last write: {_when(usage.last_write)}",

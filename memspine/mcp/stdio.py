@@ -22,6 +22,7 @@ from storage.errors import Unavailable
 # its server says so without them.
 if TYPE_CHECKING:
     from memspine.mcp.server import Caller
+    from memspine_admin.plane import ControlPlane
 
 log = logging.getLogger("memspine.mcp")
 # The bridge asks the server who the key is before it serves: bounded, so a wrong address
@@ -48,6 +49,9 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
     from memspine.purger import Purger
 
     engine = Engine(settings)
+    control = _control_of(settings)
+    if control is not None:  # the chains' heads, as a server keeps them (docs/audit.md)
+        engine.reads.keep_marks_in(lambda: control)
     scopes = ("read",) if read_only else ("read", "write")
     principal = Principal(tenant_id=tenant_id, key_id="embedded", scopes=scopes)
     log.info(
@@ -64,6 +68,8 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
         if purger is not None:
             await purger.stop()
         engine.close()
+        if control is not None:
+            control.close()
 
 
 async def serve_remote(url: str, api_key: str) -> None:
@@ -94,6 +100,15 @@ async def serve_remote(url: str, api_key: str) -> None:
             ",".join(principal.scopes),
         )
         await serve(Caller(principal, backend))
+
+
+def _control_of(settings: Settings) -> ControlPlane | None:
+    """The data directory's control plane, if it has one (its keys are not used here)."""
+    from memspine_admin.plane import control_exists, open_control
+
+    if not control_exists(settings.data_dir, settings.control_url):
+        return None
+    return open_control(settings.data_dir, settings.control_url)
 
 
 def embedded_settings(base: Settings, data_dir: Path) -> Settings:

@@ -7,7 +7,7 @@ the tenant's directory and goes with it.
 from __future__ import annotations
 
 from storage.readlog.format import Read, ReadLogCorrupt
-from storage.readlog.logfile import Found, Mark, read_bytes, reads_of_events, records
+from storage.readlog.logfile import Found, Mark, first_ts, read_bytes, reads_of_events, records
 from storage.readlog.verify import Verdict, verify
 from storage.readlog.writer import Backlogged, ReadLogWriter
 
@@ -19,6 +19,7 @@ __all__ = [
     "ReadLogCorrupt",
     "ReadLogWriter",
     "Verdict",
+    "first_ts",
     "read_bytes",
     "reads_of_events",
     "records",

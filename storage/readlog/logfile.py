@@ -17,6 +17,7 @@ from storage.readlog.format import (
     ZERO_HASH,
     Header,
     Read,
+    ReadLogCorrupt,
     body_ts,
     chain,
     decode_body,
@@ -25,6 +26,7 @@ from storage.readlog.format import (
     encode_header,
     frame,
     frames,
+    read_varint,
 )
 
 
@@ -46,6 +48,21 @@ def read_bytes(root: Path) -> int:
         return reads_path(root).stat().st_size
     except FileNotFoundError:
         return 0
+
+
+def first_ts(root: Path) -> int | None:
+    """The time of a tenant's oldest read record (None: none), read from the file's start."""
+    try:
+        with open(reads_path(root), "rb") as fh:
+            buf = fh.read(HEADER_BYTES + 16)  # the header and the first record's length and ts
+    except FileNotFoundError:
+        return None
+    try:
+        header = decode_header(buf)
+        _n, at = read_varint(buf, HEADER_BYTES)
+        return body_ts(buf[at:], header.base_ts)
+    except ReadLogCorrupt:
+        return None  # no whole first record yet
 
 
 class Tail(NamedTuple):
