@@ -431,10 +431,15 @@ class Engine:
             await asyncio.sleep(POLL_SECS)
 
     async def cypher(
-        self, tenant_id: str, query: str, params: dict[str, Any] | None
+        self,
+        tenant_id: str,
+        query: str,
+        params: dict[str, Any] | None,
+        read: set[str] | None = None,
     ) -> CypherResult:
         """A read-only Cypher query over one snapshot, bounded by the configured limits; its time
-        counts from here, so a wait for a read thread is part of it."""
+        counts from here, so a wait for a read thread is part of it (`read`: the raw ids of
+        the events its rows were built from, for the read audit)."""
         started = time.monotonic()
         settings = self.settings
         limits = Limits(
@@ -454,7 +459,8 @@ class Engine:
         try:
             # encoded: the answer is encoded on the read thread, row by row, under the limits.
             return await self.read(
-                tenant_id, lambda t: t.cypher(query, params, limits, encoded=True, started=started)
+                tenant_id,
+                lambda t: t.cypher(query, params, limits, encoded=True, started=started, read=read),
             )
         finally:
             self.cypher_shares.release(tenant_id)

@@ -137,9 +137,10 @@ class EngineBackend:
         self, query: str, params: dict[str, Any] | None, purpose: str | None = None
     ) -> dict[str, Any]:
         """A read-only query, under the route's length limit."""
-        self._reader("memory_cypher", purpose)  # the purpose is checked as for the other reads
+        reader = self._reader("memory_cypher", purpose)
         body = CypherIn(query=query, params=params)
-        out: dict[str, Any] = plain((await cypher_query(self.engine, self.tenant_id, body)).value)
+        outcome = await cypher_query(self.engine, self.tenant_id, body, reader)
+        out: dict[str, Any] = plain(outcome.value)
         return out
 
     async def delete(

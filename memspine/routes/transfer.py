@@ -16,6 +16,7 @@ from typing import IO
 import anyio.to_thread
 
 from memspine.pipeline import READ, Call, Operation, Outcome, Reply, Streamed
+from memspine.routes.memory import PURPOSE
 from storage.errors import DiskFull
 from storage.space import disk_full
 from storage.tenants.tenant import Tenant
@@ -37,8 +38,10 @@ async def export_tenant(call: Call) -> Outcome:
     # Closed by _chunks once the answer ends, or below if it never starts.
     spool = tempfile.TemporaryFile(dir=data_dir, buffering=SPOOL_BUFFER_BYTES)  # noqa: SIM115
 
+    exported: list[str] = []
+
     def spool_it(t: Tenant) -> int:
-        size = write_export(t, spool, tenant_id)
+        size = write_export(t, spool, tenant_id, exported)
         spool.flush()
         spool.seek(0)
         return size
@@ -50,6 +53,12 @@ async def export_tenant(call: Call) -> Outcome:
         if disk_full(exc, data_dir):
             raise DiskFull(NO_ROOM) from exc
         raise
+    except BaseException:
+        spool.close()
+        raise
+    try:  # recorded before the first byte leaves: every event in it counts as read
+        if call.reader is not None:
+            await services.engine.reads.record(tenant_id, call.reader, exported)
     except BaseException:
         spool.close()
         raise
@@ -83,6 +92,8 @@ EXPORT = Operation(
     },
     errors=(503,),
     description="From one snapshot; memspine-admin import loads it (docs/operations.md).",
+    headers=(PURPOSE,),
+    audited=True,
 )
 
 OPERATIONS = (EXPORT,)

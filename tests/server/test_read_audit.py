@@ -4,6 +4,7 @@ carried; purposes required and refused; the audit scope and its isolation; reten
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -117,6 +118,28 @@ def _http_recall(w: World) -> tuple[str, str, list[str]]:
     return "http", "/v1/memory/recall", [h["event_id"] for h in r.json()["hits"]]
 
 
+def _http_cypher(w: World) -> tuple[str, str, list[str]]:
+    query = "MATCH (e:Event) WHERE e.text CONTAINS 'invoice 1' RETURN e.event_id, e.text"
+    with w.client("read", **{"Memspine-Purpose": "ticket 4411"}) as c:
+        r = c.post("/v1/memory/cypher", json={"query": query})
+    return "http", "/v1/memory/cypher", sorted(row[0] for row in r.json()["rows"])
+
+
+def _http_export(w: World) -> tuple[str, str, list[str]]:
+    with w.client("read", **{"Memspine-Purpose": "ticket 4411"}) as c:
+        r = c.get("/v1/memory/export")
+    lines = [json.loads(line) for line in r.text.splitlines()]
+    ids = [line["event_id"] for line in lines if line.get("type") == "event"]
+    return "http", "/v1/memory/export", ids
+
+
+def _mcp_cypher(w: World) -> tuple[str, str, list[str]]:
+    query = "MATCH (e:Event) WHERE e.text CONTAINS 'invoice 2' RETURN e"
+    out = w.mcp("read", "memory_cypher", {"query": query, "purpose": "ticket 4411"})
+    rows = out["structuredContent"]["rows"]
+    return "mcp", "memory_cypher", sorted(r[0]["event_id"] for r in rows)
+
+
 def _mcp_get(w: World) -> tuple[str, str, list[str]]:
     out = w.mcp("read", "memory_get", {"id": w.ids[5], "purpose": "ticket 4411"})
     return "mcp", "memory_get", [out["structuredContent"]["event_id"]]
@@ -136,7 +159,10 @@ DOORS: dict[str, Callable[[World], tuple[str, str, list[str]]]] = {
     "http get": _http_get,
     "http list": _http_list,
     "http recall": _http_recall,
+    "http cypher": _http_cypher,
+    "http export": _http_export,
     "mcp get": _mcp_get,
+    "mcp cypher": _mcp_cypher,
     "mcp list": _mcp_list,
     "mcp recall": _mcp_recall,
 }
