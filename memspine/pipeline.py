@@ -250,14 +250,22 @@ async def admit(
     return Call(services, principal, control, query, props, headers, body, path, quota, reader)
 
 
+def purpose_text(raw: bytes | None) -> str | None:
+    """A Memspine-Purpose header's text: UTF-8, or Latin-1 (HTTP's own reading of header
+    bytes) when it is not; its length is checked on the text as UTF-8."""
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
 def _reader(
     op: Operation, principal: Principal | None, headers: dict[bytes, bytes], scope: dict[str, Any]
 ) -> Reader:
     """Who reads through an audited operation; 400 for a purpose missing or malformed."""
-    raw = headers.get(PURPOSE)
-    purpose = check_purpose(
-        raw.decode("utf-8", "surrogateescape") if raw is not None else None, principal
-    )
+    purpose = check_purpose(purpose_text(headers.get(PURPOSE)), principal)
     state = scope.get("state") or {}
     return Reader(
         key_id=principal.key_id if principal is not None else "-",

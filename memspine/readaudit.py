@@ -62,7 +62,7 @@ def check_purpose(value: str | None, principal: Principal | None) -> str | None:
         return None
     if len(value.encode("utf-8", "surrogatepass")) > MAX_PURPOSE_BYTES:
         raise InvalidRequest(f"{PURPOSE_HEADER} may be at most {MAX_PURPOSE_BYTES} bytes")
-    if any(unicodedata.category(ch).startswith("C") for ch in value):
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
         raise InvalidRequest(f"{PURPOSE_HEADER} must not contain control characters")
     return value
 

@@ -8,7 +8,8 @@ from pathlib import Path
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import ReadMark, check_tenant_id
 from storage.errors import NotFound
-from storage.readlog import Mark, Verdict, verify
+from storage import readlog
+from storage.readlog import Mark, Verdict
 
 
 def verify_reads(data_dir: Path, control: ControlPlane, tenant_id: str) -> Verdict:
@@ -18,7 +19,7 @@ def verify_reads(data_dir: Path, control: ControlPlane, tenant_id: str) -> Verdi
     if control.get_tenant(tenant_id) is None and not root.is_dir():
         raise NotFound("no tenant with that id")
     head, cut = control.read_marks(tenant_id)
-    return verify(root, _mark(head), _mark(cut))
+    return readlog.verify(root, _mark(head), _mark(cut))
 
 
 def _mark(m: ReadMark | None) -> Mark | None:

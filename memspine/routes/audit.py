@@ -111,7 +111,12 @@ QUERY = (
         "Reads that returned this event.",
     ),
     Query("key_id", text, {"type": "string"}, "Reads made with this key."),
-    Query("subject", text, {"type": "string"}, "Reads of this data subject's events."),
+    Query(
+        "subject",
+        text,
+        {"type": "string"},
+        "Reads of this data subject's events (400 until events carry subjects).",
+    ),
     Query("since", int_range("since", 0, MAX_TS), TIME, "ts >= since (µs since the epoch)."),
     Query("until", int_range("until", 0, MAX_TS), TIME, "ts < until (µs since the epoch)."),
     Query(

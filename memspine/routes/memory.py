@@ -223,7 +223,7 @@ IDEMPOTENCY = Header(
 )
 PURPOSE = Header(
     PURPOSE_HEADER,
-    {"type": "string", "maxLength": MAX_PURPOSE_BYTES},
+    {"type": "string", "maxLength": MAX_PURPOSE_BYTES, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"},
     "Why this read is made, kept in its read record (docs/audit.md); required by a key issued "
     f"with require_purpose. At most {MAX_PURPOSE_BYTES} bytes, no control characters.",
 )

@@ -50,7 +50,12 @@ class World:
             time.sleep(0.02)
 
     def mcp(self, key: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-        body = {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": tool, "arguments": args}}
+        body = {
+            "jsonrpc": "2.0",
+            "id": 1,
+            "method": "tools/call",
+            "params": {"name": tool, "arguments": args},
+        }
         with self.client(key, **MCP_HEADERS) as c:
             r = c.post("/mcp", json=body)
         assert r.status_code == 200, r.text
@@ -81,7 +86,9 @@ def make_world(data_dir: Path, env: dict[str, str]) -> World:
     world = World(server, keys, [tenant, other])
     with world.client("rw") as c:
         for i in range(12):
-            r = c.post("/v1/memory/event", json={"kind": "fact", "text": f"invoice {i} paid in full"})
+            r = c.post(
+                "/v1/memory/event", json={"kind": "fact", "text": f"invoice {i} paid in full"}
+            )
             assert r.status_code == 201
             world.ids.append(r.json()["event_id"])
         # The other tenant's own events and reads, which this tenant's auditor never sees.
@@ -92,7 +99,9 @@ def make_world(data_dir: Path, env: dict[str, str]) -> World:
 
 
 @pytest.fixture(scope="module", params=["durable", "buffered"])
-def world(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Iterator[World]:
+def world(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[World]:
     env = {"MEMSPINE_READ_AUDIT": request.param}
     w = make_world(tmp_path_factory.mktemp("audit") / "data", env)
     yield w
@@ -197,18 +206,14 @@ def test_a_key_that_requires_a_purpose_is_refused_without_one(world: World) -> N
         assert "Memspine-Purpose" in r.json()["detail"]
         r = c.post("/v1/memory/recall", json={"text": "invoice"})
         assert r.status_code == 400
-        r = c.get(
-            f"/v1/memory/event/{world.ids[0]}", headers={"Memspine-Purpose": "audit of Q3"}
-        )
+        r = c.get(f"/v1/memory/event/{world.ids[0]}", headers={"Memspine-Purpose": "audit of Q3"})
         assert r.status_code == 200
     out = world.mcp("purposeful", "memory_get", {"id": world.ids[0]})
     assert out["isError"] is True
     assert "Memspine-Purpose" in out["structuredContent"]["detail"]
 
 
-@pytest.mark.parametrize(
-    "purpose", ["x" * 201, "two\nlines", "tab\there", "é" * 101]
-)
+@pytest.mark.parametrize("purpose", ["x" * 201, "two\nlines", "tab\there", "é" * 101])
 def test_a_purpose_too_long_or_with_control_characters_is_refused(
     world: World, purpose: str
 ) -> None:
