@@ -7,8 +7,8 @@ from pathlib import Path
 
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import ReadMark, check_tenant_id
-from storage.errors import NotFound
 from storage import readlog
+from storage.errors import NotFound
 from storage.readlog import Mark, Verdict
 
 
