@@ -94,7 +94,13 @@ class ReadAudit:
         self.writer.on_head = keeper(False)
         self.keep_cut = keeper(True)
 
-    def expire(self, tenant_ids: list[str], days: int, now_us: int | None = None) -> int:
+    def expire(
+        self,
+        tenant_ids: list[str],
+        days: int,
+        now_us: int | None = None,
+        slack_us: int = CUT_SLACK_US,
+    ) -> int:
         """Blocking: drop the read records older than `days` of these tenants, in chain order
         (each cut recorded first); the records dropped. A tenant is cut once its oldest record
         is an hour past the limit, so a busy log is not rewritten at every sweep."""
@@ -104,7 +110,7 @@ class ReadAudit:
         for tenant_id in tenant_ids:
             root = self._root_of(tenant_id)
             oldest = first_ts(root)
-            if oldest is None or oldest >= before - CUT_SLACK_US:
+            if oldest is None or oldest >= before - slack_us:
                 continue
             done = self.writer.cut(tenant_id, root, before, partial(self.keep_cut, tenant_id))
             dropped += done.result()

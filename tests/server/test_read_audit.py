@@ -6,16 +6,21 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import anyio
 import httpx
 import pytest
 from servers import InProcessServer, cheap_hasher
 
+from memspine.readaudit import DAY_US, ReadAudit, Reader
 from memspine_admin.control import ControlDB
 from memspine_admin.readaudit import verify_reads
+from memspine_admin.records import ReadMark
+from storage.readlog import records
 
 ADMIN_KEY = "an-admin-key-of-some-length"
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
@@ -291,3 +296,48 @@ def test_the_chain_verifies_and_counts_in_the_tenants_usage(world: World) -> Non
     with server.client(ADMIN_KEY) as c:
         shown = c.get(f"/v1/admin/tenants/{world.tenant}").json()
     assert shown["usage"]["bytes"]["reads"] > 0
+
+
+def test_retention_drops_old_records_in_chain_order_and_the_chain_still_verifies(
+    tmp_path: Path,
+) -> None:
+    data_dir = tmp_path / "data"
+    with ControlDB.open(data_dir, create=True, hasher=cheap_hasher()) as db:
+        tenant = db.create_tenant("acme", actor="test").tenant_id
+    (data_dir / tenant).mkdir()
+    db = ControlDB.open(data_dir)
+    audit = ReadAudit("durable", lambda t: data_dir / t)
+    audit.keep_marks_in(lambda: db)
+    reader = Reader("AbCdEfGhIjKl", "http", "/v1/memory/events", "r1", "p")
+    made: list[str] = []
+
+    async def read(n: int) -> None:
+        for _ in range(n):
+            made.append(str(uuid.uuid4()))
+            await audit.record(tenant, reader, [made[-1]])
+
+    try:
+        anyio.run(read, 5)
+        time.sleep(0.01)
+        middle = time.time_ns() // 1000
+        anyio.run(read, 5)
+        audit.writer.flush().result(30)
+        assert verify_reads(data_dir, db, tenant).ok
+        dropped = audit.expire([tenant], 1, now_us=middle + DAY_US, slack_us=0)
+        assert dropped == 5
+        kept = [f.read.event_ids[0] for f in records(data_dir / tenant)]
+        assert kept == made[5:]
+        head, cut = db.read_marks(tenant)
+        assert cut is not None and cut.seq == 5
+        assert head is not None and head.seq == 10
+        assert verify_reads(data_dir, db, tenant).ok
+        anyio.run(read, 2)  # the chain goes on from the cut file
+        audit.writer.flush().result(30)
+        verdict = verify_reads(data_dir, db, tenant)
+        assert verdict.ok and verdict.checked == 7, verdict.detail
+        # Without the recorded cut the dropped records are records removed.
+        db.keep_read_mark(tenant, ReadMark(seq=0, hash=bytes(32)), cut=True)
+        assert not verify_reads(data_dir, db, tenant).ok
+    finally:
+        audit.close()
+        db.close()
