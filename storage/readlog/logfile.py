@@ -151,6 +151,20 @@ class Appender:
         os.close(self.fd)
 
 
+def copy_whole(root: Path, dest_root: Path) -> bool:
+    """Copy a tenant's read log into dest_root, up to its last whole record (an append under
+    way is left out); False if it has none. For backups: copied after the control plane, the
+    copy holds every record the copied head names."""
+    try:
+        buf = reads_path(root).read_bytes()
+    except FileNotFoundError:
+        return False
+    end = walk(buf, decode_header(buf)).end
+    dest_root.mkdir(parents=True, exist_ok=True)
+    reads_path(dest_root).write_bytes(buf[:end])
+    return True
+
+
 class Found(NamedTuple):
     """A record read back: its seq and what it says."""
 

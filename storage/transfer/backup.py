@@ -39,6 +39,7 @@ from storage.erasure.compact import rewrite
 from storage.errors import Conflict, InvalidRequest, NotFound
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
+from storage.readlog.logfile import copy_whole
 from storage.transfer.export import export_lines, log_snapshot
 from storage.transfer.format import Reader
 from storage.transfer.landing import LOCK, build, held
@@ -125,6 +126,8 @@ def backup(
             if progress is not None:
                 progress(tenant_id, entries[-1].events)
         copied = [n for n, size in environments if _copy_env(data_dir / n, stage / n, size)]
+        for entry in entries:  # after the control plane: they hold every record its heads name
+            copy_whole(data_dir / entry.tenant_id, stage / TENANTS / entry.tenant_id)
         manifest = Manifest(
             format=FORMAT,
             version=FORMAT_VERSION,
@@ -236,6 +239,7 @@ def _restore_tenant(
         told = None if progress is None else (lambda n: progress(entry.tenant_id, n))
         root = stage / entry.tenant_id
         stats = build(root, entry.tenant_id, header.embedding_dim, lines, reader, told)
+    copy_whole(src / TENANTS / entry.tenant_id, root)  # who read what goes with the events
     if stats.events != entry.events:
         raise InvalidRequest(
             f"tenant {entry.tenant_id}: the backup's manifest counts {entry.events} events, "

@@ -158,6 +158,14 @@ def test_verify_names_an_edited_record(tmp_path: Path) -> None:
             c.get(f"/v1/memory/event/{made}")
     server.stop()  # the writer hands its heads over when it stops
     assert admin(data_dir, "audit", "verify", keys["tenant"]).returncode == 0
+    # A backup carries the read records, and the restored directory verifies.
+    assert admin(data_dir, "backup", str(tmp_path / "bk")).returncode == 0
+    restored = tmp_path / "restored"
+    assert admin(restored, "restore", str(tmp_path / "bk")).returncode == 0
+    assert [f.read for f in records(restored / keys["tenant"])] == [
+        f.read for f in records(data_dir / keys["tenant"])
+    ]
+    assert admin(restored, "audit", "verify", keys["tenant"]).returncode == 0
     path = reads_path(data_dir / keys["tenant"])
     buf = bytearray(path.read_bytes())
     third = list(frames(bytes(buf), HEADER_BYTES, decode_header(bytes(buf)).base_seq))[2]

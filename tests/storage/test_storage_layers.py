@@ -100,7 +100,7 @@ MAY_IMPORT = {
     "erasure": {"base", "log", "index"},
     "embedders": {"base"},
     "tenants": {"base", "log", "index", "read", "cypher", "erasure", "embedders"},
-    "transfer": {"base", "log", "index", "read", "erasure", "tenants"},
+    "transfer": {"base", "log", "index", "read", "erasure", "tenants", "readlog"},
     "readlog": {"base"},
 }
 
