@@ -23,7 +23,15 @@ from memspine_admin.plane import ControlPlane
 from memspine_admin.readaudit import mark_keeper
 from memspine_admin.verifier import Principal
 from storage.errors import DiskFull, InvalidRequest, Unavailable
-from storage.readlog import Backlogged, Mark, Read, ReadLogWriter, first_ts
+from storage.readlog import (
+    MAX_PENDING,
+    MAX_PENDING_PER_TENANT,
+    Backlogged,
+    Mark,
+    Read,
+    ReadLogWriter,
+    first_ts,
+)
 from storage.space import names_full_disk
 
 PURPOSE_HEADER = "Memspine-Purpose"
@@ -70,12 +78,24 @@ def check_purpose(value: str | None, principal: Principal | None) -> str | None:
 class ReadAudit:
     """The server's read records: the mode, the process's writer, the waits of a full backlog."""
 
-    def __init__(self, mode: str, root_of: Callable[[str], Path]) -> None:
-        """mode: buffered, durable or off; root_of: a tenant's directory."""
+    def __init__(
+        self,
+        mode: str,
+        root_of: Callable[[str], Path],
+        *,
+        max_pending: int = MAX_PENDING,
+        max_pending_per_tenant: int = MAX_PENDING_PER_TENANT,
+    ) -> None:
+        """mode: buffered, durable or off; root_of: a tenant's directory; the backlog's
+        bounds (storage/readlog/writer.py)."""
         self.mode = mode
         self._root_of = root_of
         # Even when off: retention still drops the records made before (expire).
-        self.writer = ReadLogWriter(durable=mode == "durable")
+        self.writer = ReadLogWriter(
+            durable=mode == "durable",
+            max_pending=max_pending,
+            max_pending_per_tenant=max_pending_per_tenant,
+        )
         self.writer.start()
         self.keep_cut: Callable[[str, Mark], None] = lambda _tenant_id, _mark: None
 

@@ -9,9 +9,16 @@ from __future__ import annotations
 from storage.readlog.format import Read, ReadLogCorrupt
 from storage.readlog.logfile import Found, Mark, first_ts, read_bytes, reads_of_events, records
 from storage.readlog.verify import Verdict, verify
-from storage.readlog.writer import Backlogged, ReadLogWriter
+from storage.readlog.writer import (
+    MAX_PENDING,
+    MAX_PENDING_PER_TENANT,
+    Backlogged,
+    ReadLogWriter,
+)
 
 __all__ = [
+    "MAX_PENDING",
+    "MAX_PENDING_PER_TENANT",
     "Backlogged",
     "Found",
     "Mark",

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
+from storage import failpoints
 from storage.files import READS
 from storage.fsync import fdatasync_fd, fsync_dir, replace_durably
 from storage.ids import id_bytes
@@ -132,6 +133,7 @@ class Appender:
             seq, ts = seq + 1, r.ts
         data = b"".join(parts)
         try:
+            failpoints.hit("reads.append")
             written = os.write(self.fd, data)
             while written < len(data):
                 written += os.write(self.fd, data[written:])

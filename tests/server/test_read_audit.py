@@ -20,7 +20,9 @@ from memspine.readaudit import DAY_US, ReadAudit, Reader
 from memspine_admin.control import ControlDB
 from memspine_admin.readaudit import verify_reads
 from memspine_admin.records import ReadMark
-from storage.readlog import records
+from storage import failpoints
+from storage.errors import DiskFull, Unavailable
+from storage.readlog import records, verify
 
 ADMIN_KEY = "an-admin-key-of-some-length"
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}
@@ -341,3 +343,44 @@ def test_retention_drops_old_records_in_chain_order_and_the_chain_still_verifies
     finally:
         audit.close()
         db.close()
+
+
+def test_a_full_disk_refuses_durable_reads_and_holds_buffered_records_up_to_a_bound(
+    tmp_path: Path,
+) -> None:
+    root = tmp_path / "t"
+    root.mkdir()
+    reader = Reader("AbCdEfGhIjKl", "http", "/v1/memory/recall", "r1", None)
+
+    async def read(audit: ReadAudit) -> None:
+        await audit.record("t", reader, [str(uuid.uuid4())])
+
+    durable = ReadAudit("durable", lambda _t: root)
+    try:
+        anyio.run(read, durable)
+        failpoints.arm("reads.append", "enospc")
+        with pytest.raises(DiskFull):  # 503: the read is not answered
+            anyio.run(read, durable)
+        failpoints.disarm_all()
+        anyio.run(read, durable)
+    finally:
+        failpoints.disarm_all()
+        durable.close()
+    assert len(list(records(root))) == 2  # the refused read left no record
+
+    buffered = ReadAudit("buffered", lambda _t: root, max_pending_per_tenant=20)
+    try:
+        failpoints.arm("reads.append", "enospc")
+        held = 0
+        with pytest.raises(Unavailable):  # past the bound: refused
+            for _ in range(1000):
+                anyio.run(read, buffered)
+                held += 1
+        assert 1 <= held <= 20
+        failpoints.disarm_all()
+        buffered.writer.flush().result(30)
+    finally:
+        failpoints.disarm_all()
+        buffered.close()
+    assert len(list(records(root))) == 2 + held  # every record held was written, in order
+    assert verify(root, None, None).ok
