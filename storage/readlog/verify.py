@@ -10,6 +10,7 @@ the head. Records written after the last head was recorded are checked by their 
 
 from __future__ import annotations
 
+from hashlib import sha256
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,10 +18,9 @@ from storage.readlog.format import (
     HEADER_BYTES,
     LINK_BYTES,
     ReadLogCorrupt,
-    chain,
-    decode_body,
+    check_body,
     decode_header,
-    frames,
+    read_varint,
 )
 from storage.readlog.logfile import Mark, reads_path
 
@@ -41,60 +41,83 @@ def verify(root: Path, head: Mark | None, cut: Mark | None) -> Verdict:
         buf = reads_path(root).read_bytes()
     except FileNotFoundError:
         if head is not None and head.seq > (cut.seq if cut is not None else 0):
-            return Verdict(
-                False, 0, 1, f"the read log is missing; records up to {head.seq} were recorded"
-            )
+            detail = f"the read log is missing; records up to {head.seq} were recorded"
+            return Verdict(False, 0, 1, detail)
         return Verdict(True, 0, None, "no reads recorded")
     try:
         header = decode_header(buf)
     except ReadLogCorrupt as exc:
         return Verdict(False, 0, 1, f"the read log's header is damaged: {exc}")
-    seq, value, ts = header.base_seq, header.base_hash, header.base_ts
-    if cut is not None and seq > cut.seq:
-        return Verdict(
-            False,
-            0,
-            cut.seq + 1,
-            f"records {cut.seq + 1} to {seq} were removed without a recorded cut",
-        )
-    if cut is None and seq > 0:
-        return Verdict(False, 0, 1, f"records 1 to {seq} were removed without a recorded cut")
-    marks = {m.seq: m.hash for m in (cut, head) if m is not None and m.seq >= seq}
-    if seq in marks and marks[seq] != value:
-        return Verdict(
-            False, 0, seq + 1, f"the chain's start does not match the recorded cut at record {seq}"
-        )
-    checked = 0
-    end = HEADER_BYTES
-    for f in frames(buf, HEADER_BYTES, header.base_seq):
-        if f.body[:LINK_BYTES] != value[:LINK_BYTES]:
-            return Verdict(
-                False,
-                checked,
-                f.seq,
-                f"record {f.seq} does not follow record {f.seq - 1} (one of them was edited, "
-                "or records between them were removed or reordered)",
-            )
-        try:
-            ts = decode_body(f.body, ts).ts
-        except ReadLogCorrupt as exc:
-            return Verdict(False, checked, f.seq, f"record {f.seq} is damaged: {exc}")
-        value = chain(value, f.body)
-        seq, end, checked = f.seq, f.end, checked + 1
-        if seq in marks and marks[seq] != value:
-            return Verdict(
-                False, checked, seq, f"the chain at record {seq} does not match its recorded head"
-            )
+    wrong = _start(header.base_seq, header.base_hash, cut)
+    if wrong is not None:
+        return wrong
+    marks = {m.seq: m.hash for m in (cut, head) if m is not None and m.seq >= header.base_seq}
+    if marks.get(header.base_seq, header.base_hash) != header.base_hash:
+        detail = f"the chain's start does not match the head recorded at record {header.base_seq}"
+        return Verdict(False, 0, header.base_seq + 1, detail)
+    found = _walk(buf, header.base_seq, header.base_hash, marks)
+    if isinstance(found, Verdict):
+        return found
+    seq, end, checked = found
     if end < len(buf):
         return Verdict(False, checked, seq + 1, f"bytes after record {seq} are not a whole record")
     for m in (cut, head):
         if m is not None and m.seq > seq:
-            return Verdict(
-                False,
-                checked,
-                seq + 1,
-                f"records {seq + 1} to {m.seq} were recorded and are missing",
+            detail = f"records {seq + 1} to {m.seq} were recorded and are missing"
+            return Verdict(False, checked, seq + 1, detail)
+    detail = f"{checked} records intact (records {header.base_seq + 1} to {seq})"
+    return Verdict(True, checked, None, detail)
+
+
+def _start(seq: int, value: bytes, cut: Mark | None) -> Verdict | None:
+    """What is wrong with where the file starts, given the recorded cut (None: nothing)."""
+    if cut is not None and seq > cut.seq:
+        detail = f"records {cut.seq + 1} to {seq} were removed without a recorded cut"
+        return Verdict(False, 0, cut.seq + 1, detail)
+    if cut is None and seq > 0:
+        return Verdict(False, 0, 1, f"records 1 to {seq} were removed without a recorded cut")
+    if cut is not None and seq == cut.seq and value != cut.hash:
+        detail = f"the chain's start does not match the recorded cut at record {seq}"
+        return Verdict(False, 0, seq + 1, detail)
+    return None
+
+
+def _walk(
+    buf: bytes, seq: int, value: bytes, marks: dict[int, bytes]
+) -> Verdict | tuple[int, int, int]:
+    """Every whole record's link, shape and chain value, against the marks on the way: the
+    first problem, or the last seq, where the records end and how many were checked.
+
+    One loop over the bytes, no object per record: a million records take seconds.
+    """
+    size, pos, checked = len(buf), HEADER_BYTES, 0
+    while pos < size:
+        n = buf[pos]
+        if n < 0x80:
+            at = pos + 1
+        elif pos + 1 < size and buf[pos + 1] < 0x80:
+            n, at = (n & 0x7F) | (buf[pos + 1] << 7), pos + 2
+        else:
+            try:
+                n, at = read_varint(buf, pos)
+            except ReadLogCorrupt:
+                break
+        if at + n > size:
+            break
+        body = buf[at : at + n]
+        seq += 1
+        if not buf.startswith(value[:LINK_BYTES], at):
+            detail = (
+                f"record {seq} does not follow record {seq - 1} (one of them was edited, "
+                "or records between them were removed or reordered)"
             )
-    return Verdict(
-        True, checked, None, f"{checked} records intact (records {header.base_seq + 1} to {seq})"
-    )
+            return Verdict(False, checked, seq, detail)
+        problem = check_body(body)
+        if problem is not None:
+            return Verdict(False, checked, seq, f"record {seq} is damaged: {problem}")
+        value = sha256(value + body).digest()
+        pos, checked = at + n, checked + 1
+        if seq in marks and marks[seq] != value:
+            detail = f"the chain at record {seq} does not match its recorded head"
+            return Verdict(False, checked, seq, detail)
+    return seq, pos, checked
