@@ -44,7 +44,11 @@ def recall_requests(corpus: Any) -> list[bytes]:
     headers = {"Authorization": f"Bearer {TENANT}", "Content-Type": "application/json"}
     out = []
     for i, text in enumerate(corpus.q_texts):
-        body = {"text": text, "embedding": [round(float(x), 6) for x in corpus.q_vectors[i]], "k": 10}
+        body = {
+            "text": text,
+            "embedding": [round(float(x), 6) for x in corpus.q_vectors[i]],
+            "k": 10,
+        }
         out.append(http_request("POST", "/v1/memory/recall", msgspec.json.encode(body), headers))
     return out
 
