@@ -236,6 +236,7 @@ def delete_tenant_everywhere(
     revoked = control.delete_tenant(tenant_id, actor=ACTOR)
     # No new request authenticates as the tenant from here on; exclusive() waits for the
     # requests already in flight and keeps the tenant closed while its directory goes.
+    engine.reads.writer.forget(tenant_id)  # its read records go with it (docs/audit.md)
     with engine.manager.exclusive(tenant_id):
         erased = erase_tenant_dir(data_dir, tenant_id)
     return TenantDeleted(tenant_id=tenant_id, deleted=True, revoked_keys=revoked, erased=erased)

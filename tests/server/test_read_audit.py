@@ -14,8 +14,9 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from servers import InProcessServer, cheap_hasher
+from servers import AppTransport, InProcessServer, cheap_hasher
 
+from memspine.client import Memspine
 from memspine.readaudit import DAY_US, ReadAudit, Reader
 from memspine_admin.control import ControlDB
 from memspine_admin.readaudit import verify_reads
@@ -171,12 +172,22 @@ def _mcp_recall(w: World) -> tuple[str, str, list[str]]:
     return "mcp", "memory_recall", [h["event_id"] for h in out["structuredContent"]["hits"]]
 
 
+def _python_client(w: World) -> tuple[str, str, list[str]]:
+    assert w.server.runner is not None
+    transport = AppTransport(w.server.runner, w.server.port)
+    headers = {"Memspine-Purpose": "ticket 4411"}
+    with Memspine(w.server.url, w.keys["read"], transport=transport, headers=headers) as c:
+        hits = c.recall("invoice paid", k=3).hits
+    return "http", "/v1/memory/recall", [h.event_id for h in hits]
+
+
 DOORS: dict[str, Callable[[World], tuple[str, str, list[str]]]] = {
     "http get": _http_get,
     "http list": _http_list,
     "http recall": _http_recall,
     "http cypher": _http_cypher,
     "http export": _http_export,
+    "python client recall": _python_client,
     "mcp get": _mcp_get,
     "mcp cypher": _mcp_cypher,
     "mcp list": _mcp_list,
