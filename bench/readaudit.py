@@ -56,7 +56,7 @@ def recall_requests(corpus: Any) -> list[bytes]:
 def latency(work: Path, size: int, rounds: int, seconds: float) -> dict[str, Any]:
     """Per mode: p50 of each round, their median, and the ratio to off's median."""
     corpus = load_corpus()
-    built = work / "built"
+    built = work / f"built-{size}"
     if not (built / TENANT).is_dir():
         events, _ = make_events(corpus, size)
         print(f"building {size} events", file=sys.stderr)

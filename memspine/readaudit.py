@@ -90,6 +90,7 @@ class ReadAudit:
         bounds (storage/readlog/writer.py)."""
         self.mode = mode
         self._root_of = root_of
+        self._roots: dict[str, Path] = {}  # a Path join per read shows in a recall's profile
         # Even when off: retention still drops the records made before (expire).
         self.writer = ReadLogWriter(
             durable=mode == "durable",
@@ -142,7 +143,9 @@ class ReadAudit:
         w = self.writer
         if self.mode == "off" or not event_ids:
             return
-        root = self._root_of(tenant_id)
+        root = self._roots.get(tenant_id)
+        if root is None:
+            root = self._roots[tenant_id] = self._root_of(tenant_id)
         ts = time.time_ns() // 1000
         waits = []
         for i in range(0, len(event_ids), IDS_PER_RECORD):
@@ -153,7 +156,9 @@ class ReadAudit:
                 route=reader.route,
                 request_id=reader.request_id,
                 purpose=reader.purpose,
-                event_ids=event_ids[i : i + IDS_PER_RECORD],
+                event_ids=event_ids
+                if len(event_ids) <= IDS_PER_RECORD
+                else event_ids[i : i + IDS_PER_RECORD],
             )
             done = await self._submit(w, tenant_id, root, read)
             if done is not None:

@@ -13,10 +13,11 @@ from typing import Any
 
 import anyio
 import httpx
+import msgspec
 import pytest
 from servers import AppTransport, InProcessServer, cheap_hasher
 
-from memspine.client import Memspine
+from memspine.client import Memspine, MemspineAdmin
 from memspine.readaudit import DAY_US, ReadAudit, Reader
 from memspine_admin.control import ControlDB
 from memspine_admin.readaudit import verify_reads
@@ -284,6 +285,15 @@ def test_the_admin_reads_any_tenants_records_and_pages_with_a_cursor(world: Worl
         assert seen[: len(all_reads)] == all_reads
         bad = c.get("/v1/admin/tenants/not-a-tenant/reads")
         assert bad.status_code == 400
+    assert world.server.runner is not None
+    transport = AppTransport(world.server.runner, world.server.port)
+    with Memspine(world.server.url, world.keys["audit"], transport=transport) as client:
+        assert [r for r in msgspec.to_builtins(client.reads(limit=1000).reads)] == all_reads[
+            : len(client.reads(limit=1000).reads)
+        ]
+    with MemspineAdmin(world.server.url, ADMIN_KEY, transport=transport) as admin:
+        page = admin.tenant_reads(world.tenant, limit=2)
+        assert msgspec.to_builtins(page.reads) == all_reads[:2] and page.next_cursor
     with world.client("audit") as c:
         r = c.get("/v1/memory/audit/reads", params={"cursor": "../etc"})
         assert r.status_code == 400
