@@ -195,3 +195,12 @@ def test_reads_of_events_finds_the_records_that_name_them(tmp_path: Path) -> Non
     wanted = [reads[1].event_ids[2], reads[3].event_ids[0]]
     assert [f.seq for f in reads_of_events(tmp_path, wanted)] == [2, 4]
     assert reads_of_events(tmp_path / "none", wanted) == []
+
+
+def test_a_damaged_last_record_is_named_without_a_head(tmp_path: Path) -> None:
+    write(tmp_path, [a_read(n) for n in range(1, 6)])
+    buf = reads_path(tmp_path).read_bytes()
+    last = list(frames(buf, HEADER_BYTES, 0))[-1]
+    reads_path(tmp_path).write_bytes(buf[: last.start] + frame(last.body + b"x"))
+    verdict = verify(tmp_path, None, None)
+    assert not verdict.ok and verdict.bad_seq == 5 and "damaged" in verdict.detail
