@@ -20,7 +20,6 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any
 
 from storage.readlog.format import Read
 from storage.readlog.logfile import Appender, Mark, cut
@@ -266,7 +265,3 @@ class ReadLogWriter:
             except Exception as exc:
                 log.warning("tenant %s: read chain head not recorded: %s", tenant_id, exc)
                 self._moved.setdefault(tenant_id, mark)
-
-    def status(self) -> dict[str, Any]:
-        """What the writer holds: the backlog's weight and whether writes fail."""
-        return {"pending": self._weight, "failing": self.failing is not None}
