@@ -301,25 +301,30 @@ class Frame(NamedTuple):
     body: bytes
 
 
+def body_at(buf: bytes | memoryview, pos: int) -> tuple[int, int]:
+    """Where the body of the record at pos starts and ends; an end past the buffer (or -1)
+    for a record cut short (a write a crash interrupted)."""
+    n = buf[pos]
+    if n < 0x80:  # most records: a one- or two-byte length, read here
+        return pos + 1, pos + 1 + n
+    if pos + 1 < len(buf) and buf[pos + 1] < 0x80:
+        return pos + 2, pos + 2 + ((n & 0x7F) | (buf[pos + 1] << 7))
+    try:
+        n, at = read_varint(buf, pos)
+    except ReadLogCorrupt:
+        return pos, -1
+    return at, at + n
+
+
 def frames(buf: bytes | memoryview, start: int, seq: int) -> Iterator[Frame]:
     """Every whole record of buf from `start` on, numbered from seq + 1; stops before a record
     cut short (a write a crash interrupted), which the caller may find by the last end."""
     size = len(buf)
     pos = start
     while pos < size:
-        n = buf[pos]
-        if n < 0x80:  # most records: a one- or two-byte length, read here
-            body_at = pos + 1
-        elif pos + 1 < size and buf[pos + 1] < 0x80:
-            n, body_at = (n & 0x7F) | (buf[pos + 1] << 7), pos + 2
-        else:
-            try:
-                n, body_at = read_varint(buf, pos)
-            except ReadLogCorrupt:
-                return  # a length cut short: the tail of an interrupted write
-        end = body_at + n
-        if end > size:
+        at, end = body_at(buf, pos)
+        if not 0 <= end <= size:
             return
         seq += 1
-        yield Frame(seq, pos, end, bytes(buf[body_at:end]))
+        yield Frame(seq, pos, end, bytes(buf[at:end]))
         pos = end

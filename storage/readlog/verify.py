@@ -18,9 +18,9 @@ from storage.readlog.format import (
     HEADER_BYTES,
     LINK_BYTES,
     ReadLogCorrupt,
+    body_at,
     check_body,
     decode_header,
-    read_varint,
 )
 from storage.readlog.logfile import Mark, reads_path
 
@@ -92,19 +92,10 @@ def _walk(
     """
     size, pos, checked, body = len(buf), HEADER_BYTES, 0, b""
     while pos < size:
-        n = buf[pos]
-        if n < 0x80:
-            at = pos + 1
-        elif pos + 1 < size and buf[pos + 1] < 0x80:
-            n, at = (n & 0x7F) | (buf[pos + 1] << 7), pos + 2
-        else:
-            try:
-                n, at = read_varint(buf, pos)
-            except ReadLogCorrupt:
-                break
-        if at + n > size:
-            break
-        body = buf[at : at + n]
+        at, end = body_at(buf, pos)
+        if not 0 <= end <= size:
+            break  # a record cut short
+        body = buf[at:end]
         seq += 1
         if not buf.startswith(value[:LINK_BYTES], at):
             detail = (
@@ -113,7 +104,7 @@ def _walk(
             )
             return Verdict(False, checked, seq, detail)
         value = sha256(value + body).digest()
-        pos, checked = at + n, checked + 1
+        pos, checked = end, checked + 1
         if seq in marks and marks[seq] != value:
             detail = f"the chain at record {seq} does not match its recorded head"
             return Verdict(False, checked, seq, detail)
