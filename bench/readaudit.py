@@ -118,6 +118,47 @@ def record_bytes(root: Path) -> dict[str, Any]:
     }
 
 
+def cpu_cost(work: Path, n: int = 5000) -> dict[str, Any]:
+    """CPU time (this thread's, which other processes' load moves little) of the read path's
+    part, `ReadAudit.record` of a 10-hit recall in buffered mode, and of the writer's part per
+    record (encoding, chain, write; its fdatasync is one per group commit)."""
+    import asyncio
+
+    from memspine.readaudit import ReadAudit, Reader
+
+    root = work / "cpu"
+    shutil.rmtree(root, ignore_errors=True)
+    (root / "t").mkdir(parents=True)
+    audit = ReadAudit("buffered", lambda t: root / t, max_pending_per_tenant=10 * n)
+    ids = [str(uuid.uuid4()) for _ in range(10)]
+    who = Reader("Ab3dE5gH9jK1", "http", "/v1/memory/recall", "0" * 32, None)
+
+    async def reads() -> float:
+        started = time.thread_time()
+        for _ in range(n):
+            await audit.record("t", who, ids)
+        return time.thread_time() - started
+
+    try:
+        loop_s = asyncio.run(reads())
+    finally:
+        audit.close()
+    batch = [r.read for r in records(root / "t")]
+    (root / "w").mkdir()
+    f = Appender(root / "w", batch[0].ts)
+    started = time.thread_time()
+    for lo in range(0, len(batch), 100):  # groups of 100, as a busy 100 ms would hold
+        f.append(batch[lo : lo + 100])
+    writer_s = time.thread_time() - started
+    f.close()
+    shutil.rmtree(root, ignore_errors=True)
+    return {
+        "reads": n,
+        "record_call_us": round(loop_s / n * 1e6, 2),
+        "writer_us_per_record": round(writer_s / len(batch) * 1e6, 2),
+    }
+
+
 def verify_time(work: Path, n: int) -> dict[str, Any]:
     """Write n records of 10 ids (1 ms apart) and time a verify of them."""
     root = work / "verify"
@@ -149,9 +190,9 @@ def verify_time(work: Path, n: int) -> dict[str, Any]:
     head = f.mark()
     f.close()
     size = reads_path(root).stat().st_size
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.thread_time()
     verdict = verify(root, head, None)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, time.thread_time() - cpu
     assert verdict.ok and verdict.checked == n, verdict
     shutil.rmtree(root, ignore_errors=True)
     return {
@@ -160,6 +201,7 @@ def verify_time(work: Path, n: int) -> dict[str, Any]:
         "bytes_per_record": round(size / n, 1),
         "write_s": round(written, 2),
         "verify_s": round(seconds, 2),
+        "verify_cpu_s": round(cpu, 2),  # what it takes with a core of its own
     }
 
 
@@ -170,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=None, help="events (default 100000)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5; quick 1)")
     parser.add_argument("--records", type=int, default=None, help="records to verify (1000000)")
-    parser.add_argument("--only", choices=("latency", "verify"), default=None)
+    parser.add_argument("--only", choices=("latency", "verify", "cpu"), default=None)
     parser.add_argument("--out", type=Path, default=None, help="JSON (bench/out/readaudit.json)")
     args = parser.parse_args(argv)
     size = args.size or (2_000 if args.quick else 100_000)
@@ -181,6 +223,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     if args.only in (None, "latency"):
         results["recall"] = latency(work, size, rounds, 2.0 if args.quick else 6.0)
+    if args.only in (None, "cpu"):
+        results["cpu"] = cpu_cost(work)
     if args.only in (None, "verify"):
         results["verify"] = verify_time(work, n)
     config = {"size": size, "rounds": rounds, "records": n, "seed": SEED, "quick": args.quick}
