@@ -16,6 +16,7 @@ from memspine.limits import default_max_open_bytes, machine_memory
 from memspine_admin.placement import is_node_name
 from memspine_admin.plane import is_control_url, redact
 from memspine_admin.records import MAX_QUOTA, MAX_REQUESTS_PER_MINUTE
+from memspine_admin.retention import MAX_DAYS
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
@@ -71,6 +72,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     default_max_events: int | None = None
     default_max_bytes: int | None = None
     default_max_memory: int | None = None
+    # Days an event of a kind no tenant window names is kept (None: kept until deleted).
+    retention_days: int | None = None
     read_audit: str = "buffered"  # who read which events: buffered, durable or off (docs/audit.md)
     read_audit_days: int = 365  # read records older than this are dropped by the purger
 
@@ -147,6 +150,18 @@ def _byte_size(value: str) -> int:
     if n < MIN_OPEN_BYTES:
         raise SettingsError(f"expected at least 1M (1048576 bytes), got {value!r}")
     return min(n, MAX_OPEN_BYTES)
+
+
+def _days(value: str) -> int | None:
+    """MEMSPINE_RETENTION_DAYS: empty for none (events are kept), else 1 to MAX_DAYS days."""
+    if not value:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= MAX_DAYS:
+        raise SettingsError(
+            f"expected a whole number of days from 1 to {MAX_DAYS} (unset or empty: events "
+            f"are kept until deleted), got {value!r}"
+        )
+    return int(value)
 
 
 def _limit(hi: int, *, units: bool = False) -> Callable[[str], int | None]:
@@ -427,6 +442,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_READ_AUDIT_DAYS": lambda v: {"read_audit_days": _int_in(1, 36_500)(v)},
     "MEMSPINE_DEFAULT_MAX_EVENTS": lambda v: {"default_max_events": _limit(MAX_QUOTA)(v)},
     "MEMSPINE_DEFAULT_MAX_BYTES": lambda v: {"default_max_bytes": _limit(MAX_QUOTA, units=True)(v)},
+    "MEMSPINE_RETENTION_DAYS": lambda v: {"retention_days": _days(v)},
     "MEMSPINE_DEFAULT_MAX_MEMORY": lambda v: {
         "default_max_memory": _limit(MAX_QUOTA, units=True)(v)
     },

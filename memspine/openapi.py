@@ -52,12 +52,14 @@ KEY_ERRORS = {
 ADMIN_ERRORS = {
     401: "Not the admin key.",
     404: "The server has no MEMSPINE_ADMIN_KEY (no such route), or no such tenant or key.",
-    409: "No control database yet (memspine-admin init), or a tenant name or id in use.",
+    409: "No control database yet (memspine-admin init), a tenant name or id in use, or "
+    "(legal_hold) a tenant under a legal hold.",
 }
 BODY_ERRORS = {413: "The body is larger than MEMSPINE_MAX_BODY_BYTES."}
 OWN_ERRORS = {
     404: "No such event (unknown, deleted, or another tenant's).",
-    409: "The same Idempotency-Key is still being processed (Retry-After: 1).",
+    409: "The same Idempotency-Key is still being processed (Retry-After: 1), or (legal_hold, "
+    "on a delete) a legal hold keeps the event.",
     413: BODY_ERRORS[413],
     422: "The Idempotency-Key with another body, or an embedding of another length or model.",
     503: EDGE_ERRORS[503],
@@ -78,6 +80,7 @@ ERROR_CODES = [
     "method_not_allowed",
     "request_timeout",
     "conflict",
+    "legal_hold",
     "payload_too_large",
     "idempotency_mismatch",
     "embedding_mismatch",
@@ -175,6 +178,7 @@ PATH_SCHEMAS: dict[str, dict[str, Any]] = {
         "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$",
     },
     "key_id": {"type": "string", "minLength": 1},
+    "hold_id": {"type": "string", "minLength": 1},
 }
 
 

@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from memspine.auth import Authenticator
     from memspine.config import Settings
     from memspine.engine import Engine
+    from memspine.retention import Retention
     from memspine_admin.plane import ControlPlane
     from storage.model import Quota, QuotaSource
 
@@ -105,6 +106,7 @@ class Services:
     settings: Settings
     metrics: Any = None
     allowance: Allowance | None = None
+    retention: Retention | None = None  # memspine/retention.py: windows, holds, runs
 
 
 @dataclass(frozen=True, eq=False)

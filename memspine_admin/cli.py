@@ -15,7 +15,7 @@ from typing import Any
 
 import msgspec
 
-from memspine_admin import data, keys
+from memspine_admin import data, keys, retention_cmds
 from memspine_admin.control import erase_tenant_dir
 from memspine_admin.plane import ControlPlane, init_control, open_control
 from memspine_admin.readaudit import verify_reads
@@ -268,12 +268,17 @@ def cmd_tenant_show(args: argparse.Namespace) -> int:
         if tenant is None:
             raise NotFound("no tenant with that id")
         keys = KeyCounts.of(db.list_keys(tenant.tenant_id), now_us())
+        holds = db.list_holds(tenant.tenant_id)
     root = args.data_dir / tenant.tenant_id
     usage = closed_usage(root, is_open=None) if root.is_dir() else None
     # Its own limits always (null: none), which the record leaves out when unset.
     payload = {**msgspec.to_builtins(tenant), **{name: getattr(tenant, name) for name in LIMITS}}
-    payload |= {"keys": keys, "usage": usage}
-    _emit(args, payload, _show(tenant, keys, usage, args.data_dir))
+    view = retention_cmds.view_from_files(args.data_dir, tenant)
+    payload |= {"keys": keys, "usage": usage, "retention": tenant.retention}
+    payload |= {"retention_state": view, "holds": holds}
+    human = [_show(tenant, keys, usage, args.data_dir)]
+    human += retention_cmds.show_lines(tenant, holds, view)
+    _emit(args, payload, "\n".join(human))
     return EXIT_OK
 
 
@@ -550,6 +555,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="apply the routes once and exit")
 
     data.add_commands(sub, tsub, command)
+    retention_cmds.add_commands(tsub, command)
 
     p = command(sub, "audit", cmd_audit)
     p.add_argument("--after", type=int, default=None, help="show entries after this seq")

@@ -19,7 +19,7 @@ import msgspec
 
 from memspine_admin.control import CONTROL_DIR, MAP_SIZE
 from memspine_admin.plane import ControlPlane, control_exists, open_control
-from memspine_admin.records import check_tenant_id, is_tenant_id
+from memspine_admin.records import check_tenant_id, is_tenant_id, now_us
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound
 from storage.fsync import fsync_dir, replace_durably
 
@@ -166,6 +166,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     tenant_id = tenant_dir(args.data_dir, args.tenant_id)
     root = args.data_dir / tenant_id
+    drop = _past_window(args.data_dir, tenant_id)
     stream: IO[bytes] = open(args.input, "rb") if args.input else sys.stdin.buffer  # noqa: SIM115
     try:
         with progress(args, "importing") as bar:
@@ -174,18 +175,28 @@ def cmd_import(args: argparse.Namespace) -> int:
                 why = f"stop it to import into tenant {tenant_id}, which has a directory there"
                 with unserved(args.data_dir, why):
                     stats = import_tenant(
-                        args.data_dir, tenant_id, stream, merge=args.merge, progress=bar.update
+                        args.data_dir,
+                        tenant_id,
+                        stream,
+                        merge=args.merge,
+                        progress=bar.update,
+                        drop=drop,
                     )
             else:
-                stats = import_tenant(args.data_dir, tenant_id, stream, progress=bar.update)
+                stats = import_tenant(
+                    args.data_dir, tenant_id, stream, progress=bar.update, drop=drop
+                )
     finally:
         if args.input:
             stream.close()
     payload: dict[str, Any] = {"tenant_id": tenant_id, "from_tenant": stats.tenant_id}
     payload |= {"events": stats.events, "skipped": stats.skipped, "lines": stats.lines}
+    payload["retention_dropped"] = stats.retention_dropped
     human = f"imported {stats.events} events into tenant {tenant_id}"
     if stats.skipped:
         human += f" ({stats.skipped} held already, kept as they were)"
+    if stats.retention_dropped:
+        human += f"; dropped {stats.retention_dropped} past their retention window"
     registered = _registered(args.data_dir, tenant_id)
     payload["registered"] = registered
     if registered is False:
@@ -223,6 +234,52 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     )
     _emit(args, payload, human)
     return 0
+
+
+def _past_window(data_dir: Path, tenant_id: str) -> Callable[[Any], bool]:
+    """Whether an imported event is past its retention window now and no legal hold keeps it:
+    the tenant's own windows and holds (if the control plane has a record of it), else
+    MEMSPINE_RETENTION_DAYS of this shell."""
+    from memspine_admin.retention_cmds import server_default
+    from storage.read.retention import Policy, holds_blocking
+
+    own, holds = None, []
+    if _controlled(data_dir):
+        with _plane(data_dir) as db:
+            record = db.get_tenant(tenant_id)
+            own = None if record is None else record.retention
+            holds = db.list_holds(tenant_id)
+    policy, now = Policy.of(own, server_default()), now_us()
+    return lambda e: policy.is_due(e.kind, e.ts, now) and holds_blocking(holds, e) is None
+
+
+def _restore_drops(src: Path) -> Callable[[str], Callable[[Any], bool] | None]:
+    """Which events of each tenant a restore drops: those past their window now (the tenant's
+    windows as the backup's control database or MEMSPINE_CONTROL_URL holds them, else
+    MEMSPINE_RETENTION_DAYS of this shell) that no legal hold keeps."""
+    from memspine_admin.control import retention_in_copy
+    from memspine_admin.retention_cmds import server_default
+    from storage.read.retention import Policy, holds_blocking
+
+    url = os.environ.get("MEMSPINE_CONTROL_URL", "").strip() or None
+    plans: dict[str, tuple[dict[str, int] | None, list[Any]]] = {}
+    if url is not None:
+        with open_control(src, url) as db:
+            plans = {
+                t.tenant_id: (t.retention, db.list_holds(t.tenant_id)) for t in db.list_tenants()
+            }
+    elif (src / CONTROL_DIR / "data.mdb").is_file():
+        plans = retention_in_copy(src / CONTROL_DIR)
+    default, now = server_default(), now_us()
+
+    def drop(tenant_id: str) -> Callable[[Any], bool] | None:
+        own, holds = plans.get(tenant_id, (None, []))
+        policy = Policy.of(own, default)
+        if not policy.windows:
+            return None
+        return lambda e: policy.is_due(e.kind, e.ts, now) and holds_blocking(holds, e) is None
+
+    return drop
 
 
 def _registered(data_dir: Path, tenant_id: str) -> bool | None:
@@ -285,12 +342,15 @@ def cmd_restore(args: argparse.Namespace) -> int:
             seen[tenant_id] = events
             bar.update(before + events)
 
-        stats = restore(src, args.data_dir, progress=told)  # each log records its dimension
+        # Each log records its dimension.
+        stats = restore(src, args.data_dir, progress=told, drop=_restore_drops(src))
     human = (
         f"restored {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
         + f" into {args.data_dir} in {stats.seconds:.1f} s"
     )
+    if stats.retention_dropped:
+        human += f"; dropped {stats.retention_dropped} events past their retention window"
     _emit(args, stats, human)
     return 0
 

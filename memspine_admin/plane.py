@@ -8,7 +8,7 @@ call alike (tests/test_control.py runs one suite over both).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
@@ -19,6 +19,7 @@ from argon2 import PasswordHasher
 from memspine_admin.placement import NodeFigures
 from memspine_admin.records import (
     AuditEntry,
+    HoldRecord,
     IssuedKey,
     KeyInfo,
     KeyRecord,
@@ -73,6 +74,27 @@ class ControlPlane(Protocol):
     ) -> TenantRecord:
         """Set or remove (None) a tenant's own limits (records.LIMITS); the limits not named
         stay; NotFound for an unknown tenant."""
+        ...
+
+    def set_retention(
+        self, tenant_id: str, changes: Mapping[str, object] | None, *, actor: str
+    ) -> TenantRecord:
+        """Set (days) or remove (None) a tenant's retention windows by kind, the kinds not
+        named staying (memspine_admin/retention.py checks them); NotFound for an unknown tenant."""
+        ...
+
+    def place_hold(
+        self, tenant_id: str, reason: str, subject: str | None = None, *, actor: str
+    ) -> HoldRecord:
+        """Place a legal hold on a tenant, or on one subject's events of it (audited)."""
+        ...
+
+    def list_holds(self, tenant_id: str) -> list[HoldRecord]:
+        """The tenant's holds, oldest first (none for an unknown tenant)."""
+        ...
+
+    def lift_hold(self, tenant_id: str, hold_id: str, *, actor: str) -> HoldRecord:
+        """Lift a hold (audited); NotFound for an unknown hold."""
         ...
 
     def create_key(

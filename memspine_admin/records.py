@@ -38,6 +38,19 @@ class TenantRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     max_events: int | None = None
     max_bytes: int | None = None
     max_memory: int | None = None
+    retention: dict[str, int] | None = None  # kind -> days, "*" for the rest (docs/erasure.md)
+
+
+class HoldRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A legal hold on a tenant (subject None) or on one data subject's events: while it stands
+    no retention run, erasure or delete removes what it keeps."""
+
+    hold_id: str
+    tenant_id: str
+    reason: str
+    subject: str | None = None
+    placed_at: int
+    placed_by: str
 
 
 class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):

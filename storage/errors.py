@@ -122,3 +122,13 @@ class CypherSyntaxError(InvalidRequest):
             if 1 <= line <= len(lines):
                 detail += "\n" + lines[line - 1] + "\n" + " " * max(col - 1, 0) + "^"
         super().__init__(detail)
+
+
+class LegalHold(Conflict):
+    """A legal hold keeps what a deletion would remove (409); the detail names the hold."""
+
+    code = "legal_hold"
+
+    def __init__(self, detail: str, *, hold_id: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail, headers=headers)
+        self.hold_id = hold_id

@@ -22,7 +22,6 @@ from storage.errors import Unavailable
 # its server says so without them.
 if TYPE_CHECKING:
     from memspine.mcp.server import Caller
-    from memspine_admin.plane import ControlPlane
 
 log = logging.getLogger("memspine.mcp")
 # The bridge asks the server who the key is before it serves: bounded, so a wrong address
@@ -47,10 +46,18 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
     from memspine.mcp.backend import EngineBackend
     from memspine.mcp.server import Caller
     from memspine.purger import Purger
+    from memspine.retention import Retention
+    from memspine_admin.plane import control_exists, open_control
 
     engine = Engine(settings)
-    control = _control_of(settings)
-    if control is not None:  # the chains' heads, as a server keeps them (docs/audit.md)
+    # Legal holds and retention windows hold here too, when the directory has a control plane.
+    url = settings.control_url
+    control = (
+        open_control(settings.data_dir, url) if control_exists(settings.data_dir, url) else None
+    )
+    retention = Retention(engine, lambda: control)
+    engine.holds = retention.holds
+    if control is not None:  # the read chains' heads, as a server keeps them (docs/audit.md)
         engine.reads.keep_marks_in(lambda: control)
     scopes = ("read",) if read_only else ("read", "write")
     principal = Principal(tenant_id=tenant_id, key_id="embedded", scopes=scopes)
@@ -59,7 +66,7 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
     )
     # As in the server: deletes made here leave the disk within MEMSPINE_PURGE_INTERVAL_SECS
     # while the host keeps this process running, not only once a server next opens the directory.
-    purger = None if read_only else Purger(engine, settings.purge_interval_secs)
+    purger = None if read_only else Purger(engine, settings.purge_interval_secs, retention)
     if purger is not None:
         purger.start()
     try:
@@ -100,15 +107,6 @@ async def serve_remote(url: str, api_key: str) -> None:
             ",".join(principal.scopes),
         )
         await serve(Caller(principal, backend))
-
-
-def _control_of(settings: Settings) -> ControlPlane | None:
-    """The data directory's control plane, if it has one (its keys are not used here)."""
-    from memspine_admin.plane import control_exists, open_control
-
-    if not control_exists(settings.data_dir, settings.control_url):
-        return None
-    return open_control(settings.data_dir, settings.control_url)
 
 
 def embedded_settings(base: Settings, data_dir: Path) -> Settings:

@@ -12,7 +12,7 @@ from litestar.response import Stream
 
 from memspine.body import ClientGone
 from memspine.pipeline import Operation, Services, error_answer, serve
-from memspine.routes import admin, audit, cypher, health, memory, move, transfer, whoami
+from memspine.routes import admin, audit, cypher, health, holds, memory, move, transfer, whoami
 from storage.errors import InvalidRequest
 
 GONE = "the client disconnected before its body arrived"
@@ -24,6 +24,7 @@ OPERATIONS: tuple[Operation, ...] = (
     *cypher.OPERATIONS,
     *whoami.OPERATIONS,
     *admin.OPERATIONS,
+    *holds.OPERATIONS,
     *move.OPERATIONS,
     *audit.OPERATIONS,
 )

@@ -313,7 +313,7 @@ DELETE = Operation(
             DeleteDone, "Deleted, but the purge asked for is pending (the detail says why)."
         ),
     },
-    errors=(404, 503),
+    errors=(404, 409, 503),
     description="Unreadable at once; bytes leave the disk at the next purge (docs/erasure.md).",
 )
 LIST = Operation(

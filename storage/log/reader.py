@@ -139,6 +139,16 @@ class LogReader:
                 return
             yield key[-layout.ID_BYTES :]
 
+    def times_by_kind(self, kind: str, lo: int | None, hi: int) -> Iterator[tuple[bytes, int]]:
+        """(raw id, ts) of one kind's events with lo <= ts < hi, ascending by time (keys only)."""
+        prefix = layout.kind_prefix(kind)
+        start = layout.ts_bytes(lo) if lo is not None else b""
+        for key in self._keys("by_kind", prefix, start):
+            ts = layout.read_ts(key[len(prefix) :])
+            if ts >= hi:
+                return
+            yield key[-layout.ID_BYTES :], ts
+
     def raw_ids_by_property(self, name: str, value: FilterValue) -> Iterator[bytes]:
         """As ids_by_property, raw ids (ascending by raw id)."""
         if not layout.is_filterable_value(value):

@@ -19,6 +19,7 @@ from storage.index.keyword import KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
 from storage.log.layout import space_name
+from storage.log.reader import LogReader
 from storage.model import (
     CHAIN_KIND,
     AppendResult,
@@ -216,6 +217,11 @@ class Tenant:
         """The ids a delete (cascading or not) would remove, the event first; changes nothing."""
         with self.log.reader() as r:
             return would_delete(r, event_id, cascade=cascade)
+
+    def snapshot_read(self, fn: Callable[[LogReader], T]) -> T:
+        """Run fn over one read snapshot of the log (storage/read/retention.py's reads)."""
+        with self.log.reader() as r:
+            return fn(r)
 
     def awaiting_purge(self) -> bool:
         """Whether deleted events of this tenant await a purge (the log holds tombstones)."""

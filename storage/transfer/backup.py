@@ -43,7 +43,7 @@ from storage.readlog.logfile import copy_whole
 from storage.transfer.export import export_lines, log_snapshot
 from storage.transfer.format import Reader
 from storage.transfer.landing import LOCK, build, held
-from storage.transfer.load import read_header
+from storage.transfer.load import Drop, read_header
 
 FORMAT = "memspine-backup"
 FORMAT_VERSION = 1
@@ -81,6 +81,7 @@ class BackupStats(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     environments: list[str]
     seconds: float
+    retention_dropped: int = 0  # a restore's events past their retention window, not written
 
 
 def tenant_dirs(data_dir: Path) -> list[str]:
@@ -200,18 +201,22 @@ def restore(
     *,
     default_dim: int = 384,
     progress: Progress | None = None,
+    drop: Callable[[str], Drop | None] | None = None,
 ) -> BackupStats:
     """Rebuild data_dir (absent or empty) from the backup at src, indexes from the logs; all
-    of it, or (refused, killed, failed) nothing."""
+    of it, or (refused, killed, failed) nothing. `drop(tenant_id)` says which of a tenant's
+    events not to write (past their retention window)."""
     started = time.monotonic()
     manifest = read_manifest(src)
     if data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
         raise Conflict(f"{data_dir} is not empty: restore into a new data directory")
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    events = 0
+    events = dropped = 0
     with _stage(data_dir, RESTORING) as stage:
         for entry in manifest.tenants:
-            events += _restore_tenant(src, stage, entry, default_dim, progress)
+            its_drop = None if drop is None else drop(entry.tenant_id)
+            written, gone = _restore_tenant(src, stage, entry, default_dim, progress, its_drop)
+            events, dropped = events + written, dropped + gone
         for name in manifest.environments:
             _copy_files(src / name, stage / name)
         fsync_tree(stage)
@@ -223,13 +228,20 @@ def restore(
         events=events,
         environments=list(manifest.environments),
         seconds=time.monotonic() - started,
+        retention_dropped=dropped,
     )
 
 
 def _restore_tenant(
-    src: Path, stage: Path, entry: TenantEntry, default_dim: int, progress: Progress | None
-) -> int:
-    """Import one tenant of a backup from its log's records; the events written."""
+    src: Path,
+    stage: Path,
+    entry: TenantEntry,
+    default_dim: int,
+    progress: Progress | None,
+    drop: Drop | None = None,
+) -> tuple[int, int]:
+    """Import one tenant of a backup from its log's records; the events written and those
+    dropped."""
     log = src / TENANTS / entry.tenant_id / files.LOG
     # Nobody writes a backup: no lock file, so a backup on read-only media restores too.
     with snapshot(log, lock=False) as r:
@@ -238,14 +250,14 @@ def _restore_tenant(
         header = read_header(lines, reader)
         told = None if progress is None else (lambda n: progress(entry.tenant_id, n))
         root = stage / entry.tenant_id
-        stats = build(root, entry.tenant_id, header.embedding_dim, lines, reader, told)
+        stats = build(root, entry.tenant_id, header.embedding_dim, lines, reader, told, drop)
     copy_whole(src / TENANTS / entry.tenant_id, root)  # who read what goes with the events
-    if stats.events != entry.events:
+    if stats.events + stats.retention_dropped != entry.events:
         raise InvalidRequest(
             f"tenant {entry.tenant_id}: the backup's manifest counts {entry.events} events, "
             f"its log holds {stats.events}"
         )
-    return stats.events
+    return stats.events, stats.retention_dropped
 
 
 def _copy_files(source: Path, dest: Path) -> None:

@@ -31,7 +31,7 @@ from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog
 from storage.tenants.tenant import Tenant
 from storage.transfer.format import Reader
-from storage.transfer.load import ImportStats, Progress, lines_of, load, read_header
+from storage.transfer.load import Drop, ImportStats, Progress, lines_of, load, read_header
 
 STAGING_PREFIX = ".importing-"
 LOCK = ".lock"  # flock-ed inside a staging directory while its import runs
@@ -44,19 +44,21 @@ def import_tenant(
     *,
     merge: bool = False,
     progress: Progress | None = None,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Import an export into DATA_DIR/<tenant_id>: all of it, or (refused, interrupted) nothing.
 
     A tenant holding live events is refused (Conflict) unless `merge`: then events whose ids
-    it holds already are kept as they are and the others added.
+    it holds already are kept as they are and the others added. Events `drop` refuses (past
+    their retention window) are not written.
     """
     root = data_dir / tenant_id
     reader = Reader()
     lines = lines_of(stream)
     header = read_header(lines, reader)
     if not root.exists():
-        return _into_new(data_dir, tenant_id, header.embedding_dim, lines, reader, progress)
-    return _into_existing(root, tenant_id, lines, reader, merge=merge, progress=progress)
+        return _into_new(data_dir, tenant_id, header.embedding_dim, lines, reader, progress, drop)
+    return _into_existing(root, tenant_id, lines, reader, merge=merge, progress=progress, drop=drop)
 
 
 def _into_new(
@@ -66,6 +68,7 @@ def _into_new(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Build the tenant beside the others and rename it into place."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +77,7 @@ def _into_new(
     staging.mkdir()
     try:
         with held(staging):
-            stats = build(staging, tenant_id, dim, lines, reader, progress)
+            stats = build(staging, tenant_id, dim, lines, reader, progress, drop)
             fsync_tree(staging)
             _rename_into_place(staging, data_dir / tenant_id)
     except BaseException:
@@ -90,12 +93,13 @@ def build(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None = None,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Make a new tenant at root from the rest of an export (its header read by `reader`):
     the log written in batches, both indexes projected from it, all saved and closed."""
     tenant = Tenant.open(tenant_id, root, embedding_dim=dim)
     try:
-        return load(tenant, lines, reader, progress=progress)
+        return load(tenant, lines, reader, progress=progress, drop=drop)
     finally:
         tenant.close()
 
@@ -122,6 +126,7 @@ def _into_existing(
     *,
     merge: bool,
     progress: Progress | None,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Import into a copy of the tenant's log in purge.new/, then swap it in as a purge does."""
     swap.recover(root)
@@ -147,7 +152,12 @@ def _into_existing(
         tenant = Tenant.open(tenant_id, staging, embedding_dim=reader.header.embedding_dim)
         try:
             stats = load(
-                tenant, lines, reader, keep_before=last if merge else None, progress=progress
+                tenant,
+                lines,
+                reader,
+                keep_before=last if merge else None,
+                progress=progress,
+                drop=drop,
             )
         finally:
             tenant.close()

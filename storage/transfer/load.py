@@ -11,13 +11,14 @@ import msgspec
 
 from storage.errors import InvalidRequest
 from storage.log import layout
-from storage.model import PlacedEvent
+from storage.model import PlacedEvent, StoredEvent
 from storage.transfer.format import MAX_LINE_BYTES, End, Header, IdempotencyLine, Reader
 
 BATCH_EVENTS = 500  # one LMDB transaction each; a batch's records are what memory holds
 BATCH_BYTES = 8 << 20
 
 Progress = Callable[[int], None]  # told how many events were written so far
+Drop = Callable[[StoredEvent], bool]  # an event not to write (past its retention window)
 
 
 class Importable(Protocol):
@@ -46,6 +47,7 @@ class ImportStats(msgspec.Struct, frozen=True, kw_only=True):
     skipped: int = 0  # events a merge found live already and kept
     idempotency: int = 0  # Idempotency-Key records of deleted events
     lines: int = 0
+    retention_dropped: int = 0  # events past their retention window, not written
 
 
 def lines_of(stream: IO[bytes]) -> Iterator[bytes]:
@@ -75,13 +77,15 @@ def load(
     *,
     keep_before: int | None = None,
     progress: Progress | None = None,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Write the rest of an export (its header already read by `reader`) into the tenant.
 
     Every line is checked before its batch is written, and the trailer's counts and checksum
     once the input ends; a refusal is InvalidRequest naming the line. Batches written before a
     refusal stay in the tenant: import into a staging copy (storage/transfer/landing.py) so
-    that a refused or interrupted import leaves nothing behind.
+    that a refused or interrupted import leaves nothing behind. An event `drop` refuses is
+    not written, and the events after it link to it no longer (counted as retention_dropped).
     """
     header = reader.header
     assert header is not None
@@ -92,6 +96,7 @@ def load(
     batch: list[PlacedEvent] = []
     idem: list[tuple[str, bytes, list[str]]] = []
     size = written = seen = 0
+    dropped: set[str] = set()  # ids only: what later events' links must forget
     model = header.embedding_model
     space = {"server": layout.SPACE_SERVER, "client": layout.SPACE_CLIENT}.get(
         header.vectors_by or ""
@@ -126,7 +131,10 @@ def load(
                 idem.append((item.event_id, bytes.fromhex(item.body_hash), item.unlinked))
             else:
                 assert isinstance(item, PlacedEvent)
-                batch.append(item)
+                if drop is not None and drop(item.event):
+                    dropped.add(item.event.event_id)
+                    continue
+                batch.append(_unlinked(item, dropped) if dropped else item)
                 seen += 1
             size += len(raw)
             if len(batch) + len(idem) >= BATCH_EVENTS or size >= BATCH_BYTES:
@@ -143,4 +151,16 @@ def load(
         skipped=seen - written,
         idempotency=end.idempotency,
         lines=reader.line,
+        retention_dropped=len(dropped),
+    )
+
+
+def _unlinked(item: PlacedEvent, dropped: set[str]) -> PlacedEvent:
+    """The event without its links to dropped events (as a delete would have left it)."""
+    if dropped.isdisjoint(item.sources) and dropped.isdisjoint(item.superseded):
+        return item
+    return msgspec.structs.replace(
+        item,
+        sources=[s for s in item.sources if s not in dropped],
+        superseded=[s for s in item.superseded if s not in dropped],
     )

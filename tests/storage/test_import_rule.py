@@ -17,7 +17,8 @@ REPO = Path(__file__).resolve().parents[2]
 # answer with, the durable file writes of its control database, a tenant's figures read from
 # its files (storage.tenants.usage, for `tenant show`), and storage.transfer, which its export,
 # import, backup and restore commands run on, and the embedders with storage.tenants.reembed,
-# which `reembed` runs. The rest of storage is the server's (memspine) to use;
+# which `reembed` runs, and a tenant's retention read from its files (storage.read.retention,
+# storage.tenants.runs, for `tenant show` and `tenant retention`). The rest of storage is the server's (memspine) to use;
 # test_storage_layers.py lists what memspine itself may import.
 STORAGE_PUBLIC = (
     "storage.errors",
@@ -26,6 +27,8 @@ STORAGE_PUBLIC = (
     "storage.transfer",
     "storage.embedders",
     "storage.tenants.reembed",
+    "storage.read.retention",
+    "storage.tenants.runs",
     "storage.readlog",
 )
 STORAGE_FORBIDDEN = ("litestar", "memspine", "memspine_admin")
