@@ -319,6 +319,24 @@ def test_the_chain_verifies_and_counts_in_the_tenants_usage(world: World) -> Non
     with server.client(ADMIN_KEY) as c:
         shown = c.get(f"/v1/admin/tenants/{world.tenant}").json()
     assert shown["usage"]["bytes"]["reads"] > 0
+    # Ids and keys, never what the events say.
+    raw = (server.data_dir / world.tenant / "reads.log").read_bytes()
+    assert b"invoice" not in raw and b"paid" not in raw
+
+
+def test_deleting_a_tenant_erases_its_read_records(tmp_path: Path) -> None:
+    w = make_world(tmp_path / "data", {"MEMSPINE_READ_AUDIT": "durable"})
+    try:
+        _http_get(w)
+        assert (w.server.data_dir / w.tenant / "reads.log").is_file()
+        with w.server.client(ADMIN_KEY) as c:
+            assert c.delete(f"/v1/admin/tenants/{w.tenant}").status_code == 200
+        assert not (w.server.data_dir / w.tenant).exists()
+        assert w.server.auth is not None
+        control = w.server.auth.control()
+        assert control is not None and control.read_marks(w.tenant) == (None, None)
+    finally:
+        w.server.stop()
 
 
 def test_retention_drops_old_records_in_chain_order_and_the_chain_still_verifies(
