@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO, NamedTuple
@@ -15,6 +16,7 @@ from storage.fsync import fdatasync_fd, fsync_dir, replace_durably
 from storage.ids import id_bytes
 from storage.readlog.format import (
     HEADER_BYTES,
+    LINK_BYTES,
     ZERO_HASH,
     Header,
     Read,
@@ -77,12 +79,47 @@ class Tail(NamedTuple):
 
 def walk(buf: bytes | memoryview, header: Header) -> Tail:
     """Follow every whole record from the header on: where they end and the chain after them."""
-    seq, value, ts, end = header.base_seq, header.base_hash, header.base_ts, HEADER_BYTES
-    for f in frames(buf, HEADER_BYTES, header.base_seq):
+    start = Tail(header.base_seq, header.base_hash, header.base_ts, HEADER_BYTES)
+    return _follow(buf, HEADER_BYTES, start)
+
+
+def _follow(buf: bytes | memoryview, pos: int, start: Tail) -> Tail:
+    """Go on from `start` over the whole records of buf from pos (the file's byte start.end)."""
+    seq, value, ts, end = start.seq, start.hash, start.ts, pos
+    for f in frames(buf, pos, seq):
         value = chain(value, f.body)
         ts = body_ts(f.body, ts)
         seq, end = f.seq, f.end
-    return Tail(seq, value, ts, end)
+    return Tail(seq, value, ts, start.end + end - pos)
+
+
+# Beside the log, the tail as the writer last left it (not synced: a hint that spares reading
+# the whole log again when a tenant's first record after a restart is written; checked against
+# the log's inode, size and the next record's link, else the log is walked from its start).
+SAVED_SUFFIX = ".tail"
+_SAVED = struct.Struct(">8sQQ32sqQ")  # magic, inode, seq, chain value, ts, end
+SAVED_MAGIC = b"MSRTAIL1"
+
+
+def _saved_path(path: Path) -> Path:
+    return path.with_name(path.name + SAVED_SUFFIX)
+
+
+def _recover(fd: int, path: Path, size: int) -> Tail:
+    """The tail of the open log: from the saved hint and what follows it, or from the start."""
+    inode = os.fstat(fd).st_ino
+    try:
+        raw = _saved_path(path).read_bytes()
+        magic, saved_inode, seq, value, ts, end = _SAVED.unpack(raw)
+    except (OSError, struct.error):
+        magic = b""
+    if magic == SAVED_MAGIC and saved_inode == inode and HEADER_BYTES <= end <= size:
+        rest = os.pread(fd, size - end, end)
+        first = next(frames(rest, 0, seq), None)
+        if first is None or first.body[:LINK_BYTES] == value[:LINK_BYTES]:
+            return _follow(rest, 0, Tail(seq, value, ts, end))
+    buf = os.pread(fd, size, 0)
+    return walk(buf, decode_header(buf))
 
 
 class Appender:
@@ -103,14 +140,14 @@ class Appender:
                 fdatasync_fd(fd)
                 fsync_dir(self.path.parent)
                 size = HEADER_BYTES
-            buf = os.pread(fd, size, 0)
-            tail = walk(buf, decode_header(buf))
+            tail = _recover(fd, self.path, size)
             if tail.end < size:  # a write cut short by a crash: never acknowledged
                 os.ftruncate(fd, tail.end)
         except BaseException:
             os.close(fd)
             raise
         self.fd = fd
+        self._saved_fd = -1
         self.inode = os.fstat(fd).st_ino
         self.seq, self.hash, self.ts, self.size = tail
 
@@ -143,6 +180,15 @@ class Appender:
                 os.ftruncate(self.fd, self.size)
             raise
         self.seq, self.hash, self.ts, self.size = seq, value, ts, self.size + len(data)
+        self._save()
+
+    def _save(self) -> None:
+        """Leave the tail beside the log for the next open (a hint: a failure costs nothing)."""
+        saved = _SAVED.pack(SAVED_MAGIC, self.inode, self.seq, self.hash, self.ts, self.size)
+        with contextlib.suppress(OSError):
+            if self._saved_fd < 0:
+                self._saved_fd = os.open(_saved_path(self.path), os.O_WRONLY | os.O_CREAT, 0o600)
+            os.pwrite(self._saved_fd, saved, 0)
 
     def mark(self) -> Mark:
         """The chain's head now."""
@@ -151,6 +197,8 @@ class Appender:
     def close(self) -> None:
         """Close the file."""
         os.close(self.fd)
+        if self._saved_fd >= 0:
+            os.close(self._saved_fd)
 
 
 def copy_whole(root: Path, dest_root: Path) -> bool:
@@ -236,5 +284,6 @@ def cut(root: Path, before_ts: int, publish: Callable[[Mark], None]) -> int:
         fh.write(new_header)
         fh.write(kept)
 
+    _saved_path(path).unlink(missing_ok=True)  # its inode number may come back with a new file
     replace_durably(path, write)
     return dropped

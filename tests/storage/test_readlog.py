@@ -204,3 +204,25 @@ def test_a_damaged_last_record_is_named_without_a_head(tmp_path: Path) -> None:
     reads_path(tmp_path).write_bytes(buf[: last.start] + frame(last.body + b"x"))
     verdict = verify(tmp_path, None, None)
     assert not verdict.ok and verdict.bad_seq == 5 and "damaged" in verdict.detail
+
+
+def test_the_saved_tail_spares_a_walk_and_a_wrong_one_is_not_believed(tmp_path: Path) -> None:
+    write(tmp_path, [a_read(n) for n in range(1, 6)])
+    saved = tmp_path / "reads.log.tail"
+    old = saved.read_bytes()
+    write(tmp_path, [a_read(n) for n in range(6, 9)])
+    truth = Appender(tmp_path, 0)
+    expected = (truth.seq, truth.hash, truth.ts, truth.size)
+    truth.close()
+    assert expected[0] == 8
+    for hint in (
+        old,  # older than the log: the records after it are followed
+        old[:24] + bytes(32) + old[56:],  # a wrong chain value: the next link disagrees
+        old[:-8] + (10**9).to_bytes(8, "big"),  # an end past the log
+        b"junk",
+    ):
+        saved.write_bytes(hint)
+        f = Appender(tmp_path, 0)
+        assert (f.seq, f.hash, f.ts, f.size) == expected
+        f.close()
+    assert verify(tmp_path, Mark(8, expected[1]), None).ok
