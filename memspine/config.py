@@ -13,10 +13,12 @@ from urllib.parse import urlsplit
 import msgspec
 
 from memspine.limits import default_max_open_bytes, machine_memory
+from memspine_admin.controlurl import is_control_url, redact
 from memspine_admin.placement import is_node_name
-from memspine_admin.plane import is_control_url, redact
 from memspine_admin.records import MAX_QUOTA, MAX_REQUESTS_PER_MINUTE
 from memspine_admin.retention import MAX_DAYS
+from storage.embedders import settings as embedder_settings
+from storage.model import MAX_EMBEDDING_DIM
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
@@ -312,52 +314,29 @@ def _hosts(value: str) -> dict[str, Any]:
     return {"allowed_hosts": frozenset(names)}
 
 
-EMBEDDERS = ("local", "openai", "none")  # storage.embedders.KINDS, without importing it here
-
-
 def _embedder(value: str) -> dict[str, Any]:
-    kind = value.lower()
-    if kind not in EMBEDDERS:
-        raise SettingsError(f"expected local, openai or none, got {value!r}")
-    return {"embedder": kind}
+    try:
+        return {"embedder": embedder_settings.check_kind(value)}
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _embedder_url(value: str) -> dict[str, Any]:
-    """An http(s) URL with a host: a base such as http://127.0.0.1:11434/v1, or …/embeddings."""
-    if not value:
-        return {"embedder_url": None}
-    # The value is not echoed: a URL may carry a password.
-    bad = SettingsError("expected an http:// or https:// URL with a host")
+    """An http(s) URL with a host: storage/embedders/settings.py checks it."""
     try:
-        parts = urlsplit(value)
-        _ = parts.port  # raises ValueError on a port that is not a number in range
-    except ValueError:
-        raise bad from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise bad
-    if parts.query or parts.fragment:
-        raise SettingsError("expected a URL without a query or fragment")
-    return {"embedder_url": value}
+        return {"embedder_url": embedder_settings.check_url(value)}
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _check_embedder(s: Settings) -> None:
     """The embedder settings agree with each other: an endpoint is named only for openai."""
-    if s.embedder == "openai":
-        if not s.embedder_url or not s.embedder_model:
-            raise SettingsError(
-                "MEMSPINE_EMBEDDER=openai needs MEMSPINE_EMBEDDER_URL and MEMSPINE_EMBEDDER_MODEL"
-            )
-        return
-    for name, value in (
-        ("MEMSPINE_EMBEDDER_URL", s.embedder_url),
-        ("MEMSPINE_EMBEDDER_MODEL", s.embedder_model),
-        ("MEMSPINE_EMBEDDER_API_KEY", s.embedder_api_key),
-    ):
-        if value:
-            raise SettingsError(
-                f"{name} is set but MEMSPINE_EMBEDDER is {s.embedder!r}; "
-                "set MEMSPINE_EMBEDDER=openai to use an endpoint"
-            )
+    try:
+        embedder_settings.check_together(
+            s.embedder, s.embedder_url, s.embedder_model, s.embedder_api_key
+        )
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _control_url(value: str) -> dict[str, Any]:
@@ -394,7 +373,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_AUTH_HASH_SLOTS": lambda v: {"auth_hash_slots": _int_in(1, 64)(v)},
     "MEMSPINE_AUTH_FREE_FAILURES": lambda v: {"auth_free_failures": _int_in(1, 1000)(v)},
     "MEMSPINE_AUTH_MAX_BACKOFF_SECS": lambda v: {"auth_max_backoff_secs": _positive_float(v)},
-    "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, 4096)(v)},
+    "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, MAX_EMBEDDING_DIM)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
     "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},

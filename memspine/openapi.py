@@ -22,10 +22,12 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
 
 from memspine import __version__
+from memspine.examples import EXAMPLES
 from memspine.pipeline import ADMIN, ANY_KEY, AUDIT, PROP_PREFIX, PUBLIC, READ, WRITE, Operation
 from memspine.schemas import TIME_CHECK_HEADER
-from storage.errors import NotFound
+from storage.errors import CODES, NotFound
 from storage.log import layout as enc
+from storage.model import FLOAT32_MAX
 
 REF = "#/components/schemas/{name}"
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -72,23 +74,7 @@ ANSWER_HEADERS = {
         "schema": {"type": "string", "enum": ["true"]},
     },
 }
-ERROR_CODES = [
-    "invalid_request",
-    "unauthorized",
-    "forbidden",
-    "not_found",
-    "method_not_allowed",
-    "request_timeout",
-    "conflict",
-    "legal_hold",
-    "payload_too_large",
-    "idempotency_mismatch",
-    "embedding_mismatch",
-    "quota_exceeded",
-    "too_many_requests",
-    "internal",
-    "unavailable",
-]
+ERROR_CODES = list(CODES)  # the one table: storage/errors.py
 ERROR_SCHEMA = {
     "type": "object",
     "description": "Every error: a code and a sentence saying what to change.",
@@ -150,7 +136,9 @@ class _Schemas:
                 types += reply.type if isinstance(reply.type, tuple) else [reply.type]
         refs, self.components = msgspec.json.schema_components(types, ref_template=REF)
         self.refs = dict(zip(map(id, types), refs, strict=True))
-        vector = {"minItems": embedding_dim, "maxItems": embedding_dim}
+        # Each value within float32's range (storage/model.py check_embedding refuses 1e300).
+        values = {"type": "number", "minimum": -FLOAT32_MAX, "maximum": FLOAT32_MAX}
+        vector = {"minItems": embedding_dim, "maxItems": embedding_dim, "items": values}
         for name in ("EventIn", "RecallIn", "BatchItem"):
             self.components[name]["properties"]["embedding"]["anyOf"][0].update(vector)
         recall = self.components["RecallIn"]
@@ -253,7 +241,10 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     if params:
         out["parameters"] = params
     if op.body is not None:
-        out["requestBody"] = {"required": True, "content": {JSON: {"schema": schemas.of(op.body)}}}
+        media: dict[str, Any] = {"schema": schemas.of(op.body)}
+        if op.name in EXAMPLES:
+            media["example"] = EXAMPLES[op.name]
+        out["requestBody"] = {"required": True, "content": {JSON: media}}
     return out
 
 

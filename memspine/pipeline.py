@@ -26,7 +26,7 @@ from memspine.body import TOO_LARGE, ClientGone, read_body
 from memspine.errors import error_body, unexpected_error
 from memspine.readaudit import PURPOSE_HEADER, Reader, check_purpose
 from memspine.schemas import decode_body
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 from storage.errors import InvalidRequest, MemspineError
 
 if TYPE_CHECKING:

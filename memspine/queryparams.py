@@ -7,10 +7,11 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
-from memspine.schemas import MAX_TS, check_kind, check_time
+from memspine import integers
+from memspine.schemas import check_time
 from storage.errors import InvalidRequest
 from storage.log import layout as enc
-from storage.model import FilterValue
+from storage.model import MAX_TS, FilterValue, check_kind
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 DEFAULT_LIST_LIMIT = 100
@@ -36,7 +37,7 @@ def int_range(name: str, lo: int, hi: int) -> Callable[[str], int]:
 
     def parse(raw: str) -> int:
         try:
-            value = int(raw)
+            value = integers.parse(raw)  # 2 or 2.0, as JSON Schema's integer; not 2.5
         except ValueError:
             raise InvalidRequest(f"{name} must be an integer") from None
         return in_range(value, name, lo, hi)

@@ -19,9 +19,9 @@ from functools import partial
 from pathlib import Path
 from typing import NamedTuple
 
+from memspine.verifier import Principal
 from memspine_admin.plane import ControlPlane
 from memspine_admin.readaudit import mark_keeper
-from memspine_admin.verifier import Principal
 from storage.errors import DiskFull, InvalidRequest, Unavailable
 from storage.readlog import (
     MAX_PENDING,
@@ -62,7 +62,7 @@ def check_purpose(value: str | None, principal: Principal | None) -> str | None:
     """A read's purpose, checked: at most 200 bytes, no control characters, and given when the
     key requires one."""
     if value is None or value == "":
-        if principal is not None and getattr(principal, "require_purpose", False):
+        if principal is not None and principal.require_purpose:
             raise InvalidRequest(
                 f"this key requires a purpose for every read: send the {PURPOSE_HEADER} header "
                 "(or the purpose argument of an MCP tool)"

@@ -37,6 +37,7 @@ from memspine_admin.control import (
     check_limits,
     held_tenant,
 )
+from memspine_admin.controlurl import redact
 from memspine_admin.issuing import KeyRequest
 from memspine_admin.placement import (
     NodeFigures,
@@ -45,7 +46,6 @@ from memspine_admin.placement import (
     is_node_name,
     least_loaded,
 )
-from memspine_admin.plane import redact
 from memspine_admin.records import (
     DEFAULT_SCOPES,
     AuditEntry,

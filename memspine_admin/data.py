@@ -17,9 +17,12 @@ from typing import IO, Any
 
 import msgspec
 
+from memspine_admin.command import actor, control_url, local_tenants
+from memspine_admin.command import emit as _emit
 from memspine_admin.control import CONTROL_DIR, MAP_SIZE
 from memspine_admin.plane import ControlPlane, control_exists, open_control
-from memspine_admin.records import check_tenant_id, is_tenant_id, now_us
+from memspine_admin.records import LOCAL_TENANT, UUID, check_tenant_id, is_tenant_id, now_us
+from storage.datalock import DataDirBusy, hold
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound
 from storage.fsync import fsync_dir, replace_durably
 
@@ -73,14 +76,10 @@ def progress(args: argparse.Namespace, what: str, total: int | None = None) -> I
 
 
 def _url() -> str | None:
-    from memspine_admin.cli import control_url
-
     return control_url()
 
 
 def _plane(data_dir: Path) -> ControlPlane:
-    from memspine_admin.cli import actor
-
     return open_control(data_dir, _url(), actor=actor())
 
 
@@ -94,8 +93,6 @@ def tenant_dir(data_dir: Path, value: str) -> str:
     are in force, a local-mode id (memspine/auth.py) before; InvalidRequest otherwise."""
     if _controlled(data_dir):
         return check_tenant_id(value)
-    from memspine.auth import LOCAL_TENANT, UUID
-
     if UUID.match(value):
         return value.lower()
     if not LOCAL_TENANT.match(value):
@@ -117,8 +114,6 @@ def beside_the_server() -> None:
 def unserved(data_dir: Path, why: str) -> Iterator[None]:
     """Hold the data directory as the server would, so that none starts meanwhile; Conflict
     naming the holder when a server (or the embedded MCP bridge) serves it."""
-    from memspine.datalock import DataDirBusy, hold
-
     try:
         lock = hold(data_dir, "memspine-admin")
     except DataDirBusy as busy:
@@ -207,18 +202,17 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_reembed(args: argparse.Namespace) -> int:
     """Make a server-space tenant's vectors again with the embedder MEMSPINE_EMBEDDER names."""
-    from memspine.config import load_settings
-    from storage.embedders import make_embedder
+    from storage.embedders.settings import embedder_from_env
     from storage.tenants.reembed import reembed
 
     tenant_id = tenant_dir(args.data_dir, args.tenant_id)
     root = args.data_dir / tenant_id
     if not (root / "events").is_dir():
         raise NotFound("no tenant with that id in this data directory")
-    settings = load_settings({k: v for k, v in os.environ.items() if k.startswith("MEMSPINE_")})
-    embedder = make_embedder(
-        settings.embedder, settings.embedder_url, settings.embedder_model, settings.embedder_api_key
-    )
+    try:
+        embedder = embedder_from_env(os.environ)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
     if embedder is None:
         raise InvalidRequest("MEMSPINE_EMBEDDER is none: set the embedder to re-embed with")
     why = f"stop it to re-embed tenant {tenant_id}"
@@ -357,8 +351,6 @@ def cmd_restore(args: argparse.Namespace) -> int:
 
 def cmd_tenant_adopt(args: argparse.Namespace) -> int:
     """Register a local-mode tenant directory (as init lists them) as a tenant named NAME."""
-    from memspine_admin.cli import actor, local_tenants
-
     data_dir: Path = args.data_dir
     with _plane(data_dir) as db:
         known = {t.tenant_id for t in db.list_tenants()}
@@ -398,12 +390,6 @@ def _adopt_renamed(db: Any, data_dir: Path, dirname: str, name: str, who: str) -
         os.rename(data_dir / tenant_id, data_dir / dirname)  # a name in use: as it was
         fsync_dir(data_dir)
         raise
-
-
-def _emit(args: argparse.Namespace, payload: Any, human: str) -> None:
-    from memspine_admin.cli import _emit as emit
-
-    emit(args, payload, human)
 
 
 def add_commands(

@@ -12,7 +12,6 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 from argon2 import PasswordHasher
 
@@ -27,14 +26,12 @@ from memspine_admin.records import (
     TenantRecord,
 )
 
-CONTROL_URL_SCHEMES = ("postgresql://", "postgres://")
-
 
 class ControlPlane(Protocol):
     """Tenants, keys, the audit log and the generation counter, wherever they are kept.
 
     Every change to tenants or keys moves the generation in the same transaction; readers
-    that cache anything about a key (memspine_admin/verifier.py) compare generations.
+    that cache anything about a key (memspine/verifier.py) compare generations.
     """
 
     hasher: PasswordHasher
@@ -158,24 +155,6 @@ class ControlPlane(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
-
-
-def redact(url: str) -> str:
-    """A control URL without its password, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return "postgresql://…"
-    if password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
-def is_control_url(value: str) -> bool:
-    """True if `value` names a PostgreSQL control plane (a libpq URL)."""
-    return value.startswith(CONTROL_URL_SCHEMES)
 
 
 def control_exists(data_dir: Path, url: str | None) -> bool:

@@ -9,6 +9,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from memspine_admin import command
 from memspine_admin.records import HoldRecord, TenantRecord, now_us
 from memspine_admin.retention import typo_warnings
 from storage.errors import NotFound
@@ -78,16 +79,8 @@ def _windows(windows: dict[str, int]) -> str:
     return ", ".join(f"{kind}={days}d" for kind, days in windows.items())
 
 
-def _cli() -> Any:
-    """memspine_admin/cli.py, which imports this module for its parser: its helpers (how the
-    control plane opens, who the actor is, how answers print, how times read)."""
-    from memspine_admin import cli
-
-    return cli
-
-
 def _when(us: int | None) -> str:
-    return str(_cli()._when(us))
+    return command.when(us)
 
 
 def _hold(hold: HoldRecord) -> str:
@@ -99,10 +92,9 @@ def _hold(hold: HoldRecord) -> str:
 
 def cmd_retention(args: argparse.Namespace) -> int:
     """Set or remove (KIND=none) a tenant's retention windows in days ('*' for other kinds)."""
-    cli = _cli()
     changes: dict[str, object] = dict(args.windows)
-    with cli._open(args) as db:
-        tenant = db.set_retention(args.tenant_id, changes, actor=cli.actor())
+    with command.open_plane(args) as db:
+        tenant = db.set_retention(args.tenant_id, changes, actor=command.actor())
     view = view_from_files(args.data_dir, tenant)
     named = [kind for kind, days in changes.items() if days is not None]
     warnings = typo_warnings(named, view.kinds if view is not None else [])
@@ -110,41 +102,38 @@ def cmd_retention(args: argparse.Namespace) -> int:
         [f"tenant {tenant.tenant_id}: retention {_windows(tenant.retention or {}) or 'none'}"]
         + [f"warning: {w}" for w in warnings]
     )
-    cli._emit(
+    command.emit(
         args,
         {"tenant_id": tenant.tenant_id, "retention": tenant.retention, "warnings": warnings},
         human,
     )
-    return int(cli.EXIT_OK)
+    return int(command.EXIT_OK)
 
 
 def cmd_hold(args: argparse.Namespace) -> int:
     """Place a legal hold on a tenant (or, with --subject, on one data subject's events)."""
-    cli = _cli()
-    with cli._open(args) as db:
-        hold = db.place_hold(args.tenant_id, args.reason, args.subject, actor=cli.actor())
-    cli._emit(args, hold, f"placed {_hold(hold)}")
-    return int(cli.EXIT_OK)
+    with command.open_plane(args) as db:
+        hold = db.place_hold(args.tenant_id, args.reason, args.subject, actor=command.actor())
+    command.emit(args, hold, f"placed {_hold(hold)}")
+    return int(command.EXIT_OK)
 
 
 def cmd_holds(args: argparse.Namespace) -> int:
     """List a tenant's legal holds."""
-    cli = _cli()
-    with cli._open(args) as db:
+    with command.open_plane(args) as db:
         if db.get_tenant(args.tenant_id) is None:
             raise NotFound("no tenant with that id")
         holds = db.list_holds(args.tenant_id)
-    cli._emit(args, {"holds": holds}, "\n".join(_hold(h) for h in holds) or "no holds")
-    return int(cli.EXIT_OK)
+    command.emit(args, {"holds": holds}, "\n".join(_hold(h) for h in holds) or "no holds")
+    return int(command.EXIT_OK)
 
 
 def cmd_unhold(args: argparse.Namespace) -> int:
     """Lift a legal hold."""
-    cli = _cli()
-    with cli._open(args) as db:
-        hold = db.lift_hold(args.tenant_id, args.hold_id, actor=cli.actor())
-    cli._emit(args, {"hold_id": hold.hold_id, "lifted": True}, f"lifted {hold.hold_id}")
-    return int(cli.EXIT_OK)
+    with command.open_plane(args) as db:
+        hold = db.lift_hold(args.tenant_id, args.hold_id, actor=command.actor())
+    command.emit(args, {"hold_id": hold.hold_id, "lifted": True}, f"lifted {hold.hold_id}")
+    return int(command.EXIT_OK)
 
 
 def add_commands(tsub: Any, command: Command) -> None:

@@ -233,6 +233,7 @@ class AsyncMemspine(_Client):
         current: bool | None = None,
         as_of: int | None = None,
         explain: bool | None = None,
+        wait_for_vectors: bool | None = None,
     ) -> m.RecallResult:
         """Recall by words, by an embedding, or both (fused), with an optional walk of `hops`."""
         return await self._run(
@@ -247,6 +248,7 @@ class AsyncMemspine(_Client):
                 current=current,
                 as_of=as_of,
                 explain=explain,
+                wait_for_vectors=wait_for_vectors,
             )
         )
 
@@ -305,6 +307,18 @@ class AsyncMemspineAdmin(_Client):
     async def delete_tenant(self, tenant_id: str) -> m.TenantDeleted:
         """Delete a tenant: revoke its keys, then erase its directory."""
         return await self._run(routes.delete_tenant(tenant_id))
+
+    async def place_hold(self, tenant_id: str, reason: str, subject: str | None = None) -> m.Hold:
+        """Place a legal hold on a tenant, or on one data subject's events (docs/erasure.md)."""
+        return await self._run(routes.place_hold(tenant_id, reason, subject))
+
+    async def list_holds(self, tenant_id: str) -> m.HoldList:
+        """The tenant's legal holds, oldest first."""
+        return await self._run(routes.list_holds(tenant_id))
+
+    async def lift_hold(self, tenant_id: str, hold_id: str) -> m.HoldLifted:
+        """Lift a legal hold: retention, erasure and deletes reach what it kept again."""
+        return await self._run(routes.lift_hold(tenant_id, hold_id))
 
     async def create_key(
         self,

@@ -316,6 +316,32 @@ class TenantShown(msgspec.Struct, frozen=True):
     node: str | None = None
 
 
+class Hold(msgspec.Struct, frozen=True, kw_only=True):
+    """A legal hold on a tenant (subject None) or on one data subject's events: while it stands
+    no retention run, erasure or delete removes what it keeps."""
+
+    hold_id: str
+    tenant_id: str
+    reason: str
+    subject: str | None = None
+    placed_at: int
+    placed_by: str
+
+
+class HoldList(msgspec.Struct, frozen=True):
+    """GET /v1/admin/tenants/{id}/holds: the holds standing, oldest first."""
+
+    holds: list[Hold]
+
+
+class HoldLifted(msgspec.Struct, frozen=True):
+    """A hold lifted: what it kept may be deleted again."""
+
+    hold_id: str
+    tenant_id: str
+    lifted: bool
+
+
 class TenantList(msgspec.Struct, frozen=True):
     """GET /v1/admin/tenants."""
 

@@ -294,6 +294,7 @@ def recall(
     current: bool | None = None,
     as_of: int | None = None,
     explain: bool | None = None,
+    wait_for_vectors: bool | None = None,
 ) -> Call[m.RecallResult]:
     """POST /v1/memory/recall (a read: sending it twice is harmless)."""
     body = _present(
@@ -307,6 +308,7 @@ def recall(
         current=current,
         as_of=as_of,
         explain=explain,
+        wait_for_vectors=wait_for_vectors,
     )
     return _read("POST", "/v1/memory/recall", m.RecallResult, body=_json(body))
 
@@ -413,6 +415,23 @@ def set_tenant_limits(
 def delete_tenant(tenant_id: str) -> Call[m.TenantDeleted]:
     """DELETE /v1/admin/tenants/{id}: revokes its keys and erases its directory."""
     return Call("DELETE", f"{TENANTS}/{_segment(tenant_id)}", m.TenantDeleted)
+
+
+def place_hold(tenant_id: str, reason: str, subject: str | None = None) -> Call[m.Hold]:
+    """POST /v1/admin/tenants/{id}/holds; never sent twice, which would place a second hold."""
+    body = _present(reason=reason, subject=subject)
+    return Call("POST", f"{TENANTS}/{_segment(tenant_id)}/holds", m.Hold, body=_json(body))
+
+
+def list_holds(tenant_id: str) -> Call[m.HoldList]:
+    """GET /v1/admin/tenants/{id}/holds, oldest first."""
+    return _read("GET", f"{TENANTS}/{_segment(tenant_id)}/holds", m.HoldList)
+
+
+def lift_hold(tenant_id: str, hold_id: str) -> Call[m.HoldLifted]:
+    """DELETE /v1/admin/tenants/{id}/holds/{hold_id}."""
+    path = f"{TENANTS}/{_segment(tenant_id)}/holds/{_segment(hold_id)}"
+    return Call("DELETE", path, m.HoldLifted)
 
 
 def create_key(

@@ -229,6 +229,7 @@ class Memspine(_Client):
         current: bool | None = None,
         as_of: int | None = None,
         explain: bool | None = None,
+        wait_for_vectors: bool | None = None,
     ) -> m.RecallResult:
         """Recall by words, by an embedding, or both (fused), with an optional walk of `hops`."""
         return self._run(
@@ -243,6 +244,7 @@ class Memspine(_Client):
                 current=current,
                 as_of=as_of,
                 explain=explain,
+                wait_for_vectors=wait_for_vectors,
             )
         )
 
@@ -299,6 +301,18 @@ class MemspineAdmin(_Client):
     def delete_tenant(self, tenant_id: str) -> m.TenantDeleted:
         """Delete a tenant: revoke its keys, then erase its directory."""
         return self._run(routes.delete_tenant(tenant_id))
+
+    def place_hold(self, tenant_id: str, reason: str, subject: str | None = None) -> m.Hold:
+        """Place a legal hold on a tenant, or on one data subject's events (docs/erasure.md)."""
+        return self._run(routes.place_hold(tenant_id, reason, subject))
+
+    def list_holds(self, tenant_id: str) -> m.HoldList:
+        """The tenant's legal holds, oldest first."""
+        return self._run(routes.list_holds(tenant_id))
+
+    def lift_hold(self, tenant_id: str, hold_id: str) -> m.HoldLifted:
+        """Lift a legal hold: retention, erasure and deletes reach what it kept again."""
+        return self._run(routes.lift_hold(tenant_id, hold_id))
 
     def create_key(
         self,

@@ -15,7 +15,7 @@ import msgspec
 from memspine.client import AsyncMemspine
 from memspine.config import Settings
 from memspine.mcp.remote import Refused, RemoteBackend
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 from storage.errors import Unavailable
 
 # The MCP SDK and the engine load where they are used: `memspine mcp --url` that cannot reach

@@ -15,7 +15,7 @@ import msgspec
 from memspine.engine import Engine
 from memspine.pipeline import ADMIN, Call, Operation, Outcome, Query, Reply
 from memspine.queryparams import int_range, text
-from memspine.schemas import KIND_PATTERN, MAX_KIND_BYTES, doc
+from memspine.schemas import doc
 from memspine_admin import keys
 from memspine_admin.control import MAX_AUDIT_LIMIT, check_limits, erase_tenant_dir
 from memspine_admin.plane import ControlPlane
@@ -36,7 +36,7 @@ from memspine_admin.records import (
 )
 from memspine_admin.retention import MAX_DAYS, MAX_KINDS, typo_warnings
 from storage.errors import InvalidRequest, NotFound
-from storage.model import Quota
+from storage.model import KIND_PATTERN, MAX_KIND_BYTES, Quota
 from storage.tenants.runs import RetentionView
 from storage.tenants.usage import TenantUsage
 

@@ -10,9 +10,9 @@ import msgspec
 
 from memspine.pipeline import ADMIN, AUDIT, Call, Operation, Outcome, Query, Reply, event_id
 from memspine.queryparams import int_range, text
-from memspine.schemas import MAX_TS
 from memspine_admin.records import check_tenant_id
 from storage.errors import InvalidRequest, NotFound
+from storage.model import MAX_TS
 from storage.readlog import Read, records
 
 MAX_LIMIT = 1000

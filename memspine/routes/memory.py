@@ -14,7 +14,6 @@ from memspine.readaudit import MAX_PURPOSE_BYTES, PURPOSE_HEADER, Reader
 from memspine.schemas import (
     KIND_SCHEMA,
     MAX_IDEMPOTENCY_KEY,
-    MAX_TS,
     TIME,
     TIME_CHECK_HEADER,
     DeleteDone,
@@ -25,7 +24,6 @@ from memspine.schemas import (
     RecallIn,
     RecallOut,
     WouldDelete,
-    check_kind,
     event_out,
     recall_out,
     time_check,
@@ -33,7 +31,7 @@ from memspine.schemas import (
     to_recall_query,
 )
 from storage.errors import InvalidRequest, NotFound
-from storage.model import Quota, QuotaSource
+from storage.model import MAX_TS, Quota, QuotaSource, check_kind
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 IDEMPOTENCY_KEY = b"idempotency-key"

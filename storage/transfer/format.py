@@ -20,14 +20,19 @@ a file of an earlier version has it), so what an earlier version wrote still rea
 from __future__ import annotations
 
 import hashlib
-import math
 import uuid
 from typing import Any
 
 import msgspec
 
 from storage.errors import InvalidRequest
-from storage.model import PlacedEvent, StoredEvent
+from storage.model import (
+    MAX_EMBEDDING_DIM,
+    PlacedEvent,
+    StoredEvent,
+    check_event,
+    check_ids,
+)
 
 FORMAT = "memspine-export"
 # 2: the header's `vectors_by` (who makes the tenant's vectors: the server's are carried in the
@@ -37,9 +42,6 @@ VECTORS_BY = ("server", "client")
 MEDIA_TYPE = "application/x-ndjson"
 # A line may hold a text of 100,000 characters (4 bytes each at most) and its embedding.
 MAX_LINE_BYTES = 8 << 20
-# The deepest properties the API stores (memspine/jsonbounds.py's MAX_NESTING): a reader of
-# the imported tenant must be able to parse what it is given back.
-MAX_PROPERTIES_NESTING = 32
 _DERIVED = ("seq", "filterable", "properties_raw")  # the log's own, or carried as `properties`
 _LINE_BREAKS = (b"\n", b"\r")
 _NULL = msgspec.Raw(b"null")  # msgspec reads no Raw | None: a Raw that says null instead
@@ -218,8 +220,8 @@ class Reader:
             raise InvalidRequest(
                 f"line {n}: vectors_by must be one of {', '.join(VECTORS_BY)} or null"
             )
-        if not 1 <= header.embedding_dim <= 65536:
-            raise InvalidRequest(f"line {n}: embedding_dim must be from 1 to 65536")
+        if not 1 <= header.embedding_dim <= MAX_EMBEDDING_DIM:
+            raise InvalidRequest(f"line {n}: embedding_dim must be from 1 to {MAX_EMBEDDING_DIM}")
         self.header = header
         return header
 
@@ -245,30 +247,23 @@ class Reader:
 
 
 def placed(line: Any, header: Header, n: int) -> PlacedEvent:
-    """An event line, checked, as the log's appender takes it (storage/log/eventlog.py)."""
+    """An event line, checked by the event's rules (storage/model.py) as an append is, as the
+    log's appender takes it (storage/log/eventlog.py)."""
     _check_id(line.event_id, n, "event_id")
-    if not line.kind or "\x00" in line.kind or len(line.kind.encode()) > 255:
-        raise InvalidRequest(f"line {n}: kind must be 1 to 255 bytes without NUL")
-    for name in ("ts", "valid_from", "valid_until"):
-        value = getattr(line, name)
-        if value is not None and not 0 <= value < 2**62:
-            raise InvalidRequest(f"line {n}: {name} must be microseconds from 0 to 2^62")
-    if line.embedding is not None:
-        if len(line.embedding) != header.embedding_dim:
-            raise InvalidRequest(
-                f"line {n}: the embedding has {len(line.embedding)} values, the header's "
-                f"dimension is {header.embedding_dim}"
-            )
-        # One sum in C says all are finite; only a sum that is not (an overflow, or a value
-        # that is not finite) is looked at value by value.
-        if not math.isfinite(sum(line.embedding)) and not all(
-            math.isfinite(v) for v in line.embedding
-        ):
-            raise InvalidRequest(f"line {n}: the embedding holds a value that is not finite")
+    if line.embedding is not None and len(line.embedding) != header.embedding_dim:
+        raise InvalidRequest(
+            f"line {n}: the embedding has {len(line.embedding)} values, the header's "
+            f"dimension is {header.embedding_dim}"
+        )
     raw = _properties(line, n)
     for target in (*line.links.SOURCE_FROM, *line.links.SUPERSEDES, *line.supersedes):
         _check_id(target, n, "a linked id")
     fields = {f: getattr(line, f) for f in _RECORD}
+    try:
+        check_event({**fields, "properties_raw": raw})
+        check_ids(line.links.SOURCE_FROM, "its SOURCE_FROM links")
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"line {n}: {exc.detail}") from None
     event = StoredEvent(seq=0, properties_raw=raw, **fields)
     idem = line.idempotency
     return PlacedEvent(
@@ -282,41 +277,12 @@ def placed(line: Any, header: Header, n: int) -> PlacedEvent:
 
 
 def _properties(line: Any, n: int) -> bytes | None:
-    """The stored properties bytes of an event line; a JSON object or none."""
+    """The stored properties bytes of an event line (the rules check them: check_event)."""
     given = bytes(line.properties)
     if given != b"null" and line.properties_text is not None:
         raise InvalidRequest(f"line {n}: properties and properties_text are both given")
     text: str | None = line.properties_text
-    raw = given if given != b"null" else text.encode() if text is not None else None
-    if raw is None:
-        return None
-    try:
-        value = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        raise InvalidRequest(f"line {n}: the properties are not JSON this server reads") from None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"line {n}: properties must be a JSON object")
-    problem = _value_problem(value)
-    if problem is not None:
-        raise InvalidRequest(f"line {n}: properties {problem}")
-    return raw
-
-
-def _value_problem(value: Any) -> str | None:
-    """Why stored properties could not be what the API stores: nested deeper than
-    MAX_PROPERTIES_NESTING, or a number that is not finite."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return "hold a number that is not finite"
-        if isinstance(item, dict | list):
-            if depth > MAX_PROPERTIES_NESTING:
-                return f"nest more than {MAX_PROPERTIES_NESTING} levels of objects and arrays"
-            stack.extend(
-                (c, depth + 1) for c in (item.values() if isinstance(item, dict) else item)
-            )
-    return None
+    return given if given != b"null" else text.encode() if text is not None else None
 
 
 def _check_id(value: str, n: int, what: str) -> None:

@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
+from memspine.verifier import KeyVerifier
 from memspine_admin.control import ControlDB
-from memspine_admin.verifier import KeyVerifier
 from storage.errors import Unauthorized
 
 SCRIPT = Path(sys.executable).parent / "memspine-admin"

@@ -368,6 +368,8 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
         ["1", "—", "0.0164", "1/(60+1)"],
         ["2", "—", "0.0161", "1/(60+2)"],
     ]
+    summary = ui.page.locator("#rc-summary").inner_text()
+    assert "from the keyword (BM25) arm." in summary  # the arm that ranked them, and no other
     assert ui.row_ids("#rc-walked") == [ids["message"], ids["get_order"], ids["track"]]
     vias = {r.get_attribute("data-via") for r in ui.page.locator("#rc-walked tbody tr").all()}
     assert vias == {ids["reply"]}
@@ -392,6 +394,18 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
     ]
     assert all(c[2].isdigit() and c[3].isdigit() for c in cells)  # both arms ranked every hit
     assert "replaces" in ui.page.locator("#rc-ranked").inner_text()  # Monday's date gave way
+    summary = ui.page.locator("#rc-summary").inner_text()
+    assert "from the keyword (BM25) and the vector (cosine) arms" in summary
+
+    # Words no event holds, with an embedding: only the vector arm ranks, and the page says so
+    # (it once named the keyword arm for any request with a text).
+    ui.page.locator("#rc-text").fill("zzyzx")
+    ui.page.locator("#rc-run").click()
+    expect(ui.page.locator("#rc-summary")).to_contain_text("from the vector (cosine) arm.")
+    cells = [
+        r.locator("td").all_inner_texts() for r in ui.page.locator("#rc-ranked tbody tr").all()
+    ]
+    assert cells and all(c[2] == "—" and c[3].isdigit() for c in cells)
 
 
 EXPECTED_CSV = (

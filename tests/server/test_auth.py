@@ -18,8 +18,8 @@ import pytest
 from servers import InProcessServer, cheap_hasher
 
 from memspine.auth import LOCAL_TOKEN_DETAIL
+from memspine.verifier import UNAUTHORIZED_DETAIL
 from memspine_admin import keys
-from memspine_admin.verifier import UNAUTHORIZED_DETAIL
 
 ADMIN_KEY = "test-admin-key-7c1f0e9a2b"
 SCRIPT = Path(sys.executable).parent / "memspine-admin"

@@ -37,6 +37,7 @@ from memspine.client import (
     Hit,
     IdempotencyMismatch,
     InvalidRequest,
+    LegalHold,
     Memspine,
     MemspineAdmin,
     NotFound,
@@ -462,8 +463,14 @@ CLIENT_CALLS: dict[str, Any] = {
         event_id=ID, key_id="k", subject="s", since=0, until=1, cursor="1", limit=2
     ),
     "admin_tenant_reads": lambda: r.reads(tenant_id=ID, event_id=ID, limit=2),
+    "place_hold": lambda: r.place_hold(ID, "dispute 7", "cust-1"),
+    "list_holds": lambda: r.list_holds(ID),
+    "lift_hold": lambda: r.lift_hold(ID, "h1"),
 }
-NOT_IN_THE_CLIENT = {"metrics": "Prometheus text, for a scraper"}
+NOT_IN_THE_CLIENT = {
+    "metrics": "Prometheus text, for a scraper",
+    "home": "the paths a person starts from (/ui, /schema), for a person or a browser",
+}
 
 
 def test_every_route_of_the_server_has_a_client_call_that_sends_only_what_it_takes() -> None:
@@ -676,3 +683,18 @@ def test_the_async_client_appends_batches_and_reads_exports(tmp_path: Path) -> N
             assert [e.event_id for e in records if isinstance(e, ExportEvent)] == done.event_ids
 
     anyio.run(main)
+
+
+def test_an_admin_places_lists_and_lifts_a_hold_that_stops_a_delete(issued: Issued) -> None:
+    tenant_id, key = issued.new_tenant("held")
+    with issued.tenant(key) as c:
+        kept = c.append("turn", "the dispute evidence", ts=NOWISH).event_id
+    with issued.admin() as admin:
+        hold = admin.place_hold(tenant_id, "dispute 7")
+        assert [h.hold_id for h in admin.list_holds(tenant_id).holds] == [hold.hold_id]
+        with issued.tenant(key) as c, pytest.raises(LegalHold):
+            c.delete(kept)
+        lifted = admin.lift_hold(tenant_id, hold.hold_id)
+        assert lifted.lifted and admin.list_holds(tenant_id).holds == []
+    with issued.tenant(key) as c:
+        assert c.delete(kept).deleted

@@ -12,9 +12,9 @@ import pytest
 from test_admin_cli import Admin
 from transfer_world import DIM, answers, populate
 
-from memspine.datalock import hold
 from memspine_admin.control import ControlDB
 from storage import files
+from storage.datalock import hold
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
 from storage.transfer import backup as bk

@@ -21,7 +21,8 @@ from memspine_admin.control_pg import (
     migrate,
     migrations,
 )
-from memspine_admin.plane import open_control, redact
+from memspine_admin.controlurl import redact
+from memspine_admin.plane import open_control
 from storage.errors import Conflict, InvalidRequest
 
 WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)

@@ -180,6 +180,8 @@ PUBLIC = {
     "storage.tenants.runs",
     "storage.cypher",
     "storage.embedders",
+    "storage.embedders.settings",
+    "storage.datalock",
     "storage.transfer.format",
     "storage.transfer.export",
     "storage.transfer.landing",
