@@ -43,6 +43,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_open_bytes: int = msgspec.field(default_factory=default_max_open_bytes)
     tenant_idle_secs: float = 3600.0
     purge_interval_secs: float = 60.0
+    erasure_ledger_days: float = 30.0  # storage/tenants/tenant.py's LEDGER_DAYS
     max_body_bytes: int = 1_048_576
     max_batch_bytes: int = 16 << 20  # POST /v1/memory/events (1,000 embedded events fit)
     cypher_timeout_ms: int = 2000
@@ -378,6 +379,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},
     "MEMSPINE_PURGE_INTERVAL_SECS": lambda v: {"purge_interval_secs": _positive_float(v)},
+    "MEMSPINE_ERASURE_LEDGER_DAYS": lambda v: {"erasure_ledger_days": _positive_float(v)},
     "MEMSPINE_MAX_BODY_BYTES": lambda v: {"max_body_bytes": _int_in(1024, 64 << 20)(v)},
     "MEMSPINE_MAX_BATCH_BYTES": lambda v: {"max_batch_bytes": _int_in(1024, 256 << 20)(v)},
     "MEMSPINE_CYPHER_TIMEOUT_MS": lambda v: {"cypher_timeout_ms": _int_in(10, 600_000)(v)},

@@ -163,6 +163,7 @@ class Engine:
             idle_secs=settings.tenant_idle_secs,
             max_open_bytes=settings.max_open_bytes,
             embedding=self.embedding,
+            ledger_days=settings.erasure_ledger_days,
         )
         if self.embedding is not None:
             self.embedding.start()

@@ -38,5 +38,7 @@ EXAMPLES: dict[str, dict[str, Any]] = {
         "scopes": ["read", "write"],
     },
     "place_hold": {"reason": "litigation hold, case 2026-114"},
+    "erase_subject": {"dry_run": True, "identifiers": ["Ann Lee", "ann@example.com"]},
+    "erase_subject_everywhere": {"dry_run": True, "identifiers": ["ann@example.com"]},
     "move_pull": {"after": 0},
 }

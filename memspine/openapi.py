@@ -166,6 +166,9 @@ PATH_SCHEMAS: dict[str, dict[str, Any]] = {
         "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$",
     },
     "key_id": {"type": "string", "minLength": 1},
+    # storage/model.py's check_subject; "/" cannot travel in a path segment
+    "subject": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[ -.0-~]+$"},
+    "receipt_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
     "hold_id": {"type": "string", "minLength": 1},
 }
 

@@ -11,7 +11,7 @@ from memspine import integers
 from memspine.schemas import check_time
 from storage.errors import InvalidRequest
 from storage.log import layout as enc
-from storage.model import MAX_TS, FilterValue, check_kind
+from storage.model import MAX_TS, FilterValue, check_kind, check_subject
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 DEFAULT_LIST_LIMIT = 100
@@ -95,12 +95,16 @@ def list_query(
     current: bool = True,
     as_of: int | None = None,
     checked: bool = True,
+    subject: str | None = None,
 ) -> ListQuery:
     """A listing's query from parsed values (GET /v1/memory/events, memory_list): kinds,
     ranges, property filters and times checked here, once for both doors."""
     if kind is not None:
         check_kind(kind)
     filters = {name: prop_filter(name, raw) for name, raw in (props or {}).items()}
+    if subject is not None:
+        # the subject's list first: listing walks the first filter's index (the narrowest here)
+        filters = {enc.SUBJECT: [check_subject(subject)], **filters}
     return ListQuery(
         kind=kind,
         since=check_time(_bounded(since, "since"), "since", checked=checked, zero=True),

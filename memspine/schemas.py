@@ -22,12 +22,16 @@ from storage.model import (
     MAX_IDS,
     MAX_KIND_BYTES,
     MAX_MODEL_CHARS,
+    MAX_SUBJECT_BYTES,
+    MAX_SUBJECTS,
     MAX_TEXT_CHARS,
     MAX_TS,
     NewEvent,
     StoredEvent,
     check_embedding,
     check_kind,
+    check_subject,
+    check_subjects,
     check_text,
     new_event,
 )
@@ -72,6 +76,21 @@ Vector = Annotated[
 ]
 Model = Annotated[str, doc(minLength=1, maxLength=MAX_MODEL_CHARS)]
 Ids = Annotated[list[str], doc(f"Event ids, at most {MAX_IDS}.", maxItems=MAX_IDS)]
+SUBJECT_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_SUBJECT_BYTES,
+    "pattern": "^[ -~]+$",
+}
+Subject = Annotated[str, doc(**SUBJECT_SCHEMA)]
+Subjects = Annotated[
+    list[Subject],
+    doc(
+        f"The people the event is about: at most {MAX_SUBJECTS} ids of 1-{MAX_SUBJECT_BYTES} "
+        "printable ASCII bytes.",
+        maxItems=MAX_SUBJECTS,
+    ),
+]
 Properties = Annotated[
     msgspec.Raw,
     doc(
@@ -116,6 +135,7 @@ class EventIn(msgspec.Struct, forbid_unknown_fields=True):
     supersedes: Ids | None = None
     valid_from: From | None = None
     valid_until: Time | None = None
+    subjects: Subjects | None = None
 
 
 class EventCreated(msgspec.Struct, omit_defaults=True):
@@ -300,6 +320,7 @@ def to_new_event(
         valid_from=body.valid_from,
         valid_until=body.valid_until,
         event_id=event_id,
+        subjects=check_subjects(body.subjects),
     )
     if idempotency_key is None:
         return new
@@ -316,6 +337,8 @@ def _body_hash(body: EventIn) -> bytes:
     obj: dict[str, Any] = {f: getattr(body, f) for f in EventIn.__struct_fields__}
     raw = body.properties
     obj["properties"] = msgspec.json.decode(raw) if raw is not msgspec.UNSET else None
+    if obj["subjects"] is None:  # absent: the hash an event had before subjects existed
+        del obj["subjects"]
     return hashlib.sha256(msgspec.json.encode(obj, order="sorted")).digest()
 
 
@@ -334,6 +357,7 @@ class EventOut(msgspec.Struct):
     valid_until: int | msgspec.UnsetType = msgspec.UNSET
     current: bool | msgspec.UnsetType = msgspec.UNSET
     superseded_by: list[str] | msgspec.UnsetType = msgspec.UNSET
+    subjects: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 def _set(value: T | None) -> T | msgspec.UnsetType:
@@ -363,6 +387,7 @@ def event_out(
         valid_until=_set(ev.valid_until),
         current=_set(current),
         superseded_by=_set(superseded_by),
+        subjects=ev.subjects or msgspec.UNSET,
     )
 
 
@@ -403,6 +428,7 @@ class HitOut(msgspec.Struct):
     replaces: list[str] | msgspec.UnsetType = msgspec.UNSET
     keyword_rank: int | msgspec.UnsetType | None = msgspec.UNSET  # with explain, ranked hits only
     vector_rank: int | msgspec.UnsetType | None = msgspec.UNSET
+    subjects: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class RecallOut(msgspec.Struct):
@@ -427,8 +453,12 @@ def to_recall_query(body: RecallIn, *, check_times: bool = True) -> RecallQuery:
     if body.kind is not None:
         check_kind(body.kind)
     check_model(body.embedding_model)
-    filters = body.filter or {}
+    filters = dict(body.filter or {})
+    if "subject" in filters:  # the subjects' index, not a property (docs/api.md, "Subjects")
+        filters[enc.SUBJECT] = check_subject(filters.pop("subject"), "filter 'subject'")
     for name, value in filters.items():
+        if name == enc.SUBJECT:
+            continue
         if not enc.PROPERTY_NAME.match(name) or len(name) > enc.MAX_FILTER_NAME_BYTES:
             raise InvalidRequest(
                 f"filter '{name}' is not a filterable property name (letters, digits, underscores; starting with a letter)"
@@ -467,6 +497,7 @@ def recall_out(result: RecallResult) -> RecallOut:
             replaces=h.replaces if h.replaces else msgspec.UNSET,
             keyword_rank=h.ranks[0] if h.ranks is not None else msgspec.UNSET,
             vector_rank=h.ranks[1] if h.ranks is not None else msgspec.UNSET,
+            subjects=h.event.subjects or msgspec.UNSET,
         )
         for h in result.hits
     ]

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from memspine_admin import data, keys, retention_cmds
+from memspine_admin import data, keys, retention_cmds, subjects
 from memspine_admin.command import (
     EXIT_ABORTED,
     EXIT_ERROR,
@@ -526,6 +526,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="apply the routes once and exit")
 
     data.add_commands(sub, tsub, command)
+    subjects.add_commands(sub, command)
     retention_cmds.add_commands(tsub, command)
 
     p = command(sub, "audit", cmd_audit)

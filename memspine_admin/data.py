@@ -144,12 +144,16 @@ def cmd_export(args: argparse.Namespace) -> int:
                     if events % 1000 == 0:
                         bar.update(events)
 
+    from storage.receipts import record_copy
+
     if args.out is None:
         write(sys.stdout.buffer)
         sys.stdout.buffer.flush()
+        record_copy(args.data_dir, "export", tenant_id)  # for erasure receipts
         return 0
     # Through a temp file beside it: a killed export leaves no file that looks whole.
     replace_durably(Path(args.out), write)
+    record_copy(args.data_dir, "export", tenant_id, str(args.out))
     payload = {"tenant_id": tenant_id, "events": events, "bytes": size, "out": str(args.out)}
     _emit(args, payload, f"exported {events} events of tenant {tenant_id} to {args.out}")
     return 0
@@ -186,12 +190,14 @@ def cmd_import(args: argparse.Namespace) -> int:
             stream.close()
     payload: dict[str, Any] = {"tenant_id": tenant_id, "from_tenant": stats.tenant_id}
     payload |= {"events": stats.events, "skipped": stats.skipped, "lines": stats.lines}
+    payload["erased_dropped"] = stats.erased_dropped
     payload["retention_dropped"] = stats.retention_dropped
     human = f"imported {stats.events} events into tenant {tenant_id}"
     if stats.skipped:
         human += f" ({stats.skipped} held already, kept as they were)"
     if stats.retention_dropped:
         human += f"; dropped {stats.retention_dropped} past their retention window"
+    human += f"\nerased_dropped: {stats.erased_dropped}"
     registered = _registered(args.data_dir, tenant_id)
     payload["registered"] = registered
     if registered is False:
@@ -299,6 +305,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
             bar.update(done)
 
         stats = backup(args.data_dir, dest, environments=[(CONTROL_DIR, MAP_SIZE)], progress=told)
+    from storage.receipts import record_copy
+
+    record_copy(args.data_dir, "backup", None, str(dest.resolve()))  # for erasure receipts
     human = (
         f"backed up {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
@@ -336,8 +345,9 @@ def cmd_restore(args: argparse.Namespace) -> int:
             seen[tenant_id] = events
             bar.update(before + events)
 
+        erased = _ledgers_for_restore(src, args.data_dir, manifest.taken_at, args.ledger_from)
         # Each log records its dimension.
-        stats = restore(src, args.data_dir, progress=told, drop=_restore_drops(src))
+        stats = restore(src, args.data_dir, progress=told, erased=erased, drop=_restore_drops(src))
     human = (
         f"restored {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
@@ -345,8 +355,32 @@ def cmd_restore(args: argparse.Namespace) -> int:
     )
     if stats.retention_dropped:
         human += f"; dropped {stats.retention_dropped} events past their retention window"
+    human += f"\nerased_dropped: {stats.erased_dropped}"
     _emit(args, stats, human)
     return 0
+
+
+def _ledgers_for_restore(
+    src: Path, target: Path, taken_at: int, extra: list[str]
+) -> dict[str, dict[str, int]]:
+    """The erasure ledgers a restore applies (docs/erasure.md): MEMSPINE_DATA_DIR's when it is
+    another directory that exists, every newer backup's beside src, and each --ledger-from."""
+    from storage.transfer import ledger
+    from storage.transfer.backup import MANIFEST, read_manifest
+
+    paths = [Path(p) for p in extra]
+    live = os.environ.get("MEMSPINE_DATA_DIR")
+    if live and Path(live).is_dir() and Path(live).resolve() != target.resolve():
+        paths.append(Path(live))
+    for sibling in sorted(src.resolve().parent.iterdir()):
+        if sibling.resolve() != src.resolve() and (sibling / MANIFEST).is_file():
+            with contextlib.suppress(MemspineError):
+                if read_manifest(sibling).taken_at > taken_at:
+                    paths.append(sibling)
+    for path in paths:
+        if not path.exists():
+            raise NotFound(f"--ledger-from {path}: no such data directory or backup")
+    return ledger.merged(ledger.of_path(p) for p in paths)
 
 
 def cmd_tenant_adopt(args: argparse.Namespace) -> int:
@@ -358,6 +392,7 @@ def cmd_tenant_adopt(args: argparse.Namespace) -> int:
             raise Conflict(f"{args.dirname} is a tenant already")
         if args.dirname not in local_tenants(data_dir, known):
             raise NotFound(f"no local-mode tenant directory {args.dirname!r} in {data_dir}")
+        dropped = _apply_ledgers(data_dir, args.dirname)
         if is_tenant_id(args.dirname):  # its name is a tenant id already: nothing moves
             tenant = db.create_tenant(args.name, actor=actor(), tenant_id=args.dirname)
             renamed = False
@@ -367,12 +402,29 @@ def cmd_tenant_adopt(args: argparse.Namespace) -> int:
                 tenant = _adopt_renamed(db, data_dir, args.dirname, args.name, actor())
             renamed = True
     payload = {"tenant_id": tenant.tenant_id, "name": tenant.name, "dirname": args.dirname}
+    payload["erased_dropped"] = dropped
     human = f"adopted {args.dirname} as tenant {tenant.tenant_id} ({tenant.name})"
+    human += f"\nerased_dropped: {dropped}"
     if renamed:
         human += f"; its directory is now {data_dir / tenant.tenant_id}"
     human += f"\nissue it a key: memspine-admin key create {tenant.tenant_id} NAME"
     _emit(args, payload, human)
     return 0
+
+
+def _apply_ledgers(data_dir: Path, dirname: str) -> int:
+    """Erase from a directory being adopted the events any erasure ledger of the data directory
+    names (a copy brought in from elsewhere may hold them), before any key can read it."""
+    from storage.transfer import ledger
+    from storage.transfer.export import log_snapshot
+
+    every = ledger.every_id(ledger.of_path(data_dir))
+    with log_snapshot(data_dir / dirname) as r:
+        if not any(r.exists(e) for e in every):
+            return 0
+    why = f"stop it to adopt {dirname}: events erased elsewhere must leave it first"
+    with unserved(data_dir, why):
+        return ledger.apply(data_dir / dirname, dirname, every)
 
 
 def _adopt_renamed(db: Any, data_dir: Path, dirname: str, name: str, who: str) -> Any:
@@ -414,6 +466,12 @@ def add_commands(
         type=float,
         default=DEFAULT_MAX_AGE_DAYS,
         help=f"refuse an older backup (default {DEFAULT_MAX_AGE_DAYS}; docs/operations.md)",
+    )
+    p.add_argument(
+        "--ledger-from",
+        action="append",
+        default=[],
+        help="also apply the erasure ledger of this data directory or backup (repeatable)",
     )
     p = command(sub, "reembed", cmd_reembed)
     p.add_argument("tenant_id")

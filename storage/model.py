@@ -33,6 +33,7 @@ class NewEvent(msgspec.Struct, frozen=True, kw_only=True):
     valid_until: int | None = None
     event_id: str | None = None  # set for Idempotency-Key appends
     body_hash: bytes | None = None  # sha256 of the request, kept for idempotency checks
+    subjects: tuple[str, ...] = ()  # the people the event is about (check_subjects)
 
 
 class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
@@ -50,6 +51,7 @@ class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
     supersedes: list[str] = []
     valid_from: int | None = None
     valid_until: int | None = None
+    subjects: list[str] = []  # the people the event is about (check_subjects), in sent order
 
     def properties(self) -> dict[str, Any]:
         """The properties object decoded (an empty dict when none was sent)."""
@@ -69,7 +71,38 @@ class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
         }
         if self.embedding is not None:
             obj["embedding"] = self.embedding
+        if self.subjects:
+            obj["subjects"] = list(self.subjects)
         return obj
+
+
+MAX_SUBJECTS = 16
+MAX_SUBJECT_BYTES = 128
+
+
+def check_subject(subject: object, field: str = "subject") -> str:
+    """One subject id: 1 to 128 bytes of printable ASCII (space included); InvalidRequest
+    naming `field`."""
+    if not isinstance(subject, str) or not subject:
+        raise InvalidRequest(f"{field} must be a non-empty string")
+    raw = subject.encode()
+    if len(raw) > MAX_SUBJECT_BYTES:
+        raise InvalidRequest(f"{field} may be at most {MAX_SUBJECT_BYTES} bytes")
+    if not all(0x20 <= b < 0x7F for b in raw):
+        raise InvalidRequest(f"{field} must be printable ASCII (no control or non-ASCII bytes)")
+    return subject
+
+
+def check_subjects(value: object, field: str = "subjects") -> tuple[str, ...]:
+    """An event's subjects: at most 16 distinct ids (check_subject), in the order sent."""
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise InvalidRequest(f"{field} must be a list of subject ids")
+    if len(value) > MAX_SUBJECTS:
+        raise InvalidRequest(f"{field} may name at most {MAX_SUBJECTS} subjects")
+    checked = [check_subject(s, f"{field}[{i}]") for i, s in enumerate(value)]
+    return tuple(dict.fromkeys(checked))
 
 
 class AppendResult(msgspec.Struct, frozen=True, kw_only=True):

@@ -44,6 +44,7 @@ class AppendArgs(msgspec.Struct, forbid_unknown_fields=True):
     source_event_ids: list[str] | None = None
     supersedes: list[str] | None = None
     idempotency_key: str | None = None
+    subjects: list[str] | None = None
 
 
 class RecallArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -108,6 +109,8 @@ async def append(b: Backend, a: AppendArgs) -> ToolAnswer:
         body["properties"] = properties
     if a.supersedes:
         body["supersedes"] = a.supersedes
+    if a.subjects:
+        body["subjects"] = a.subjects
     out = await b.append(body, a.idempotency_key)
     return out, render.append_text(out)
 
@@ -256,6 +259,12 @@ APPEND = _tool(
             "type": "array",
             "items": {"type": "string"},
             "description": "event_ids of earlier events this one corrects or replaces.",
+        },
+        "subjects": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Ids of the people this event is about (at most 16, e.g. a customer "
+            "number), so that everything about a person can be found and erased together.",
         },
         "idempotency_key": {
             "type": "string",

@@ -12,7 +12,18 @@ from litestar.response import Stream
 
 from memspine.body import ClientGone
 from memspine.pipeline import Operation, Services, error_answer, serve
-from memspine.routes import admin, audit, cypher, health, holds, memory, move, transfer, whoami
+from memspine.routes import (
+    admin,
+    audit,
+    cypher,
+    health,
+    holds,
+    memory,
+    move,
+    subjects,
+    transfer,
+    whoami,
+)
 from storage.errors import InvalidRequest
 
 GONE = "the client disconnected before its body arrived"
@@ -27,6 +38,7 @@ OPERATIONS: tuple[Operation, ...] = (
     *holds.OPERATIONS,
     *move.OPERATIONS,
     *audit.OPERATIONS,
+    *subjects.OPERATIONS,
 )
 
 

@@ -14,6 +14,7 @@ from memspine.readaudit import MAX_PURPOSE_BYTES, PURPOSE_HEADER, Reader
 from memspine.schemas import (
     KIND_SCHEMA,
     MAX_IDEMPOTENCY_KEY,
+    SUBJECT_SCHEMA,
     TIME,
     TIME_CHECK_HEADER,
     DeleteDone,
@@ -31,7 +32,7 @@ from memspine.schemas import (
     to_recall_query,
 )
 from storage.errors import InvalidRequest, NotFound
-from storage.model import MAX_TS, Quota, QuotaSource, check_kind
+from storage.model import MAX_TS, Quota, QuotaSource, check_kind, check_subject
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 IDEMPOTENCY_KEY = b"idempotency-key"
@@ -339,6 +340,7 @@ LIST = Operation(
         ),
         Query("current", flag("current"), FLAG_SCHEMA, "Only current events (default true)."),
         Query("as_of", int_range("as_of", 0, MAX_TS), TIME_SCHEMA, "Current as of." + TIME_NOTE),
+        Query("subject", check_subject, SUBJECT_SCHEMA, "Only events about this subject."),
     ),
     props=True,
     replies={200: Reply(EventPage, "One page, and the cursor of the next (null on the last).")},

@@ -32,12 +32,15 @@ from storage.model import (
     StoredEvent,
     check_event,
     check_ids,
+    check_subjects,
 )
 
 FORMAT = "memspine-export"
 # 2: the header's `vectors_by` (who makes the tenant's vectors: the server's are carried in the
 # event lines like a client's, and an import keeps the tenant server-space).
-FORMAT_VERSION = 2
+# 3: an event line's `subjects` (the people the event is about), and `erased` lines (the
+# tenant's erasure ledger, counted by the end line's `erased`) after the idempotency lines.
+FORMAT_VERSION = 3
 VECTORS_BY = ("server", "client")
 MEDIA_TYPE = "application/x-ndjson"
 # A line may hold a text of 100,000 characters (4 bytes each at most) and its embedding.
@@ -112,15 +115,25 @@ class IdempotencyLine(
     unlinked: list[str] = []
 
 
-class End(msgspec.Struct, tag="end", tag_field="type", forbid_unknown_fields=True):
+class ErasedLine(msgspec.Struct, tag="erased", tag_field="type", forbid_unknown_fields=True):
+    """An entry of the erasure ledger: an event deleted from the tenant, and when (version 3)."""
+
+    event_id: str
+    erased_at: int
+
+
+class End(
+    msgspec.Struct, tag="end", tag_field="type", forbid_unknown_fields=True, omit_defaults=True
+):
     """The last line: what came before it, counted and hashed."""
 
     events: int
     idempotency: int
     sha256: str
+    erased: int = 0  # ledger lines (version 3; absent when none)
 
 
-_decode_line = msgspec.json.Decoder(Header | EventLine | IdempotencyLine | End).decode
+_decode_line = msgspec.json.Decoder(Header | EventLine | IdempotencyLine | ErasedLine | End).decode
 _encode = msgspec.json.Encoder().encode
 
 
@@ -147,9 +160,14 @@ def idempotency_line(event_id: str, body_hash: bytes, unlinked: list[str]) -> by
     return _encode(IdempotencyLine(event_id, body_hash.hex(), unlinked)) + b"\n"
 
 
-def end_line(events: int, idempotency: int, digest: str) -> bytes:
+def erased_line(event_id: str, erased_at: int) -> bytes:
+    """The line of one erasure ledger entry."""
+    return _encode(ErasedLine(event_id, erased_at)) + b"\n"
+
+
+def end_line(events: int, idempotency: int, digest: str, erased: int = 0) -> bytes:
     """The trailer."""
-    return _encode(End(events, idempotency, digest)) + b"\n"
+    return _encode(End(events, idempotency, digest, erased)) + b"\n"
 
 
 class Reader:
@@ -162,9 +180,10 @@ class Reader:
         self.line = 0
         self.events = 0
         self.idempotency = 0
+        self.erased = 0
         self._hash = hashlib.sha256()
 
-    def feed(self, raw: bytes) -> PlacedEvent | IdempotencyLine | Header | End:
+    def feed(self, raw: bytes) -> PlacedEvent | IdempotencyLine | ErasedLine | Header | End:
         """One line as read (its newline included): what it holds, checked."""
         self.line += 1
         n = self.line
@@ -188,6 +207,14 @@ class Reader:
             return self._open(value)
         if self.header is None:
             raise InvalidRequest(f"line {n}: the file does not start with a header line")
+        if isinstance(value, ErasedLine):
+            _check_id(value.event_id, n, "event_id")
+            if not 0 <= value.erased_at < 2**63:
+                raise InvalidRequest(f"line {n}: erased_at must be microseconds from 0 to 2^63")
+            self.erased += 1
+            return value
+        if self.erased:
+            raise InvalidRequest(f"line {n}: a line after the erased lines")
         if isinstance(value, IdempotencyLine):
             _check_id(value.event_id, n, "event_id")
             self.idempotency += 1
@@ -229,10 +256,15 @@ class Reader:
         n = self.line
         if self.header is None:
             raise InvalidRequest(f"line {n}: the file does not start with a header line")
-        if (end.events, end.idempotency) != (self.events, self.idempotency):
+        if (end.events, end.idempotency, end.erased) != (
+            self.events,
+            self.idempotency,
+            self.erased,
+        ):
             raise InvalidRequest(
-                f"line {n}: the end line counts {end.events} events and {end.idempotency} "
-                f"idempotency records, the file holds {self.events} and {self.idempotency}"
+                f"line {n}: the end line counts {end.events} events, {end.idempotency} "
+                f"idempotency records and {end.erased} erased ids, the file holds {self.events}, "
+                f"{self.idempotency} and {self.erased}"
             )
         if end.events != self.header.events:
             raise InvalidRequest(
@@ -256,6 +288,10 @@ def placed(line: Any, header: Header, n: int) -> PlacedEvent:
             f"dimension is {header.embedding_dim}"
         )
     raw = _properties(line, n)
+    try:
+        check_subjects(line.subjects)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"line {n}: {exc.detail}") from None
     for target in (*line.links.SOURCE_FROM, *line.links.SUPERSEDES, *line.supersedes):
         _check_id(target, n, "a linked id")
     fields = {f: getattr(line, f) for f in _RECORD}

@@ -466,6 +466,16 @@ CLIENT_CALLS: dict[str, Any] = {
     "place_hold": lambda: r.place_hold(ID, "dispute 7", "cust-1"),
     "list_holds": lambda: r.list_holds(ID),
     "lift_hold": lambda: r.lift_hold(ID, "h1"),
+    "erase_subject": lambda: r.erase_subject(
+        "cust-1", dry_run=False, identifiers=["Ann"], confirm_ids=[ID], cascade="none"
+    ),
+    "export_subject": lambda: r.export_subject("cust-1"),
+    "list_receipts": lambda: r.list_receipts(),
+    "get_receipt": lambda: r.get_receipt("0" * 32),
+    "receipt_key": lambda: r.receipt_key(),
+    "erase_subject_everywhere": lambda: r.erase_subject_everywhere(
+        "cust-1", dry_run=False, identifiers=["Ann"], confirm_ids=[ID], cascade="none"
+    ),
 }
 NOT_IN_THE_CLIENT = {
     "metrics": "Prometheus text, for a scraper",
@@ -698,3 +708,21 @@ def test_an_admin_places_lists_and_lifts_a_hold_that_stops_a_delete(issued: Issu
         assert lifted.lifted and admin.list_holds(tenant_id).holds == []
     with issued.tenant(key) as c:
         assert c.delete(kept).deleted
+
+
+def test_subjects_and_their_erasure_through_the_blocking_client(issued: Issued) -> None:
+    _tenant_id, key = issued.new_tenant("subjects")
+    with issued.tenant(key) as c:
+        tagged = c.append("turn", "Ann asked for a refund", subjects=["cust-9"]).event_id
+        c.append("turn", "the weather")
+        assert c.get(tagged).subjects == ["cust-9"]
+        assert [e.event_id for e in c.list_events(subject="cust-9").events] == [tagged]
+        dry = c.erase_subject("cust-9")
+        assert (dry.subject, dry.count, dry.events[0].reasons) == ("cust-9", 1, ["subject"])
+        done = c.erase_subject("cust-9", dry_run=False)
+        assert done.deleted_ids == [tagged] and done.receipt is not None
+        assert [r["receipt_id"] for r in c.receipts().receipts] == [done.receipt_id]
+        assert c.receipt(done.receipt_id or "").signature == done.receipt.signature
+        assert c.receipt_key().public_key == done.receipt.public_key
+    with issued.admin() as admin:
+        assert admin.erase_subject_everywhere("cust-9").tenants == []
