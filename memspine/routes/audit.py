@@ -12,12 +12,11 @@ from memspine.pipeline import ADMIN, AUDIT, Call, Operation, Outcome, Query, Rep
 from memspine.queryparams import int_range, text
 from memspine_admin.records import check_tenant_id
 from storage.errors import InvalidRequest, NotFound
-from storage.model import MAX_TS
+from storage.model import MAX_TS, check_subject
+from storage.read.subjects import Reach, reach
 from storage.readlog import Read, records
 
 MAX_LIMIT = 1000
-# Subjects on events arrive with the data-subject work; until then a subject names no events.
-NO_SUBJECTS = "subject= is not supported yet: this server's events carry no subjects"
 
 
 class ReadsPage(msgspec.Struct):
@@ -31,6 +30,7 @@ class ReadFilter(msgspec.Struct, frozen=True, kw_only=True):
     """What a page of read records is limited to."""
 
     event_id: str | None = None
+    event_ids: frozenset[str] | None = None  # a subject's events (and those derived from them)
     key_id: str | None = None
     since: int | None = None
     until: int | None = None
@@ -41,6 +41,7 @@ class ReadFilter(msgspec.Struct, frozen=True, kw_only=True):
         """Whether a record is one the filter asks for."""
         return (
             (self.event_id is None or self.event_id in r.event_ids)
+            and (self.event_ids is None or not self.event_ids.isdisjoint(r.event_ids))
             and (self.key_id is None or r.key_id == self.key_id)
             and (self.since is None or r.ts >= self.since)
             and (self.until is None or r.ts < self.until)
@@ -53,11 +54,10 @@ def _cursor(raw: str) -> int:
     return int(raw)
 
 
-def read_filter(query: dict[str, Any]) -> ReadFilter:
-    """The query parameters as a filter; subject is refused until events carry subjects."""
-    if "subject" in query:
-        raise InvalidRequest(NO_SUBJECTS)
+def read_filter(query: dict[str, Any], subject_ids: frozenset[str] | None) -> ReadFilter:
+    """The query parameters as a filter (a subject given as the ids of its events)."""
     return ReadFilter(
+        event_ids=subject_ids,
         event_id=query.get("event_id"),
         key_id=query.get("key_id"),
         since=query.get("since"),
@@ -69,8 +69,14 @@ def read_filter(query: dict[str, Any]) -> ReadFilter:
 
 async def reads_page(call: Call, tenant_id: str) -> Outcome:
     """One page of a tenant's read records (read from its file, off the event loop)."""
-    wanted = read_filter(call.query)
-    root = call.services.engine.manager.path_of(tenant_id)
+    engine = call.services.engine
+    subject_ids = None
+    if "subject" in call.query:  # what an access export of the subject holds
+        q = Reach(subject=check_subject(call.query["subject"]))
+        found = await engine.read(tenant_id, lambda t: t.snapshot_read(lambda r: reach(r, q)))
+        subject_ids = frozenset(f.event_id for f in found)
+    wanted = read_filter(call.query, subject_ids)
+    root = engine.manager.path_of(tenant_id)
 
     def page() -> ReadsPage:
         found: list[Read] = []
@@ -114,8 +120,8 @@ QUERY = (
     Query(
         "subject",
         text,
-        {"type": "string"},
-        "Reads of this data subject's events (400 until events carry subjects).",
+        {"type": "string", "minLength": 1, "maxLength": 128},
+        "Reads of this data subject's events and of those derived from them.",
     ),
     Query("since", int_range("since", 0, MAX_TS), TIME, "ts >= since (µs since the epoch)."),
     Query("until", int_range("until", 0, MAX_TS), TIME, "ts < until (µs since the epoch)."),

@@ -298,8 +298,8 @@ def test_the_admin_reads_any_tenants_records_and_pages_with_a_cursor(world: Worl
         assert r.status_code == 400
         r = c.get("/v1/memory/audit/reads", params={"event_id": "nope"})
         assert r.status_code == 400
-        r = c.get("/v1/memory/audit/reads", params={"subject": "x"})
-        assert r.status_code == 400 and "not supported yet" in r.json()["detail"]
+        r = c.get("/v1/memory/audit/reads", params={"subject": "nobody-here"})
+        assert r.json() == {"reads": [], "next_cursor": None}
 
 
 def test_the_chain_verifies_and_counts_in_the_tenants_usage(world: World) -> None:
@@ -422,3 +422,25 @@ def test_a_full_disk_refuses_durable_reads_and_holds_buffered_records_up_to_a_bo
         buffered.close()
     assert len(list(records(root))) == 2 + held  # every record held was written, in order
     assert verify(root, None, None).ok
+
+
+def test_reads_of_a_subject_and_its_access_export(tmp_path: Path) -> None:
+    w = make_world(tmp_path / "data", {"MEMSPINE_READ_AUDIT": "durable"})
+    try:
+        with w.client("rw") as c:
+            body = {"kind": "fact", "text": "Ann lives in Paris", "subjects": ["cust-ann"]}
+            ann = c.post("/v1/memory/event", json=body).json()["event_id"]
+        with w.client("read", **{"Memspine-Purpose": "art. 15 request"}) as c:
+            c.get(f"/v1/memory/event/{ann}")
+            c.get(f"/v1/memory/event/{w.ids[0]}")
+        mine = w.reads(subject="cust-ann")
+        assert [r["event_ids"] for r in mine] == [[ann]]
+        with w.client("read") as c:
+            lines = [
+                json.loads(x)
+                for x in c.get("/v1/memory/subjects/cust-ann/export").text.splitlines()
+            ]
+        reads = [x for x in lines if x["type"] == "read"]
+        assert [(x["event_ids"], x["purpose"]) for x in reads] == [([ann], "art. 15 request")]
+    finally:
+        w.server.stop()
