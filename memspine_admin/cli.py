@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from memspine_admin import data, keys, retention_cmds, subjects
+from memspine_admin import data, foreign, keys, retention_cmds, subjects
 from memspine_admin.command import (
     EXIT_ABORTED,
     EXIT_ERROR,
@@ -527,6 +527,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     data.add_commands(sub, tsub, command)
     subjects.add_commands(sub, command)
+    foreign.add_commands(sub, command)
     retention_cmds.add_commands(tsub, command)
 
     p = command(sub, "audit", cmd_audit)

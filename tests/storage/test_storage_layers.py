@@ -192,6 +192,7 @@ PUBLIC = {
     "storage.transfer.ledger",
     "storage.transfer.tail",
     "storage.readlog",
+    "storage.transfer.foreign",
 }
 
 
