@@ -82,6 +82,7 @@ def create_app(
     engine.holds = retention.holds  # a delete of what a legal hold keeps is refused
     engine.on_reject = allowance.count
     engine.gate = auth.gate
+    engine.reads.keep_marks_in(auth.control)
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
     metrics.watch(engine.manager)
     metrics.watch_limits(lambda: dict(allowance.rejected))

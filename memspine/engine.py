@@ -19,6 +19,7 @@ from memspine.cluster import NodeGate
 from memspine.config import Settings
 from memspine.fullness import FullTenants
 from memspine.purging import PurgeLine
+from memspine.readaudit import ReadAudit
 from memspine.shares import CostedShares, FairShares
 from storage.cypher import CypherResult, Limits
 from storage.embedders import EmbedderError, make_embedder
@@ -188,6 +189,7 @@ class Engine:
         # one keeps is refused. Sequence: a call may answer with a list or a tuple.
         self.holds: Callable[[str], Sequence[Hold]] | None = None
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
+        self.reads = ReadAudit(settings.read_audit, self.manager.path_of)  # memspine/readaudit.py
 
     @asynccontextmanager
     async def tenant(self, tenant_id: str, *, create: bool = True) -> AsyncIterator[Tenant]:
@@ -466,10 +468,15 @@ class Engine:
             await asyncio.sleep(POLL_SECS)
 
     async def cypher(
-        self, tenant_id: str, query: str, params: dict[str, Any] | None
+        self,
+        tenant_id: str,
+        query: str,
+        params: dict[str, Any] | None,
+        read: set[str] | None = None,
     ) -> CypherResult:
         """A read-only Cypher query over one snapshot, bounded by the configured limits; its time
-        counts from here, so a wait for a read thread is part of it."""
+        counts from here, so a wait for a read thread is part of it (`read`: the raw ids of
+        the events its rows were built from, for the read audit)."""
         started = time.monotonic()
         settings = self.settings
         limits = Limits(
@@ -492,7 +499,7 @@ class Engine:
             # encoded: the answer is encoded on the read thread, row by row, under the limits.
             start = time.thread_time()
             try:
-                return t.cypher(query, params, limits, encoded=True, started=started)
+                return t.cypher(query, params, limits, encoded=True, started=started, read=read)
             finally:
                 spent[0] = time.thread_time() - start
 
@@ -511,6 +518,7 @@ class Engine:
         if self.embedding is not None:
             self.embedding.embedder.close()
         self.read_threads.close()
+        self.reads.close()
 
 
 def make_worker(settings: Settings) -> EmbeddingWorker | None:

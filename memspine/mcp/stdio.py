@@ -60,6 +60,8 @@ async def serve_embedded(
     )
     retention = Retention(engine, lambda: control)
     engine.holds = retention.holds
+    if control is not None:  # the read chains' heads, as a server keeps them (docs/audit.md)
+        engine.reads.keep_marks_in(lambda: control)
     scopes = ("read",) if read_only else ("read", "write")
     principal = Principal(tenant_id=tenant_id, key_id="embedded", scopes=scopes)
     log.info(
@@ -71,7 +73,7 @@ async def serve_embedded(
     if purger is not None:
         purger.start()
     try:
-        await serve(Caller(principal, EngineBackend(engine, principal)), tools)
+        await serve(Caller(principal, EngineBackend(engine, principal, door="bridge")), tools)
     finally:
         if purger is not None:
             await purger.stop()

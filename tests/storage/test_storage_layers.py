@@ -100,7 +100,8 @@ MAY_IMPORT = {
     "erasure": {"base", "log", "index"},
     "embedders": {"base"},
     "tenants": {"base", "log", "index", "read", "cypher", "erasure", "embedders"},
-    "transfer": {"base", "log", "index", "read", "erasure", "tenants"},
+    "transfer": {"base", "log", "index", "read", "erasure", "tenants", "readlog"},
+    "readlog": {"base"},
 }
 
 
@@ -190,6 +191,7 @@ PUBLIC = {
     "storage.transfer.backup",
     "storage.transfer.ledger",
     "storage.transfer.tail",
+    "storage.readlog",
     "storage.transfer.foreign",
 }
 
