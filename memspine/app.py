@@ -92,6 +92,7 @@ def create_app(
         ),
     )
     retention = Retention(engine, auth.control)
+    engine.reads.keep_marks_in(auth.control)
     metrics.watch(engine.manager)
     metrics.watch_limits(lambda: dict(allowance.rejected))
     metrics.watch_embedding(engine.embedding)

@@ -86,6 +86,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     default_max_memory: int | None = None
     # Days an event of a kind no tenant window names is kept (None: kept until deleted).
     retention_days: int | None = None
+    read_audit: str = "buffered"  # who read which events: buffered, durable or off (docs/audit.md)
+    read_audit_days: int = 365  # read records older than this are dropped by the purger
 
     def __repr__(self) -> str:
         # The control URL may hold a password: keep it out of any log of the settings.
@@ -244,6 +246,16 @@ def _admin_key(value: str) -> str | None:
     if len(value) < 16:
         raise SettingsError("expected at least 16 characters")
     return value
+
+
+READ_AUDIT_MODES = ("buffered", "durable", "off")
+
+
+def _read_audit(value: str) -> str:
+    mode = value.lower()
+    if mode not in READ_AUDIT_MODES:
+        raise SettingsError(f"expected buffered, durable or off, got {value!r}")
+    return mode
 
 
 def _log_level(value: str) -> str:
@@ -415,6 +427,8 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_DEFAULT_REQUESTS_PER_MINUTE": lambda v: {
         "default_requests_per_minute": _limit(MAX_REQUESTS_PER_MINUTE)(v)
     },
+    "MEMSPINE_READ_AUDIT": lambda v: {"read_audit": _read_audit(v)},
+    "MEMSPINE_READ_AUDIT_DAYS": lambda v: {"read_audit_days": _int_in(1, 36_500)(v)},
     "MEMSPINE_DEFAULT_MAX_EVENTS": lambda v: {"default_max_events": _limit(MAX_QUOTA)(v)},
     "MEMSPINE_DEFAULT_MAX_BYTES": lambda v: {"default_max_bytes": _limit(MAX_QUOTA, units=True)(v)},
     "MEMSPINE_RETENTION_DAYS": lambda v: {"retention_days": _days(v)},

@@ -21,6 +21,7 @@ from memspine.cluster import NodeGate
 from memspine.config import Settings
 from memspine.fullness import FullTenants
 from memspine.purging import PurgeLine
+from memspine.readaudit import ReadAudit
 from memspine.shares import CostedShares, FairShares
 from storage import (
     AppendResult,
@@ -208,6 +209,7 @@ class Engine:
         # one keeps is refused. Sequence: a call may answer with a list or a tuple.
         self.holds = hooks.holds
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
+        self.reads = ReadAudit(settings.read_audit, self.manager.path_of)  # memspine/readaudit.py
 
     @asynccontextmanager
     async def tenant(self, tenant_id: str, *, create: bool = True) -> AsyncIterator[Tenant]:
@@ -439,10 +441,15 @@ class Engine:
         )
 
     async def cypher(
-        self, tenant_id: str, query: str, params: dict[str, Any] | None
+        self,
+        tenant_id: str,
+        query: str,
+        params: dict[str, Any] | None,
+        read: set[str] | None = None,
     ) -> CypherResult:
         """A read-only Cypher query over one snapshot, bounded by the configured limits; its time
-        counts from here, so a wait for a read thread is part of it."""
+        counts from here, so a wait for a read thread is part of it (`read`: the raw ids of
+        the events its rows were built from, for the read audit)."""
         started = time.monotonic()
         settings = self.settings
         limits = Limits(
@@ -465,7 +472,7 @@ class Engine:
             # encoded: the answer is encoded on the read thread, row by row, under the limits.
             start = time.thread_time()
             try:
-                return t.cypher(query, params, limits, encoded=True, started=started)
+                return t.cypher(query, params, limits, encoded=True, started=started, read=read)
             finally:
                 spent[0] = time.thread_time() - start
 
@@ -484,6 +491,7 @@ class Engine:
         if self.embedding is not None:
             self.embedding.embedder.close()
         self.read_threads.close()
+        self.reads.close()
 
 
 def make_worker(settings: Settings) -> EmbeddingWorker | None:

@@ -143,6 +143,8 @@ def install_request_observer(
             return
         started = time.perf_counter()
         request_id = request_id_of(scope)
+        # The read audit names the request (memspine/pipeline.py reads it from here).
+        cast(dict[str, Any], scope).setdefault("state", {})["request_id"] = request_id
         status = 500  # if nothing is sent, the client sees a dropped connection: count it as ours
 
         async def send_with_id(message: Message) -> None:

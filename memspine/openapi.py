@@ -23,7 +23,7 @@ from litestar.params import FromPath
 
 from memspine import __version__
 from memspine.examples import EXAMPLES
-from memspine.pipeline import ADMIN, ANY_KEY, PROP_PREFIX, PUBLIC, READ, WRITE, Operation
+from memspine.pipeline import ADMIN, ANY_KEY, AUDIT, PROP_PREFIX, PUBLIC, READ, WRITE, Operation
 from memspine.schemas import TIME_CHECK_HEADER
 from storage import FLOAT32_MAX, MAX_FILTER_NAME_BYTES, MAX_FILTER_STRING_BYTES
 from storage.errors import CODES, NotFound
@@ -108,7 +108,7 @@ def _errors(op: Operation) -> dict[int, str]:
     errors = dict(EDGE_ERRORS)
     if op.scope == ADMIN:
         errors |= ADMIN_ERRORS
-    elif op.scope in (READ, WRITE, ANY_KEY):
+    elif op.scope in (READ, WRITE, ANY_KEY, AUDIT):
         errors |= KEY_ERRORS
     if op.body is not None:
         errors |= BODY_ERRORS

@@ -24,6 +24,7 @@ import msgspec
 
 from memspine.body import TOO_LARGE, ClientGone, read_body
 from memspine.errors import error_body, unexpected_error
+from memspine.readaudit import PURPOSE_HEADER, Reader, check_purpose
 from memspine.schemas import decode_body
 from memspine.verifier import Principal
 from storage.errors import InvalidRequest, MemspineError
@@ -41,7 +42,9 @@ JSON = "application/json"
 # Who may call an operation: a key with the read or write scope, any valid key, the admin key,
 # or anyone (no Authorization at all).
 READ, WRITE, ANY_KEY, ADMIN, PUBLIC = "read", "write", "any key", "admin", "public"
+AUDIT = "audit"  # reads the tenant's read records only (memspine/routes/audit.py)
 PROP_PREFIX = "prop."
+PURPOSE = PURPOSE_HEADER.lower().encode()
 EVENT_ID_DETAIL = "event id must be a UUID such as 009cfbc7-bc4d-48c4-9a4a-7ad5f4cc17da"
 
 
@@ -126,6 +129,7 @@ class Operation:
     body_limit: str = "max_body_bytes"  # the Settings field bounding the body (MEMSPINE_<NAME>)
     stores: bool = False  # appends events: a tenant its quota just refused is refused unread
     keys_in_body: bool = False  # its events may carry idempotency keys (replays) in the body
+    audited: bool = False  # reads event content: its reads are recorded (memspine/readaudit.py)
     description: str = ""
     tag: str = "memory"
     params: dict[str, Query] = field(init=False, repr=False)
@@ -170,6 +174,7 @@ class Call(NamedTuple):
     body: Any
     path: Mapping[str, Any]
     quota: Quota | QuotaSource | None = None  # what its tenant may store (tenant operations)
+    reader: Reader | None = None  # who reads, for the read audit (audited operations)
 
     @property
     def tenant_id(self) -> str:
@@ -239,6 +244,7 @@ async def admit(
         scope.setdefault("state", {})["principal"] = principal  # the request log names the key
         if services.allowance is not None:  # 429 before the body is read
             quota = services.allowance.admit(principal)
+    reader = _reader(op, principal, headers, scope) if op.audited else None
     query, props = op.parse_query(scope["query_string"]) if scope["query_string"] else ({}, {})
     body = None
     # A full tenant's append is refused before its body is read, or at least decoded, unless
@@ -254,7 +260,33 @@ async def admit(
         if fresh and b'"idempotency_key"' not in raw:  # no event of it can be a replay
             services.engine.refuse_if_full(fresh, batch=op.keys_in_body)
         body = decode_body(raw, op.body)
-    return Call(services, principal, control, query, props, headers, body, path, quota)
+    return Call(services, principal, control, query, props, headers, body, path, quota, reader)
+
+
+def purpose_text(raw: bytes | None) -> str | None:
+    """A Memspine-Purpose header's text: UTF-8, or Latin-1 (HTTP's own reading of header
+    bytes) when it is not; its length is checked on the text as UTF-8."""
+    if raw is None:
+        return None
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError:
+        return raw.decode("latin-1")
+
+
+def _reader(
+    op: Operation, principal: Principal | None, headers: dict[bytes, bytes], scope: dict[str, Any]
+) -> Reader:
+    """Who reads through an audited operation; 400 for a purpose missing or malformed."""
+    purpose = check_purpose(purpose_text(headers.get(PURPOSE)), principal)
+    state = scope.get("state") or {}
+    return Reader(
+        key_id=principal.key_id if principal is not None else "-",
+        door="http",
+        route=op.path,
+        request_id=str(state.get("request_id") or "-"),
+        purpose=purpose,
+    )
 
 
 def _body_limit(op: Operation, settings: Settings) -> tuple[int, str]:

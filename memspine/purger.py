@@ -6,12 +6,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
+from pathlib import Path
 
 import lmdb
 
 from memspine.engine import Engine
 from memspine.retention import Retention
-from storage import PENDING, for_want_of_room, pending_tenants
+from storage import PENDING, for_want_of_room, pending_tenants, read_bytes
 from storage.errors import Unavailable
 
 log = logging.getLogger("memspine.purger")
@@ -96,5 +98,20 @@ class Purger:
                     log.exception("tenant %s: purge failed; the next sweep retries", tenant_id)
                 continue
             purged.append(tenant_id)
+        await asyncio.to_thread(self.expire_reads)
         self.sweeps += 1
         return purged
+
+    def expire_reads(self) -> int:
+        """Drop read records past MEMSPINE_READ_AUDIT_DAYS (docs/audit.md); never raises."""
+        engine = self.engine
+        try:
+            tenants = [
+                e.name
+                for e in os.scandir(engine.settings.data_dir)
+                if e.is_dir() and read_bytes(Path(e.path))
+            ]
+            return engine.reads.expire(tenants, engine.settings.read_audit_days)
+        except Exception:
+            log.exception("read records not expired; the next sweep retries")
+            return 0

@@ -11,6 +11,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
 from typing import Annotated, Literal
 
 import anyio.to_thread
@@ -39,6 +40,7 @@ from storage import (
     for_want_of_room,
     log_holding,
     reach,
+    reads_of_events,
     receipts,
     subject_lines,
 )
@@ -214,12 +216,16 @@ def _counts(found: list[Reached], deleted: list[str]) -> dict[str, int]:
 # -- the access export ------------------------------------------------------------------------
 
 
-def read_records(tenant_id: str) -> Callable[[set[str]], Iterator[bytes]]:
-    """The recorded reads of a tenant's events, as export lines: none until the read audit
-    exists (docs/erasure.md, "Access export"); the audit fills this in."""
+def read_records(root: Path) -> Callable[[set[str]], Iterator[bytes]]:
+    """The recorded reads of a tenant's events (docs/audit.md), as export lines
+    `{"type": "read", "seq", "ts", "key_id", "door", "route", "request_id", "purpose",
+    "event_ids"}`, each naming only the subject's events it read."""
 
     def of(event_ids: set[str]) -> Iterator[bytes]:
-        return iter(())
+        for found in reads_of_events(root, sorted(event_ids)):
+            read = msgspec.structs.asdict(found.read)
+            read["event_ids"] = [e for e in found.read.event_ids if e in event_ids]
+            yield msgspec.json.encode({"type": "read", "seq": found.seq, **read}) + b"\n"
 
     return of
 
@@ -228,7 +234,7 @@ def access_lines(t: Tenant, tenant_id: str, subject: str) -> list[bytes]:
     """The access export of one subject, from one snapshot (400 for a subject that cannot be
     one)."""
     subject = check_subject(subject)
-    reads = read_records(tenant_id)
+    reads = read_records(t.root)
     return t.snapshot_read(
         lambda r: list(subject_lines(r, tenant_id, subject, default_dim=t.dim, reads=reads))
     )

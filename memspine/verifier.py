@@ -42,6 +42,7 @@ class Principal(msgspec.Struct, frozen=True, kw_only=True):
     scopes: tuple[str, ...]
     expires_at: int | None = None
     requests_per_minute: int | None = None  # the key's own rate (None: the server's default)
+    require_purpose: bool = False  # its reads need a Memspine-Purpose (memspine/readaudit.py)
 
     def has(self, scope: str) -> bool:
         """True if the key carries `scope`."""
@@ -106,6 +107,7 @@ def _principal(record: KeyRecord) -> Principal:
         scopes=record.scopes,
         expires_at=record.expires_at,
         requests_per_minute=record.requests_per_minute,
+        require_purpose=record.require_purpose,
     )
 
 

@@ -29,6 +29,7 @@ from memspine_admin.command import open_plane as _open
 from memspine_admin.command import when as _when
 from memspine_admin.control import erase_tenant_dir
 from memspine_admin.plane import init_control
+from memspine_admin.readaudit import verify_reads
 from memspine_admin.records import LIMITS, KeyCounts, TenantRecord, now_us
 from storage.errors import Conflict, DiskFull, MemspineError, NotFound
 from storage.space import names_full_disk
@@ -213,7 +214,7 @@ def _show(tenant: TenantRecord, keys: KeyCounts, usage: TenantUsage | None, data
     lines += [
         f"events: {e.live} live, {e.deleted} deleted awaiting purge",
         f"bytes: {b.live} of live events; on disk {b.total} (log {b.log}, keyword {b.keyword}, "
-        f"vectors {b.vectors})",
+        f"vectors {b.vectors}, read records {b.reads})",
         f"vectors: {v.graph} in the saved graph, {v.pending} not yet in it",
         f"vector space: {space.dim} dimensions, {space.metric}, model {space.model or 'none named'}",
         f"last write: {_when(usage.last_write)}",
@@ -269,6 +270,7 @@ def cmd_key_create(args: argparse.Namespace) -> int:
             args.ttl_secs,
             actor=actor(),
             requests_per_minute=args.requests_per_minute,
+            require_purpose=args.require_purpose,
         )
     rate = issued.requests_per_minute
     human = (
@@ -341,6 +343,19 @@ def cmd_audit(args: argparse.Namespace) -> int:
         human += f"\nmore: --after {cursor}"
     _emit(args, {"entries": entries, "next_cursor": cursor}, human if rows else "no entries")
     return EXIT_OK
+
+
+def cmd_audit_verify(args: argparse.Namespace) -> int:
+    """Check a tenant's read chain against the marks the control plane keeps: exit 0 intact,
+    1 broken (naming the first bad record)."""
+    with _open(args) as db:
+        verdict = verify_reads(args.data_dir, db, args.tenant_id)
+    out = verdict._asdict()
+    human = (
+        f"tenant {args.tenant_id}: " + ("intact: " if verdict.ok else "BROKEN: ") + verdict.detail
+    )
+    _emit(args, out, human)
+    return EXIT_OK if verdict.ok else EXIT_ERROR
 
 
 def cmd_tenant_move(args: argparse.Namespace) -> int:
@@ -483,13 +498,22 @@ def build_parser() -> argparse.ArgumentParser:
     p = command(ksub, "create", cmd_key_create)
     p.add_argument("tenant_id")
     p.add_argument("name")
-    p.add_argument("--scopes", default="read,write", help="comma-separated (default read,write)")
+    p.add_argument(
+        "--scopes",
+        default="read,write",
+        help="comma-separated: read, write, audit (default read,write)",
+    )
     p.add_argument("--ttl-secs", type=int, default=None, help="expire after this many seconds")
     p.add_argument(
         "--requests-per-minute",
         type=int,
         default=None,
         help="this key's rate (default: the server's MEMSPINE_DEFAULT_REQUESTS_PER_MINUTE)",
+    )
+    p.add_argument(
+        "--require-purpose",
+        action="store_true",
+        help="refuse this key's reads that give no Memspine-Purpose (docs/audit.md)",
     )
     command(ksub, "list", cmd_key_list).add_argument("--tenant", default=None)
     p = command(ksub, "revoke", cmd_key_revoke)
@@ -511,6 +535,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--after", type=int, default=None, help="show entries after this seq")
     p.add_argument("--limit", type=int, default=100, help="at most this many (max 1000)")
     p.add_argument("--tenant", default=None, help="only entries about this tenant")
+    asub = p.add_subparsers(dest="audit_command", required=False)
+    command(asub, "verify", cmd_audit_verify).add_argument("tenant_id")
     return parser
 
 

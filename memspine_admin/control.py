@@ -22,14 +22,15 @@ from argon2 import PasswordHasher
 from memspine_admin import keys
 from memspine_admin.issuing import KeyRequest
 from memspine_admin.records import (
+    DEFAULT_SCOPES,
     LIMITS,
     MAX_QUOTA,
-    SCOPES,
     AuditEntry,
     HoldRecord,
     IssuedKey,
     KeyInfo,
     KeyRecord,
+    ReadMark,
     TenantRecord,
     check_limit,
     check_name,
@@ -54,6 +55,8 @@ MAX_AUDIT_LIMIT = 1000
 NO_CONTROL_DB = "no control database: run memspine-admin init"
 
 _U64 = struct.Struct(">Q")
+_READ_MARKS = msgspec.msgpack.Decoder(list[ReadMark | None])
+_READ_MARKS_ENC = msgspec.msgpack.Encoder()
 
 
 class StoredTenant(msgspec.Struct, frozen=True, kw_only=True):
@@ -147,6 +150,8 @@ class ControlDB:
         # Added after schema 1 shipped: made on first open, empty until tenants get routes.
         self._routes = env.open_db(b"tenant_routes")
         self._holds = env.open_db(b"holds")  # tenant_id/hold_id -> HoldRecord (made on first open)
+        # Added with the read audit: each tenant's read chain marks (docs/audit.md).
+        self._read_marks = env.open_db(b"read_marks")
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -256,6 +261,27 @@ class ControlDB:
         current = _U64.unpack(raw)[0] if raw is not None else 0
         txn.put(b"generation", _U64.pack(current + 1), db=self._meta)
 
+    # -- read chain marks (docs/audit.md) ----------------------------------------------------
+
+    def keep_read_mark(self, tenant_id: str, mark: ReadMark, *, cut: bool = False) -> None:
+        """Record the head (or, with cut, the retention base) of a tenant's read chain."""
+        with self._env.begin(write=True, db=self._read_marks) as txn:
+            raw = txn.get(tenant_id.encode())
+            marks: list[ReadMark | None] = (
+                _READ_MARKS.decode(raw) if raw is not None else [None, None]
+            )
+            marks[1 if cut else 0] = mark
+            txn.put(tenant_id.encode(), _READ_MARKS_ENC.encode(marks))
+
+    def read_marks(self, tenant_id: str) -> tuple[ReadMark | None, ReadMark | None]:
+        """The last head and the last cut recorded for a tenant's read chain (None: none)."""
+        with self._env.begin(db=self._read_marks) as txn:
+            raw = txn.get(tenant_id.encode())
+        if raw is None:
+            return None, None
+        head, cut = _READ_MARKS.decode(raw)
+        return head, cut
+
     # -- tenants -----------------------------------------------------------------------------
 
     def create_tenant(self, name: str, *, actor: str, tenant_id: str | None = None) -> TenantRecord:
@@ -332,6 +358,7 @@ class ControlDB:
             txn.delete(tenant.name.encode(), db=self._names)
             if tenant.route is not None:
                 txn.delete(tenant.route.encode(), db=self._routes)
+            txn.delete(tenant_id.encode(), db=self._read_marks)
             self._bump(txn)
             detail = {"name": tenant.name, "revoked_keys": revoked}
             self._log(txn, actor, "tenant.delete", tenant_id, None, detail)
@@ -420,14 +447,15 @@ class ControlDB:
         self,
         tenant_id: str,
         name: str,
-        scopes: Iterable[str] = SCOPES,
+        scopes: Iterable[str] = DEFAULT_SCOPES,
         ttl_secs: int | None = None,
         *,
         actor: str,
         requests_per_minute: int | None = None,
+        require_purpose: bool = False,
     ) -> IssuedKey:
         """Issue a key for a tenant; the plaintext is in the result and nowhere else."""
-        request = KeyRequest.check(name, scopes, ttl_secs, requests_per_minute)
+        request = KeyRequest.check(name, scopes, ttl_secs, requests_per_minute, require_purpose)
         stored = self._stored(tenant_id)
         if stored is None:
             raise NotFound("no tenant with that id")  # before paying for argon2

@@ -50,12 +50,13 @@ from memspine_admin.placement import (
     least_loaded,
 )
 from memspine_admin.records import (
-    SCOPES,
+    DEFAULT_SCOPES,
     AuditEntry,
     HoldRecord,
     IssuedKey,
     KeyInfo,
     KeyRecord,
+    ReadMark,
     TenantRecord,
     check_name,
     check_tenant_id,
@@ -93,7 +94,7 @@ _HOLD_COLUMNS = "hold_id, tenant_id, reason, subject, placed_at, placed_by"
 _PLACEMENT_COLUMNS = "node, move_to, move_from, writes_held"
 _KEY_COLUMNS = (
     "key_id, tenant_id, name, scopes, created_at, expires_at, revoked_at, secret_hash,"
-    " requests_per_minute"
+    " requests_per_minute, require_purpose"
 )
 
 
@@ -237,6 +238,7 @@ def _key(row: tuple[Any, ...]) -> KeyRecord:
         revoked_at=row[6],
         secret_hash=row[7],
         requests_per_minute=row[8],
+        require_purpose=bool(row[9]),
     )
 
 
@@ -547,6 +549,33 @@ class PgControl:
             row = conn.execute("SELECT generation FROM control_meta").fetchone()
         return int(row[0]) if row is not None else 0
 
+    # -- read chain marks (docs/audit.md) ----------------------------------------------------
+
+    def keep_read_mark(self, tenant_id: str, mark: ReadMark, *, cut: bool = False) -> None:
+        """Record the head (or, with cut, the retention base) of a tenant's read chain."""
+        seq, value = ("cut_seq", "cut_hash") if cut else ("head_seq", "head_hash")
+        with self._conn() as conn:
+            conn.execute(
+                f"INSERT INTO read_marks (tenant_id, {seq}, {value}) VALUES (%s, %s, %s)"
+                f" ON CONFLICT (tenant_id) DO UPDATE SET {seq} = EXCLUDED.{seq},"
+                f" {value} = EXCLUDED.{value}",
+                (tenant_id, mark.seq, mark.hash),
+            )
+
+    def read_marks(self, tenant_id: str) -> tuple[ReadMark | None, ReadMark | None]:
+        """The last head and the last cut recorded for a tenant's read chain (None: none)."""
+        with self._conn() as conn:
+            row = conn.execute(
+                "SELECT head_seq, head_hash, cut_seq, cut_hash FROM read_marks"
+                " WHERE tenant_id = %s",
+                (tenant_id,),
+            ).fetchone()
+        if row is None:
+            return None, None
+        head = None if row[0] is None else ReadMark(seq=row[0], hash=bytes(row[1]))
+        cut = None if row[2] is None else ReadMark(seq=row[2], hash=bytes(row[3]))
+        return head, cut
+
     # -- tenants -----------------------------------------------------------------------------
 
     def create_tenant(
@@ -670,6 +699,7 @@ class PgControl:
                     (now, tenant_id),
                 )
             )
+            conn.execute("DELETE FROM read_marks WHERE tenant_id = %s", (tenant_id,))
             change.bump()
             detail = {"name": row[0], "revoked_keys": revoked}
             change.log(actor, "tenant.delete", tenant_id, None, detail)
@@ -781,14 +811,15 @@ class PgControl:
         self,
         tenant_id: str,
         name: str,
-        scopes: Iterable[str] = SCOPES,
+        scopes: Iterable[str] = DEFAULT_SCOPES,
         ttl_secs: int | None = None,
         *,
         actor: str,
         requests_per_minute: int | None = None,
+        require_purpose: bool = False,
     ) -> IssuedKey:
         """Issue a key for a tenant; its id starts with the tenant's route."""
-        request = KeyRequest.check(name, scopes, ttl_secs, requests_per_minute)
+        request = KeyRequest.check(name, scopes, ttl_secs, requests_per_minute, require_purpose)
         route = self.tenant_route(tenant_id)
         if route is None:
             raise NotFound("no tenant with that id")  # before paying for argon2
@@ -806,7 +837,7 @@ class PgControl:
                 draft = draft.with_new_key_id()
             record = draft.record()
             conn.execute(
-                f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL, %s, %s)",
+                f"INSERT INTO keys ({_KEY_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s, NULL, %s, %s, %s)",
                 (
                     record.key_id,
                     record.tenant_id,
@@ -816,6 +847,7 @@ class PgControl:
                     record.expires_at,
                     record.secret_hash,
                     record.requests_per_minute,
+                    record.require_purpose,
                 ),
             )
             change.bump()

@@ -38,10 +38,16 @@ class KeyRequest(msgspec.Struct, frozen=True, kw_only=True):
     scopes: tuple[str, ...]
     ttl_secs: int | None
     requests_per_minute: int | None
+    require_purpose: bool = False
 
     @classmethod
     def check(
-        cls, name: object, scopes: Iterable[str], ttl_secs: object, requests_per_minute: object
+        cls,
+        name: object,
+        scopes: Iterable[str],
+        ttl_secs: object,
+        requests_per_minute: object,
+        require_purpose: bool = False,
     ) -> KeyRequest:
         """The request if every part is valid, else InvalidRequest naming the bad part."""
         return cls(
@@ -49,6 +55,7 @@ class KeyRequest(msgspec.Struct, frozen=True, kw_only=True):
             scopes=check_scopes(scopes),
             ttl_secs=check_ttl(ttl_secs),
             requests_per_minute=check_rate(requests_per_minute),
+            require_purpose=bool(require_purpose),
         )
 
     def draft(self, tenant_id: str, route: str, hasher: PasswordHasher, now: int) -> KeyDraft:
@@ -97,6 +104,7 @@ class KeyDraft(msgspec.Struct, frozen=True, kw_only=True):
             expires_at=self.expires_at,
             secret_hash=self.secret_hash,
             requests_per_minute=self.request.requests_per_minute,
+            require_purpose=self.request.require_purpose,
         )
 
     def issued(self) -> IssuedKey:
@@ -110,6 +118,7 @@ class KeyDraft(msgspec.Struct, frozen=True, kw_only=True):
             created_at=self.created_at,
             expires_at=self.expires_at,
             requests_per_minute=self.request.requests_per_minute,
+            require_purpose=self.request.require_purpose,
         )
 
     def audit_detail(self) -> dict[str, Any]:
@@ -122,4 +131,6 @@ class KeyDraft(msgspec.Struct, frozen=True, kw_only=True):
         }
         if request.requests_per_minute is not None:
             detail["requests_per_minute"] = request.requests_per_minute
+        if request.require_purpose:
+            detail["require_purpose"] = True
         return detail

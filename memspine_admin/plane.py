@@ -22,6 +22,7 @@ from memspine_admin.records import (
     IssuedKey,
     KeyInfo,
     KeyRecord,
+    ReadMark,
     TenantRecord,
 )
 
@@ -102,6 +103,7 @@ class ControlPlane(Protocol):
         *,
         actor: str,
         requests_per_minute: int | None = None,
+        require_purpose: bool = False,
     ) -> IssuedKey:
         """Issue a key for a tenant, with its own requests per minute if given; the plaintext
         is in the result and nowhere else."""
@@ -131,6 +133,14 @@ class ControlPlane(Protocol):
         self, after: int | None = None, limit: int = 100, *, tenant_id: str | None = None
     ) -> tuple[list[AuditEntry], int | None]:
         """Audit entries with seq > `after`, oldest first; the cursor is the last seq or None."""
+        ...
+
+    def keep_read_mark(self, tenant_id: str, mark: ReadMark, *, cut: bool = False) -> None:
+        """Record the head (or, with cut, the retention base) of a tenant's read chain."""
+        ...
+
+    def read_marks(self, tenant_id: str) -> tuple[ReadMark | None, ReadMark | None]:
+        """The last head and the last cut recorded for a tenant's read chain (None: none)."""
         ...
 
     def close(self) -> None:

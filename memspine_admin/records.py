@@ -13,7 +13,8 @@ import msgspec
 
 from storage.errors import InvalidRequest
 
-SCOPES = ("read", "write")
+SCOPES = ("read", "write", "audit")  # audit: reads the read records only (docs/audit.md)
+DEFAULT_SCOPES = ("read", "write")
 MAX_TTL_SECS = 10 * 365 * 86_400
 MAX_NAME_BYTES = 128
 MAX_QUOTA = 2**62  # max_events, max_bytes, max_memory (bigint columns in PostgreSQL)
@@ -64,6 +65,7 @@ class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
     expires_at: int | None = None
     revoked_at: int | None = None
     requests_per_minute: int | None = None  # None: the server's default (if any)
+    require_purpose: bool = False  # reads without a Memspine-Purpose are refused (400)
 
     def status(self, now: int) -> str:
         """One of "active", "revoked" or "expired" at time `now` (µs)."""
@@ -104,6 +106,7 @@ class KeyRecord(msgspec.Struct, frozen=True, kw_only=True):
     revoked_at: int | None = None
     secret_hash: str
     requests_per_minute: int | None = None
+    require_purpose: bool = False
 
     def __repr__(self) -> str:
         # The hash is not the secret, but it is what an offline guesser needs: keep it out of logs.
@@ -127,9 +130,17 @@ class IssuedKey(msgspec.Struct, frozen=True, kw_only=True):
     created_at: int
     expires_at: int | None = None
     requests_per_minute: int | None = None
+    require_purpose: bool = False
 
     def __repr__(self) -> str:
         return f"IssuedKey(key_id={self.key_id!r}, tenant_id={self.tenant_id!r}, api_key=<hidden>)"
+
+
+class ReadMark(msgspec.Struct, frozen=True):
+    """A point of a tenant's read chain: a record's seq and the chain value after it."""
+
+    seq: int
+    hash: bytes
 
 
 class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):

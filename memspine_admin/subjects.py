@@ -72,7 +72,8 @@ def cmd_subject_export(args: argparse.Namespace) -> int:
 
     def write(out: IO[bytes]) -> None:
         with log_snapshot(args.data_dir / tenant_id) as r:
-            for line in subject_lines(r, tenant_id, subject, reads=read_records(tenant_id)):
+            reads = read_records(args.data_dir / tenant_id)
+            for line in subject_lines(r, tenant_id, subject, reads=reads):
                 out.write(line)
 
     if args.out is None:

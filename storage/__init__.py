@@ -144,6 +144,16 @@ if TYPE_CHECKING:
     from storage.read.subjects import check_identifiers as check_identifiers
     from storage.read.subjects import doomed as doomed
     from storage.read.subjects import reach as reach
+    from storage.readlog import MAX_PENDING as MAX_PENDING
+    from storage.readlog import MAX_PENDING_PER_TENANT as MAX_PENDING_PER_TENANT
+    from storage.readlog import Backlogged as Backlogged
+    from storage.readlog import Mark as Mark
+    from storage.readlog import Read as Read
+    from storage.readlog import ReadLogWriter as ReadLogWriter
+    from storage.readlog import first_ts as first_ts
+    from storage.readlog import read_bytes as read_bytes
+    from storage.readlog import reads_of_events as reads_of_events
+    from storage.readlog import records as records
     from storage.receipts import record_copy as record_copy
     from storage.space import disk_full as disk_full
     from storage.space import names_full_disk as names_full_disk
@@ -198,6 +208,7 @@ HOMES: dict[str, str] = {
     "AppendResult": "storage.model",
     "apply_changes": "storage.transfer.tail",
     "available": "storage.heap",
+    "Backlogged": "storage.readlog",
     "changes": "storage.transfer.tail",
     "changes_lines": "storage.transfer.tail",
     "check_embedder_kind": "storage.embedders.settings:check_kind",
@@ -228,6 +239,7 @@ HOMES: dict[str, str] = {
     "export_lines": "storage.transfer.export",
     "files_holding": "storage.erasure.scan",
     "FilterValue": "storage.model",
+    "first_ts": "storage.readlog",
     "FLOAT32_MAX": "storage.model",
     "for_want_of_room": "storage.erasure.purge",
     "free_bytes": "storage.heap",
@@ -246,6 +258,7 @@ HOMES: dict[str, str] = {
     "ListQuery": "storage.read.listing",
     "log_holding": "storage.erasure.scan",
     "make_embedder": "storage.embedders",
+    "Mark": "storage.readlog",
     "MAX_CONFIRM_IDS": "storage.read.subjects",
     "MAX_EMBEDDING_DIM": "storage.model",
     "MAX_FILTER_NAME_BYTES": "storage.log.layout",
@@ -256,6 +269,8 @@ HOMES: dict[str, str] = {
     "MAX_KIND_BYTES": "storage.model",
     "MAX_LIMIT": "storage.read.listing",
     "MAX_MODEL_CHARS": "storage.model",
+    "MAX_PENDING": "storage.readlog",
+    "MAX_PENDING_PER_TENANT": "storage.readlog",
     "MAX_QUERY_CHARS": "storage.cypher",
     "MAX_SUBJECT_BYTES": "storage.model",
     "MAX_SUBJECTS": "storage.model",
@@ -281,10 +296,15 @@ HOMES: dict[str, str] = {
     "Reach": "storage.read.subjects",
     "reach": "storage.read.subjects",
     "Reached": "storage.read.subjects",
+    "Read": "storage.readlog",
+    "read_bytes": "storage.readlog",
+    "ReadLogWriter": "storage.readlog",
+    "reads_of_events": "storage.readlog",
     "REASONS": "storage.tenants.manager",
     "RecallQuery": "storage.read.recall",
     "RecallResult": "storage.read.recall",
     "record_copy": "storage.receipts",
+    "records": "storage.readlog",
     "refuse_held": "storage.read.retention",
     "RetentionView": "storage.tenants.runs",
     "RunReceipt": "storage.tenants.runs",
@@ -325,6 +345,8 @@ __all__ = [
     "MAX_KIND_BYTES",
     "MAX_LIMIT",
     "MAX_MODEL_CHARS",
+    "MAX_PENDING",
+    "MAX_PENDING_PER_TENANT",
     "MAX_QUERY_CHARS",
     "MAX_SUBJECTS",
     "MAX_SUBJECT_BYTES",
@@ -341,6 +363,7 @@ __all__ = [
     "SUBJECT_PROPERTY",
     "UNLIMITED",
     "AppendResult",
+    "Backlogged",
     "CypherResult",
     "DataDirBusy",
     "Due",
@@ -352,6 +375,7 @@ __all__ = [
     "Journal",
     "Limits",
     "ListQuery",
+    "Mark",
     "NewEvent",
     "Outlook",
     "Policy",
@@ -360,6 +384,8 @@ __all__ = [
     "QuotaSource",
     "Reach",
     "Reached",
+    "Read",
+    "ReadLogWriter",
     "RecallQuery",
     "RecallResult",
     "RetentionView",
@@ -396,6 +422,7 @@ __all__ = [
     "due",
     "export_lines",
     "files_holding",
+    "first_ts",
     "for_want_of_room",
     "free_bytes",
     "hold_data_dir",
@@ -412,7 +439,10 @@ __all__ = [
     "pending_tenants",
     "quota_figures",
     "reach",
+    "read_bytes",
+    "reads_of_events",
     "record_copy",
+    "records",
     "refuse_held",
     "subject_lines",
     "sweep_stale",

@@ -32,6 +32,7 @@ POINTS = frozenset(
         "vectors.save",  # storage/index/vectors.py: the saved index written to its temp file, not renamed
         "purge.copy",  # storage/erasure/compact.py: the purge's copy of the log written, before its sync
         "retention.journal",  # storage/tenants/runs.py: a retention batch's ids, before the journal write
+        "reads.append",  # storage/readlog/logfile.py: read records, before their write
     }
 )
 

@@ -14,6 +14,7 @@ KEYWORD = "keyword"  # the Tantivy keyword index (a directory)
 VECTORS = "vectors.hnsw"  # the saved HNSW graph (storage/index/vecfile.py)
 LIVE_SUFFIX = ".live.npy"  # beside a saved graph, its live labels (storage/index/vecfile.py)
 VECTORS_LIVE = VECTORS + LIVE_SUFFIX
+READS = "reads.log"  # who read which events (storage/readlog/format.py); never event content
 STORES = (LOG, KEYWORD, VECTORS, VECTORS_LIVE)
 # Temp files of a vector save a crash interrupted: old vectors, possibly of purged events.
 STALE = (VECTORS + TMP_SUFFIX, VECTORS_LIVE + TMP_SUFFIX)

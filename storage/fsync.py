@@ -23,6 +23,11 @@ def fsync_file(path: Path) -> None:
         os.close(fd)
 
 
+def fdatasync_fd(fd: int) -> None:
+    """Make the data written through an open descriptor durable (its size with it)."""
+    os.fdatasync(fd)
+
+
 def fsync_dir(path: Path) -> None:
     """Make renames and removals inside a directory durable."""
     fsync_file(path)  # the same call: a directory opens read-only like a file

@@ -260,6 +260,11 @@ class AsyncMemspine(_Client):
         """A read-only Cypher query over the tenant."""
         return await self._run(routes.cypher(query, params))
 
+    async def reads(self, **filters: Any) -> m.ReadsPage:
+        """One page of the tenant's read records, for a key with the audit scope: `event_id`,
+        `key_id`, `since`, `until`, `cursor`, `limit` as GET /v1/memory/audit/reads takes them."""
+        return await self._run(routes.reads(**filters))
+
     async def delete(
         self, event_id: str, *, cascade: bool = False, purge: bool = False
     ) -> m.Deleted:
@@ -359,6 +364,7 @@ class AsyncMemspineAdmin(_Client):
         scopes: Sequence[str] | None = None,
         ttl_secs: int | None = None,
         requests_per_minute: int | None = None,
+        require_purpose: bool | None = None,
     ) -> m.IssuedKey:
         """Issue a key (read and write unless `scopes` says; at most `requests_per_minute` if
         given, else the server's default); its secret is in this answer only."""
@@ -369,8 +375,13 @@ class AsyncMemspineAdmin(_Client):
                 scopes=scopes,
                 ttl_secs=ttl_secs,
                 requests_per_minute=requests_per_minute,
+                require_purpose=require_purpose,
             )
         )
+
+    async def tenant_reads(self, tenant_id: str, **filters: Any) -> m.ReadsPage:
+        """One page of a tenant's read records (the filters of `Memspine.reads`)."""
+        return await self._run(routes.reads(tenant_id=tenant_id, **filters))
 
     async def list_keys(self, tenant_id: str | None = None) -> list[m.Key]:
         """Every key, or one tenant's; never a secret."""

@@ -370,6 +370,7 @@ class IssuedKey(msgspec.Struct, frozen=True):
     scopes: list[str]
     expires_at: int | None = None
     requests_per_minute: int | None = None
+    require_purpose: bool = False
 
 
 class Key(msgspec.Struct, frozen=True):
@@ -385,6 +386,7 @@ class Key(msgspec.Struct, frozen=True):
     revoked_at: int | None = None
     status: str = "active"
     requests_per_minute: int | None = None
+    require_purpose: bool = False
 
 
 class KeyList(msgspec.Struct, frozen=True):
@@ -403,6 +405,26 @@ class AuditEntry(msgspec.Struct, frozen=True):
     tenant_id: str | None = None
     key_id: str | None = None
     detail: dict[str, Any] = {}
+
+
+class Read(msgspec.Struct, frozen=True):
+    """One read of events: when (µs), which key, through which door and route or tool, its
+    request id, its purpose, the ids of the events it returned (docs/audit.md)."""
+
+    ts: int
+    key_id: str
+    door: str
+    route: str
+    request_id: str
+    purpose: str | None
+    event_ids: list[str]
+
+
+class ReadsPage(msgspec.Struct, frozen=True):
+    """One page of read records, oldest first, and the cursor of the next (None on the last)."""
+
+    reads: list[Read]
+    next_cursor: str | None = None
 
 
 class AuditPage(msgspec.Struct, frozen=True):

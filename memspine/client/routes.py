@@ -383,6 +383,33 @@ def cypher(query: str, params: Mapping[str, Any] | None = None) -> Call[m.Cypher
     return _read("POST", "/v1/memory/cypher", m.CypherResult, body=_json(body))
 
 
+def reads(
+    *,
+    event_id: str | None = None,
+    key_id: str | None = None,
+    subject: str | None = None,
+    since: int | None = None,
+    until: int | None = None,
+    cursor: str | None = None,
+    limit: int | None = None,
+    tenant_id: str | None = None,
+) -> Call[m.ReadsPage]:
+    """GET /v1/memory/audit/reads (an audit key), or with `tenant_id` the admin's
+    GET /v1/admin/tenants/{id}/reads."""
+    given = _present(
+        event_id=event_id,
+        key_id=key_id,
+        subject=subject,
+        since=since,
+        until=until,
+        cursor=cursor,
+        limit=limit,
+    )
+    params = {k: str(v) for k, v in given.items()}
+    path = "/v1/memory/audit/reads" if tenant_id is None else f"{TENANTS}/{tenant_id}/reads"
+    return _read("GET", path, m.ReadsPage, params=params)
+
+
 def _delete_params(cascade: bool, purge: bool, dry_run: bool) -> dict[str, str]:
     params = {"cascade": "derived"} if cascade else {}
     if purge:
@@ -478,6 +505,7 @@ def create_key(
     scopes: Sequence[str] | None = None,
     ttl_secs: int | None = None,
     requests_per_minute: int | None = None,
+    require_purpose: bool | None = None,
 ) -> Call[m.IssuedKey]:
     """POST /v1/admin/keys; never sent twice, which would issue a second key."""
     body = _present(
@@ -486,6 +514,7 @@ def create_key(
         scopes=list(scopes) if scopes is not None else None,
         ttl_secs=ttl_secs,
         requests_per_minute=requests_per_minute,
+        require_purpose=require_purpose,
     )
     return Call("POST", KEYS, m.IssuedKey, body=_json(body))
 

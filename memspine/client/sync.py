@@ -256,6 +256,11 @@ class Memspine(_Client):
         """A read-only Cypher query over the tenant."""
         return self._run(routes.cypher(query, params))
 
+    def reads(self, **filters: Any) -> m.ReadsPage:
+        """One page of the tenant's read records, for a key with the audit scope: `event_id`,
+        `key_id`, `since`, `until`, `cursor`, `limit` as GET /v1/memory/audit/reads takes them."""
+        return self._run(routes.reads(**filters))
+
     def delete(self, event_id: str, *, cascade: bool = False, purge: bool = False) -> m.Deleted:
         """Delete an event (with `cascade`, what derives from it too; with `purge`, wait until
         its bytes left the disk)."""
@@ -353,6 +358,7 @@ class MemspineAdmin(_Client):
         scopes: Sequence[str] | None = None,
         ttl_secs: int | None = None,
         requests_per_minute: int | None = None,
+        require_purpose: bool | None = None,
     ) -> m.IssuedKey:
         """Issue a key (read and write unless `scopes` says; at most `requests_per_minute` if
         given, else the server's default); its secret is in this answer only."""
@@ -363,8 +369,13 @@ class MemspineAdmin(_Client):
                 scopes=scopes,
                 ttl_secs=ttl_secs,
                 requests_per_minute=requests_per_minute,
+                require_purpose=require_purpose,
             )
         )
+
+    def tenant_reads(self, tenant_id: str, **filters: Any) -> m.ReadsPage:
+        """One page of a tenant's read records (the filters of `Memspine.reads`)."""
+        return self._run(routes.reads(tenant_id=tenant_id, **filters))
 
     def list_keys(self, tenant_id: str | None = None) -> list[m.Key]:
         """Every key, or one tenant's; never a secret."""

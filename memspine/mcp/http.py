@@ -114,7 +114,10 @@ class McpEndpoint:
         def resolve(ctx: ServerRequestContext[Any, Any]) -> Caller:
             principal = _principal(ctx)
             quota = None if ctx.request is None else ctx.request.scope.get(QUOTA_KEY)
-            return Caller(principal, EngineBackend(engine, principal, quota))
+            scope = {} if ctx.request is None else ctx.request.scope
+            request_id = (scope.get("state") or {}).get("request_id")
+            backend = EngineBackend(engine, principal, quota, door="mcp", request_id=request_id)
+            return Caller(principal, backend)
 
         self.server = build_server(resolve)
         self.manager = StreamableHTTPSessionManager(

@@ -4,6 +4,7 @@ as the server sent it, and each refusal the server's status, code and sentence."
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import msgspec
@@ -11,6 +12,8 @@ import msgspec
 from memspine.client import APIError, AsyncMemspine, ConnectionFailed
 from memspine.client import routes as r
 from storage.errors import MemspineError, Unavailable
+
+PURPOSE_HEADER = "Memspine-Purpose"  # memspine/readaudit.py; the bridge loads no server code
 
 
 class Refused(MemspineError):
@@ -21,6 +24,13 @@ class Refused(MemspineError):
         super().__init__(exc.detail, headers=retry)
         self.status = exc.status
         self.code = exc.code
+
+
+def _purposed(call: r.Call[Any], purpose: str | None) -> r.Call[Any]:
+    """The call with the read's purpose as its Memspine-Purpose header (docs/audit.md)."""
+    if purpose is None:
+        return call
+    return dataclasses.replace(call, headers={**call.headers, PURPOSE_HEADER: purpose})
 
 
 class RemoteBackend:
@@ -56,21 +66,25 @@ class RemoteBackend:
             out["replayed"] = True
         return out
 
-    async def get(self, event_id: str) -> dict[str, Any]:
+    async def get(self, event_id: str, purpose: str | None = None) -> dict[str, Any]:
         """GET /v1/memory/event/{id}."""
-        return await self._json(r.get(event_id))
+        return await self._json(_purposed(r.get(event_id), purpose))
 
-    async def list_events(self, params: dict[str, Any]) -> dict[str, Any]:
+    async def list_events(
+        self, params: dict[str, Any], purpose: str | None = None
+    ) -> dict[str, Any]:
         """GET /v1/memory/events."""
-        return await self._json(r.list_events(**params))
+        return await self._json(_purposed(r.list_events(**params), purpose))
 
-    async def recall(self, body: dict[str, Any]) -> dict[str, Any]:
+    async def recall(self, body: dict[str, Any], purpose: str | None = None) -> dict[str, Any]:
         """POST /v1/memory/recall."""
-        return await self._json(r.recall(**body))
+        return await self._json(_purposed(r.recall(**body), purpose))
 
-    async def cypher(self, query: str, params: dict[str, Any] | None) -> dict[str, Any]:
+    async def cypher(
+        self, query: str, params: dict[str, Any] | None, purpose: str | None = None
+    ) -> dict[str, Any]:
         """POST /v1/memory/cypher."""
-        return await self._json(r.cypher(query, params))
+        return await self._json(_purposed(r.cypher(query, params), purpose))
 
     async def delete(
         self, event_id: str, *, cascade: bool, dry_run: bool, purge: bool = False

@@ -60,6 +60,8 @@ async def serve_embedded(
     # The holds are Retention's, made just below (it needs the engine).
     engine = Engine(settings, EngineHooks(holds=lambda tenant_id: retention.holds(tenant_id)))
     retention = Retention(engine, lambda: control)
+    if control is not None:  # the read chains' heads, as a server keeps them (docs/audit.md)
+        engine.reads.keep_marks_in(lambda: control)
     scopes = ("read",) if read_only else ("read", "write")
     principal = Principal(tenant_id=tenant_id, key_id="embedded", scopes=scopes)
     log.info(
@@ -71,7 +73,7 @@ async def serve_embedded(
     if purger is not None:
         purger.start()
     try:
-        await serve(Caller(principal, EngineBackend(engine, principal)), tools)
+        await serve(Caller(principal, EngineBackend(engine, principal, door="bridge")), tools)
     finally:
         if purger is not None:
             await purger.stop()

@@ -21,6 +21,13 @@ from storage.errors import InvalidRequest
 JsonObj = dict[str, Any]
 ToolAnswer = tuple[JsonObj, str]  # structured content (the route's JSON) and its text
 
+# Every tool that reads memory takes it: kept in the read's audit record (docs/audit.md).
+PURPOSE_SCHEMA = {
+    "type": "string",
+    "maxLength": 200,
+    "description": "Why you read this (kept in the read audit; required by some keys), "
+    "e.g. 'answering the user's billing question'. At most 200 bytes.",
+}
 ID_SCHEMA = {
     "type": "string",
     "description": "The event's event_id, a UUID as the other memory tools print it.",
@@ -50,12 +57,14 @@ class RecallArgs(msgspec.Struct, forbid_unknown_fields=True):
     hops: int = 0
     filter: dict[str, bool | int | float | str] | None = None
     wait_for_vectors: bool = False
+    purpose: str | None = None
 
 
 class GetArgs(msgspec.Struct, forbid_unknown_fields=True):
     """memory_get."""
 
     id: str
+    purpose: str | None = None
 
 
 class ListArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -66,6 +75,7 @@ class ListArgs(msgspec.Struct, forbid_unknown_fields=True):
     until: str | int | None = None
     limit: int = 20
     cursor: str | None = None
+    purpose: str | None = None
 
 
 class CypherArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -73,6 +83,7 @@ class CypherArgs(msgspec.Struct, forbid_unknown_fields=True):
 
     query: str
     params: JsonObj | None = None
+    purpose: str | None = None
 
 
 class DeleteArgs(msgspec.Struct, forbid_unknown_fields=True):
@@ -116,7 +127,7 @@ RECALL_LEFT_OUT = {
 
 # The tool's arguments that are not RecallIn's fields (a request header's, say): not sent in
 # the body.
-RECALL_TOOL_ONLY: frozenset[str] = frozenset()
+RECALL_TOOL_ONLY = frozenset({"purpose"})  # the Memspine-Purpose header's (docs/audit.md)
 
 
 async def recall(b: Backend, a: RecallArgs) -> ToolAnswer:
@@ -124,13 +135,13 @@ async def recall(b: Backend, a: RecallArgs) -> ToolAnswer:
     the tenant's vectors) with the optional walk: every argument given becomes its field."""
     values = msgspec.structs.asdict(a)
     body = {k: v for k, v in values.items() if v is not None and k not in RECALL_TOOL_ONLY}
-    out = await b.recall(body)
+    out = await b.recall(body, a.purpose)
     return out, render.recall_text(out)
 
 
 async def get(b: Backend, a: GetArgs) -> ToolAnswer:
     """One event in full; the embedding is left out (a model cannot use it)."""
-    out = await b.get(a.id)
+    out = await b.get(a.id, a.purpose)
     out.pop("embedding", None)
     return out, render.event_text(out)
 
@@ -141,13 +152,13 @@ async def list_(b: Backend, a: ListArgs) -> ToolAnswer:
     for name in ("since", "until"):
         value = getattr(a, name)
         params[name] = None if value is None else render.parse_time(value, name)
-    out = await b.list_events({k: v for k, v in params.items() if v is not None})
+    out = await b.list_events({k: v for k, v in params.items() if v is not None}, a.purpose)
     return out, render.list_text(out)
 
 
 async def cypher(b: Backend, a: CypherArgs) -> ToolAnswer:
     """A read-only Cypher query."""
-    out = await b.cypher(a.query, a.params)
+    out = await b.cypher(a.query, a.params, a.purpose)
     return out, render.cypher_text(out)
 
 
@@ -318,6 +329,7 @@ RECALL = _tool(
     ["text"],
     **READ,
 )
+RECALL.input_schema["properties"]["purpose"] = PURPOSE_SCHEMA
 
 GET = _tool(
     "memory_get",
@@ -325,7 +337,7 @@ GET = _tool(
     "Read one event in full by its event_id: kind, time, the whole text, its properties, and "
     "whether it is still current (superseded_by lists the newer events that replace it). Use it when "
     "a memory_recall or memory_list line was cut, or to check an event before building on it.",
-    {"id": ID_SCHEMA},
+    {"id": ID_SCHEMA, "purpose": PURPOSE_SCHEMA},
     ["id"],
     **READ,
 )
@@ -364,6 +376,7 @@ LIST = _tool(
     [],
     **READ,
 )
+LIST.input_schema["properties"]["purpose"] = PURPOSE_SCHEMA
 
 CYPHER = _tool(
     "memory_cypher",
@@ -391,6 +404,7 @@ CYPHER = _tool(
     ["query"],
     **READ,
 )
+CYPHER.input_schema["properties"]["purpose"] = PURPOSE_SCHEMA
 
 DELETE = _tool(
     "memory_delete",

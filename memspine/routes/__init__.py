@@ -14,6 +14,7 @@ from memspine.body import ClientGone
 from memspine.pipeline import Operation, Services, error_answer, serve
 from memspine.routes import (
     admin,
+    audit,
     cypher,
     health,
     holds,
@@ -36,6 +37,7 @@ OPERATIONS: tuple[Operation, ...] = (
     *admin.OPERATIONS,
     *holds.OPERATIONS,
     *move.OPERATIONS,
+    *audit.OPERATIONS,
     *subjects.OPERATIONS,
 )
 

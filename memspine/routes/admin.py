@@ -20,6 +20,7 @@ from memspine_admin import keys
 from memspine_admin.control import MAX_AUDIT_LIMIT, check_limits, erase_tenant_dir
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import (
+    DEFAULT_SCOPES,
     LIMITS,
     MAX_NAME_BYTES,
     MAX_QUOTA,
@@ -110,6 +111,7 @@ class KeyIn(msgspec.Struct, forbid_unknown_fields=True):
     scopes: Scopes | None = None  # null or absent: read and write
     ttl_secs: Ttl | None = None
     requests_per_minute: Rate | None = None
+    require_purpose: bool = False  # its reads need a Memspine-Purpose header (docs/audit.md)
 
 
 class KeyIssued(msgspec.Struct):
@@ -122,6 +124,7 @@ class KeyIssued(msgspec.Struct):
     scopes: list[str]
     expires_at: int | None
     requests_per_minute: int | None
+    require_purpose: bool = False
 
 
 Days = Annotated[int, doc("Days the kind's events are kept.", minimum=1, maximum=MAX_DAYS)]
@@ -195,6 +198,7 @@ class KeyOut(msgspec.Struct):
     revoked_at: int | None
     status: str
     requests_per_minute: int | None
+    require_purpose: bool = False
 
 
 class KeyList(msgspec.Struct):
@@ -222,6 +226,7 @@ def _key_out(info: KeyInfo, now: int) -> KeyOut:
         revoked_at=info.revoked_at,
         status=info.status(now),
         requests_per_minute=info.requests_per_minute,
+        require_purpose=info.require_purpose,
     )
 
 
@@ -251,6 +256,7 @@ def delete_tenant_everywhere(
     revoked = control.delete_tenant(tenant_id, actor=ACTOR)
     # No new request authenticates as the tenant from here on; exclusive() waits for the
     # requests already in flight and keeps the tenant closed while its directory goes.
+    engine.reads.writer.forget(tenant_id)  # its read records go with it (docs/audit.md)
     with engine.manager.exclusive(tenant_id):
         erased = erase_tenant_dir(data_dir, tenant_id)
     return TenantDeleted(tenant_id=tenant_id, deleted=True, revoked_keys=revoked, erased=erased)
@@ -381,10 +387,11 @@ async def _create_key(call: Call) -> Outcome:
         lambda: control.create_key(
             body.tenant_id,
             body.name,
-            SCOPES if body.scopes is None else body.scopes,
+            DEFAULT_SCOPES if body.scopes is None else body.scopes,
             body.ttl_secs,
             actor=ACTOR,
             requests_per_minute=body.requests_per_minute,
+            require_purpose=body.require_purpose,
         )
     )
     out = KeyIssued(
@@ -395,6 +402,7 @@ async def _create_key(call: Call) -> Outcome:
         scopes=list(issued.scopes),
         expires_at=issued.expires_at,
         requests_per_minute=issued.requests_per_minute,
+        require_purpose=issued.require_purpose,
     )
     return Outcome(201, out)
 

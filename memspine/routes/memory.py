@@ -10,6 +10,7 @@ from memspine.batch import MAX_BATCH, BatchCreated, BatchIn, batch_created, to_n
 from memspine.engine import NO_EVENT, Engine
 from memspine.pipeline import READ, WRITE, Call, Header, Operation, Outcome, Query, Reply, event_id
 from memspine.queryparams import flag, int_range, list_query, text
+from memspine.readaudit import MAX_PURPOSE_BYTES, PURPOSE_HEADER, Reader
 from memspine.schemas import (
     KIND_SCHEMA,
     MAX_IDEMPOTENCY_KEY,
@@ -79,9 +80,10 @@ async def append_events(
     return Outcome(201, created)
 
 
-async def get_event(engine: Engine, tenant_id: str, target: str) -> Outcome:
-    """One live event with its current state."""
+async def get_event(engine: Engine, tenant_id: str, target: str, reader: Reader | None) -> Outcome:
+    """One live event with its current state, its read recorded for `reader`."""
     found = await engine.get(tenant_id, event_id(target))
+    await _recorded(engine, tenant_id, reader, [found.event.event_id])
     return Outcome(
         200, event_out(found.event, current=found.current, superseded_by=found.superseded_by)
     )
@@ -117,18 +119,37 @@ async def delete_event(
 
 
 async def recall_events(
-    engine: Engine, tenant_id: str, body: RecallIn, *, check_times: bool = True
+    engine: Engine,
+    tenant_id: str,
+    body: RecallIn,
+    reader: Reader | None,
+    *,
+    check_times: bool = True,
 ) -> Outcome:
-    """Fused keyword and vector recall with the optional walk."""
+    """Fused keyword and vector recall with the optional walk; ranked and walked hits are
+    recorded as read by `reader`."""
     query = to_recall_query(body, check_times=check_times)
     wait = body.wait_for_vectors
-    return Outcome(200, recall_out(await engine.recall(tenant_id, query, wait_for_vectors=wait)))
+    result = await engine.recall(tenant_id, query, wait_for_vectors=wait)
+    await _recorded(engine, tenant_id, reader, [h.event.event_id for h in result.hits])
+    return Outcome(200, recall_out(result))
 
 
-async def list_page(engine: Engine, tenant_id: str, query: ListQuery) -> Outcome:
-    """One page of events newest first, without embeddings."""
+async def list_page(
+    engine: Engine, tenant_id: str, query: ListQuery, reader: Reader | None
+) -> Outcome:
+    """One page of events newest first, without embeddings, recorded as read by `reader`."""
     events, cursor = await engine.list(tenant_id, query)
+    await _recorded(engine, tenant_id, reader, [e.event_id for e in events])
     return Outcome(200, EventPage([event_out(e, with_embedding=False) for e in events], cursor))
+
+
+async def _recorded(
+    engine: Engine, tenant_id: str, reader: Reader | None, event_ids: list[str]
+) -> None:
+    """Record a read before its answer leaves (None: no caller to name, a server's own read)."""
+    if reader is not None:
+        await engine.reads.record(tenant_id, reader, event_ids)
 
 
 def cascade_value(raw: str) -> bool:
@@ -159,7 +180,7 @@ async def _append_batch(call: Call) -> Outcome:
 
 
 async def _get(call: Call) -> Outcome:
-    return await get_event(call.services.engine, call.tenant_id, call.path["event_id"])
+    return await get_event(call.services.engine, call.tenant_id, call.path["event_id"], call.reader)
 
 
 async def _delete(call: Call) -> Outcome:
@@ -176,12 +197,12 @@ async def _delete(call: Call) -> Outcome:
 
 async def _list(call: Call) -> Outcome:
     query = list_query(props=call.props, checked=_checked(call), **call.query)
-    return await list_page(call.services.engine, call.tenant_id, query)
+    return await list_page(call.services.engine, call.tenant_id, query, call.reader)
 
 
 async def _recall(call: Call) -> Outcome:
     return await recall_events(
-        call.services.engine, call.tenant_id, call.body, check_times=_checked(call)
+        call.services.engine, call.tenant_id, call.body, call.reader, check_times=_checked(call)
     )
 
 
@@ -197,6 +218,12 @@ IDEMPOTENCY = Header(
     {"type": "string", "pattern": f"^[\\x21-\\x7e]{{1,{MAX_IDEMPOTENCY_KEY}}}$"},
     "Makes a retry safe: the same key with the same body stores nothing new and answers 200 "
     "with the first answer and `Idempotent-Replayed: true`; another body is 422.",
+)
+PURPOSE = Header(
+    PURPOSE_HEADER,
+    {"type": "string", "maxLength": MAX_PURPOSE_BYTES, "pattern": "^[^\\x00-\\x1f\\x7f-\\x9f]*$"},
+    "Why this read is made, kept in its read record (docs/audit.md); required by a key issued "
+    f"with require_purpose. At most {MAX_PURPOSE_BYTES} bytes, no control characters.",
 )
 FLAG_SCHEMA = {"type": "string", "enum": ["true", "false", "1", "0"]}
 EVENT_PATH = "/v1/memory/event/{event_id:str}"
@@ -261,6 +288,8 @@ GET = Operation(
     "One event by id, with its current state",
     replies={200: Reply(EventOut, "The event.")},
     errors=(404,),
+    headers=(PURPOSE,),
+    audited=True,
 )
 DELETE = Operation(
     "delete_event",
@@ -317,6 +346,8 @@ LIST = Operation(
     ),
     props=True,
     replies={200: Reply(EventPage, "One page, and the cursor of the next (null on the last).")},
+    headers=(PURPOSE,),
+    audited=True,
 )
 RECALL = Operation(
     "recall",
@@ -328,6 +359,8 @@ RECALL = Operation(
     body=RecallIn,
     replies={200: Reply(RecallOut, "Ranked hits, then walked ones.")},
     errors=(413, 422),
+    headers=(PURPOSE,),
+    audited=True,
 )
 
 OPERATIONS = (APPEND, BATCH, GET, DELETE, LIST, RECALL)

@@ -266,6 +266,7 @@ async def _erase(call: Call) -> Outcome:
     def erase() -> bool:
         data_dir = services.settings.data_dir
         # Requests already in flight end first; new ones find the tenant placed elsewhere.
+        services.engine.reads.writer.forget(tenant_id)
         with services.engine.manager.exclusive(tenant_id):
             erased = erase_tenant_dir(data_dir, tenant_id)
         sweep_stale(data_dir, tenant_id)  # an import of a pull that was killed

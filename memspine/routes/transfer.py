@@ -16,6 +16,7 @@ from typing import IO
 import anyio.to_thread
 
 from memspine.pipeline import READ, Call, Operation, Outcome, Reply, Streamed
+from memspine.routes.memory import PURPOSE
 from storage import MEDIA_TYPE, Tenant, disk_full, record_copy, write_export
 from storage.errors import DiskFull
 
@@ -30,7 +31,15 @@ NO_ROOM = (
 async def export_tenant(call: Call) -> Outcome:
     """The tenant's export, spooled then streamed; a tenant never written exports empty."""
     tenant_id = call.tenant_id
-    outcome = await spooled(call, lambda t, spool: write_export(t, spool, tenant_id))
+    exported: list[str] = []
+    outcome = await spooled(call, lambda t, spool: write_export(t, spool, tenant_id, exported))
+    try:  # recorded before the first byte leaves: every event in it counts as read
+        if call.reader is not None:
+            await call.services.engine.reads.record(tenant_id, call.reader, exported)
+    except BaseException:
+        if isinstance(outcome.value, Streamed):
+            await outcome.value.chunks.aclose()  # type: ignore[attr-defined]
+        raise
     # what an erasure's receipt lists as a copy that may still hold its events
     await anyio.to_thread.run_sync(
         record_copy, call.services.settings.data_dir, "export", tenant_id
@@ -93,6 +102,8 @@ EXPORT = Operation(
     },
     errors=(503,),
     description="From one snapshot; memspine-admin import loads it (docs/operations.md).",
+    headers=(PURPOSE,),
+    audited=True,
 )
 
 OPERATIONS = (EXPORT,)

@@ -106,11 +106,13 @@ def run(
     max_result_bytes: int = Limits().max_result_bytes,
     encoded: bool = False,
     started: float | None = None,
+    read: set[str] | None = None,
 ) -> CypherResult:
     """Run a read-only query against reader; InvalidRequest (400) for any fault of the query,
     and for any bound it passes (time from the start of parsing, bytes, string and list sizes,
     64-bit integers, the size of the answer). The clock runs from `started` (time.monotonic()
-    when the caller took the request, so a wait for a thread counts; now by default)."""
+    when the caller took the request, so a wait for a thread counts; now by default). `read`
+    gets the ids of the events the answer's rows were built from (the read audit)."""
     limits = Limits(
         timeout_ms=timeout_ms,
         max_rows=max_rows,
@@ -132,7 +134,7 @@ def run(
     failure: InvalidRequest | None = None
     try:
         check_params(given, meter)
-        rows = execute(planned, Context(reader, given, meter), encoded=encoded)
+        rows = execute(planned, Context(reader, given, meter), encoded=encoded, read=read)
         return CypherResult(columns=list(planned.columns), rows=rows)
     except InvalidRequest as err:
         # The traceback holds the pipeline's frames and they the values the query built; the

@@ -33,7 +33,7 @@ from storage.cypher.projection import project, sorted_columns, sorted_values
 from storage.cypher.scope import variables
 from storage.cypher.values import is_number, to_json, type_name
 from storage.errors import InvalidRequest
-from storage.ids import id_bytes
+from storage.ids import id_bytes, id_str
 
 # Nodes and link lists a query keeps once read, so a node reached twice is decoded once. Past
 # this many (or this many bytes of nodes), new ones are read but not kept: a scan of 100,000
@@ -106,18 +106,25 @@ class Context:
         return found
 
 
-def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
+def execute(
+    plan: Plan, ctx: Context, *, encoded: bool = False, read: set[str] | None = None
+) -> list[Any]:
     """The result rows of plan, rendered for JSON (encoded: each row as JSON bytes already, so
     encoding the answer is done here, row by row under the meter, and the caller's encoder
-    only copies bytes); InvalidRequest past a bound of ctx.meter."""
+    only copies bytes); InvalidRequest past a bound of ctx.meter. `read` gets the raw ids of
+    the events whose nodes (or links) the rows reaching the final RETURN were built from."""
     meter = ctx.meter
     max_rows = meter.limits.max_rows
     rows: Iterator[Row] = iter([{}])
     last = plan.steps[-1]
     # a sorted RETURN hands over its rows as the answer's lists, not as maps to pick from
     sorted_last = last if type(last) is ProjectStep and sorted_columns(last) else None
-    for step in plan.steps if sorted_last is None else plan.steps[:-1]:
+    for i, step in enumerate(plan.steps if sorted_last is None else plan.steps[:-1]):
+        if read is not None and i == len(plan.steps) - 1:
+            rows = _noting(rows, read)  # what the final RETURN is built from
         rows = _STEPS[type(step)](step, rows, ctx)
+    if read is not None and sorted_last is not None:
+        rows = _noting(rows, read)
     answer: Iterator[Any] = (
         rows if sorted_last is None else sorted_values(sorted_last, rows, ctx.compile, meter)
     )
@@ -151,6 +158,29 @@ def execute(plan: Plan, ctx: Context, *, encoded: bool = False) -> list[Any]:
             render(nbytes, values)
         out.append(msgspec.Raw(msgspec.json.encode(rendered)) if encoded else rendered)
     return out
+
+
+def _noting(rows: Iterator[Row], read: set[str]) -> Iterator[Row]:
+    """The rows as they are, the events their values hold noted in `read`."""
+    for row in rows:
+        for value in row.values():
+            _note(value, read)
+        yield row
+
+
+def _note(value: Any, read: set[str]) -> None:
+    kind = type(value)
+    if kind is Node:
+        read.add(id_str(value.raw_id))
+    elif kind is Relationship:
+        read.add(id_str(value.start_raw))
+        read.add(id_str(value.end_raw))
+    elif kind is list or kind is tuple:
+        for v in value:
+            _note(v, read)
+    elif kind is dict:
+        for v in value.values():
+            _note(v, read)
 
 
 # values to_json gives back as they are, charging nothing

@@ -216,9 +216,11 @@ class Tenant:
         *,
         encoded: bool = False,
         started: float | None = None,
+        read: set[str] | None = None,
     ) -> CypherResult:
         """A read-only Cypher query over one snapshot within limits, its clock running from
-        `started` (time.monotonic(); now by default); encoded: rows as their JSON."""
+        `started` (time.monotonic(); now by default); encoded: rows as their JSON; `read`
+        gets the ids of the events the rows were built from."""
         with self.log.reader() as r:
             return run_cypher(
                 r,
@@ -232,6 +234,7 @@ class Tenant:
                 max_result_bytes=limits.max_result_bytes,
                 encoded=encoded,
                 started=started,
+                read=read,
             )
 
     @contextmanager

@@ -34,13 +34,15 @@ class EventCounts(msgspec.Struct, frozen=True, kw_only=True):
 
 class Bytes(msgspec.Struct, frozen=True, kw_only=True):
     """The live events' records as the log stores them (what max_bytes counts), and the files
-    on disk by part (the log's LMDB environment, the keyword index, the vector graph)."""
+    on disk by part (the log's LMDB environment, the keyword index, the vector graph, the
+    read records: storage/readlog/)."""
 
     live: int
     log: int
     keyword: int
     vectors: int
     total: int
+    reads: int = 0
 
 
 class VectorCounts(msgspec.Struct, frozen=True, kw_only=True):
@@ -87,8 +89,14 @@ def disk_bytes(root: Path, live: int) -> Bytes:
     log = files.tree_bytes(root / files.LOG)
     keyword = files.tree_bytes(root / files.KEYWORD)
     vectors = files.tree_bytes(root / files.VECTORS) + files.tree_bytes(root / files.VECTORS_LIVE)
+    reads = files.tree_bytes(root / files.READS)
     return Bytes(
-        live=live, log=log, keyword=keyword, vectors=vectors, total=log + keyword + vectors
+        live=live,
+        log=log,
+        keyword=keyword,
+        vectors=vectors,
+        total=log + keyword + vectors + reads,
+        reads=reads,
     )
 
 

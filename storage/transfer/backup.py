@@ -41,6 +41,7 @@ from storage.errors import Conflict, DiskFull, InvalidRequest, NotFound
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
 from storage.model import Quota
+from storage.readlog.logfile import copy_whole
 from storage.space import disk_full
 from storage.transfer import ledger
 from storage.transfer.export import export_lines, log_snapshot
@@ -132,6 +133,8 @@ def backup(
             if progress is not None:
                 progress(tenant_id, entries[-1].events)
         copied = [n for n, size in environments if _copy_env(data_dir / n, stage / n, size)]
+        for entry in entries:  # after the control plane: they hold every record its heads name
+            copy_whole(data_dir / entry.tenant_id, stage / TENANTS / entry.tenant_id)
         manifest = Manifest(
             format=FORMAT,
             version=FORMAT_VERSION,
@@ -314,6 +317,7 @@ def _restore_tenant(
         stats = build(
             root, entry.tenant_id, dim, lines, reader, told, gone, kept, drop=drop, quota=quota
         )
+    copy_whole(src / TENANTS / entry.tenant_id, root)  # who read what goes with the events
     if stats.events + stats.erased_dropped + stats.retention_dropped != entry.events:
         raise InvalidRequest(
             f"tenant {entry.tenant_id}: the backup's manifest counts {entry.events} events, "

@@ -52,12 +52,14 @@ def export_lines(
     only: set[str] | None = None,
     extra: Iterable[bytes] = (),
     ledger: bool = False,
+    exported: list[str] | None = None,
 ) -> Iterator[bytes]:
     """Every line of the tenant's export, from the one snapshot r, in constant memory; with
     `only`, the lines of those events alone (an access export: no idempotency lines), and
     `extra` lines (each ending in a newline) before the end line, hashed with the rest; with
     `ledger`, the erasure ledger's `erased` lines (a tenant move carries them; an export for
-    people holds no id of a purged event)."""
+    people holds no id of a purged event); the ids of the events written go to `exported` if
+    given (the read audit's record)."""
     digest = hashlib.sha256()
     header = Header(
         format=FORMAT,
@@ -93,6 +95,8 @@ def export_lines(
         line = event_line(ev, links, None if idem is None else (idem.body_hash, idem.unlinked))
         digest.update(line)
         events += 1
+        if exported is not None:
+            exported.append(ev.event_id)
         yield line
     for line in extra:
         digest.update(line)
@@ -130,18 +134,28 @@ def subject_lines(
 
 
 @contextmanager
-def tenant_export(tenant: Tenant, tenant_id: str | None = None) -> Iterator[Iterator[bytes]]:
+def tenant_export(
+    tenant: Tenant, tenant_id: str | None = None, exported: list[str] | None = None
+) -> Iterator[Iterator[bytes]]:
     """The export of an open tenant, line by line, from one snapshot held until the block
     ends (tenant_id: the id the header names, when the tenant object answers for another, as
     the manager's empty stand-in does)."""
     with tenant.snapshot() as r:
-        yield export_lines(r, tenant_id or tenant.tenant_id, default_dim=tenant.dim)
+        yield export_lines(
+            r, tenant_id or tenant.tenant_id, default_dim=tenant.dim, exported=exported
+        )
 
 
-def write_export(tenant: Tenant, out: IO[bytes], tenant_id: str | None = None) -> int:
-    """Write an open tenant's whole export to out; the bytes written."""
+def write_export(
+    tenant: Tenant,
+    out: IO[bytes],
+    tenant_id: str | None = None,
+    exported: list[str] | None = None,
+) -> int:
+    """Write an open tenant's whole export to out; the bytes written (the events' ids to
+    `exported` if given)."""
     size = 0
-    with tenant_export(tenant, tenant_id) as lines:
+    with tenant_export(tenant, tenant_id, exported) as lines:
         for line in lines:
             out.write(line)
             size += len(line)

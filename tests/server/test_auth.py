@@ -128,6 +128,7 @@ def test_seed_first_session_keys_and_isolation(issued: Issued) -> None:
     agent_key = issued.key(tenant, "support-agent")
     assert set(agent_key) == {
         "key_id", "api_key", "tenant_id", "name", "scopes", "expires_at", "requests_per_minute",
+        "require_purpose",
     }  # fmt: skip
     assert agent_key["scopes"] == ["read", "write"] and agent_key["expires_at"] is None
     assert agent_key["tenant_id"] == tenant and agent_key["name"] == "support-agent"
@@ -316,6 +317,7 @@ def test_listings_and_audit_leak_nothing_and_record_every_change(issued: Issued)
             assert set(k) == {
                 "key_id", "prefix", "tenant_id", "name", "scopes",
                 "created_at", "expires_at", "revoked_at", "status", "requests_per_minute",
+                "require_purpose",
             }  # fmt: skip
     mine = issued.admin.get("/v1/admin/keys", params={"tenant_id": tenant}).json()["keys"]
     assert [(k["name"], k["status"]) for k in mine] == [("writer", "active"), ("reader", "revoked")]

@@ -454,11 +454,15 @@ CLIENT_CALLS: dict[str, Any] = {
     "list_tenants": lambda: r.list_tenants(),
     "delete_tenant": lambda: r.delete_tenant(ID),
     "create_key": lambda: r.create_key(
-        ID, "n", scopes=["read"], ttl_secs=60, requests_per_minute=600
+        ID, "n", scopes=["read"], ttl_secs=60, requests_per_minute=600, require_purpose=True
     ),
     "list_keys": lambda: r.list_keys(ID),
     "revoke_key": lambda: r.revoke_key("abc"),
     "audit": lambda: r.audit(limit=1, cursor="c", tenant_id=ID),
+    "audit_reads": lambda: r.reads(
+        event_id=ID, key_id="k", subject="s", since=0, until=1, cursor="1", limit=2
+    ),
+    "admin_tenant_reads": lambda: r.reads(tenant_id=ID, event_id=ID, limit=2),
     "place_hold": lambda: r.place_hold(ID, "dispute 7", "cust-1"),
     "list_holds": lambda: r.list_holds(ID),
     "lift_hold": lambda: r.lift_hold(ID, "h1"),

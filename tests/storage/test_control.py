@@ -22,7 +22,7 @@ from memspine_admin.control import (
     erase_tenant_dir,
 )
 from memspine_admin.plane import ControlPlane, init_control, open_control
-from memspine_admin.records import MAX_TTL_SECS, is_tenant_id
+from memspine_admin.records import MAX_TTL_SECS, ReadMark, is_tenant_id
 from storage.errors import Conflict, InvalidRequest, NotFound
 
 WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
@@ -260,6 +260,26 @@ def test_default_scopes_and_no_expiry(db: ControlPlane) -> None:
     tenant = db.create_tenant("acme", actor="test")
     issued = db.create_key(tenant.tenant_id, "agent", actor="test")
     assert issued.scopes == ("read", "write") and issued.expires_at is None
+
+
+def test_audit_keys_purpose_keys_and_read_chain_marks(db: ControlPlane) -> None:
+    tenant = db.create_tenant("acme", actor="test").tenant_id
+    issued = db.create_key(tenant, "auditor", ["audit"], actor="test", require_purpose=True)
+    assert issued.scopes == ("audit",) and issued.require_purpose
+    record = db.get_key_record(issued.key_id)
+    assert record is not None and record.require_purpose and record.scopes == ("audit",)
+    plain = db.create_key(tenant, "agent", actor="test")
+    assert not plain.require_purpose and "audit" not in plain.scopes  # not a default scope
+    assert db.read_marks(tenant) == (None, None)
+    db.keep_read_mark(tenant, ReadMark(seq=5, hash=b"h" * 32))
+    db.keep_read_mark(tenant, ReadMark(seq=2, hash=b"c" * 32), cut=True)
+    db.keep_read_mark(tenant, ReadMark(seq=9, hash=b"i" * 32))
+    assert db.read_marks(tenant) == (
+        ReadMark(seq=9, hash=b"i" * 32),
+        ReadMark(seq=2, hash=b"c" * 32),
+    )
+    db.delete_tenant(tenant, actor="test")  # the marks go with the tenant
+    assert db.read_marks(tenant) == (None, None)
 
 
 def test_key_for_unknown_tenant_is_not_found(db: ControlPlane) -> None:

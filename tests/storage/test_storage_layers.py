@@ -102,6 +102,7 @@ MAY_IMPORT = {
         "embedders",
         "tenants",
         "transfer",
+        "readlog",
     },
     "base": set(),
     "log": {"base"},
@@ -111,7 +112,8 @@ MAY_IMPORT = {
     "erasure": {"base", "log", "index"},
     "embedders": {"base"},
     "tenants": {"base", "log", "index", "read", "cypher", "erasure", "embedders"},
-    "transfer": {"base", "log", "index", "read", "erasure", "tenants"},
+    "transfer": {"base", "log", "index", "read", "erasure", "tenants", "readlog"},
+    "readlog": {"base"},
 }
 
 
@@ -208,6 +210,7 @@ PUBLIC = {
     "storage.transfer.backup",
     "storage.transfer.ledger",
     "storage.transfer.tail",
+    "storage.readlog",
     "storage.transfer.foreign",
 }
 

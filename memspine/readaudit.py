@@ -1,0 +1,189 @@
+"""Read audit: a record of every read of event content, made where a read's answer is built.
+
+Each read kind (one event, a page, a recall, an export) calls `ReadAudit.record` once with the
+ids its answer carries and the `Reader` its door made: HTTP operations get it from the
+pipeline (memspine/pipeline.py, `Operation.audited`), MCP tools and the embedded bridge from
+memspine/mcp/backend.py. The records go to the process's one writer (storage/readlog/):
+`buffered` answers at once and the writer commits every 100 ms; `durable` answers once the
+record is synced; `off` records nothing (docs/audit.md).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import unicodedata
+from collections.abc import Callable
+from concurrent.futures import Future
+from functools import partial
+from pathlib import Path
+from typing import NamedTuple
+
+from memspine.verifier import Principal
+from memspine_admin.plane import ControlPlane
+from memspine_admin.readaudit import mark_keeper
+from storage import (
+    MAX_PENDING,
+    MAX_PENDING_PER_TENANT,
+    Backlogged,
+    Mark,
+    Read,
+    ReadLogWriter,
+    first_ts,
+    names_full_disk,
+)
+from storage.errors import DiskFull, InvalidRequest, Unavailable
+
+PURPOSE_HEADER = "Memspine-Purpose"
+MAX_PURPOSE_BYTES = 200
+IDS_PER_RECORD = 4096  # a bigger answer (an export) is several records of one request
+BACKLOG_WAIT_SECS = 10.0
+DAY_US = 86_400_000_000
+CUT_SLACK_US = 3_600_000_000
+POLL_SECS = 0.005
+BACKLOG_FULL = (
+    "the read audit's writer is behind (or its disk is full): this read was not answered "
+    "because it could not be recorded; retry shortly"
+)
+NOT_RECORDED = "this read could not be recorded (the disk is full); nothing was answered"
+
+
+class Reader(NamedTuple):
+    """Who reads, through which door (http, mcp, bridge) and route or tool, why."""
+
+    key_id: str
+    door: str
+    route: str
+    request_id: str
+    purpose: str | None
+
+
+def check_purpose(value: str | None, principal: Principal | None) -> str | None:
+    """A read's purpose, checked: at most 200 bytes, no control characters, and given when the
+    key requires one."""
+    if value is None or value == "":
+        if principal is not None and principal.require_purpose:
+            raise InvalidRequest(
+                f"this key requires a purpose for every read: send the {PURPOSE_HEADER} header "
+                "(or the purpose argument of an MCP tool)"
+            )
+        return None
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_PURPOSE_BYTES:
+        raise InvalidRequest(f"{PURPOSE_HEADER} may be at most {MAX_PURPOSE_BYTES} bytes")
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise InvalidRequest(f"{PURPOSE_HEADER} must not contain control characters")
+    return value
+
+
+class ReadAudit:
+    """The server's read records: the mode, the process's writer, the waits of a full backlog."""
+
+    def __init__(
+        self,
+        mode: str,
+        root_of: Callable[[str], Path],
+        *,
+        max_pending: int = MAX_PENDING,
+        max_pending_per_tenant: int = MAX_PENDING_PER_TENANT,
+    ) -> None:
+        """mode: buffered, durable or off; root_of: a tenant's directory; the backlog's
+        bounds (storage/readlog/writer.py)."""
+        self.mode = mode
+        self._root_of = root_of
+        self._roots: dict[str, Path] = {}  # a Path join per read shows in a recall's profile
+        # Even when off: retention still drops the records made before (expire).
+        self.writer = ReadLogWriter(
+            durable=mode == "durable",
+            max_pending=max_pending,
+            max_pending_per_tenant=max_pending_per_tenant,
+        )
+        self.writer.start()
+        self.keep_cut: Callable[[str, Mark], None] = lambda _tenant_id, _mark: None
+
+    def keep_marks_in(self, control_of: Callable[[], ControlPlane | None]) -> None:
+        """Hand the chains' heads (at intervals) and retention cuts (before they are made) to
+        the control plane `control_of` gives, when there is one (not in local mode)."""
+
+        def keeper(cut: bool) -> Callable[[str, Mark], None]:
+            def keep(tenant_id: str, mark: Mark) -> None:
+                control = control_of()
+                if control is not None:
+                    mark_keeper(control, cut=cut)(tenant_id, mark)
+
+            return keep
+
+        self.writer.on_head = keeper(False)
+        self.keep_cut = keeper(True)
+
+    def expire(
+        self,
+        tenant_ids: list[str],
+        days: int,
+        now_us: int | None = None,
+        slack_us: int = CUT_SLACK_US,
+    ) -> int:
+        """Blocking: drop the read records older than `days` of these tenants, in chain order
+        (each cut recorded first); the records dropped. A tenant is cut once its oldest record
+        is an hour past the limit, so a busy log is not rewritten at every sweep."""
+        now = time.time_ns() // 1000 if now_us is None else now_us
+        before = now - days * DAY_US
+        dropped = 0
+        for tenant_id in tenant_ids:
+            root = self._root_of(tenant_id)
+            oldest = first_ts(root)
+            if oldest is None or oldest >= before - slack_us:
+                continue
+            done = self.writer.cut(tenant_id, root, before, partial(self.keep_cut, tenant_id))
+            dropped += done.result()
+        return dropped
+
+    async def record(self, tenant_id: str, reader: Reader, event_ids: list[str]) -> None:
+        """Record one read; durable: return once it is synced. A read that returned no event
+        is not recorded (it read no content)."""
+        w = self.writer
+        if self.mode == "off" or not event_ids:
+            return
+        root = self._roots.get(tenant_id)
+        if root is None:
+            root = self._roots[tenant_id] = self._root_of(tenant_id)
+        ts = time.time_ns() // 1000
+        waits = []
+        for i in range(0, len(event_ids), IDS_PER_RECORD):
+            read = Read(
+                ts=ts,
+                key_id=reader.key_id,
+                door=reader.door,
+                route=reader.route,
+                request_id=reader.request_id,
+                purpose=reader.purpose,
+                event_ids=event_ids
+                if len(event_ids) <= IDS_PER_RECORD
+                else event_ids[i : i + IDS_PER_RECORD],
+            )
+            done = await self._submit(w, tenant_id, root, read)
+            if done is not None:
+                waits.append(done)
+        for done in waits:
+            try:
+                await asyncio.wrap_future(done)
+            except OSError as exc:
+                if names_full_disk(exc):
+                    raise DiskFull(NOT_RECORDED) from exc
+                raise
+
+    async def _submit(
+        self, w: ReadLogWriter, tenant_id: str, root: Path, read: Read
+    ) -> Future[None] | None:
+        """Queue a record, waiting while the backlog is full (503 after BACKLOG_WAIT_SECS)."""
+        deadline = time.monotonic() + BACKLOG_WAIT_SECS
+        while True:
+            try:
+                return w.submit(tenant_id, root, read)
+            except Backlogged:
+                if time.monotonic() > deadline or w.failing is not None:
+                    raise Unavailable(BACKLOG_FULL, headers={"Retry-After": "5"}) from None
+                await asyncio.sleep(POLL_SECS)
+
+    def close(self) -> None:
+        """Write what is queued and stop the writer."""
+        self.writer.stop()

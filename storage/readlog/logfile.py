@@ -1,0 +1,289 @@
+"""A tenant's read log on disk: opened for appending (its tail recovered), read page by page,
+and cut by retention. The bytes are storage/readlog/format.py's."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO, NamedTuple
+
+from storage import failpoints
+from storage.files import READS
+from storage.fsync import fdatasync_fd, fsync_dir, replace_durably
+from storage.ids import id_bytes
+from storage.readlog.format import (
+    HEADER_BYTES,
+    LINK_BYTES,
+    ZERO_HASH,
+    Header,
+    Read,
+    ReadLogCorrupt,
+    body_ts,
+    chain,
+    decode_body,
+    decode_header,
+    encode_body,
+    encode_header,
+    frame,
+    frames,
+    read_varint,
+)
+
+
+class Mark(NamedTuple):
+    """A point of a tenant's chain: the seq of a record and the chain value after it."""
+
+    seq: int
+    hash: bytes
+
+
+def reads_path(root: Path) -> Path:
+    """The read log of the tenant whose directory is `root`."""
+    return Path(root) / READS
+
+
+def read_bytes(root: Path) -> int:
+    """The read log's size on disk (0 if the tenant has none)."""
+    try:
+        return reads_path(root).stat().st_size
+    except FileNotFoundError:
+        return 0
+
+
+def first_ts(root: Path) -> int | None:
+    """The time of a tenant's oldest read record (None: none), read from the file's start."""
+    try:
+        with open(reads_path(root), "rb") as fh:
+            buf = fh.read(HEADER_BYTES + 16)  # the header and the first record's length and ts
+    except FileNotFoundError:
+        return None
+    try:
+        header = decode_header(buf)
+        _n, at = read_varint(buf, HEADER_BYTES)
+        return body_ts(buf[at:], header.base_ts)
+    except ReadLogCorrupt:
+        return None  # no whole first record yet
+
+
+class Tail(NamedTuple):
+    """Where a file's records end: the last seq, chain value and ts, and the byte after them."""
+
+    seq: int
+    hash: bytes
+    ts: int
+    end: int
+
+
+def walk(buf: bytes | memoryview, header: Header) -> Tail:
+    """Follow every whole record from the header on: where they end and the chain after them."""
+    start = Tail(header.base_seq, header.base_hash, header.base_ts, HEADER_BYTES)
+    return _follow(buf, HEADER_BYTES, start)
+
+
+def _follow(buf: bytes | memoryview, pos: int, start: Tail) -> Tail:
+    """Go on from `start` over the whole records of buf from pos (the file's byte start.end)."""
+    seq, value, ts, end = start.seq, start.hash, start.ts, pos
+    for f in frames(buf, pos, seq):
+        value = chain(value, f.body)
+        ts = body_ts(f.body, ts)
+        seq, end = f.seq, f.end
+    return Tail(seq, value, ts, start.end + end - pos)
+
+
+# Beside the log, the tail as the writer last left it (not synced: a hint that spares reading
+# the whole log again when a tenant's first record after a restart is written; checked against
+# the log's inode, size and the next record's link, else the log is walked from its start).
+SAVED_SUFFIX = ".tail"
+_SAVED = struct.Struct(">8sQQ32sqQ")  # magic, inode, seq, chain value, ts, end
+SAVED_MAGIC = b"MSRTAIL1"
+
+
+def _saved_path(path: Path) -> Path:
+    return path.with_name(path.name + SAVED_SUFFIX)
+
+
+def _recover(fd: int, path: Path, size: int) -> Tail:
+    """The tail of the open log: from the saved hint and what follows it, or from the start."""
+    inode = os.fstat(fd).st_ino
+    try:
+        raw = _saved_path(path).read_bytes()
+        magic, saved_inode, seq, value, ts, end = _SAVED.unpack(raw)
+    except (OSError, struct.error):
+        magic = b""
+    if magic == SAVED_MAGIC and saved_inode == inode and HEADER_BYTES <= end <= size:
+        rest = os.pread(fd, size - end, end)
+        first = next(frames(rest, 0, seq), None)
+        if first is None or first.body[:LINK_BYTES] == value[:LINK_BYTES]:
+            return _follow(rest, 0, Tail(seq, value, ts, end))
+    buf = os.pread(fd, size, 0)
+    return walk(buf, decode_header(buf))
+
+
+class Appender:
+    """One tenant's read log open for appending: the writer thread's only handle on it."""
+
+    def __init__(self, root: Path, first_ts: int) -> None:
+        """Open (creating it with an empty chain if missing) and cut off an interrupted tail.
+
+        FileNotFoundError if the tenant's directory is gone (the tenant was erased).
+        """
+        self.path = reads_path(root)
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        try:
+            size = os.fstat(fd).st_size
+            if size < HEADER_BYTES:  # new, or a crash before its header was whole
+                os.ftruncate(fd, 0)
+                os.write(fd, encode_header(Header(0, ZERO_HASH, first_ts)))
+                fdatasync_fd(fd)
+                fsync_dir(self.path.parent)
+                size = HEADER_BYTES
+            tail = _recover(fd, self.path, size)
+            if tail.end < size:  # a write cut short by a crash: never acknowledged
+                os.ftruncate(fd, tail.end)
+        except BaseException:
+            os.close(fd)
+            raise
+        self.fd = fd
+        self._saved_fd = -1
+        self.inode = os.fstat(fd).st_ino
+        self.seq, self.hash, self.ts, self.size = tail
+
+    def current(self) -> bool:
+        """True while the path still names this file (not replaced by retention, restore or
+        an erased and recreated tenant)."""
+        try:
+            return os.stat(self.path).st_ino == self.inode
+        except FileNotFoundError:
+            return False
+
+    def append(self, reads: list[Read]) -> None:
+        """Write the records and make them durable; on failure the file is as it was."""
+        seq, value, ts = self.seq, self.hash, self.ts
+        parts = []
+        for r in reads:
+            body = encode_body(r, value, ts)
+            parts.append(frame(body))
+            value = chain(value, body)
+            seq, ts = seq + 1, r.ts
+        data = b"".join(parts)
+        try:
+            failpoints.hit("reads.append")
+            written = os.write(self.fd, data)
+            while written < len(data):
+                written += os.write(self.fd, data[written:])
+            fdatasync_fd(self.fd)
+        except BaseException:
+            with contextlib.suppress(OSError):  # leave no half record behind
+                os.ftruncate(self.fd, self.size)
+            raise
+        self.seq, self.hash, self.ts, self.size = seq, value, ts, self.size + len(data)
+        self._save()
+
+    def _save(self) -> None:
+        """Leave the tail beside the log for the next open (a hint: a failure costs nothing)."""
+        saved = _SAVED.pack(SAVED_MAGIC, self.inode, self.seq, self.hash, self.ts, self.size)
+        with contextlib.suppress(OSError):
+            if self._saved_fd < 0:
+                self._saved_fd = os.open(_saved_path(self.path), os.O_WRONLY | os.O_CREAT, 0o600)
+            os.pwrite(self._saved_fd, saved, 0)
+
+    def mark(self) -> Mark:
+        """The chain's head now."""
+        return Mark(self.seq, self.hash)
+
+    def close(self) -> None:
+        """Close the file."""
+        os.close(self.fd)
+        if self._saved_fd >= 0:
+            os.close(self._saved_fd)
+
+
+def copy_whole(root: Path, dest_root: Path) -> bool:
+    """Copy a tenant's read log into dest_root, up to its last whole record (an append under
+    way is left out); False if it has none. For backups: copied after the control plane, the
+    copy holds every record the copied head names."""
+    try:
+        buf = reads_path(root).read_bytes()
+    except FileNotFoundError:
+        return False
+    end = walk(buf, decode_header(buf)).end
+    dest_root.mkdir(parents=True, exist_ok=True)
+    reads_path(dest_root).write_bytes(buf[:end])
+    return True
+
+
+class Found(NamedTuple):
+    """A record read back: its seq and what it says."""
+
+    seq: int
+    read: Read
+
+
+def records(root: Path, after: int = 0) -> Iterator[Found]:
+    """Every whole record of a tenant's read log with seq > after, oldest first (none if it
+    has no log). Reads one consistent file: a retention cut meanwhile replaces it whole."""
+    try:
+        with open(reads_path(root), "rb") as fh:
+            buf = fh.read()
+    except FileNotFoundError:
+        return
+    header = decode_header(buf)
+    ts = header.base_ts
+    for f in frames(buf, HEADER_BYTES, header.base_seq):
+        if f.seq <= after:
+            ts = body_ts(f.body, ts)
+            continue
+        read = decode_body(f.body, ts)
+        ts = read.ts
+        yield Found(f.seq, read)
+
+
+def reads_of_events(root: Path, event_ids: list[str]) -> list[Found]:
+    """The records of a tenant's read log that name any of these events, oldest first (for an
+    access export: who read a data subject's events)."""
+    wanted = {id_bytes(e) for e in event_ids}
+    if not wanted:
+        return []
+    found = []
+    for f in records(root):
+        if any(id_bytes(e) in wanted for e in f.read.event_ids):
+            found.append(f)
+    return found
+
+
+def cut(root: Path, before_ts: int, publish: Callable[[Mark], None]) -> int:
+    """Drop the records older than before_ts from the front of the chain (stopping at the first
+    that is not), publishing the new base with `publish` before the file is replaced; the
+    number dropped. Only the writer thread calls it (it holds no handle on the file meanwhile).
+    """
+    path = reads_path(root)
+    try:
+        buf = path.read_bytes()
+    except FileNotFoundError:
+        return 0
+    header = decode_header(buf)
+    seq, value, ts, start = header.base_seq, header.base_hash, header.base_ts, HEADER_BYTES
+    for f in frames(buf, HEADER_BYTES, header.base_seq):
+        t = body_ts(f.body, ts)
+        if t >= before_ts:
+            break
+        value, ts, seq, start = chain(value, f.body), t, f.seq, f.end
+    dropped = seq - header.base_seq
+    if not dropped:
+        return 0
+    # The records kept are re-based on the new header: their first ts delta is relative to
+    # the last dropped one's, which the new header keeps as its base ts.
+    publish(Mark(seq, value))
+    kept = memoryview(buf)[start : walk(buf, header).end]
+    new_header = encode_header(Header(seq, value, ts))
+
+    def write(fh: BinaryIO) -> None:
+        fh.write(new_header)
+        fh.write(kept)
+
+    _saved_path(path).unlink(missing_ok=True)  # its inode number may come back with a new file
+    replace_durably(path, write)
+    return dropped

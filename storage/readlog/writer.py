@@ -1,0 +1,267 @@
+"""The process's one read-log writer: a thread that appends every tenant's read records in
+group commits, from a queue per tenant.
+
+Not a thread per tenant: reads of many tenants land in their own queues and one thread writes
+them, each tenant's batch one write and one fdatasync. Buffered, it wakes every `interval`
+(a crash loses at most that much); durable, it wakes on every submit and the caller waits for
+the future (what arrives during a sync rides the next commit). The backlog is bounded in all
+and per tenant, so one tenant's reads never fill another's room: `submit` raises Backlogged
+and the caller waits or refuses. Every `head_interval` the heads of the chains that moved are
+handed to `on_head` (the control plane keeps them); a retention cut runs here too, between
+commits, so nothing else ever holds the file.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+
+from storage.readlog.format import Read
+from storage.readlog.logfile import Appender, Mark, cut
+from storage.space import names_full_disk
+
+log = logging.getLogger("storage.readlog")
+
+MAX_PENDING = 50_000  # weight (records, and 1 per 16 event ids) held for all tenants at once
+MAX_PENDING_PER_TENANT = 10_000
+IDLE_CLOSE_SECS = 60.0  # a tenant's file is closed after this long without a record
+MAX_OPEN = 256  # files held open at most (the least recently written closes first)
+
+
+class Backlogged(Exception):
+    """The writer holds as many records as it may (in all, or for this tenant): wait, or refuse."""
+
+
+def weight(read: Read) -> int:
+    """What a record counts against the backlog's bounds."""
+    return 1 + len(read.event_ids) // 16
+
+
+class _Queue:
+    """One tenant's records awaiting the writer."""
+
+    __slots__ = ("items", "root", "weight")
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.items: deque[tuple[Read, Future[None] | None]] = deque()
+        self.weight = 0
+
+
+class ReadLogWriter:
+    """Appends read records for every tenant of a data directory on one thread."""
+
+    def __init__(
+        self,
+        *,
+        durable: bool,
+        interval: float = 0.1,
+        head_interval: float = 5.0,
+        on_head: Callable[[str, Mark], None] | None = None,
+        max_pending: int = MAX_PENDING,
+        max_pending_per_tenant: int = MAX_PENDING_PER_TENANT,
+    ) -> None:
+        self.durable = durable
+        self._interval = interval
+        self._head_interval = head_interval
+        self.on_head = on_head
+        self._max = max_pending
+        self._max_tenant = max_pending_per_tenant
+        self._cond = threading.Condition()
+        self._queues: dict[str, _Queue] = {}
+        self._jobs: list[Callable[[], None]] = []
+        self._weight = 0
+        self._stopping = False
+        self._thread: threading.Thread | None = None
+        self._files: dict[str, tuple[Appender, float]] = {}  # writer thread only
+        self._moved: dict[str, Mark] = {}  # heads not yet handed to on_head (writer thread)
+        self._published = time.monotonic()
+        self.failing: BaseException | None = None  # the last write failure, until one succeeds
+
+    def start(self) -> None:
+        """Start the thread."""
+        self._thread = threading.Thread(target=self._run, name="read-log", daemon=True)
+        self._thread.start()
+
+    def submit(self, tenant_id: str, root: Path, read: Read) -> Future[None] | None:
+        """Queue one record; durable: a future resolved once it is synced (or failed), else
+        None. Backlogged when the bounds are reached."""
+        w = weight(read)
+        done: Future[None] | None = Future() if self.durable else None
+        with self._cond:
+            q = self._queues.get(tenant_id)
+            mine = q.weight if q is not None else 0
+            # A lone record over a bound passes: an export of many ids is one record per chunk.
+            if (self._weight and self._weight + w > self._max) or (
+                mine and mine + w > self._max_tenant
+            ):
+                raise Backlogged
+            if q is None:
+                q = self._queues[tenant_id] = _Queue(root)
+            q.items.append((read, done))
+            q.weight += w
+            self._weight += w
+            if self.durable:
+                self._cond.notify()
+        return done
+
+    def pending(self) -> int:
+        """The backlog's weight now."""
+        return self._weight
+
+    def flush(self) -> Future[None]:
+        """A future resolved once every record queued before is written (or failed) and the
+        heads are handed to on_head."""
+        done: Future[None] = Future()
+
+        def job() -> None:
+            self._publish()
+            done.set_result(None)
+
+        self._add_job(job)
+        return done
+
+    def cut(
+        self, tenant_id: str, root: Path, before_ts: int, publish: Callable[[Mark], None]
+    ) -> Future[int]:
+        """Drop the tenant's records older than before_ts (storage/readlog/logfile.py's cut),
+        after writing what is queued for it; the future holds how many were dropped."""
+        done: Future[int] = Future()
+
+        def job() -> None:
+            self._close(tenant_id)
+            try:
+                done.set_result(cut(root, before_ts, publish))
+            except BaseException as exc:
+                done.set_exception(exc)
+
+        self._add_job(job)
+        return done
+
+    def forget(self, tenant_id: str) -> None:
+        """Close the tenant's file (its directory is being erased or replaced)."""
+        self._add_job(lambda: self._close(tenant_id))
+
+    def stop(self) -> None:
+        """Write what is queued, hand over the heads, end the thread."""
+        with self._cond:
+            self._stopping = True
+            self._cond.notify()
+        if self._thread is not None:
+            self._thread.join()
+        for tenant_id in list(self._files):
+            self._close(tenant_id)
+
+    def _add_job(self, job: Callable[[], None]) -> None:
+        with self._cond:
+            self._jobs.append(job)
+            self._cond.notify()
+        if self._thread is None:  # not started (tests, tools): run here
+            self._round()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if not (self._stopping or self._jobs or (self.durable and self._weight)):
+                    self._cond.wait(self._interval if not self.durable else self._head_interval)
+                stopping = self._stopping
+            self._round()
+            if stopping:
+                self._publish()
+                return
+
+    def _round(self) -> None:
+        """Write every queue, run the jobs asked for, hand over heads that are due."""
+        with self._cond:
+            queues, self._queues = self._queues, {}
+            jobs, self._jobs = self._jobs, []
+        for tenant_id, q in queues.items():
+            self._commit(tenant_id, q)
+        for job in jobs:
+            try:
+                job()
+            except Exception:  # a job reports through its own future
+                log.exception("read log job failed")
+        now = time.monotonic()
+        if now - self._published >= self._head_interval:
+            self._publish()
+        self._close_idle(now)
+
+    def _commit(self, tenant_id: str, q: _Queue) -> None:
+        """One tenant's group commit; on a full disk in buffered mode the records go back."""
+        reads = [r for r, _ in q.items]
+        error: BaseException | None = None
+        try:
+            f = self._file(tenant_id, q.root, reads[0].ts)
+            if f is not None:
+                f.append(reads)
+                self._moved[tenant_id] = f.mark()
+            self.failing = None
+        except Exception as exc:
+            error = exc
+            self._close(tenant_id)
+        if error is not None and not self.durable and names_full_disk(error):
+            self.failing = error
+            with self._cond:  # held, in order, before anything queued meanwhile
+                later = self._queues.get(tenant_id)
+                if later is not None:
+                    q.items.extend(later.items)
+                    q.weight += later.weight
+                self._queues[tenant_id] = q
+            return
+        if error is not None:
+            self.failing = error
+            log.error("tenant %s: %d read records not written: %s", tenant_id, len(reads), error)
+        with self._cond:
+            self._weight -= q.weight
+        for _, done in q.items:
+            if done is not None:
+                if error is None:
+                    done.set_result(None)
+                else:
+                    done.set_exception(error)
+
+    def _file(self, tenant_id: str, root: Path, first_ts: int) -> Appender | None:
+        """The tenant's open file (reopened if replaced); None if its directory is gone."""
+        held = self._files.get(tenant_id)
+        if held is not None and held[0].current():
+            f = held[0]
+        else:
+            self._close(tenant_id)
+            if not root.is_dir():
+                log.warning("tenant %s: read records dropped, its directory is gone", tenant_id)
+                return None
+            f = Appender(root, first_ts)
+            while len(self._files) >= MAX_OPEN:
+                oldest = min(self._files, key=lambda t: self._files[t][1])
+                self._close(oldest)
+        self._files[tenant_id] = (f, time.monotonic())
+        return f
+
+    def _close(self, tenant_id: str) -> None:
+        held = self._files.pop(tenant_id, None)
+        if held is not None:
+            held[0].close()
+
+    def _close_idle(self, now: float) -> None:
+        for tenant_id, (_f, used) in list(self._files.items()):
+            if now - used > IDLE_CLOSE_SECS:
+                self._close(tenant_id)
+
+    def _publish(self) -> None:
+        """Hand the heads that moved to on_head (a failure is logged; they are tried again)."""
+        self._published = time.monotonic()
+        moved, self._moved = self._moved, {}
+        if self.on_head is None:
+            return
+        for tenant_id, mark in moved.items():
+            try:
+                self.on_head(tenant_id, mark)
+            except Exception as exc:
+                log.warning("tenant %s: read chain head not recorded: %s", tenant_id, exc)
+                self._moved.setdefault(tenant_id, mark)

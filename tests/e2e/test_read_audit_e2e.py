@@ -1,0 +1,222 @@
+"""Read audit with real processes: kill -9 under read load in each mode, restart, the chain
+verified by `memspine-admin audit verify` (and found broken once a record is edited); MCP over
+Streamable HTTP and the embedded stdio bridge leave their records."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import httpx
+import httpx as httpx2
+import pytest
+from mcp import Client
+from mcp.client.streamable_http import streamable_http_client
+from servers import ServerProcess, cheap_hasher
+from test_mcp_e2e import stdio
+
+from memspine_admin.control import ControlDB
+from storage.readlog import records
+from storage.readlog.format import HEADER_BYTES, decode_header, frames
+from storage.readlog.logfile import reads_path
+
+ADMIN = Path(sys.executable).parent / "memspine-admin"
+READERS = 6
+MIN_ANSWERED = 150
+
+
+def issue(data_dir: Path) -> dict[str, str]:
+    with ControlDB.open(data_dir, create=True, hasher=cheap_hasher()) as db:
+        tenant = db.create_tenant("acme", actor="test").tenant_id
+        rw = db.create_key(tenant, "rw", ("read", "write"), actor="test").api_key
+        audit = db.create_key(tenant, "auditor", ("audit",), actor="test").api_key
+    return {"tenant": tenant, "rw": rw, "audit": audit}
+
+
+class Reader(threading.Thread):
+    """Reads as fast as the server answers; keeps each answered request's id and event ids."""
+
+    def __init__(self, url: str, token: str, ids: list[str], number: int) -> None:
+        super().__init__(daemon=True)
+        self.url, self.token, self.ids, self.number = url, token, ids, number
+        self.answered: dict[str, list[str]] = {}
+
+    def run(self) -> None:
+        headers = {"Authorization": f"Bearer {self.token}", "Memspine-Purpose": "load test"}
+        with httpx.Client(base_url=self.url, headers=headers, timeout=10) as c:
+            for n in range(100_000):
+                try:
+                    if n % 2:
+                        r = c.post("/v1/memory/recall", json={"text": f"note {n % 7}", "k": 3})
+                        got = (
+                            [h["event_id"] for h in r.json()["hits"]]
+                            if r.status_code == 200
+                            else []
+                        )
+                    else:
+                        r = c.get(f"/v1/memory/event/{self.ids[(n + self.number) % len(self.ids)]}")
+                        got = [r.json()["event_id"]] if r.status_code == 200 else []
+                except (httpx.HTTPError, ValueError):
+                    return  # the server died; what was answered before counts
+                if r.status_code != 200:
+                    return
+                if got:
+                    self.answered[r.headers["x-request-id"]] = got
+
+
+def admin(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+    env["MEMSPINE_DATA_DIR"] = str(data_dir)
+    command = [str(ADMIN)] if ADMIN.exists() else [sys.executable, "-m", "memspine_admin.cli"]
+    return subprocess.run([*command, *args], env=env, capture_output=True, text=True, timeout=60)
+
+
+def recorded(data_dir: Path, tenant: str) -> dict[str, list[str]]:
+    """Every record of the tenant by request id (ids of one request joined)."""
+    out: dict[str, list[str]] = {}
+    for f in records(data_dir / tenant):
+        out.setdefault(f.read.request_id, []).extend(f.read.event_ids)
+    return out
+
+
+def load_and_kill(
+    server: ServerProcess, keys: dict[str, str], ids: list[str]
+) -> dict[str, list[str]]:
+    readers = [Reader(server.url, keys["rw"], ids, i) for i in range(READERS)]
+    for r in readers:
+        r.start()
+    deadline = time.monotonic() + 60
+    while sum(len(r.answered) for r in readers) < MIN_ANSWERED and time.monotonic() < deadline:
+        time.sleep(0.01)
+    server.stop(signal.SIGKILL)
+    for r in readers:
+        r.join(timeout=15)
+    answered: dict[str, list[str]] = {}
+    for r in readers:
+        answered.update(r.answered)
+    assert len(answered) >= MIN_ANSWERED
+    return answered
+
+
+@pytest.mark.parametrize("mode", ["durable", "buffered"])
+def test_kill_9_under_read_load_then_restart(tmp_path: Path, mode: str) -> None:
+    data_dir = tmp_path / "data"
+    keys = issue(data_dir)
+    env = {"MEMSPINE_READ_AUDIT": mode}
+    server = ServerProcess(data_dir, env).start()
+    with server.client(keys["rw"]) as c:
+        ids = [
+            c.post(
+                "/v1/memory/event", json={"kind": "note", "text": f"note {i} of the log"}
+            ).json()["event_id"]
+            for i in range(20)
+        ]
+        # Reads answered and committed well before the crash (buffered: seen by the auditor).
+        early = {}
+        for i in range(5):
+            r = c.get(f"/v1/memory/event/{ids[i]}")
+            early[r.headers["x-request-id"]] = [ids[i]]
+    with server.client(keys["audit"]) as c:
+        deadline = time.monotonic() + 30
+        while len(c.get("/v1/memory/audit/reads").json()["reads"]) < 5:
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+    answered = load_and_kill(server, keys, ids)
+    server.start()  # the tail a crash cut short is dropped on the next write
+    found = recorded(data_dir, keys["tenant"])
+    for request_id, got in early.items():
+        assert found[request_id] == got
+    for request_id, got in found.items():  # nothing recorded that was not asked for
+        assert got == answered.get(request_id, got)
+    if mode == "durable":  # every answered read has its record
+        missing = [rid for rid in answered if rid not in found]
+        assert missing == []
+        for request_id, got in answered.items():
+            assert found[request_id] == got
+    with server.client(keys["rw"]) as c:  # the chain goes on after the restart
+        c.get(f"/v1/memory/event/{ids[0]}", headers={"Memspine-Purpose": "after"})
+    server.stop()
+    verdict = admin(data_dir, "audit", "verify", keys["tenant"])
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+    assert "intact" in verdict.stdout
+
+
+def test_verify_names_an_edited_record(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    keys = issue(data_dir)
+    server = ServerProcess(data_dir).start()
+    with server.client(keys["rw"]) as c:
+        made = c.post("/v1/memory/event", json={"kind": "note", "text": "x"}).json()["event_id"]
+        for _ in range(6):
+            c.get(f"/v1/memory/event/{made}")
+    server.stop()  # the writer hands its heads over when it stops
+    assert admin(data_dir, "audit", "verify", keys["tenant"]).returncode == 0
+    # A backup carries the read records, and the restored directory verifies.
+    assert admin(data_dir, "backup", str(tmp_path / "bk")).returncode == 0
+    restored = tmp_path / "restored"
+    assert admin(restored, "restore", str(tmp_path / "bk")).returncode == 0
+    assert [f.read for f in records(restored / keys["tenant"])] == [
+        f.read for f in records(data_dir / keys["tenant"])
+    ]
+    assert admin(restored, "audit", "verify", keys["tenant"]).returncode == 0
+    path = reads_path(data_dir / keys["tenant"])
+    buf = bytearray(path.read_bytes())
+    third = list(frames(bytes(buf), HEADER_BYTES, decode_header(bytes(buf)).base_seq))[2]
+    buf[third.end - 1] ^= 0xFF  # the last byte of record 3's event id
+    path.write_bytes(bytes(buf))
+    out = admin(data_dir, "--json", "audit", "verify", keys["tenant"])
+    assert out.returncode == 1
+    assert '"bad_seq":4' in out.stdout.replace(" ", "")
+    assert "record 4" in out.stdout
+
+
+def test_mcp_over_http_and_the_embedded_bridge_leave_records(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    keys = issue(data_dir)
+    server = ServerProcess(data_dir).start()
+    with server.client(keys["rw"]) as c:
+        made = c.post("/v1/memory/event", json={"kind": "note", "text": "billing moved"}).json()
+
+    async def over_http() -> dict[str, Any]:
+        async with (
+            httpx2.AsyncClient(headers={"Authorization": f"Bearer {keys['rw']}"}, timeout=30) as h,
+            Client(streamable_http_client(server.url + "/mcp", http_client=h)) as client,
+        ):
+            result = await client.call_tool(
+                "memory_recall", {"text": "billing", "purpose": "support"}
+            )
+            out: dict[str, Any] = result.structured_content
+            return out
+
+    hits = anyio.run(over_http)
+    server.stop()
+    mine = [f.read for f in records(data_dir / keys["tenant"]) if f.read.door == "mcp"]
+    assert [(r.route, r.purpose, r.event_ids) for r in mine] == [
+        ("memory_recall", "support", [h["event_id"] for h in hits["hits"]])
+    ]
+    assert made["event_id"] in mine[0].event_ids
+
+    # The embedded bridge on the same directory (the server has stopped).
+    params = stdio(["--data-dir", str(data_dir), "--tenant", keys["tenant"]])
+
+    async def over_stdio() -> dict[str, Any]:
+        async with Client(params) as client:
+            result = await client.call_tool("memory_get", {"id": made["event_id"], "purpose": "p"})
+            out: dict[str, Any] = result.structured_content
+            return out
+
+    got = anyio.run(over_stdio)
+    assert got["event_id"] == made["event_id"]
+    bridged = [f.read for f in records(data_dir / keys["tenant"]) if f.read.door == "bridge"]
+    assert [(r.key_id, r.route, r.purpose, r.event_ids) for r in bridged] == [
+        ("embedded", "memory_get", "p", [made["event_id"]])
+    ]
+    verdict = admin(data_dir, "audit", "verify", keys["tenant"])
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr

@@ -1,0 +1,228 @@
+"""The read log: its bytes, the writer's group commits, tamper detection, retention."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from pathlib import Path
+
+import pytest
+
+from storage.readlog import Mark, Read, ReadLogWriter, reads_of_events, records, verify
+from storage.readlog.format import HEADER_BYTES, decode_header, encode_body, frame, frames
+from storage.readlog.logfile import Appender, reads_path
+
+T0 = 1_800_000_000_000_000
+
+
+def a_read(n: int, ids: int = 3, ts: int | None = None, purpose: str | None = None) -> Read:
+    return Read(
+        ts=T0 + n * 1000 if ts is None else ts,
+        key_id="Ab3dE5gH9jK1",
+        door="http",
+        route="/v1/memory/recall",
+        request_id=os.urandom(16).hex(),
+        purpose=purpose,
+        event_ids=[str(uuid.uuid4()) for _ in range(ids)],
+    )
+
+
+def write(root: Path, reads: list[Read]) -> Mark:
+    f = Appender(root, reads[0].ts)
+    try:
+        f.append(reads)
+        return f.mark()
+    finally:
+        f.close()
+
+
+def test_a_record_reads_back_as_written_and_a_ten_hit_recall_takes_under_200_bytes(
+    tmp_path: Path,
+) -> None:
+    given = [
+        a_read(1, ids=10),
+        a_read(2, ids=0, purpose="support ticket 4411"),
+        Read(
+            ts=T0 - 5,  # a clock step back
+            key_id="embedded",
+            door="bridge",
+            route="some_tool",
+            request_id="caller-id:7",
+            purpose=None,
+            event_ids=[str(uuid.uuid4())],
+        ),
+    ]
+    write(tmp_path, given)
+    assert [f.read for f in records(tmp_path)] == given
+    assert [f.seq for f in records(tmp_path)] == [1, 2, 3]
+    # One 10-hit recall 20 ms after the one before.
+    body = encode_body(a_read(21, ids=10), bytes(32), T0 + 1000)
+    assert len(frame(body)) <= 200
+
+
+def test_the_writer_commits_buffered_and_durable_records_for_many_tenants(tmp_path: Path) -> None:
+    roots = [tmp_path / f"t{i}" for i in range(3)]
+    for r in roots:
+        r.mkdir()
+    heads: dict[str, Mark] = {}
+    for durable in (False, True):
+        w = ReadLogWriter(durable=durable, interval=0.01, on_head=heads.__setitem__)
+        w.start()
+        futures = [w.submit(f"t{i}", roots[i], a_read(n)) for n in range(20) for i in range(3)]
+        if durable:
+            for f in futures:
+                assert f is not None
+                f.result(10)
+        w.flush().result(10)
+        w.stop()
+    for i, r in enumerate(roots):
+        assert len(list(records(r))) == 40
+        assert heads[f"t{i}"].seq == 40
+        assert verify(r, heads[f"t{i}"], None).ok
+
+
+def test_the_backlog_is_bounded_per_tenant_and_in_all(tmp_path: Path) -> None:
+    from storage.readlog import Backlogged
+
+    w = ReadLogWriter(durable=False, max_pending=10, max_pending_per_tenant=4)  # not started
+    for _ in range(4):
+        w.submit("a", tmp_path, a_read(1))
+    with pytest.raises(Backlogged):
+        w.submit("a", tmp_path, a_read(1))
+    for _ in range(4):
+        w.submit("b", tmp_path, a_read(1))
+    w.submit("c", tmp_path, a_read(1))
+    w.submit("c", tmp_path, a_read(1))
+    with pytest.raises(Backlogged):
+        w.submit("d", tmp_path, a_read(1))  # 10 in all
+    w.flush().result(10)  # runs a round here
+    assert w.pending() == 0
+    w.submit("d", tmp_path, a_read(1))
+
+
+def _rewrite(root: Path, change: object) -> None:
+    """Apply change(list of framed records) and write the file back with the same header."""
+    buf = reads_path(root).read_bytes()
+    header = decode_header(buf)
+    framed = [bytes(buf[f.start : f.end]) for f in frames(buf, HEADER_BYTES, header.base_seq)]
+    framed = change(framed)  # type: ignore[operator]
+    reads_path(root).write_bytes(buf[:HEADER_BYTES] + b"".join(framed))
+
+
+@pytest.mark.parametrize(
+    ("change", "bad"),
+    [
+        ("edit", 5),
+        ("remove", 5),
+        ("reorder", 5),
+        ("truncate", 10),
+        ("drop_front", 1),
+    ],
+)
+def test_verify_names_the_first_bad_record(tmp_path: Path, change: str, bad: int) -> None:
+    head = write(tmp_path, [a_read(n) for n in range(1, 11)])
+    assert verify(tmp_path, head, None).ok
+
+    def edit(fr: list[bytes]) -> list[bytes]:
+        rec = bytearray(fr[4])
+        rec[-1] ^= 0x01  # one bit of an event id
+        return [*fr[:4], bytes(rec), *fr[5:]]
+
+    changes = {
+        "edit": edit,
+        "remove": lambda fr: fr[:4] + fr[5:],
+        "reorder": lambda fr: [*fr[:4], fr[5], fr[4], *fr[6:]],
+        "truncate": lambda fr: fr[:9],
+        "drop_front": lambda fr: fr[1:],
+    }
+    _rewrite(tmp_path, changes[change])
+    verdict = verify(tmp_path, head, None)
+    assert not verdict.ok
+    # An edited record is found by the record after it (its link), unless it is the last.
+    expected = bad + 1 if change == "edit" else bad
+    if change == "drop_front":
+        expected = 1
+    assert verdict.bad_seq == expected, verdict.detail
+
+
+def test_an_edit_with_every_link_recomputed_is_caught_by_the_head(tmp_path: Path) -> None:
+    reads = [a_read(n) for n in range(1, 6)]
+    head = write(tmp_path, reads)
+    reads_path(tmp_path).unlink()
+    forged = [*reads[:2], a_read(99), *reads[3:]]
+    write(tmp_path, forged)
+    verdict = verify(tmp_path, head, None)
+    assert not verdict.ok and verdict.bad_seq == 5
+    assert verify(tmp_path, None, None).ok  # without the control plane's head: undetectable
+
+
+def test_retention_drops_old_records_in_chain_order_and_the_chain_still_verifies(
+    tmp_path: Path,
+) -> None:
+    reads = [a_read(n) for n in range(1, 11)]
+    head = write(tmp_path, reads)
+    cuts: list[Mark] = []
+    w = ReadLogWriter(durable=True)
+    dropped = w.cut("t", tmp_path, reads[6].ts, cuts.append).result(10)
+    assert dropped == 6
+    assert [f.seq for f in records(tmp_path)] == [7, 8, 9, 10]
+    assert [f.read for f in records(tmp_path)] == reads[6:]
+    assert verify(tmp_path, head, cuts[-1]).ok
+    assert not verify(tmp_path, head, None).ok  # a cut nobody recorded
+    # Appending after the cut goes on from the chain's head.
+    more = a_read(11)
+    w.submit("t", tmp_path, more)
+    w.flush().result(10)
+    assert [f.seq for f in records(tmp_path)][-1] == 11
+    assert verify(tmp_path, Mark(11, Appender(tmp_path, 0).hash), cuts[-1]).ok
+
+
+def test_a_write_cut_short_is_dropped_on_open(tmp_path: Path) -> None:
+    write(tmp_path, [a_read(1), a_read(2)])
+    with open(reads_path(tmp_path), "ab") as fh:
+        fh.write(frame(encode_body(a_read(3), bytes(32), T0))[:-7])
+    f = Appender(tmp_path, 0)
+    assert f.seq == 2
+    f.append([a_read(4)])
+    f.close()
+    assert verify(tmp_path, None, None).ok
+    assert len(list(records(tmp_path))) == 3
+
+
+def test_reads_of_events_finds_the_records_that_name_them(tmp_path: Path) -> None:
+    reads = [a_read(n) for n in range(1, 6)]
+    write(tmp_path, reads)
+    wanted = [reads[1].event_ids[2], reads[3].event_ids[0]]
+    assert [f.seq for f in reads_of_events(tmp_path, wanted)] == [2, 4]
+    assert reads_of_events(tmp_path / "none", wanted) == []
+
+
+def test_a_damaged_last_record_is_named_without_a_head(tmp_path: Path) -> None:
+    write(tmp_path, [a_read(n) for n in range(1, 6)])
+    buf = reads_path(tmp_path).read_bytes()
+    last = list(frames(buf, HEADER_BYTES, 0))[-1]
+    reads_path(tmp_path).write_bytes(buf[: last.start] + frame(last.body + b"x"))
+    verdict = verify(tmp_path, None, None)
+    assert not verdict.ok and verdict.bad_seq == 5 and "damaged" in verdict.detail
+
+
+def test_the_saved_tail_spares_a_walk_and_a_wrong_one_is_not_believed(tmp_path: Path) -> None:
+    write(tmp_path, [a_read(n) for n in range(1, 6)])
+    saved = tmp_path / "reads.log.tail"
+    old = saved.read_bytes()
+    write(tmp_path, [a_read(n) for n in range(6, 9)])
+    truth = Appender(tmp_path, 0)
+    expected = (truth.seq, truth.hash, truth.ts, truth.size)
+    truth.close()
+    assert expected[0] == 8
+    for hint in (
+        old,  # older than the log: the records after it are followed
+        old[:24] + bytes(32) + old[56:],  # a wrong chain value: the next link disagrees
+        old[:-8] + (10**9).to_bytes(8, "big"),  # an end past the log
+        b"junk",
+    ):
+        saved.write_bytes(hint)
+        f = Appender(tmp_path, 0)
+        assert (f.seq, f.hash, f.ts, f.size) == expected
+        f.close()
+    assert verify(tmp_path, Mark(8, expected[1]), None).ok
