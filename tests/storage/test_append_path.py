@@ -56,12 +56,14 @@ def test_close_commits_gathered_work(tmp_path: Path, monkeypatch: pytest.MonkeyP
 
 
 def test_embedding_check_by_sum_stays_exact() -> None:
-    """Finite values whose sum overflows pass; NaN or infinity anywhere is refused."""
+    """Finite float32 values pass; NaN, infinity or a value beyond float32 anywhere is refused."""
     from memspine.schemas import check_embedding
     from storage.errors import InvalidRequest
 
-    assert check_embedding([1e308, 1e308, -0.5]) == [1e308, 1e308, -0.5]
-    for bad in ([0.1, float("nan")], [float("inf"), float("-inf")], [1e308, 1e308, float("nan")]):
+    big = 3.0e38  # near float32's largest: finite, and its sum overflows no float64
+    assert check_embedding([big, big, -0.5]) == [big, big, -0.5]
+    bad_ones = ([0.1, float("nan")], [float("inf"), float("-inf")], [big, big, float("nan")])
+    for bad in (*bad_ones, [1e308, 1e308, -0.5]):  # beyond float32: refused (storage/model.py)
         with pytest.raises(InvalidRequest):
             check_embedding(bad)
 

@@ -4,6 +4,7 @@ memspine_admin/control_pg.py)."""
 
 from __future__ import annotations
 
+import msgspec
 import psycopg
 import pytest
 from argon2 import PasswordHasher
@@ -128,7 +129,11 @@ def test_the_steps_of_a_move_and_the_routes_that_follow_them(control_url: str) -
         with pytest.raises(Conflict, match="not switched"):  # nothing to finish yet
             db.finish_move(tid, actor="test")
         db.hold_writes(tid, actor="test")
-        assert db.placement(tid) == Placement(node="node-1", move_to="node-2", writes_held=True)
+        held = db.placement(tid)
+        assert held.held_since is not None  # the hold's lease runs from the audited hold step
+        assert msgspec.structs.replace(held, held_since=None) == Placement(
+            node="node-1", move_to="node-2", writes_held=True
+        )
         switched = db.switch_move(tid, actor="test")
         assert switched == Placement(node="node-2", move_from="node-1", writes_held=True)
         assert db.routes()[route] == "node-2" == db.routes()[tid]
