@@ -4,7 +4,7 @@ this process may not mount it; tests/storage/test_embedder_disk_full.py makes th
 fail by the log's failpoint without root). Nothing acknowledged is lost, the server answers
 writes 503 and reads as before, the embedder backs off, says so once and counts `disk_full`,
 and every event gets its vector once space is freed, without a restart or after a kill -9.
-The embedder is the loopback endpoint of tests/endpoint.py (8 dimensions): deterministic and
+The embedder is the loopback endpoint of tests/support/endpoint.py (8 dimensions): deterministic and
 fast, and held by the test while the backlog builds up."""
 
 from __future__ import annotations
@@ -22,9 +22,10 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from endpoint import Endpoint, fake_vector
-from servers import ServerProcess
-from test_disk_full import check_refusal, listed_ids, recall_ids, small_fs
+
+from tests.support.disk_full import check_refusal, listed_ids, recall_ids, small_fs
+from tests.support.endpoint import Endpoint, fake_vector
+from tests.support.servers import ServerProcess
 
 __all__ = ["small_fs"]  # the fixture, used here by name
 

@@ -22,15 +22,13 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from servers import ServerProcess
-from test_erasure_shapes import ballast
-from test_mcp import call, text
-from test_mcp_e2e import stdio
-from test_purge import scan
 
 from memspine.engine import PURGE_PENDING_ROOM
 from storage.erasure import swap
 from storage.index import vecfile
+from tests.support.erasure import ballast, scan
+from tests.support.mcp import call, stdio, text
+from tests.support.servers import ServerProcess
 
 FIRST_ENV = {  # every tenant closes soon: after 1 s idle, or when two others were used since
     "MEMSPINE_TENANT_IDLE_SECS": "1",

@@ -20,8 +20,11 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from servers import REPO, ServerProcess
-from test_purge import (
+
+from storage.erasure import swap
+from storage.model import NewEvent
+from storage.tenants.tenant import Tenant
+from tests.support.erasure import (
     DIM,
     ROLL_STEPS,
     append,
@@ -34,10 +37,7 @@ from test_purge import (
     scan,
     text_of,
 )
-
-from storage.erasure import swap
-from storage.model import NewEvent
-from storage.tenants.tenant import Tenant
+from tests.support.servers import REPO, ServerProcess
 
 TENANT = "4a2cd816-0f6f-4f89-ac26-41ef06c06e47"
 REPLY_TS = 1_791_208_939_000_000

@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ServerProcess
 
 from memspine.logs import JsonFormatter, configure_logging, request_id_of
+from tests.support.servers import ServerProcess
 
 ADMIN_KEY = "logs-test-admin-key-5e1d9c"
 SCRIPT = Path(sys.executable).parent / "memspine-admin"

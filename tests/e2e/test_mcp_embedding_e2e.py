@@ -15,8 +15,8 @@ from typing import Any
 
 import anyio
 from mcp import Client
-from test_mcp import call
-from test_mcp_e2e import COMMAND, stdio
+
+from tests.support.mcp import COMMAND, call, stdio
 
 NOTES = [
     "Lena wants status notes as three bullets, no tables.",

@@ -25,7 +25,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from servers import REPO, ServerProcess
+
+from tests.support.servers import REPO, ServerProcess
 
 PAGES = ["docs/quickstart.md", "docs/current-state.md"]
 PORT = re.compile(r"\b(localhost|127\.0\.0\.1):7781\b")

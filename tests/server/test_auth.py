@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import InProcessServer, cheap_hasher
 
 from memspine.auth import LOCAL_TOKEN_DETAIL
 from memspine_admin import keys
 from memspine_admin.verifier import UNAUTHORIZED_DETAIL
+from tests.support.servers import InProcessServer, cheap_hasher
 
 ADMIN_KEY = "test-admin-key-7c1f0e9a2b"
 SCRIPT = Path(sys.executable).parent / "memspine-admin"
@@ -180,7 +180,7 @@ def test_seed_first_session_keys_and_isolation(issued: Issued) -> None:
         "scopes": ["read"],
         "expires_at": review_key["expires_at"],
         "requests_per_minute": None,
-        # Dimension 4 and no embedder (tests/servers.py): the tenant's vectors are its clients'.
+        # Dimension 4 and no embedder (tests/support/servers.py): the tenant's vectors are its clients'.
         "vector_space": {
             "made_by": "client",
             "model": None,

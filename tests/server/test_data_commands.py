@@ -9,8 +9,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from test_admin_cli import Admin
-from transfer_world import DIM, answers, populate
 
 from memspine.datalock import hold
 from memspine_admin.control import ControlDB
@@ -18,6 +16,8 @@ from storage import files
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
 from storage.transfer import backup as bk
+from tests.support.admin import Admin
+from tests.support.transfer_world import DIM, answers, populate
 
 MOVED = "7c1d3f5e-8a2b-4c6d-9e0f-1a2b3c4d5e6f"
 

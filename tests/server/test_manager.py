@@ -3,7 +3,6 @@ fast reopen, and open/close cycles that leak neither descriptors, threads nor LM
 
 from __future__ import annotations
 
-import os
 import resource
 import threading
 import time
@@ -16,7 +15,6 @@ from typing import Any
 import lmdb
 import pytest
 from litestar.testing import TestClient
-from servers import InProcessServer
 
 from memspine.app import create_app
 from memspine.config import load_settings
@@ -26,6 +24,9 @@ from storage.log.eventlog import EventLog
 from storage.model import NewEvent
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
+from tests.support.metrics import metric
+from tests.support.procfs import fd_count
+from tests.support.servers import InProcessServer
 
 DIM = 4
 PER_WRITER = 12  # appends by each of four writers to the hot tenant
@@ -47,19 +48,6 @@ def count_events(tenant: Tenant) -> int:
     """Live events in the tenant's log."""
     with tenant.log.reader() as r:
         return r.count()
-
-
-def fd_count(pid: int | str = "self") -> int:
-    """Open file descriptors of a process."""
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def metric(text: str, name: str) -> float:
-    """The value of an unlabelled series in a Prometheus exposition."""
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not exposed")
 
 
 @pytest.fixture

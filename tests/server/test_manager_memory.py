@@ -3,7 +3,6 @@ reads of tenants that do not exist: they answer as an empty tenant and create no
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 import uuid
@@ -29,36 +28,11 @@ from storage.errors import Unauthorized, Unavailable
 from storage.model import NewEvent
 from storage.tenants.manager import BUSY_MEMORY, CAP, MEMORY, TenantManager
 from storage.tenants.tenant import Tenant
+from tests.support.big_tenants import build, copies
+from tests.support.metrics import value
 
 DIM = 16
 EVENTS = 300  # per in-process tenant
-BIG_DIM = 384
-BIG_EVENTS = 3000  # per tenant of the real server: a graph of several MB, as in production
-BIG_TENANTS = 12
-BUDGET = 40 << 20  # the real server's: room for about four of the big tenants
-
-
-def build(root: Path, n: int, dim: int, seed: int = 7) -> Path:
-    """A closed tenant at root with n events, each with text and a random embedding."""
-    rng = np.random.default_rng(seed)
-    tenant = Tenant.open(root.name, root, embedding_dim=dim)
-    for lo in range(0, n, 500):
-        rows = rng.standard_normal((min(500, n - lo), dim), dtype=np.float32)
-        events = [
-            NewEvent(kind="turn", ts=1_791_208_939_000_000 + lo + i, text=f"fact {lo + i} of {root.name}",
-                     embedding=row.tolist())
-            for i, row in enumerate(rows)
-        ]  # fmt: skip
-        tenant.submit_append(events).result(timeout=120)
-    tenant.vectors.flush()
-    tenant.close()
-    return root
-
-
-def copies(template: Path, data: Path, names: list[str]) -> None:
-    """Copy a closed tenant's directory under each name."""
-    for name in names:
-        shutil.copytree(template, data / name)
 
 
 def count_events(tenant: Tenant) -> int:
@@ -236,15 +210,6 @@ def test_all_busy_over_http_is_503_unavailable_with_retry_after(
         held[1].release()
 
 
-def value(text: str, name: str, **labels: str) -> float:
-    """One sample of a Prometheus exposition, by name and labels."""
-    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
-    for line in text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{want} not exposed")
-
-
 # -- reads of a tenant that does not exist ---------------------------------------------------------
 
 
@@ -389,14 +354,6 @@ def test_a_read_never_creates_a_tenant_being_written_concurrently(tmp_path: Path
 
 
 # -- a real server cycling through more tenants than fit ---------------------------------------------
-
-
-def vm_rss(pid: int) -> int:
-    """A process's resident set size in bytes, from /proc."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 # -- the setting ---------------------------------------------------------------------------------
