@@ -26,6 +26,7 @@ import pytest
 from tests.support.disk_full import check_refusal, listed_ids, recall_ids, small_fs
 from tests.support.endpoint import Endpoint, fake_vector
 from tests.support.servers import ServerProcess
+from tests.support.wait import wait_until
 
 __all__ = ["small_fs"]  # the fixture, used here by name
 
@@ -131,9 +132,7 @@ def check_tenant(c: httpx.Client, acked: dict[str, int]) -> None:
     word and by its vector; nothing awaits a vector any more."""
     assert c.get("/v1/whoami").json()["vector_space"]["unembedded"] == 0
     # The worker counts its backlog again after its write lands, a moment after the log shows it.
-    deadline = time.monotonic() + 10
-    while metric(c, PENDING) != 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: metric(c, PENDING) == 0, "the embedder's backlog counted again")
     assert metric(c, PENDING) == 0
     assert listed_ids(c) == set(acked)
     for e, i in acked.items():

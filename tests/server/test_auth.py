@@ -20,6 +20,7 @@ from memspine.auth import LOCAL_TOKEN_DETAIL
 from memspine_admin import keys
 from memspine_admin.verifier import UNAUTHORIZED_DETAIL
 from tests.support.servers import InProcessServer, cheap_hasher
+from tests.support.wait import wait_for
 
 ADMIN_KEY = "test-admin-key-7c1f0e9a2b"
 SCRIPT = Path(sys.executable).parent / "memspine-admin"
@@ -451,9 +452,7 @@ def test_admin_key_before_and_after_init(start_server: Any, tmp_path: Path) -> N
     r = admin.post("/v1/admin/tenants", json={"name": "first"})
     assert r.status_code == 201
     tenant = r.json()["tenant_id"]
-    deadline = time.monotonic() + 5
-    while local.get("/v1/memory/events").status_code == 200 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: local.get("/v1/memory/events").status_code != 200, "local mode ends")
     r = local.get("/v1/memory/events")
     assert (r.status_code, r.json()) == (401, UNAUTHORIZED)
     r = admin.post("/v1/admin/keys", json={"tenant_id": tenant, "name": "k"})

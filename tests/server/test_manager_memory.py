@@ -30,6 +30,7 @@ from storage.tenants.manager import BUSY_MEMORY, CAP, MEMORY, TenantManager
 from storage.tenants.tenant import Tenant
 from tests.support.big_tenants import build, copies
 from tests.support.metrics import value
+from tests.support.wait import wait_until
 
 DIM = 16
 EVENTS = 300  # per in-process tenant
@@ -143,9 +144,8 @@ def test_a_tenant_growing_while_busy_evicts_idle_ones_never_itself_nor_another_b
         tenant.vectors.flush()
         second = m.lease(names[2])  # another request on the growing tenant keeps it busy
         writer.release()
-        deadline = time.monotonic() + 10
-        while len(m.open_tenants()) > 2 and time.monotonic() < deadline:
-            time.sleep(0.02)  # the background closer evicts the idle ones
+        # The background closer evicts the idle ones.
+        wait_until(lambda: len(m.open_tenants()) <= 2, "idle tenants evicted to the budget")
         assert sorted(t.tenant_id for t in m.open_tenants()) == sorted([names[2], names[3]])
         assert m.stats().evictions_by[MEMORY] == 2
         assert count_events(tenant) == EVENTS + 2000  # the busy tenant was never closed
@@ -166,9 +166,7 @@ def test_a_tenant_larger_than_the_budget_opens_alone_and_closes_once_idle(
         with pytest.raises(Unavailable):
             m.lease(names[1])  # the budget is held by a request in flight
         busy.release()
-        deadline = time.monotonic() + 10
-        while m.open_tenants() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: not m.open_tenants(), "the tenants closed")
         assert m.open_tenants() == []  # idle and over the budget: closed in the background
         with m.use(names[1]) as t:
             assert count_events(t) == EVENTS
@@ -331,9 +329,7 @@ def test_a_read_never_creates_a_tenant_being_written_concurrently(tmp_path: Path
                 seen.append(count_events(t))
 
     def wait_for(count: int) -> None:
-        deadline = time.monotonic() + 10
-        while count not in seen[-3:] and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: count in seen[-3:], f"a read that counts {count}", every=0.005)
 
     readers = [threading.Thread(target=read) for _ in range(3)]
     try:
