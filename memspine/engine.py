@@ -254,11 +254,9 @@ class Engine:
         it is durable and indexed."""
         async with self.tenant(tenant_id) as t:
             await self._room_for(t, [event])
-            results = await asyncio.wrap_future(t.submit_append([event], quota=quota))
-        result = results[0]
+            [result] = await asyncio.wrap_future(t.submit_append([event], quota=quota))
         if isinstance(result, MemspineError):
             raise self._refused(result)
-        assert isinstance(result, AppendResult)
         return result
 
     async def append_batch(
@@ -269,13 +267,10 @@ class Engine:
         its index (events[i])."""
         async with self.tenant(tenant_id) as t:
             await self._room_for(t, events)
-            outcome = await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
-        if isinstance(outcome, ItemRefused):
-            raise self._refused(outcome.error, outcome.item)
-        if isinstance(outcome, MemspineError):  # the tenant's limits could not be read
-            raise outcome
-        results: list[AppendResult] = outcome
-        return results
+            try:
+                return await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
+            except ItemRefused as refused:
+                raise self._refused(refused.error, refused.item) from None
 
     def _refused(self, error: MemspineError, index: int | None = None) -> MemspineError:
         """A write's refusal as the caller sees it (counted when a limit refused it)."""
@@ -306,14 +301,12 @@ class Engine:
         """Delete events (tombstones, links and index entries in one transaction; the tenant makes
         its pending-purge marker durable before that commit)."""
         async with self.tenant(tenant_id) as t:
-            deleted: list[str] = await asyncio.wrap_future(t.submit_delete(event_ids))
-        return deleted
+            return await asyncio.wrap_future(t.submit_delete(event_ids))
 
     async def delete_cascade(self, tenant_id: str, event_id: str) -> list[str]:
         """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids deleted."""
         async with self.tenant(tenant_id) as t:
-            deleted = await asyncio.wrap_future(t.submit_delete_cascade(event_id))
-        return deleted
+            return await asyncio.wrap_future(t.submit_delete_cascade(event_id))
 
     async def would_delete(self, tenant_id: str, event_id: str, *, cascade: bool) -> list[str]:
         """The ids a delete would remove, the event first; 404 for an unknown id. Changes nothing."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, NamedTuple
+from typing import Any
 
 import msgspec
 
@@ -78,12 +78,14 @@ class AppendResult(msgspec.Struct, frozen=True, kw_only=True):
     replayed: bool = False
 
 
-class ItemRefused(NamedTuple):
+class ItemRefused(Exception):
     """Why an all-or-nothing batch stored nothing: the index of its first event that could not
-    be written, and the error that event met."""
+    be written, and the error that event met (raised by the batch's future)."""
 
-    item: int
-    error: MemspineError
+    def __init__(self, item: int, error: MemspineError) -> None:
+        super().__init__(item, error)
+        self.item = item
+        self.error = error
 
 
 class Quota(msgspec.Struct, frozen=True, kw_only=True):

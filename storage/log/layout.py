@@ -455,3 +455,8 @@ def _floats(raw: bytes) -> list[float]:
     if _SWAP:
         values.byteswap()
     return values.tolist()
+
+
+def space_name(space: int | None) -> str:
+    """Who makes a tenant's vectors, as whoami and the usage name it."""
+    return {SPACE_SERVER: "server", SPACE_CLIENT: "client"}.get(space or 0, "none")

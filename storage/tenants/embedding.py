@@ -4,7 +4,7 @@ server-space tenants, a batch at a time, and holds appends back once too many aw
 Its work is in the logs, not in memory: each tenant lists the events that await a vector
 (layout's "unembedded"), in append order, in the transaction that appends them. The worker
 takes open tenants with work in turn, embeds a batch of their texts, and writes the vectors
-into the records on the tenant's writer (EventLog.store_vectors), which feeds the vector index.
+into the records on the tenant's writer (storage/log/revisions.py), which feeds the vector index.
 A restart or a tenant closed by the LRU loses nothing: the list is read again when the tenant
 opens. An embedder that fails (an endpoint down) is retried with back-off; nothing is dropped.
 A tenant with fewer than a write's worth listed waits a little (LINGER_SECS) for more, so an

@@ -15,7 +15,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-import lmdb
 import msgspec
 import numpy as np
 
@@ -24,7 +23,7 @@ from storage.embedders.base import Embedder, EmbedderError
 from storage.errors import InvalidRequest
 from storage.fsync import fsync_dir
 from storage.index.vectors import VectorIndex
-from storage.log import layout
+from storage.log import layout, revisions
 from storage.log.eventlog import EventLog
 from storage.model import StoredEvent
 from storage.tenants.embedding import chain
@@ -154,34 +153,8 @@ def _switch(
         (root / name).unlink(missing_ok=True)
     fsync_dir(root)
 
-    def apply(txn: lmdb.Transaction) -> None:
-        d, r = log.dbs, log.view(txn)
-        if r.last_seq() != last:
-            raise InvalidRequest("the tenant was written while it was re-embedded; run it again")
-        live = r.meta_int(layout.LIVE_BYTES) or 0
-        given = {ev.event_id: vector for ev, vector in zip(events, vectors, strict=True)}
-        for key, raw in list(txn.cursor(db=d["events"]).iternext(keys=True, values=True)):
-            whole = layout.decode_event(raw)
-            vector = given.get(whole.event_id)
-            if vector is None and whole.embedding is None:
-                continue
-            # An event without text keeps no vector of the old model: the space is one model's.
-            record = msgspec.structs.replace(
-                whole,
-                embedding=None if vector is None else vector.astype(float).tolist(),
-                embedding_model=None if vector is None else model,
-            )
-            encoded = layout.encode_event(record)
-            txn.put(key, encoded, db=d["events"])
-            live += len(encoded) - len(raw)
-        txn.drop(d["unembedded"], delete=False)
-        log.put_meta_int(txn, layout.LIVE_BYTES, live)
-        log.put_meta_int(txn, layout.SPACE, layout.SPACE_SERVER)
-        log.put_meta_int(txn, layout.DIM, dim)
-        log.put_meta_int(txn, layout.VECTOR_SEQ, last)
-        txn.put(layout.meta_key(layout.MODEL), model.encode(), db=d["meta"])
-
-    log.write(apply)
+    given = {ev.event_id: vector for ev, vector in zip(events, vectors, strict=True)}
+    log.write(lambda txn: revisions.replace_vectors(txn, log.dbs, given, model, dim, last))
     beside = root / BESIDE
     for name in (files.VECTORS, files.VECTORS_LIVE):
         (beside / name).replace(root / name)

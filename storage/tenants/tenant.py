@@ -4,25 +4,24 @@ from __future__ import annotations
 
 import logging
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Any, TypeVar
-
-import msgspec
+from typing import Any, Literal, TypeVar, overload
 
 from storage import files
 from storage.cypher import CypherResult, Limits
 from storage.cypher import run as run_cypher
 from storage.erasure.purge import PurgeGate, PurgeStats
 from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recover
-from storage.errors import Conflict, DiskFull, MemspineError
-from storage.index.keyword import KeywordDoc, KeywordIndex
+from storage.errors import Conflict, DiskFull
+from storage.index.keyword import KeywordIndex
 from storage.log import layout
-from storage.log.eventlog import EventLog, space_name
+from storage.log.eventlog import EventLog
+from storage.log.layout import space_name
 from storage.model import (
     CHAIN_KIND,
+    AppendResult,
     NewEvent,
     PlacedEvent,
     Quota,
@@ -30,59 +29,31 @@ from storage.model import (
     ServerSpace,
     StoredEvent,
     StoredVector,
-    current_quota,
 )
-from storage.read.cascade import derived_closure, would_delete
+from storage.read.cascade import would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import Feedback, RecallQuery, RecallResult, recall, validate
+from storage.tenants.groupcommit import commit_batch, delete_cascade, land_import, vector_linger
 from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
+from storage.tenants.jobs import (
+    AnyJob,
+    AppendJob,
+    AppendOutcome,
+    AtomicJob,
+    CallJob,
+    DeleteJob,
+    VectorJob,
+)
+from storage.tenants.projection import catch_up
 from storage.tenants.usage import TenantUsage, VectorSpace, usage_of
-from storage.tenants.writer import GroupWriter, Job
+from storage.tenants.writer import GroupWriter
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
 NOT_SAVED = "the server's disk is full: the vector index was not saved"
 CHAIN_SCAN = 1000  # ops a chain's start is looked for before the first event to embed
 IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
-# A write of server vectors waits this long on the writer for an append to share its commit,
-# when appends are flowing (one committed within FLOWING_SECS): one fsync for both instead of
-# one each (bench/RESULTS.md, issue 18's append p99). Otherwise it commits at once.
-RIDE_SECS = 0.02
-FLOWING_SECS = 0.1
-
-
-class AppendJob(msgspec.Struct, frozen=True):
-    """Events to append in one batch, held to a quota (or to what a QuotaSource gives when the
-    group commit starts); atomic: all of them or none."""
-
-    events: list[NewEvent]
-    quota: Quota | QuotaSource | None = None
-    atomic: bool = False
-
-
-class DeleteJob(msgspec.Struct, frozen=True):
-    """Event ids to delete."""
-
-    event_ids: list[str]
-
-
-class VectorJob(msgspec.Struct, frozen=True):
-    """Server vectors to write into their records (storage/tenants/embedding.py), made when the
-    tenant had counted `deletes` deletes."""
-
-    vectors: list[StoredVector]
-    model: str
-    deletes: int
-
-
-class CallJob:
-    """Work to run on the writer thread between group commits (a purge's swap, a cascading delete)."""
-
-    __slots__ = ("fn",)
-
-    def __init__(self, fn: Callable[[], Any]) -> None:
-        self.fn = fn
 
 
 class Tenant:
@@ -132,8 +103,10 @@ class Tenant:
         # the tenant, not a closure over it: a closed tenant is freed without a collection.
         self.measure_memory: Callable[[Tenant], int] | None = None
         self._purges = PurgeGate()
-        self._appended_at = 0.0  # monotonic time of the last commit with appends (RIDE_SECS)
-        self.writer = GroupWriter(tenant_id, self._commit_batch, self._observe_batch)
+        self.appended_at = 0.0  # monotonic time of the last commit with appends (RIDE_SECS)
+        self.writer: GroupWriter[AnyJob] = GroupWriter(
+            tenant_id, self._commit_batch, self._observe_batch
+        )
 
     @classmethod
     def open(
@@ -182,58 +155,8 @@ class Tenant:
     # -- projections -----------------------------------------------------------
 
     def catch_up(self) -> None:
-        """Apply every log operation past each index's watermark (replay on open, then per batch)."""
-        docs: list[KeywordDoc] = []
-        kw_deletes: list[str] = []
-        labels: list[int] = []
-        vectors: list[list[float]] = []
-        vec_deletes: list[int] = []
-        replaced: dict[int, list[float] | None] = {}  # label -> its vector now (OP_EMBED)
-        start = min(self.keyword_seq, self.vector_seq)
-        last = start
-        with self.log.reader() as r:
-            for seq, op, event_id in r.ops_after(start):
-                last = seq
-                if op == layout.OP_EMBED:
-                    if seq > self.vector_seq:
-                        changed = r.get(event_id)
-                        if changed is not None:
-                            replaced[changed.seq] = changed.embedding
-                    continue
-                if op == b"D":
-                    if seq > self.keyword_seq:
-                        kw_deletes.append(event_id)
-                    tomb = r.tombstone(event_id)
-                    if seq > self.vector_seq and tomb is not None:
-                        vec_deletes.append(tomb.seq)
-                    continue
-                ev = r.get(event_id)
-                if ev is None:
-                    continue
-                if seq > self.keyword_seq and ev.text:
-                    docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq))
-                if seq > self.vector_seq and ev.embedding is not None:
-                    labels.append(seq)
-                    vectors.append(ev.embedding)
-        if last == start:
-            return
-        self.catch_ups += 1
-        # Neither index makes the acknowledgement wait: the keyword index commits in the
-        # background (a search waits for what was published before it), and vectors are
-        # searched exactly from memory until the background insert places them in the graph.
-        self.keyword.publish(docs, kw_deletes, last)
-        # Vectors go to the index's exact tail now and into the graph in the background. A
-        # vector the server wrote (or cleared) after the append replaces what the label had.
-        self.vectors.add(labels, vectors)
-        if replaced:
-            self.vectors.delete(list(replaced))
-            now = [(label, v) for label, v in replaced.items() if v is not None]
-            self.vectors.add([label for label, _v in now], [v for _label, v in now])
-        self.vectors.delete(vec_deletes)
-        # Handed over, not yet durable: each index keeps what it was handed until it is (the
-        # keyword fold retries a failed commit with it), and only the durable marks are
-        # recorded in the log (keyword.committed_seq, vector_saved_seq), so a reopen replays.
-        self.keyword_seq = self.vector_seq = last
+        """Hand both indexes every log op past their watermarks (storage/tenants/projection.py)."""
+        catch_up(self)
 
     # -- reads ------------------------------------------------------------------
 
@@ -351,35 +274,54 @@ class Tenant:
 
     # -- writes -----------------------------------------------------------------
 
+    @overload
+    def submit_append(
+        self,
+        events: list[NewEvent],
+        *,
+        quota: Quota | QuotaSource | None = None,
+        atomic: Literal[False] = False,
+    ) -> Future[AppendOutcome]: ...
+
+    @overload
+    def submit_append(
+        self,
+        events: list[NewEvent],
+        *,
+        quota: Quota | QuotaSource | None = None,
+        atomic: Literal[True],
+    ) -> Future[list[AppendResult]]: ...
+
     def submit_append(
         self,
         events: list[NewEvent],
         *,
         quota: Quota | QuotaSource | None = None,
         atomic: bool = False,
-    ) -> Future[Any]:
+    ) -> Future[AppendOutcome] | Future[list[AppendResult]]:
         """Queue events for the next group commit; resolves to a list of results or errors,
         each event held to `quota` (its max_events and max_bytes, counted with every event
         committed before it; a QuotaSource is asked when the group commit starts, so a limit
         changed before then holds). With atomic, all of them are written or none: the future
-        then resolves to the list of results, to the ItemRefused of the first that could not
-        be, or to the error that kept the quota from being known.
+        then resolves to the list of results, or fails with the ItemRefused of the first that
+        could not be, or with the error that kept the quota from being known.
 
         Conflict (409) at once if an event's Idempotency-Key (its event_id) is still being
         written by an earlier call: the twin would race it for the id, and be answered before
         the first is durable. Once that call is answered, a retry replays its result.
         """
+        job = AtomicJob(events, quota) if atomic else AppendJob(events, quota)
         keys = {ev.event_id for ev in events if ev.event_id is not None}
         if keys:
             self._hold_keys(keys)
         try:
-            future = self.writer.submit(AppendJob(events, quota, atomic))
+            self.writer.submit(job)
         except BaseException:
             self._release_keys(keys)
             raise
         if keys:
-            future.add_done_callback(lambda _done: self._release_keys(keys))
-        return future
+            job.future.add_done_callback(lambda _done: self._release_keys(keys))
+        return job.future
 
     def _hold_keys(self, keys: set[str]) -> None:
         """Mark idempotency keys in flight, or refuse them all if one of them already is."""
@@ -393,28 +335,17 @@ class Tenant:
         with self._keys_lock:
             self._in_flight_keys -= keys
 
-    def submit_delete(self, event_ids: list[str]) -> Future[Any]:
+    def submit_delete(self, event_ids: list[str]) -> Future[list[str]]:
         """Queue deletions; resolves to the list of ids actually deleted."""
-        return self.writer.submit(DeleteJob(event_ids))
+        job = DeleteJob(event_ids)
+        self.writer.submit(job)
+        return job.future
 
     def submit_delete_cascade(self, event_id: str) -> Future[list[str]]:
         """Delete the event and everything derived from it over SOURCE_FROM in one transaction on
         the writer, so an event derived meanwhile cannot escape; resolves to the ids deleted, the
         event first."""
-
-        def run() -> list[str]:
-            def apply(txn: Any) -> list[str]:
-                return self.log.delete_in(txn, derived_closure(self.log.view(txn), event_id))
-
-            self.mark_before_delete([event_id])  # the closure is empty unless the event is live
-            deleted = self.log.write(apply)
-            self.deletes += 1
-            self.catch_up()
-            if self.on_unembedded is not None:
-                self.on_unembedded(self)
-            return deleted
-
-        return self.call(run)
+        return self.call(lambda: delete_cascade(self, event_id))
 
     def submit_import(
         self,
@@ -429,32 +360,11 @@ class Tenant:
         records; storage/transfer/) in one transaction on the writer, then project them;
         resolves to how many were written. A merge keeps the events live at op keep_before; any
         line that cannot be written fails the whole batch (InvalidRequest naming the line)."""
-
-        def run() -> int:
-            # The keyword fold commits the previous batch while the caller reads this one; an
-            # import that did not wait for it would queue the whole file's text in memory.
-            self.keyword.flush()
-
-            def apply(txn: Any) -> int:
-                appender = self.log.appender(txn)
-                if space is not None:
-                    appender.claim_space(space, model)
-                elif model is not None:
-                    appender.claim_model(model)
-                written = sum(appender.place(p, keep_before=keep_before) for p in placed)
-                for event_id, body_hash, unlinked in idempotency:
-                    appender.place_idempotency(event_id, body_hash, unlinked)
-                return written
-
-            written = self.log.write(apply)
-            with self.log.reader() as r:
-                self.space = r.space()
-            self.catch_up()
-            if self.on_unembedded is not None:
-                self.on_unembedded(self)
-            return written
-
-        return self.call(run)
+        return self.call(
+            lambda: land_import(
+                self, placed, idempotency, model=model, space=space, keep_before=keep_before
+            )
+        )
 
     # -- server vectors (storage/tenants/embedding.py) ------------------------------
 
@@ -496,41 +406,15 @@ class Tenant:
         to how many were written, or None when an event was deleted since they were read (a
         chain may carry it: the caller makes them again). While appends are flowing the write
         waits up to RIDE_SECS to be committed in an append group's transaction."""
-        flowing = time.monotonic() - self._appended_at < FLOWING_SECS
-        return self.writer.submit(VectorJob(vectors, model, deletes), RIDE_SECS if flowing else 0)
-
-    def _write_vectors(self, jobs: list[Job]) -> None:
-        """Vector writes in a transaction of their own (no append group to carry them)."""
-        fresh = [job for job in jobs if self._fresh(job)]
-        if not fresh:
-            return
-        try:
-            start, written = self.log.write(lambda txn: self._store_in(txn, fresh))
-        except BaseException as exc:  # DiskFull: the worker keeps the vectors and tries again
-            for job in fresh:
-                job.future.set_exception(exc)
-            return
-        self._land_vectors(fresh, start, written)
-
-    def _project_vectors(self, start: int, written: list[StoredVector]) -> bool:
-        """Feed the vector index server vectors just written from memory, as catch_up would
-        from the log; False if catch_up must (the indexes are behind start)."""
-        # Their ops are the log's ops after start, one OP_EMBED each in the order written, and
-        # each vector what catch_up would read back: reading 1.5 KB records back would hold the
-        # writer (and appends queued behind it) for longer than the write itself.
-        if not (start == self.keyword_seq == self.vector_seq):
-            return False
-        labels = [item.seq for item in written]
-        last = start + len(written)
-        self.keyword.publish([], [], last)
-        self.vectors.delete(labels)
-        self.vectors.add(labels, [item.vector for item in written])
-        self.keyword_seq = self.vector_seq = last
-        return True
+        job = VectorJob(vectors, model, deletes, vector_linger(self))
+        self.writer.submit(job)
+        return job.future
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run fn on the writer thread, alone, between group commits; resolves to its result."""
-        return self.writer.submit(CallJob(fn))
+        job = CallJob(fn)
+        self.writer.submit(job)
+        return job.future
 
     def purge(self, step: StepHook = no_step) -> PurgeStats:
         """Rewrite this tenant's files so the bytes of every event deleted before this call leave
@@ -542,167 +426,9 @@ class Tenant:
         thread once the old one is closed, with the log held exclusive)."""
         self.keyword = index
 
-    def _commit_batch(self, jobs: list[Job]) -> None:
-        """Commit the batch's writes as one group (its vector writes in the same transaction
-        when the writes are appends only), then the other vector writes, then its calls."""
-        writes = [job for job in jobs if isinstance(job.payload, (AppendJob, DeleteJob))]
-        vectors = [job for job in jobs if isinstance(job.payload, VectorJob)]
-        # Beside a delete a vector write goes after it, alone, and finds itself stale (its
-        # chain may carry a deleted turn): as if it had come after the delete.
-        ride = bool(writes) and all(isinstance(job.payload, AppendJob) for job in writes)
-        if writes:
-            self._commit_writes(writes, vectors if ride else [])
-        if vectors and not ride:
-            self._write_vectors(vectors)
-        for job in jobs:
-            if isinstance(job.payload, CallJob):
-                try:
-                    job.future.set_result(job.payload.fn())
-                except BaseException as exc:  # the caller gets it; the writer carries on
-                    job.future.set_exception(exc)
-
-    def _commit_writes(self, jobs: list[Job], carried: list[Job] | None = None) -> None:
-        """One durable LMDB transaction for every job (and the vector writes it carries, after
-        them), then the index projections, then the answers."""
-        carried = [job for job in carried or [] if self._fresh(job)]
-        kw_seq = self.keyword.committed_seq  # what the durable keyword index covers
-        appends_only = all(isinstance(job.payload, AppendJob) for job in jobs)
-        if not appends_only:
-            self.mark_before_delete(
-                e
-                for job in jobs
-                if isinstance(job.payload, DeleteJob)
-                for e in job.payload.event_ids
-            )
-
-        # Outside the transaction: asking a control plane for a tenant's limits may take a
-        # round trip, which must not hold the log's writer.
-        quotas = [
-            current_quota(job.payload.quota) if isinstance(job.payload, AppendJob) else None
-            for job in jobs
-        ]
-
-        offer = None if self.offer is None or self.space is not None else self.offer()
-        memory = 0
-        measure = self.measure_memory
-        if measure is not None and any(isinstance(q, Quota) and q.max_memory for q in quotas):
-            memory = measure(self)
-
-        def apply(txn: Any) -> tuple[list[Any], int, list[StoredEvent], int | None, int, Any]:
-            # Runs again from the start if the map had to grow, with a fresh appender.
-            appender = self.log.appender(txn, offer)
-            appender.memory = memory
-            start = appender.last
-            results: list[Any] = []
-            for job, quota in zip(jobs, quotas, strict=True):
-                p = job.payload
-                if isinstance(quota, MemspineError):  # its limits unknown: nothing written
-                    assert isinstance(p, AppendJob)
-                    results.append(quota if p.atomic else [quota] * len(p.events))
-                elif isinstance(p, AppendJob) and p.atomic:
-                    results.append(appender.append_atomic(p.events, quota))
-                elif isinstance(p, AppendJob):
-                    results.append(appender.append_all(p.events, quota))
-                else:
-                    results.append(appender.delete(p.event_ids))
-            appender.finish()
-            # After every append: the appender numbers ops itself, the vectors take the next.
-            stored = self._store_in(txn, carried)
-            # Watermarks ride along with the batch: no extra fsync, and a stale one only replays more.
-            self.log.put_meta_int(txn, layout.KEYWORD_SEQ, kw_seq)
-            return results, start, appender.written, appender.space, appender.unembedded, stored
-
-        try:
-            results, start, written, self.space, unembedded, stored = self.log.write(apply)
-        except Exception as exc:
-            if not carried:
-                raise
-            # Vectors never cost the appends beside them: these are committed again alone, and
-            # the vectors' writer gets the refusal (DiskFull: it keeps them and tries again).
-            for job in carried:
-                job.future.set_exception(exc)
-            self._commit_writes(jobs)
-            return
-        if any(isinstance(job.payload, AppendJob) for job in jobs):
-            self._appended_at = time.monotonic()
-        if not appends_only:
-            self.deletes += 1
-        if not (appends_only and self._project(start, written)):
-            self.catch_up()
-        # Before the answers: the backlog an append is held to counts it once it is answered.
-        # Its failure must not fail a batch that is durable: the list is in the log regardless.
-        if (unembedded or not appends_only) and self.on_unembedded is not None:
-            try:
-                self.on_unembedded(self)
-            except Exception:
-                log.exception("tenant %s: the embedder was not told of new work", self.tenant_id)
-        for job, result in zip(jobs, results, strict=True):
-            job.future.set_result(result)
-        if carried:
-            self._land_vectors(carried, *stored)
-
-    def _fresh(self, job: Job) -> bool:
-        """Whether a vector write may ride in this group; a stale one is answered None now."""
-        assert isinstance(job.payload, VectorJob)
-        if job.payload.deletes == self.deletes:
-            return True
-        job.future.set_result(None)
-        return False
-
-    def _store_in(self, txn: Any, carried: list[Job]) -> tuple[int, list[list[StoredVector]]]:
-        """Write carried vector jobs in txn: the last op before them and what each wrote."""
-        start = self.log.view(txn).last_seq()
-        written = []
-        for job in carried:
-            assert isinstance(job.payload, VectorJob)
-            written.append(self.log.store_vectors(txn, job.payload.vectors, job.payload.model))
-        return start, written
-
-    def _land_vectors(
-        self, carried: list[Job], start: int, written: list[list[StoredVector]]
-    ) -> None:
-        """Project vectors committed with an append group (after its answers: appends do not
-        wait for it) and answer their writes."""
-        try:
-            every = [item for items in written for item in items]
-            if every and not self._project_vectors(start, every):
-                self.catch_up()
-        except Exception as exc:  # durable: the indexes' watermarks stay behind and replay them
-            log.exception("tenant %s: server vectors not projected", self.tenant_id)
-            for job in carried:
-                job.future.set_exception(exc)
-            return
-        for job, items in zip(carried, written, strict=True):
-            job.future.set_result(len(items))
-
-    def _project(self, start: int, written: list[StoredEvent]) -> bool:
-        """Feed both indexes an append-only batch's records from memory; False if catch_up must."""
-        # Only when it is provably what catch_up would do, reading back no log: it would replay
-        # exactly the ops after start, here these records, one op each, in order, and each still
-        # the live record of its id (the batch deleted nothing and, ids being distinct,
-        # overwrote nothing).
-        if not (start == self.keyword_seq == self.vector_seq):
-            return False
-        if any(rec.seq != start + i for i, rec in enumerate(written, 1)):
-            return False
-        if len({rec.event_id for rec in written}) != len(written):
-            return False
-        if not written:
-            return True  # no op written (replays, errors): catch_up would have nothing to do
-        docs = [
-            KeywordDoc(r.event_id, r.kind, r.text, r.filterable, r.seq) for r in written if r.text
-        ]
-        labels = [r.seq for r in written if r.embedding is not None]
-        vectors = [r.embedding for r in written if r.embedding is not None]
-        last = written[-1].seq
-        # The same order as catch_up: a failure here leaves the watermarks behind, and the next
-        # batch (then taking catch_up's path) replays what was not applied.
-        # Every record is a new event (a replay writes none, and ids being distinct none was
-        # overwritten): no document of the index has its id.
-        self.keyword.publish(docs, [], last, new=True)
-        self.vectors.add(labels, vectors)
-        self.keyword_seq = self.vector_seq = last
-        return True
+    def _commit_batch(self, jobs: list[AnyJob]) -> None:
+        """Commit one batch of the writer's jobs (storage/tenants/groupcommit.py)."""
+        commit_batch(self, jobs)
 
     def _observe_batch(self, size: int) -> None:
         """Forward a batch size to whoever measures them."""

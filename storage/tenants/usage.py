@@ -10,7 +10,8 @@ import msgspec
 from storage import files
 from storage.index.vecfile import VectorFileError, live_path, read_live
 from storage.log import layout
-from storage.log.eventlog import read_only, record_bytes, space_name
+from storage.log.eventlog import read_only, record_bytes
+from storage.log.layout import space_name
 from storage.log.reader import LogReader
 
 METRIC = "cosine"  # the vector index's space (storage/index/vectors.py)

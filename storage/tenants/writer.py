@@ -1,4 +1,4 @@
-"""The single writer of a tenant: a thread that commits queued work in groups."""
+"""The single writer of a tenant: a thread that commits queued jobs in groups."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import Future
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from storage.errors import MemspineError
 
@@ -16,30 +16,39 @@ log = logging.getLogger("memspine.writer")
 
 MAX_BATCH = 512
 _STOP = object()
+R = TypeVar("R")
+J = TypeVar("J", bound="Job[Any]")
 
 
-class Job:
-    """One request's share of a batch: its input and the future its caller awaits."""
+class Job(Generic[R]):
+    """One request's share of a batch: the future its caller awaits, resolved to an R."""
 
-    __slots__ = ("due", "future", "payload")
+    __slots__ = ("due", "future")
 
-    def __init__(self, payload: Any, linger: float = 0.0) -> None:
-        self.payload = payload
+    def __init__(self, linger: float = 0.0) -> None:
         # Until when the job may wait for other work to share its batch (GroupWriter.submit).
         self.due = time.monotonic() + linger if linger > 0 else 0.0
-        self.future: Future[Any] = Future()
+        self.future: Future[R] = Future()
         # Running from the start: a caller that gives up cannot cancel a job its batch will
         # commit, and set_result never meets a cancelled future (which would fail the batch).
         self.future.set_running_or_notify_cancel()
 
+    def answer(self, result: R) -> None:
+        """Resolve the caller's future."""
+        self.future.set_result(result)
 
-class GroupWriter:
+    def fail(self, exc: BaseException) -> None:
+        """Fail the caller's future."""
+        self.future.set_exception(exc)
+
+
+class GroupWriter(Generic[J]):
     """Feeds queued jobs to commit_batch in groups, so fsync and index commits are paid once per group."""
 
     def __init__(
         self,
         name: str,
-        commit_batch: Callable[[list[Job]], None],
+        commit_batch: Callable[[list[J]], None],
         on_batch: Callable[[int], None] | None = None,
     ) -> None:
         self._queue: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -48,12 +57,10 @@ class GroupWriter:
         self._thread = threading.Thread(target=self._run, name=f"writer-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, payload: Any, linger: float = 0.0) -> Future[Any]:
-        """Queue one job; its future resolves once its batch is durable and indexed. linger:
-        how long it may wait, alone in the queue, for other work to share its batch's commit."""
-        job = Job(payload, linger)
+    def submit(self, job: J) -> None:
+        """Queue one job; its future resolves once its batch is durable and indexed. Its
+        linger: how long it may wait, alone in the queue, for other work to share its commit."""
         self._queue.put(job)
-        return job.future
 
     def stop(self) -> None:
         """Finish queued work and end the thread."""
@@ -70,27 +77,31 @@ class GroupWriter:
             if first is _STOP:
                 return
             batch = [first]
-            stop = self._drain(batch)
-            # A batch of lingering jobs only waits for one that does not linger (an append
-            # for a server vector write, storage/tenants/tenant.py): one commit for both.
-            while not stop and len(batch) < MAX_BATCH and all(job.due for job in batch):
-                wait = min(job.due for job in batch) - time.monotonic()
-                if wait <= 0:
-                    break
-                try:
-                    item = self._queue.get(timeout=wait)
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                batch.append(item)
-                stop = self._drain(batch)
+            stop = self._drain(batch) or self._linger(batch)
             self._commit(batch)
             if stop:
                 return
 
-    def _drain(self, batch: list[Job]) -> bool:
+    def _linger(self, batch: list[J]) -> bool:
+        """A batch of lingering jobs only waits for one that does not linger (an append for a
+        server vector write, storage/tenants/groupcommit.py): one commit for both. Whether a
+        stop came."""
+        while len(batch) < MAX_BATCH and all(job.due for job in batch):
+            wait = min(job.due for job in batch) - time.monotonic()
+            if wait <= 0:
+                return False
+            try:
+                item = self._queue.get(timeout=wait)
+            except queue.Empty:
+                return False
+            if item is _STOP:
+                return True
+            batch.append(item)
+            if self._drain(batch):
+                return True
+        return False
+
+    def _drain(self, batch: list[J]) -> bool:
         """Add what is queued now to the batch (up to MAX_BATCH); whether a stop came."""
         while len(batch) < MAX_BATCH:
             try:
@@ -102,7 +113,7 @@ class GroupWriter:
             batch.append(item)
         return False
 
-    def _commit(self, batch: list[Job]) -> None:
+    def _commit(self, batch: list[J]) -> None:
         """Commit one batch; a failure fails every job in it that has no answer yet."""
         try:
             self._commit_batch(batch)
@@ -113,6 +124,6 @@ class GroupWriter:
                 log.exception("writer batch of %d failed", len(batch))
             for job in batch:
                 if not job.future.done():
-                    job.future.set_exception(exc)
+                    job.fail(exc)
         if self._on_batch is not None:
             self._on_batch(len(batch))

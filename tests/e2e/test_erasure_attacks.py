@@ -27,7 +27,7 @@ from memspine.engine import PURGE_PENDING_ROOM
 from storage.erasure import swap
 from storage.index import vecfile
 from tests.support.erasure import ballast, scan
-from tests.support.mcp import call, stdio, text
+from tests.support.mcp_calls import call, stdio, text
 from tests.support.servers import ServerProcess
 from tests.support.wait import wait_until
 

@@ -21,7 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from memspine.client import AsyncMemspine
 from memspine.client import errors as client_errors
 from storage.errors import Unavailable
-from tests.support.mcp import (
+from tests.support.mcp_calls import (
     ALL_TOOLS,
     COMMAND,
     FORBIDDEN,

@@ -16,7 +16,7 @@ from typing import Any
 import anyio
 from mcp import Client
 
-from tests.support.mcp import COMMAND, call, stdio
+from tests.support.mcp_calls import COMMAND, call, stdio
 
 NOTES = [
     "Lena wants status notes as three bullets, no tables.",

@@ -215,7 +215,7 @@ def test_a_tenant_id_that_is_no_directory_name_is_refused(
 
 
 def test_the_admin_route_takes_a_tenant_id(tmp_path: Path) -> None:
-    from servers import InProcessServer, cheap_hasher, serve
+    from tests.support.servers import InProcessServer, cheap_hasher, serve
 
     ControlDB.init(tmp_path / "data", actor="test")
     srv = InProcessServer(

@@ -23,7 +23,7 @@ from memspine.mcp.http import origin_allowed
 from memspine.mcp.render import iso
 from memspine.mcp.server import Caller, build_server
 from memspine.mcp.tools import TOOLS
-from tests.support.mcp import (
+from tests.support.mcp_calls import (
     ALL_TOOLS,
     CHEAP_HASHER,
     FORBIDDEN,

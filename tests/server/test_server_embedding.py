@@ -27,7 +27,7 @@ from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
 from memspine.mcp.tools import TOOLS
 from tests.support.endpoint import Endpoint
-from tests.support.mcp import CHEAP_HASHER, call, issue_keys
+from tests.support.mcp_calls import CHEAP_HASHER, call, issue_keys
 from tests.support.servers import InProcessServer
 
 LOCAL = {"MEMSPINE_EMBEDDER": "local", "MEMSPINE_EMBEDDING_DIM": "384"}

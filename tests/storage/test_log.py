@@ -13,6 +13,7 @@ import lmdb
 import msgspec
 import pytest
 
+import storage.log.appender as appender_module
 import storage.log.eventlog as log_module
 from storage.errors import EmbeddingMismatch, IdempotencyMismatch, InvalidRequest
 from storage.log import layout as enc
@@ -340,14 +341,14 @@ def test_an_atomic_batch_also_refuses_ops_written_behind_its_back(
     log: EventLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     [a, b] = append(log, event(), event())
-    put = log_module.Appender._put
+    put = appender_module.Appender._put
 
-    def put_then_write_an_op(self: log_module.Appender, *args: object, **kw: object) -> None:
+    def put_then_write_an_op(self: appender_module.Appender, *args: object, **kw: object) -> None:
         put(self, *args, **kw)  # type: ignore[arg-type]
         # An op past the batch's own, written into its transaction behind the appender's back.
         self.txn.put(enc.op_key(self.last + 5), b"D" + bytes(16), db=log.dbs["ops"])
 
-    monkeypatch.setattr(log_module.Appender, "_put", put_then_write_an_op)
+    monkeypatch.setattr(appender_module.Appender, "_put", put_then_write_an_op)
 
     def batch(txn: lmdb.Transaction) -> object:
         return log.appender(txn).append_atomic([event(text="one"), event(text="two")])

@@ -19,6 +19,7 @@ from storage.log import layout
 from storage.log.eventlog import EventLog
 from storage.model import (
     CHAIN_WEIGHT,
+    ItemRefused,
     NewEvent,
     ServerSpace,
     StoredEvent,
@@ -130,8 +131,8 @@ def test_text_appended_before_the_space_is_fixed_is_embedded_too(tmp_path: Path)
 def test_an_atomic_batch_that_fails_lists_nothing(tmp_path: Path) -> None:
     t = open_tenant(tmp_path / "t")
     bad = note("bad vector", 1, embedding=[1.0, 2.0])  # wrong length: the batch is refused
-    outcome = t.submit_append([note("first"), bad], atomic=True).result()
-    assert not isinstance(outcome, list)
+    with pytest.raises(ItemRefused):
+        t.submit_append([note("first"), bad], atomic=True).result()
     assert t.space is None and listed(t) == []
     t.close()
 

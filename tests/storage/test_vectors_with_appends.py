@@ -13,6 +13,7 @@ import threading
 import time
 import zlib
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -265,30 +266,46 @@ def test_an_append_refused_in_the_group_keeps_the_vectors_beside_it(tmp_path: Pa
         # Refused by its quota (one event more than the tenant may hold), atomically.
         refused = t.submit_append([ev(3), ev(4)], quota=Quota(max_events=4), atomic=True)
     assert wrote.result(10) == 3
-    assert isinstance(refused.result(10), ItemRefused)
+    with pytest.raises(ItemRefused):
+        refused.result(10)
     check(t, {r.event_id: i for i, r in enumerate(first)}, {})  # type: ignore[union-attr]
     t.close()
 
 
+class Named(Job[None]):
+    """A job known by its name."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str, linger: float = 0.0) -> None:
+        super().__init__(linger)
+        self.name = name
+
+
 def test_a_lingering_job_waits_for_one_that_does_not_to_share_its_batch() -> None:
-    batches: list[list[Any]] = []
+    batches: list[list[str]] = []
 
-    def answer(jobs: list[Job]) -> None:
-        batches.append([j.payload for j in jobs])
+    def answer(jobs: list[Named]) -> None:
+        batches.append([j.name for j in jobs])
         for j in jobs:
-            j.future.set_result(None)
+            j.answer(None)
 
-    writer = GroupWriter("w", answer)
+    def submit(name: str, linger: float = 0.0) -> Future[None]:
+        job = Named(name, linger)
+        writer.submit(job)
+        return job.future
+
+    writer: GroupWriter[Named] = GroupWriter("w", answer)
     try:
         started = time.monotonic()
-        lingering = writer.submit("vectors", linger=30.0)
+        lingering = submit("vectors", linger=30.0)
         time.sleep(0.05)
-        writer.submit("append").result(10)
+        submit("append").result(10)
         lingering.result(10)
         assert time.monotonic() - started < 10  # it went with the append, not after 30 s
         assert batches == [["vectors", "append"]]
         started = time.monotonic()
-        writer.submit("alone", linger=0.2).result(10)
+        submit("alone", linger=0.2).result(10)
         assert time.monotonic() - started >= 0.2  # nothing came: committed once it was due
         assert batches[-1] == ["alone"]
     finally:
