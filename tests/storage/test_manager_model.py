@@ -194,8 +194,8 @@ def test_the_manager_keeps_what_it_acknowledged_within_its_cap(tmp_path: Path) -
     run_state_machine_as_test(
         machine,
         settings=settings(
-            max_examples=20,
-            stateful_step_count=25,
+            max_examples=12,
+            stateful_step_count=20,
             deadline=None,
             derandomize=True,
             suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
