@@ -22,8 +22,10 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from storage.tenants.tenant import Tenant
-from tests.support.pgcluster import control_url, pg_server  # noqa: F401  (fixtures: a real PostgreSQL)
 from tests.support.servers import REPO, ServerProcess, free_port  # noqa: F401  (re-exported for test modules)
+
+# Fixtures of tests/support for every test: a real PostgreSQL, a small file system to fill.
+pytest_plugins = ["tests.support.pgcluster", "tests.support.disk_full"]
 
 LAYOUT = ("storage", "server", "e2e", "control")
 

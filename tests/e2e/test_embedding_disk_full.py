@@ -23,12 +23,10 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support.disk_full import check_refusal, listed_ids, recall_ids, small_fs
+from tests.support.disk_full import check_refusal, listed_ids, recall_ids
 from tests.support.endpoint import Endpoint, fake_vector
 from tests.support.servers import ServerProcess
 from tests.support.wait import wait_until
-
-__all__ = ["small_fs"]  # the fixture, used here by name
 
 TENANT = "acme"
 T0 = 1_800_000_000_000_000

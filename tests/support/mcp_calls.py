@@ -5,14 +5,17 @@ from __future__ import annotations
 
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
+import anyio
 from argon2 import PasswordHasher
 from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult
 
 from memspine_admin.control import ControlDB
+from tests.support.wait import PATIENCE_SECS
 
 MEMSPINE = Path(sys.executable).parent / "memspine"
 COMMAND = [str(MEMSPINE)] if MEMSPINE.exists() else [sys.executable, "-m", "memspine.cli"]
@@ -54,6 +57,26 @@ def text(result: CallToolResult) -> str:
 async def call(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
     """Call a tool that must succeed; its structured content."""
     result = await client.call_tool(name, args)
+    assert not result.is_error, text(result)
+    out: dict[str, Any] = result.structured_content
+    return out
+
+
+# What a recall with wait_for_vectors answers while the embedder is still behind after its own
+# 10 s wait (a loaded machine embeds slower): a condition to wait on, not a failure.
+AWAITING_VECTORS = "still await their vectors"
+
+
+async def recall_embedded(client: Client, args: dict[str, Any]) -> dict[str, Any]:
+    """memory_recall with wait_for_vectors, asked again while the answer is that the events still
+    await their vectors; the answer once they have them."""
+    deadline = time.monotonic() + PATIENCE_SECS
+    while True:
+        result = await client.call_tool("memory_recall", {**args, "wait_for_vectors": True})
+        if not (result.is_error and AWAITING_VECTORS in text(result)):
+            break
+        assert time.monotonic() < deadline, text(result)
+        await anyio.sleep(0.05)
     assert not result.is_error, text(result)
     out: dict[str, Any] = result.structured_content
     return out
