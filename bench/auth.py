@@ -37,9 +37,9 @@ from common import (  # noqa: E402  (bench scripts run as plain files)
 )
 
 from memspine.auth import Authenticator  # noqa: E402
+from memspine.verifier import KeyVerifier  # noqa: E402
 from memspine_admin import keys  # noqa: E402
 from memspine_admin.control import ControlDB  # noqa: E402
-from memspine_admin.verifier import KeyVerifier  # noqa: E402
 
 ADMIN_KEY = "bench-admin-key-5b0c2f81"
 LOCAL_TOKEN = "bench"

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from functools import partial
 
 from memspine.config import Settings
+from memspine.verifier import Principal
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import LIMITS, TenantRecord
-from memspine_admin.verifier import Principal
 from storage.errors import TooManyRequests
 from storage.model import UNLIMITED, Quota, QuotaSource
 

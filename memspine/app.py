@@ -27,6 +27,7 @@ from memspine.metrics import Metrics
 from memspine.openapi import schema_routes
 from memspine.pipeline import Services
 from memspine.purger import Purger
+from memspine.retention import Retention
 from memspine.routes import OPERATIONS, litestar_handlers, ui
 from storage.cypher import warm as warm_cypher
 from storage.heap import limit_arenas
@@ -74,6 +75,8 @@ def create_app(
     )
     engine.manager.admit = auth.admit_tenant
     allowance = Allowance(settings, auth.control)
+    retention = Retention(engine, auth.control)
+    engine.holds = retention.holds  # a delete of what a legal hold keeps is refused
     engine.on_reject = allowance.count
     engine.gate = auth.gate
     metrics = Metrics(per_tenant=settings.metrics_per_tenant)
@@ -82,14 +85,19 @@ def create_app(
     metrics.watch_embedding(engine.embedding)
     mcp = LazyMcp(engine, auth, settings, allowance)  # the MCP SDK loads on its first request
     services = Services(
-        engine=engine, auth=auth, settings=settings, metrics=metrics, allowance=allowance
+        engine=engine,
+        auth=auth,
+        settings=settings,
+        metrics=metrics,
+        allowance=allowance,
+        retention=retention,
     )
 
     @asynccontextmanager
     async def lifespan(_app: Litestar) -> AsyncIterator[None]:
         engine.manager.start_idle_closer()
         engine.on_purge = metrics.observe_purge
-        purger = Purger(engine, settings.purge_interval_secs)
+        purger = Purger(engine, settings.purge_interval_secs, retention)
         purger.start()
         trimmer = HeapTrimmer()
         trimmer.start()
@@ -112,7 +120,15 @@ def create_app(
             mcp.route(),
         ],
         exception_handlers=EXCEPTION_HANDLERS,
-        state=State({"engine": engine, "auth": auth, "settings": settings, "metrics": metrics}),
+        state=State(
+            {
+                "engine": engine,
+                "auth": auth,
+                "settings": settings,
+                "metrics": metrics,
+                "retention": retention,
+            }
+        ),
         lifespan=[lifespan, mcp.lifespan],  # MCP sessions end before the engine closes
         request_max_body_size=settings.max_body_bytes,
         openapi_config=None,  # memspine/openapi.py builds the document from the operations

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import re
 import threading
 import time
 from collections.abc import Callable
@@ -18,22 +17,21 @@ from argon2 import PasswordHasher
 from memspine.cluster import NodeGate
 from memspine.config import Settings
 from memspine.shares import FairShares
-from memspine_admin import keys
-from memspine_admin.backoff import FREE_FAILURES, MAX_BACKOFF_SECS, Backoff
-from memspine_admin.control import NO_CONTROL_DB
-from memspine_admin.placement import NodeFigures
-from memspine_admin.plane import ControlPlane, control_exists, open_control
-from memspine_admin.verifier import (
+from memspine.verifier import (
     UNAUTHORIZED_DETAIL,
     KeyVerifier,
     Principal,
     Refused,
     token_digest,
 )
+from memspine_admin import keys
+from memspine_admin.backoff import FREE_FAILURES, MAX_BACKOFF_SECS, Backoff
+from memspine_admin.control import NO_CONTROL_DB
+from memspine_admin.placement import NodeFigures
+from memspine_admin.plane import ControlPlane, control_exists, open_control
+from memspine_admin.records import LOCAL_TENANT, UUID
 from storage.errors import Conflict, NotFound, TooManyRequests, Unauthorized
 
-LOCAL_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
-UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 LOCAL_TOKEN_DETAIL = (
     "in local mode the bearer token is the tenant id: 1 to 64 characters from A-Z, a-z, 0-9, "
     "'_' and '-', starting with a letter or a digit, or a UUID"

@@ -14,9 +14,9 @@ from urllib.parse import urlsplit, urlunsplit
 import anyio
 
 from memspine import __version__
-from memspine.auth import LOCAL_TENANT, UUID
 from memspine.config import SettingsError, check_data_dir, load_settings
-from memspine.datalock import DataDirBusy, hold
+from memspine_admin.records import LOCAL_TENANT, UUID
+from storage.datalock import DataDirBusy, hold
 from storage.errors import MemspineError
 
 USAGE_ERROR = 2

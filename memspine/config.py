@@ -13,9 +13,12 @@ from urllib.parse import urlsplit
 import msgspec
 
 from memspine.limits import default_max_open_bytes, machine_memory
+from memspine_admin.controlurl import is_control_url, redact
 from memspine_admin.placement import is_node_name
-from memspine_admin.plane import is_control_url, redact
 from memspine_admin.records import MAX_QUOTA, MAX_REQUESTS_PER_MINUTE
+from memspine_admin.retention import MAX_DAYS
+from storage.embedders import settings as embedder_settings
+from storage.model import MAX_EMBEDDING_DIM
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
@@ -40,6 +43,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     max_open_bytes: int = msgspec.field(default_factory=default_max_open_bytes)
     tenant_idle_secs: float = 3600.0
     purge_interval_secs: float = 60.0
+    erasure_ledger_days: float = 30.0  # storage/tenants/tenant.py's LEDGER_DAYS
     max_body_bytes: int = 1_048_576
     max_batch_bytes: int = 16 << 20  # POST /v1/memory/events (1,000 embedded events fit)
     cypher_timeout_ms: int = 2000
@@ -71,6 +75,8 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     default_max_events: int | None = None
     default_max_bytes: int | None = None
     default_max_memory: int | None = None
+    # Days an event of a kind no tenant window names is kept (None: kept until deleted).
+    retention_days: int | None = None
 
     def __repr__(self) -> str:
         # The control URL may hold a password: keep it out of any log of the settings.
@@ -145,6 +151,18 @@ def _byte_size(value: str) -> int:
     if n < MIN_OPEN_BYTES:
         raise SettingsError(f"expected at least 1M (1048576 bytes), got {value!r}")
     return min(n, MAX_OPEN_BYTES)
+
+
+def _days(value: str) -> int | None:
+    """MEMSPINE_RETENTION_DAYS: empty for none (events are kept), else 1 to MAX_DAYS days."""
+    if not value:
+        return None
+    if not value.isdigit() or not 1 <= int(value) <= MAX_DAYS:
+        raise SettingsError(
+            f"expected a whole number of days from 1 to {MAX_DAYS} (unset or empty: events "
+            f"are kept until deleted), got {value!r}"
+        )
+    return int(value)
 
 
 def _limit(hi: int, *, units: bool = False) -> Callable[[str], int | None]:
@@ -285,52 +303,29 @@ def _hosts(value: str) -> dict[str, Any]:
     return {"allowed_hosts": frozenset(names)}
 
 
-EMBEDDERS = ("local", "openai", "none")  # storage.embedders.KINDS, without importing it here
-
-
 def _embedder(value: str) -> dict[str, Any]:
-    kind = value.lower()
-    if kind not in EMBEDDERS:
-        raise SettingsError(f"expected local, openai or none, got {value!r}")
-    return {"embedder": kind}
+    try:
+        return {"embedder": embedder_settings.check_kind(value)}
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _embedder_url(value: str) -> dict[str, Any]:
-    """An http(s) URL with a host: a base such as http://127.0.0.1:11434/v1, or …/embeddings."""
-    if not value:
-        return {"embedder_url": None}
-    # The value is not echoed: a URL may carry a password.
-    bad = SettingsError("expected an http:// or https:// URL with a host")
+    """An http(s) URL with a host: storage/embedders/settings.py checks it."""
     try:
-        parts = urlsplit(value)
-        _ = parts.port  # raises ValueError on a port that is not a number in range
-    except ValueError:
-        raise bad from None
-    if parts.scheme not in ("http", "https") or not parts.hostname:
-        raise bad
-    if parts.query or parts.fragment:
-        raise SettingsError("expected a URL without a query or fragment")
-    return {"embedder_url": value}
+        return {"embedder_url": embedder_settings.check_url(value)}
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _check_embedder(s: Settings) -> None:
     """The embedder settings agree with each other: an endpoint is named only for openai."""
-    if s.embedder == "openai":
-        if not s.embedder_url or not s.embedder_model:
-            raise SettingsError(
-                "MEMSPINE_EMBEDDER=openai needs MEMSPINE_EMBEDDER_URL and MEMSPINE_EMBEDDER_MODEL"
-            )
-        return
-    for name, value in (
-        ("MEMSPINE_EMBEDDER_URL", s.embedder_url),
-        ("MEMSPINE_EMBEDDER_MODEL", s.embedder_model),
-        ("MEMSPINE_EMBEDDER_API_KEY", s.embedder_api_key),
-    ):
-        if value:
-            raise SettingsError(
-                f"{name} is set but MEMSPINE_EMBEDDER is {s.embedder!r}; "
-                "set MEMSPINE_EMBEDDER=openai to use an endpoint"
-            )
+    try:
+        embedder_settings.check_together(
+            s.embedder, s.embedder_url, s.embedder_model, s.embedder_api_key
+        )
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
 
 
 def _control_url(value: str) -> dict[str, Any]:
@@ -367,11 +362,12 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_AUTH_HASH_SLOTS": lambda v: {"auth_hash_slots": _int_in(1, 64)(v)},
     "MEMSPINE_AUTH_FREE_FAILURES": lambda v: {"auth_free_failures": _int_in(1, 1000)(v)},
     "MEMSPINE_AUTH_MAX_BACKOFF_SECS": lambda v: {"auth_max_backoff_secs": _positive_float(v)},
-    "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, 4096)(v)},
+    "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, MAX_EMBEDDING_DIM)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
     "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},
     "MEMSPINE_PURGE_INTERVAL_SECS": lambda v: {"purge_interval_secs": _positive_float(v)},
+    "MEMSPINE_ERASURE_LEDGER_DAYS": lambda v: {"erasure_ledger_days": _positive_float(v)},
     "MEMSPINE_MAX_BODY_BYTES": lambda v: {"max_body_bytes": _int_in(1024, 64 << 20)(v)},
     "MEMSPINE_MAX_BATCH_BYTES": lambda v: {"max_batch_bytes": _int_in(1024, 256 << 20)(v)},
     "MEMSPINE_CYPHER_TIMEOUT_MS": lambda v: {"cypher_timeout_ms": _int_in(10, 600_000)(v)},
@@ -413,6 +409,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     },
     "MEMSPINE_DEFAULT_MAX_EVENTS": lambda v: {"default_max_events": _limit(MAX_QUOTA)(v)},
     "MEMSPINE_DEFAULT_MAX_BYTES": lambda v: {"default_max_bytes": _limit(MAX_QUOTA, units=True)(v)},
+    "MEMSPINE_RETENTION_DAYS": lambda v: {"retention_days": _days(v)},
     "MEMSPINE_DEFAULT_MAX_MEMORY": lambda v: {
         "default_max_memory": _limit(MAX_QUOTA, units=True)(v)
     },

@@ -11,7 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 import msgspec
 
 from memspine.config import Settings, origin_key
-from storage.errors import Forbidden, InvalidRequest, MemspineError
+from storage.errors import Forbidden, InvalidRequest, MemspineError, RequestTimeout
 
 if TYPE_CHECKING:  # memspine/server.py imports this before --help: Litestar loads later
     from litestar.types import ASGIApp, Receive, Scope, Send
@@ -28,13 +28,6 @@ BODY_LATE = "the request body did not arrive within MEMSPINE_BODY_TIMEOUT_SECS"
 # Set in the ASGI scope by memspine/connguard.py when the body's deadline passes.
 BODY_TIMED_OUT = "memspine.body_timed_out"
 MAX_CACHED_HOSTS = 256
-
-
-class RequestTimeout(MemspineError):
-    """The request did not arrive in time (408); the connection is closed after the answer."""
-
-    status = 408
-    code = "request_timeout"
 
 
 def hostname(authority_or_url: str) -> str | None:

@@ -7,7 +7,7 @@ import logging
 import queue
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Hashable
+from collections.abc import AsyncIterator, Callable, Hashable, Sequence
 from contextlib import asynccontextmanager, suppress
 from typing import Any, TypeVar
 
@@ -20,13 +20,14 @@ from memspine.config import Settings
 from memspine.shares import FairShares
 from storage.cypher import CypherResult, Limits
 from storage.embedders import EmbedderError, make_embedder
-from storage.erasure.purge import for_want_of_room
+from storage.erasure.purge import PurgeStats, for_want_of_room
 from storage.errors import MemspineError, NotFound, QuotaExceeded, Unavailable
 from storage.log import layout
 from storage.model import AppendResult, ItemRefused, NewEvent, Quota, QuotaSource, StoredEvent
 from storage.read.current import EventState
 from storage.read.listing import ListQuery
 from storage.read.recall import Feedback, RecallQuery, RecallResult
+from storage.read.retention import Hold, refuse_held
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.footprint import closed_tenant_bytes
 from storage.tenants.manager import TenantManager
@@ -161,6 +162,7 @@ class Engine:
             idle_secs=settings.tenant_idle_secs,
             max_open_bytes=settings.max_open_bytes,
             embedding=self.embedding,
+            ledger_days=settings.erasure_ledger_days,
         )
         if self.embedding is not None:
             self.embedding.start()
@@ -172,6 +174,9 @@ class Engine:
         self.cypher_shares = FairShares(settings.cypher_concurrency, per_owner=1)
         self._leases = 0  # requests holding a tenant right now (this one included)
         self.gate: NodeGate | None = None  # a cluster node's placement checks (memspine/cluster.py)
+        # A tenant's legal holds (the app reads them from the control plane): a delete of what
+        # one keeps is refused. Sequence: a call may answer with a list or a tuple.
+        self.holds: Callable[[str], Sequence[Hold]] | None = None
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
 
     @asynccontextmanager
@@ -299,14 +304,24 @@ class Engine:
 
     async def delete(self, tenant_id: str, event_ids: list[str]) -> list[str]:
         """Delete events (tombstones, links and index entries in one transaction; the tenant makes
-        its pending-purge marker durable before that commit)."""
+        its pending-purge marker durable before that commit); 409 legal_hold, nothing deleted, if
+        a hold keeps one of them."""
         async with self.tenant(tenant_id) as t:
+            await anyio.to_thread.run_sync(self._refuse_held, t, event_ids, False)
             return await asyncio.wrap_future(t.submit_delete(event_ids))
 
     async def delete_cascade(self, tenant_id: str, event_id: str) -> list[str]:
         """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids deleted."""
         async with self.tenant(tenant_id) as t:
+            await anyio.to_thread.run_sync(self._refuse_held, t, [event_id], True)
             return await asyncio.wrap_future(t.submit_delete_cascade(event_id))
+
+    def _refuse_held(self, t: Tenant, event_ids: list[str], cascade: bool) -> None:
+        """Blocking: LegalHold if one of the tenant's holds keeps an event the delete would
+        remove (storage/read/retention.py)."""
+        holds = self.holds(t.tenant_id) if self.holds is not None else ()
+        if holds:
+            t.snapshot_read(lambda r: refuse_held(r, holds, event_ids, cascade=cascade))
 
     async def would_delete(self, tenant_id: str, event_id: str, *, cascade: bool) -> list[str]:
         """The ids a delete would remove, the event first; 404 for an unknown id. Changes nothing."""
@@ -315,12 +330,13 @@ class Engine:
             raise NotFound(NO_EVENT)
         return ids
 
-    async def purge(self, tenant_id: str) -> None:
+    async def purge(self, tenant_id: str) -> PurgeStats:
         """Rewrite the tenant's files so its deleted events' bytes leave the disk (docs/erasure.md)."""
         async with self.tenant(tenant_id) as t:
             stats = await anyio.to_thread.run_sync(t.purge)
         if stats.purged and self.on_purge is not None:
             self.on_purge(stats.seconds)
+        return stats
 
     async def purge_after_delete(self, tenant_id: str) -> str | None:
         """The purge a delete asked for: None once its bytes are gone, else why it is pending.

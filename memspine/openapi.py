@@ -22,10 +22,12 @@ from litestar.handlers import HTTPRouteHandler
 from litestar.params import FromPath
 
 from memspine import __version__
+from memspine.examples import EXAMPLES
 from memspine.pipeline import ADMIN, ANY_KEY, PROP_PREFIX, PUBLIC, READ, WRITE, Operation
 from memspine.schemas import TIME_CHECK_HEADER
-from storage.errors import NotFound
+from storage.errors import CODES, NotFound
 from storage.log import layout as enc
+from storage.model import FLOAT32_MAX
 
 REF = "#/components/schemas/{name}"
 ERROR_REF = {"$ref": "#/components/schemas/Error"}
@@ -52,12 +54,14 @@ KEY_ERRORS = {
 ADMIN_ERRORS = {
     401: "Not the admin key.",
     404: "The server has no MEMSPINE_ADMIN_KEY (no such route), or no such tenant or key.",
-    409: "No control database yet (memspine-admin init), or a tenant name or id in use.",
+    409: "No control database yet (memspine-admin init), a tenant name or id in use, or "
+    "(legal_hold) a tenant under a legal hold.",
 }
 BODY_ERRORS = {413: "The body is larger than MEMSPINE_MAX_BODY_BYTES."}
 OWN_ERRORS = {
     404: "No such event (unknown, deleted, or another tenant's).",
-    409: "The same Idempotency-Key is still being processed (Retry-After: 1).",
+    409: "The same Idempotency-Key is still being processed (Retry-After: 1), or (legal_hold, "
+    "on a delete) a legal hold keeps the event.",
     413: BODY_ERRORS[413],
     422: "The Idempotency-Key with another body, or an embedding of another length or model.",
     503: EDGE_ERRORS[503],
@@ -70,22 +74,7 @@ ANSWER_HEADERS = {
         "schema": {"type": "string", "enum": ["true"]},
     },
 }
-ERROR_CODES = [
-    "invalid_request",
-    "unauthorized",
-    "forbidden",
-    "not_found",
-    "method_not_allowed",
-    "request_timeout",
-    "conflict",
-    "payload_too_large",
-    "idempotency_mismatch",
-    "embedding_mismatch",
-    "quota_exceeded",
-    "too_many_requests",
-    "internal",
-    "unavailable",
-]
+ERROR_CODES = list(CODES)  # the one table: storage/errors.py
 ERROR_SCHEMA = {
     "type": "object",
     "description": "Every error: a code and a sentence saying what to change.",
@@ -147,7 +136,9 @@ class _Schemas:
                 types += reply.type if isinstance(reply.type, tuple) else [reply.type]
         refs, self.components = msgspec.json.schema_components(types, ref_template=REF)
         self.refs = dict(zip(map(id, types), refs, strict=True))
-        vector = {"minItems": embedding_dim, "maxItems": embedding_dim}
+        # Each value within float32's range (storage/model.py check_embedding refuses 1e300).
+        values = {"type": "number", "minimum": -FLOAT32_MAX, "maximum": FLOAT32_MAX}
+        vector = {"minItems": embedding_dim, "maxItems": embedding_dim, "items": values}
         for name in ("EventIn", "RecallIn", "BatchItem"):
             self.components[name]["properties"]["embedding"]["anyOf"][0].update(vector)
         recall = self.components["RecallIn"]
@@ -175,6 +166,10 @@ PATH_SCHEMAS: dict[str, dict[str, Any]] = {
         "pattern": "^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$",
     },
     "key_id": {"type": "string", "minLength": 1},
+    # storage/model.py's check_subject; "/" cannot travel in a path segment
+    "subject": {"type": "string", "minLength": 1, "maxLength": 128, "pattern": "^[ -.0-~]+$"},
+    "receipt_id": {"type": "string", "pattern": "^[0-9a-f]{32}$"},
+    "hold_id": {"type": "string", "minLength": 1},
 }
 
 
@@ -249,7 +244,10 @@ def _operation(op: Operation, schemas: _Schemas) -> dict[str, Any]:
     if params:
         out["parameters"] = params
     if op.body is not None:
-        out["requestBody"] = {"required": True, "content": {JSON: {"schema": schemas.of(op.body)}}}
+        media: dict[str, Any] = {"schema": schemas.of(op.body)}
+        if op.name in EXAMPLES:
+            media["example"] = EXAMPLES[op.name]
+        out["requestBody"] = {"required": True, "content": {JSON: media}}
     return out
 
 

@@ -25,7 +25,7 @@ import msgspec
 from memspine.body import TOO_LARGE, ClientGone, read_body
 from memspine.errors import error_body, unexpected_error
 from memspine.schemas import decode_body
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 from storage.errors import InvalidRequest, MemspineError
 
 if TYPE_CHECKING:
@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from memspine.auth import Authenticator
     from memspine.config import Settings
     from memspine.engine import Engine
+    from memspine.retention import Retention
     from memspine_admin.plane import ControlPlane
     from storage.model import Quota, QuotaSource
 
@@ -102,6 +103,7 @@ class Services:
     settings: Settings
     metrics: Any = None
     allowance: Allowance | None = None
+    retention: Retention | None = None  # memspine/retention.py: windows, holds, runs
 
 
 @dataclass(frozen=True, eq=False)

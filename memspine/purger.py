@@ -1,4 +1,5 @@
-"""The background purger: every MEMSPINE_PURGE_INTERVAL_SECS, purge each tenant with deletions."""
+"""The background purger: every MEMSPINE_PURGE_INTERVAL_SECS, carry out retention windows
+(memspine/retention.py), then purge each tenant with deletions."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import logging
 import lmdb
 
 from memspine.engine import Engine
+from memspine.retention import Retention
 from storage.erasure.purge import for_want_of_room
 from storage.erasure.swap import PENDING, pending_tenants
 from storage.errors import Unavailable
@@ -19,9 +21,12 @@ log = logging.getLogger("memspine.purger")
 class Purger:
     """Purges tenants one at a time in the background; a purge blocks its tenant only to swap."""
 
-    def __init__(self, engine: Engine, interval_secs: float) -> None:
+    def __init__(
+        self, engine: Engine, interval_secs: float, retention: Retention | None = None
+    ) -> None:
         self.engine = engine
         self.interval_secs = interval_secs
+        self.retention = retention  # its runs come first in each sweep
         self.sweeps = 0
         self._task: asyncio.Task[None] | None = None
 
@@ -68,7 +73,13 @@ class Purger:
         return any(t.tenant_id == tenant_id for t in self.engine.manager.open_tenants())
 
     async def sweep(self) -> list[str]:
-        """Purge every candidate tenant in turn; returns the ids purged."""
+        """Carry out the tenants' retention, then purge every candidate tenant in turn; returns
+        the ids purged (a retention run purges its own tenant)."""
+        if self.retention is not None:
+            try:
+                await self.retention.sweep()
+            except Exception:
+                log.exception("retention sweep failed; the purges go on")
         purged: list[str] = []
         for tenant_id in await asyncio.to_thread(self.candidates):
             if not self._still_wanted(tenant_id):

@@ -7,10 +7,11 @@ from collections.abc import Callable, Mapping
 
 import msgspec
 
-from memspine.schemas import MAX_TS, check_kind, check_time
+from memspine import integers
+from memspine.schemas import check_time
 from storage.errors import InvalidRequest
 from storage.log import layout as enc
-from storage.model import FilterValue
+from storage.model import MAX_TS, FilterValue, check_kind, check_subject
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 DEFAULT_LIST_LIMIT = 100
@@ -36,7 +37,7 @@ def int_range(name: str, lo: int, hi: int) -> Callable[[str], int]:
 
     def parse(raw: str) -> int:
         try:
-            value = int(raw)
+            value = integers.parse(raw)  # 2 or 2.0, as JSON Schema's integer; not 2.5
         except ValueError:
             raise InvalidRequest(f"{name} must be an integer") from None
         return in_range(value, name, lo, hi)
@@ -94,12 +95,16 @@ def list_query(
     current: bool = True,
     as_of: int | None = None,
     checked: bool = True,
+    subject: str | None = None,
 ) -> ListQuery:
     """A listing's query from parsed values (GET /v1/memory/events, memory_list): kinds,
     ranges, property filters and times checked here, once for both doors."""
     if kind is not None:
         check_kind(kind)
     filters = {name: prop_filter(name, raw) for name, raw in (props or {}).items()}
+    if subject is not None:
+        # the subject's list first: listing walks the first filter's index (the narrowest here)
+        filters = {enc.SUBJECT: [check_subject(subject)], **filters}
     return ListQuery(
         kind=kind,
         since=check_time(_bounded(since, "since"), "since", checked=checked, zero=True),

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import math
 import re
 import time
 import uuid
@@ -12,25 +11,38 @@ from typing import Annotated, Any, TypeVar
 
 import msgspec
 
+from memspine import integers
 from memspine.jsonbounds import check_body_nesting
 from storage.cypher import MAX_QUERY_CHARS
 from storage.errors import InvalidRequest
 from storage.log import layout as enc
-from storage.model import NewEvent, StoredEvent
+from storage.model import (
+    KIND_PATTERN,
+    MAX_EMBEDDING_DIM,
+    MAX_IDS,
+    MAX_KIND_BYTES,
+    MAX_MODEL_CHARS,
+    MAX_SUBJECT_BYTES,
+    MAX_SUBJECTS,
+    MAX_TEXT_CHARS,
+    MAX_TS,
+    NewEvent,
+    StoredEvent,
+    check_embedding,
+    check_kind,
+    check_subject,
+    check_subjects,
+    check_text,
+    new_event,
+)
+from storage.model import check_model as model_rule
 from storage.read.recall import RecallQuery, RecallResult, Walk, Withheld
 
 T = TypeVar("T")
 
-MAX_KIND_BYTES = 64
-MAX_TEXT_CHARS = 100_000
-MAX_IDS = 1000
-MAX_TS = 2**62
-MAX_MODEL_CHARS = 200
 MAX_IDEMPOTENCY_KEY = 255
 MAX_RECALL_TEXT_CHARS = 10_000
 MAX_K, MAX_HOPS = 100, 3
-KIND_PATTERN = "^[^\\x00-\\x1f\\x7f]+$"
-_KIND = re.compile(r"^[^\x00-\x1f\x7f]+\Z")  # \Z: "$" would accept a trailing newline
 _IDEMPOTENCY_KEY = re.compile(r"^[\x21-\x7e]+\Z")
 # A time a client sends must fall from 2000 through 9999 unless the request says
 # `Memspine-Time-Check: off`: seconds or milliseconds read as microseconds land in January
@@ -55,10 +67,30 @@ From = Annotated[
     doc("Microseconds since the Unix epoch, 2000 through 9999, or 0.", anyOf=[{"const": 0}, TIME]),
 ]
 Vector = Annotated[
-    list[float], doc("Finite numbers, as many as the tenant's dimension.", minItems=1)
+    list[float],
+    doc(
+        "Finite numbers within float32's range (±3.4e38), as many as the tenant's dimension.",
+        minItems=1,
+        maxItems=MAX_EMBEDDING_DIM,
+    ),
 ]
 Model = Annotated[str, doc(minLength=1, maxLength=MAX_MODEL_CHARS)]
 Ids = Annotated[list[str], doc(f"Event ids, at most {MAX_IDS}.", maxItems=MAX_IDS)]
+SUBJECT_SCHEMA = {
+    "type": "string",
+    "minLength": 1,
+    "maxLength": MAX_SUBJECT_BYTES,
+    "pattern": "^[ -~]+$",
+}
+Subject = Annotated[str, doc(**SUBJECT_SCHEMA)]
+Subjects = Annotated[
+    list[Subject],
+    doc(
+        f"The people the event is about: at most {MAX_SUBJECTS} ids of 1-{MAX_SUBJECT_BYTES} "
+        "printable ASCII bytes.",
+        maxItems=MAX_SUBJECTS,
+    ),
+]
 Properties = Annotated[
     msgspec.Raw,
     doc(
@@ -103,6 +135,7 @@ class EventIn(msgspec.Struct, forbid_unknown_fields=True):
     supersedes: Ids | None = None
     valid_from: From | None = None
     valid_until: Time | None = None
+    subjects: Subjects | None = None
 
 
 class EventCreated(msgspec.Struct, omit_defaults=True):
@@ -143,6 +176,13 @@ def decode_body(body: bytes, type_: type[T]) -> T:
     try:
         return msgspec.json.decode(body, type=type_)
     except msgspec.ValidationError as exc:
+        lax = (
+            integers.decode(body, type_)
+            if integers.INT_WORDS.search(str(exc)) is not None
+            else None
+        )
+        if lax is not None:  # 2.0 where an integer goes: an integer to JSON Schema
+            return lax
         raise InvalidRequest(f"invalid request body: {_explain(str(exc))}") from None
     except msgspec.DecodeError as exc:
         raise InvalidRequest(f"the request body is not valid JSON: {exc}") from None
@@ -153,6 +193,13 @@ def convert_body(values: dict[str, Any], type_: type[T]) -> T:
     try:
         return msgspec.convert(values, type=type_)
     except msgspec.ValidationError as exc:
+        lax = (
+            integers.convert(values, type_)
+            if integers.INT_WORDS.search(str(exc)) is not None
+            else None
+        )
+        if lax is not None:
+            return lax
         raise InvalidRequest(f"invalid request body: {_explain(str(exc))}") from None
 
 
@@ -179,24 +226,6 @@ def _decode_raw(value: Any) -> Any:
 def _explain(message: str) -> str:
     """Msgspec's message with `$.` paths made readable ("at `$.kind`" -> "at kind")."""
     return message.replace("`$.", "`").replace("`$`", "the body")
-
-
-def check_kind(kind: str, field: str = "kind") -> str:
-    """A kind is 1–64 bytes of printable text."""
-    if not kind or len(kind.encode()) > MAX_KIND_BYTES or not _KIND.match(kind):
-        raise InvalidRequest(f"{field} must be 1 to {MAX_KIND_BYTES} bytes of printable text")
-    return kind
-
-
-def check_embedding(values: list[float], field: str = "embedding") -> list[float]:
-    """Every value finite."""
-    if not values:
-        raise InvalidRequest(f"{field} must not be empty")
-    # The sum is finite when every value is (NaN and infinity propagate): one C loop per
-    # append instead of a generator; only an overflowing sum pays for the exact check.
-    if not math.isfinite(sum(values)) and not all(math.isfinite(v) for v in values):
-        raise InvalidRequest(f"{field} must contain only finite numbers (no NaN or infinity)")
-    return values  # msgspec decoded them as list[float]: integers already came out as floats
 
 
 # A time a client sends must fall from EARLIEST_TS to LATEST_TS unless the request says
@@ -253,17 +282,6 @@ def _unit_hint(value: int, field: str) -> str:
     )
 
 
-def _id_list(value: Any, field: str) -> tuple[str, ...]:
-    """A list of strings (ids); non-UUID strings are kept so they come back as unlinked."""
-    if value is None:
-        return ()
-    if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
-        raise InvalidRequest(f"{field} must be a list of event id strings")
-    if len(value) > MAX_IDS:
-        raise InvalidRequest(f"{field} may name at most {MAX_IDS} events")
-    return tuple(value)
-
-
 def idempotent_id(tenant_id: str, key: str) -> str:
     """uuid5(uuid5(NAMESPACE_URL, "memspine:" + tenant), key), as docs/api.md states it."""
     namespace = uuid.uuid5(uuid.NAMESPACE_URL, "memspine:" + tenant_id)
@@ -282,56 +300,35 @@ def check_idempotency_key(key: str, field: str = "Idempotency-Key") -> str:
 def to_new_event(
     body: EventIn, *, tenant_id: str, idempotency_key: str | None, check_times: bool = True
 ) -> NewEvent:
-    """Validate an append body and turn it into the engine's NewEvent (check_times: see check_time)."""
-    check_kind(body.kind)
-    if body.text is not None and len(body.text) > MAX_TEXT_CHARS:
-        raise InvalidRequest(f"text may be at most {MAX_TEXT_CHARS} characters")
-    embedding = check_embedding(body.embedding) if body.embedding is not None else None
-    check_model(body.embedding_model)
-    properties_raw: bytes | None = None
-    sources: tuple[str, ...] = ()
-    if body.properties is not msgspec.UNSET:
-        properties = _decode_properties(body.properties)
-        if properties is not None:
-            if not isinstance(properties, dict):
-                raise InvalidRequest("properties must be a JSON object")
-            properties_raw = bytes(body.properties)
-            sources = _id_list(properties.get("source_event_ids"), "properties.source_event_ids")
+    """Validate an append body and turn it into the engine's NewEvent: the request's own checks
+    here (times of a plausible unit, the key), the event's rules in storage.model.new_event."""
     ts = check_time(body.ts, "ts", checked=check_times)
-    valid_from = check_time(body.valid_from, "valid_from", checked=check_times, zero=True)
-    valid_until = check_time(body.valid_until, "valid_until", checked=check_times)
-    if valid_from is not None and valid_until is not None and valid_from >= valid_until:
-        raise InvalidRequest("valid_from must be earlier than valid_until")
-    event_id = body_hash = None
+    check_time(body.valid_from, "valid_from", checked=check_times, zero=True)
+    check_time(body.valid_until, "valid_until", checked=check_times)
+    event_id = None
     if idempotency_key is not None:
         event_id = idempotent_id(tenant_id, check_idempotency_key(idempotency_key))
-        body_hash = _body_hash(body)
-    return NewEvent(
+    raw = bytes(body.properties) if body.properties is not msgspec.UNSET else None
+    new = new_event(
         kind=body.kind,
         ts=ts if ts is not None else time.time_ns() // 1000,
         text=body.text,
-        embedding=embedding,
+        embedding=body.embedding,
         embedding_model=body.embedding_model,
-        properties_raw=properties_raw,
-        source_ids=sources,
-        supersedes=_id_list(body.supersedes, "supersedes"),
-        valid_from=valid_from,
-        valid_until=valid_until,
+        properties_raw=raw if raw != b"null" else None,
+        supersedes=_ids(body.supersedes),
+        valid_from=body.valid_from,
+        valid_until=body.valid_until,
         event_id=event_id,
-        body_hash=body_hash,
+        subjects=check_subjects(body.subjects),
     )
+    if idempotency_key is None:
+        return new
+    return msgspec.structs.replace(new, body_hash=_body_hash(body))
 
 
-def _decode_properties(raw: msgspec.Raw) -> Any:
-    """The properties as values; a number no JSON reader can hold (1e400) is 400, not stored."""
-    try:
-        return msgspec.json.decode(raw)
-    except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-        reason = str(exc).split(" - at ")[0].lower()  # "number out of range"
-        raise InvalidRequest(
-            f"properties hold a number no JSON reader can hold ({reason}): "
-            "numbers must be finite, within ±1.8e308"
-        ) from None
+def _ids(value: list[str] | None) -> tuple[str, ...]:
+    return tuple(value) if value is not None else ()
 
 
 def _body_hash(body: EventIn) -> bytes:
@@ -340,6 +337,8 @@ def _body_hash(body: EventIn) -> bytes:
     obj: dict[str, Any] = {f: getattr(body, f) for f in EventIn.__struct_fields__}
     raw = body.properties
     obj["properties"] = msgspec.json.decode(raw) if raw is not msgspec.UNSET else None
+    if obj["subjects"] is None:  # absent: the hash an event had before subjects existed
+        del obj["subjects"]
     return hashlib.sha256(msgspec.json.encode(obj, order="sorted")).digest()
 
 
@@ -358,6 +357,7 @@ class EventOut(msgspec.Struct):
     valid_until: int | msgspec.UnsetType = msgspec.UNSET
     current: bool | msgspec.UnsetType = msgspec.UNSET
     superseded_by: list[str] | msgspec.UnsetType = msgspec.UNSET
+    subjects: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 def _set(value: T | None) -> T | msgspec.UnsetType:
@@ -387,6 +387,7 @@ def event_out(
         valid_until=_set(ev.valid_until),
         current=_set(current),
         superseded_by=_set(superseded_by),
+        subjects=ev.subjects or msgspec.UNSET,
     )
 
 
@@ -427,6 +428,7 @@ class HitOut(msgspec.Struct):
     replaces: list[str] | msgspec.UnsetType = msgspec.UNSET
     keyword_rank: int | msgspec.UnsetType | None = msgspec.UNSET  # with explain, ranked hits only
     vector_rank: int | msgspec.UnsetType | None = msgspec.UNSET
+    subjects: list[str] | msgspec.UnsetType = msgspec.UNSET
 
 
 class RecallOut(msgspec.Struct):
@@ -440,19 +442,23 @@ class RecallOut(msgspec.Struct):
 
 def check_model(model: str | None) -> None:
     """Refuse an embedding_model name that is empty or longer than the document allows."""
-    if model is not None and not 0 < len(model) <= MAX_MODEL_CHARS:
-        raise InvalidRequest(f"embedding_model must be 1 to {MAX_MODEL_CHARS} characters")
+    if model is not None:
+        model_rule(model)
 
 
 def to_recall_query(body: RecallIn, *, check_times: bool = True) -> RecallQuery:
     """Validate a recall body (limits, filter names and values, as_of) into the engine's query."""
-    if body.text is not None and len(body.text) > MAX_RECALL_TEXT_CHARS:
-        raise InvalidRequest(f"text may be at most {MAX_RECALL_TEXT_CHARS} characters")
+    if body.text is not None:
+        check_text(body.text, limit=MAX_RECALL_TEXT_CHARS)
     if body.kind is not None:
         check_kind(body.kind)
     check_model(body.embedding_model)
-    filters = body.filter or {}
+    filters = dict(body.filter or {})
+    if "subject" in filters:  # the subjects' index, not a property (docs/api.md, "Subjects")
+        filters[enc.SUBJECT] = check_subject(filters.pop("subject"), "filter 'subject'")
     for name, value in filters.items():
+        if name == enc.SUBJECT:
+            continue
         if not enc.PROPERTY_NAME.match(name) or len(name) > enc.MAX_FILTER_NAME_BYTES:
             raise InvalidRequest(
                 f"filter '{name}' is not a filterable property name (letters, digits, underscores; starting with a letter)"
@@ -491,6 +497,7 @@ def recall_out(result: RecallResult) -> RecallOut:
             replaces=h.replaces if h.replaces else msgspec.UNSET,
             keyword_rank=h.ranks[0] if h.ranks is not None else msgspec.UNSET,
             vector_rank=h.ranks[1] if h.ranks is not None else msgspec.UNSET,
+            subjects=h.event.subjects or msgspec.UNSET,
         )
         for h in result.hits
     ]

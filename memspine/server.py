@@ -13,10 +13,10 @@ import uvicorn
 from memspine import __version__
 from memspine.config import SettingsError, load_settings
 from memspine.connguard import guarded_protocol
-from memspine.datalock import DataDirBusy, client_url, hold
 from memspine.limits import log_fd_limit, raise_fd_limit
 from memspine.logs import configure_logging
 from memspine.startline import ReadyServer
+from storage.datalock import DataDirBusy, client_url, hold
 from storage.errors import MemspineError
 
 log = logging.getLogger("memspine.server")

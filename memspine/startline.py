@@ -11,16 +11,19 @@ import uvicorn
 
 from memspine import __version__
 from memspine.config import Settings
-from memspine.datalock import client_url
 from memspine_admin.control import ControlDB, control_path
-from memspine_admin.plane import redact
+from memspine_admin.controlurl import redact
+from storage.datalock import client_url
+from storage.embedders import describe
 
 log = logging.getLogger("memspine.server")
 
 
 def embedder(settings: Settings) -> str:
-    """What turns text into embeddings for this server; today nothing: clients send vectors."""
-    return f"none (clients send embeddings of {settings.embedding_dim} numbers)"
+    """What turns text into embeddings for this server: the embedder its settings name."""
+    return describe(
+        settings.embedder, settings.embedder_url, settings.embedder_model, settings.embedding_dim
+    )
 
 
 def start_line(settings: Settings) -> tuple[str, dict[str, Any]]:

@@ -20,20 +20,16 @@ from memspine_admin.records import (
     is_tenant_id,
     now_us,
 )
-from memspine_admin.verifier import UNAUTHORIZED_DETAIL, KeyVerifier, Principal
 
 __all__ = [
     "CONTROL_DIR",
     "NO_CONTROL_DB",
     "SCOPES",
-    "UNAUTHORIZED_DETAIL",
     "AuditEntry",
     "ControlDB",
     "IssuedKey",
     "KeyInfo",
     "KeyRecord",
-    "KeyVerifier",
-    "Principal",
     "TenantRecord",
     "control_path",
     "erase_tenant_dir",

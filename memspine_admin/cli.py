@@ -4,40 +4,34 @@ move tenants' data (memspine_admin/data.py)."""
 from __future__ import annotations
 
 import argparse
-import datetime as dt
-import getpass
 import os
 import socket
 import sys
 from collections.abc import Callable, Sequence
+from importlib import metadata
 from pathlib import Path
 from typing import Any
 
 import msgspec
 
-from memspine_admin import data, keys
+from memspine_admin import data, keys, retention_cmds, subjects
+from memspine_admin.command import (
+    EXIT_ABORTED,
+    EXIT_ERROR,
+    EXIT_OK,
+    EXIT_USAGE,
+    actor,
+    control_url,
+    local_tenants,
+)
+from memspine_admin.command import emit as _emit
+from memspine_admin.command import open_plane as _open
+from memspine_admin.command import when as _when
 from memspine_admin.control import erase_tenant_dir
-from memspine_admin.plane import ControlPlane, init_control, open_control
+from memspine_admin.plane import init_control
 from memspine_admin.records import LIMITS, KeyCounts, TenantRecord, now_us
 from storage.errors import Conflict, MemspineError, NotFound
 from storage.tenants.usage import TenantUsage, closed_usage
-
-EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ABORTED = 0, 1, 2, 3
-
-
-def actor() -> str:
-    """The audit actor for this CLI run: `cli:<os user>`."""
-    try:
-        user = getpass.getuser()
-    except (KeyError, OSError):  # containers often run with a uid that has no passwd entry
-        user = f"uid{os.getuid()}"
-    return f"cli:{user}"
-
-
-def _when(us: int | None) -> str:
-    if us is None:
-        return "never"
-    return dt.datetime.fromtimestamp(us / 1e6, tz=dt.UTC).strftime("%Y-%m-%d %H:%M:%SZ")
 
 
 def _table(rows: list[list[str]], header: list[str]) -> str:
@@ -47,13 +41,6 @@ def _table(rows: list[list[str]], header: list[str]) -> str:
         for row in [header, *rows]
     ]
     return "\n".join(lines)
-
-
-def _emit(args: argparse.Namespace, payload: Any, human: str) -> None:
-    if args.json:
-        sys.stdout.write(msgspec.json.encode(payload).decode() + "\n")
-    else:
-        sys.stdout.write(human + "\n")
 
 
 def _confirm(args: argparse.Namespace, question: str) -> bool:
@@ -66,33 +53,7 @@ def _confirm(args: argparse.Namespace, question: str) -> bool:
     return answer.strip().lower() in ("y", "yes")
 
 
-def control_url() -> str | None:
-    """MEMSPINE_CONTROL_URL: the PostgreSQL control plane, as the server reads it; None for LMDB."""
-    return os.environ.get("MEMSPINE_CONTROL_URL", "").strip() or None
-
-
-def _open(args: argparse.Namespace) -> ControlPlane:
-    return open_control(args.data_dir, control_url(), actor=actor())
-
-
 ADOPT = "memspine-admin tenant adopt DIRNAME NAME"
-
-
-def local_tenants(data_dir: Path, known: set[str]) -> list[str]:
-    """Tenant directories (holding an event log) whose names the control database lacks:
-    the tenants of local mode, whose tokens were their names."""
-    try:
-        entries = sorted(os.scandir(data_dir), key=lambda e: e.name)
-    except FileNotFoundError:
-        return []
-    return [
-        e.name
-        for e in entries
-        if e.name[0] not in "._"  # _control, and the .erasing-* or .control-init-* leftovers
-        and e.is_dir(follow_symlinks=False)
-        and os.path.isdir(os.path.join(e.path, "events"))
-        and e.name not in known
-    ]
 
 
 def has_command(*path: str) -> bool:
@@ -267,12 +228,17 @@ def cmd_tenant_show(args: argparse.Namespace) -> int:
         if tenant is None:
             raise NotFound("no tenant with that id")
         keys = KeyCounts.of(db.list_keys(tenant.tenant_id), now_us())
+        holds = db.list_holds(tenant.tenant_id)
     root = args.data_dir / tenant.tenant_id
     usage = closed_usage(root, is_open=None) if root.is_dir() else None
     # Its own limits always (null: none), which the record leaves out when unset.
     payload = {**msgspec.to_builtins(tenant), **{name: getattr(tenant, name) for name in LIMITS}}
-    payload |= {"keys": keys, "usage": usage}
-    _emit(args, payload, _show(tenant, keys, usage, args.data_dir))
+    view = retention_cmds.view_from_files(args.data_dir, tenant)
+    payload |= {"keys": keys, "usage": usage, "retention": tenant.retention}
+    payload |= {"retention_state": view, "holds": holds}
+    human = [_show(tenant, keys, usage, args.data_dir)]
+    human += retention_cmds.show_lines(tenant, holds, view)
+    _emit(args, payload, "\n".join(human))
     return EXIT_OK
 
 
@@ -454,6 +420,15 @@ def _common() -> argparse.ArgumentParser:
     return common
 
 
+def _version() -> str:
+    """The installed distribution's version, as `memspine-server --version` prints it (the
+    package memspine is the server's, which this one does not import)."""
+    try:
+        return metadata.version("memspine")
+    except metadata.PackageNotFoundError:  # running from a source tree without an install
+        return "0.0.0"
+
+
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser for every subcommand."""
     common = _common()
@@ -462,6 +437,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=[common],
         description="Manage memspine tenants, API keys, audit, and tenants' data.",
     )
+    parser.add_argument("--version", action="version", version=f"memspine-admin {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     def command(
@@ -526,6 +502,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--once", action="store_true", help="apply the routes once and exit")
 
     data.add_commands(sub, tsub, command)
+    subjects.add_commands(sub, command)
+    retention_cmds.add_commands(tsub, command)
 
     p = command(sub, "audit", cmd_audit)
     p.add_argument("--after", type=int, default=None, help="show entries after this seq")

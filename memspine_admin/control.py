@@ -26,6 +26,7 @@ from memspine_admin.records import (
     MAX_QUOTA,
     SCOPES,
     AuditEntry,
+    HoldRecord,
     IssuedKey,
     KeyInfo,
     KeyRecord,
@@ -36,7 +37,14 @@ from memspine_admin.records import (
     is_tenant_id,
     now_us,
 )
-from storage.errors import Conflict, InvalidRequest, NotFound
+from memspine_admin.retention import (
+    hold_audit,
+    is_hold_id,
+    merge_retention,
+    new_hold,
+    retention_audit,
+)
+from storage.errors import Conflict, InvalidRequest, LegalHold, NotFound
 from storage.fsync import fsync_dir
 
 CONTROL_DIR = "_control"
@@ -58,6 +66,7 @@ class StoredTenant(msgspec.Struct, frozen=True, kw_only=True):
     max_events: int | None = None
     max_bytes: int | None = None
     max_memory: int | None = None
+    retention: dict[str, int] | None = None
 
     def tenant(self) -> TenantRecord:
         """What callers see."""
@@ -68,6 +77,7 @@ class StoredTenant(msgspec.Struct, frozen=True, kw_only=True):
             max_events=self.max_events,
             max_bytes=self.max_bytes,
             max_memory=self.max_memory,
+            retention=self.retention,
         )
 
 
@@ -136,6 +146,7 @@ class ControlDB:
         self._audit = env.open_db(b"audit", create=False)
         # Added after schema 1 shipped: made on first open, empty until tenants get routes.
         self._routes = env.open_db(b"tenant_routes")
+        self._holds = env.open_db(b"holds")  # tenant_id/hold_id -> HoldRecord (made on first open)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -164,6 +175,7 @@ class ControlDB:
                     b"keys",
                     b"tenant_keys",
                     b"tenant_routes",
+                    b"holds",
                 ):
                     env.open_db(name, txn=txn)
                 audit = env.open_db(b"audit", txn=txn)
@@ -308,6 +320,9 @@ class ControlDB:
             if raw is None:
                 raise NotFound("no tenant with that id")
             tenant = msgspec.msgpack.decode(raw, type=StoredTenant)
+            held = self._holds_in(txn, tenant_id)
+            if held:
+                raise held_tenant(held[0])
             for record in self._tenant_key_records(txn, tenant_id):
                 if record.revoked_at is None:
                     revoked_record = msgspec.structs.replace(record, revoked_at=now)
@@ -338,6 +353,66 @@ class ControlDB:
             self._bump(txn)  # servers read a tenant's limits again on a new generation
             self._log(txn, actor, "tenant.limits", tenant_id, None, dict(changes))
         return stored.tenant()
+
+    # -- retention and legal holds ------------------------------------------------------------
+
+    def set_retention(
+        self, tenant_id: str, changes: Mapping[str, object] | None, *, actor: str
+    ) -> TenantRecord:
+        """Set (days) or remove (None) a tenant's retention windows by kind; the others stay."""
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(tenant_id.encode(), db=self._tenants) if is_tenant_id(tenant_id) else None
+            if raw is None:
+                raise NotFound("no tenant with that id")
+            stored = msgspec.msgpack.decode(raw, type=StoredTenant)
+            merged = merge_retention(stored.retention, changes)
+            stored = msgspec.structs.replace(stored, retention=merged)
+            txn.put(tenant_id.encode(), msgspec.msgpack.encode(stored), db=self._tenants)
+            self._log(txn, actor, "tenant.retention", tenant_id, None, retention_audit(changes))
+        return stored.tenant()
+
+    def place_hold(
+        self, tenant_id: str, reason: str, subject: str | None = None, *, actor: str
+    ) -> HoldRecord:
+        """Place a legal hold on a tenant, or on one subject's events of it."""
+        hold = new_hold(tenant_id, reason, subject, actor=actor, now=self.now())
+        with self._env.begin(write=True) as txn:
+            if not is_tenant_id(tenant_id) or txn.get(tenant_id.encode(), db=self._tenants) is None:
+                raise NotFound("no tenant with that id")
+            txn.put(
+                f"{tenant_id}/{hold.hold_id}".encode(), msgspec.msgpack.encode(hold), db=self._holds
+            )
+            self._log(txn, actor, "hold.place", tenant_id, None, hold_audit(hold))
+        return hold
+
+    def list_holds(self, tenant_id: str) -> list[HoldRecord]:
+        """The tenant's holds, oldest first (none for an unknown tenant)."""
+        if not is_tenant_id(tenant_id):
+            return []
+        with self._env.begin() as txn:
+            return self._holds_in(txn, tenant_id)
+
+    def lift_hold(self, tenant_id: str, hold_id: str, *, actor: str) -> HoldRecord:
+        """Lift a hold: what it kept may be deleted again. NotFound for an unknown hold."""
+        key = f"{tenant_id}/{hold_id}".encode()
+        with self._env.begin(write=True) as txn:
+            raw = txn.get(key, db=self._holds) if is_hold_id(hold_id) else None
+            if raw is None or not is_tenant_id(tenant_id):
+                raise NotFound("no hold with that id on this tenant")
+            hold = msgspec.msgpack.decode(raw, type=HoldRecord)
+            txn.delete(key, db=self._holds)
+            self._log(txn, actor, "hold.lift", tenant_id, None, hold_audit(hold))
+        return hold
+
+    def _holds_in(self, txn: lmdb.Transaction, tenant_id: str) -> list[HoldRecord]:
+        prefix = f"{tenant_id}/".encode()
+        cursor = txn.cursor(db=self._holds)
+        found = cursor.set_range(prefix)
+        holds = []
+        while found and bytes(cursor.key()).startswith(prefix):
+            holds.append(msgspec.msgpack.decode(cursor.value(), type=HoldRecord))
+            found = cursor.next()
+        return sorted(holds, key=lambda h: (h.placed_at, h.hold_id))
 
     # -- keys --------------------------------------------------------------------------------
 
@@ -517,6 +592,42 @@ class ControlDB:
         return entries, (entries[-1].seq if more else None)
 
 
+def held_tenant(hold: HoldRecord) -> LegalHold:
+    """The refusal of a tenant's deletion while a hold stands on it."""
+    return LegalHold(
+        f"the tenant is under legal hold {hold.hold_id}; lift the hold before deleting it",
+        hold_id=hold.hold_id,
+    )
+
+
+def retention_in_copy(
+    control_dir: Path,
+) -> dict[str, tuple[dict[str, int] | None, list[HoldRecord]]]:
+    """Each tenant's retention windows and legal holds as a copy of a control database (a
+    backup's) holds them, read without writing to it: tenant id -> (windows, holds)."""
+    env = lmdb.open(
+        str(control_dir), subdir=True, readonly=True, lock=False, max_dbs=16, map_size=MAP_SIZE
+    )
+    try:
+        with env.begin() as txn:
+            tenants = env.open_db(b"tenants", txn=txn, create=False)
+            found: dict[str, tuple[dict[str, int] | None, list[HoldRecord]]] = {
+                key.decode(): (msgspec.msgpack.decode(raw, type=StoredTenant).retention, [])
+                for key, raw in txn.cursor(db=tenants)
+            }
+            try:
+                holds = env.open_db(b"holds", txn=txn, create=False)
+            except lmdb.NotFoundError:  # a copy made before holds existed
+                return found
+            for _key, raw in txn.cursor(db=holds):
+                hold = msgspec.msgpack.decode(raw, type=HoldRecord)
+                if hold.tenant_id in found:
+                    found[hold.tenant_id][1].append(hold)
+        return found
+    finally:
+        env.close()
+
+
 def check_audit_page(after: object, limit: object) -> None:
     """InvalidRequest unless `limit` is 1..MAX_AUDIT_LIMIT and `after` None or a seq (>= 0)."""
     if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_AUDIT_LIMIT:
@@ -534,7 +645,7 @@ def _open_env(path: Path, *, create: bool) -> lmdb.Environment:
         subdir=True,
         create=create,
         map_size=MAP_SIZE,
-        max_dbs=8,
+        max_dbs=16,
         mode=0o600,
         sync=True,
         metasync=True,

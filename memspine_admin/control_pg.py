@@ -20,7 +20,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -35,7 +35,9 @@ from memspine_admin.control import (
     NO_CONTROL_DB,
     check_audit_page,
     check_limits,
+    held_tenant,
 )
+from memspine_admin.controlurl import redact
 from memspine_admin.issuing import KeyRequest
 from memspine_admin.placement import (
     NodeFigures,
@@ -44,10 +46,10 @@ from memspine_admin.placement import (
     is_node_name,
     least_loaded,
 )
-from memspine_admin.plane import redact
 from memspine_admin.records import (
     SCOPES,
     AuditEntry,
+    HoldRecord,
     IssuedKey,
     KeyInfo,
     KeyRecord,
@@ -56,6 +58,13 @@ from memspine_admin.records import (
     check_tenant_id,
     is_tenant_id,
     now_us,
+)
+from memspine_admin.retention import (
+    hold_audit,
+    is_hold_id,
+    merge_retention,
+    new_hold,
+    retention_audit,
 )
 from storage.errors import Conflict, InvalidRequest, NotFound, Unavailable
 
@@ -76,7 +85,8 @@ PROXY_LIVE_SECS = 10.0
 MAX_BIGINT = 2**63 - 1
 _MIGRATION = re.compile(r"^(\d{4})_([a-z0-9_]+)\.sql\Z")
 
-_TENANT_COLUMNS = "tenant_id, name, created_at, node, max_events, max_bytes, max_memory"
+_TENANT_COLUMNS = "tenant_id, name, created_at, node, max_events, max_bytes, max_memory, retention"
+_HOLD_COLUMNS = "hold_id, tenant_id, reason, subject, placed_at, placed_by"
 _PLACEMENT_COLUMNS = "node, move_to, move_from, writes_held"
 _KEY_COLUMNS = (
     "key_id, tenant_id, name, scopes, created_at, expires_at, revoked_at, secret_hash,"
@@ -159,6 +169,18 @@ def _tenant(row: tuple[Any, ...]) -> TenantRecord:
         max_events=row[4],
         max_bytes=row[5],
         max_memory=row[6],
+        retention=row[7],
+    )
+
+
+def _hold(row: tuple[Any, ...]) -> HoldRecord:
+    return HoldRecord(
+        hold_id=row[0],
+        tenant_id=row[1],
+        reason=row[2],
+        subject=row[3],
+        placed_at=row[4],
+        placed_by=row[5],
     )
 
 
@@ -603,6 +625,13 @@ class PgControl:
         now = self.now()
         with self._conn() as conn:
             change = _Change(conn, self.now)
+            hold = conn.execute(
+                f"SELECT {_HOLD_COLUMNS} FROM holds WHERE tenant_id = %s"
+                " ORDER BY placed_at, hold_id LIMIT 1",
+                (tenant_id,),
+            ).fetchone()
+            if hold is not None:
+                raise held_tenant(_hold(hold))
             row = conn.execute(
                 "DELETE FROM tenants WHERE tenant_id = %s RETURNING name", (tenant_id,)
             ).fetchone()
@@ -644,6 +673,82 @@ class PgControl:
             change.log(actor, "tenant.limits", tenant_id, None, dict(changes))
             change.finish()
         return _tenant(row)
+
+    # -- retention and legal holds ------------------------------------------------------------
+
+    def set_retention(
+        self, tenant_id: str, changes: Mapping[str, object] | None, *, actor: str
+    ) -> TenantRecord:
+        """Set (days) or remove (None) a tenant's retention windows by kind; the others stay."""
+        if not is_tenant_id(tenant_id):
+            raise NotFound("no tenant with that id")
+        with self._conn() as conn:
+            change = _Change(conn, self.now)  # serialises changes, as LMDB's one writer does
+            row = conn.execute(
+                "SELECT retention FROM tenants WHERE tenant_id = %s", (tenant_id,)
+            ).fetchone()
+            if row is None:
+                raise NotFound("no tenant with that id")
+            merged = merge_retention(row[0], changes)
+            row = conn.execute(
+                f"UPDATE tenants SET retention = %s WHERE tenant_id = %s"
+                f" RETURNING {_TENANT_COLUMNS}",
+                (None if merged is None else Json(merged), tenant_id),
+            ).fetchone()
+            assert row is not None  # the tenant row is locked by the SELECT above's transaction
+            change.log(actor, "tenant.retention", tenant_id, None, retention_audit(changes))
+            change.finish()
+        return _tenant(row)
+
+    def place_hold(
+        self, tenant_id: str, reason: str, subject: str | None = None, *, actor: str
+    ) -> HoldRecord:
+        """Place a legal hold on a tenant, or on one subject's events of it."""
+        hold = new_hold(tenant_id, reason, subject, actor=actor, now=self.now())
+        if not is_tenant_id(tenant_id):
+            raise NotFound("no tenant with that id")
+        with self._conn() as conn:
+            change = _Change(conn, self.now)
+            found = conn.execute("SELECT 1 FROM tenants WHERE tenant_id = %s", (tenant_id,))
+            if found.fetchone() is None:
+                raise NotFound("no tenant with that id")
+            conn.execute(
+                f"INSERT INTO holds ({_HOLD_COLUMNS}) VALUES (%s, %s, %s, %s, %s, %s)",
+                (*msgspec.structs.astuple(hold),),
+            )
+            change.log(actor, "hold.place", tenant_id, None, hold_audit(hold))
+            change.finish()
+        return hold
+
+    def list_holds(self, tenant_id: str) -> list[HoldRecord]:
+        """The tenant's holds, oldest first (none for an unknown tenant)."""
+        if not is_tenant_id(tenant_id):
+            return []
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT {_HOLD_COLUMNS} FROM holds WHERE tenant_id = %s"
+                ' ORDER BY placed_at, hold_id COLLATE "C"',
+                (tenant_id,),
+            ).fetchall()
+        return [_hold(r) for r in rows]
+
+    def lift_hold(self, tenant_id: str, hold_id: str, *, actor: str) -> HoldRecord:
+        """Lift a hold: what it kept may be deleted again. NotFound for an unknown hold."""
+        if not (is_tenant_id(tenant_id) and is_hold_id(hold_id)):
+            raise NotFound("no hold with that id on this tenant")
+        with self._conn() as conn:
+            change = _Change(conn, self.now)
+            row = conn.execute(
+                f"DELETE FROM holds WHERE tenant_id = %s AND hold_id = %s"
+                f" RETURNING {_HOLD_COLUMNS}",
+                (tenant_id, hold_id),
+            ).fetchone()
+            if row is None:
+                raise NotFound("no hold with that id on this tenant")
+            hold = _hold(row)
+            change.log(actor, "hold.lift", tenant_id, None, hold_audit(hold))
+            change.finish()
+        return hold
 
     # -- keys --------------------------------------------------------------------------------
 

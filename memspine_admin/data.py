@@ -17,9 +17,12 @@ from typing import IO, Any
 
 import msgspec
 
+from memspine_admin.command import actor, control_url, local_tenants
+from memspine_admin.command import emit as _emit
 from memspine_admin.control import CONTROL_DIR, MAP_SIZE
 from memspine_admin.plane import ControlPlane, control_exists, open_control
-from memspine_admin.records import check_tenant_id, is_tenant_id
+from memspine_admin.records import LOCAL_TENANT, UUID, check_tenant_id, is_tenant_id, now_us
+from storage.datalock import DataDirBusy, hold
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound
 from storage.fsync import fsync_dir, replace_durably
 
@@ -73,14 +76,10 @@ def progress(args: argparse.Namespace, what: str, total: int | None = None) -> I
 
 
 def _url() -> str | None:
-    from memspine_admin.cli import control_url
-
     return control_url()
 
 
 def _plane(data_dir: Path) -> ControlPlane:
-    from memspine_admin.cli import actor
-
     return open_control(data_dir, _url(), actor=actor())
 
 
@@ -94,8 +93,6 @@ def tenant_dir(data_dir: Path, value: str) -> str:
     are in force, a local-mode id (memspine/auth.py) before; InvalidRequest otherwise."""
     if _controlled(data_dir):
         return check_tenant_id(value)
-    from memspine.auth import LOCAL_TENANT, UUID
-
     if UUID.match(value):
         return value.lower()
     if not LOCAL_TENANT.match(value):
@@ -117,8 +114,6 @@ def beside_the_server() -> None:
 def unserved(data_dir: Path, why: str) -> Iterator[None]:
     """Hold the data directory as the server would, so that none starts meanwhile; Conflict
     naming the holder when a server (or the embedded MCP bridge) serves it."""
-    from memspine.datalock import DataDirBusy, hold
-
     try:
         lock = hold(data_dir, "memspine-admin")
     except DataDirBusy as busy:
@@ -149,12 +144,16 @@ def cmd_export(args: argparse.Namespace) -> int:
                     if events % 1000 == 0:
                         bar.update(events)
 
+    from storage.receipts import record_copy
+
     if args.out is None:
         write(sys.stdout.buffer)
         sys.stdout.buffer.flush()
+        record_copy(args.data_dir, "export", tenant_id)  # for erasure receipts
         return 0
     # Through a temp file beside it: a killed export leaves no file that looks whole.
     replace_durably(Path(args.out), write)
+    record_copy(args.data_dir, "export", tenant_id, str(args.out))
     payload = {"tenant_id": tenant_id, "events": events, "bytes": size, "out": str(args.out)}
     _emit(args, payload, f"exported {events} events of tenant {tenant_id} to {args.out}")
     return 0
@@ -166,6 +165,7 @@ def cmd_import(args: argparse.Namespace) -> int:
 
     tenant_id = tenant_dir(args.data_dir, args.tenant_id)
     root = args.data_dir / tenant_id
+    drop = _past_window(args.data_dir, tenant_id)
     stream: IO[bytes] = open(args.input, "rb") if args.input else sys.stdin.buffer  # noqa: SIM115
     try:
         with progress(args, "importing") as bar:
@@ -174,18 +174,30 @@ def cmd_import(args: argparse.Namespace) -> int:
                 why = f"stop it to import into tenant {tenant_id}, which has a directory there"
                 with unserved(args.data_dir, why):
                     stats = import_tenant(
-                        args.data_dir, tenant_id, stream, merge=args.merge, progress=bar.update
+                        args.data_dir,
+                        tenant_id,
+                        stream,
+                        merge=args.merge,
+                        progress=bar.update,
+                        drop=drop,
                     )
             else:
-                stats = import_tenant(args.data_dir, tenant_id, stream, progress=bar.update)
+                stats = import_tenant(
+                    args.data_dir, tenant_id, stream, progress=bar.update, drop=drop
+                )
     finally:
         if args.input:
             stream.close()
     payload: dict[str, Any] = {"tenant_id": tenant_id, "from_tenant": stats.tenant_id}
     payload |= {"events": stats.events, "skipped": stats.skipped, "lines": stats.lines}
+    payload["erased_dropped"] = stats.erased_dropped
+    payload["retention_dropped"] = stats.retention_dropped
     human = f"imported {stats.events} events into tenant {tenant_id}"
     if stats.skipped:
         human += f" ({stats.skipped} held already, kept as they were)"
+    if stats.retention_dropped:
+        human += f"; dropped {stats.retention_dropped} past their retention window"
+    human += f"\nerased_dropped: {stats.erased_dropped}"
     registered = _registered(args.data_dir, tenant_id)
     payload["registered"] = registered
     if registered is False:
@@ -196,18 +208,17 @@ def cmd_import(args: argparse.Namespace) -> int:
 
 def cmd_reembed(args: argparse.Namespace) -> int:
     """Make a server-space tenant's vectors again with the embedder MEMSPINE_EMBEDDER names."""
-    from memspine.config import load_settings
-    from storage.embedders import make_embedder
+    from storage.embedders.settings import embedder_from_env
     from storage.tenants.reembed import reembed
 
     tenant_id = tenant_dir(args.data_dir, args.tenant_id)
     root = args.data_dir / tenant_id
     if not (root / "events").is_dir():
         raise NotFound("no tenant with that id in this data directory")
-    settings = load_settings({k: v for k, v in os.environ.items() if k.startswith("MEMSPINE_")})
-    embedder = make_embedder(
-        settings.embedder, settings.embedder_url, settings.embedder_model, settings.embedder_api_key
-    )
+    try:
+        embedder = embedder_from_env(os.environ)
+    except ValueError as exc:
+        raise InvalidRequest(str(exc)) from None
     if embedder is None:
         raise InvalidRequest("MEMSPINE_EMBEDDER is none: set the embedder to re-embed with")
     why = f"stop it to re-embed tenant {tenant_id}"
@@ -223,6 +234,52 @@ def cmd_reembed(args: argparse.Namespace) -> int:
     )
     _emit(args, payload, human)
     return 0
+
+
+def _past_window(data_dir: Path, tenant_id: str) -> Callable[[Any], bool]:
+    """Whether an imported event is past its retention window now and no legal hold keeps it:
+    the tenant's own windows and holds (if the control plane has a record of it), else
+    MEMSPINE_RETENTION_DAYS of this shell."""
+    from memspine_admin.retention_cmds import server_default
+    from storage.read.retention import Policy, holds_blocking
+
+    own, holds = None, []
+    if _controlled(data_dir):
+        with _plane(data_dir) as db:
+            record = db.get_tenant(tenant_id)
+            own = None if record is None else record.retention
+            holds = db.list_holds(tenant_id)
+    policy, now = Policy.of(own, server_default()), now_us()
+    return lambda e: policy.is_due(e.kind, e.ts, now) and holds_blocking(holds, e) is None
+
+
+def _restore_drops(src: Path) -> Callable[[str], Callable[[Any], bool] | None]:
+    """Which events of each tenant a restore drops: those past their window now (the tenant's
+    windows as the backup's control database or MEMSPINE_CONTROL_URL holds them, else
+    MEMSPINE_RETENTION_DAYS of this shell) that no legal hold keeps."""
+    from memspine_admin.control import retention_in_copy
+    from memspine_admin.retention_cmds import server_default
+    from storage.read.retention import Policy, holds_blocking
+
+    url = os.environ.get("MEMSPINE_CONTROL_URL", "").strip() or None
+    plans: dict[str, tuple[dict[str, int] | None, list[Any]]] = {}
+    if url is not None:
+        with open_control(src, url) as db:
+            plans = {
+                t.tenant_id: (t.retention, db.list_holds(t.tenant_id)) for t in db.list_tenants()
+            }
+    elif (src / CONTROL_DIR / "data.mdb").is_file():
+        plans = retention_in_copy(src / CONTROL_DIR)
+    default, now = server_default(), now_us()
+
+    def drop(tenant_id: str) -> Callable[[Any], bool] | None:
+        own, holds = plans.get(tenant_id, (None, []))
+        policy = Policy.of(own, default)
+        if not policy.windows:
+            return None
+        return lambda e: policy.is_due(e.kind, e.ts, now) and holds_blocking(holds, e) is None
+
+    return drop
 
 
 def _registered(data_dir: Path, tenant_id: str) -> bool | None:
@@ -248,6 +305,9 @@ def cmd_backup(args: argparse.Namespace) -> int:
             bar.update(done)
 
         stats = backup(args.data_dir, dest, environments=[(CONTROL_DIR, MAP_SIZE)], progress=told)
+    from storage.receipts import record_copy
+
+    record_copy(args.data_dir, "backup", None, str(dest.resolve()))  # for erasure receipts
     human = (
         f"backed up {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
@@ -285,20 +345,46 @@ def cmd_restore(args: argparse.Namespace) -> int:
             seen[tenant_id] = events
             bar.update(before + events)
 
-        stats = restore(src, args.data_dir, progress=told)  # each log records its dimension
+        erased = _ledgers_for_restore(src, args.data_dir, manifest.taken_at, args.ledger_from)
+        # Each log records its dimension.
+        stats = restore(src, args.data_dir, progress=told, erased=erased, drop=_restore_drops(src))
     human = (
         f"restored {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
         + f" into {args.data_dir} in {stats.seconds:.1f} s"
     )
+    if stats.retention_dropped:
+        human += f"; dropped {stats.retention_dropped} events past their retention window"
+    human += f"\nerased_dropped: {stats.erased_dropped}"
     _emit(args, stats, human)
     return 0
 
 
+def _ledgers_for_restore(
+    src: Path, target: Path, taken_at: int, extra: list[str]
+) -> dict[str, dict[str, int]]:
+    """The erasure ledgers a restore applies (docs/erasure.md): MEMSPINE_DATA_DIR's when it is
+    another directory that exists, every newer backup's beside src, and each --ledger-from."""
+    from storage.transfer import ledger
+    from storage.transfer.backup import MANIFEST, read_manifest
+
+    paths = [Path(p) for p in extra]
+    live = os.environ.get("MEMSPINE_DATA_DIR")
+    if live and Path(live).is_dir() and Path(live).resolve() != target.resolve():
+        paths.append(Path(live))
+    for sibling in sorted(src.resolve().parent.iterdir()):
+        if sibling.resolve() != src.resolve() and (sibling / MANIFEST).is_file():
+            with contextlib.suppress(MemspineError):
+                if read_manifest(sibling).taken_at > taken_at:
+                    paths.append(sibling)
+    for path in paths:
+        if not path.exists():
+            raise NotFound(f"--ledger-from {path}: no such data directory or backup")
+    return ledger.merged(ledger.of_path(p) for p in paths)
+
+
 def cmd_tenant_adopt(args: argparse.Namespace) -> int:
     """Register a local-mode tenant directory (as init lists them) as a tenant named NAME."""
-    from memspine_admin.cli import actor, local_tenants
-
     data_dir: Path = args.data_dir
     with _plane(data_dir) as db:
         known = {t.tenant_id for t in db.list_tenants()}
@@ -306,6 +392,7 @@ def cmd_tenant_adopt(args: argparse.Namespace) -> int:
             raise Conflict(f"{args.dirname} is a tenant already")
         if args.dirname not in local_tenants(data_dir, known):
             raise NotFound(f"no local-mode tenant directory {args.dirname!r} in {data_dir}")
+        dropped = _apply_ledgers(data_dir, args.dirname)
         if is_tenant_id(args.dirname):  # its name is a tenant id already: nothing moves
             tenant = db.create_tenant(args.name, actor=actor(), tenant_id=args.dirname)
             renamed = False
@@ -315,12 +402,29 @@ def cmd_tenant_adopt(args: argparse.Namespace) -> int:
                 tenant = _adopt_renamed(db, data_dir, args.dirname, args.name, actor())
             renamed = True
     payload = {"tenant_id": tenant.tenant_id, "name": tenant.name, "dirname": args.dirname}
+    payload["erased_dropped"] = dropped
     human = f"adopted {args.dirname} as tenant {tenant.tenant_id} ({tenant.name})"
+    human += f"\nerased_dropped: {dropped}"
     if renamed:
         human += f"; its directory is now {data_dir / tenant.tenant_id}"
     human += f"\nissue it a key: memspine-admin key create {tenant.tenant_id} NAME"
     _emit(args, payload, human)
     return 0
+
+
+def _apply_ledgers(data_dir: Path, dirname: str) -> int:
+    """Erase from a directory being adopted the events any erasure ledger of the data directory
+    names (a copy brought in from elsewhere may hold them), before any key can read it."""
+    from storage.transfer import ledger
+    from storage.transfer.export import log_snapshot
+
+    every = ledger.every_id(ledger.of_path(data_dir))
+    with log_snapshot(data_dir / dirname) as r:
+        if not any(r.exists(e) for e in every):
+            return 0
+    why = f"stop it to adopt {dirname}: events erased elsewhere must leave it first"
+    with unserved(data_dir, why):
+        return ledger.apply(data_dir / dirname, dirname, every)
 
 
 def _adopt_renamed(db: Any, data_dir: Path, dirname: str, name: str, who: str) -> Any:
@@ -338,12 +442,6 @@ def _adopt_renamed(db: Any, data_dir: Path, dirname: str, name: str, who: str) -
         os.rename(data_dir / tenant_id, data_dir / dirname)  # a name in use: as it was
         fsync_dir(data_dir)
         raise
-
-
-def _emit(args: argparse.Namespace, payload: Any, human: str) -> None:
-    from memspine_admin.cli import _emit as emit
-
-    emit(args, payload, human)
 
 
 def add_commands(
@@ -368,6 +466,12 @@ def add_commands(
         type=float,
         default=DEFAULT_MAX_AGE_DAYS,
         help=f"refuse an older backup (default {DEFAULT_MAX_AGE_DAYS}; docs/operations.md)",
+    )
+    p.add_argument(
+        "--ledger-from",
+        action="append",
+        default=[],
+        help="also apply the erasure ledger of this data directory or backup (repeatable)",
     )
     p = command(sub, "reembed", cmd_reembed)
     p.add_argument("tenant_id")

@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import msgspec
 
-from storage.errors import MemspineError, Unavailable
+from storage.errors import MemspineError, Misdirected, Unavailable
 
 # A DNS label, as Kubernetes names StatefulSet pods (memspine-0) and HAProxy names backends.
 NODE_NAME = re.compile(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?\Z")
@@ -32,13 +32,6 @@ MISDIRECTED = (
 )
 MOVING = "the tenant is being moved to another node; its writes resume within seconds"
 RETRY_AFTER_SECS = 1
-
-
-class Misdirected(MemspineError):
-    """The request reached a node that does not hold its tenant (421)."""
-
-    status = 421
-    code = "misdirected"
 
 
 def is_node_name(value: object) -> bool:

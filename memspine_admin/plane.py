@@ -8,25 +8,29 @@ call alike (tests/test_control.py runs one suite over both).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import Protocol
-from urllib.parse import urlsplit, urlunsplit
 
 from argon2 import PasswordHasher
 
 from memspine_admin.placement import NodeFigures
-from memspine_admin.records import AuditEntry, IssuedKey, KeyInfo, KeyRecord, TenantRecord
-
-CONTROL_URL_SCHEMES = ("postgresql://", "postgres://")
+from memspine_admin.records import (
+    AuditEntry,
+    HoldRecord,
+    IssuedKey,
+    KeyInfo,
+    KeyRecord,
+    TenantRecord,
+)
 
 
 class ControlPlane(Protocol):
     """Tenants, keys, the audit log and the generation counter, wherever they are kept.
 
     Every change to tenants or keys moves the generation in the same transaction; readers
-    that cache anything about a key (memspine_admin/verifier.py) compare generations.
+    that cache anything about a key (memspine/verifier.py) compare generations.
     """
 
     hasher: PasswordHasher
@@ -66,6 +70,27 @@ class ControlPlane(Protocol):
     ) -> TenantRecord:
         """Set or remove (None) a tenant's own limits (records.LIMITS); the limits not named
         stay; NotFound for an unknown tenant."""
+        ...
+
+    def set_retention(
+        self, tenant_id: str, changes: Mapping[str, object] | None, *, actor: str
+    ) -> TenantRecord:
+        """Set (days) or remove (None) a tenant's retention windows by kind, the kinds not
+        named staying (memspine_admin/retention.py checks them); NotFound for an unknown tenant."""
+        ...
+
+    def place_hold(
+        self, tenant_id: str, reason: str, subject: str | None = None, *, actor: str
+    ) -> HoldRecord:
+        """Place a legal hold on a tenant, or on one subject's events of it (audited)."""
+        ...
+
+    def list_holds(self, tenant_id: str) -> list[HoldRecord]:
+        """The tenant's holds, oldest first (none for an unknown tenant)."""
+        ...
+
+    def lift_hold(self, tenant_id: str, hold_id: str, *, actor: str) -> HoldRecord:
+        """Lift a hold (audited); NotFound for an unknown hold."""
         ...
 
     def create_key(
@@ -120,24 +145,6 @@ class ControlPlane(Protocol):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
-
-
-def redact(url: str) -> str:
-    """A control URL without its password, for messages and logs."""
-    try:
-        parts = urlsplit(url)
-        password = parts.password
-    except ValueError:
-        return "postgresql://…"
-    if password is None:
-        return url
-    host = parts.netloc.rsplit("@", 1)[1]
-    return urlunsplit(parts._replace(netloc=f"{parts.username or ''}:***@{host}"))
-
-
-def is_control_url(value: str) -> bool:
-    """True if `value` names a PostgreSQL control plane (a libpq URL)."""
-    return value.startswith(CONTROL_URL_SCHEMES)
 
 
 def control_exists(data_dir: Path, url: str | None) -> bool:

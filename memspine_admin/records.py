@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import time
 import unicodedata
 import uuid
@@ -37,6 +38,19 @@ class TenantRecord(msgspec.Struct, frozen=True, kw_only=True, omit_defaults=True
     max_events: int | None = None
     max_bytes: int | None = None
     max_memory: int | None = None
+    retention: dict[str, int] | None = None  # kind -> days, "*" for the rest (docs/erasure.md)
+
+
+class HoldRecord(msgspec.Struct, frozen=True, kw_only=True):
+    """A legal hold on a tenant (subject None) or on one data subject's events: while it stands
+    no retention run, erasure or delete removes what it keeps."""
+
+    hold_id: str
+    tenant_id: str
+    reason: str
+    subject: str | None = None
+    placed_at: int
+    placed_by: str
 
 
 class KeyInfo(msgspec.Struct, frozen=True, kw_only=True):
@@ -139,6 +153,11 @@ def is_tenant_id(value: object) -> bool:
     except ValueError:
         return False
     return parsed.version == 4 and str(parsed) == value
+
+
+# Before issued keys (local mode) a tenant's directory is named by its token: one of these.
+LOCAL_TENANT = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]{0,63}\Z")
+UUID = re.compile(r"^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}\Z")
 
 
 TENANT_ID_DETAIL = "tenant_id must be a UUIDv4, such as 0b5a8a3e-4f4e-4c57-9d4b-8f1e2f3a4b5c"

@@ -1,4 +1,7 @@
-"""One error root for the engine: each class carries its HTTP status and error code."""
+"""One error root for the engine: each class carries its HTTP status and error code, and
+`ERRORS` is the one table of every (status, code) a client may meet (docs/api.md's table, the
+OpenAPI document's Error schema and the Python client's classes are tested against it:
+tests/server/test_error_codes.py)."""
 
 from __future__ import annotations
 
@@ -50,6 +53,43 @@ class Conflict(MemspineError):
 
     status = 409
     code = "conflict"
+
+
+class LegalHold(Conflict):
+    """A legal hold keeps what a deletion would remove (409); the detail names the hold."""
+
+    code = "legal_hold"
+
+    def __init__(self, detail: str, *, hold_id: str, headers: dict[str, str] | None = None) -> None:
+        super().__init__(detail, headers=headers)
+        self.hold_id = hold_id
+
+
+class MethodNotAllowed(MemspineError):
+    """A known route with another method (405)."""
+
+    status = 405
+    code = "method_not_allowed"
+
+
+class RequestTimeout(MemspineError):
+    """The request did not arrive in time (408); the connection is closed after the answer."""
+
+    status = 408
+    code = "request_timeout"
+
+
+class Misdirected(MemspineError):
+    """The request reached a node that does not hold its tenant (421)."""
+
+    status = 421
+    code = "misdirected"
+
+
+class HeadersTooLarge(InvalidRequest):
+    """A request line and headers over 64 KiB (431, answered by memspine/connguard.py)."""
+
+    status = 431
 
 
 class PayloadTooLarge(MemspineError):
@@ -122,3 +162,26 @@ class CypherSyntaxError(InvalidRequest):
             if 1 <= line <= len(lines):
                 detail += "\n" + lines[line - 1] + "\n" + " " * max(col - 1, 0) + "^"
         super().__init__(detail)
+
+
+# Every (status, code) a client may meet, by status: the root itself is 500 `internal`.
+ERRORS: tuple[type[MemspineError], ...] = (
+    InvalidRequest,
+    Unauthorized,
+    Forbidden,
+    QuotaExceeded,
+    NotFound,
+    MethodNotAllowed,
+    RequestTimeout,
+    Conflict,
+    LegalHold,
+    PayloadTooLarge,
+    Misdirected,
+    IdempotencyMismatch,
+    EmbeddingMismatch,
+    TooManyRequests,
+    HeadersTooLarge,
+    MemspineError,
+    Unavailable,
+)
+CODES: tuple[str, ...] = tuple(dict.fromkeys(cls.code for cls in ERRORS))

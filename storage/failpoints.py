@@ -31,6 +31,7 @@ POINTS = frozenset(
         "keyword.reload",  # storage/index/keyword.py: a Tantivy commit durable, its searcher not yet
         "vectors.save",  # storage/index/vectors.py: the saved index written to its temp file, not renamed
         "purge.copy",  # storage/erasure/compact.py: the purge's copy of the log written, before its sync
+        "retention.journal",  # storage/tenants/runs.py: a retention batch's ids, before the journal write
     }
 )
 

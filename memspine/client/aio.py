@@ -113,6 +113,7 @@ class AsyncMemspine(_Client):
         valid_from: int | None = None,
         valid_until: int | None = None,
         idempotency_key: str | None = None,
+        subjects: Sequence[str] | None = None,
     ) -> m.Appended:
         """Append one event, under `idempotency_key` or a new one, so a retry never stores twice."""
         body = routes.event(
@@ -127,6 +128,7 @@ class AsyncMemspine(_Client):
             valid_from=valid_from,
             valid_until=valid_until,
             idempotency_key=idempotency_key,
+            subjects=subjects,
         )
         return await self._run(routes.append(body))
 
@@ -152,6 +154,7 @@ class AsyncMemspine(_Client):
         filter: Mapping[str, Scalar] | None = None,
         current: bool | None = None,
         as_of: int | None = None,
+        subject: str | None = None,
     ) -> m.EventPage:
         """One page of events, newest first; `filter` is equality on filterable properties."""
         return await self._run(
@@ -164,6 +167,7 @@ class AsyncMemspine(_Client):
                 filter=filter,
                 current=current,
                 as_of=as_of,
+                subject=subject,
             )
         )
 
@@ -233,6 +237,7 @@ class AsyncMemspine(_Client):
         current: bool | None = None,
         as_of: int | None = None,
         explain: bool | None = None,
+        wait_for_vectors: bool | None = None,
     ) -> m.RecallResult:
         """Recall by words, by an embedding, or both (fused), with an optional walk of `hops`."""
         return await self._run(
@@ -247,6 +252,7 @@ class AsyncMemspine(_Client):
                 current=current,
                 as_of=as_of,
                 explain=explain,
+                wait_for_vectors=wait_for_vectors,
             )
         )
 
@@ -264,6 +270,38 @@ class AsyncMemspine(_Client):
     async def would_delete(self, event_id: str, *, cascade: bool = False) -> m.WouldDelete:
         """What `delete` would remove, the event first; deletes nothing."""
         return await self._run(routes.would_delete(event_id, cascade=cascade))
+
+    async def erase_subject(
+        self,
+        subject: str,
+        *,
+        dry_run: bool = True,
+        identifiers: Sequence[str] | None = None,
+        confirm_ids: Sequence[str] | None = None,
+        cascade: str | None = None,
+    ) -> m.SubjectErasure:
+        """Erase everything about a subject (docs/erasure.md): a dry run unless dry_run=False,
+        then one delete, one purge and a signed receipt."""
+        call = routes.erase_subject(
+            subject,
+            dry_run=dry_run,
+            identifiers=identifiers,
+            confirm_ids=confirm_ids,
+            cascade=cascade,
+        )
+        return await self._run(call)
+
+    async def receipts(self) -> m.ReceiptList:
+        """The tenant's erasure receipts, newest first."""
+        return await self._run(routes.list_receipts())
+
+    async def receipt(self, receipt_id: str) -> m.SignedReceipt:
+        """One signed erasure receipt."""
+        return await self._run(routes.get_receipt(receipt_id))
+
+    async def receipt_key(self) -> m.ReceiptKey:
+        """The public key that signs receipts."""
+        return await self._run(routes.receipt_key())
 
 
 class AsyncMemspineAdmin(_Client):
@@ -301,6 +339,18 @@ class AsyncMemspineAdmin(_Client):
         """Delete a tenant: revoke its keys, then erase its directory."""
         return await self._run(routes.delete_tenant(tenant_id))
 
+    async def place_hold(self, tenant_id: str, reason: str, subject: str | None = None) -> m.Hold:
+        """Place a legal hold on a tenant, or on one data subject's events (docs/erasure.md)."""
+        return await self._run(routes.place_hold(tenant_id, reason, subject))
+
+    async def list_holds(self, tenant_id: str) -> m.HoldList:
+        """The tenant's legal holds, oldest first."""
+        return await self._run(routes.list_holds(tenant_id))
+
+    async def lift_hold(self, tenant_id: str, hold_id: str) -> m.HoldLifted:
+        """Lift a legal hold: retention, erasure and deletes reach what it kept again."""
+        return await self._run(routes.lift_hold(tenant_id, hold_id))
+
     async def create_key(
         self,
         tenant_id: str,
@@ -329,6 +379,25 @@ class AsyncMemspineAdmin(_Client):
     async def revoke_key(self, key_id: str) -> m.Key:
         """Revoke a key (its id, or the smk_live_<id> prefix), effective on the next request."""
         return await self._run(routes.revoke_key(key_id))
+
+    async def erase_subject_everywhere(
+        self,
+        subject: str,
+        *,
+        dry_run: bool = True,
+        identifiers: Sequence[str] | None = None,
+        confirm_ids: Sequence[str] | None = None,
+        cascade: str | None = None,
+    ) -> m.SubjectErasures:
+        """Erase a subject in every tenant of the server (a dry run unless dry_run=False)."""
+        call = routes.erase_subject_everywhere(
+            subject,
+            dry_run=dry_run,
+            identifiers=identifiers,
+            confirm_ids=confirm_ids,
+            cascade=cascade,
+        )
+        return await self._run(call)
 
     async def audit(
         self, *, limit: int | None = None, cursor: str | None = None, tenant_id: str | None = None

@@ -102,10 +102,28 @@ class Conflict(APIError):
     status, code = 409, "conflict"
 
 
+class LegalHold(Conflict):
+    """409: a delete refused because a legal hold covers the event; the detail names the hold."""
+
+    status, code = 409, "legal_hold"
+
+
 class PayloadTooLarge(APIError):
     """413: the body is over the server's MEMSPINE_MAX_BODY_BYTES."""
 
     status, code = 413, "payload_too_large"
+
+
+class Misdirected(APIError):
+    """421: in a cluster, a node that does not hold the key's tenant: send to the proxy."""
+
+    status, code = 421, "misdirected"
+
+
+class HeadersTooLarge(InvalidRequest):
+    """431: the request line and headers are over 64 KiB."""
+
+    status = 431
 
 
 class IdempotencyMismatch(APIError):
@@ -159,17 +177,23 @@ CLASSES: tuple[type[APIError], ...] = (
     MethodNotAllowed,
     RequestTimeout,
     Conflict,
+    LegalHold,
     PayloadTooLarge,
+    Misdirected,
     IdempotencyMismatch,
     EmbeddingMismatch,
     TooManyRequests,
+    HeadersTooLarge,
     InternalError,
     Unavailable,
 )
-BY_CODE: dict[str, type[APIError]] = {cls.code: cls for cls in CLASSES}
+# HeadersTooLarge shares its code with InvalidRequest: a body's code names InvalidRequest.
+BY_CODE: dict[str, type[APIError]] = {
+    cls.code: cls for cls in CLASSES if cls is not HeadersTooLarge
+}
 # An answer without the API's error body (a proxy's page, say): the class its status stands for.
 BY_STATUS: dict[int, type[APIError]] = {
-    cls.status: cls for cls in CLASSES if cls not in (QuotaExceeded, IdempotencyMismatch)
+    cls.status: cls for cls in CLASSES if cls not in (QuotaExceeded, IdempotencyMismatch, LegalHold)
 }
 
 

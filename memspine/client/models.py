@@ -86,6 +86,7 @@ class Event(msgspec.Struct, frozen=True):
     valid_until: int | None = None
     current: bool | None = None
     superseded_by: list[str] | None = None
+    subjects: list[str] = []
 
 
 class EventPage(msgspec.Struct, frozen=True):
@@ -109,6 +110,7 @@ class Hit(msgspec.Struct, frozen=True):
     replaces: list[str] = []
     keyword_rank: int | None = None
     vector_rank: int | None = None
+    subjects: list[str] = []
 
 
 class Walk(msgspec.Struct, frozen=True):
@@ -205,6 +207,7 @@ class ExportEvent(msgspec.Struct, frozen=True, tag="event", tag_field="type"):
     valid_until: int | None = None
     properties: Properties | None = None
     properties_text: str | None = None
+    subjects: list[str] = []
     links: ExportLinks = ExportLinks()
     idempotency: ExportIdempotency | None = None
 
@@ -316,6 +319,32 @@ class TenantShown(msgspec.Struct, frozen=True):
     node: str | None = None
 
 
+class Hold(msgspec.Struct, frozen=True, kw_only=True):
+    """A legal hold on a tenant (subject None) or on one data subject's events: while it stands
+    no retention run, erasure or delete removes what it keeps."""
+
+    hold_id: str
+    tenant_id: str
+    reason: str
+    subject: str | None = None
+    placed_at: int
+    placed_by: str
+
+
+class HoldList(msgspec.Struct, frozen=True):
+    """GET /v1/admin/tenants/{id}/holds: the holds standing, oldest first."""
+
+    holds: list[Hold]
+
+
+class HoldLifted(msgspec.Struct, frozen=True):
+    """A hold lifted: what it kept may be deleted again."""
+
+    hold_id: str
+    tenant_id: str
+    lifted: bool
+
+
 class TenantList(msgspec.Struct, frozen=True):
     """GET /v1/admin/tenants."""
 
@@ -381,3 +410,56 @@ class AuditPage(msgspec.Struct, frozen=True):
 
     entries: list[AuditEntry]
     next_cursor: str | None = None
+
+
+class SubjectEvent(msgspec.Struct, frozen=True):
+    """One event an erasure by subject reaches, and why: subject, derived, identifier."""
+
+    event_id: str
+    kind: str
+    ts: int
+    reasons: list[str]
+
+
+class SignedReceipt(msgspec.Struct, frozen=True):
+    """An erasure receipt as the server signed it (docs/erasure.md, "The receipt"); check the
+    file's bytes with `memspine-admin receipt verify`."""
+
+    receipt: dict[str, Any]
+    algorithm: str
+    public_key: str
+    signature: str
+
+
+class SubjectErasure(msgspec.Struct, frozen=True):
+    """POST /v1/memory/subjects/{subject}/erase: a dry run's `subject`, `events` and `count`,
+    or a real run's `receipt_id`, `receipt` and `deleted_ids`."""
+
+    subject: str | None = None
+    events: list[SubjectEvent] = []
+    count: int = 0
+    receipt_id: str | None = None
+    receipt: SignedReceipt | None = None
+    deleted_ids: list[str] = []
+
+
+class ReceiptList(msgspec.Struct, frozen=True):
+    """The tenant's erasure receipts, newest first (without their signatures)."""
+
+    receipts: list[dict[str, Any]]
+
+
+class ReceiptKey(msgspec.Struct, frozen=True):
+    """The public key that signs receipts."""
+
+    algorithm: str
+    public_key: str
+    key_id: str
+
+
+class SubjectErasures(msgspec.Struct, frozen=True):
+    """The admin erasure across tenants: a real run's receipts or a dry run's lists."""
+
+    receipts: list[SubjectErasure] = []
+    dry_runs: list[SubjectErasure] = []
+    tenants: list[str] = []

@@ -162,6 +162,7 @@ def event(
     valid_from: int | None = None,
     valid_until: int | None = None,
     idempotency_key: str | None = None,
+    subjects: Sequence[str] | None = None,
 ) -> dict[str, Any]:
     """One event's JSON object, as `append` and each event of `append_batch` send it:
     `source_event_ids` goes into properties, where the API reads it; in a batch, "$N" there or
@@ -182,6 +183,7 @@ def event(
         valid_from=valid_from,
         valid_until=valid_until,
         idempotency_key=idempotency_key,
+        subjects=list(subjects) if subjects is not None else None,
     )
 
 
@@ -256,6 +258,59 @@ def export() -> Call[m.ExportEnd]:
     return _read("GET", "/v1/memory/export", m.ExportEnd)
 
 
+def _erasure(
+    dry_run: bool,
+    identifiers: Sequence[str] | None,
+    confirm_ids: Sequence[str] | None,
+    cascade: str | None,
+) -> bytes:
+    return _json(
+        _present(
+            dry_run=dry_run,
+            identifiers=list(identifiers) if identifiers is not None else None,
+            confirm_ids=list(confirm_ids) if confirm_ids is not None else None,
+            cascade=cascade,
+        )
+    )
+
+
+def erase_subject(
+    subject: str,
+    *,
+    dry_run: bool = True,
+    identifiers: Sequence[str] | None = None,
+    confirm_ids: Sequence[str] | None = None,
+    cascade: str | None = None,
+) -> Call[m.SubjectErasure]:
+    """POST /v1/memory/subjects/{subject}/erase: a dry run unless dry_run=False (then never
+    sent twice: a second run would find nothing and sign an empty receipt)."""
+    path = f"/v1/memory/subjects/{_segment(subject)}/erase"
+    body = _erasure(dry_run, identifiers, confirm_ids, cascade)
+    if dry_run:
+        return _read("POST", path, m.SubjectErasure, body=body)
+    return Call("POST", path, m.SubjectErasure, body=body)
+
+
+def export_subject(subject: str) -> Call[m.ExportEnd]:
+    """GET /v1/memory/subjects/{subject}/export: NDJSON as the export's, read as a stream."""
+    return _read("GET", f"/v1/memory/subjects/{_segment(subject)}/export", m.ExportEnd)
+
+
+def list_receipts() -> Call[m.ReceiptList]:
+    """GET /v1/memory/receipts."""
+    return _read("GET", "/v1/memory/receipts", m.ReceiptList)
+
+
+def get_receipt(receipt_id: str) -> Call[m.SignedReceipt]:
+    """GET /v1/memory/receipts/{receipt_id}: the signed receipt."""
+    return _read("GET", f"/v1/memory/receipts/{_segment(receipt_id)}", m.SignedReceipt)
+
+
+def receipt_key() -> Call[m.ReceiptKey]:
+    """GET /v1/receipts/key: the public key that signs receipts."""
+    return _read("GET", "/v1/receipts/key", m.ReceiptKey)
+
+
 def get(event_id: str) -> Call[m.Event]:
     """GET /v1/memory/event/{id}."""
     return _read("GET", event_path(event_id), m.Event)
@@ -271,9 +326,18 @@ def list_events(
     filter: Mapping[str, Scalar] | None = None,
     current: bool | None = None,
     as_of: int | None = None,
+    subject: str | None = None,
 ) -> Call[m.EventPage]:
     """GET /v1/memory/events; `filter` becomes prop.NAME=VALUE parameters."""
-    given = _present(kind=kind, since=since, until=until, limit=limit, cursor=cursor, as_of=as_of)
+    given = _present(
+        kind=kind,
+        since=since,
+        until=until,
+        limit=limit,
+        cursor=cursor,
+        as_of=as_of,
+        subject=subject,
+    )
     params = {k: str(v) for k, v in given.items()}
     if current is not None:
         params["current"] = _flag(current)
@@ -294,6 +358,7 @@ def recall(
     current: bool | None = None,
     as_of: int | None = None,
     explain: bool | None = None,
+    wait_for_vectors: bool | None = None,
 ) -> Call[m.RecallResult]:
     """POST /v1/memory/recall (a read: sending it twice is harmless)."""
     body = _present(
@@ -307,6 +372,7 @@ def recall(
         current=current,
         as_of=as_of,
         explain=explain,
+        wait_for_vectors=wait_for_vectors,
     )
     return _read("POST", "/v1/memory/recall", m.RecallResult, body=_json(body))
 
@@ -388,6 +454,23 @@ def delete_tenant(tenant_id: str) -> Call[m.TenantDeleted]:
     return Call("DELETE", f"{TENANTS}/{_segment(tenant_id)}", m.TenantDeleted)
 
 
+def place_hold(tenant_id: str, reason: str, subject: str | None = None) -> Call[m.Hold]:
+    """POST /v1/admin/tenants/{id}/holds; never sent twice, which would place a second hold."""
+    body = _present(reason=reason, subject=subject)
+    return Call("POST", f"{TENANTS}/{_segment(tenant_id)}/holds", m.Hold, body=_json(body))
+
+
+def list_holds(tenant_id: str) -> Call[m.HoldList]:
+    """GET /v1/admin/tenants/{id}/holds, oldest first."""
+    return _read("GET", f"{TENANTS}/{_segment(tenant_id)}/holds", m.HoldList)
+
+
+def lift_hold(tenant_id: str, hold_id: str) -> Call[m.HoldLifted]:
+    """DELETE /v1/admin/tenants/{id}/holds/{hold_id}."""
+    path = f"{TENANTS}/{_segment(tenant_id)}/holds/{_segment(hold_id)}"
+    return Call("DELETE", path, m.HoldLifted)
+
+
 def create_key(
     tenant_id: str,
     name: str,
@@ -416,6 +499,22 @@ def list_keys(tenant_id: str | None = None) -> Call[m.KeyList]:
 def revoke_key(key_id: str) -> Call[m.Key]:
     """DELETE /v1/admin/keys/{key_id}; revoking twice changes nothing, so it may be resent."""
     return _read("DELETE", f"{KEYS}/{_segment(key_id)}", m.Key)
+
+
+def erase_subject_everywhere(
+    subject: str,
+    *,
+    dry_run: bool = True,
+    identifiers: Sequence[str] | None = None,
+    confirm_ids: Sequence[str] | None = None,
+    cascade: str | None = None,
+) -> Call[m.SubjectErasures]:
+    """POST /v1/admin/subjects/{subject}/erase: the erasure in every tenant of the server."""
+    path = f"/v1/admin/subjects/{_segment(subject)}/erase"
+    body = _erasure(dry_run, identifiers, confirm_ids, cascade)
+    if dry_run:
+        return _read("POST", path, m.SubjectErasures, body=body)
+    return Call("POST", path, m.SubjectErasures, body=body)
 
 
 def audit(

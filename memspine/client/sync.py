@@ -113,6 +113,7 @@ class Memspine(_Client):
         valid_from: int | None = None,
         valid_until: int | None = None,
         idempotency_key: str | None = None,
+        subjects: Sequence[str] | None = None,
     ) -> m.Appended:
         """Append one event, under `idempotency_key` or a new one, so a retry never stores twice."""
         body = routes.event(
@@ -127,6 +128,7 @@ class Memspine(_Client):
             valid_from=valid_from,
             valid_until=valid_until,
             idempotency_key=idempotency_key,
+            subjects=subjects,
         )
         return self._run(routes.append(body))
 
@@ -152,6 +154,7 @@ class Memspine(_Client):
         filter: Mapping[str, Scalar] | None = None,
         current: bool | None = None,
         as_of: int | None = None,
+        subject: str | None = None,
     ) -> m.EventPage:
         """One page of events, newest first; `filter` is equality on filterable properties."""
         return self._run(
@@ -164,6 +167,7 @@ class Memspine(_Client):
                 filter=filter,
                 current=current,
                 as_of=as_of,
+                subject=subject,
             )
         )
 
@@ -229,6 +233,7 @@ class Memspine(_Client):
         current: bool | None = None,
         as_of: int | None = None,
         explain: bool | None = None,
+        wait_for_vectors: bool | None = None,
     ) -> m.RecallResult:
         """Recall by words, by an embedding, or both (fused), with an optional walk of `hops`."""
         return self._run(
@@ -243,6 +248,7 @@ class Memspine(_Client):
                 current=current,
                 as_of=as_of,
                 explain=explain,
+                wait_for_vectors=wait_for_vectors,
             )
         )
 
@@ -258,6 +264,38 @@ class Memspine(_Client):
     def would_delete(self, event_id: str, *, cascade: bool = False) -> m.WouldDelete:
         """What `delete` would remove, the event first; deletes nothing."""
         return self._run(routes.would_delete(event_id, cascade=cascade))
+
+    def erase_subject(
+        self,
+        subject: str,
+        *,
+        dry_run: bool = True,
+        identifiers: Sequence[str] | None = None,
+        confirm_ids: Sequence[str] | None = None,
+        cascade: str | None = None,
+    ) -> m.SubjectErasure:
+        """Erase everything about a subject (docs/erasure.md): a dry run unless dry_run=False,
+        then one delete, one purge and a signed receipt."""
+        call = routes.erase_subject(
+            subject,
+            dry_run=dry_run,
+            identifiers=identifiers,
+            confirm_ids=confirm_ids,
+            cascade=cascade,
+        )
+        return self._run(call)
+
+    def receipts(self) -> m.ReceiptList:
+        """The tenant's erasure receipts, newest first."""
+        return self._run(routes.list_receipts())
+
+    def receipt(self, receipt_id: str) -> m.SignedReceipt:
+        """One signed erasure receipt."""
+        return self._run(routes.get_receipt(receipt_id))
+
+    def receipt_key(self) -> m.ReceiptKey:
+        """The public key that signs receipts."""
+        return self._run(routes.receipt_key())
 
 
 class MemspineAdmin(_Client):
@@ -295,6 +333,18 @@ class MemspineAdmin(_Client):
         """Delete a tenant: revoke its keys, then erase its directory."""
         return self._run(routes.delete_tenant(tenant_id))
 
+    def place_hold(self, tenant_id: str, reason: str, subject: str | None = None) -> m.Hold:
+        """Place a legal hold on a tenant, or on one data subject's events (docs/erasure.md)."""
+        return self._run(routes.place_hold(tenant_id, reason, subject))
+
+    def list_holds(self, tenant_id: str) -> m.HoldList:
+        """The tenant's legal holds, oldest first."""
+        return self._run(routes.list_holds(tenant_id))
+
+    def lift_hold(self, tenant_id: str, hold_id: str) -> m.HoldLifted:
+        """Lift a legal hold: retention, erasure and deletes reach what it kept again."""
+        return self._run(routes.lift_hold(tenant_id, hold_id))
+
     def create_key(
         self,
         tenant_id: str,
@@ -323,6 +373,25 @@ class MemspineAdmin(_Client):
     def revoke_key(self, key_id: str) -> m.Key:
         """Revoke a key (its id, or the smk_live_<id> prefix), effective on the next request."""
         return self._run(routes.revoke_key(key_id))
+
+    def erase_subject_everywhere(
+        self,
+        subject: str,
+        *,
+        dry_run: bool = True,
+        identifiers: Sequence[str] | None = None,
+        confirm_ids: Sequence[str] | None = None,
+        cascade: str | None = None,
+    ) -> m.SubjectErasures:
+        """Erase a subject in every tenant of the server (a dry run unless dry_run=False)."""
+        call = routes.erase_subject_everywhere(
+            subject,
+            dry_run=dry_run,
+            identifiers=identifiers,
+            confirm_ids=confirm_ids,
+            cascade=cascade,
+        )
+        return self._run(call)
 
     def audit(
         self, *, limit: int | None = None, cursor: str | None = None, tenant_id: str | None = None

@@ -16,7 +16,7 @@ from memspine.routes.cypher import cypher_query
 from memspine.routes.memory import append_event, delete_event, get_event, list_page, recall_events
 from memspine.routes.whoami import whoami_of
 from memspine.schemas import CypherIn, RecallIn, convert_body, event_in, plain
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 from storage.model import Quota, QuotaSource
 
 

@@ -30,8 +30,8 @@ from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
 from memspine.pipeline import bearer_token
-from memspine_admin.verifier import Principal
-from storage.errors import MemspineError, Unauthorized
+from memspine.verifier import Principal
+from storage.errors import MemspineError, MethodNotAllowed, Unauthorized
 
 PRINCIPAL_KEY = "memspine.principal"  # where the checked principal rides in the ASGI scope
 QUOTA_KEY = "memspine.quota"  # and its tenant's quota
@@ -167,13 +167,6 @@ class McpEndpoint:
             _replay(body, receive),
             _with_headers(send, cors),
         )
-
-
-class MethodNotAllowed(MemspineError):
-    """A method /mcp does not serve (405)."""
-
-    status = 405
-    code = "method_not_allowed"
 
 
 async def _empty(send: Any, status: int, headers: dict[str, str]) -> None:

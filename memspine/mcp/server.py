@@ -21,7 +21,7 @@ from memspine import __version__
 from memspine.mcp import render
 from memspine.mcp.backend import Backend
 from memspine.mcp.tools import BY_NAME, TOOLS
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 from storage.errors import MemspineError
 
 log = logging.getLogger("memspine.mcp")

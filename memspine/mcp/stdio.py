@@ -15,7 +15,7 @@ import msgspec
 from memspine.client import AsyncMemspine
 from memspine.config import Settings
 from memspine.mcp.remote import Refused, RemoteBackend
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 from storage.errors import Unavailable
 
 # The MCP SDK and the engine load where they are used: `memspine mcp --url` that cannot reach
@@ -46,8 +46,17 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
     from memspine.mcp.backend import EngineBackend
     from memspine.mcp.server import Caller
     from memspine.purger import Purger
+    from memspine.retention import Retention
+    from memspine_admin.plane import control_exists, open_control
 
     engine = Engine(settings)
+    # Legal holds and retention windows hold here too, when the directory has a control plane.
+    url = settings.control_url
+    control = (
+        open_control(settings.data_dir, url) if control_exists(settings.data_dir, url) else None
+    )
+    retention = Retention(engine, lambda: control)
+    engine.holds = retention.holds
     scopes = ("read",) if read_only else ("read", "write")
     principal = Principal(tenant_id=tenant_id, key_id="embedded", scopes=scopes)
     log.info(
@@ -55,7 +64,7 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
     )
     # As in the server: deletes made here leave the disk within MEMSPINE_PURGE_INTERVAL_SECS
     # while the host keeps this process running, not only once a server next opens the directory.
-    purger = None if read_only else Purger(engine, settings.purge_interval_secs)
+    purger = None if read_only else Purger(engine, settings.purge_interval_secs, retention)
     if purger is not None:
         purger.start()
     try:
@@ -64,6 +73,8 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
         if purger is not None:
             await purger.stop()
         engine.close()
+        if control is not None:
+            control.close()
 
 
 async def serve_remote(url: str, api_key: str) -> None:

@@ -9,11 +9,13 @@ from typing import Any
 import msgspec
 from mcp_types import Tool, ToolAnnotations
 
+from memspine import integers
 from memspine.jsonbounds import value_problem
 from memspine.mcp import render
 from memspine.mcp.backend import Backend
 from memspine.routes import memory as ops
 from memspine.routes.cypher import CYPHER as CYPHER_OP
+from memspine.schemas import MAX_HOPS, MAX_K, MAX_RECALL_TEXT_CHARS
 from storage.errors import InvalidRequest
 
 JsonObj = dict[str, Any]
@@ -35,10 +37,12 @@ class AppendArgs(msgspec.Struct, forbid_unknown_fields=True):
     source_event_ids: list[str] | None = None
     supersedes: list[str] | None = None
     idempotency_key: str | None = None
+    subjects: list[str] | None = None
 
 
 class RecallArgs(msgspec.Struct, forbid_unknown_fields=True):
-    """memory_recall."""
+    """memory_recall: RecallIn's fields (memspine/schemas.py) with its defaults, less those in
+    RECALL_LEFT_OUT (tests/server/test_recall_doors.py holds both to RecallIn)."""
 
     text: str
     kind: str | None = None
@@ -94,20 +98,32 @@ async def append(b: Backend, a: AppendArgs) -> ToolAnswer:
         body["properties"] = properties
     if a.supersedes:
         body["supersedes"] = a.supersedes
+    if a.subjects:
+        body["subjects"] = a.subjects
     out = await b.append(body, a.idempotency_key)
     return out, render.append_text(out)
 
 
+# RecallIn's fields a model is not offered, and why.
+RECALL_LEFT_OUT = {
+    "embedding": "a model has no embeddings: the server embeds the text where it makes vectors",
+    "embedding_model": "it goes with an embedding",
+    "current": "superseded events stay out: a model corrects by superseding",
+    "as_of": "the past state of memory is an audit question, for memory_cypher",
+    "explain": "per-arm ranks are for people tuning recall, not for a model",
+}
+
+
+# The tool's arguments that are not RecallIn's fields (a request header's, say): not sent in
+# the body.
+RECALL_TOOL_ONLY: frozenset[str] = frozenset()
+
+
 async def recall(b: Backend, a: RecallArgs) -> ToolAnswer:
     """Recall by text (the model has no embeddings; the server embeds the text where it makes
-    the tenant's vectors) with the optional walk."""
-    body: JsonObj = {"text": a.text, "k": a.k, "hops": a.hops}
-    if a.wait_for_vectors:
-        body["wait_for_vectors"] = True
-    if a.kind is not None:
-        body["kind"] = a.kind
-    if a.filter:
-        body["filter"] = a.filter
+    the tenant's vectors) with the optional walk: every argument given becomes its field."""
+    values = msgspec.structs.asdict(a)
+    body = {k: v for k, v in values.items() if v is not None and k not in RECALL_TOOL_ONLY}
     out = await b.recall(body)
     return out, render.recall_text(out)
 
@@ -163,6 +179,10 @@ class ToolSpec:
         try:
             return msgspec.convert(arguments or {}, self.args)
         except msgspec.ValidationError as exc:
+            exact = integers.INT_WORDS.search(str(exc)) is not None
+            lax = integers.convert(arguments or {}, self.args) if exact else None
+            if lax is not None:
+                return lax  # k=2.0: an integer to JSON Schema
             where = str(exc).replace("`$.", "`").replace("`$`", "the arguments")
             raise InvalidRequest(f"invalid arguments for {self.tool.name}: {where}") from None
 
@@ -229,6 +249,12 @@ APPEND = _tool(
             "items": {"type": "string"},
             "description": "event_ids of earlier events this one corrects or replaces.",
         },
+        "subjects": {
+            "type": "array",
+            "items": {"type": "string"},
+            "description": "Ids of the people this event is about (at most 16, e.g. a customer "
+            "number), so that everything about a person can be found and erased together.",
+        },
         "idempotency_key": {
             "type": "string",
             "description": "Optional key (1-255 printable ASCII characters) that makes a retry safe: "
@@ -256,7 +282,7 @@ RECALL = _tool(
     {
         "text": {
             "type": "string",
-            "description": "Words to search for (at most 10 000 characters).",
+            "description": f"Words to search for (at most {MAX_RECALL_TEXT_CHARS:,} characters).",
         },
         "kind": {
             "type": "string",
@@ -265,17 +291,17 @@ RECALL = _tool(
         "k": {
             "type": "integer",
             "minimum": 1,
-            "maximum": 100,
+            "maximum": MAX_K,
             "default": 10,
-            "description": "How many ranked hits at most (1-100, default 10).",
+            "description": f"How many ranked hits at most (1-{MAX_K}, default 10).",
         },
         "hops": {
             "type": "integer",
             "minimum": 0,
-            "maximum": 3,
+            "maximum": MAX_HOPS,
             "default": 0,
-            "description": "How far to follow SOURCE_FROM links from the hits (0-3, default 0); "
-            "linked events are added within the same allowance of k.",
+            "description": f"How far to follow SOURCE_FROM links from the hits (0-{MAX_HOPS}, "
+            "default 0); linked events are added within the same allowance of k.",
         },
         "filter": {
             "type": "object",

@@ -12,7 +12,17 @@ from litestar.response import Stream
 
 from memspine.body import ClientGone
 from memspine.pipeline import Operation, Services, error_answer, serve
-from memspine.routes import admin, cypher, health, memory, move, transfer, whoami
+from memspine.routes import (
+    admin,
+    cypher,
+    health,
+    holds,
+    memory,
+    move,
+    subjects,
+    transfer,
+    whoami,
+)
 from storage.errors import InvalidRequest
 
 GONE = "the client disconnected before its body arrived"
@@ -24,7 +34,9 @@ OPERATIONS: tuple[Operation, ...] = (
     *cypher.OPERATIONS,
     *whoami.OPERATIONS,
     *admin.OPERATIONS,
+    *holds.OPERATIONS,
     *move.OPERATIONS,
+    *subjects.OPERATIONS,
 )
 
 
@@ -66,9 +78,32 @@ def litestar_handler(ops: dict[str, Operation], services: Services) -> HTTPRoute
     return handler
 
 
+def head_handler(path: str) -> HTTPRouteHandler:
+    """HEAD of a public GET route whose answer costs nothing: 200 and no body (a load
+    balancer's or a person's `curl -I /health`)."""
+
+    async def head() -> None:
+        """200, no body."""
+
+    handler: HTTPRouteHandler = route(
+        path,
+        http_method=[HttpMethod.HEAD],
+        name=f"head {path}",
+        media_type="text/plain",
+        status_code=200,
+        include_in_schema=False,
+    )(head)
+    return handler
+
+
+# The paths that answer HEAD: their GET is public and says only that the server is up.
+HEAD_PATHS = ("/", "/health")
+
+
 def litestar_handlers(services: Services) -> list[HTTPRouteHandler]:
-    """Every operation as a Litestar route, one handler per path."""
+    """Every operation as a Litestar route, one handler per path, and HEAD of HEAD_PATHS."""
     by_path: dict[str, dict[str, Operation]] = {}
     for op in OPERATIONS:
         by_path.setdefault(op.path, {})[op.method] = op
-    return [litestar_handler(ops, services) for ops in by_path.values()]
+    handlers = [litestar_handler(ops, services) for ops in by_path.values()]
+    return handlers + [head_handler(path) for path in HEAD_PATHS]

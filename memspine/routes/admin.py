@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import binascii
 import struct
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -16,7 +17,7 @@ from memspine.pipeline import ADMIN, Call, Operation, Outcome, Query, Reply
 from memspine.queryparams import int_range, text
 from memspine.schemas import doc
 from memspine_admin import keys
-from memspine_admin.control import MAX_AUDIT_LIMIT, erase_tenant_dir
+from memspine_admin.control import MAX_AUDIT_LIMIT, check_limits, erase_tenant_dir
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import (
     LIMITS,
@@ -26,13 +27,16 @@ from memspine_admin.records import (
     MAX_TTL_SECS,
     SCOPES,
     AuditEntry,
+    HoldRecord,
     KeyCounts,
     KeyInfo,
     TenantRecord,
     now_us,
 )
+from memspine_admin.retention import MAX_DAYS, MAX_KINDS, typo_warnings
 from storage.errors import InvalidRequest, NotFound
-from storage.model import Quota
+from storage.model import KIND_PATTERN, MAX_KIND_BYTES, Quota
+from storage.tenants.runs import RetentionView
 from storage.tenants.usage import TenantUsage
 
 JSON = "application/json"
@@ -122,12 +126,26 @@ class KeyIssued(msgspec.Struct):
     requests_per_minute: int | None
 
 
+Days = Annotated[int, doc("Days the kind's events are kept.", minimum=1, maximum=MAX_DAYS)]
+Windows = Annotated[
+    dict[str, Days | None],
+    doc(
+        'Days an event of each kind is kept ("*": every kind not named); null removes a '
+        "kind's window, a kind not given keeps its own. At most 64 kinds.",
+        maxProperties=MAX_KINDS,
+        propertyNames={"minLength": 1, "maxLength": MAX_KIND_BYTES, "pattern": KIND_PATTERN},
+    ),
+]
+
+
 class TenantLimitsIn(msgspec.Struct, forbid_unknown_fields=True):
-    """PATCH /v1/admin/tenants/{id}: a limit given is set (null removes it), one absent stays."""
+    """PATCH /v1/admin/tenants/{id}: a limit given is set (null removes it), one absent stays;
+    so do the retention windows named."""
 
     max_events: Limit | msgspec.UnsetType | None = msgspec.UNSET
     max_bytes: Limit | msgspec.UnsetType | None = msgspec.UNSET
     max_memory: Limit | msgspec.UnsetType | None = msgspec.UNSET
+    retention: Windows | msgspec.UnsetType | None = msgspec.UNSET  # null: none of its own
 
 
 class TenantShown(msgspec.Struct):
@@ -144,7 +162,11 @@ class TenantShown(msgspec.Struct):
     limits: Quota  # in force: its own, else the server's default (null: none)
     keys: KeyCounts
     usage: TenantUsage
+    retention: dict[str, int] | None  # its own windows (null: none of its own)
+    retention_state: RetentionView | None  # null in a server without retention (the CLI's view)
+    holds: list[HoldRecord]
     node: str | msgspec.UnsetType = msgspec.UNSET
+    warnings: list[str] | msgspec.UnsetType = msgspec.UNSET  # a PATCH's windows that look mistyped
 
 
 class TenantDeleted(msgspec.Struct):
@@ -257,10 +279,15 @@ async def _list_tenants(call: Call) -> Outcome:
 
 
 def tenant_shown(
-    record: TenantRecord, limits: Quota, keys: KeyCounts, usage: TenantUsage
+    record: TenantRecord,
+    limits: Quota,
+    keys: KeyCounts,
+    usage: TenantUsage,
+    retention: RetentionView | None = None,
+    holds: list[HoldRecord] | None = None,
 ) -> TenantShown:
-    """A tenant's record, its limits in force, its keys and its usage, as GET and PATCH
-    answer."""
+    """A tenant's record, its limits in force, its keys, its usage, its retention and holds, as
+    GET and PATCH answer."""
     return TenantShown(
         tenant_id=record.tenant_id,
         name=record.name,
@@ -271,11 +298,14 @@ def tenant_shown(
         limits=limits,
         keys=keys,
         usage=usage,
+        retention=record.retention,
+        retention_state=retention,
+        holds=holds or [],
         node=record.node if record.node is not None else msgspec.UNSET,
     )
 
 
-async def _show(call: Call, record: TenantRecord | None) -> Outcome:
+async def _show(call: Call, record: TenantRecord | None, named: Iterable[str] = ()) -> Outcome:
     if record is None:
         raise NotFound("no tenant with that id")
     services = call.services
@@ -288,7 +318,14 @@ async def _show(call: Call, record: TenantRecord | None) -> Outcome:
     control = _control(call)
     keys = await anyio.to_thread.run_sync(control.list_keys, record.tenant_id)
     usage = await anyio.to_thread.run_sync(services.engine.usage_now, record.tenant_id)
-    return Outcome(200, tenant_shown(record, limits, KeyCounts.of(keys, now_us()), usage))
+    holds = await anyio.to_thread.run_sync(control.list_holds, record.tenant_id)
+    retention = services.retention
+    view = None if retention is None else await anyio.to_thread.run_sync(retention.view, record)
+    shown = tenant_shown(record, limits, KeyCounts.of(keys, now_us()), usage, view, holds)
+    warnings = typo_warnings(named, view.kinds if view is not None else [])
+    if warnings:
+        shown = msgspec.structs.replace(shown, warnings=warnings)
+    return Outcome(200, shown)
 
 
 async def _get_tenant(call: Call) -> Outcome:
@@ -301,19 +338,29 @@ async def _get_tenant(call: Call) -> Outcome:
 async def _patch_tenant(call: Call) -> Outcome:
     """Set or remove a tenant's own limits; the answer is GET's (and {} changes nothing)."""
     control, body = _control(call), call.body
+    tenant_id = call.path["tenant_id"]
     changes = {
-        name: getattr(body, name)
-        for name in body.__struct_fields__
-        if getattr(body, name) is not msgspec.UNSET
+        name: getattr(body, name) for name in LIMITS if getattr(body, name) is not msgspec.UNSET
     }
-    if not changes:
+    windows = body.retention
+    if not changes and windows is msgspec.UNSET:
         return await _get_tenant(call)
-    record = await anyio.to_thread.run_sync(
-        lambda: control.set_tenant_limits(call.path["tenant_id"], changes, actor=ACTOR)
-    )
-    if call.services.allowance is not None:  # in force for the tenant's next group commit
-        await anyio.to_thread.run_sync(call.services.allowance.learn, record)
-    return await _show(call, record)
+    if changes:
+        check_limits(changes)  # before any write: a bad limit leaves the windows as they were
+    record = None
+    if windows is not msgspec.UNSET:
+        record = await anyio.to_thread.run_sync(
+            lambda: control.set_retention(tenant_id, windows, actor=ACTOR)
+        )
+    if changes:
+        record = await anyio.to_thread.run_sync(
+            lambda: control.set_tenant_limits(tenant_id, changes, actor=ACTOR)
+        )
+        if call.services.allowance is not None:  # in force for the tenant's next group commit
+            await anyio.to_thread.run_sync(call.services.allowance.learn, record)
+    given = windows if isinstance(windows, dict) else {}  # unset or null: no kind named
+    named = [kind for kind, days in given.items() if days is not None]
+    return await _show(call, record, named)
 
 
 async def _delete_tenant(call: Call) -> Outcome:
@@ -425,7 +472,7 @@ OPERATIONS = (
         "PATCH",
         TENANTS + "/{tenant_id:str}",
         _patch_tenant,
-        "Set or remove a tenant's own max_events, max_bytes and max_memory",
+        "Set or remove a tenant's own max_events, max_bytes, max_memory and retention windows",
         body=TenantLimitsIn,
         replies={200: Reply(TenantShown, "The tenant with its new limits, as GET shows it.")},
         errors=(413,),

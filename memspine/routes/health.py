@@ -1,4 +1,4 @@
-"""GET /health and GET /metrics: no auth, no tenant data."""
+"""GET /, GET /health and GET /metrics: no auth, no tenant data."""
 
 from __future__ import annotations
 
@@ -25,6 +25,32 @@ async def _health(_call: Call) -> Outcome:
     return Outcome(200, HEALTHY)
 
 
+class Home(msgspec.Struct):
+    """What answers at the root: this server, and where a person goes from here."""
+
+    service: str
+    version: str
+    console: str | None  # None when MEMSPINE_UI=0
+    schema: str
+    openapi: str
+    health: str
+
+
+async def _home(call: Call) -> Outcome:
+    console = "/ui" if call.services.settings.ui else None
+    return Outcome(
+        200,
+        Home(
+            service="memspine-server",
+            version=__version__,
+            console=console,
+            schema="/schema",
+            openapi="/schema/openapi.json",
+            health="/health",
+        ),
+    )
+
+
 async def _metrics(call: Call) -> Outcome:
     """Prometheus exposition (rendering reads every open tenant's map size: in a thread)."""
     body = await anyio.to_thread.run_sync(call.services.metrics.render)
@@ -42,6 +68,17 @@ HEALTH = Operation(
     strict_query=False,
     tag="server",
 )
+HOME = Operation(
+    "home",
+    "GET",
+    "/",
+    PUBLIC,
+    _home,
+    "Where to go: the console (/ui), the API's document (/schema) and /health",
+    replies={200: Reply(Home, "This server, and the paths a person starts from.")},
+    strict_query=False,
+    tag="server",
+)
 METRICS = Operation(
     "metrics",
     "GET",
@@ -56,4 +93,4 @@ METRICS = Operation(
     tag="server",
 )
 
-OPERATIONS = (HEALTH, METRICS)
+OPERATIONS = (HOME, HEALTH, METRICS)

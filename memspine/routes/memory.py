@@ -13,7 +13,7 @@ from memspine.queryparams import flag, int_range, list_query, text
 from memspine.schemas import (
     KIND_SCHEMA,
     MAX_IDEMPOTENCY_KEY,
-    MAX_TS,
+    SUBJECT_SCHEMA,
     TIME,
     TIME_CHECK_HEADER,
     DeleteDone,
@@ -24,7 +24,6 @@ from memspine.schemas import (
     RecallIn,
     RecallOut,
     WouldDelete,
-    check_kind,
     event_out,
     recall_out,
     time_check,
@@ -32,7 +31,7 @@ from memspine.schemas import (
     to_recall_query,
 )
 from storage.errors import InvalidRequest, NotFound
-from storage.model import Quota, QuotaSource
+from storage.model import MAX_TS, Quota, QuotaSource, check_kind, check_subject
 from storage.read.listing import MAX_LIMIT, ListQuery
 
 IDEMPOTENCY_KEY = b"idempotency-key"
@@ -284,7 +283,7 @@ DELETE = Operation(
             DeleteDone, "Deleted, but the purge asked for is pending (the detail says why)."
         ),
     },
-    errors=(404, 503),
+    errors=(404, 409, 503),
     description="Unreadable at once; bytes leave the disk at the next purge (docs/erasure.md).",
 )
 LIST = Operation(
@@ -312,6 +311,7 @@ LIST = Operation(
         ),
         Query("current", flag("current"), FLAG_SCHEMA, "Only current events (default true)."),
         Query("as_of", int_range("as_of", 0, MAX_TS), TIME_SCHEMA, "Current as of." + TIME_NOTE),
+        Query("subject", check_subject, SUBJECT_SCHEMA, "Only events about this subject."),
     ),
     props=True,
     replies={200: Reply(EventPage, "One page, and the cursor of the next (null on the last).")},

@@ -116,7 +116,7 @@ async def _export(call: Call) -> Outcome:
         with t.log.reader() as r:
             last = r.last_seq()
             if after == 0:
-                lines = export_lines(r, tenant_id, default_dim=t.dim)
+                lines = export_lines(r, tenant_id, default_dim=t.dim, ledger=True)
             else:
                 lines = changes_lines(r, tenant_id, changes(r, after), default_dim=t.dim)
             size = 0

@@ -10,13 +10,14 @@ process does, whatever way it ends.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import IO
 
 import anyio.to_thread
 
 from memspine.pipeline import READ, Call, Operation, Outcome, Reply, Streamed
 from storage.errors import DiskFull
+from storage.receipts import record_copy
 from storage.space import disk_full
 from storage.tenants.tenant import Tenant
 from storage.transfer.export import write_export
@@ -32,13 +33,25 @@ NO_ROOM = (
 
 async def export_tenant(call: Call) -> Outcome:
     """The tenant's export, spooled then streamed; a tenant never written exports empty."""
+    tenant_id = call.tenant_id
+    outcome = await spooled(call, lambda t, spool: write_export(t, spool, tenant_id))
+    # what an erasure's receipt lists as a copy that may still hold its events
+    await anyio.to_thread.run_sync(
+        record_copy, call.services.settings.data_dir, "export", tenant_id
+    )
+    return outcome
+
+
+async def spooled(call: Call, write: Callable[[Tenant, IO[bytes]], int]) -> Outcome:
+    """What `write` writes of the caller's tenant (its bytes' count), into a spool from one
+    read, then streamed from it; 503 if the disk is full."""
     services, tenant_id = call.services, call.tenant_id
     data_dir = services.settings.data_dir
     # Closed by _chunks once the answer ends, or below if it never starts.
     spool = tempfile.TemporaryFile(dir=data_dir, buffering=SPOOL_BUFFER_BYTES)  # noqa: SIM115
 
     def spool_it(t: Tenant) -> int:
-        size = write_export(t, spool, tenant_id)
+        size = write(t, spool)
         spool.flush()
         spool.seek(0)
         return size

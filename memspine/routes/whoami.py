@@ -7,7 +7,7 @@ import msgspec
 
 from memspine.engine import Engine, VectorSpaceView
 from memspine.pipeline import ANY_KEY, Call, Operation, Outcome, Reply
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 
 
 class WhoAmI(msgspec.Struct):

@@ -87,3 +87,14 @@ export function deleteEvent(id, { cascade, dryRun, purge }) {
   });
   return call("DELETE", `/v1/memory/event/${encodeURIComponent(id)}${params}`);
 }
+
+/** POST an erasure by subject: a dry run answers {subject, events, count}; a real run
+ * {receipt_id, receipt, deleted_ids}. */
+export function eraseSubject(subject, body) {
+  return call("POST", `/v1/memory/subjects/${encodeURIComponent(subject)}/erase`, { body });
+}
+
+/** The tenant's erasure receipts, newest first. */
+export function receipts() {
+  return call("GET", "/v1/memory/receipts");
+}

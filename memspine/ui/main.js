@@ -1,4 +1,4 @@
-// The console: a hash router over five pages. The key typed at sign-in is kept in this tab's
+// The console: a hash router over six pages. The key typed at sign-in is kept in this tab's
 // sessionStorage; what it may do (whoami's scopes) decides which controls the pages draw.
 
 import { ApiError, forgetKey, storedKey, whoami } from "./api.js";
@@ -8,12 +8,14 @@ import { renderCypher } from "./page-cypher.js";
 import { renderEvent } from "./page-event.js";
 import { renderRecall } from "./page-recall.js";
 import { renderSignIn } from "./page-signin.js";
+import { renderSubject } from "./page-subject.js";
 import { renderTimeline } from "./page-timeline.js";
 
 const PAGES = [
   ["timeline", "Time line", renderTimeline],
   ["recall", "Recall", renderRecall],
   ["cypher", "Cypher", renderCypher],
+  ["subject", "Subjects", renderSubject],
 ];
 
 const session = {

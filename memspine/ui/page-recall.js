@@ -69,7 +69,10 @@ function answer(result, body) {
   const ranked = result.hits.filter((h) => h.via === undefined);
   const walked = result.hits.filter((h) => h.via !== undefined);
   const number = new Map(ranked.map((h, i) => [h.event_id, i + 1]));
-  const arms = [body.text ? "keyword (BM25)" : null, body.embedding ? "vector (cosine)" : null].filter(Boolean);
+  // The arms named are those that ranked a hit, as the answer says per hit (keyword_rank,
+  // vector_rank), not those the request asked for: a text may rank by meaning alone.
+  const ranks = (arm) => ranked.some((h) => typeof h[arm] === "number");
+  const arms = [ranks("keyword_rank") ? "keyword (BM25)" : null, ranks("vector_rank") ? "vector (cosine)" : null].filter(Boolean);
   const parts = [
     el("h2", null, "Ranked hits"),
     el("p", { id: "rc-summary" },

@@ -15,7 +15,7 @@ LABEL = "Event"
 REL_TYPES = (SOURCE_FROM, SUPERSEDES)
 
 # Node properties backed by the event's own fields; other names come from `filterable`.
-CORE_PROPERTIES = ("event_id", "kind", "ts", "text")
+CORE_PROPERTIES = ("event_id", "kind", "ts", "text", "subjects")
 
 
 # What a node is charged for itself beyond its text, properties and floats (storage/cypher/bounds.py)

@@ -7,6 +7,14 @@ that loads what it needs on first use.
 from __future__ import annotations
 
 from storage.embedders.base import Embedder, EmbedderError, QueryCache, normalise
-from storage.embedders.factory import KINDS, make_embedder
+from storage.embedders.factory import KINDS, describe, make_embedder
 
-__all__ = ["KINDS", "Embedder", "EmbedderError", "QueryCache", "make_embedder", "normalise"]
+__all__ = [
+    "KINDS",
+    "Embedder",
+    "EmbedderError",
+    "QueryCache",
+    "describe",
+    "make_embedder",
+    "normalise",
+]

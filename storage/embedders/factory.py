@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from storage.embedders.base import Embedder
 
@@ -38,3 +39,21 @@ def make_embedder(
 
         return OpenAIEmbedder(url, model, api_key, on_failure=on_failure, **options)
     raise ValueError(f"unknown embedder {kind!r}; expected one of {', '.join(KINDS)}")
+
+
+def describe(kind: str, url: str | None, model: str | None, dim: int) -> str:
+    """What the embedder `kind` does for a server whose new tenants have `dim`-number vectors,
+    in a few words for its start line (no URL's password: only the endpoint's host)."""
+    if kind == "none":
+        return f"none (clients send embeddings of {dim} numbers)"
+    if kind == "local":
+        from storage.embedders.child import DIM, MODEL_NAME
+
+        if dim != DIM:
+            return (
+                f"local ({MODEL_NAME}) makes {DIM} numbers, not MEMSPINE_EMBEDDING_DIM={dim}: "
+                f"new tenants' clients send embeddings of {dim} numbers"
+            )
+        return f"local ({MODEL_NAME}: the server embeds each event's text, {dim} numbers)"
+    host = urlsplit(url or "").hostname or "?"
+    return f"{kind} ({model} at {host}: the server embeds each event's text)"

@@ -25,7 +25,18 @@ COPY_TXN_ENTRIES = 20_000
 # Databases whose keys sync_delta knows how to attribute to one event; any other database a
 # future schema adds is copied whole, which is always right and only slower.
 PER_EVENT = frozenset(
-    ("events", "ops", "by_ts", "by_kind", "by_prop", "links_out", "links_in", "idem", "tombstones")
+    (
+        "events",
+        "ops",
+        "by_ts",
+        "by_kind",
+        "by_prop",
+        "links_out",
+        "links_in",
+        "idem",
+        "tombstones",
+        "erased",
+    )
 )
 
 
@@ -49,6 +60,8 @@ def rewrite(
     try:
         for name in DB_NAMES:
             target = env.open_db(name.encode())
+            if name not in source.dbs:  # a later database an older log lacks: made empty
+                continue
             items = source.txn.cursor(db=source.dbs[name]).iternext(keys=True, values=True)
             tap = (taps or {}).get(name)
             _append_all(env, target, items if tap is None else _tapped(items, tap))
@@ -125,7 +138,7 @@ def _sync_event(live: LogReader, txn: lmdb.Transaction, dbs: dict[str, Any], eve
                 txn.put(key, value, db=dbs[name])
     for name in ("links_out", "links_in"):
         _replace_prefix(live, txn, dbs, name, raw_id)
-    for name in ("events", "idem", "tombstones"):
+    for name in ("events", "idem", "tombstones", "erased"):
         value = live.txn.get(raw_id, db=live.dbs[name])
         if value is None:
             txn.delete(raw_id, db=dbs[name])

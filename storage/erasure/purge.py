@@ -92,6 +92,7 @@ class Purgeable(Protocol):
     keyword: KeywordIndex
     keyword_seq: int
     vectors: VectorIndex
+    ledger_days: float  # erasure ledger entries older than this go with the purge
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
         """Run fn on the tenant's writer thread, between group commits."""
@@ -218,6 +219,13 @@ def _check_room(tenant: Purgeable, r: LogReader) -> None:
         raise NoRoomToPurge(needed, free)
 
 
+def check_room(tenant: Purgeable) -> None:
+    """NoRoomToPurge when the disk cannot hold a purge of the tenant now (asked before an
+    erasure deletes anything, so that it is not left half-done)."""
+    with tenant.log.reader() as r:
+        _check_room(tenant, r)
+
+
 _LMDB_SPARE_PAGES = 64  # meta and root pages and the free list of the new environment
 
 
@@ -230,6 +238,7 @@ class _Indexed(msgspec.Struct):
     kind: str
     text: str | None = None
     filterable: dict[str, FilterValue] = {}
+    subjects: list[str] = []
 
 
 _decode_indexed = msgspec.msgpack.Decoder(_Indexed).decode
@@ -254,7 +263,7 @@ class _KeywordBuilder:
         """Index one stored record."""
         ev = _decode_indexed(raw)
         if ev.text:
-            doc = KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq)
+            doc = KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects)
             self.writer.add_document(document(doc))  # a new index: its documents carry the seq
 
     def finish(self) -> KeywordIndex:
@@ -327,8 +336,11 @@ def _catch_up_copy(
     # An id deleted, then written and deleted again since the snapshot keeps its new tombstone.
     purged = [e for e in doomed if e not in changed]
 
+    ledger_since = time.time_ns() // 1000 - int(tenant.ledger_days * 86_400 * 1_000_000)
+
     def seal(txn: lmdb.Transaction) -> int:
         copy.clear_tombstones(txn, purged)
+        copy.prune_erased(txn, ledger_since)
         copy.put_meta_int(txn, layout.KEYWORD_SEQ, upto)
         return copy.view(txn).tombstone_count()
 
@@ -348,7 +360,9 @@ def _catch_up_keyword(keyword: KeywordIndex, live: LogReader, since: int) -> Non
             continue
         ev = live.get(event_id)
         if ev is not None and ev.text:
-            docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq))
+            docs.append(
+                KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects)
+            )
     keyword.add(docs)
     keyword.delete(gone)
 

@@ -84,6 +84,7 @@ class KeywordDoc(msgspec.Struct, frozen=True):
     text: str
     filterable: dict[str, FilterValue]
     seq: int
+    subjects: tuple[str, ...] | list[str] = ()  # each tagged as layout.SUBJECT's value
 
 
 # A queued change: (the document to add, or None to delete, its id, whether an add first
@@ -507,16 +508,23 @@ def document(d: KeywordDoc) -> tantivy.Document:
     doc.add_text("id", d.event_id)
     doc.add_text("text", d.text)
     doc.add_text("kind", d.kind)
-    for name, value in d.filterable.items():
-        doc.add_text("tag", property_tag(name, value))
+    for tag in _tags(d):
+        doc.add_text("tag", tag)
     doc.add_unsigned("seq", d.seq)
     return doc
 
 
 def _tail_doc(d: KeywordDoc) -> TailDoc:
     """A published document as the tail searches it."""
-    tags = frozenset(property_tag(name, value) for name, value in d.filterable.items())
-    return TailDoc(d.seq, d.event_id, d.kind, tags, d.text)
+    return TailDoc(d.seq, d.event_id, d.kind, frozenset(_tags(d)), d.text)
+
+
+def _tags(d: KeywordDoc) -> list[str]:
+    """The tags of an event: one per filterable property, one per subject."""
+    tags = [property_tag(name, value) for name, value in d.filterable.items()]
+    if d.subjects:
+        tags += [property_tag(layout.SUBJECT, s) for s in d.subjects]
+    return tags
 
 
 def _a_term(ops: list[Op]) -> str | None:

@@ -398,6 +398,7 @@ def _record(ev: NewEvent, event_id: str, seq: int, supersedes: list[str]) -> Sto
         supersedes=supersedes,
         valid_from=ev.valid_from,
         valid_until=ev.valid_until,
+        subjects=list(ev.subjects),
     )
 
 

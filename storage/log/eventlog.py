@@ -5,7 +5,7 @@ events is storage/log/appender.py's, changing records after their append revisio
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TypeVar
@@ -264,6 +264,7 @@ class EventLog:
             _delete_prefix(txn, d["links_in"], layout.link_prefix(raw_id, rel))
         tomb = Tombstone(seq=ev.seq, deleted_at=time.time_ns() // 1000)
         txn.put(raw_id, layout.encode_tombstone(tomb), db=d["tombstones"])
+        txn.put(raw_id, layout.u64(tomb.deleted_at), db=d["erased"])
         return len(raw)
 
     def _unlink_out(
@@ -281,6 +282,24 @@ class EventLog:
         """Ids deleted since the last purge."""
         with self.reader() as r:
             return r.tombstone_ids()
+
+    def record_erased(self, txn: lmdb.Transaction, ledger: Mapping[str, int]) -> None:
+        """Put entries into the erasure ledger (id -> microseconds of its delete): a tenant
+        made from a copy keeps the ledger of what it was made from."""
+        for event_id, at in ledger.items():
+            txn.put(layout.id_bytes(event_id), layout.u64(at), db=self.dbs["erased"])
+
+    def prune_erased(self, txn: lmdb.Transaction, before: int) -> int:
+        """Drop the ledger's entries of deletes older than `before` (µs); how many went."""
+        cursor = txn.cursor(db=self.dbs["erased"])
+        old = [
+            bytes(k)
+            for k, v in cursor.iternext(keys=True, values=True)
+            if layout.read_u64(bytes(v)) < before
+        ]
+        for key in old:
+            txn.delete(key, db=self.dbs["erased"])
+        return len(old)
 
     def clear_tombstones(self, txn: lmdb.Transaction, event_ids: list[str]) -> None:
         """Forget tombstones once their bytes have left the disk."""

@@ -32,8 +32,10 @@ from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 # server makes are written into their events' records after the append.
 # 4: a links_out value is the target's raw id and then its kind (UTF-8): an expansion that asks
 # its targets' kind answers from the link list, without reading the targets' records.
+# 5: a record's field `subjects` (the people an event is about), each listed in by_prop under
+# the name SUBJECT; the database "erased" (the erasure ledger: every deleted id and when).
 # An older log is brought to this version on its first open (storage/log/migrations.py).
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 
 # -- the named databases ----------------------------------------------------------------------
 
@@ -52,11 +54,15 @@ DB_NAMES = (
     # unembedded_key(seq, raw id) -> b"": events of a server-space tenant awaiting their vector,
     # in append order (the background embedder's work, derived from the log after a restart)
     "unembedded",
+    # raw id -> u64(microseconds since the epoch of its delete): the erasure ledger, kept past
+    # the purge so that a restore, an import or a move can drop an erased event again
+    # (docs/erasure.md, "The erasure ledger"); ids and times only, never content
+    "erased",
 )
 
 # Databases a log of an older version may lack until its first open for writes (migrations.py):
 # a read-only snapshot of it reads them as empty.
-LATER_DBS = frozenset({"unembedded"})
+LATER_DBS = frozenset({"unembedded", "erased"})
 
 # -- meta names -------------------------------------------------------------------------------
 
@@ -253,7 +259,21 @@ def index_keys(ev: StoredEvent, raw_id: bytes | None = None) -> list[tuple[str, 
     tkey = time_key(ev.ts, raw_id)
     keys = [("by_ts", tkey), ("by_kind", kind_prefix(ev.kind) + tkey)]
     keys += [("by_prop", property_prefix(n, v) + raw_id) for n, v in ev.filterable.items()]
+    keys += [("by_prop", property_prefix(SUBJECT, s) + raw_id) for s in ev.subjects]
     return keys
+
+
+# The by_prop name under which an event's subjects are listed (its value: the subject id). No
+# property can have it: PROPERTY_NAME starts with a letter.
+SUBJECT = "$subject"
+
+
+def tag_matches(ev: StoredEvent, name: str, want: bytes) -> bool:
+    """Whether ev has `name` (a filterable property, or SUBJECT) equal to the value whose
+    value_bytes are `want`."""
+    if name == SUBJECT:
+        return any(value_bytes(s) == want for s in ev.subjects)
+    return name in ev.filterable and value_bytes(ev.filterable[name]) == want
 
 
 # -- filterable properties (each gets a by_prop key) --------------------------------------------

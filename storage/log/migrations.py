@@ -76,7 +76,18 @@ def to_4(txn: lmdb.Transaction, r: LogReader, dbs: dict[str, Any]) -> None:
 
 _BATCH = 10_000  # links read per round of to_4
 
-STEPS: dict[int, Step] = {2: to_2, 3: to_3, 4: to_4}  # the version each step makes -> the step
+
+def to_5(txn: lmdb.Transaction, r: LogReader, dbs: dict[str, Any]) -> None:
+    """Version 5 adds a record's `subjects`: a record written before has none (the field's
+    default when it is read), so no byte changes."""
+
+
+STEPS: dict[int, Step] = {
+    2: to_2,
+    3: to_3,
+    4: to_4,
+    5: to_5,
+}  # the version each step makes -> the step
 
 
 def migrate(txn: lmdb.Transaction, dbs: dict[str, Any], schema: int) -> None:

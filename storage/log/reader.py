@@ -94,6 +94,11 @@ class LogReader:
         """Ids with lo <= ts < hi, ascending by time."""
         return map(layout.id_str, self.raw_ids_by_ts(lo, hi))
 
+    def live_light(self) -> Iterator[StoredEvent]:
+        """Every live event without its embedding, in id order (one pass over the records)."""
+        for value in self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True):
+            yield layout.decode_light(value)
+
     def all_ids(self) -> Iterator[str]:
         """Every live id, ascending by time."""
         return self.ids_by_ts(None, None)
@@ -138,6 +143,16 @@ class LogReader:
             if hi is not None and layout.read_ts(key[len(prefix) :]) >= hi:
                 return
             yield key[-layout.ID_BYTES :]
+
+    def times_by_kind(self, kind: str, lo: int | None, hi: int) -> Iterator[tuple[bytes, int]]:
+        """(raw id, ts) of one kind's events with lo <= ts < hi, ascending by time (keys only)."""
+        prefix = layout.kind_prefix(kind)
+        start = layout.ts_bytes(lo) if lo is not None else b""
+        for key in self._keys("by_kind", prefix, start):
+            ts = layout.read_ts(key[len(prefix) :])
+            if ts >= hi:
+                return
+            yield key[-layout.ID_BYTES :], ts
 
     def raw_ids_by_property(self, name: str, value: FilterValue) -> Iterator[bytes]:
         """As ids_by_property, raw ids (ascending by raw id)."""
@@ -294,6 +309,20 @@ class LogReader:
     def unembedded_count(self) -> int:
         """How many events await their server vector."""
         db = self.dbs.get("unembedded")
+        return 0 if db is None else int(self.txn.stat(db)["entries"])
+
+    def erased(self) -> Iterator[tuple[str, int]]:
+        """The erasure ledger: (id, microseconds of its delete) of every event deleted from
+        this log and still kept there (docs/erasure.md, "The erasure ledger")."""
+        db = self.dbs.get("erased")
+        if db is None:  # a log of an older format, read as it is
+            return
+        for key, value in self.txn.cursor(db=db).iternext(keys=True, values=True):
+            yield layout.id_str(bytes(key)), layout.read_u64(bytes(value))
+
+    def erased_count(self) -> int:
+        """How many ids the erasure ledger holds."""
+        db = self.dbs.get("erased")
         return 0 if db is None else int(self.txn.stat(db)["entries"])
 
     def unembedded(self, limit: int) -> list[tuple[int, str]]:

@@ -24,7 +24,8 @@ class ListQuery(msgspec.Struct, frozen=True, kw_only=True):
     until: int | None = None
     limit: int = 100
     cursor: str | None = None
-    filters: dict[str, list[FilterValue]] = {}  # name -> accepted values (any one matches)
+    # name (or layout.SUBJECT) -> accepted values (any one matches)
+    filters: dict[str, list[FilterValue]] = {}
     current: bool = True
     as_of: int | None = None
 
@@ -71,12 +72,10 @@ def list_events(
 
 
 def _matches(ev: StoredEvent, filters: dict[str, list[FilterValue]]) -> bool:
-    """Whether ev's filterable properties equal one accepted value per filter (typed equality)."""
+    """Whether ev's filterable properties (or subjects: layout.SUBJECT) equal one accepted value
+    per filter (typed equality)."""
     for name, accepted in filters.items():
-        if name not in ev.filterable:
-            return False
-        have = layout.value_bytes(ev.filterable[name])
-        if not any(layout.value_bytes(v) == have for v in accepted):
+        if not any(layout.tag_matches(ev, name, layout.value_bytes(v)) for v in accepted):
             return False
     return True
 

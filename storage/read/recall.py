@@ -126,7 +126,7 @@ class Admission:
         if ev is None or (self.q.kind is not None and ev.kind != self.q.kind):
             return False
         for name, want in self._wanted.items():
-            if name not in ev.filterable or layout.value_bytes(ev.filterable[name]) != want:
+            if not layout.tag_matches(ev, name, want):
                 return False
         if not self.moment.exists(ev):
             return False

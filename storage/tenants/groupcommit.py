@@ -247,6 +247,20 @@ def delete_cascade(t: Committer, event_id: str) -> list[str]:
     return deleted
 
 
+def delete_found(t: Committer, find: Callable[[LogReader], list[str]]) -> list[str]:
+    """On the writer: delete what `find` names in the log as it is now (nothing is written
+    before the delete: this runs alone on the writer), in one transaction; the ids deleted."""
+    with t.log.reader() as r:
+        ids = find(r)
+    t.mark_before_delete(ids)
+    deleted: list[str] = t.log.write(lambda txn: t.log.delete_in(txn, ids))
+    t.deletes += 1
+    catch_up(t)
+    if t.on_unembedded is not None:
+        t.on_unembedded(t)
+    return deleted
+
+
 def land_import(
     t: Committer,
     placed: list[PlacedEvent],

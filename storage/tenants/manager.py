@@ -20,7 +20,7 @@ from storage.errors import MemspineError, Unavailable
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
 from storage.tenants.standin import EmptyStandIn
-from storage.tenants.tenant import Tenant
+from storage.tenants.tenant import LEDGER_DAYS, Tenant
 
 log = logging.getLogger("memspine.manager")
 
@@ -185,8 +185,10 @@ class TenantManager:
         idle_secs: float = 3600.0,
         max_open_bytes: int | None = None,
         embedding: EmbeddingWorker | None = None,
+        ledger_days: float = LEDGER_DAYS,
     ) -> None:
         self.data_dir = data_dir
+        self.ledger_days = ledger_days  # each tenant's purges prune its erasure ledger to it
         # The background embedder: told of each tenant opened and closed, it offers new
         # tenants its space and holds open ones (use_open) while it writes their vectors.
         self.embedding = embedding
@@ -349,6 +351,7 @@ class TenantManager:
                 offer=None if embedding is None else embedding.offer,
             )
             tenant.measure_memory = tenant_bytes
+            tenant.ledger_days = self.ledger_days
             seconds = time.perf_counter() - started
         except BaseException as exc:
             with self._cond:

@@ -60,7 +60,9 @@ class _Replay:
         if ev is None:
             return
         if seq > self.keyword_seq and ev.text:
-            self.docs.append(KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq))
+            self.docs.append(
+                KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects)
+            )
         if seq > self.vector_seq and ev.embedding is not None:
             self.labels.append(seq)
             self.vectors.append(ev.embedding)
@@ -137,7 +139,11 @@ def project_appends(p: Projected, start: int, written: list[StoredEvent]) -> boo
         return False
     if not written:
         return True  # no op written (replays, errors): catch_up would have nothing to do
-    docs = [KeywordDoc(r.event_id, r.kind, r.text, r.filterable, r.seq) for r in written if r.text]
+    docs = [
+        KeywordDoc(r.event_id, r.kind, r.text, r.filterable, r.seq, r.subjects)
+        for r in written
+        if r.text
+    ]
     labels = [r.seq for r in written if r.embedding is not None]
     vectors = [r.embedding for r in written if r.embedding is not None]
     last = written[-1].seq

@@ -19,6 +19,7 @@ from storage.index.keyword import KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
 from storage.log.layout import space_name
+from storage.log.reader import LogReader
 from storage.model import (
     CHAIN_KIND,
     AppendResult,
@@ -34,7 +35,13 @@ from storage.read.cascade import would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import Feedback, RecallQuery, RecallResult, recall, validate
-from storage.tenants.groupcommit import commit_batch, delete_cascade, land_import, vector_linger
+from storage.tenants.groupcommit import (
+    commit_batch,
+    delete_cascade,
+    delete_found,
+    land_import,
+    vector_linger,
+)
 from storage.tenants.indexes import open_keyword, open_vectors, raise_if_disk_full
 from storage.tenants.jobs import (
     AnyJob,
@@ -51,6 +58,7 @@ from storage.tenants.writer import GroupWriter
 
 log = logging.getLogger("memspine.tenant")
 T = TypeVar("T")
+LEDGER_DAYS = 30.0  # how long the erasure ledger keeps an id (MEMSPINE_ERASURE_LEDGER_DAYS)
 NOT_SAVED = "the server's disk is full: the vector index was not saved"
 CHAIN_SCAN = 1000  # ops a chain's start is looked for before the first event to embed
 IN_FLIGHT = "a request with this Idempotency-Key is still being processed; retry shortly"
@@ -76,6 +84,7 @@ class Tenant:
         # Counts deletes: a batch of server vectors made before one may have chained on a turn
         # it deleted, and is made again (store_vectors).
         self.deletes = 0
+        self.ledger_days = LEDGER_DAYS  # its purges drop older ledger entries (the manager's)
         recover(root)  # finish or discard a purge a crash interrupted, before any store opens
         self.log = EventLog.open(root / files.LOG, embedding_dim=embedding_dim)
         try:
@@ -214,6 +223,11 @@ class Tenant:
         with self.log.reader() as r:
             return would_delete(r, event_id, cascade=cascade)
 
+    def snapshot_read(self, fn: Callable[[LogReader], T]) -> T:
+        """Run fn over one read snapshot of the log (storage/read/retention.py's reads)."""
+        with self.log.reader() as r:
+            return fn(r)
+
     def awaiting_purge(self) -> bool:
         """Whether deleted events of this tenant await a purge (the log holds tombstones)."""
         return bool(self.log.tombstones())
@@ -346,6 +360,11 @@ class Tenant:
         the writer, so an event derived meanwhile cannot escape; resolves to the ids deleted, the
         event first."""
         return self.call(lambda: delete_cascade(self, event_id))
+
+    def submit_delete_found(self, find: Callable[[LogReader], list[str]]) -> Future[list[str]]:
+        """Delete what `find` names in the log as it is on the writer, in one transaction (an
+        erasure by subject: storage/read/subjects.py); resolves to the ids deleted."""
+        return self.call(lambda: delete_found(self, find))
 
     def submit_import(
         self,

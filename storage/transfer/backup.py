@@ -27,7 +27,7 @@ import os
 import secrets
 import shutil
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 
 import lmdb
@@ -39,10 +39,12 @@ from storage.erasure.compact import rewrite
 from storage.errors import Conflict, InvalidRequest, NotFound
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
+from storage.transfer import ledger
 from storage.transfer.export import export_lines, log_snapshot
 from storage.transfer.format import Reader
 from storage.transfer.landing import LOCK, build, held
-from storage.transfer.load import read_header
+from storage.transfer.ledger import Ledger
+from storage.transfer.load import Drop, ImportStats, read_header
 
 FORMAT = "memspine-backup"
 FORMAT_VERSION = 1
@@ -80,6 +82,8 @@ class BackupStats(msgspec.Struct, frozen=True, kw_only=True):
     events: int
     environments: list[str]
     seconds: float
+    erased_dropped: int = 0  # events a restore dropped as erasure ledgers name them
+    retention_dropped: int = 0  # a restore's events past their retention window, not written
 
 
 def tenant_dirs(data_dir: Path) -> list[str]:
@@ -197,18 +201,30 @@ def restore(
     *,
     default_dim: int = 384,
     progress: Progress | None = None,
+    erased: Mapping[str, Ledger] | None = None,
+    drop: Callable[[str], Drop | None] | None = None,
 ) -> BackupStats:
     """Rebuild data_dir (absent or empty) from the backup at src, indexes from the logs; all
-    of it, or (refused, killed, failed) nothing."""
+    of it, or (refused, killed, failed) nothing. Every event an erasure ledger names (the
+    backup's own, or one of `erased`, tenant id -> ledger) is dropped before the data
+    directory exists, and each restored log keeps its tenant's ledgers. `drop(tenant_id)` says
+    which of a tenant's events not to write (past their retention window)."""
     started = time.monotonic()
     manifest = read_manifest(src)
     if data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
         raise Conflict(f"{data_dir} is not empty: restore into a new data directory")
     data_dir.parent.mkdir(parents=True, exist_ok=True)
-    events = 0
+    events = dropped = expired = 0
+    applied = dict(erased or {})
+    every = ledger.every_id(applied)
     with _stage(data_dir, RESTORING) as stage:
         for entry in manifest.tenants:
-            events += _restore_tenant(src, stage, entry, default_dim, progress)
+            mine = applied.get(entry.tenant_id, {})
+            its_drop = None if drop is None else drop(entry.tenant_id)
+            stats = _restore_tenant(src, stage, entry, default_dim, progress, every, mine, its_drop)
+            events += stats.events
+            dropped += stats.erased_dropped
+            expired += stats.retention_dropped
         for name in manifest.environments:
             _copy_files(src / name, stage / name)
         fsync_tree(stage)
@@ -220,13 +236,23 @@ def restore(
         events=events,
         environments=list(manifest.environments),
         seconds=time.monotonic() - started,
+        erased_dropped=dropped,
+        retention_dropped=expired,
     )
 
 
 def _restore_tenant(
-    src: Path, stage: Path, entry: TenantEntry, default_dim: int, progress: Progress | None
-) -> int:
-    """Import one tenant of a backup from its log's records; the events written."""
+    src: Path,
+    stage: Path,
+    entry: TenantEntry,
+    default_dim: int,
+    progress: Progress | None,
+    every: Mapping[str, int],
+    mine: Mapping[str, int],
+    drop: Drop | None = None,
+) -> ImportStats:
+    """Import one tenant of a backup from its log's records, less the events the ledgers name
+    (its own, `every` tenant's) and those `drop` refuses; what the import did."""
     log = src / TENANTS / entry.tenant_id / files.LOG
     # Nobody writes a backup: no lock file, so a backup on read-only media restores too.
     with snapshot(log, lock=False) as r:
@@ -235,13 +261,18 @@ def _restore_tenant(
         header = read_header(lines, reader)
         told = None if progress is None else (lambda n: progress(entry.tenant_id, n))
         root = stage / entry.tenant_id
-        stats = build(root, entry.tenant_id, header.embedding_dim, lines, reader, told)
-    if stats.events != entry.events:
+        own = ledger.of_log(r)
+        gone = {**every, **own}
+        kept = {**own, **mine}
+        stats = build(
+            root, entry.tenant_id, header.embedding_dim, lines, reader, told, gone, kept, drop=drop
+        )
+    if stats.events + stats.erased_dropped + stats.retention_dropped != entry.events:
         raise InvalidRequest(
             f"tenant {entry.tenant_id}: the backup's manifest counts {entry.events} events, "
             f"its log holds {stats.events}"
         )
-    return stats.events
+    return stats
 
 
 def _copy_files(source: Path, dest: Path) -> None:

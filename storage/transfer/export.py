@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import IO
@@ -18,7 +18,8 @@ from storage.errors import NotFound
 from storage.log import layout
 from storage.log.eventlog import snapshot
 from storage.log.reader import LogReader
-from storage.model import SOURCE_FROM, SUPERSEDES
+from storage.model import SOURCE_FROM, SUPERSEDES, check_subject
+from storage.read.subjects import Reach, reach
 from storage.tenants.tenant import Tenant
 from storage.transfer.format import (
     FORMAT,
@@ -26,6 +27,7 @@ from storage.transfer.format import (
     Header,
     Links,
     end_line,
+    erased_line,
     event_line,
     header_line,
     idempotency_line,
@@ -42,8 +44,20 @@ def vectors_by(r: LogReader) -> str | None:
     return {layout.SPACE_SERVER: "server", layout.SPACE_CLIENT: "client"}.get(r.space() or 0)
 
 
-def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Iterator[bytes]:
-    """Every line of the tenant's export, from the one snapshot r, in constant memory."""
+def export_lines(
+    r: LogReader,
+    tenant_id: str,
+    *,
+    default_dim: int = 384,
+    only: set[str] | None = None,
+    extra: Iterable[bytes] = (),
+    ledger: bool = False,
+) -> Iterator[bytes]:
+    """Every line of the tenant's export, from the one snapshot r, in constant memory; with
+    `only`, the lines of those events alone (an access export: no idempotency lines), and
+    `extra` lines (each ending in a newline) before the end line, hashed with the rest; with
+    `ledger`, the erasure ledger's `erased` lines (a tenant move carries them; an export for
+    people holds no id of a purged event)."""
     digest = hashlib.sha256()
     header = Header(
         format=FORMAT,
@@ -53,7 +67,7 @@ def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Ite
         embedding_model=r.meta_str(layout.MODEL),
         vectors_by=vectors_by(r),
         exported_at=time.time_ns() // 1000,
-        events=r.count(),
+        events=r.count() if only is None else sum(1 for e in only if r.exists(e)),
     )
     line = header_line(header)
     digest.update(line)
@@ -65,6 +79,8 @@ def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Ite
                 # An op this format has no line for: exporting without it would lose what it
                 # wrote. A new kind of op comes with its line (a format version more).
                 raise RuntimeError(f"the export format does not carry log op {op!r} yet")
+            continue
+        if only is not None and event_id not in only:
             continue
         ev = r.get(event_id)
         if ev is None:
@@ -78,15 +94,39 @@ def export_lines(r: LogReader, tenant_id: str, *, default_dim: int = 384) -> Ite
         digest.update(line)
         events += 1
         yield line
+    for line in extra:
+        digest.update(line)
+        yield line
     kept = 0
-    for event_id, rec in r.idempotency_records():
+    for event_id, rec in () if only is not None else r.idempotency_records():
         if r.exists(event_id):
             continue  # carried on its event's line
         line = idempotency_line(event_id, rec.body_hash, rec.unlinked)
         digest.update(line)
         kept += 1
         yield line
-    yield end_line(events, kept, digest.hexdigest())
+    erased = 0
+    for event_id, at in r.erased() if ledger and only is None else ():
+        line = erased_line(event_id, at)
+        digest.update(line)
+        erased += 1
+        yield line
+    yield end_line(events, kept, digest.hexdigest(), erased)
+
+
+def subject_lines(
+    r: LogReader,
+    tenant_id: str,
+    subject: str,
+    *,
+    default_dim: int = 384,
+    reads: Callable[[set[str]], Iterable[bytes]] = lambda ids: (),
+) -> Iterator[bytes]:
+    """An access export (docs/erasure.md): the lines of the subject's events and of those
+    derived from them, then `reads` of those ids (the recorded reads, as lines); InvalidRequest
+    for a subject that cannot be one."""
+    ids = {f.event_id for f in reach(r, Reach(subject=check_subject(subject)))}
+    return export_lines(r, tenant_id, default_dim=default_dim, only=ids, extra=reads(ids))
 
 
 @contextmanager

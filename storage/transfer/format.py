@@ -20,26 +20,31 @@ a file of an earlier version has it), so what an earlier version wrote still rea
 from __future__ import annotations
 
 import hashlib
-import math
 import uuid
 from typing import Any
 
 import msgspec
 
 from storage.errors import InvalidRequest
-from storage.model import PlacedEvent, StoredEvent
+from storage.model import (
+    MAX_EMBEDDING_DIM,
+    PlacedEvent,
+    StoredEvent,
+    check_event,
+    check_ids,
+    check_subjects,
+)
 
 FORMAT = "memspine-export"
 # 2: the header's `vectors_by` (who makes the tenant's vectors: the server's are carried in the
 # event lines like a client's, and an import keeps the tenant server-space).
-FORMAT_VERSION = 2
+# 3: an event line's `subjects` (the people the event is about), and `erased` lines (the
+# tenant's erasure ledger, counted by the end line's `erased`) after the idempotency lines.
+FORMAT_VERSION = 3
 VECTORS_BY = ("server", "client")
 MEDIA_TYPE = "application/x-ndjson"
 # A line may hold a text of 100,000 characters (4 bytes each at most) and its embedding.
 MAX_LINE_BYTES = 8 << 20
-# The deepest properties the API stores (memspine/jsonbounds.py's MAX_NESTING): a reader of
-# the imported tenant must be able to parse what it is given back.
-MAX_PROPERTIES_NESTING = 32
 _DERIVED = ("seq", "filterable", "properties_raw")  # the log's own, or carried as `properties`
 _LINE_BREAKS = (b"\n", b"\r")
 _NULL = msgspec.Raw(b"null")  # msgspec reads no Raw | None: a Raw that says null instead
@@ -110,15 +115,25 @@ class IdempotencyLine(
     unlinked: list[str] = []
 
 
-class End(msgspec.Struct, tag="end", tag_field="type", forbid_unknown_fields=True):
+class ErasedLine(msgspec.Struct, tag="erased", tag_field="type", forbid_unknown_fields=True):
+    """An entry of the erasure ledger: an event deleted from the tenant, and when (version 3)."""
+
+    event_id: str
+    erased_at: int
+
+
+class End(
+    msgspec.Struct, tag="end", tag_field="type", forbid_unknown_fields=True, omit_defaults=True
+):
     """The last line: what came before it, counted and hashed."""
 
     events: int
     idempotency: int
     sha256: str
+    erased: int = 0  # ledger lines (version 3; absent when none)
 
 
-_decode_line = msgspec.json.Decoder(Header | EventLine | IdempotencyLine | End).decode
+_decode_line = msgspec.json.Decoder(Header | EventLine | IdempotencyLine | ErasedLine | End).decode
 _encode = msgspec.json.Encoder().encode
 
 
@@ -145,9 +160,14 @@ def idempotency_line(event_id: str, body_hash: bytes, unlinked: list[str]) -> by
     return _encode(IdempotencyLine(event_id, body_hash.hex(), unlinked)) + b"\n"
 
 
-def end_line(events: int, idempotency: int, digest: str) -> bytes:
+def erased_line(event_id: str, erased_at: int) -> bytes:
+    """The line of one erasure ledger entry."""
+    return _encode(ErasedLine(event_id, erased_at)) + b"\n"
+
+
+def end_line(events: int, idempotency: int, digest: str, erased: int = 0) -> bytes:
     """The trailer."""
-    return _encode(End(events, idempotency, digest)) + b"\n"
+    return _encode(End(events, idempotency, digest, erased)) + b"\n"
 
 
 class Reader:
@@ -160,9 +180,10 @@ class Reader:
         self.line = 0
         self.events = 0
         self.idempotency = 0
+        self.erased = 0
         self._hash = hashlib.sha256()
 
-    def feed(self, raw: bytes) -> PlacedEvent | IdempotencyLine | Header | End:
+    def feed(self, raw: bytes) -> PlacedEvent | IdempotencyLine | ErasedLine | Header | End:
         """One line as read (its newline included): what it holds, checked."""
         self.line += 1
         n = self.line
@@ -186,6 +207,14 @@ class Reader:
             return self._open(value)
         if self.header is None:
             raise InvalidRequest(f"line {n}: the file does not start with a header line")
+        if isinstance(value, ErasedLine):
+            _check_id(value.event_id, n, "event_id")
+            if not 0 <= value.erased_at < 2**63:
+                raise InvalidRequest(f"line {n}: erased_at must be microseconds from 0 to 2^63")
+            self.erased += 1
+            return value
+        if self.erased:
+            raise InvalidRequest(f"line {n}: a line after the erased lines")
         if isinstance(value, IdempotencyLine):
             _check_id(value.event_id, n, "event_id")
             self.idempotency += 1
@@ -218,8 +247,8 @@ class Reader:
             raise InvalidRequest(
                 f"line {n}: vectors_by must be one of {', '.join(VECTORS_BY)} or null"
             )
-        if not 1 <= header.embedding_dim <= 65536:
-            raise InvalidRequest(f"line {n}: embedding_dim must be from 1 to 65536")
+        if not 1 <= header.embedding_dim <= MAX_EMBEDDING_DIM:
+            raise InvalidRequest(f"line {n}: embedding_dim must be from 1 to {MAX_EMBEDDING_DIM}")
         self.header = header
         return header
 
@@ -227,10 +256,15 @@ class Reader:
         n = self.line
         if self.header is None:
             raise InvalidRequest(f"line {n}: the file does not start with a header line")
-        if (end.events, end.idempotency) != (self.events, self.idempotency):
+        if (end.events, end.idempotency, end.erased) != (
+            self.events,
+            self.idempotency,
+            self.erased,
+        ):
             raise InvalidRequest(
-                f"line {n}: the end line counts {end.events} events and {end.idempotency} "
-                f"idempotency records, the file holds {self.events} and {self.idempotency}"
+                f"line {n}: the end line counts {end.events} events, {end.idempotency} "
+                f"idempotency records and {end.erased} erased ids, the file holds {self.events}, "
+                f"{self.idempotency} and {self.erased}"
             )
         if end.events != self.header.events:
             raise InvalidRequest(
@@ -245,30 +279,27 @@ class Reader:
 
 
 def placed(line: Any, header: Header, n: int) -> PlacedEvent:
-    """An event line, checked, as the log's appender takes it (storage/log/eventlog.py)."""
+    """An event line, checked by the event's rules (storage/model.py) as an append is, as the
+    log's appender takes it (storage/log/eventlog.py)."""
     _check_id(line.event_id, n, "event_id")
-    if not line.kind or "\x00" in line.kind or len(line.kind.encode()) > 255:
-        raise InvalidRequest(f"line {n}: kind must be 1 to 255 bytes without NUL")
-    for name in ("ts", "valid_from", "valid_until"):
-        value = getattr(line, name)
-        if value is not None and not 0 <= value < 2**62:
-            raise InvalidRequest(f"line {n}: {name} must be microseconds from 0 to 2^62")
-    if line.embedding is not None:
-        if len(line.embedding) != header.embedding_dim:
-            raise InvalidRequest(
-                f"line {n}: the embedding has {len(line.embedding)} values, the header's "
-                f"dimension is {header.embedding_dim}"
-            )
-        # One sum in C says all are finite; only a sum that is not (an overflow, or a value
-        # that is not finite) is looked at value by value.
-        if not math.isfinite(sum(line.embedding)) and not all(
-            math.isfinite(v) for v in line.embedding
-        ):
-            raise InvalidRequest(f"line {n}: the embedding holds a value that is not finite")
+    if line.embedding is not None and len(line.embedding) != header.embedding_dim:
+        raise InvalidRequest(
+            f"line {n}: the embedding has {len(line.embedding)} values, the header's "
+            f"dimension is {header.embedding_dim}"
+        )
     raw = _properties(line, n)
+    try:
+        check_subjects(line.subjects)
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"line {n}: {exc.detail}") from None
     for target in (*line.links.SOURCE_FROM, *line.links.SUPERSEDES, *line.supersedes):
         _check_id(target, n, "a linked id")
     fields = {f: getattr(line, f) for f in _RECORD}
+    try:
+        check_event({**fields, "properties_raw": raw})
+        check_ids(line.links.SOURCE_FROM, "its SOURCE_FROM links")
+    except InvalidRequest as exc:
+        raise InvalidRequest(f"line {n}: {exc.detail}") from None
     event = StoredEvent(seq=0, properties_raw=raw, **fields)
     idem = line.idempotency
     return PlacedEvent(
@@ -282,41 +313,12 @@ def placed(line: Any, header: Header, n: int) -> PlacedEvent:
 
 
 def _properties(line: Any, n: int) -> bytes | None:
-    """The stored properties bytes of an event line; a JSON object or none."""
+    """The stored properties bytes of an event line (the rules check them: check_event)."""
     given = bytes(line.properties)
     if given != b"null" and line.properties_text is not None:
         raise InvalidRequest(f"line {n}: properties and properties_text are both given")
     text: str | None = line.properties_text
-    raw = given if given != b"null" else text.encode() if text is not None else None
-    if raw is None:
-        return None
-    try:
-        value = msgspec.json.decode(raw)
-    except (msgspec.DecodeError, RecursionError):
-        raise InvalidRequest(f"line {n}: the properties are not JSON this server reads") from None
-    if not isinstance(value, dict):
-        raise InvalidRequest(f"line {n}: properties must be a JSON object")
-    problem = _value_problem(value)
-    if problem is not None:
-        raise InvalidRequest(f"line {n}: properties {problem}")
-    return raw
-
-
-def _value_problem(value: Any) -> str | None:
-    """Why stored properties could not be what the API stores: nested deeper than
-    MAX_PROPERTIES_NESTING, or a number that is not finite."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, float) and not math.isfinite(item):
-            return "hold a number that is not finite"
-        if isinstance(item, dict | list):
-            if depth > MAX_PROPERTIES_NESTING:
-                return f"nest more than {MAX_PROPERTIES_NESTING} levels of objects and arrays"
-            stack.extend(
-                (c, depth + 1) for c in (item.values() if isinstance(item, dict) else item)
-            )
-    return None
+    return given if given != b"null" else text.encode() if text is not None else None
 
 
 def _check_id(value: str, n: int, what: str) -> None:

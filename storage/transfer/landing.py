@@ -19,7 +19,7 @@ import fcntl
 import os
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import IO
 
@@ -30,8 +30,9 @@ from storage.errors import Conflict, InvalidRequest
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog
 from storage.tenants.tenant import Tenant
+from storage.transfer import ledger
 from storage.transfer.format import Reader
-from storage.transfer.load import ImportStats, Progress, lines_of, load, read_header
+from storage.transfer.load import Drop, ImportStats, Progress, lines_of, load, read_header
 
 STAGING_PREFIX = ".importing-"
 LOCK = ".lock"  # flock-ed inside a staging directory while its import runs
@@ -44,19 +45,28 @@ def import_tenant(
     *,
     merge: bool = False,
     progress: Progress | None = None,
+    erased: Mapping[str, int] | None = None,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Import an export into DATA_DIR/<tenant_id>: all of it, or (refused, interrupted) nothing.
 
     A tenant holding live events is refused (Conflict) unless `merge`: then events whose ids
-    it holds already are kept as they are and the others added.
+    it holds already are kept as they are and the others added. An event the erasure ledger
+    of any tenant of data_dir (or `erased`) names is dropped (ImportStats.erased_dropped);
+    events `drop` refuses (past their retention window) are not written.
     """
     root = data_dir / tenant_id
     reader = Reader()
     lines = lines_of(stream)
     header = read_header(lines, reader)
+    gone = ledger.every_id(ledger.of_path(data_dir)) | dict(erased or {})
     if not root.exists():
-        return _into_new(data_dir, tenant_id, header.embedding_dim, lines, reader, progress)
-    return _into_existing(root, tenant_id, lines, reader, merge=merge, progress=progress)
+        return _into_new(
+            data_dir, tenant_id, header.embedding_dim, lines, reader, progress, gone, drop
+        )
+    return _into_existing(
+        root, tenant_id, lines, reader, merge=merge, progress=progress, erased=gone, drop=drop
+    )
 
 
 def _into_new(
@@ -66,6 +76,8 @@ def _into_new(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None,
+    erased: Mapping[str, int],
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Build the tenant beside the others and rename it into place."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -74,7 +86,7 @@ def _into_new(
     staging.mkdir()
     try:
         with held(staging):
-            stats = build(staging, tenant_id, dim, lines, reader, progress)
+            stats = build(staging, tenant_id, dim, lines, reader, progress, erased, drop=drop)
             fsync_tree(staging)
             _rename_into_place(staging, data_dir / tenant_id)
     except BaseException:
@@ -90,14 +102,23 @@ def build(
     lines: Iterator[bytes],
     reader: Reader,
     progress: Progress | None = None,
+    erased: Mapping[str, int] | None = None,
+    carried: Mapping[str, int] | None = None,
+    *,
+    drop: Drop | None = None,
 ) -> ImportStats:
     """Make a new tenant at root from the rest of an export (its header read by `reader`):
-    the log written in batches, both indexes projected from it, all saved and closed."""
+    the log written in batches, both indexes projected from it, all saved and closed; the
+    events the erasure ledger `erased` names are dropped, and the new log keeps `carried`
+    as its own ledger (a restore's: what the backup's log kept, and what was applied); events
+    `drop` refuses (past their retention window) are not written."""
     tenant = Tenant.open(tenant_id, root, embedding_dim=dim)
     try:
-        return load(tenant, lines, reader, progress=progress)
+        stats = load(tenant, lines, reader, progress=progress, erased=erased, drop=drop)
     finally:
         tenant.close()
+    ledger.carry(root, {**stats.ledger, **(carried or {})})  # the file's, then the caller's
+    return stats
 
 
 def _rename_into_place(staging: Path, root: Path) -> None:
@@ -122,13 +143,16 @@ def _into_existing(
     *,
     merge: bool,
     progress: Progress | None,
+    erased: Mapping[str, int],
+    drop: Drop | None = None,
 ) -> ImportStats:
-    """Import into a copy of the tenant's log in purge.new/, then swap it in as a purge does."""
+    """Import into a copy of the tenant's log in purge.new/, then swap it in as a purge does
+    (the copy keeps the tenant's erasure ledger)."""
     swap.recover(root)
     log = EventLog.open(root / files.LOG)
     try:
         with log.reader() as r:
-            live, last = r.count(), r.last_seq()
+            live, last, own = r.count(), r.last_seq(), ledger.of_log(r)
         if live and not merge:
             raise Conflict(
                 f"tenant {tenant_id} holds {live} events; import only into an empty tenant, "
@@ -147,10 +171,18 @@ def _into_existing(
         tenant = Tenant.open(tenant_id, staging, embedding_dim=reader.header.embedding_dim)
         try:
             stats = load(
-                tenant, lines, reader, keep_before=last if merge else None, progress=progress
+                tenant,
+                lines,
+                reader,
+                keep_before=last if merge else None,
+                progress=progress,
+                erased=erased,
+                drop=drop,
             )
         finally:
             tenant.close()
+        # a new log (unless a merge copied the tenant's): its ledger goes on, with the file's
+        ledger.carry(staging, {**stats.ledger, **({} if merge else own)})
         (staging / swap.PENDING).unlink(missing_ok=True)  # the tenant's own marker stays
         fsync_tree(staging)
         swap.commit(root)

@@ -3,7 +3,7 @@ batches through its writer; memory stays bounded by one batch whatever the file'
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future
 from typing import IO, Protocol
 
@@ -11,13 +11,21 @@ import msgspec
 
 from storage.errors import InvalidRequest
 from storage.log import layout
-from storage.model import PlacedEvent
-from storage.transfer.format import MAX_LINE_BYTES, End, Header, IdempotencyLine, Reader
+from storage.model import PlacedEvent, StoredEvent
+from storage.transfer.format import (
+    MAX_LINE_BYTES,
+    End,
+    ErasedLine,
+    Header,
+    IdempotencyLine,
+    Reader,
+)
 
 BATCH_EVENTS = 500  # one LMDB transaction each; a batch's records are what memory holds
 BATCH_BYTES = 8 << 20
 
 Progress = Callable[[int], None]  # told how many events were written so far
+Drop = Callable[[StoredEvent], bool]  # an event not to write (past its retention window)
 
 
 class Importable(Protocol):
@@ -46,6 +54,9 @@ class ImportStats(msgspec.Struct, frozen=True, kw_only=True):
     skipped: int = 0  # events a merge found live already and kept
     idempotency: int = 0  # Idempotency-Key records of deleted events
     lines: int = 0
+    retention_dropped: int = 0  # events past their retention window, not written
+    erased_dropped: int = 0  # events an erasure ledger names, not written (docs/erasure.md)
+    ledger: dict[str, int] = {}  # the file's erasure ledger (a move's), for the new log to keep
 
 
 def lines_of(stream: IO[bytes]) -> Iterator[bytes]:
@@ -75,13 +86,18 @@ def load(
     *,
     keep_before: int | None = None,
     progress: Progress | None = None,
+    drop: Drop | None = None,
+    erased: Mapping[str, int] | None = None,
 ) -> ImportStats:
     """Write the rest of an export (its header already read by `reader`) into the tenant.
 
     Every line is checked before its batch is written, and the trailer's counts and checksum
     once the input ends; a refusal is InvalidRequest naming the line. Batches written before a
     refusal stay in the tenant: import into a staging copy (storage/transfer/landing.py) so
-    that a refused or interrupted import leaves nothing behind.
+    that a refused or interrupted import leaves nothing behind. An event `drop` refuses is
+    not written, and the events after it link to it no longer (counted as retention_dropped);
+    so is an event the erasure ledger `erased` names (erased_dropped; its Idempotency-Key
+    record is kept, so that a retry of its append replays rather than stores it again).
     """
     header = reader.header
     assert header is not None
@@ -92,6 +108,9 @@ def load(
     batch: list[PlacedEvent] = []
     idem: list[tuple[str, bytes, list[str]]] = []
     size = written = seen = 0
+    dropped: set[str] = set()  # ids only: what later events' links must forget
+    erased_n = 0
+    ledger: dict[str, int] = {}
     model = header.embedding_model
     space = {"server": layout.SPACE_SERVER, "client": layout.SPACE_CLIENT}.get(
         header.vectors_by or ""
@@ -122,11 +141,23 @@ def load(
             item = reader.feed(raw)
             if isinstance(item, End):
                 continue  # reader.finish() below checks there is nothing after it
+            if isinstance(item, ErasedLine):
+                ledger[item.event_id] = item.erased_at
+                continue
             if isinstance(item, IdempotencyLine):
                 idem.append((item.event_id, bytes.fromhex(item.body_hash), item.unlinked))
             else:
                 assert isinstance(item, PlacedEvent)
-                batch.append(item)
+                if erased and item.event.event_id in erased:
+                    dropped.add(item.event.event_id)
+                    erased_n += 1
+                    if item.body_hash is not None:
+                        idem.append((item.event.event_id, item.body_hash, item.unlinked))
+                    continue
+                if drop is not None and drop(item.event):
+                    dropped.add(item.event.event_id)
+                    continue
+                batch.append(_unlinked(item, dropped) if dropped else item)
                 seen += 1
             size += len(raw)
             if len(batch) + len(idem) >= BATCH_EVENTS or size >= BATCH_BYTES:
@@ -143,4 +174,21 @@ def load(
         skipped=seen - written,
         idempotency=end.idempotency,
         lines=reader.line,
+        retention_dropped=len(dropped) - erased_n,
+        erased_dropped=erased_n,
+        ledger=ledger,
+    )
+
+
+def _unlinked(item: PlacedEvent, dropped: set[str]) -> PlacedEvent:
+    """The event without its links to dropped events (as a delete would have left it)."""
+    if dropped.isdisjoint(item.sources) and dropped.isdisjoint(item.superseded):
+        return item
+    return msgspec.structs.replace(
+        item,
+        sources=[s for s in item.sources if s not in dropped],
+        superseded=[s for s in item.superseded if s not in dropped],
+        event=msgspec.structs.replace(
+            item.event, supersedes=[s for s in item.event.supersedes if s not in dropped]
+        ),
     )

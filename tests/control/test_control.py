@@ -456,7 +456,7 @@ def test_erase_tenant_dir_refuses_anything_but_a_tenant_id(tmp_path: Path, tenan
 def test_a_tenant_from_before_routes_gets_one_with_its_next_key(tmp_path: Path) -> None:
     """A record written by the previous version (no route) and its random key id keep
     working; the tenant's next key starts with a route it keeps from then on."""
-    from memspine_admin.verifier import KeyVerifier
+    from memspine.verifier import KeyVerifier
 
     with ControlDB.open(tmp_path, create=True, actor="test", hasher=WEAK) as db:
         tenant = db.create_tenant("old", actor="test")

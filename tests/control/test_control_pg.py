@@ -20,7 +20,8 @@ from memspine_admin.control_pg import (
     migrate,
     migrations,
 )
-from memspine_admin.plane import open_control, redact
+from memspine_admin.controlurl import redact
+from memspine_admin.plane import open_control
 from storage.errors import Conflict, InvalidRequest
 from tests.support.servers import free_port
 

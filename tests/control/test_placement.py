@@ -12,7 +12,6 @@ from memspine_admin.control_pg import NodeReporter, PgControl
 from memspine_admin.placement import (
     LIVE_SECS,
     NEW_TENANT_BYTES,
-    Misdirected,
     NodeFigures,
     NodeLoad,
     Placement,
@@ -20,7 +19,7 @@ from memspine_admin.placement import (
     refusal,
 )
 from memspine_admin.records import now_us
-from storage.errors import Conflict, InvalidRequest, NotFound, Unavailable
+from storage.errors import Conflict, InvalidRequest, Misdirected, NotFound, Unavailable
 
 WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 NOW = 10**15

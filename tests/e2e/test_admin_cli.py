@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from memspine.verifier import KeyVerifier
 from memspine_admin.control import ControlDB
-from memspine_admin.verifier import KeyVerifier
 from storage.errors import Unauthorized
 from tests.support.admin import Admin
 

@@ -26,10 +26,10 @@ from memspine.auth import Authenticator
 from memspine.config import Settings
 from memspine.engine import ReadThreads
 from memspine.shares import FairShares
+from memspine.verifier import UNAUTHORIZED_DETAIL, KeyVerifier
 from memspine_admin import keys
 from memspine_admin.backoff import Backoff
 from memspine_admin.control import ControlDB
-from memspine_admin.verifier import UNAUTHORIZED_DETAIL, KeyVerifier
 from storage.errors import TooManyRequests, Unauthorized
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant

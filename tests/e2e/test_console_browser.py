@@ -369,6 +369,8 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
         ["1", "—", "0.0164", "1/(60+1)"],
         ["2", "—", "0.0161", "1/(60+2)"],
     ]
+    summary = ui.page.locator("#rc-summary").inner_text()
+    assert "from the keyword (BM25) arm." in summary  # the arm that ranked them, and no other
     assert ui.row_ids("#rc-walked") == [ids["message"], ids["get_order"], ids["track"]]
     vias = {r.get_attribute("data-via") for r in ui.page.locator("#rc-walked tbody tr").all()}
     assert vias == {ids["reply"]}
@@ -393,6 +395,18 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
     ]
     assert all(c[2].isdigit() and c[3].isdigit() for c in cells)  # both arms ranked every hit
     assert "replaces" in ui.page.locator("#rc-ranked").inner_text()  # Monday's date gave way
+    summary = ui.page.locator("#rc-summary").inner_text()
+    assert "from the keyword (BM25) and the vector (cosine) arms" in summary
+
+    # Words no event holds, with an embedding: only the vector arm ranks, and the page says so
+    # (it once named the keyword arm for any request with a text).
+    ui.page.locator("#rc-text").fill("zzyzx")
+    ui.page.locator("#rc-run").click()
+    expect(ui.page.locator("#rc-summary")).to_contain_text("from the vector (cosine) arm.")
+    cells = [
+        r.locator("td").all_inner_texts() for r in ui.page.locator("#rc-ranked tbody tr").all()
+    ]
+    assert cells and all(c[2] == "—" and c[3].isdigit() for c in cells)
 
 
 EXPECTED_CSV = (
@@ -566,3 +580,40 @@ def test_erasure_previews_on_the_graph_then_deletes_with_purge(ui: Console) -> N
     leftovers = [p for p in tenant_dir.rglob("*") if p.is_file() and b"door code" in p.read_bytes()]
     assert leftovers == []
     assert httpx.get(ui.url + "/health").status_code == 200
+
+
+def test_a_subject_is_erased_from_its_page_after_a_reviewed_dry_run(ui: Console) -> None:
+    with ui.seeded.client("agent") as agent:
+        tagged = agent.post(
+            "/v1/memory/event",
+            json={
+                "kind": "turn",
+                "text": "Customer Imogen asks for her data",
+                "subjects": ["cust-imo"],
+            },
+        ).json()["event_id"]
+        named = agent.post(
+            "/v1/memory/event",
+            json={"kind": "tool_call", "text": "crm_lookup(Imogen Varga) -> 3 orders"},
+        ).json()["event_id"]
+    ui.sign_in("agent")
+    ui.open("subject", "#sj-form")
+    ui.page.locator("#sj-subject").fill("cust-imo")
+    ui.page.locator("#sj-identifiers").fill("Imogen Varga")
+    ui.page.locator("#sj-preview").click()
+    ui.page.locator("#sj-events").wait_for()
+    assert "2 events would go" in ui.page.locator("#sj-plan").inner_text()
+    with ui.seeded.client("reviewer") as reviewer:
+        assert reviewer.get(f"/v1/memory/event/{tagged}").status_code == 200  # a dry run
+    ui.check_page()
+    ui.shot("subject")
+    ui.page.locator(f"#sj-confirm-{named}").check()
+    ui.page.locator("#sj-erase").click()
+    result = ui.page.locator("#sj-result")
+    result.wait_for()
+    assert result.inner_text().startswith("Erased 2 events; receipt ")
+    ui.page.locator("#sj-receipt-list").wait_for()
+    with ui.seeded.client("reviewer") as reviewer:
+        for event_id in (tagged, named):
+            assert reviewer.get(f"/v1/memory/event/{event_id}").status_code == 404
+        assert len(reviewer.get("/v1/memory/receipts").json()["receipts"]) == 1

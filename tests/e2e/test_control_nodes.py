@@ -138,7 +138,7 @@ def test_revocation_through_one_node_is_refused_on_the_other_within_a_second(
             revoked_at = time.monotonic()
             while True:
                 # A refusal is answered only after as long as an argon2 run takes (equal cost,
-                # memspine_admin/verifier.py): what counts is when the refused request was sent.
+                # memspine/verifier.py): what counts is when the refused request was sent.
                 sent = time.monotonic() - revoked_at
                 r = client.get("/v1/whoami", headers=auth)
                 if r.status_code == 401:

@@ -93,9 +93,12 @@ def test_each_answer_is_one_write(srv: ServerProcess) -> None:
 def test_answers_read_as_before(srv: ServerProcess) -> None:
     """A HEAD's head alone, an error's body, and pipelined requests answered in order."""
     with socket.create_connection(("127.0.0.1", srv.port), timeout=10) as conn:
-        # A HEAD answer writes no body: its head is sent when the answer completes (405 here,
-        # as no route takes HEAD; uvicorn drops the error's body).
+        # A HEAD answer writes no body: its head is sent when the answer completes (200 for
+        # /health; 405 for a route that takes no HEAD, whose error body uvicorn drops).
         conn.sendall(_request("HEAD", "/health", token=None))
+        status, body, rest = _read_answer(conn, b"", head_only=True)
+        assert status == 200 and body == b"" and rest == b""
+        conn.sendall(_request("HEAD", "/metrics", token=None))
         status, body, rest = _read_answer(conn, b"", head_only=True)
         assert status == 405 and body == b"" and rest == b""
         conn.sendall(_request("POST", "/v1/memory/recall", b"{}"))

@@ -4,9 +4,6 @@ point here; tests/e2e/test_auth_fairness.py measures it)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -17,48 +14,14 @@ import httpx
 import pytest
 
 from memspine.auth import LOCAL_TOKEN_DETAIL
+from memspine.verifier import UNAUTHORIZED_DETAIL
 from memspine_admin import keys
-from memspine_admin.verifier import UNAUTHORIZED_DETAIL
+from tests.support.auth import ADMIN_KEY, Issued, admin_cli
 from tests.support.servers import InProcessServer, cheap_hasher
 from tests.support.wait import wait_for
 
-ADMIN_KEY = "test-admin-key-7c1f0e9a2b"
-SCRIPT = Path(sys.executable).parent / "memspine-admin"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "memspine_admin.cli"]
 UNAUTHORIZED = {"error": "unauthorized", "detail": UNAUTHORIZED_DETAIL}
 NO_ROUTE = {"error": "not_found", "detail": "no such route"}
-
-
-def admin_cli(data_dir: Path, *args: str) -> str:
-    """Run memspine-admin on `data_dir` as its own process; return stdout."""
-    env = {**os.environ, "MEMSPINE_DATA_DIR": str(data_dir)}
-    done = subprocess.run(
-        [*COMMAND, *args], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-class Issued:
-    """The issued-key server with an admin client and helpers to make tenants and keys."""
-
-    def __init__(self, server: InProcessServer) -> None:
-        self.server = server
-        self.admin = server.client(ADMIN_KEY)
-
-    def tenant(self, name: str) -> str:
-        r = self.admin.post("/v1/admin/tenants", json={"name": name})
-        assert r.status_code == 201, r.text
-        return str(r.json()["tenant_id"])
-
-    def key(self, tenant_id: str, name: str = "k", **extra: Any) -> dict[str, Any]:
-        r = self.admin.post("/v1/admin/keys", json={"tenant_id": tenant_id, "name": name, **extra})
-        assert r.status_code == 201, r.text
-        issued: dict[str, Any] = r.json()
-        return issued
-
-    def client(self, token: str) -> httpx.Client:
-        return self.server.client(token)
 
 
 @pytest.fixture(scope="module")

@@ -67,6 +67,8 @@ CASES = [
     Bad("text too long", "POST", EVENT, 400, "invalid_request", "text may be at most", body=_event(text="x" * 100_001)),
     Bad("embedding of strings", "POST", EVENT, 400, "invalid_request", "at `embedding", body=_event(embedding=["a"])),
     Bad("embedding empty", "POST", EVENT, 400, "invalid_request", "embedding must not be empty", body=_event(embedding=[])),
+    Bad("embedding beyond float32", "POST", EVENT, 400, "invalid_request", "embedding[1] is 1e+300, beyond what a float32 vector holds", body=_event(embedding=[0.5, 1e300])),
+    Bad("embedding too long", "POST", EVENT, 400, "invalid_request", "embedding may hold at most 4096 values", body=_event(embedding=[0.5] * 4097)),
     Bad("embedding overflow", "POST", EVENT, 400, "invalid_request", "out of range", body='{"kind": "t", "embedding": [1e999, 0, 0, 0]}'),
     Bad("embedding wrong length", "POST", EVENT, 422, "embedding_mismatch", "has 3 values", body=_event(embedding=[1, 2, 3])),
     Bad("unknown field", "POST", EVENT, 400, "invalid_request", "unknown field `speaker`", body=_event(speaker="agent")),

@@ -36,6 +36,7 @@ from memspine.client import (
     Hit,
     IdempotencyMismatch,
     InvalidRequest,
+    LegalHold,
     Memspine,
     MemspineAdmin,
     NotFound,
@@ -458,8 +459,24 @@ CLIENT_CALLS: dict[str, Any] = {
     "list_keys": lambda: r.list_keys(ID),
     "revoke_key": lambda: r.revoke_key("abc"),
     "audit": lambda: r.audit(limit=1, cursor="c", tenant_id=ID),
+    "place_hold": lambda: r.place_hold(ID, "dispute 7", "cust-1"),
+    "list_holds": lambda: r.list_holds(ID),
+    "lift_hold": lambda: r.lift_hold(ID, "h1"),
+    "erase_subject": lambda: r.erase_subject(
+        "cust-1", dry_run=False, identifiers=["Ann"], confirm_ids=[ID], cascade="none"
+    ),
+    "export_subject": lambda: r.export_subject("cust-1"),
+    "list_receipts": lambda: r.list_receipts(),
+    "get_receipt": lambda: r.get_receipt("0" * 32),
+    "receipt_key": lambda: r.receipt_key(),
+    "erase_subject_everywhere": lambda: r.erase_subject_everywhere(
+        "cust-1", dry_run=False, identifiers=["Ann"], confirm_ids=[ID], cascade="none"
+    ),
 }
-NOT_IN_THE_CLIENT = {"metrics": "Prometheus text, for a scraper"}
+NOT_IN_THE_CLIENT = {
+    "metrics": "Prometheus text, for a scraper",
+    "home": "the paths a person starts from (/ui, /schema), for a person or a browser",
+}
 
 
 def test_every_route_of_the_server_has_a_client_call_that_sends_only_what_it_takes() -> None:
@@ -672,3 +689,36 @@ def test_the_async_client_appends_batches_and_reads_exports(tmp_path: Path) -> N
             assert [e.event_id for e in records if isinstance(e, ExportEvent)] == done.event_ids
 
     anyio.run(main)
+
+
+def test_an_admin_places_lists_and_lifts_a_hold_that_stops_a_delete(issued: Issued) -> None:
+    tenant_id, key = issued.new_tenant("held")
+    with issued.tenant(key) as c:
+        kept = c.append("turn", "the dispute evidence", ts=NOWISH).event_id
+    with issued.admin() as admin:
+        hold = admin.place_hold(tenant_id, "dispute 7")
+        assert [h.hold_id for h in admin.list_holds(tenant_id).holds] == [hold.hold_id]
+        with issued.tenant(key) as c, pytest.raises(LegalHold):
+            c.delete(kept)
+        lifted = admin.lift_hold(tenant_id, hold.hold_id)
+        assert lifted.lifted and admin.list_holds(tenant_id).holds == []
+    with issued.tenant(key) as c:
+        assert c.delete(kept).deleted
+
+
+def test_subjects_and_their_erasure_through_the_blocking_client(issued: Issued) -> None:
+    _tenant_id, key = issued.new_tenant("subjects")
+    with issued.tenant(key) as c:
+        tagged = c.append("turn", "Ann asked for a refund", subjects=["cust-9"]).event_id
+        c.append("turn", "the weather")
+        assert c.get(tagged).subjects == ["cust-9"]
+        assert [e.event_id for e in c.list_events(subject="cust-9").events] == [tagged]
+        dry = c.erase_subject("cust-9")
+        assert (dry.subject, dry.count, dry.events[0].reasons) == ("cust-9", 1, ["subject"])
+        done = c.erase_subject("cust-9", dry_run=False)
+        assert done.deleted_ids == [tagged] and done.receipt is not None
+        assert [r["receipt_id"] for r in c.receipts().receipts] == [done.receipt_id]
+        assert c.receipt(done.receipt_id or "").signature == done.receipt.signature
+        assert c.receipt_key().public_key == done.receipt.public_key
+    with issued.admin() as admin:
+        assert admin.erase_subject_everywhere("cust-9").tenants == []

@@ -10,9 +10,9 @@ from pathlib import Path
 import msgspec
 import pytest
 
-from memspine.datalock import hold
 from memspine_admin.control import ControlDB
 from storage import files
+from storage.datalock import hold
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
 from storage.transfer import backup as bk

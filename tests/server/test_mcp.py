@@ -448,3 +448,18 @@ def test_an_origin_listed_in_the_settings_may_connect(start_server: Any) -> None
     assert {t["name"] for t in ok.json()["result"]["tools"]} == ALL_TOOLS
     evil = {**headers, "Origin": "https://evil.example"}
     assert server.request("POST", "/mcp", json=init, headers=evil).status_code == 403
+
+
+def test_append_takes_subjects_and_no_tool_erases_a_subject(inproc: InProcess) -> None:
+    async def main() -> None:
+        async with inproc.client(inproc.keys["rw"]) as c:
+            args = {"kind": "turn", "text": "Ann wants a refund", "subjects": ["cust-5"]}
+            made = (await call(c, "memory_append", args))["event_id"]
+            got = await call(c, "memory_get", {"id": made})
+            assert got["subjects"] == ["cust-5"]
+            bad = await refused(c, "memory_append", {**args, "subjects": ["x" * 129]})
+            assert bad["error"] == "invalid_request" and "subjects[0]" in bad["detail"]
+            names = {t.name for t in (await c.list_tools()).tools}
+            assert not any("subject" in n or "erase" in n for n in names)
+
+    anyio.run(main)

@@ -20,7 +20,7 @@ from memspine.mcp.backend import EngineBackend
 from memspine.mcp.tools import BY_NAME
 from memspine.pipeline import bearer_token
 from memspine.routes import OPERATIONS, memory
-from memspine_admin.verifier import Principal
+from memspine.verifier import Principal
 from storage.errors import InvalidRequest
 
 AUTH = {"Authorization": "Bearer acme"}

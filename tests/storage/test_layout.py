@@ -7,6 +7,7 @@ import hashlib
 from pathlib import Path
 
 import lmdb
+import msgspec
 import pytest
 
 from storage.log import layout
@@ -21,6 +22,7 @@ RECORDED = {
     2: "0f9ff70254260522fb9a681f47be9a29199b67782d8f98a38c0c9ab95837712a",
     3: "a7271f6fd2df6ed4d3ca387f67fd4de90e65e74486e0319282718fb446f6df7f",
     4: "0bc1819af984477f8ed548f995c972e10f302feb0d6624911bf4c8585bbaaab4",
+    5: "45a76bc18c79dc1d7727f048021c694094cd70195ed4219800c331e60598afd2",
 }
 
 ID = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b6c8a1f"
@@ -42,6 +44,7 @@ def sample_event(*, embedding: list[float] | None) -> StoredEvent:
         supersedes=[OTHER],
         valid_from=1_800_000_000_000_000,
         valid_until=1_900_000_000_000_000,
+        subjects=["cust-42", "a b"],
     )
 
 
@@ -72,6 +75,7 @@ def fingerprint() -> str:
         feed(f"links_out {rel}", layout.link_out_key(raw, rel, 2))
         feed(f"links_in {rel}", layout.link_in_key(other, rel, 7, raw))
     feed("links_out value", layout.link_out_value(other, "note"))
+    feed("subject name", layout.SUBJECT.encode())
     for name, key in layout.index_keys(sample_event(embedding=None)):
         feed(f"index {name}", key)
     feed("tombstone", layout.encode_tombstone(Tombstone(seq=7, deleted_at=1_800_000_000_000_001)))
@@ -213,4 +217,31 @@ def test_a_log_of_schema_3_gets_its_targets_kinds_into_its_links_on_open(tmp_pat
         assert r.raw_links_out_of_kind(raw_write, SOURCE_FROM, "tool_call") == [
             layout.id_bytes(ids[1])
         ]
+    log.close()
+
+
+def test_a_log_of_schema_4_reads_its_records_without_subjects_on_open(tmp_path: Path) -> None:
+    path = tmp_path / "events"
+    log = EventLog.open(path, embedding_dim=4)
+    [tagged] = log.append_batch(
+        [NewEvent(kind="turn", ts=1_800_000_000_000_000, text="hi", subjects=("c-1",))]
+    )
+    [plain] = log.append_batch([NewEvent(kind="turn", ts=1_800_000_000_000_001, text="yo")])
+    log.close()
+    # What version 4 wrote: a record without the field `subjects`.
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    raw_plain = layout.id_bytes(plain.event_id)  # type: ignore[union-attr]
+    with env.begin(write=True) as txn:
+        meta, events = env.open_db(b"meta", txn=txn), env.open_db(b"events", txn=txn)
+        txn.put(layout.meta_key(layout.SCHEMA), layout.u64(4), db=meta)
+        record = msgspec.msgpack.decode(txn.get(raw_plain, db=events))
+        del record["subjects"]
+        txn.put(raw_plain, msgspec.msgpack.encode(record), db=events)
+    env.close()
+    log = EventLog.open(path, embedding_dim=4)
+    assert log.meta_int(layout.SCHEMA) == layout.SCHEMA_VERSION
+    with log.reader() as r:
+        assert r.get(plain.event_id).subjects == []  # type: ignore[union-attr]
+        assert r.get(tagged.event_id).subjects == ["c-1"]  # type: ignore[union-attr]
+        assert list(r.ids_by_property(layout.SUBJECT, "c-1")) == [tagged.event_id]  # type: ignore[union-attr]
     log.close()

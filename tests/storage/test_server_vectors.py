@@ -29,7 +29,7 @@ from storage.read.recall import RecallQuery
 from storage.tenants.embedding import chain
 from storage.tenants.tenant import Tenant
 from storage.transfer.export import export_lines
-from storage.transfer.format import Reader, end_line
+from storage.transfer.format import FORMAT_VERSION, Reader, end_line
 from storage.transfer.load import lines_of, load, read_header
 from tests.support.erasure import embedding_patterns, scan
 
@@ -249,7 +249,7 @@ def test_an_export_carries_server_vectors_and_the_space(tmp_path: Path) -> None:
     with src.log.reader() as r:
         data = b"".join(export_lines(r, "src"))
     src.close()
-    assert b'"vectors_by":"server"' in data and b'"version":2' in data
+    assert b'"vectors_by":"server"' in data and f'"version":{FORMAT_VERSION}'.encode() in data
     dst = open_tenant(tmp_path / "dst", None)  # no embedder here: the file decides
     reader = Reader()
     lines = lines_of(io.BytesIO(data))
@@ -270,7 +270,9 @@ def test_an_export_of_version_1_still_loads(tmp_path: Path) -> None:
         data = b"".join(export_lines(r, "src"))
     src.close()
     header, *body, _end = data.rstrip(b"\n").split(b"\n")
-    old = header.replace(b'"version":2', b'"version":1').replace(b',"vectors_by":"client"', b"")
+    old = header.replace(f'"version":{FORMAT_VERSION}'.encode(), b'"version":1').replace(
+        b',"vectors_by":"client"', b""
+    )
     assert b"vectors_by" not in old
     kept = [old + b"\n", *(line + b"\n" for line in body)]
     digest = hashlib.sha256(b"".join(kept)).hexdigest()

@@ -23,6 +23,7 @@ from storage.tenants.tenant import Tenant
 from storage.transfer import format as fmt
 from storage.transfer import load
 from storage.transfer.export import tenant_export
+from storage.transfer.format import FORMAT_VERSION
 from storage.transfer.landing import STAGING_PREFIX, import_tenant
 from tests.support.transfer_world import DIM, MODEL, answers, populate
 
@@ -326,9 +327,10 @@ def test_an_import_holds_one_batch_whatever_the_file_size(
 
 def test_a_later_format_version_is_refused_naming_the_ones_read(world, tmp_path: Path) -> None:
     exported, _seen, _ids = world
-    later = exported.replace(b'"version":2,', b'"version":3,', 1)
+    now, next_ = FORMAT_VERSION, FORMAT_VERSION + 1
+    later = exported.replace(f'"version":{now},'.encode(), f'"version":{next_},'.encode(), 1)
     assert later != exported
-    with pytest.raises(InvalidRequest, match="version 3; this version of memspine reads"):
+    with pytest.raises(InvalidRequest, match=f"version {next_}; this version of memspine reads"):
         import_tenant(tmp_path / "data", "acme", io.BytesIO(later))
 
 
@@ -354,9 +356,9 @@ def test_an_op_the_format_cannot_carry_stops_the_export(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("properties", "why"),
     [
-        (b'{"a":' * 40 + b"1" + b"}" * 40, "nest more than 32 levels"),
+        (b'{"a":' * 40 + b"1" + b"}" * 40, "nest at most 32 levels"),
         (b'{"a":' * 5000 + b"1" + b"}" * 5000, "nested too deeply"),
-        (b'{"a": 1e999}', "not JSON this server reads"),
+        (b'{"a": 1e999}', "a number no JSON reader can hold"),
         (b"[1, 2]", "must be a JSON object"),
     ],
 )

@@ -8,16 +8,21 @@ from typing import Any
 
 import schemathesis
 
+# Beyond 2^53 a float may not be the integer its text spelled: memspine/integers.py takes an
+# integral float for an integer only within ±2^53.
+EXACT = 2**53
+
 
 def whole_numbers_as_integers(value: Any) -> Any:
-    """10.0 as 10, everywhere in a JSON value.
+    """1e17 as 100000000000000000, everywhere in a JSON value: whole numbers beyond 2^53.
 
-    JSON Schema's "integer" is a value (10.0 is one), memspine reads the JSON text: an integer
-    field takes `10`, and `10.0` is a float, refused with 400 naming the field (docs/api.md,
-    Conventions). No schema can say so; this spells whole numbers the way the server reads
-    them. Every number field of the API takes an integer where it takes a float.
+    JSON Schema's "integer" is a value (10.0 is one), and memspine takes `10.0` where an
+    integer goes (memspine/integers.py), but only within ±2^53, where a float is exactly the
+    integer its text spelled; beyond, `1e17` is refused as a float naming the field (docs/api.md,
+    Conventions). No schema can say so; this spells those numbers as integers. Every number
+    field of the API takes an integer where it takes a float.
     """
-    if isinstance(value, float) and value.is_integer() and abs(value) < 2**63:
+    if isinstance(value, float) and value.is_integer() and EXACT < abs(value) < 2**63:
         return int(value)
     if isinstance(value, dict):
         return {k: whole_numbers_as_integers(v) for k, v in value.items()}
@@ -28,7 +33,7 @@ def whole_numbers_as_integers(value: Any) -> Any:
 
 @schemathesis.hook
 def map_body(_context: Any, body: Any) -> Any:
-    """Whole numbers in a JSON body as integers."""
+    """Whole numbers beyond 2^53 in a JSON body as integers."""
     return whole_numbers_as_integers(body)
 
 

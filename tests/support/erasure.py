@@ -202,3 +202,43 @@ def record(t: Tenant, event_id: str) -> StoredEvent | None:
     """The live record, or None."""
     with t.log.reader() as r:
         return r.get(event_id)
+
+
+REPLY_TS = 1_791_208_939_000_000
+
+
+# The seed's support tenant: name, minutes from the reply, kind, text, embedding, sources.
+# fmt: off
+SUPPORT: list[tuple[str, float, str, str, list[float] | None, list[str]]] = [
+    ("message", -1.5, "turn", "Customer: order 88213 shows delivered on 1 October but nothing arrived",
+     [0.8, 0.2, 0.1, 0.0], []),
+    ("get_order", -1.2, "tool_call", "get_order(88213) -> 1 item, shipped 2026-09-29, carrier ref PX-55790112",
+     None, []),
+    ("track", -0.8, "tool_call", "track_parcel(PX-55790112) -> delivered, signed for at no. 16, 2026-10-01 14:12",
+     None, []),
+    ("reply", 0, "turn",
+     "Agent: the carrier shows it signed for at number 16, on 1 October at 14:12. Please check there",
+     [0.9, 0.1, 0.0, 0.0], ["message", "get_order", "track"]),
+    ("objection", 0.4, "turn", "Customer: there is no number 16 on my street. I want a refund",
+     [0.7, 0.3, 0.0, 0.1], []),
+    ("open_case", 0.6, "tool_call", "open_case(88213, disputed delivery) -> case C-5117 opened", None, []),
+    ("handover", 0.7, "turn",
+     "Agent: I have opened case C-5117; a colleague will contact you within one working day",
+     [0.2, 0.8, 0.0, 0.0], []),
+    ("case_fact", 0.78, "fact",
+     "Case C-5117: customer disputes the delivery of order 88213; street has no number 16",
+     [0.6, 0.4, 0.0, 0.0], ["track", "objection", "open_case"]),
+    ("door_turn", 2.2, "turn", "Customer: next time, the door code is 4471, please leave parcels in the hall",
+     [0.013, 0.217, 0.931, 0.0472], []),
+    ("door_fact", 2.38, "fact", "Delivery instruction: door code 4471, leave parcels in the hall",
+     [0.0, 0.1, 1.0, 0.0], ["door_turn"]),
+]
+# fmt: on
+
+
+def door_turn_patterns() -> dict[str, bytes]:
+    """The door message's text, the words only it used, and its embedding in every encoding."""
+    text = SUPPORT[8][3]
+    embedding = SUPPORT[8][4]
+    assert embedding is not None
+    return {"text": text.encode(), "next time": b"next time"} | embedding_patterns(embedding)

@@ -1,0 +1,79 @@
+"""The proof of an erasure: a scan of a tenant's files, after its purge, for what was erased
+(docs/erasure.md, "The receipt").
+
+Two scans: every byte of every file under the tenant's directory for each needle (identifiers,
+event ids as text), case folded as ASCII, so a lowercased index term is found too; and the log's
+keys and values for the erased events' raw ids, outside the places that keep ids by design
+(the erasure ledger, the Idempotency-Key records and the delete ops: ids and times or hashes,
+never content).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from storage.log import layout
+from storage.log.reader import LogReader
+
+CHUNK = 1 << 20
+# Databases that keep an erased event's id on purpose: the ledger, and the Idempotency-Key record
+# that makes a retry of its append a replay rather than a new event.
+KEEPS_IDS = frozenset({"erased", "idem"})
+
+
+def files_holding(root: Path, needles: Iterable[bytes]) -> dict[bytes, list[str]]:
+    """For each needle, the files under root (paths relative to it, sorted) that hold it,
+    ASCII case ignored; a needle found nowhere maps to []."""
+    wanted = {n: n.lower() for n in needles if n}
+    found: dict[bytes, set[str]] = {n: set() for n in wanted}
+    if not wanted:
+        return {}
+    overlap = max(len(low) for low in wanted.values()) - 1
+    for dirpath, _dirs, names in os.walk(root):
+        for name in names:
+            path = Path(dirpath) / name
+            try:
+                held = _scan_file(path, wanted, overlap)
+            except FileNotFoundError:  # removed meanwhile (a Tantivy merge)
+                continue
+            for needle in held:
+                found[needle].add(str(path.relative_to(root)))
+    return {n: sorted(paths) for n, paths in found.items()}
+
+
+def _scan_file(path: Path, wanted: dict[bytes, bytes], overlap: int) -> set[bytes]:
+    """The needles a file holds, read a chunk at a time (chunks overlap by a needle's length)."""
+    held: set[bytes] = set()
+    tail = b""
+    with path.open("rb") as f:
+        while len(held) < len(wanted):
+            chunk = f.read(CHUNK)
+            if not chunk:
+                break
+            window = tail + chunk.lower()
+            held.update(n for n, low in wanted.items() if n not in held and low in window)
+            tail = window[-overlap:] if overlap else b""
+    return held
+
+
+def log_holding(r: LogReader, event_ids: Iterable[str]) -> dict[str, list[str]]:
+    """For each event id, the log's databases (other than KEEPS_IDS) holding its raw id in a key
+    or value: where layout.py puts ids (a key's first or last 16 bytes, a value's first 16,
+    or those after an op's byte)."""
+    raw = {layout.id_bytes(e): e for e in event_ids}
+    found: dict[str, set[str]] = {e: set() for e in raw.values()}
+    n = layout.ID_BYTES
+    for name, db in r.dbs.items():
+        if name in KEEPS_IDS or name == "meta":
+            continue
+        for key, value in r.txn.cursor(db=db).iternext(keys=True, values=True):
+            key, value = bytes(key), bytes(value)
+            if name == "ops" and value[:1] == layout.OP_DELETE:
+                continue  # the delete's own op: the id and nothing else, as in the ledger
+            for part in (key[:n], key[-n:], value[:n], value[1 : n + 1]):
+                event_id = raw.get(part)
+                if event_id is not None:
+                    found[event_id].add(name)
+    return {e: sorted(names) for e, names in found.items()}
