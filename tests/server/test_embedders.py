@@ -25,8 +25,8 @@ from storage.embedders.openai_compat import OpenAIEmbedder, endpoint_url, retry_
 from tests.support.endpoint import Endpoint, fake_vector
 from tests.support.servers import REPO
 
-# LoCoMo turns and questions with their reference vectors (tests/support/data/README.md).
-REFERENCE = Path(__file__).resolve().parents[1] / "support" / "data" / "locomo-reference.npz"
+# LoCoMo turns and questions with their reference vectors (tests/support/reference/README.md).
+REFERENCE = Path(__file__).resolve().parents[1] / "support" / "reference" / "locomo-reference.npz"
 
 
 # --- the local model --------------------------------------------------------------------
