@@ -10,7 +10,9 @@ first alone (the baseline of the same run), then while, in turn:
 - `auth`: 100 connections send wrong secrets for the attacker's key id;
 - `slow`: 1,000 connections each send a partial request header and then trickle bytes;
 - `bulk`: a bulk writer appends large events to the attacker's tenant from 8 connections;
-- `tenants`: more tenants than fit the open-tenant budget are opened in turn.
+- `tenants`: more tenants than fit the open-tenant budget are opened in turn;
+- `exports`: 8 loops export the attacker's whole tenant (GET /v1/memory/export) back to back;
+- `purges`: a loop appends to the attacker's tenant and deletes with `?purge=true`, 4 at once.
 
 Targets: victim p99 ≤ 50 ms and no victim request over 1 s in every scenario; each
 pathological query answered within the Cypher time bound + 100 ms; server RSS back within
@@ -342,6 +344,62 @@ def bulk_attack(port: int, token: str) -> Callable[[threading.Event, dict[str, A
     return body
 
 
+def exports_attack(port: int, token: str) -> Callable[[threading.Event, dict[str, Any]], None]:
+    """8 loops exporting the attacker's tenant back to back (one export spools at a time per
+    tenant: memspine/engine.py's export shares)."""
+
+    def loop(stop: threading.Event, counts: dict[str, int]) -> None:
+        while not stop.is_set():
+            req = urllib.request.Request(
+                f"http://127.0.0.1:{port}/v1/memory/export",
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            try:
+                with urllib.request.urlopen(req, timeout=120) as r:
+                    r.read()
+                counts["200"] = counts.get("200", 0) + 1
+            except urllib.error.HTTPError as exc:
+                counts[str(exc.code)] = counts.get(str(exc.code), 0) + 1
+
+    def body(stop: threading.Event, result: dict[str, Any]) -> None:
+        counts: dict[str, int] = {}
+        threads = [threading.Thread(target=loop, args=(stop, counts)) for _ in range(8)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        result["exports"] = counts
+
+    return body
+
+
+def purges_attack(port: int, token: str) -> Callable[[threading.Event, dict[str, Any]], None]:
+    """4 loops each appending an event to the attacker's tenant and deleting it with
+    ?purge=true (purges run one at a time across tenants, niced: memspine/purging.py)."""
+
+    def loop(n: int, stop: threading.Event, counts: dict[str, int]) -> None:
+        i = 0
+        while not stop.is_set():
+            try:
+                made = call(port, "POST", "/v1/memory/event", event(50_000 + n * 10_000 + i), token)
+                call(port, "DELETE", f"/v1/memory/event/{made['event_id']}?purge=true", None, token)
+                counts["purged"] = counts.get("purged", 0) + 1
+            except urllib.error.HTTPError as exc:
+                counts[str(exc.code)] = counts.get(str(exc.code), 0) + 1
+            i += 1
+
+    def body(stop: threading.Event, result: dict[str, Any]) -> None:
+        counts: dict[str, int] = {}
+        threads = [threading.Thread(target=loop, args=(n, stop, counts)) for n in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        result["purges"] = counts
+
+    return body
+
+
 def tenants_attack(
     port: int, tokens: list[str]
 ) -> Callable[[threading.Event, dict[str, Any]], None]:
@@ -429,6 +487,8 @@ def main() -> None:
         "slow": slow_attack(port),
         "bulk": bulk_attack(port, world["attacker"]["token"]),
         "tenants": tenants_attack(port, world["crowd"]),
+        "exports": exports_attack(port, world["attacker"]["token"]),
+        "purges": purges_attack(port, world["attacker"]["token"]),
     }
     results: dict[str, Any] = {}
     try:

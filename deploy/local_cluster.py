@@ -4,7 +4,8 @@
   DIR/postgres        a private PostgreSQL cluster (Debian's package; initdb/pg_ctl as the
                       postgres user when run as root): the control plane
   DIR/node-N/data     the data directory of node-N (N = 1, 2, 3), all on that control plane
-  DIR/haproxy         HAProxy (deploy/haproxy/memspine.cfg), its routes map, and
+  DIR/haproxy         HAProxy (deploy/haproxy/memspine.cfg), its routes map, its runtime
+                      API on the unix socket runtime.sock (mode 600, never a TCP port), and
                       `memspine-admin proxy-sync` keeping the map current
 then prints exactly two lines, MEMSPINE_URL=… (the proxy) and MEMSPINE_ADMIN_KEY=…; `down DIR`
 stops all of it (the data stays: `up DIR` again serves it); `restart DIR node-N` starts again a
@@ -34,6 +35,7 @@ CONFIG = REPO / "deploy" / "haproxy" / "memspine.cfg"
 NODES = ("node-1", "node-2", "node-3")
 STATE = "cluster.json"
 START_TIMEOUT_SECS = 90.0
+SOCKET_PATH_MAX = 107  # bytes of a unix socket's path (sun_path holds 108 with its NUL)
 
 
 class ClusterError(Exception):
@@ -166,12 +168,18 @@ def up(root: Path) -> dict[str, Any]:
         routes = proxy_dir / "routes.map"
         with PgControl.open(url) as control:
             write_map(routes, control.routes())  # HAProxy loads it at start
-        front, runtime = free_port(), free_port()
+        front = free_port()
+        # The runtime API is at admin level (it changes maps and servers): a unix socket that
+        # only this user may open (mode 600 in the config), never a TCP port any local
+        # process could reach.
+        runtime = str(proxy_dir / "runtime.sock")
+        if len(runtime.encode()) > SOCKET_PATH_MAX:
+            raise ClusterError(f"{runtime} is too long for a unix socket: use a shorter DIR")
         env = _base_env()
         env.update(
             {
                 "FRONTEND_BIND": f"127.0.0.1:{front}",
-                "RUNTIME_SOCKET": f"ipv4@127.0.0.1:{runtime}",
+                "RUNTIME_SOCKET": runtime,
                 "ROUTES_MAP": str(routes),
                 **{
                     f"NODE_{i + 1}_ADDR": f"127.0.0.1:{state['ports'][n]}"
@@ -189,7 +197,7 @@ def up(root: Path) -> dict[str, Any]:
             ["haproxy", "-db", "-f", str(CONFIG)], env, proxy_dir / "haproxy.log"
         )
         state["ports"]["proxy"] = front
-        state["ports"]["runtime"] = runtime
+        state["runtime_socket"] = runtime
         state_path.write_text(json.dumps(state))
         sync_env = _base_env()
         sync_env["MEMSPINE_CONTROL_URL"] = url
@@ -200,7 +208,7 @@ def up(root: Path) -> dict[str, Any]:
                 "memspine_admin.cli",
                 "proxy-sync",
                 "--runtime",
-                f"127.0.0.1:{runtime}",
+                runtime,
                 "--map",
                 str(routes),
                 "--name",

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import logging
 import sys
@@ -21,6 +23,7 @@ from memspine.engine import Engine
 from memspine.errors import EXCEPTION_HANDLERS
 from memspine.heap import HeapTrimmer
 from memspine.hot import HotRoutes
+from memspine.leftovers import Leftovers
 from memspine.logs import install_request_observer, log_request
 from memspine.mcp.lazy import LazyMcp
 from memspine.metrics import Metrics
@@ -99,6 +102,10 @@ def create_app(
         engine.on_purge = metrics.observe_purge
         purger = Purger(engine, settings.purge_interval_secs, retention)
         purger.start()
+        sweeper = None  # a cluster node erases copies a killed move left (memspine/leftovers.py)
+        if auth.gate is not None:
+            leftovers = Leftovers(engine, auth.gate, settings.data_dir)
+            sweeper = asyncio.create_task(leftovers.run(), name="leftovers")
         trimmer = HeapTrimmer()
         trimmer.start()
         # lark takes a noticeable part of a second to build the Cypher parser: beside startup,
@@ -107,6 +114,10 @@ def create_app(
         try:
             yield
         finally:
+            if sweeper is not None:
+                sweeper.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await sweeper
             await trimmer.stop()
             await purger.stop()  # before the tenants close: a purge under way finishes first
             engine.close()

@@ -111,7 +111,8 @@ def _resolve_refs(new: NewEvent, item: EventIn, earlier: list[NewEvent]) -> NewE
         match = BATCH_REF.match(ref)
         if match is None:
             return ref  # not a reference: an id like any other (unlinked if it names nothing)
-        n = int(match.group(1))
+        digits = match.group(1)  # more digits than a batch's size can name: none of its events
+        n = int(digits) if len(digits) <= len(str(MAX_BATCH)) else MAX_BATCH
         if n >= len(earlier):
             raise InvalidRequest(
                 f"{field} names {ref}, which is not an earlier event of this batch "

@@ -21,6 +21,7 @@ from storage.errors import MemspineError
 
 USAGE_ERROR = 2
 MCP_PATH = "/mcp"
+TOOLSETS = ("memspine", "automem", "mem0")  # memspine/mcp/toolsets/
 
 
 def parser() -> argparse.ArgumentParser:
@@ -45,6 +46,13 @@ def parser() -> argparse.ArgumentParser:
     )
     mcp.add_argument("--tenant", help="tenant id to serve when embedded")
     mcp.add_argument("--read-only", action="store_true", help="embedded: offer only the read tools")
+    mcp.add_argument(
+        "--tools",
+        choices=TOOLSETS,
+        default=TOOLSETS[0],
+        help="the tools to serve: memspine's own (default), or AutoMem's or Mem0's under their "
+        "names and arguments (docs/migrate.md)",
+    )
     return top
 
 
@@ -104,7 +112,7 @@ def run_mcp(args: argparse.Namespace) -> int:
             )
         from memspine.mcp import stdio  # the SDK loads once the arguments are known to be good
 
-        return _serve(partial(stdio.serve_remote, base, key))
+        return _serve(partial(stdio.serve_remote, base, key, args.tools))
     if not args.tenant:
         return _fail("give --url (a running server) or --tenant with --data-dir (embedded)")
     if not (LOCAL_TENANT.match(args.tenant) or UUID.match(args.tenant)):
@@ -132,7 +140,13 @@ def run_mcp(args: argparse.Namespace) -> int:
 
         embedded = stdio.embedded_settings(settings, data_dir)
         return _serve(
-            partial(stdio.serve_embedded, embedded, args.tenant, read_only=args.read_only)
+            partial(
+                stdio.serve_embedded,
+                embedded,
+                args.tenant,
+                read_only=args.read_only,
+                tools=args.tools,
+            )
         )
     finally:
         lock.close()

@@ -19,7 +19,14 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Any
 
-from memspine_admin.placement import MOVING, RETRY_AFTER_SECS, NodeFigures, Placement, refusal
+from memspine_admin.placement import (
+    MOVING,
+    RETRY_AFTER_SECS,
+    NodeFigures,
+    Placement,
+    holding,
+    refusal,
+)
 from storage.errors import Unavailable
 
 MAX_ENTRIES = 10_000
@@ -112,10 +119,15 @@ class NodeGate:
         if held is not None:
             generation, placement = self.placement(tenant_id)
             # The hold outlives its move only if the plane, since the drain, says writes go on
-            # here (the move was given up): then it ends.
+            # here (the move was given up, or its hold's lease ran out): then it ends.
+            expired = (
+                placement is not None
+                and placement.writes_held
+                and not holding(placement, time.time_ns() // 1000)
+            )
             released = (
                 placement is not None
-                and generation > held
+                and (generation > held or expired)
                 and refusal(placement, self.node, write=True) is None
             )
             with self._lock:

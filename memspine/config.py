@@ -22,6 +22,11 @@ from storage.model import MAX_EMBEDDING_DIM
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
+# Native threads an open tenant runs: its writer, vector inserter and keyword fold, and those
+# Tantivy and hnswlib start (10, counted by tests/server/test_tenant_threads.py).
+THREADS_PER_TENANT = 10
+# The default cap keeps the open tenants' threads under this (docs/operations.md).
+MAX_TENANT_THREADS = 4_000
 
 
 class SettingsError(ValueError):
@@ -89,12 +94,13 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 
 def default_max_open_tenants() -> int:
-    """(soft fd limit − 64) / 12, at least 1: descriptors kept for the server itself, the
-    rest shared by open tenants."""
+    """(soft fd limit − 64) / 12, at least 1 (descriptors kept for the server itself, the rest
+    shared by open tenants), and at most MAX_TENANT_THREADS / THREADS_PER_TENANT (400)."""
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = 1_048_576
-    return max(1, (soft - FD_RESERVE) // FDS_PER_TENANT)
+    by_fds = max(1, (soft - FD_RESERVE) // FDS_PER_TENANT)
+    return min(by_fds, MAX_TENANT_THREADS // THREADS_PER_TENANT)
 
 
 def default_max_connections() -> int:

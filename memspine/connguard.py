@@ -181,14 +181,17 @@ class GuardedProtocol(HttpToolsProtocol):
         """Feed the parser, bounding header bytes, then keep the deadline of the phase it is in."""
         if self._client_key is None or self._lingering:
             return  # refused, or answered and closing: nothing more is read
-        waiting = self._phase in (Phase.IDLE, Phase.HEADERS)
-        if waiting:
-            self._header_bytes += len(data)
+        if self._phase in (Phase.IDLE, Phase.HEADERS):
+            # Counted to the end of the headers when this chunk holds it, and checked before
+            # the parser sees them: headers that arrive whole in one chunk are held to the
+            # bound too (the parser would have finished them before a check after it).
+            end = data.find(b"\r\n\r\n")
+            self._header_bytes += len(data) if end < 0 else end + 4
+            if self._header_bytes > MAX_HEADER_BYTES:
+                self._close_with(HEADERS_TOO_LONG)
+                return
         super().data_received(data)
         if self.transport.is_closing():
-            return
-        if self._phase is Phase.HEADERS and waiting and self._header_bytes > MAX_HEADER_BYTES:
-            self._close_with(HEADERS_TOO_LONG)
             return
         self._keep_deadline()
 

@@ -17,7 +17,9 @@ import msgspec
 from memspine.batch import in_batch
 from memspine.cluster import NodeGate
 from memspine.config import Settings
-from memspine.shares import FairShares
+from memspine.fullness import FullTenants
+from memspine.purging import PurgeLine
+from memspine.shares import CostedShares, FairShares
 from storage.cypher import CypherResult, Limits
 from storage.embedders import EmbedderError, make_embedder
 from storage.erasure.purge import PurgeStats, for_want_of_room
@@ -46,13 +48,15 @@ READ_THREADS = 40  # as many as anyio's default pool, which reads used before
 # Reads one tenant runs at once: its further reads wait in its own queue, so a tenant with
 # many slow reads (Cypher up to its time bound) leaves the other threads to everyone else.
 READ_THREADS_PER_TENANT = 8
+EXPORTS_AT_ONCE = 4  # exports spooling at once, one per tenant (docs/security.md)
 CYPHER_BUSY = "other Cypher queries kept this one waiting past its time limit; retry shortly"
-# Appends that would list events for the embedder wait at most this long for the backlog to
-# fall under MEMSPINE_EMBEDDINGS_MAX_PENDING, then get 503 (nothing written, nothing lost).
+# Appends that would list events for the embedder wait at most this long for their tenant's
+# room in the backlog (MEMSPINE_EMBEDDINGS_MAX_PENDING, shared fairly between tenants with work:
+# storage/tenants/embedding.py), then get 503 (nothing written, nothing lost).
 BACKLOG_WAIT_SECS = 30.0
 BACKLOG_FULL = (
-    "the server's embedder is behind (MEMSPINE_EMBEDDINGS_MAX_PENDING events await their "
-    "vectors); nothing was written: retry shortly"
+    "the server's embedder is behind on this tenant's events (its share of "
+    "MEMSPINE_EMBEDDINGS_MAX_PENDING awaits vectors); nothing was written: retry shortly"
 )
 # A recall with wait_for_vectors waits at most this long.
 VECTORS_WAIT_SECS = 10.0
@@ -169,9 +173,15 @@ class Engine:
         self.on_purge: Callable[[float], None] | None = None  # seconds of each purge (metrics)
         self.on_reject: Callable[[str], None] | None = None  # the limit of each refused write
         self.read_threads = ReadThreads()
+        self.purges = PurgeLine()
+        self.full = FullTenants(self.manager)  # tenants a quota refused a moment ago
         # Cypher is CPU work under the interpreter lock: each query running beside the others
-        # slows every request of every tenant, so few run at once and one tenant runs one.
-        self.cypher_shares = FairShares(settings.cypher_concurrency, per_owner=1)
+        # slows every request of every tenant, so few run at once and one tenant runs one; a
+        # tenant whose queries are short gets a lane beside them (memspine/shares.py).
+        self.cypher_shares = CostedShares(settings.cypher_concurrency, per_owner=1)
+        # An export holds a read thread while it spools the whole tenant: one per tenant at
+        # once, a few in all, so one tenant's export loops leave the threads to others.
+        self.export_shares = FairShares(EXPORTS_AT_ONCE, per_owner=1)
         self._leases = 0  # requests holding a tenant right now (this one included)
         self.gate: NodeGate | None = None  # a cluster node's placement checks (memspine/cluster.py)
         # A tenant's legal holds (the app reads them from the control plane): a delete of what
@@ -240,14 +250,14 @@ class Engine:
         """Back-pressure: hold appends that would list events for the embedder while its
         backlog is full; 503 (nothing written) if it stays full for BACKLOG_WAIT_SECS."""
         w = self.embedding
-        if w is None or w.has_room() or t.space == layout.SPACE_CLIENT:
+        if w is None or w.has_room(t.tenant_id) or t.space == layout.SPACE_CLIENT:
             return
         if t.space is None and w.offer() is None:
             return
         if not any(ev.embedding is None and ev.text for ev in events):
             return
         deadline = time.monotonic() + BACKLOG_WAIT_SECS
-        while not w.has_room():
+        while not w.has_room(t.tenant_id):
             if time.monotonic() > deadline:
                 raise Unavailable(BACKLOG_FULL, headers={"Retry-After": "5"})
             await asyncio.sleep(POLL_SECS)
@@ -261,7 +271,7 @@ class Engine:
             await self._room_for(t, [event])
             [result] = await asyncio.wrap_future(t.submit_append([event], quota=quota))
         if isinstance(result, MemspineError):
-            raise self._refused(result)
+            raise self._refused(result, owner=(tenant_id, quota))
         return result
 
     async def append_batch(
@@ -275,13 +285,31 @@ class Engine:
             try:
                 return await asyncio.wrap_future(t.submit_append(events, quota=quota, atomic=True))
             except ItemRefused as refused:
-                raise self._refused(refused.error, refused.item) from None
+                raise self._refused(refused.error, refused.item, owner=(tenant_id, quota)) from None
 
-    def _refused(self, error: MemspineError, index: int | None = None) -> MemspineError:
-        """A write's refusal as the caller sees it (counted when a limit refused it)."""
-        if isinstance(error, QuotaExceeded) and self.on_reject is not None:
-            self.on_reject(error.limit)
+    def _refused(
+        self,
+        error: MemspineError,
+        index: int | None = None,
+        *,
+        owner: tuple[str, Quota | QuotaSource | None] | None = None,
+    ) -> MemspineError:
+        """A write's refusal as the caller sees it (counted when a limit refused it; a quota's
+        refusal of `owner`'s (tenant, quota) append remembered, memspine/fullness.py)."""
+        if isinstance(error, QuotaExceeded):
+            if owner is not None:
+                self.full.learn(owner[0], owner[1], error)
+            if self.on_reject is not None:
+                self.on_reject(error.limit)
         return error if index is None else in_batch(index, error)
+
+    def refuse_if_full(self, tenant_id: str, *, batch: bool = False) -> None:
+        """QuotaExceeded now if an append to tenant_id would be refused whatever its body (its
+        quota refused one a moment ago and it still holds all it may): before the body is read,
+        as the writer would refuse it (a batch's first event)."""
+        error = self.full.refusal(tenant_id)
+        if error is not None:
+            raise self._refused(error, 0 if batch else None)
 
     def usage_now(self, tenant_id: str) -> TenantUsage:
         """Blocking: what a tenant uses; an open tenant answers from memory, a closed one from
@@ -333,7 +361,7 @@ class Engine:
     async def purge(self, tenant_id: str) -> PurgeStats:
         """Rewrite the tenant's files so its deleted events' bytes leave the disk (docs/erasure.md)."""
         async with self.tenant(tenant_id) as t:
-            stats = await anyio.to_thread.run_sync(t.purge)
+            stats = await self.purges.run(tenant_id, t.purge)  # one at a time, niced
         if stats.purged and self.on_purge is not None:
             self.on_purge(stats.seconds)
         return stats
@@ -379,7 +407,7 @@ class Engine:
                 return await self._read_in(
                     t, tenant_id, lambda t: t.recall(query, embeddings=False), short=True
                 )
-            if wait_for_vectors:
+            if wait_for_vectors and t.tenant_id not in w.keyword_only:  # else none will come
                 await self._vectors_of(t)
             feedback: Feedback | None = None
             if query.text:
@@ -453,24 +481,32 @@ class Engine:
             max_result_bytes=settings.cypher_max_result_bytes,
         )
         try:
-            await asyncio.wait_for(
+            pool = await asyncio.wait_for(
                 self.cypher_shares.acquire(tenant_id), settings.cypher_timeout_ms / 1000
             )
         except TimeoutError:
             raise Unavailable(CYPHER_BUSY, headers={"Retry-After": "1"}) from None
-        try:
+        spent = [0.0]  # the query's CPU time: its cost, whatever else shares the cores
+
+        def run(t: Tenant) -> CypherResult:
             # encoded: the answer is encoded on the read thread, row by row, under the limits.
-            return await self.read(
-                tenant_id, lambda t: t.cypher(query, params, limits, encoded=True, started=started)
-            )
+            start = time.thread_time()
+            try:
+                return t.cypher(query, params, limits, encoded=True, started=started)
+            finally:
+                spent[0] = time.thread_time() - start
+
+        try:
+            return await self.read(tenant_id, run)
         finally:
-            self.cypher_shares.release(tenant_id)
+            self.cypher_shares.release(pool, tenant_id, spent[0])
 
     def close(self) -> None:
         """Stop the background embedder (its work stays in the logs), close every open tenant
         and stop the read threads."""
         if self.embedding is not None:
             self.embedding.stop()
+        self.purges.close()  # a purge under way ends before its tenant closes
         self.manager.close_all()
         if self.embedding is not None:
             self.embedding.embedder.close()

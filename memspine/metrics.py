@@ -145,6 +145,12 @@ class _EmbeddingCollector(Collector):
             "Events of open tenants awaiting the vector the server makes for them.",
             value=0 if w is None else w.pending(),
         )
+        yield GaugeMetricFamily(
+            "memspine_embeddings_keyword_only_tenants",
+            "Tenants whose batches hung the embedder twice: their events are found by keyword "
+            "only until the server restarts.",
+            value=0 if w is None else len(w.keyword_only),
+        )
         yield CounterMetricFamily(
             "memspine_embeddings_written",
             "Server vectors written into events' records.",
@@ -154,7 +160,8 @@ class _EmbeddingCollector(Collector):
             "memspine_embedder_failures",
             "Embedder calls that failed (each retried), by reason: timeout, connect, http_429, "
             "http_5xx, http_4xx, bad_answer, dimension, disk_full (a write of vectors the full "
-            "disk refused), or the error's type.",
+            "disk refused), model_process_died, model_process_hung (killed past its deadline), "
+            "or the error's type.",
             labels=["reason"],
         )
         for reason, count in sorted(({} if w is None else w.failures_by).items()):

@@ -124,6 +124,8 @@ class Operation:
     errors: tuple[int, ...] = ()  # statuses beyond the ones every operation of its scope has
     strict_query: bool = True  # False: unknown parameters pass (/health and /metrics)
     body_limit: str = "max_body_bytes"  # the Settings field bounding the body (MEMSPINE_<NAME>)
+    stores: bool = False  # appends events: a tenant its quota just refused is refused unread
+    keys_in_body: bool = False  # its events may carry idempotency keys (replays) in the body
     description: str = ""
     tag: str = "memory"
     params: dict[str, Query] = field(init=False, repr=False)
@@ -239,9 +241,18 @@ async def admit(
             quota = services.allowance.admit(principal)
     query, props = op.parse_query(scope["query_string"]) if scope["query_string"] else ({}, {})
     body = None
+    # A full tenant's append is refused before its body is read, or at least decoded, unless
+    # it may be an idempotent replay (answered as before, full or not).
+    fresh = None  # the tenant whose append this is, unless it may be a replay
+    if op.stores and principal is not None and b"idempotency-key" not in headers:
+        fresh = principal.tenant_id
+    if fresh and not op.keys_in_body:
+        services.engine.refuse_if_full(fresh)
     if op.body is not None:
         limit, too_large = _body_limit(op, services.settings)
         raw = await read_body(receive, limit, headers.get(b"content-length"), too_large)
+        if fresh and b'"idempotency_key"' not in raw:  # no event of it can be a replay
+            services.engine.refuse_if_full(fresh, batch=op.keys_in_body)
         body = decode_body(raw, op.body)
     return Call(services, principal, control, query, props, headers, body, path, quota)
 

@@ -51,6 +51,14 @@ class FairShares:
         with self._lock:
             return sum(len(q) for q in self._waiting.values())
 
+    def try_acquire(self, owner: Hashable) -> bool:
+        """Take a slot for `owner` if one is free for it now, without waiting."""
+        with self._lock:
+            if owner not in self._waiting and self._free_for(owner):
+                self._take(owner)
+                return True
+            return False
+
     async def acquire(self, owner: Hashable) -> None:
         """Take a slot for `owner`, waiting for its turn if the owner or the whole pool is full."""
         with self._lock:
@@ -123,3 +131,58 @@ def _wake(future: asyncio.Future[None]) -> None:
     """On the waiter's loop: let it go on (unless it was cancelled meanwhile)."""
     if not future.done():
         future.set_result(None)
+
+
+# An owner whose recent use cost less than this (its queries' CPU time, decaying) is light.
+LIGHT_SECS = 0.1
+KNOWN_OWNERS = 10_000  # costs remembered, least recently used forgotten first (they are light)
+
+
+class CostedShares:
+    """FairShares of `limit` slots, `per_owner` each, plus one lane for light owners: an owner
+    whose recent uses were short takes a free slot, or else waits for the lane, never behind
+    the long uses of others. Two tenants running long queries in every slot keep a third
+    tenant's trivial query waiting for the lane at most (other light uses), not for them.
+
+    The cost of an owner is the CPU time of its last use (the caller measures it: wall time
+    would count the others it ran beside), or half its previous cost if more: a tenant whose
+    queries run long stays heavy for its next few, however short.
+    """
+
+    def __init__(self, limit: int, per_owner: int, *, light_secs: float = LIGHT_SECS) -> None:
+        self.slots = FairShares(limit, per_owner)
+        self.lane = FairShares(1, 1)
+        self.light_secs = light_secs
+        self._cost: OrderedDict[Hashable, float] = OrderedDict()
+        self._lock = threading.Lock()
+        self.lane_uses = 0  # uses that ran in the lane (the slots were full)
+
+    def held(self, owner: Hashable) -> int:
+        """Slots and lane `owner` holds now."""
+        return self.slots.held(owner) + self.lane.held(owner)
+
+    def light(self, owner: Hashable) -> bool:
+        """Whether `owner`'s recent uses were short (an owner never seen is light)."""
+        with self._lock:
+            return self._cost.get(owner, 0.0) < self.light_secs
+
+    async def acquire(self, owner: Hashable) -> FairShares:
+        """A slot for `owner` (waiting its turn): the pool that granted it, to release to."""
+        if self.light(owner) and not self.slots.held(owner):
+            if self.slots.try_acquire(owner):
+                return self.slots
+            await self.lane.acquire(owner)
+            with self._lock:
+                self.lane_uses += 1
+            return self.lane
+        await self.slots.acquire(owner)
+        return self.slots
+
+    def release(self, pool: FairShares, owner: Hashable, secs: float) -> None:
+        """Give back `owner`'s slot of `pool` after a use of `secs`, which sets its cost."""
+        with self._lock:
+            cost = max(secs, self._cost.pop(owner, 0.0) / 2)
+            self._cost[owner] = cost
+            while len(self._cost) > KNOWN_OWNERS:
+                self._cost.popitem(last=False)
+        pool.release(owner)

@@ -14,7 +14,7 @@ from typing import Any
 
 import msgspec
 
-from memspine_admin import data, keys, retention_cmds, subjects
+from memspine_admin import data, foreign, keys, retention_cmds, subjects
 from memspine_admin.command import (
     EXIT_ABORTED,
     EXIT_ERROR,
@@ -30,7 +30,8 @@ from memspine_admin.command import when as _when
 from memspine_admin.control import erase_tenant_dir
 from memspine_admin.plane import init_control
 from memspine_admin.records import LIMITS, KeyCounts, TenantRecord, now_us
-from storage.errors import Conflict, MemspineError, NotFound
+from storage.errors import Conflict, DiskFull, MemspineError, NotFound
+from storage.space import names_full_disk
 from storage.tenants.usage import TenantUsage, closed_usage
 
 
@@ -503,6 +504,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     data.add_commands(sub, tsub, command)
     subjects.add_commands(sub, command)
+    foreign.add_commands(sub, command)
     retention_cmds.add_commands(tsub, command)
 
     p = command(sub, "audit", cmd_audit)
@@ -547,14 +549,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(args.func(args))
     except OSError as exc:  # unreadable, unwritable, a file where a directory should be
         where = exc.filename if exc.filename is not None else args.data_dir
+        if names_full_disk(exc):  # the cause, and the file it was written to: one line
+            full = f"the disk holding {str(where)!r} is full ({exc.strerror or exc}); free space"
+            return _failed(args, DiskFull(f"{full} and run the command again"))
+        if exc.filename is not None and not Path(exc.filename).is_relative_to(args.data_dir):
+            return _usage(f"cannot use {str(where)!r}: {exc.strerror or exc}")
         return _usage(f"{source}: cannot use {str(where)!r}: {exc.strerror or exc}")
     except MemspineError as exc:
-        if args.json:
-            error = {"error": exc.code, "detail": exc.detail}
-            sys.stderr.write(msgspec.json.encode(error).decode() + "\n")
-        else:
-            sys.stderr.write(f"memspine-admin: {exc.detail}\n")
-        return EXIT_ERROR
+        return _failed(args, exc)
+
+
+def _failed(args: argparse.Namespace, exc: MemspineError) -> int:
+    """A refused command: its error on one line of stderr (JSON with --json), exit 1."""
+    if args.json:
+        error = {"error": exc.code, "detail": exc.detail}
+        sys.stderr.write(msgspec.json.encode(error).decode() + "\n")
+    else:
+        sys.stderr.write(f"memspine-admin: {exc.detail}\n")
+    return EXIT_ERROR
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from psycopg.types.json import Json
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from memspine_admin import keys
+from memspine_admin.breaker import Breaker
 from memspine_admin.control import (
     NO_CONTROL_DB,
     check_audit_page,
@@ -40,9 +41,11 @@ from memspine_admin.control import (
 from memspine_admin.controlurl import redact
 from memspine_admin.issuing import KeyRequest
 from memspine_admin.placement import (
+    HOLD_LEASE_SECS,
     NodeFigures,
     NodeLoad,
     Placement,
+    holding,
     is_node_name,
     least_loaded,
 )
@@ -184,8 +187,17 @@ def _hold(row: tuple[Any, ...]) -> HoldRecord:
     )
 
 
-def _placement(row: tuple[Any, ...]) -> Placement:
-    return Placement(node=row[0], move_to=row[1], move_from=row[2], writes_held=row[3])
+def _placement(row: tuple[Any, ...], conn: psycopg.Connection[Any], tenant_id: str) -> Placement:
+    placement = Placement(node=row[0], move_to=row[1], move_from=row[2], writes_held=row[3])
+    if not placement.writes_held:
+        return placement
+    # The hold's lease runs from its step in the audit (no column of its own).
+    held = conn.execute(
+        "SELECT ts FROM audit WHERE tenant_id = %s AND action = 'tenant.move'"
+        " AND detail->>'step' = 'hold' ORDER BY seq DESC LIMIT 1",
+        (tenant_id,),
+    ).fetchone()
+    return msgspec.structs.replace(placement, held_since=None if held is None else held[0])
 
 
 def _placed(name: str, node: str | None) -> dict[str, Any]:
@@ -277,6 +289,7 @@ class GenerationWatcher:
         self.url = url
         self.node = node
         self.poll_secs = poll_secs
+        self.breaker: Breaker | None = None  # PgControl's: opened when the watch is lost
         self._seen: tuple[int, float] | None = None  # (generation, monotonic time confirmed)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="control-watch", daemon=True)
@@ -312,6 +325,8 @@ class GenerationWatcher:
                         row = conn.execute("SELECT generation FROM control_meta").fetchone()
                         self._seen = (int(row[0]) if row else 0, time.monotonic())
                         failures = 0
+                        if self.breaker is not None:
+                            self.breaker.succeeded()
                         if self.node is not None and time.monotonic() - beat > HEARTBEAT_SECS:
                             conn.execute(
                                 "UPDATE nodes SET seen_at = %s WHERE name = %s",
@@ -322,6 +337,8 @@ class GenerationWatcher:
                             pass
             except psycopg.Error as exc:
                 failures += 1
+                if self.breaker is not None:  # requests need not each find it out
+                    self.breaker.failed()
                 if failures == 1:
                     log.warning("control plane watch lost: %s", _first_line(exc))
                 self._stop.wait(min(2.0, 0.1 * failures))
@@ -400,6 +417,9 @@ class PgControl:
         self._pool = pool
         self._watcher = watcher
         self._reporter = reporter
+        self.breaker = Breaker()  # the watcher's lost connection opens it too
+        if watcher is not None:
+            watcher.breaker = self.breaker
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -496,12 +516,17 @@ class PgControl:
     def _conn(self) -> Iterator[psycopg.Connection[Any]]:
         """A pooled connection in a transaction (committed on exit, rolled back on an error);
         a database that cannot be reached is ControlUnavailable, never a 500."""
+        wait = self.breaker.admit()
+        if wait is None:  # found unreachable a moment ago: 503 now, not after the pool's wait
+            raise ControlUnavailable()
         try:
-            with self._pool.connection() as conn:
+            with self._pool.connection(timeout=wait or None) as conn:
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError, PoolTimeout) as exc:
+            self.breaker.failed()
             log.warning("control plane unavailable: %s", _first_line(exc))
             raise ControlUnavailable() from None
+        self.breaker.succeeded()
 
     # -- generation --------------------------------------------------------------------------
 
@@ -911,7 +936,27 @@ class PgControl:
             row = conn.execute(
                 f"SELECT {_PLACEMENT_COLUMNS} FROM tenants WHERE tenant_id = %s", (tenant_id,)
             ).fetchone()
-        return None if row is None else _placement(row)
+            return None if row is None else _placement(row, conn, tenant_id)
+
+    def moved_away(self, node: str, tenant_ids: list[str]) -> dict[str, Placement]:
+        """Of `tenant_ids` (copies on `node`'s disk), those a move switched away from `node` and
+        now placed elsewhere (not moving back to it), with their placement: what a killed move
+        may have left there (memspine/leftovers.py). The audit's switch step names the source,
+        so a node renamed or a tenant placed by hand is never taken for one."""
+        ids = [t for t in tenant_ids if is_tenant_id(t)]
+        if not ids:
+            return {}
+        with self._conn() as conn:
+            rows = conn.execute(
+                f"SELECT tenant_id, {_PLACEMENT_COLUMNS} FROM tenants t"
+                " WHERE t.tenant_id = ANY(%s) AND t.node IS NOT NULL AND t.node <> %s"
+                " AND (t.move_to IS NULL OR t.move_to <> %s) AND EXISTS ("
+                "  SELECT 1 FROM audit a WHERE a.tenant_id = t.tenant_id"
+                "  AND a.action = 'tenant.move' AND a.detail->>'step' = 'switch'"
+                "  AND a.detail->>'from' = %s)",
+                (ids, node, node, node),
+            ).fetchall()
+            return {row[0]: _placement(row[1:], conn, row[0]) for row in rows}
 
     # -- moving a tenant (memspine_admin/move.py drives these steps in order) ----------------
 
@@ -955,6 +1000,12 @@ class PgControl:
         def step(_conn: psycopg.Connection[Any], p: Placement) -> Placement:
             if p.move_to is None or not p.writes_held:
                 raise Conflict("the tenant's writes are not held for a move")
+            # The nodes' clock, as they judge the lease: writes went on at the source.
+            if not holding(p, now_us()):
+                raise Conflict(
+                    f"the hold on the tenant's writes ran past its {HOLD_LEASE_SECS:.0f} s lease "
+                    "and writes resumed; run the move again"
+                )
             return Placement(node=p.move_to, move_from=p.node, writes_held=True)
 
         return self._move_step(tenant_id, "switch", step, actor=actor)
@@ -999,7 +1050,7 @@ class PgControl:
             ).fetchone()
             if row is None:
                 raise NotFound("no tenant with that id")
-            before = _placement(row)
+            before = _placement(row, conn, tenant_id)
             after = step(conn, before)
             conn.execute(
                 "UPDATE tenants SET node = %s, move_to = %s, move_from = %s, writes_held = %s"

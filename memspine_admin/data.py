@@ -21,10 +21,11 @@ from memspine_admin.command import actor, control_url, local_tenants
 from memspine_admin.command import emit as _emit
 from memspine_admin.control import CONTROL_DIR, MAP_SIZE
 from memspine_admin.plane import ControlPlane, control_exists, open_control
+from memspine_admin.quotas import quota_for
 from memspine_admin.records import LOCAL_TENANT, UUID, check_tenant_id, is_tenant_id, now_us
 from storage.datalock import DataDirBusy, hold
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound
-from storage.fsync import fsync_dir, replace_durably
+from storage.fsync import fsync_dir, publish_durably
 
 # storage.transfer (the stores: Tantivy, hnswlib, LMDB) is imported by the commands that use
 # it, so that every other command of the CLI starts without it.
@@ -151,8 +152,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         sys.stdout.buffer.flush()
         record_copy(args.data_dir, "export", tenant_id)  # for erasure receipts
         return 0
-    # Through a temp file beside it: a killed export leaves no file that looks whole.
-    replace_durably(Path(args.out), write)
+    # Through an unnamed file beside it: a killed export leaves no file, whole or partial.
+    try:
+        publish_durably(Path(args.out), write)
+    except OSError as exc:
+        if exc.filename is None:  # a write to the out file: its name, not the data directory's
+            exc.filename = str(args.out)
+        raise
     record_copy(args.data_dir, "export", tenant_id, str(args.out))
     payload = {"tenant_id": tenant_id, "events": events, "bytes": size, "out": str(args.out)}
     _emit(args, payload, f"exported {events} events of tenant {tenant_id} to {args.out}")
@@ -180,10 +186,12 @@ def cmd_import(args: argparse.Namespace) -> int:
                         merge=args.merge,
                         progress=bar.update,
                         drop=drop,
+                        quota=quota_for(args.data_dir, tenant_id),
                     )
             else:
+                quota = quota_for(args.data_dir, tenant_id)
                 stats = import_tenant(
-                    args.data_dir, tenant_id, stream, progress=bar.update, drop=drop
+                    args.data_dir, tenant_id, stream, progress=bar.update, drop=drop, quota=quota
                 )
     finally:
         if args.input:
@@ -346,8 +354,16 @@ def cmd_restore(args: argparse.Namespace) -> int:
             bar.update(before + events)
 
         erased = _ledgers_for_restore(src, args.data_dir, manifest.taken_at, args.ledger_from)
-        # Each log records its dimension.
-        stats = restore(src, args.data_dir, progress=told, erased=erased, drop=_restore_drops(src))
+        # Each log records its dimension; each tenant is held to its quota in the restored
+        # control plane (environments are copied first), as the server would hold it.
+        stats = restore(
+            src,
+            args.data_dir,
+            progress=told,
+            erased=erased,
+            drop=_restore_drops(src),
+            quota_of=quota_for,
+        )
     human = (
         f"restored {stats.tenants} tenants ({stats.events} events)"
         + (" and the control database" if CONTROL_DIR in stats.environments else "")

@@ -12,6 +12,7 @@ move.py): anything else is 421 `misdirected`, never an answer from an empty dire
 from __future__ import annotations
 
 import re
+import time
 from collections.abc import Sequence
 from typing import NamedTuple
 
@@ -32,6 +33,11 @@ MISDIRECTED = (
 )
 MOVING = "the tenant is being moved to another node; its writes resume within seconds"
 RETRY_AFTER_SECS = 1
+# A move's hold on writes is a lease from its `hold` step (the audit's time of it): a move
+# killed while it holds them does not refuse the tenant's writes for good. Before the switch
+# writes resume on the source (the switch then refuses an expired hold: the move is given up);
+# after it, on the target, which holds every write by then.
+HOLD_LEASE_SECS = 60.0
 
 
 def is_node_name(value: object) -> bool:
@@ -46,6 +52,15 @@ class Placement(msgspec.Struct, frozen=True, kw_only=True):
     move_to: str | None = None  # copying to this node; `node` still serves it
     move_from: str | None = None  # switched here from this node, which still serves reads
     writes_held: bool = False  # the move's tail: writes refused (503) wherever they arrive
+    held_since: int | None = None  # µs: when the hold began (its lease runs from there)
+
+
+def holding(placement: Placement, now_us: int) -> bool:
+    """Whether the placement's hold on writes is in force (held, its lease not run out)."""
+    if not placement.writes_held:
+        return False
+    since = placement.held_since
+    return since is None or now_us - since <= HOLD_LEASE_SECS * 1e6
 
 
 class NodeFigures(NamedTuple):
@@ -91,7 +106,7 @@ def refusal(placement: Placement | None, node: str | None, *, write: bool) -> Me
     if node is None or placement is None or placement.node is None:
         return None
     if node == placement.node or node == placement.move_from:
-        if write and (placement.writes_held or node != placement.node):
+        if write and (holding(placement, time.time_ns() // 1000) or node != placement.node):
             return Unavailable(MOVING, headers={"Retry-After": str(RETRY_AFTER_SECS)})
         return None
     return Misdirected(MISDIRECTED)

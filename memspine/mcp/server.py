@@ -20,7 +20,7 @@ from mcp_types import (
 from memspine import __version__
 from memspine.mcp import render
 from memspine.mcp.backend import Backend
-from memspine.mcp.tools import BY_NAME, TOOLS
+from memspine.mcp.tools import BY_NAME, ToolSpec
 from memspine.verifier import Principal
 from storage.errors import MemspineError
 
@@ -55,21 +55,26 @@ def error_result(exc: MemspineError) -> CallToolResult:
     )
 
 
-def build_server(resolve: Resolve) -> Server[Any]:
-    """An MCP server whose every request is answered for the caller `resolve` finds in its context."""
+def build_server(resolve: Resolve, tools: str = "memspine") -> Server[Any]:
+    """An MCP server whose every request is answered for the caller `resolve` finds in its
+    context, with one tool set of memspine/mcp/toolsets/ (memspine's own by default)."""
+    from memspine.mcp.toolsets import TOOLSETS
+
+    toolset = TOOLSETS[tools]
+    specs, by_name = toolset.specs, toolset.by_name()
 
     async def list_tools(
         ctx: ServerRequestContext[Any, Any], _params: PaginatedRequestParams | None
     ) -> ListToolsResult:
         principal = resolve(ctx).principal
-        return ListToolsResult(tools=[s.tool for s in TOOLS if principal.has(s.scope)])
+        return ListToolsResult(tools=[s.tool for s in specs if principal.has(s.scope)])
 
     async def call_tool(
         ctx: ServerRequestContext[Any, Any], params: CallToolRequestParams
     ) -> CallToolResult:
-        spec = BY_NAME.get(params.name)
+        spec = by_name.get(params.name)
         if spec is None:
-            names = ", ".join(BY_NAME)
+            names = ", ".join(by_name)
             raise MCPError(
                 INVALID_PARAMS, f"unknown tool '{params.name[:64]}'; the tools are {names}"
             )
@@ -94,16 +99,17 @@ def build_server(resolve: Resolve) -> Server[Any]:
         "memspine",
         version=__version__,
         title="memspine memory",
-        instructions=INSTRUCTIONS,
+        instructions=toolset.instructions or INSTRUCTIONS,
         on_list_tools=list_tools,
         on_call_tool=call_tool,
-        get_tool_input_schema=input_schema,  # spares the 2026 wire a tools/list run per call
+        # Spares the 2026 wire a tools/list run per call.
+        get_tool_input_schema=lambda name: input_schema(name, by_name),
     )
 
 
-def input_schema(name: str) -> dict[str, Any] | None:
+def input_schema(name: str, by_name: dict[str, ToolSpec] = BY_NAME) -> dict[str, Any] | None:
     """A tool's input schema by name (the same for every caller), None for unknown names."""
-    spec = BY_NAME.get(name)
+    spec = by_name.get(name)
     return None if spec is None else spec.tool.input_schema
 
 

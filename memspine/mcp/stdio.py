@@ -29,18 +29,21 @@ log = logging.getLogger("memspine.mcp")
 FIRST_ANSWER_SECS = 10.0
 
 
-async def serve(caller: Caller) -> None:
-    """Serve the tools for this caller over the process's stdin and stdout until stdin closes."""
+async def serve(caller: Caller, tools: str = "memspine") -> None:
+    """Serve a tool set (memspine/mcp/toolsets/) for this caller over the process's stdin and
+    stdout until stdin closes."""
     from mcp.server.stdio import stdio_server
 
     from memspine.mcp.server import build_server, fixed
 
-    server = build_server(fixed(caller))
+    server = build_server(fixed(caller), tools)
     async with stdio_server() as (read_stream, write_stream):
         await server.run(read_stream, write_stream, server.create_initialization_options())
 
 
-async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool = False) -> None:
+async def serve_embedded(
+    settings: Settings, tenant_id: str, *, read_only: bool = False, tools: str = "memspine"
+) -> None:
     """Open the data directory in this process and serve one tenant (both scopes unless read_only)."""
     from memspine.engine import Engine
     from memspine.mcp.backend import EngineBackend
@@ -68,7 +71,7 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
     if purger is not None:
         purger.start()
     try:
-        await serve(Caller(principal, EngineBackend(engine, principal)))
+        await serve(Caller(principal, EngineBackend(engine, principal)), tools)
     finally:
         if purger is not None:
             await purger.stop()
@@ -77,7 +80,7 @@ async def serve_embedded(settings: Settings, tenant_id: str, *, read_only: bool 
             control.close()
 
 
-async def serve_remote(url: str, api_key: str) -> None:
+async def serve_remote(url: str, api_key: str, tools: str = "memspine") -> None:
     """Serve the tenant of api_key on the server at url; the key's scopes decide the tools shown."""
     async with AsyncMemspine(url, api_key) as client:
         backend = RemoteBackend(client)
@@ -104,7 +107,7 @@ async def serve_remote(url: str, api_key: str) -> None:
             principal.key_id,
             ",".join(principal.scopes),
         )
-        await serve(Caller(principal, backend))
+        await serve(Caller(principal, backend), tools)
 
 
 def embedded_settings(base: Settings, data_dir: Path) -> Settings:

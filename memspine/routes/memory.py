@@ -219,6 +219,7 @@ APPEND = Operation(
     },
     errors=(409, 413, 422, 503),
     description="Durable and visible to every read route once answered (docs/api.md).",
+    stores=True,
 )
 BATCH_IDEMPOTENCY = Header(
     "Idempotency-Key",
@@ -249,6 +250,8 @@ BATCH = Operation(
     "nothing stored; an event may link to an earlier one of the batch as `$N` (docs/api.md). "
     "The body may be up to MEMSPINE_MAX_BATCH_BYTES.",
     body_limit="max_batch_bytes",
+    stores=True,
+    keys_in_body=True,
 )
 GET = Operation(
     "get_event",

@@ -57,7 +57,8 @@ async def spooled(call: Call, write: Callable[[Tenant, IO[bytes]], int]) -> Outc
         return size
 
     try:
-        size = await services.engine.read(tenant_id, spool_it)
+        async with services.engine.export_shares.slot(tenant_id):  # one per tenant at once
+            size = await services.engine.read(tenant_id, spool_it)
     except OSError as exc:
         spool.close()
         if disk_full(exc, data_dir):

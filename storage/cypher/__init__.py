@@ -21,6 +21,8 @@ from storage.cypher.parser import parse
 from storage.cypher.planner import plan as plan_ast
 from storage.errors import InvalidRequest
 
+TOO_COMPLEX = "the query is too complex to run (too deeply chained); split it into simpler parts"
+
 __all__ = [
     "MAX_QUERY_CHARS",
     "MAX_VALUE_DEPTH",
@@ -118,7 +120,10 @@ def run(
         max_result_bytes=max_result_bytes,
     )
     meter = Meter(limits, started=started)
-    planned = plan.get(query, meter)  # the clock started before parsing: parsing is timed
+    try:
+        planned = plan.get(query, meter)  # the clock started before parsing: parsing is timed
+    except RecursionError:  # a shape no bound of the parser foresaw: still the query's fault
+        raise InvalidRequest(TOO_COMPLEX) from None
     given = params or {}
     missing = [f"${name}" for name in planned.parameters if name not in given]
     if missing:
@@ -134,6 +139,8 @@ def run(
         # exception then sits in a cycle with its caller's future until a collection. Without
         # it, a refused query's memory goes now, before give_back.
         failure = err.with_traceback(None)
+    except RecursionError:
+        failure = InvalidRequest(TOO_COMPLEX)
     finally:
         meter.give_back()
     raise failure

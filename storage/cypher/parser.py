@@ -30,6 +30,10 @@ MAX_HOPS = 5
 # a query should fail with a sentence, not with Python's recursion limit.
 MAX_DEPTH = 200
 _TOO_DEEP = f"the query nests expressions more than {MAX_DEPTH} deep; split it into simpler parts"
+# Clauses in one query: the projection and the executor chain them by recursion, and no query
+# a person or an agent writes needs more (a chain of 600 WITH would exhaust the stack).
+MAX_CLAUSES = 100
+_TOO_LONG = f"the query has more than {MAX_CLAUSES} clauses; split it into simpler queries"
 
 
 @cache
@@ -58,6 +62,8 @@ def parse(query: str, meter: Meter = UNMETERED) -> ast.Query:
         raise err.orig_exc from None
     except RecursionError:
         raise InvalidRequest(_TOO_DEEP) from None
+    if len(result.clauses) > MAX_CLAUSES:
+        raise InvalidRequest(_TOO_LONG)
     _check_tree(result, meter)
     return result
 

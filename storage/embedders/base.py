@@ -12,6 +12,9 @@ import numpy as np
 from storage.errors import Unavailable
 
 QUERY_CACHE_SIZE = 1024
+# The failure reason of an embedder call past its deadline (a hung or stopped model process):
+# the background embedder tries the batch once more, then leaves its tenant keyword-only.
+HUNG = "model_process_hung"
 
 
 class EmbedderError(Unavailable):

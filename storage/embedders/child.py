@@ -12,7 +12,8 @@ stdout: a header (status u8, rows u32, dim u32, payload length u32) and the payl
 float32 (status OK), the reason and the detail on two lines of UTF-8 (ERROR), the model's load
 time as text (READY, sent once, before any answer). The child ends when its stdin closes (the
 server closed it, or the server's process ended); a child that dies is started again by the
-next call.
+next call. A call past its deadline (a child stopped or hung) kills the child: the call fails
+with HUNG and the next call starts another (docs/embeddings.md).
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from storage.embedders.base import QUERY_CACHE_SIZE, EmbedderError, QueryCache
+from storage.embedders.base import HUNG, QUERY_CACHE_SIZE, EmbedderError, QueryCache
 
 log = logging.getLogger("memspine.embedder")
 
@@ -46,6 +47,9 @@ LENGTH = struct.Struct("<I")
 CLOSE_TIMEOUT_SECS = 10.0
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the storage package
 DIED = "model_process_died"  # the failure reason (memspine_embedder_failures) of a dead child
+# A call (a start included) that takes longer has a hung or stopped child: it is killed. Far
+# above a batch of 256 texts on a loaded machine (bench/embed.py), which takes seconds.
+CALL_TIMEOUT_SECS = 60.0
 
 
 class ChildEmbedder:
@@ -60,10 +64,12 @@ class ChildEmbedder:
         *,
         query_cache: int = QUERY_CACHE_SIZE,
         niceness: int = NICENESS,
+        call_timeout: float = CALL_TIMEOUT_SECS,
         **options: Any,
     ) -> None:
         self._options = {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
         self.niceness = niceness
+        self.call_timeout = call_timeout
         self.queries = QueryCache(query_cache)
         self._lock = threading.Lock()  # one exchange with the child at a time
         self._proc: subprocess.Popen[bytes] | None = None
@@ -71,6 +77,9 @@ class ChildEmbedder:
         self._query_model: Any = None  # a one-thread LocalEmbedder, made on the first query
         self.starts = 0  # children started
         self.deaths = 0  # children found dead
+        self.hangs = 0  # children killed for a call past its deadline
+        self._overdue: subprocess.Popen[bytes] | None = None  # the child the watchdog killed
+        self._starting: subprocess.Popen[bytes] | None = None  # a child loading its model
         self.start_secs: float | None = None  # the last child's start, to its model loaded
         self.load_secs: float | None = None  # of that, the model's build inside the child
 
@@ -105,14 +114,25 @@ class ChildEmbedder:
             return np.zeros((0, DIM), dtype=np.float32)
         body = json.dumps(list(texts), ensure_ascii=False).encode()
         with self._lock:
-            proc = self._ensure()
-            assert proc.stdin is not None and proc.stdout is not None
+            watchdog = threading.Timer(self.call_timeout, self._kill_overdue)
+            watchdog.daemon = True
+            watchdog.start()
             try:
-                proc.stdin.write(LENGTH.pack(len(body)) + body)
-                proc.stdin.flush()
-                status, rows, dim, payload = _read_frame(proc.stdout)
-            except (OSError, EOFError, ValueError):
-                raise self._died(proc) from None
+                proc = self._ensure()
+                assert proc.stdin is not None and proc.stdout is not None
+                try:
+                    proc.stdin.write(LENGTH.pack(len(body)) + body)
+                    proc.stdin.flush()
+                    status, rows, dim, payload = _read_frame(proc.stdout)
+                except (OSError, EOFError, ValueError):
+                    raise self._died(proc) from None
+            except EmbedderError:
+                if self._overdue is None:
+                    raise
+                raise self._hung() from None
+            finally:
+                watchdog.cancel()
+                self._starting = None
         if status == ERROR:
             reason, _, detail = payload.decode().partition("\n")
             raise EmbedderError(reason, detail)
@@ -184,6 +204,7 @@ class ChildEmbedder:
             close_fds=True,
         )
         self.starts += 1
+        self._starting = proc  # the watchdog may kill it while its model loads
         assert proc.stdout is not None
         try:
             status, _rows, _dim, payload = _read_frame(proc.stdout)
@@ -203,6 +224,30 @@ class ChildEmbedder:
             extra={"pid": proc.pid, "secs": round(self.start_secs, 3)},
         )
         return proc
+
+    def _kill_overdue(self) -> None:
+        """The watchdog: the call under way passed its deadline; its child (or the one it
+        starts) is killed, which ends the call's wait on the pipe."""
+        proc = self._starting or self._proc
+        if proc is None:
+            return
+        self._overdue = proc
+        with contextlib.suppress(OSError):
+            proc.kill()  # SIGKILL ends a stopped process too
+
+    def _hung(self) -> EmbedderError:
+        """A child killed by the watchdog: reaped, counted, logged (under _lock)."""
+        proc, self._overdue = self._overdue, None
+        if proc is not None:
+            _end(proc)
+        self._proc = None
+        self.hangs += 1
+        log.error(
+            "the local embedder's process did not answer within %.0f s and was killed; "
+            "a new one starts on the next call",
+            self.call_timeout,
+        )
+        return EmbedderError(HUNG, "the local embedding model stopped answering; restarting it")
 
     def _died(self, proc: subprocess.Popen[bytes]) -> EmbedderError:
         """A child found dead: logged, reaped, forgotten (the next call starts another)."""

@@ -61,6 +61,9 @@ class Appender:
         self.space = self.reader.meta_int(layout.SPACE)
         self.offer = offer  # the server's embedder, for a tenant whose space is nobody's yet
         self.unembedded = 0  # events written here that await their server vector
+        # Events listed before this transaction: their vectors are not in the live bytes yet,
+        # but they count against max_bytes as if written (they will be, whatever the quota).
+        self.listed = self.reader.unembedded_count()
         self.last = self.reader.last_seq()  # the newest op in txn
         self.events = self.reader.event_count()
         self.bytes = self.reader.meta_int(LIVE_BYTES) or 0
@@ -147,9 +150,11 @@ class Appender:
         record = _record(ev, event_id, self.last + 1, supersedes)
         encoded = layout.encode_event(record)
         if quota is not None:
-            # The vector the server will write into the record counts now: once acknowledged,
-            # an event is never refused its vector.
-            size = len(encoded) + (vector_bytes(self.dim or 0) if awaits else 0)
+            # The vector the server will write into the record counts now, and so do those of
+            # every event still awaiting its own: once acknowledged, an event is never refused
+            # its vector, and max_bytes bounds what the tenant will store.
+            promised = (self.listed + self.unembedded + bool(awaits)) * vector_bytes(self.dim or 0)
+            size = len(encoded) + promised
             refused = quota.refusal(self.events + 1, self.bytes + size, self.memory)
             if refused is not None:
                 return refused

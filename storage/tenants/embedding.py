@@ -11,6 +11,9 @@ A tenant with fewer than a write's worth listed waits a little (LINGER_SECS) for
 endpoint gets fewer, larger batches; a recall that waits for vectors cuts that short (hurry).
 A write refused for a full disk keeps the batch's vectors in memory and tries that write again
 (0.5 s doubling to 2 s), asking the embedder nothing until it lands (docs/embeddings.md).
+A batch whose call hung (the model's process killed past its deadline) is tried once more; if
+it hangs again its tenant goes keyword-only until the server restarts: its events stay listed
+in its log, its appends are never held back, and the worker asks nothing more for it.
 """
 
 from __future__ import annotations
@@ -27,7 +30,7 @@ from contextlib import AbstractContextManager
 
 import numpy as np
 
-from storage.embedders.base import Embedder, EmbedderError, QueryCache
+from storage.embedders.base import HUNG, Embedder, EmbedderError, QueryCache
 from storage.errors import DiskFull
 from storage.log import layout
 from storage.model import (
@@ -56,6 +59,7 @@ LINGER_SECS = 0.15
 RETRY_FIRST_SECS = 0.5
 RETRY_MAX_SECS = 30.0
 NICENESS = 10  # added to the process's own
+HANGS_BEFORE_KEYWORD_ONLY = 2  # a tenant's batch hung this many times in a row: keyword-only
 # A write refused for a full disk is tried again soon and often (it costs one aborted LMDB
 # transaction, the vectors are kept), as the keyword index retries its commits
 # (storage/index/keyword.py): vectors land within seconds of space being freed.
@@ -112,6 +116,8 @@ class EmbeddingWorker:
         self.embedded = 0  # vectors written
         self.last_error: str | None = None  # reason of the last failure, None once one succeeds
         self._kept: _Kept | None = None  # a batch a full disk refused: written before any other
+        self._hangs: dict[str, int] = {}  # tenant -> its batches that hung in a row
+        self.keyword_only: set[str] = set()  # tenants whose batches hung twice: not embedded
         self._disk_failures = 0  # writes refused in a row for a full disk
         self._disk_logged = 0.0  # monotonic time the full disk was last logged
         self._thread: threading.Thread | None = None
@@ -160,7 +166,7 @@ class EmbeddingWorker:
         """A tenant's list may have changed (an append, a delete, an import, an open)."""
         count = tenant.unembedded_count()
         with self._cond:
-            if count:
+            if count and tenant.tenant_id not in self.keyword_only:
                 self._pending[tenant.tenant_id] = count
                 if tenant.tenant_id not in self._queue:
                     self._since[tenant.tenant_id] = time.monotonic()
@@ -190,21 +196,33 @@ class EmbeddingWorker:
         with self._cond:
             return sum(self._pending.values())
 
-    def has_room(self) -> bool:
-        """Whether appends that list events for the embedder may go ahead (the backlog is
-        under max_pending)."""
-        return self.pending() < self.max_pending
+    def has_room(self, tenant_id: str | None = None) -> bool:
+        """Whether appends of `tenant_id` that list events for the embedder may go ahead: the
+        backlog is under max_pending, or the tenant lists less than its share of it."""
+        with self._cond:
+            return self._room(tenant_id)
 
-    def wait_for_room(self, timeout: float) -> bool:
-        """Blocking: wait until the backlog is under max_pending; False if it was not in time."""
+    def wait_for_room(self, timeout: float, tenant_id: str | None = None) -> bool:
+        """Blocking: wait until has_room(tenant_id); False if it was not in time."""
         deadline = time.monotonic() + timeout
         with self._cond:
-            while sum(self._pending.values()) >= self.max_pending:
+            while not self._room(tenant_id):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._stopping:
                     return False
                 self._cond.wait(left)
             return True
+
+    def _room(self, tenant_id: str | None) -> bool:
+        """has_room under _cond. A tenant alone may fill the whole backlog; once it is full,
+        each tenant's share is max_pending over the tenants with work (itself counted), so one
+        tenant's flood holds back its own appends and never another's (docs/embeddings.md)."""
+        if sum(self._pending.values()) < self.max_pending or tenant_id in self.keyword_only:
+            return True
+        if tenant_id is None:
+            return False
+        owners = len(self._pending) + (tenant_id not in self._pending)
+        return self._pending.get(tenant_id, 0) < self.max_pending // owners
 
     # -- the thread ---------------------------------------------------------------------
 
@@ -286,6 +304,8 @@ class EmbeddingWorker:
             except DiskFull:
                 self._disk_full()
             except EmbedderError as exc:
+                if exc.reason == HUNG:
+                    self._hung(tenant_id)
                 self._failed(exc.reason, exc.retry_after)
             except Exception as exc:
                 log.exception("server vectors not made for a tenant; retrying")
@@ -294,6 +314,25 @@ class EmbeddingWorker:
                 with self._cond:
                     self._delay = RETRY_FIRST_SECS
                     self.last_error = None
+                    self._hangs.pop(tenant_id, None)
+
+    def _hung(self, tenant_id: str) -> None:
+        """A batch of the tenant hung the model: it stays listed and is tried once more; hung
+        again, the tenant goes keyword-only (memspine_embeddings_keyword_only_tenants)."""
+        with self._cond:
+            hangs = self._hangs[tenant_id] = self._hangs.get(tenant_id, 0) + 1
+            if hangs < HANGS_BEFORE_KEYWORD_ONLY:
+                return
+            self._hangs.pop(tenant_id, None)
+            self.keyword_only.add(tenant_id)
+            self._forget(tenant_id)
+            self._cond.notify_all()
+        log.warning(
+            "tenant %s: a batch of its texts hung the embedder %d times; its events are found "
+            "by keyword only until the server restarts (memspine-admin reembed makes vectors)",
+            tenant_id,
+            hangs,
+        )
 
     def _failed(self, reason: str, retry_after: float | None) -> None:
         """Back off before asking the embedder again; the work stays listed."""

@@ -702,6 +702,13 @@ class TenantManager:
         with self._cond:
             return len(self._slots)
 
+    def open_tenant(self, tenant_id: str) -> Tenant | None:
+        """The tenant if it is open now, without a lease (it may close at any moment: a reader
+        of it must take an lmdb.Error as "not open"), None otherwise; never opens it."""
+        with self._cond:
+            slot = self._slots.get(tenant_id)
+            return None if slot is None else slot.tenant
+
     def open_tenants(self) -> list[Tenant]:
         """The tenants open now (for the purger and metrics)."""
         with self._cond:

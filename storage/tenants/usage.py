@@ -10,11 +10,19 @@ import msgspec
 from storage import files
 from storage.index.vecfile import VectorFileError, live_path, read_live
 from storage.log import layout
+from storage.log.appender import vector_bytes
 from storage.log.eventlog import read_only, record_bytes
 from storage.log.layout import space_name
 from storage.log.reader import LogReader
 
 METRIC = "cosine"  # the vector index's space (storage/index/vectors.py)
+
+
+def quota_figures(r: LogReader) -> tuple[int, int]:
+    """What a quota counts of a log: its live events, and their bytes with the vectors the
+    server owes the events that await theirs (storage/log/appender.py counts them so)."""
+    owed = r.unembedded_count() * vector_bytes(r.meta_int(layout.DIM) or 0)
+    return r.event_count(), (r.meta_int(layout.LIVE_BYTES) or 0) + owed
 
 
 class EventCounts(msgspec.Struct, frozen=True, kw_only=True):

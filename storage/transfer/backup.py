@@ -26,6 +26,7 @@ import contextlib
 import os
 import secrets
 import shutil
+import stat
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
@@ -36,9 +37,11 @@ import msgspec
 from storage import files
 from storage.erasure import swap
 from storage.erasure.compact import rewrite
-from storage.errors import Conflict, InvalidRequest, NotFound
+from storage.errors import Conflict, DiskFull, InvalidRequest, NotFound
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
+from storage.model import Quota
+from storage.space import disk_full
 from storage.transfer import ledger
 from storage.transfer.export import export_lines, log_snapshot
 from storage.transfer.format import Reader
@@ -114,7 +117,7 @@ def backup(
     if not data_dir.is_dir():
         raise InvalidRequest(f"{data_dir} is not a data directory")
     dest.parent.mkdir(parents=True, exist_ok=True)
-    with _stage(dest, PARTIAL) as stage:
+    with _stage(dest, PARTIAL) as stage, _full_disk_said(dest, "backup"):
         taken_at = time.time_ns() // 1000
         entries = []
         for tenant_id in tenant_dirs(data_dir):
@@ -187,12 +190,47 @@ def read_manifest(src: Path) -> Manifest:
             f"{src} is a backup of format version {manifest.version}; this version of "
             f"memspine reads version {FORMAT_VERSION}"
         )
+    tenants = {entry.tenant_id for entry in manifest.tenants}
     for entry in manifest.tenants:
-        if entry.tenant_id[:1] in ("", ".", "_") or "/" in entry.tenant_id:
+        if not _plain_name(entry.tenant_id, hidden="._"):
             raise InvalidRequest(f"{src / MANIFEST} names a tenant {entry.tenant_id!r}")
-        if not (src / TENANTS / entry.tenant_id / files.LOG / "data.mdb").is_file():
-            raise InvalidRequest(f"{src} lacks the log of tenant {entry.tenant_id}")
+        if not _plain_file(src, (TENANTS, entry.tenant_id, files.LOG, "data.mdb")):
+            raise InvalidRequest(
+                f"{src} lacks the log of tenant {entry.tenant_id} as a plain file inside its "
+                "tenant's directory (a link or a missing file is refused)"
+            )
+    for name in manifest.environments:
+        if not _plain_name(name, hidden=".") or name in {TENANTS, *tenants}:
+            raise InvalidRequest(f"{src / MANIFEST} names an environment {name!r}")
+        if not _plain_file(src, (name, "data.mdb")):
+            raise InvalidRequest(
+                f"{src} lacks environment {name} as a plain file inside its directory "
+                "(a link or a missing file is refused)"
+            )
     return manifest
+
+
+def _plain_name(name: str, *, hidden: str) -> bool:
+    """Whether a manifest's name is one directory entry: not empty, no separator, not starting
+    with a character of `hidden` (which holds ".": no `.` or `..`)."""
+    return bool(name) and name[0] not in hidden and not any(c in name for c in "/\\\0")
+
+
+def _plain_file(src: Path, parts: tuple[str, ...]) -> bool:
+    """Whether src/parts... is a regular file reached through real directories only: no
+    component a symbolic link (a crafted backup must not copy a file from outside itself, or
+    another tenant's log under a new id, into the restored directory)."""
+    path = src
+    for i, part in enumerate(parts):
+        path = path / part
+        try:
+            st = path.lstat()
+        except OSError:
+            return False
+        last = i == len(parts) - 1
+        if not (stat.S_ISREG(st.st_mode) if last else stat.S_ISDIR(st.st_mode)):
+            return False
+    return True
 
 
 def restore(
@@ -203,12 +241,15 @@ def restore(
     progress: Progress | None = None,
     erased: Mapping[str, Ledger] | None = None,
     drop: Callable[[str], Drop | None] | None = None,
+    quota_of: Callable[[Path, str], Quota | None] | None = None,
 ) -> BackupStats:
     """Rebuild data_dir (absent or empty) from the backup at src, indexes from the logs; all
     of it, or (refused, killed, failed) nothing. Every event an erasure ledger names (the
     backup's own, or one of `erased`, tenant id -> ledger) is dropped before the data
     directory exists, and each restored log keeps its tenant's ledgers. `drop(tenant_id)` says
-    which of a tenant's events not to write (past their retention window)."""
+    which of a tenant's events not to write (past their retention window); each tenant is held
+    to quota_of(the data directory being built, with its environments, its id) as an import
+    is."""
     started = time.monotonic()
     manifest = read_manifest(src)
     if data_dir.exists() and (not data_dir.is_dir() or any(data_dir.iterdir())):
@@ -217,16 +258,19 @@ def restore(
     events = dropped = expired = 0
     applied = dict(erased or {})
     every = ledger.every_id(applied)
-    with _stage(data_dir, RESTORING) as stage:
+    with _stage(data_dir, RESTORING) as stage, _full_disk_said(data_dir, "restore"):
+        for name in manifest.environments:  # first: the control plane holds the quotas
+            _copy_files(src / name, stage / name)
         for entry in manifest.tenants:
             mine = applied.get(entry.tenant_id, {})
             its_drop = None if drop is None else drop(entry.tenant_id)
-            stats = _restore_tenant(src, stage, entry, default_dim, progress, every, mine, its_drop)
+            quota = None if quota_of is None else quota_of(stage, entry.tenant_id)
+            stats = _restore_tenant(
+                src, stage, entry, default_dim, progress, every, mine, its_drop, quota
+            )
             events += stats.events
             dropped += stats.erased_dropped
             expired += stats.retention_dropped
-        for name in manifest.environments:
-            _copy_files(src / name, stage / name)
         fsync_tree(stage)
         _into_place(stage, data_dir)
     return BackupStats(
@@ -250,9 +294,11 @@ def _restore_tenant(
     every: Mapping[str, int],
     mine: Mapping[str, int],
     drop: Drop | None = None,
+    quota: Quota | None = None,
 ) -> ImportStats:
     """Import one tenant of a backup from its log's records, less the events the ledgers name
-    (its own, `every` tenant's) and those `drop` refuses; what the import did."""
+    (its own, `every` tenant's) and those `drop` refuses, held to `quota`; what the import
+    did."""
     log = src / TENANTS / entry.tenant_id / files.LOG
     # Nobody writes a backup: no lock file, so a backup on read-only media restores too.
     with snapshot(log, lock=False) as r:
@@ -264,8 +310,9 @@ def _restore_tenant(
         own = ledger.of_log(r)
         gone = {**every, **own}
         kept = {**own, **mine}
+        dim = header.embedding_dim
         stats = build(
-            root, entry.tenant_id, header.embedding_dim, lines, reader, told, gone, kept, drop=drop
+            root, entry.tenant_id, dim, lines, reader, told, gone, kept, drop=drop, quota=quota
         )
     if stats.events + stats.erased_dropped + stats.retention_dropped != entry.events:
         raise InvalidRequest(
@@ -280,6 +327,21 @@ def _copy_files(source: Path, dest: Path) -> None:
     dest.mkdir(mode=0o700)
     shutil.copyfile(source / "data.mdb", dest / "data.mdb")
     os.chmod(dest / "data.mdb", 0o600)
+
+
+@contextlib.contextmanager
+def _full_disk_said(target: Path, what: str) -> Iterator[None]:
+    """A write that failed for a full disk (an OSError, an LMDB error) as DiskFull naming the
+    target: the operator reads the cause in one line, not a traceback."""
+    try:
+        yield
+    except (OSError, lmdb.Error) as exc:
+        if not disk_full(exc, target.parent):
+            raise
+        raise DiskFull(
+            f"the disk holding {target} is full: the {what} could not be written and nothing "
+            f"was left there; free space and run it again"
+        ) from None
 
 
 @contextlib.contextmanager

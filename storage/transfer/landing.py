@@ -26,10 +26,12 @@ from typing import IO
 from storage import files
 from storage.erasure import swap
 from storage.erasure.compact import rewrite
-from storage.errors import Conflict, InvalidRequest
+from storage.errors import Conflict, InvalidRequest, QuotaExceeded
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, EventLog
+from storage.model import Quota
 from storage.tenants.tenant import Tenant
+from storage.tenants.usage import quota_figures
 from storage.transfer import ledger
 from storage.transfer.format import Reader
 from storage.transfer.load import Drop, ImportStats, Progress, lines_of, load, read_header
@@ -47,13 +49,15 @@ def import_tenant(
     progress: Progress | None = None,
     erased: Mapping[str, int] | None = None,
     drop: Drop | None = None,
+    quota: Quota | None = None,
 ) -> ImportStats:
     """Import an export into DATA_DIR/<tenant_id>: all of it, or (refused, interrupted) nothing.
 
     A tenant holding live events is refused (Conflict) unless `merge`: then events whose ids
     it holds already are kept as they are and the others added. An event the erasure ledger
     of any tenant of data_dir (or `erased`) names is dropped (ImportStats.erased_dropped);
-    events `drop` refuses (past their retention window) are not written.
+    events `drop` refuses (past their retention window) are not written. What the tenant
+    holds after the import is held to `quota` as appends are (QuotaExceeded, nothing lands).
     """
     root = data_dir / tenant_id
     reader = Reader()
@@ -62,11 +66,34 @@ def import_tenant(
     gone = ledger.every_id(ledger.of_path(data_dir)) | dict(erased or {})
     if not root.exists():
         return _into_new(
-            data_dir, tenant_id, header.embedding_dim, lines, reader, progress, gone, drop
+            data_dir, tenant_id, header.embedding_dim, lines, reader, progress, gone, drop, quota
         )
     return _into_existing(
-        root, tenant_id, lines, reader, merge=merge, progress=progress, erased=gone, drop=drop
+        root,
+        tenant_id,
+        lines,
+        reader,
+        merge=merge,
+        progress=progress,
+        erased=gone,
+        drop=drop,
+        quota=quota,
     )
+
+
+def within(log: EventLog, quota: Quota | None) -> None:
+    """QuotaExceeded if what the log holds (its live events, their bytes and the vectors the
+    server owes the events awaiting theirs) is past `quota`'s max_events or max_bytes."""
+    if quota is None:
+        return
+    with log.reader() as r:
+        events, size = quota_figures(r)
+    refused = Quota(max_events=quota.max_events, max_bytes=quota.max_bytes).refusal(events, size)
+    if refused is not None:
+        raise QuotaExceeded(
+            f"the import would pass the tenant's quota: {refused.detail}; nothing was imported",
+            limit=refused.limit,
+        )
 
 
 def _into_new(
@@ -78,6 +105,7 @@ def _into_new(
     progress: Progress | None,
     erased: Mapping[str, int],
     drop: Drop | None = None,
+    quota: Quota | None = None,
 ) -> ImportStats:
     """Build the tenant beside the others and rename it into place."""
     data_dir.mkdir(parents=True, exist_ok=True)
@@ -86,7 +114,9 @@ def _into_new(
     staging.mkdir()
     try:
         with held(staging):
-            stats = build(staging, tenant_id, dim, lines, reader, progress, erased, drop=drop)
+            stats = build(
+                staging, tenant_id, dim, lines, reader, progress, erased, drop=drop, quota=quota
+            )
             fsync_tree(staging)
             _rename_into_place(staging, data_dir / tenant_id)
     except BaseException:
@@ -106,15 +136,25 @@ def build(
     carried: Mapping[str, int] | None = None,
     *,
     drop: Drop | None = None,
+    quota: Quota | None = None,
 ) -> ImportStats:
     """Make a new tenant at root from the rest of an export (its header read by `reader`):
     the log written in batches, both indexes projected from it, all saved and closed; the
     events the erasure ledger `erased` names are dropped, and the new log keeps `carried`
     as its own ledger (a restore's: what the backup's log kept, and what was applied); events
-    `drop` refuses (past their retention window) are not written."""
+    `drop` refuses (past their retention window) are not written; what it holds is held to
+    `quota` after each batch."""
     tenant = Tenant.open(tenant_id, root, embedding_dim=dim)
     try:
-        stats = load(tenant, lines, reader, progress=progress, erased=erased, drop=drop)
+        stats = load(
+            tenant,
+            lines,
+            reader,
+            progress=progress,
+            erased=erased,
+            drop=drop,
+            check=lambda: within(tenant.log, quota),
+        )
     finally:
         tenant.close()
     ledger.carry(root, {**stats.ledger, **(carried or {})})  # the file's, then the caller's
@@ -145,6 +185,7 @@ def _into_existing(
     progress: Progress | None,
     erased: Mapping[str, int],
     drop: Drop | None = None,
+    quota: Quota | None = None,
 ) -> ImportStats:
     """Import into a copy of the tenant's log in purge.new/, then swap it in as a purge does
     (the copy keeps the tenant's erasure ledger)."""
@@ -178,6 +219,7 @@ def _into_existing(
                 progress=progress,
                 erased=erased,
                 drop=drop,
+                check=lambda: within(tenant.log, quota),
             )
         finally:
             tenant.close()

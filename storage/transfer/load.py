@@ -88,6 +88,7 @@ def load(
     progress: Progress | None = None,
     drop: Drop | None = None,
     erased: Mapping[str, int] | None = None,
+    check: Callable[[], None] | None = None,
 ) -> ImportStats:
     """Write the rest of an export (its header already read by `reader`) into the tenant.
 
@@ -126,6 +127,8 @@ def load(
             written += done.result()
             if progress is not None:
                 progress(written)
+            if check is not None:  # a quota: it may refuse the rest
+                check()
 
     def flush() -> None:
         nonlocal batch, idem, size, model, space, pending

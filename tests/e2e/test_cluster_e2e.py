@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import statistics
 import subprocess
 import tempfile
@@ -354,3 +355,25 @@ def test_a_lost_node_is_restored_from_its_backup(cluster: Cluster, tmp_path: Pat
     with cluster.client(key) as client:
         events = client.get("/v1/memory/events", params={"limit": 1000}).json()["events"]
     assert after.json()["event_id"] not in {e["event_id"] for e in events}
+
+
+def test_the_runtime_api_is_a_unix_socket_only_its_user_may_open(cluster: Cluster) -> None:
+    """HAProxy's runtime API is at admin level (maps, servers): on a mode-600 unix socket, on
+    no TCP port. Counted from the kernel's table: HAProxy listens on the frontend alone."""
+    state = cluster.state
+    sock = Path(state["runtime_socket"])
+    assert stat.S_ISSOCK(sock.stat().st_mode) and stat.S_IMODE(sock.stat().st_mode) == 0o600
+    assert "runtime" not in state["ports"]
+    haproxy = state["pids"]["haproxy"]
+    inodes = {
+        os.readlink(fd)[len("socket:[") : -1]
+        for fd in Path(f"/proc/{haproxy}/fd").iterdir()
+        if os.readlink(fd).startswith("socket:[")
+    }
+    listening = []
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for row in Path(table).read_text().splitlines()[1:]:
+            cols = row.split()
+            if cols[3] == "0A" and cols[9] in inodes:  # LISTEN, a socket of haproxy
+                listening.append(int(cols[1].rsplit(":", 1)[1], 16))
+    assert listening == [state["ports"]["proxy"]]

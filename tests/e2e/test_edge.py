@@ -505,3 +505,20 @@ def test_slow_headers_and_slow_bodies_are_closed_after_their_timeout(srv: Server
         assert c.post("/v1/memory/event", json={"kind": "after", "text": "x"}).status_code == 201
     log = srv.log_path.read_text()
     assert '"status":408' in log  # the request log counts the timeouts as the client's
+
+
+@pytest.mark.parametrize("pad_kib, status", [(70, b"431"), (60, b"200")])
+def test_headers_sent_whole_in_one_write_are_held_to_64_kib(
+    srv: ServerProcess, pad_kib: int, status: bytes
+) -> None:
+    """A 70 KiB header that arrives complete in one chunk is refused as one that trickles in
+    (docs/security.md: headers 64 KiB); 60 KiB passes."""
+    s = _connect(srv.port, "127.0.0.1")
+    pad = b"x" * (pad_kib << 10)
+    s.sendall(
+        b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: "
+        + pad
+        + b"\r\nConnection: close\r\n\r\n"
+    )
+    assert _read_until_closed(s, 10).startswith(b"HTTP/1.1 " + status)
+    s.close()

@@ -192,7 +192,7 @@ def test_an_event_links_to_earlier_events_of_its_batch_as_dollar_n(
     assert rows == [[ids[0]], [ids[1]], [known]]  # by ts: the earlier batch came later
 
 
-@pytest.mark.parametrize("ref", ["$2", "$3", "$10"])
+@pytest.mark.parametrize("ref", ["$2", "$3", "$10", "$1000", "$" + "9" * 4300, "$1" + "0" * 5000])
 def test_a_link_to_the_event_itself_or_a_later_one_is_refused(
     client: TestClient[Any], ref: str
 ) -> None:

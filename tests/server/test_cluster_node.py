@@ -122,3 +122,81 @@ def test_a_drain_waits_for_the_writes_in_flight(cluster: dict[str, Any]) -> None
     with pytest.raises(Exception) as info:  # held here until the plane says otherwise
         gate.enter_write(tid)
     assert getattr(info.value, "status", None) == 503
+
+
+def test_a_hold_left_by_a_killed_move_runs_out_with_its_lease(cluster: dict[str, Any]) -> None:
+    """A move killed while it holds writes (its hold made HOLD_LEASE_SECS ago, by a clock set
+    back) refuses them no more: they go on where the tenant is, even after the source's
+    drain, and the move's switch is refused (the copy would be behind), so nothing is lost."""
+    from memspine_admin.placement import HOLD_LEASE_SECS
+    from storage.errors import Conflict
+
+    a = cluster["nodes"]["a"]
+    tid, key = cluster["tenant"], cluster["key"]
+    past = int((time.time() - HOLD_LEASE_SECS - 5) * 1e6)
+    with (
+        a.client(key) as ca,
+        PgControl.open(cluster["url"], hasher=WEAK, clock=lambda: past) as killed,
+    ):
+        assert ca.post("/v1/memory/event", json=EVENT).status_code == 201
+        killed.begin_move(tid, "node-b", actor="test")
+        killed.hold_writes(tid, actor="test")  # then the mover was killed
+        a.auth.gate.drain(tid)
+        statuses = [ca.post("/v1/memory/event", json=EVENT).status_code for _ in range(3)]
+        assert statuses == [201, 201, 201]
+        assert len(ca.get("/v1/memory/events").json()["events"]) == 4
+        with pytest.raises(Conflict, match="lease"):
+            killed.switch_move(tid, actor="test")
+        killed.abort_move(tid, actor="test")
+        assert ca.post("/v1/memory/event", json=EVENT).status_code == 201
+
+
+def test_a_copy_left_by_a_killed_move_is_erased_by_its_old_node(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """A move killed between its switch and its erase leaves the tenant's files on its old node:
+    that node erases them itself (at start and with its heartbeat) once the tenant serves from
+    its new node alone; while the switched move still holds writes, or for a tenant it never
+    moved away, it keeps them. Counted: which directories are on node-a's disk."""
+    from memspine.leftovers import Leftovers
+    from memspine_admin.placement import HOLD_LEASE_SECS
+
+    a = cluster["nodes"]["a"]
+    tid, key = cluster["tenant"], cluster["key"]
+    past = int((time.time() - HOLD_LEASE_SECS - 5) * 1e6)
+    with PgControl.open(cluster["url"], hasher=WEAK) as db:
+        stays = db.create_tenant("stays-on-a", actor="test", node="node-a")
+        stays_key = db.create_key(stays.tenant_id, "agent", actor="test")
+        other = db.create_tenant("moved-by-hand", actor="test", node="node-a")
+        other_key = db.create_key(other.tenant_id, "agent", actor="test")
+    with a.client(key) as ca, a.client(stays_key.api_key) as cs, a.client(other_key.api_key) as co:
+        for c in (ca, cs, co):
+            assert c.post("/v1/memory/event", json=EVENT).status_code == 201
+    on_a = tmp_path / "a"
+    sweeper = Leftovers(a.app.state.engine, a.auth.gate, on_a)
+    with PgControl.open(cluster["url"], hasher=WEAK) as db:
+        db.begin_move(tid, "node-b", actor="test")
+        db.hold_writes(tid, actor="test")
+        db.switch_move(tid, actor="test")  # then the move command was killed
+        # Placed elsewhere by hand (no move switched it away): never taken for a leftover.
+        with db._conn() as conn:
+            conn.execute(
+                "UPDATE tenants SET node = 'node-b' WHERE tenant_id = %s", (other.tenant_id,)
+            )
+        assert sweeper.sweep() == []  # switched, its hold in force: node-a still serves reads
+        assert (on_a / tid).is_dir()
+    # The hold made long ago (its lease run out): the sweep finishes the move and erases.
+    with PgControl.open(cluster["url"], hasher=WEAK) as db, db._conn() as conn:
+        conn.execute(
+            "UPDATE audit SET ts = %s WHERE tenant_id = %s AND action = 'tenant.move'",
+            (past, tid),
+        )
+    deadline = time.monotonic() + 30  # the node's own loop: at start and every 5 s
+    while (on_a / tid).exists():
+        assert time.monotonic() < deadline, "node-a kept the copy its move left"
+        time.sleep(0.05)
+    with PgControl.open(cluster["url"], hasher=WEAK) as db:
+        placement = db.placement(tid)
+        assert placement is not None and (placement.node, placement.move_from) == ("node-b", None)
+    assert (on_a / stays.tenant_id).is_dir() and (on_a / other.tenant_id).is_dir()
+    assert sweeper.sweep() == []

@@ -546,3 +546,57 @@ def test_one_tenant_runs_one_cypher_query_at_a_time_and_others_keep_their_turn(
         anyio.run(main)
     finally:
         engine.close()
+
+
+def test_two_tenants_in_both_cypher_slots_leave_a_lane_to_a_tenant_whose_queries_are_short(
+    tmp_path: Path,
+) -> None:
+    """Two tenants' slow queries hold both slots; a third tenant's trivial query answers in the
+    lane while both still run (counted: served ahead of neither), and a tenant whose queries
+    ran long is not light: its next query waits for a slot, never takes the lane."""
+    settings = Settings(
+        data_dir=tmp_path / "data", embedding_dim=4, cypher_timeout_ms=6000, cypher_concurrency=2
+    )
+    engine = Engine(settings)
+    warm()
+    slow = "UNWIND $xs AS a UNWIND $xs AS b UNWIND $xs AS c RETURN count(*)"
+    xs = {"xs": list(range(500))}
+    shares = engine.cypher_shares
+
+    async def attack(tenant: str) -> str:
+        try:
+            await engine.cypher(tenant, slow, xs)
+        except InvalidRequest as exc:
+            return "limit" if "time limit" in exc.detail else exc.detail
+        except Unavailable:  # waited for a slot past its time limit
+            return "busy"
+        return "answered"
+
+    async def until(done: Callable[[], bool]) -> None:
+        deadline = time.monotonic() + 30
+        while not done():
+            assert time.monotonic() < deadline, "timed out"
+            await asyncio.sleep(0.005)
+
+    async def main() -> None:
+        attacks = [asyncio.create_task(attack(t)) for t in ("a", "b")]
+        await until(lambda: shares.slots.held("a") == shares.slots.held("b") == 1)
+        answer = await engine.cypher("victim", "RETURN 1 AS one", None)
+        running = (shares.held("a"), shares.held("b"))
+        assert msgspec.json.decode(msgspec.json.encode(answer))["rows"] == [[1]]
+        assert running == (1, 1) and shares.lane_uses == 1  # it ran beside both, in the lane
+        assert await asyncio.gather(*attacks) == ["limit", "limit"]
+        assert not shares.light("a") and shares.light("victim")
+        # Heavy now: with both slots taken, a's next query waits for one, not for the lane.
+        attacks = [asyncio.create_task(attack(t)) for t in ("b", "c")]
+        await until(lambda: shares.slots.held("b") == shares.slots.held("c") == 1)
+        late = asyncio.create_task(attack("a"))
+        await until(lambda: shares.slots.waiting() == 1)
+        assert shares.lane.held("a") == 0 and shares.lane_uses == 1
+        assert (await late) in ("limit", "busy")  # a slot in its turn, or none in time
+        await asyncio.gather(*attacks)
+
+    try:
+        anyio.run(main)
+    finally:
+        engine.close()

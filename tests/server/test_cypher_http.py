@@ -216,3 +216,18 @@ def test_another_tenant_sees_no_rows(
     for token in (None, "../" + "x", "a" * 65):
         resp = srv.client(token).post("/v1/memory/cypher", json={"query": "RETURN 1"})
         assert resp.status_code == 401, resp.text
+
+
+def test_long_clause_chains_are_400_never_500(ops: tuple[httpx.Client, dict[str, str]]) -> None:
+    client, _ = ops
+    too_many = "the query has more than 100 clauses; split it into simpler queries"
+    for query in (
+        "MATCH (e:Event) " + "WITH e " * 600 + "RETURN e.kind",
+        "MATCH (e:Event) " + "OPTIONAL MATCH (e) " * 1000 + "RETURN e.kind",
+        "MATCH (e:Event) " + "WITH e " * 100 + "RETURN count(e)",
+    ):
+        assert refused(client, query) == too_many
+    # Up to the bound, a chain still runs.
+    assert cypher(client, "MATCH (e:Event) " + "WITH e " * 98 + "RETURN count(e) > 0")["rows"] == [
+        [True]
+    ]

@@ -233,3 +233,36 @@ def test_the_admin_route_takes_a_tenant_id(tmp_path: Path) -> None:
             assert wrong.status_code == 400
             listed = c.get("/v1/admin/tenants").json()["tenants"]
             assert [t["tenant_id"] for t in listed] == [MOVED]
+
+
+def test_import_and_restore_hold_a_tenant_to_its_quota(tmp_path: Path) -> None:
+    """465 events into a tenant of max_events 10 was accepted: import and restore now refuse
+    what an append would, and leave nothing behind."""
+    old, new = cli(tmp_path / "old", tmp_path), cli(tmp_path / "new", tmp_path)
+    make_tenant(old.data_dir, MOVED, n=50)
+    old.ok("export", MOVED, "--out", str(tmp_path / "t.ndjson"))
+    new.ok("init")
+    new.ok("tenant", "create", "acme", "--id", MOVED)
+    new.ok("tenant", "limits", MOVED, "--max-events", "10")
+    refused = new.error("import", MOVED, "--in", str(tmp_path / "t.ndjson"))
+    assert refused["error"] == "quota_exceeded" and "at most 10 live events" in refused["detail"]
+    assert not (new.data_dir / MOVED).exists()  # nothing landed
+    new.ok("tenant", "limits", MOVED, "--max-events", "none")
+    assert new.json("import", MOVED, "--in", str(tmp_path / "t.ndjson"))["events"] > 10
+    # A backup of it restored where its record says max_events 10: refused, no target.
+    new.ok("tenant", "limits", MOVED, "--max-events", "10")
+    new.ok("backup", str(tmp_path / "bk"))
+    gone = cli(tmp_path / "restored", tmp_path).error("restore", str(tmp_path / "bk"))
+    assert gone["error"] == "quota_exceeded" and not (tmp_path / "restored").exists()
+    # The server's default bounds a local-mode import the same way.
+    local = cli(tmp_path / "local", tmp_path)
+    out = local.run(
+        "import",
+        "acme",
+        "--in",
+        str(tmp_path / "t.ndjson"),
+        "--json",
+        env={"MEMSPINE_DEFAULT_MAX_EVENTS": "10"},
+    )
+    assert out.returncode != 0 and json.loads(out.stdout or out.stderr)["error"] == "quota_exceeded"
+    assert not (local.data_dir / "acme").exists()

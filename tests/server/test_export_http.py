@@ -7,8 +7,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import time
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -157,3 +159,33 @@ def test_the_spool_leaves_no_file_in_the_data_directory(srv: InProcessServer) ->
             assert sorted(os.listdir(srv.data_dir)) == before  # the spool has no name
         assert first.startswith(b'{"type":"header"')
     assert sorted(os.listdir(srv.data_dir)) == before
+
+
+def test_one_tenant_exports_one_at_a_time_and_another_is_served_ahead(
+    srv: InProcessServer,
+) -> None:
+    """Parallel exports of one tenant spool one at a time (each holds a read thread for the
+    whole tenant); another tenant's export goes ahead of the one waiting. Counted: which
+    answered while the first tenant's slot was held."""
+    assert srv.app is not None
+    shares = srv.app.state.engine.export_shares
+    a, b = _token(), _token()
+    with srv.client(a) as ca, srv.client(b) as cb:
+        append(ca, {"kind": "turn", "ts": TS, "text": "a's note"})
+        append(cb, {"kind": "turn", "ts": TS, "text": "b's note"})
+        assert shares.try_acquire(a)  # an export of a is under way
+        try:
+            with ThreadPoolExecutor(1) as pool:
+                second = pool.submit(export, ca)
+                deadline = time.monotonic() + 30
+                while shares.waiting() != 1:
+                    assert time.monotonic() < deadline, "a's second export did not wait"
+                    time.sleep(0.01)
+                assert b"b's note" in export(cb).content  # served ahead of a's second
+                assert not second.done() and shares.held(a) == 1 and shares.waiting() == 1
+                shares.release(a)
+                assert b"a's note" in second.result(timeout=30).content
+        finally:
+            if shares.held(a):
+                shares.release(a)
+    assert shares.held(a) == shares.held(b) == 0

@@ -639,3 +639,46 @@ def test_max_memory_holds_the_open_tenants_memory(tmp_path: Path, url: str | Non
         assert s.patch(max_memory=None).json()["limits"]["max_memory"] is None
         assert s.append("fits again").status_code == 201
         assert s.rejected()["max_memory"] == 1
+
+
+def test_a_full_tenants_appends_are_refused_before_their_body_is_decoded(tmp_path: Path) -> None:
+    """Once its quota refused an append, a tenant still full is refused the next at once: a
+    body that is not even JSON gets 403, not 400 (it was never decoded), unless the request
+    may be an idempotent replay (a key in its header or body), which is answered as before."""
+    settings = load_settings(
+        {
+            "MEMSPINE_DATA_DIR": str(tmp_path),
+            "MEMSPINE_EMBEDDING_DIM": "4",
+            "MEMSPINE_DEFAULT_MAX_EVENTS": "2",
+        }
+    )
+    app = create_app(settings)
+    with TestClient(app) as c:
+        auth = {"Authorization": "Bearer acme", "Content-Type": "application/json"}
+        ids = [
+            c.post("/v1/memory/event", json={"kind": "note", "text": f"n{i}"}, headers=auth).json()[
+                "event_id"
+            ]
+            for i in range(2)
+        ]
+        r = c.post("/v1/memory/event", json={"kind": "note", "text": "n2"}, headers=auth)
+        assert r.status_code == 403  # refused by the writer: the tenant is known full
+        junk = b"[" + b"x" * (2 << 20)  # 2 MiB that no decoder would take
+        statuses = [
+            c.post("/v1/memory/events", content=junk, headers=auth).status_code,
+            c.post("/v1/memory/event", content=junk[:1000], headers=auth).status_code,
+            # May be replays: read and decoded as ever (so the junk is a 400).
+            c.post(
+                "/v1/memory/events", content=junk, headers={**auth, "Idempotency-Key": "k"}
+            ).status_code,
+            c.post(
+                "/v1/memory/events", content=b'{"idempotency_key"' + junk, headers=auth
+            ).status_code,
+        ]
+        assert statuses == [403, 403, 400, 400]
+        assert app.state.engine.full.refused_unread == 2
+        # A delete makes room: the next append is read and stored.
+        assert c.delete(f"/v1/memory/event/{ids[0]}", headers=auth).status_code == 200
+        r = c.post("/v1/memory/event", json={"kind": "note", "text": "n3"}, headers=auth)
+        assert r.status_code == 201
+        assert app.state.engine.full.refused_unread == 2

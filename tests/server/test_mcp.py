@@ -326,6 +326,11 @@ def test_bad_arguments_are_tool_errors_that_say_what_to_fix(inproc: InProcess) -
             {"query": "MATCH (n) WHERE n.kind = $k RETURN n"},
             "missing parameter $k",
         ),
+        (
+            "memory_cypher",
+            {"query": "MATCH (n) " + "WITH n " * 600 + "RETURN n"},
+            "more than 100 clauses",
+        ),
     ]
 
     async def main() -> None:

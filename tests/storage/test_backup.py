@@ -170,3 +170,70 @@ def test_a_backup_and_a_restore_killed_half_way_leave_no_target(source, tmp_path
         assert answers(t, ids)["get"] == before["get"]
     finally:
         t.close()
+
+
+def _crafted(source: tuple[Path, dict[str, object]], at: Path) -> tuple[Path, dict[str, object]]:
+    """A true backup of `source` at `at`, and its manifest as a dict to craft."""
+    data_dir, _seen = source
+    bk.backup(data_dir, at, environments=[CONTROL])
+    return at, msgspec.json.decode((at / bk.MANIFEST).read_bytes())
+
+
+def _write_manifest(at: Path, manifest: dict[str, object]) -> None:
+    (at / bk.MANIFEST).write_bytes(msgspec.json.encode(manifest))
+
+
+def test_a_restore_refuses_a_crafted_environment_that_would_write_outside(
+    source, tmp_path: Path
+) -> None:
+    src, manifest = _crafted(source, tmp_path / "a" / "bk")
+    # src/../outside holds a data file; the stage's ../outside is beside the target.
+    (tmp_path / "a" / "outside").mkdir()
+    (tmp_path / "a" / "outside" / "data.mdb").write_bytes(b"planted")
+    for name in ("../outside", "..", "", "x/../../outside", "tenants", "acme"):
+        _write_manifest(src, {**manifest, "environments": [name]})
+        with pytest.raises(InvalidRequest, match="environment"):
+            bk.restore(src, tmp_path / "new", default_dim=DIM)
+    assert not (tmp_path / "outside").exists() and not (tmp_path / "new").exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a"]  # no stage left either
+
+
+def test_a_restore_refuses_a_symlinked_data_file(source, tmp_path: Path) -> None:
+    src, manifest = _crafted(source, tmp_path / "bk")
+    secret = tmp_path / "secret"
+    secret.write_bytes(b"any file the operator can read")
+    (src / "_control" / "data.mdb").unlink()
+    (src / "_control" / "data.mdb").symlink_to(secret)
+    with pytest.raises(InvalidRequest, match="plain file"):
+        bk.restore(src, tmp_path / "new", default_dim=DIM)
+    # The same for a tenant's log file, and for a directory on the way to it.
+    (src / "_control" / "data.mdb").unlink()
+    _write_manifest(src, {**manifest, "environments": []})
+    log = src / "tenants" / "acme" / files.LOG
+    (log / "data.mdb").rename(tmp_path / "acme.mdb")
+    (log / "data.mdb").symlink_to(tmp_path / "acme.mdb")
+    with pytest.raises(InvalidRequest, match="plain file"):
+        bk.restore(src, tmp_path / "new", default_dim=DIM)
+    (log / "data.mdb").unlink()
+    (tmp_path / "acme.mdb").rename(log / "data.mdb")
+    log.rename(tmp_path / "elsewhere")
+    log.symlink_to(tmp_path / "elsewhere")
+    with pytest.raises(InvalidRequest, match="plain file"):
+        bk.restore(src, tmp_path / "new", default_dim=DIM)
+    assert not (tmp_path / "new").exists()
+
+
+def test_a_restore_refuses_a_symlinked_tenant_that_would_clone_another(
+    source, tmp_path: Path
+) -> None:
+    src, manifest = _crafted(source, tmp_path / "bk")
+    acme = next(e for e in manifest["tenants"] if e["tenant_id"] == "acme")  # type: ignore[attr-defined]
+    (src / "tenants" / "clone").symlink_to(src / "tenants" / "acme")
+    tenants = [*manifest["tenants"], {"tenant_id": "clone", "events": acme["events"]}]  # type: ignore[misc]
+    _write_manifest(src, {**manifest, "tenants": tenants})
+    with pytest.raises(InvalidRequest, match="clone"):
+        bk.restore(src, tmp_path / "new", default_dim=DIM)
+    assert not (tmp_path / "new").exists()
+    # Without the crafted entry the same backup restores.
+    _write_manifest(src, manifest)
+    assert bk.restore(src, tmp_path / "new", default_dim=DIM).tenants == 2

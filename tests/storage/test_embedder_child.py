@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from storage.embedders import make_embedder
+from storage.embedders.base import HUNG
 from storage.embedders.child import DIED, ChildEmbedder
 from storage.model import NewEvent
 from storage.tenants.embedding import EmbeddingWorker
@@ -95,4 +96,40 @@ def test_a_child_without_the_model_says_so(tmp_path: Path) -> None:
     assert getattr(err.value, "reason", None) == "model_missing"
     assert str(tmp_path) not in str(err.value)  # no path reaches a client
     assert not embedder.loaded
+    embedder.close()
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads /proc")
+def test_a_stopped_child_is_killed_at_its_deadline_and_its_batch_made_by_the_next(
+    tmp_path: Path,
+) -> None:
+    # The deadline is far above a 4-text call on a loaded machine, far below the default.
+    embedder = ChildEmbedder(call_timeout=20.0)
+    embedder.load()
+    first = embedder.pid
+    assert first is not None
+    want = embedder.embed(TEXTS)
+    os.kill(first, signal.SIGSTOP)  # hung: alive, never answering
+    worker = EmbeddingWorker(embedder, default_dim=384)
+    manager = TenantManager(tmp_path, embedding_dim=384, embedding=worker)
+    worker.start()
+    try:
+        with manager.use("t") as t:
+            events = [NewEvent(kind="note", ts=T0 + i * HOUR, text=x) for i, x in enumerate(TEXTS)]
+            ids = [a.event_id for a in t.submit_append(events).result()]
+            deadline = time.monotonic() + 180
+            while t.unembedded_count():
+                assert time.monotonic() < deadline, "vectors not made in time"
+                time.sleep(0.05)
+            with t.log.reader() as r:
+                got = [r.get(e).embedding for e in ids]  # type: ignore[union-attr]
+    finally:
+        worker.stop()
+        manager.close_all()
+    # The stopped child was killed once at its deadline; its batch went back and a new child
+    # made every vector; the tenant was not left keyword-only.
+    assert worker.failures_by.get(HUNG) == 1 and embedder.hangs == 1 and embedder.starts == 2
+    assert not worker.keyword_only
+    assert np.allclose(np.asarray(got, dtype=np.float32), want, atol=1e-5)
+    assert not alive(first)  # killed and reaped
     embedder.close()

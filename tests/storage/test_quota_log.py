@@ -170,3 +170,29 @@ def test_a_missing_log_is_not_made_by_reading_it(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError), read_only(tmp_path / "missing" / "events"):
         pass
     assert not (tmp_path / "missing").exists()
+
+
+def test_max_bytes_counts_the_vectors_the_server_will_add(tmp_path: Path) -> None:
+    """A server-space tenant capped at 100,000 bytes, sent text-only batches while its vectors
+    are not made yet: what it holds once every vector is written stays within the cap."""
+    from storage.model import ServerSpace, StoredVector
+
+    cap = 100_000
+    offer = ServerSpace(model="test/m", dim=384)
+    t = Tenant.open("t", tmp_path / "t", embedding_dim=384, offer=lambda: offer)
+    quota = Quota(max_bytes=cap)
+    stored = refused = 0
+    for b in range(20):
+        batch = [
+            NewEvent(kind="note", ts=TS + b * 100 + i, text=f"note {b} {i}") for i in range(50)
+        ]
+        for result in t.submit_append(batch, quota=quota).result():
+            stored += isinstance(result, AppendResult)
+            refused += isinstance(result, QuotaExceeded)
+    assert 0 < stored < 1000 and stored + refused == 1000
+    events, _before, deletes, model = t.to_embed(10_000)
+    assert len(events) == stored and model is not None
+    vectors = [StoredVector(ev.event_id, ev.seq, [0.05] * 384) for ev in events]
+    assert t.store_vectors(vectors, model, deletes).result() == stored
+    assert scanned(t.log)[1] <= cap  # 1,768,436 of 100,000 before: vectors were not counted
+    t.close()

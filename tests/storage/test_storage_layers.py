@@ -190,6 +190,7 @@ PUBLIC = {
     "storage.transfer.backup",
     "storage.transfer.ledger",
     "storage.transfer.tail",
+    "storage.transfer.foreign",
 }
 
 

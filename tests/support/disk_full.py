@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,14 +43,13 @@ def check_refusal(r: httpx.Response) -> None:
     assert "disk is full" in answer["detail"]
 
 
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MiB tmpfs mounted on tmp_path/fs (skipped where this process may not mount one)."""
-    mnt = tmp_path / "fs"
+@contextlib.contextmanager
+def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
+    """A tmpfs of `size` mounted on mnt (skipped where this process may not mount one)."""
     mnt.mkdir()
     try:
         done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(mnt)],
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
             capture_output=True,
             text=True,
             timeout=30,
@@ -62,3 +62,10 @@ def small_fs(tmp_path: Path) -> Iterator[Path]:
         yield mnt
     finally:
         subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def small_fs(tmp_path: Path) -> Iterator[Path]:
+    """A 16 MiB tmpfs mounted on tmp_path/fs (skipped where this process may not mount one)."""
+    with tmpfs(tmp_path / "fs", "16m") as mnt:
+        yield mnt

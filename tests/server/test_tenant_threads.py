@@ -1,0 +1,44 @@
+"""The threads an open tenant runs, counted (the figure memspine/config.py's default cap and
+docs/operations.md rely on): opening tenants adds at most THREADS_PER_TENANT native threads
+each, and closing them takes those threads away again."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from memspine.config import MAX_TENANT_THREADS, THREADS_PER_TENANT, default_max_open_tenants
+from storage.model import NewEvent
+from storage.tenants.manager import TenantManager
+
+TENANTS = 12
+
+
+def native_threads() -> int:
+    """This process's threads, as the kernel counts them."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def test_an_open_tenant_runs_at_most_the_documented_threads(tmp_path: Path) -> None:
+    manager = TenantManager(tmp_path, embedding_dim=4, max_open=100)
+    try:
+        with manager.use("warm") as t:  # the process's shared pools start with a first tenant
+            t.submit_append(
+                [NewEvent(kind="note", ts=1, text="warm", embedding=[1, 0, 0, 0])]
+            ).result()
+        before = native_threads()
+        for i in range(TENANTS):
+            with manager.use(f"t{i}") as t:
+                events = [NewEvent(kind="note", ts=2, text=f"note {i}", embedding=[0, 1, 0, 0])]
+                t.submit_append(events).result()
+        grown = native_threads() - before
+        # "warm" may start its own Tantivy writer meanwhile (its fold commits in the background).
+        assert 0 < grown <= THREADS_PER_TENANT * (TENANTS + 1), grown
+    finally:
+        manager.close_all()
+    deadline = time.monotonic() + 30
+    while native_threads() > before:  # every tenant's threads gone, "warm"'s too
+        assert time.monotonic() < deadline, "closed tenants left threads behind"
+        time.sleep(0.05)
+    assert default_max_open_tenants() * THREADS_PER_TENANT <= MAX_TENANT_THREADS
