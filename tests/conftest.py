@@ -4,7 +4,7 @@ loopback port (tests/server/conftest.py replaces the server fixtures with the in
 The layout: tests/storage (the storage package directly), tests/server (the app in process:
 real Litestar and stores, no socket), tests/e2e (server and CLI subprocesses, sockets, kill -9).
 
-Servers run with MEMSPINE_EMBEDDER=none unless a test asks for an embedder (tests/servers.py's
+Servers run with MEMSPINE_EMBEDDER=none unless a test asks for an embedder (tests/support/servers.py's
 DIM_ENV): the default, `local`, would load the model and embed text-only events in the background,
 which no existing test asked for, at a CPU cost and a timing no test should depend on. The tests
 of server vectors set `local` (or an endpoint) themselves: tests/server/test_server_embedding.py,
@@ -19,12 +19,21 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from pgcluster import control_url, pg_server  # noqa: F401  (fixtures: a real PostgreSQL)
-from servers import REPO, ServerProcess, free_port  # noqa: F401  (re-exported for test modules)
+from hypothesis import HealthCheck, settings
 
 from storage.tenants.tenant import Tenant
+from tests.support.servers import REPO, ServerProcess, free_port  # noqa: F401  (re-exported for test modules)
 
-LAYOUT = ("storage", "server", "e2e")
+# Fixtures of tests/support for every test: a real PostgreSQL, a small file system to fill.
+pytest_plugins = ["tests.support.pgcluster", "tests.support.disk_full"]
+
+LAYOUT = ("storage", "server", "e2e", "control")
+
+# Hypothesis counts what an example did, never how long it took: its default 200 ms deadline and
+# its too-slow health check fail a test when the machine is busy (docs/architecture.md, "How the
+# suite holds under load"). A test that bounds time says so itself, and is marked `timing`.
+settings.register_profile("suite", deadline=None, suppress_health_check=[HealthCheck.too_slow])
+settings.load_profile("suite")
 TESTS = Path(__file__).resolve().parent
 
 

@@ -63,9 +63,32 @@ def raise_if_disk_full(exc: BaseException, path: Path, detail: str = CANNOT_OPEN
 
 def raise_if_out_of_fds(exc: BaseException) -> None:
     """Re-raise an open failure caused by the process running out of file descriptors:
-    that is pressure, not damage, and must never cost a rebuild (let alone deleted files)."""
+    that is pressure, not damage, and must never cost a rebuild (let alone deleted files).
+
+    The failure says so itself (an errno, or Tantivy's words), or no descriptor can be opened
+    now. The probe alone misjudges when another thread frees a descriptor between the failed
+    open and the probe, which a busy process does often enough to rebuild an index for nothing.
+    """
+    said = _out_of_fds_errno(exc)
+    if said is not None:
+        raise OSError(said, os.strerror(said)) from exc
     try:
         os.close(os.open(os.devnull, os.O_RDONLY))
     except OSError as probe:
         if probe.errno in (errno.EMFILE, errno.ENFILE):
             raise probe from exc
+
+
+def _out_of_fds_errno(exc: BaseException) -> int | None:
+    """EMFILE or ENFILE if the failure or one of its causes says the process or the system is
+    out of file descriptors; None otherwise."""
+    seen: set[int] = set()
+    cause: BaseException | None = exc
+    while cause is not None and id(cause) not in seen:
+        seen.add(id(cause))
+        if isinstance(cause, OSError) and cause.errno in (errno.EMFILE, errno.ENFILE):
+            return cause.errno
+        if "Too many open files" in str(cause) or "TooManyOpenFiles" in str(cause):
+            return errno.EMFILE
+        cause = cause.__cause__ or cause.__context__
+    return None

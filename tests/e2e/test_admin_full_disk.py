@@ -13,11 +13,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from test_admin_cli import COMMAND, Admin
-from test_disk_full import tmpfs
 
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
+from tests.support.admin import COMMAND, Admin
+from tests.support.disk_full import tmpfs
 
 TS = 1_790_000_000_000_000
 

@@ -20,7 +20,6 @@ import httpx
 import pytest
 from argon2 import PasswordHasher
 from litestar.testing import TestClient
-from servers import ServerProcess
 
 from memspine.app import create_app
 from memspine.auth import Authenticator
@@ -34,6 +33,7 @@ from memspine_admin.control import ControlDB
 from storage.errors import TooManyRequests, Unauthorized
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
+from tests.support.servers import ServerProcess
 
 # Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
 pytestmark = pytest.mark.timing

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import anyio
 import pytest
-from servers import REPO, ServerProcess
 
 from memspine.client import AsyncMemspine, ConnectionFailed, Memspine, NotFound
+from tests.support.servers import REPO, ServerProcess
 
 ADMIN_KEY = "doc-admin-key-3f9a1c"
 DOC = REPO / "docs" / "python.md"

@@ -21,12 +21,12 @@ from typing import Any
 import httpx
 import psycopg
 import pytest
-from servers import ServerProcess
 
 from memspine_admin.control_pg import PgControl
 from memspine_admin.move import Mover
 from memspine_admin.pgserver import PrivatePostgres
 from storage.errors import Conflict
+from tests.support.servers import ServerProcess
 
 ADMIN_KEY = "admin-key-for-the-move-test"
 VECTOR = [0.5, 0.5, 0.5, 0.5]

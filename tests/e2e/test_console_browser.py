@@ -1,6 +1,6 @@
 """The web console in a real headless browser: Debian's chromium, driven by Playwright (no
 browser of Playwright's own, nothing downloaded), against one real server holding the seed's
-support case, supplier audit and project and a tenant of hostile events (tests/e2e/console_seed.py).
+support case, supplier audit and project and a tenant of hostile events (tests/support/console_seed.py).
 
 One server start and one browser for the module; each test opens a fresh browser context (its
 own sessionStorage) and, on the way out, checks that nothing opened a dialog, threw, broke the
@@ -19,7 +19,8 @@ from typing import Any
 
 import httpx
 import pytest
-from console_seed import ADMIN_KEY, HOSTILE_KIND, Seeded, start_seeded
+
+from tests.support.console_seed import ADMIN_KEY, HOSTILE_KIND, Seeded, start_seeded
 
 REPO = Path(__file__).resolve().parents[2]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -14,10 +14,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import ServerProcess
-from test_contract import ADMIN_KEY, DOCUMENT, HERE, check_run, cli_args
 
 from memspine_admin.control import ControlDB
+from tests.support.contract import ADMIN_KEY, DOCUMENT, check_run, cli_args
+from tests.support.servers import REPO, ServerProcess
 
 SCRIPT = Path(sys.executable).parent / "schemathesis"
 COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "schemathesis.cli"]
@@ -51,7 +51,7 @@ def test_the_server_answers_as_its_document_says_over_a_socket(
     live: tuple[ServerProcess, str], tmp_path: Path
 ) -> None:
     server, key = live
-    env = {**os.environ, "PYTHONPATH": str(HERE), "NO_COLOR": "1"}  # HERE: contract_hooks.py
+    env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}  # tests.support.contract_hooks
     args = [*COMMAND, *cli_args(server.url + DOCUMENT, key, MAX_EXAMPLES)]
     done = subprocess.run(
         args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False

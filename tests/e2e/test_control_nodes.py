@@ -18,9 +18,9 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import REPO, ServerProcess, free_port
 
 from memspine_admin.pgserver import PrivatePostgres
+from tests.support.servers import REPO, ServerProcess, free_port
 
 # Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
 pytestmark = pytest.mark.timing

@@ -21,9 +21,9 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from servers import ServerProcess
 
 from memspine.jsonbounds import NESTING_DETAIL
+from tests.support.servers import ServerProcess
 
 # Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
 pytestmark = pytest.mark.timing

@@ -8,11 +8,9 @@ server's environment or in-process, so that CI without root makes the same commi
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import os
 import random
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +21,6 @@ import hnswlib
 import httpx
 import numpy as np
 import pytest
-from servers import ServerProcess
 
 from storage import failpoints, space
 from storage.errors import DiskFull
@@ -31,6 +28,8 @@ from storage.index.vecfile import check_saved
 from storage.model import AppendResult, NewEvent
 from storage.read.recall import RecallQuery, recall
 from storage.tenants.tenant import Tenant
+from tests.support.disk_full import check_refusal, listed_ids, recall_ids
+from tests.support.servers import ServerProcess
 
 TENANT = "acme"
 DIM = 4
@@ -74,28 +73,6 @@ def event(i: int) -> NewEvent:
 
 
 # -- the read routes over HTTP ------------------------------------------------------------
-
-
-def recall_ids(c: httpx.Client, query: dict[str, Any]) -> list[str]:
-    """The ranked ids of one recall; fails on anything but 200."""
-    r = c.post("/v1/memory/recall", json=query)
-    assert r.status_code == 200, (r.status_code, r.text)
-    return [h["event_id"] for h in r.json()["hits"]]
-
-
-def listed_ids(c: httpx.Client) -> set[str]:
-    """Every id the listing returns, page by page."""
-    ids: set[str] = set()
-    cursor = None
-    while True:
-        params: dict[str, Any] = {"limit": 1000, **({"cursor": cursor} if cursor else {})}
-        r = c.get("/v1/memory/events", params=params)
-        assert r.status_code == 200, r.text
-        page = r.json()
-        ids.update(e["event_id"] for e in page["events"])
-        cursor = page["next_cursor"]
-        if cursor is None:
-            return ids
 
 
 def wait_recall_works(c: httpx.Client, secs: float = 30.0) -> None:
@@ -150,15 +127,6 @@ def check_every_route(c: httpx.Client, acked: dict[str, int]) -> None:
     assert r.json()["rows"] == [[len(listed)]]
 
 
-def check_refusal(r: httpx.Response) -> None:
-    """A write refused for a full disk: 503 `unavailable`, Retry-After, a sentence saying so."""
-    assert r.status_code == 503, (r.status_code, r.text)
-    assert r.headers.get("retry-after", "").isdigit()
-    answer = r.json()
-    assert answer["error"] == "unavailable"
-    assert "disk is full" in answer["detail"]
-
-
 def append_all(
     c: httpx.Client, ids: range, pad_words: int = 0
 ) -> tuple[dict[str, int], list[httpx.Response]]:
@@ -175,34 +143,6 @@ def append_all(
 
 
 # -- a real small filesystem ----------------------------------------------------
-
-
-@contextlib.contextmanager
-def tmpfs(mnt: Path, size: str) -> Iterator[Path]:
-    """A tmpfs of `size` mounted on mnt (skipped where this process may not mount one)."""
-    mnt.mkdir()
-    try:
-        done = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(mnt)],
-            capture_output=True,
-            text=True,
-            timeout=30,
-        )
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        pytest.skip(f"cannot run mount to make a small filesystem: {exc}")
-    if done.returncode != 0:
-        pytest.skip(f"mounting a small tmpfs is not permitted here: {done.stderr.strip()}")
-    try:
-        yield mnt
-    finally:
-        subprocess.run(["umount", "-l", str(mnt)], capture_output=True, timeout=30)
-
-
-@pytest.fixture
-def small_fs(tmp_path: Path) -> Iterator[Path]:
-    """A 16 MiB tmpfs mounted on tmp_path/fs (skipped where this process may not mount one)."""
-    with tmpfs(tmp_path / "fs", "16m") as mnt:
-        yield mnt
 
 
 def fill(url: str, *, workers: int = 6) -> tuple[dict[str, int], list[httpx.Response]]:

@@ -12,13 +12,11 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from servers import ServerProcess, serve
-from test_api import test_reply_with_sources_then_read_back_and_foreign_tenant_404 as first_session
-from test_metrics import value
-from test_recall_seed import SUPPORT, SUPPORT_TS, load
-from test_recall_seed import (
-    test_reviewer_recall_returns_the_reply_the_objection_then_the_replys_sources as review,
-)
+
+from tests.support.first_session import first_session
+from tests.support.metrics import value
+from tests.support.seed import SUPPORT, SUPPORT_TS, load, review
+from tests.support.servers import ServerProcess, serve
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +40,7 @@ def test_the_seeds_first_session_over_a_socket(real: ServerProcess) -> None:
 def test_the_seeds_reviewer_recall_over_a_socket(real: ServerProcess) -> None:
     with real.client(f"customer-4417-{uuid.uuid4().hex[:8]}") as client:
         ids = load(client, SUPPORT, SUPPORT_TS, {"conversation": "c-1005-01"})
-        review((client, ids))
+        review(client, ids)
 
 
 def test_the_fd_limit_is_raised_and_the_default_tenant_cap_follows_from_it(

@@ -22,12 +22,12 @@ import pytest
 from litestar.routes import HTTPRoute
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from servers import ServerProcess
 
 from memspine.app import create_app
 from memspine.config import Settings
 from memspine.edge import Edge
 from memspine.jsonbounds import MAX_NESTING, max_depth, nesting_exceeds, skeleton
+from tests.support.servers import ServerProcess
 
 # Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
 pytestmark = pytest.mark.timing

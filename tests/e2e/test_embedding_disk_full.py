@@ -4,7 +4,7 @@ this process may not mount it; tests/storage/test_embedder_disk_full.py makes th
 fail by the log's failpoint without root). Nothing acknowledged is lost, the server answers
 writes 503 and reads as before, the embedder backs off, says so once and counts `disk_full`,
 and every event gets its vector once space is freed, without a restart or after a kill -9.
-The embedder is the loopback endpoint of tests/endpoint.py (8 dimensions): deterministic and
+The embedder is the loopback endpoint of tests/support/endpoint.py (8 dimensions): deterministic and
 fast, and held by the test while the backlog builds up."""
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from typing import Any
 import httpx
 import numpy as np
 import pytest
-from endpoint import Endpoint, fake_vector
-from servers import ServerProcess
-from test_disk_full import check_refusal, listed_ids, recall_ids, small_fs
 
-__all__ = ["small_fs"]  # the fixture, used here by name
+from tests.support.disk_full import check_refusal, listed_ids, recall_ids
+from tests.support.endpoint import Endpoint, fake_vector
+from tests.support.servers import ServerProcess
+from tests.support.wait import wait_until
 
 TENANT = "acme"
 T0 = 1_800_000_000_000_000
@@ -130,9 +130,7 @@ def check_tenant(c: httpx.Client, acked: dict[str, int]) -> None:
     word and by its vector; nothing awaits a vector any more."""
     assert c.get("/v1/whoami").json()["vector_space"]["unembedded"] == 0
     # The worker counts its backlog again after its write lands, a moment after the log shows it.
-    deadline = time.monotonic() + 10
-    while metric(c, PENDING) != 0 and time.monotonic() < deadline:
-        time.sleep(0.05)
+    wait_until(lambda: metric(c, PENDING) == 0, "the embedder's backlog counted again")
     assert metric(c, PENDING) == 0
     assert listed_ids(c) == set(acked)
     for e, i in acked.items():

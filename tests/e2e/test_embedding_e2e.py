@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from endpoint import Endpoint
+from tests.support.endpoint import Endpoint
 
 T0 = 1_800_000_000_000_000
 

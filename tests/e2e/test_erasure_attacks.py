@@ -22,15 +22,14 @@ import httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from servers import ServerProcess
-from test_erasure_shapes import ballast
-from test_mcp import call, text
-from test_mcp_e2e import stdio
-from test_purge import scan
 
 from memspine.engine import PURGE_PENDING_ROOM
 from storage.erasure import swap
 from storage.index import vecfile
+from tests.support.erasure import ballast, scan
+from tests.support.mcp_calls import call, stdio, text
+from tests.support.servers import ServerProcess
+from tests.support.wait import wait_until
 
 FIRST_ENV = {  # every tenant closes soon: after 1 s idle, or when two others were used since
     "MEMSPINE_TENANT_IDLE_SECS": "1",
@@ -164,12 +163,13 @@ def test_a_tenant_closed_for_idleness_is_purged(world: World) -> None:
     ids = texts(server, "idle-1", 5, "Qzvdrk")
     # No other request comes: only the idle closer can close it, once per open (on a busy
     # machine an append can wait out the idle second, and the tenant is reopened).
-    deadline = time.monotonic() + 10
-    while metric(server, "memspine_tenant_idle_closes") - closes < (
-        metric(server, "memspine_tenant_opens") - opens
-    ):
-        assert time.monotonic() < deadline, "idle-1 was not closed for idleness"
-        time.sleep(0.05)
+    wait_until(
+        lambda: (
+            metric(server, "memspine_tenant_idle_closes") - closes
+            >= metric(server, "memspine_tenant_opens") - opens
+        ),
+        "idle-1 closed for idleness",
+    )
     tenant_closed(server, "idle-1")
     purged(server, "idle-1", ids[2])
     assert scan(world.data_dir, {"text": b"Qzvdrk002"}) == {}

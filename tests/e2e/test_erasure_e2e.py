@@ -20,13 +20,18 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from servers import REPO, ServerProcess
-from test_purge import (
+
+from storage.erasure import swap
+from storage.model import NewEvent
+from storage.tenants.tenant import Tenant
+from tests.support.erasure import (
     DIM,
+    REPLY_TS,
     ROLL_STEPS,
+    SUPPORT,
     append,
     check_tenant,
-    embedding_patterns,
+    door_turn_patterns,
     index_terms,
     last_tokens,
     neighbour,
@@ -34,44 +39,14 @@ from test_purge import (
     scan,
     text_of,
 )
-
-from storage.erasure import swap
-from storage.model import NewEvent
-from storage.tenants.tenant import Tenant
+from tests.support.servers import REPO, ServerProcess
+from tests.support.wait import wait_until
 
 TENANT = "4a2cd816-0f6f-4f89-ac26-41ef06c06e47"
-REPLY_TS = 1_791_208_939_000_000
 MIN = 60_000_000
 DOOR_TEXT = "door code 4471"
 NOT_FOUND = {"error": "not_found", "detail": "no event with that id"}
 
-# The seed's support tenant: name, minutes from the reply, kind, text, embedding, sources.
-# fmt: off
-SUPPORT: list[tuple[str, float, str, str, list[float] | None, list[str]]] = [
-    ("message", -1.5, "turn", "Customer: order 88213 shows delivered on 1 October but nothing arrived",
-     [0.8, 0.2, 0.1, 0.0], []),
-    ("get_order", -1.2, "tool_call", "get_order(88213) -> 1 item, shipped 2026-09-29, carrier ref PX-55790112",
-     None, []),
-    ("track", -0.8, "tool_call", "track_parcel(PX-55790112) -> delivered, signed for at no. 16, 2026-10-01 14:12",
-     None, []),
-    ("reply", 0, "turn",
-     "Agent: the carrier shows it signed for at number 16, on 1 October at 14:12. Please check there",
-     [0.9, 0.1, 0.0, 0.0], ["message", "get_order", "track"]),
-    ("objection", 0.4, "turn", "Customer: there is no number 16 on my street. I want a refund",
-     [0.7, 0.3, 0.0, 0.1], []),
-    ("open_case", 0.6, "tool_call", "open_case(88213, disputed delivery) -> case C-5117 opened", None, []),
-    ("handover", 0.7, "turn",
-     "Agent: I have opened case C-5117; a colleague will contact you within one working day",
-     [0.2, 0.8, 0.0, 0.0], []),
-    ("case_fact", 0.78, "fact",
-     "Case C-5117: customer disputes the delivery of order 88213; street has no number 16",
-     [0.6, 0.4, 0.0, 0.0], ["track", "objection", "open_case"]),
-    ("door_turn", 2.2, "turn", "Customer: next time, the door code is 4471, please leave parcels in the hall",
-     [0.013, 0.217, 0.931, 0.0472], []),
-    ("door_fact", 2.38, "fact", "Delivery instruction: door code 4471, leave parcels in the hall",
-     [0.0, 0.1, 1.0, 0.0], ["door_turn"]),
-]
-# fmt: on
 DERIVED_QUERY = (
     "MATCH (d:Event)-[:SOURCE_FROM]->(s:Event) WHERE s.event_id = $id "
     "RETURN d.event_id, d.kind, d.text"
@@ -90,14 +65,6 @@ def build(client: httpx.Client) -> dict[str, str]:
         assert resp.status_code == 201, resp.text
         ids[name] = resp.json()["event_id"]
     return ids
-
-
-def door_turn_patterns() -> dict[str, bytes]:
-    """The door message's text, the words only it used, and its embedding in every encoding."""
-    text = SUPPORT[8][3]
-    embedding = SUPPORT[8][4]
-    assert embedding is not None
-    return {"text": text.encode(), "next time": b"next time"} | embedding_patterns(embedding)
 
 
 def delete(client: httpx.Client, event_id: str, query: str = "") -> httpx.Response:
@@ -164,11 +131,23 @@ def test_the_background_purger_erases_without_being_asked(start_server: Any) -> 
     resp = delete(client, ids["door_turn"])
     assert resp.json() == {"deleted": True, "purged": False, "deleted_ids": [ids["door_turn"]]}
     wait_until_clean(server.data_dir, door_turn_patterns(), timeout=20)
-    deadline = time.monotonic() + 5
-    while (server.data_dir / TENANT / "purge.pending").exists():
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    marker = server.data_dir / TENANT / "purge.pending"
+    wait_until(lambda: not marker.exists(), "the pending-purge marker removed")
     assert client.get(f"/v1/memory/event/{ids['door_fact']}").status_code == 200
+
+
+def count_events(client: httpx.Client) -> int:
+    """The tenant's live events, paged through GET /v1/memory/events (a Cypher count has a time
+    limit a loaded machine can reach)."""
+    total, cursor = 0, None
+    while True:
+        r = client.get(
+            "/v1/memory/events", params={"limit": 100, **({"cursor": cursor} if cursor else {})}
+        )
+        assert r.status_code == 200, r.text
+        total += len(r.json()["events"])
+        if (cursor := r.json()["next_cursor"]) is None:
+            return total
 
 
 def test_a_server_killed_during_a_purge_restarts_on_whole_files(
@@ -213,9 +192,7 @@ def test_a_server_killed_during_a_purge_restarts_on_whole_files(
     resp = delete(client, ids["door_turn"], "?purge=true")
     assert resp.status_code in (200, 404)
     if resp.status_code == 404:
-        assert client.post("/v1/memory/cypher", json={"query": "MATCH (e) RETURN count(e)"}).json()[
-            "rows"
-        ] == [[len(SUPPORT) - 1 + 300]]
+        assert count_events(client) == len(SUPPORT) - 1 + 300
         delete(client, ids["door_fact"], "?purge=true")  # a purge of the tenant, whatever was left
     assert scan(server.data_dir, door_turn_patterns()) == {}
     hits = client.post("/v1/memory/recall", json={"text": "filler f0042", "k": 1}).json()["hits"]

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from servers import REPO
-from test_erasure_shapes import DIM, append, check_erased, fill, victim
 
 from storage.erasure import swap
 from storage.tenants.tenant import Tenant
+from tests.support.erasure import DIM, append, check_erased, fill, victim
+from tests.support.servers import REPO
 
 # One process that has imported storage forks a child per kill: each child opens the tenant and
 # runs the purge (or a delete) and kills itself with SIGKILL at the named point.

@@ -9,12 +9,12 @@ import sys
 from collections.abc import Iterator
 from pathlib import Path
 
-import foreign_files as ff
 import pytest
-from servers import ServerProcess
 
 from memspine.client import Memspine
 from storage.transfer.foreign import batches, convert, event_id
+from tests.support import foreign_files as ff
+from tests.support.servers import ServerProcess
 
 ADMIN = [sys.executable, "-m", "memspine_admin.cli"]
 

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 
 import httpx
 import pytest
-from servers import REPO, free_port
+
+from tests.support.servers import REPO, free_port
 
 # Each start of the container loads the model; a busy machine may take minutes for all of it.
 pytestmark = [pytest.mark.image, pytest.mark.timeout(900)]

@@ -15,11 +15,11 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import ServerProcess
-from test_admin_cli import Admin
 
 from storage.log.eventlog import read_only, record_bytes
 from storage.tenants.usage import closed_usage
+from tests.support.admin import Admin
+from tests.support.servers import ServerProcess
 
 ADMIN_KEY = "admin-key-for-the-limits-e2e-0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}

@@ -9,15 +9,15 @@ import logging
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import ServerProcess
 
 from memspine.logs import JsonFormatter, configure_logging, request_id_of
+from tests.support.servers import ServerProcess
+from tests.support.wait import wait_until
 
 ADMIN_KEY = "logs-test-admin-key-5e1d9c"
 SCRIPT = Path(sys.executable).parent / "memspine-admin"
@@ -63,12 +63,11 @@ def test_request_lines_carry_ids_route_status_and_tenant_but_no_key_or_text(
         assert wrong.get("/v1/memory/events").status_code == 401
 
     # A request's line is written once its response is out: wait for the last one (the 401).
-    deadline = time.monotonic() + 10
-    while True:
-        requests = [line for line in log_lines(issued) if line["logger"] == "memspine.request"]
-        if any(line["status"] == 401 for line in requests) or time.monotonic() > deadline:
-            break
-        time.sleep(0.05)
+    def logged() -> list[dict[str, Any]]:
+        return [line for line in log_lines(issued) if line["logger"] == "memspine.request"]
+
+    wait_until(lambda: any(line["status"] == 401 for line in logged()), "the 401 logged")
+    requests = logged()
     raw = issued.log_path.read_text()
     for secret in (api_key, api_key.rsplit("_", 1)[1], ADMIN_KEY, EVENT_TEXT, "pangolin"):
         assert secret not in raw

@@ -7,7 +7,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -16,17 +15,25 @@ from pathlib import Path
 import anyio
 import httpx2
 import pytest
-from mcp import Client, StdioServerParameters
+from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from servers import ServerProcess
-from test_mcp import ALL_TOOLS, FORBIDDEN, NO_EVENT, READ_TOOLS, call, issue_keys, refused, text
 
 from memspine.client import AsyncMemspine
 from memspine.client import errors as client_errors
 from storage.errors import Unavailable
-
-MEMSPINE = Path(sys.executable).parent / "memspine"
-COMMAND = [str(MEMSPINE)] if MEMSPINE.exists() else [sys.executable, "-m", "memspine.cli"]
+from tests.support.mcp_calls import (
+    ALL_TOOLS,
+    COMMAND,
+    FORBIDDEN,
+    NO_EVENT,
+    READ_TOOLS,
+    call,
+    issue_keys,
+    refused,
+    stdio,
+    text,
+)
+from tests.support.servers import ServerProcess
 
 
 class Remote:
@@ -111,14 +118,6 @@ def test_the_client_carries_the_servers_errors(remote: Remote) -> None:
 
 
 # -- stdio -------------------------------------------------------------------------------------
-
-
-def stdio(args: list[str], env: dict[str, str] | None = None) -> StdioServerParameters:
-    """`memspine mcp ARGS` as the SDK's stdio client launches it."""
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
-    return StdioServerParameters(
-        command=COMMAND[0], args=[*COMMAND[1:], "mcp", *args], env={**clean, **(env or {})}
-    )
 
 
 def test_stdio_embedded_on_a_data_directory(tmp_path: Path) -> None:

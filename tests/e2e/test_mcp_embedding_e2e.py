@@ -5,6 +5,7 @@ the host closes it or kills it, and no acknowledged note is lost by the kill."""
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import signal
@@ -15,8 +16,9 @@ from typing import Any
 
 import anyio
 from mcp import Client
-from test_mcp import call
-from test_mcp_e2e import COMMAND, stdio
+
+from tests.support.mcp_calls import AWAITING_VECTORS, COMMAND, call, recall_embedded, stdio
+from tests.support.wait import wait_until
 
 NOTES = [
     "Lena wants status notes as three bullets, no tables.",
@@ -89,8 +91,7 @@ def test_text_only_notes_are_found_by_meaning_and_the_model_ends_with_the_bridge
         async with Client(params) as c:
             for text in NOTES:
                 await call(c, "memory_append", {"kind": "note", "text": text})
-            args = {"text": QUESTION, "k": 1, "wait_for_vectors": True}
-            out = await call(c, "memory_recall", args)
+            out = await recall_embedded(c, {"text": QUESTION, "k": 1})
             assert [h["text"] for h in out["hits"]] == [NOTES[0]]
             children.extend(model_children(bridge_of(data_dir)))
 
@@ -138,7 +139,23 @@ def test_a_killed_bridge_takes_its_idle_model_along_and_loses_no_note(tmp_path: 
         for n, text in enumerate(NOTES, start=2):
             tool(proc, n, "memory_append", {"kind": "note", "text": text})
         # Every note has its vector: the model's process now waits on its stdin, idle.
-        tool(proc, 9, "memory_recall", {"text": QUESTION, "wait_for_vectors": True})
+        ids = itertools.count(9)
+
+        def embedded() -> bool:
+            params = {
+                "name": "memory_recall",
+                "arguments": {"text": QUESTION, "wait_for_vectors": True},
+            }
+            answer = rpc(
+                proc, {"jsonrpc": "2.0", "id": next(ids), "method": "tools/call", "params": params}
+            )
+            assert answer is not None
+            if answer["result"].get("isError"):
+                assert AWAITING_VECTORS in json.dumps(answer), answer
+                return False
+            return True
+
+        wait_until(embedded, "every note has its vector")
         children = model_children(proc.pid)
         assert len(children) == 1, children
         proc.send_signal(signal.SIGKILL)
@@ -152,8 +169,7 @@ def test_a_killed_bridge_takes_its_idle_model_along_and_loses_no_note(tmp_path: 
     async def main() -> None:  # the host starts the bridge again: both notes, found by meaning
         params = stdio(["--data-dir", str(data_dir), "--tenant", "agent-1"])
         async with Client(params) as c:
-            args = {"text": QUESTION, "k": 1, "wait_for_vectors": True}
-            out = await call(c, "memory_recall", args)
+            out = await recall_embedded(c, {"text": QUESTION, "k": 1})
             assert [h["text"] for h in out["hits"]] == [NOTES[0]]
             listed = await call(c, "memory_recall", {"text": "parcel neighbour", "k": 5})
             assert NOTES[1] in [h["text"] for h in listed["hits"]]

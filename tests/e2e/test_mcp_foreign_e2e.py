@@ -7,9 +7,10 @@ from pathlib import Path
 
 import anyio
 from mcp import Client
-from servers import ServerProcess
-from test_mcp_e2e import stdio
-from test_mcp_foreign import AUTOMEM_TOOLS, MEM0_TOOLS, call
+
+from tests.support.mcp_calls import stdio
+from tests.support.mcp_foreign import AUTOMEM_TOOLS, MEM0_TOOLS, call
+from tests.support.servers import ServerProcess
 
 
 def test_stdio_serves_the_other_servers_tools(tmp_path: Path) -> None:

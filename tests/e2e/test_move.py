@@ -18,10 +18,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import REPO, ServerProcess
 
 from memspine_admin.control import ControlDB
 from storage.transfer import format as fmt
+from tests.support.servers import REPO, ServerProcess
 
 ADMIN_KEY = "move-admin-key-3f9b2c71"
 SCRIPT = Path(sys.executable).parent / "memspine-admin"

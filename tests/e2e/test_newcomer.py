@@ -13,9 +13,9 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servers import REPO, ServerProcess
 
 from memspine import __version__
+from tests.support.servers import REPO, ServerProcess
 
 BIN = Path(sys.executable).parent
 MCP_INIT = {

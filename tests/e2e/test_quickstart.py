@@ -25,10 +25,10 @@ from pathlib import Path
 from typing import NamedTuple
 
 import pytest
-from servers import DIM_ENV, REPO, ServerProcess
 
 from memspine.config import Settings, load_settings
 from memspine.startline import embedder
+from tests.support.servers import DIM_ENV, REPO, ServerProcess
 
 PAGES = ["docs/quickstart.md", "docs/current-state.md"]
 PORT = re.compile(r"\b(localhost|127\.0\.0\.1):7781\b")

@@ -11,11 +11,11 @@ from pathlib import Path
 
 import httpx
 import msgspec
-from servers import ServerProcess
-from test_admin_cli import Admin
 
 from memspine_admin.records import now_us
 from storage.tenants.runs import JOURNAL, RUNS, receipts
+from tests.support.admin import Admin
+from tests.support.servers import ServerProcess
 
 ADMIN_KEY = "admin-key-for-the-retention-e2e-012345"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}

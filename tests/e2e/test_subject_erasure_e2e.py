@@ -17,9 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from servers import REPO, ServerProcess
-from test_erasure_e2e import REPLY_TS, SUPPORT, door_turn_patterns
-from test_purge import embedding_patterns, scan
+
+from tests.support.erasure import REPLY_TS, SUPPORT, door_turn_patterns, embedding_patterns, scan
+from tests.support.servers import REPO, ServerProcess
 
 TENANT = "shop-1"
 NAME, EMAIL, ORDER = "Zelda Quarrington", "zelda.q@example.org", "ORD-77123-XQ"

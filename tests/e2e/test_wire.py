@@ -8,7 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from servers import ServerProcess
+
+from tests.support.servers import ServerProcess
 
 TENANT = "wire-tenant"
 REQUESTS = 60

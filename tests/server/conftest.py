@@ -1,5 +1,5 @@
 """In-process fixtures: `start_server` and `server` here are memspine-server's app in this
-process (tests/servers.py InProcessServer), with the interface of the real one, so a test
+process (tests/support/servers.py InProcessServer), with the interface of the real one, so a test
 reads the same in tests/server and tests/e2e."""
 
 from __future__ import annotations
@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import InProcessServer
+
+from tests.support.servers import InProcessServer
 
 
 @pytest.fixture

@@ -8,10 +8,10 @@ import json
 from pathlib import Path
 
 import pytest
-from test_admin_cli import Admin
 
 from memspine_admin import keys
 from memspine_admin.control import ControlDB
+from tests.support.admin import Admin
 
 
 @pytest.fixture

@@ -7,10 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_admin_cli import Admin
 
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
+from tests.support.admin import Admin
 
 
 @pytest.fixture

@@ -4,9 +4,6 @@ point here; tests/e2e/test_auth_fairness.py measures it)."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -15,49 +12,16 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import InProcessServer, cheap_hasher
 
 from memspine.auth import LOCAL_TOKEN_DETAIL
 from memspine.verifier import UNAUTHORIZED_DETAIL
 from memspine_admin import keys
+from tests.support.auth import ADMIN_KEY, Issued, admin_cli
+from tests.support.servers import InProcessServer, cheap_hasher
+from tests.support.wait import wait_for
 
-ADMIN_KEY = "test-admin-key-7c1f0e9a2b"
-SCRIPT = Path(sys.executable).parent / "memspine-admin"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "memspine_admin.cli"]
 UNAUTHORIZED = {"error": "unauthorized", "detail": UNAUTHORIZED_DETAIL}
 NO_ROUTE = {"error": "not_found", "detail": "no such route"}
-
-
-def admin_cli(data_dir: Path, *args: str) -> str:
-    """Run memspine-admin on `data_dir` as its own process; return stdout."""
-    env = {**os.environ, "MEMSPINE_DATA_DIR": str(data_dir)}
-    done = subprocess.run(
-        [*COMMAND, *args], capture_output=True, text=True, env=env, timeout=60, check=False
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
-
-
-class Issued:
-    """The issued-key server with an admin client and helpers to make tenants and keys."""
-
-    def __init__(self, server: InProcessServer) -> None:
-        self.server = server
-        self.admin = server.client(ADMIN_KEY)
-
-    def tenant(self, name: str) -> str:
-        r = self.admin.post("/v1/admin/tenants", json={"name": name})
-        assert r.status_code == 201, r.text
-        return str(r.json()["tenant_id"])
-
-    def key(self, tenant_id: str, name: str = "k", **extra: Any) -> dict[str, Any]:
-        r = self.admin.post("/v1/admin/keys", json={"tenant_id": tenant_id, "name": name, **extra})
-        assert r.status_code == 201, r.text
-        issued: dict[str, Any] = r.json()
-        return issued
-
-    def client(self, token: str) -> httpx.Client:
-        return self.server.client(token)
 
 
 @pytest.fixture(scope="module")
@@ -181,7 +145,7 @@ def test_seed_first_session_keys_and_isolation(issued: Issued) -> None:
         "scopes": ["read"],
         "expires_at": review_key["expires_at"],
         "requests_per_minute": None,
-        # Dimension 4 and no embedder (tests/servers.py): the tenant's vectors are its clients'.
+        # Dimension 4 and no embedder (tests/support/servers.py): the tenant's vectors are its clients'.
         "vector_space": {
             "made_by": "client",
             "model": None,
@@ -453,9 +417,7 @@ def test_admin_key_before_and_after_init(start_server: Any, tmp_path: Path) -> N
     r = admin.post("/v1/admin/tenants", json={"name": "first"})
     assert r.status_code == 201
     tenant = r.json()["tenant_id"]
-    deadline = time.monotonic() + 5
-    while local.get("/v1/memory/events").status_code == 200 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_for(lambda: local.get("/v1/memory/events").status_code != 200, "local mode ends")
     r = local.get("/v1/memory/events")
     assert (r.status_code, r.json()) == (401, UNAUTHORIZED)
     r = admin.post("/v1/admin/keys", json={"tenant_id": tenant, "name": "k"})

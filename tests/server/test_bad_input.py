@@ -9,7 +9,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from servers import InProcessServer
+
+from tests.support.servers import InProcessServer
 
 TENANT = "bad-input"
 T0 = 1791208939000000  # µs: times before 2000 are refused unless the request opts in

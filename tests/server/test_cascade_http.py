@@ -7,7 +7,8 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import InProcessServer
+
+from tests.support.servers import InProcessServer
 
 NOT_FOUND = {"error": "not_found", "detail": "no event with that id"}
 

@@ -1,5 +1,5 @@
 """memspine.client against the app in process: the blocking clients through the app's in-process
-transport (tests/servers.py AppTransport), the async ones over httpx's ASGI transport into an app
+transport (tests/support/servers.py AppTransport), the async ones over httpx's ASGI transport into an app
 whose lifespan runs on the test's own event loop. Real Litestar, real stores, no socket
 (tests/e2e/test_client_e2e.py: a real server, a dropped connection, docs/python.md's session)."""
 
@@ -19,7 +19,6 @@ import httpx
 import msgspec
 import pytest
 from litestar import Litestar
-from servers import AppTransport, InProcessServer, cheap_hasher
 
 from memspine.client import (
     AsyncMemspine,
@@ -51,6 +50,7 @@ from memspine.client.export import ExportCheck
 from memspine_admin.plane import init_control
 from storage.errors import InvalidRequest as StorageInvalid
 from storage.transfer import format as fmt
+from tests.support.servers import AppTransport, InProcessServer, cheap_hasher
 
 ADMIN_KEY = "client-admin-key-5d2e8c"
 NOWISH = 1_791_208_939_000_000  # 2026-10-05, as in README's session

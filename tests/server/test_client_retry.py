@@ -14,7 +14,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-from servers import AppTransport, InProcessServer, cheap_hasher
 
 from memspine.client import (
     APIError,
@@ -27,6 +26,7 @@ from memspine.client import (
 from memspine.client.retry import Attempts
 from memspine_admin import keys
 from memspine_admin.control import ControlDB
+from tests.support.servers import AppTransport, InProcessServer, cheap_hasher
 
 RETRIED = "sending again in"
 

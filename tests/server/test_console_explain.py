@@ -10,13 +10,13 @@ from typing import Any
 import msgspec
 import pytest
 from litestar.testing import TestClient
-from test_recall import add, ev, run
 
 from memspine.app import create_app
 from memspine.config import load_settings
 from storage.model import NewEvent
 from storage.read.recall import RRF_K
 from storage.tenants.tenant import Tenant
+from tests.support.recall import add, ev, run
 
 
 def _fused(ranks: tuple[int | None, int | None]) -> float:

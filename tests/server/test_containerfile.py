@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from servers import REPO, InProcessServer
+
+from tests.support.servers import REPO, InProcessServer
 
 CONTAINERFILE = (REPO / "Containerfile").read_text()
 

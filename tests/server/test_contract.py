@@ -6,7 +6,7 @@ The app runs in this process: the schemathesis CLI's own run (its checks, phases
 report), with the schema loaded from the app and every request sent through schemathesis's ASGI
 transport. tests/e2e/test_contract_e2e.py makes one pass over a real socket.
 
-schemathesis.toml and contract_hooks.py beside this file say where an answer depends on what no
+tests/support/schemathesis.toml and contract_hooks.py say where an answer depends on what no
 JSON Schema can state (a Cypher query's syntax, an order between two fields, stored state).
 """
 
@@ -17,55 +17,26 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import contract_hooks as hooks
 import httpx
 import pytest
-from servers import REPO, InProcessServer, cheap_hasher
 
 from memspine_admin.control import ControlDB
+from tests.support import contract_hooks as hooks
+from tests.support.contract import (
+    ADMIN_KEY,
+    ALL_PHASES,
+    DOCUMENT,
+    check_run,
+    cli_args,
+)
+from tests.support.servers import REPO, InProcessServer, cheap_hasher
 
-ADMIN_KEY = "contract-admin-key-5d0c9e1f"
-HERE = Path(__file__).resolve().parent
-CONFIG = HERE / "schemathesis.toml"
-DOCUMENT = "/schema/openapi.json"
 # Examples per operation and phase: about a minute for the three keys on a loaded 2-core machine.
 MAX_EXAMPLES = {"read-write": 8, "read-only": 6, "admin": 5}
-# schemathesis's phases for each key. The coverage phase's boundary values are the same bodies
-# for every key; the read-only key's writes are refused (403) before any body is read
-# (memspine/pipeline.py checks the scope first) and its reads are the read-write key's, so its
-# coverage phase (a third of the file's CPU) would test nothing the read-write run has not.
-ALL_PHASES = "examples,coverage,fuzzing,stateful"
 PHASES = {"read-write": ALL_PHASES, "read-only": "examples,fuzzing,stateful", "admin": ALL_PHASES}
 # schemathesis's ASGI transport sends `Host: testserver`; a loopback-bound server answers only to
 # the names it is told (memspine/edge.py), as a deployment behind a proxy is told its own.
 ASGI_HOST = "testserver"
-
-
-def cli_args(location: str, token: str, max_examples: int, phases: str = ALL_PHASES) -> list[str]:
-    """The schemathesis command line of one run with every check on, as `token`."""
-    return [
-        "--config-file",
-        str(CONFIG),
-        "run",
-        location,
-        "--checks",
-        "all",
-        "--header",
-        f"Authorization: Bearer {token}",
-        "--max-examples",
-        str(max_examples),
-        "--phases",
-        phases,
-        "--workers",
-        "1",
-    ]
-
-
-def check_run(status: int, output: str) -> None:
-    """One run passed: exit status 0, and it generated requests that all passed."""
-    tail = output[output.find("FAILURES") :] if "FAILURES" in output else output
-    assert status == 0, tail[-12000:]
-    assert re.search(r"\d+ generated, \d+ passed", output), output[-3000:]
 
 
 def issued_keys(data_dir: Path) -> dict[str, str]:

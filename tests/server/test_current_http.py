@@ -9,8 +9,9 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import InProcessServer
-from test_current import HOUR, MIN, T0
+
+from tests.support.servers import InProcessServer
+from tests.support.times import HOUR, MIN, T0
 
 MONDAY_9 = 1_791_190_800_000_000  # Mon 2026-10-05 09:00:00 UTC
 DAY = 24 * HOUR
@@ -20,7 +21,7 @@ STATUS_QUERY = {
     "kind": "fact",
     "k": 3,
 }
-# The seed's third session (../shared/seeds/001_…): name, ts, kind, text, embedding, sources.
+# The seed's third session: name, ts, kind, text, embedding, sources.
 SESSION: list[tuple[str, int, str, str, list[float] | None, tuple[str, ...]]] = [
     ("plan_turn", 8 * MIN, "turn", "Lena: we move billing to the new ledger; cutover on Saturday 10 October", [0.6, 0.2, 0.1, 0.4], ()),
     ("old_date", 9 * MIN, "fact", "Billing cutover to the new ledger is planned for Saturday 2026-10-10", [0.9, 0.2, 0.0, 0.5], ("plan_turn",)),

@@ -11,9 +11,10 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import InProcessServer
-from test_cypher_engine import OPS, WHO, at
-from test_recall_seed import MONDAY_9, PROJECT, SUPPORT, SUPPORT_TS, load
+
+from tests.support.cypher_world import WHO, load_ops
+from tests.support.seed import MONDAY_9, PROJECT, SUPPORT, SUPPORT_TS, load
+from tests.support.servers import InProcessServer
 
 READ_ONLY = (
     "only read queries are accepted (MATCH, WITH, RETURN); write through POST /v1/memory/event"
@@ -44,22 +45,6 @@ def srv(tmp_path_factory: pytest.TempPathFactory) -> Iterator[InProcessServer]:
 def tenant(srv: InProcessServer, name: str) -> httpx.Client:
     """A client for a tenant of its own (local mode: the token is the tenant id)."""
     return srv.client(f"{name}-{uuid.uuid4().hex[:8]}")
-
-
-def load_ops(client: httpx.Client) -> dict[str, str]:
-    """The seed's operations day through the API; writes carry their change as
-    Idempotency-Key and their instruction and lookups as source_event_ids, as the seed's do."""
-    ids: dict[str, str] = {}
-    for name, kind, hms, text, props, sources in OPS:
-        properties = dict(props)
-        if sources:
-            properties["source_event_ids"] = [ids[s] for s in sources]
-        headers = {"Idempotency-Key": props["change"]} if "change" in props else {}
-        body = {"kind": kind, "ts": at(hms), "text": text, "properties": properties}
-        resp = client.post("/v1/memory/event", json=body, headers=headers)
-        assert resp.status_code == 201, resp.text
-        ids[name] = resp.json()["event_id"]
-    return ids
 
 
 def cypher(client: httpx.Client, query: str, params: dict[str, Any] | None = None) -> Any:

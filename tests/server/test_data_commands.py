@@ -9,8 +9,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from test_admin_cli import Admin
-from transfer_world import DIM, answers, populate
 
 from memspine_admin.control import ControlDB
 from storage import files
@@ -18,6 +16,8 @@ from storage.datalock import hold
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
 from storage.transfer import backup as bk
+from tests.support.admin import Admin
+from tests.support.transfer_world import DIM, answers, populate
 
 MOVED = "7c1d3f5e-8a2b-4c6d-9e0f-1a2b3c4d5e6f"
 
@@ -215,7 +215,7 @@ def test_a_tenant_id_that_is_no_directory_name_is_refused(
 
 
 def test_the_admin_route_takes_a_tenant_id(tmp_path: Path) -> None:
-    from servers import InProcessServer, cheap_hasher, serve
+    from tests.support.servers import InProcessServer, cheap_hasher, serve
 
     ControlDB.init(tmp_path / "data", actor="test")
     srv = InProcessServer(

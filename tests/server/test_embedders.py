@@ -15,7 +15,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from endpoint import Endpoint, fake_vector
 
 from memspine.config import SettingsError, load_settings
 from storage.embedders import Embedder, EmbedderError, make_embedder
@@ -23,17 +22,11 @@ from storage.embedders.bert_graph import MS, _dense, _Graph, row_zero_points
 from storage.embedders.child import ChildEmbedder
 from storage.embedders.local import DIM, MODEL_NAME, LocalEmbedder
 from storage.embedders.openai_compat import OpenAIEmbedder, endpoint_url, retry_after_secs
+from tests.support.endpoint import Endpoint, fake_vector
+from tests.support.servers import REPO
 
-REPO = Path(__file__).resolve().parents[2]
-# shared/ lies beside the checkout (CI's clone, /work/main) or at /work/shared (a worktree).
-LOCOMO = next(
-    (
-        p / "data" / "locomo10-minilm.npz"
-        for p in (REPO.parent / "shared", Path("/work/shared"))
-        if (p / "data" / "locomo10-minilm.npz").exists()
-    ),
-    Path("/work/shared/data/locomo10-minilm.npz"),
-)
+# LoCoMo turns and questions with their reference vectors (tests/support/reference/README.md).
+REFERENCE = Path(__file__).resolve().parents[1] / "support" / "reference" / "locomo-reference.npz"
 
 
 # --- the local model --------------------------------------------------------------------
@@ -42,17 +35,9 @@ LOCOMO = next(
 @pytest.fixture(scope="module")
 def reference() -> tuple[list[str], np.ndarray]:
     """A handful of LoCoMo turns and questions (short, long, with captions) and their vectors."""
-    if not LOCOMO.exists():
-        pytest.skip("the LoCoMo reference vectors are not present here")
-    z = np.load(LOCOMO)
-    turns = [str(t) for t in z["turn_texts_0"]]
-    lengths = np.array([len(t) for t in turns])
-    picks = sorted({*np.argsort(lengths)[:4], *np.argsort(lengths)[-4:], *range(0, 400, 50)})
-    captioned = [i for i, t in enumerate(turns) if "[image:" in t][:3]
-    rows = sorted(set(picks) | set(captioned))
-    texts = [turns[i] for i in rows] + [str(q) for q in z["q_texts_0"][:6]]
-    vecs = np.concatenate([z["turn_emb_0"][rows], z["q_emb_0"][:6]]).astype(np.float32)
-    return texts, vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
+    z = np.load(REFERENCE)
+    vecs = z["vectors"].astype(np.float32)
+    return [str(t) for t in z["texts"]], vecs / np.linalg.norm(vecs, axis=1, keepdims=True)
 
 
 @pytest.fixture(scope="module")
@@ -191,7 +176,7 @@ def test_importing_the_package_loads_no_model_runtime() -> None:
     assert proc.returncode == 0, proc.stderr
 
 
-# --- an OpenAI-compatible endpoint on loopback (tests/endpoint.py) ---------------------------
+# --- an OpenAI-compatible endpoint on loopback (tests/support/endpoint.py) ---------------------------
 
 
 @pytest.fixture(scope="module")

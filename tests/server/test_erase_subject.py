@@ -12,10 +12,10 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import InProcessServer, cheap_hasher
-from test_auth import ADMIN_KEY, Issued, admin_cli
 
 from storage import receipts
+from tests.support.auth import ADMIN_KEY, Issued, admin_cli
+from tests.support.servers import InProcessServer, cheap_hasher
 
 NAME, EMAIL, ORDER = "Zelda Quarrington", "zelda.q@example.org", "ORD-77123-XQ"
 CANARY_VECTOR = [0.123456789, -0.987654321, 0.555111222, 0.314159265]

@@ -16,10 +16,10 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import InProcessServer, serve
 
 from storage.transfer import format as fmt
 from storage.transfer.landing import import_tenant
+from tests.support.servers import InProcessServer, serve
 
 JSON = {"Content-Type": "application/json"}
 TS = 1_791_208_939_000_000

@@ -5,6 +5,7 @@ Retry-After), the server-wide defaults, over both control planes and every door.
 from __future__ import annotations
 
 import asyncio
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -625,8 +626,11 @@ def test_max_memory_holds_the_open_tenants_memory(tmp_path: Path, url: str | Non
                 assert r.json()["error"] == "quota_exceeded" and "max_memory" in r.json()["detail"]
                 break
         assert statuses[0] == 201 and statuses[-1] == 403, statuses
-        used = s.client.get(f"/v1/admin/tenants/{s.tenant_id}", headers=ADMIN).json()["usage"]
-        assert used["memory"] >= held + 64 * 1024
+        # The refusal names what the tenant held when its commit was weighed: the limit at least.
+        # (A later reading of the usage may be lower: the background inserter and the keyword
+        # fold move what the tails held, sooner or later on a loaded machine.)
+        said = re.search(r"and holds (\d+)", r.json()["detail"])
+        assert said is not None and int(said.group(1)) >= held + 64 * 1024, r.json()["detail"]
         # Reads still work; removing the limit lets writes in again.
         assert (
             s.client.post("/v1/memory/recall", json={"text": "vector"}, headers=s.key).status_code

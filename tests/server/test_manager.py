@@ -3,7 +3,6 @@ fast reopen, and open/close cycles that leak neither descriptors, threads nor LM
 
 from __future__ import annotations
 
-import os
 import resource
 import threading
 import time
@@ -16,7 +15,6 @@ from typing import Any
 import lmdb
 import pytest
 from litestar.testing import TestClient
-from servers import InProcessServer
 
 from memspine.app import create_app
 from memspine.config import load_settings
@@ -26,6 +24,10 @@ from storage.log.eventlog import EventLog
 from storage.model import NewEvent
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
+from tests.support.metrics import metric
+from tests.support.procfs import fd_count
+from tests.support.servers import InProcessServer
+from tests.support.wait import wait_until
 
 DIM = 4
 PER_WRITER = 12  # appends by each of four writers to the hot tenant
@@ -47,19 +49,6 @@ def count_events(tenant: Tenant) -> int:
     """Live events in the tenant's log."""
     with tenant.log.reader() as r:
         return r.count()
-
-
-def fd_count(pid: int | str = "self") -> int:
-    """Open file descriptors of a process."""
-    return len(os.listdir(f"/proc/{pid}/fd"))
-
-
-def metric(text: str, name: str) -> float:
-    """The value of an unlabelled series in a Prometheus exposition."""
-    for line in text.splitlines():
-        if line.startswith(name + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{name} not exposed")
 
 
 @pytest.fixture
@@ -148,9 +137,7 @@ def test_idle_tenants_close_after_the_idle_time(tmp_path: Path) -> None:
             append(t, event("kept"))
         held = manager.lease("busy")
         held.wait()
-        deadline = time.monotonic() + 5
-        while manager.stats().idle_closes == 0 and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: manager.stats().idle_closes > 0, "the idle tenant closed")
         time.sleep(0.3)  # a request in flight is never closed, however long it takes
         assert [t.tenant_id for t in manager.open_tenants()] == ["busy"]
         assert manager.stats().idle_closes == 1
@@ -215,9 +202,8 @@ def test_a_lease_released_before_it_opened_still_opens_and_frees_its_slot(
     assert second.ready.result(timeout=10).tenant_id == "a"
     assert not second.ready.cancel()  # one waiter giving up cannot cancel the shared open
     second.release()
-    deadline = time.monotonic() + 5
-    while manager.close_idle(now=time.monotonic() + 10**6) == 0 and time.monotonic() < deadline:
-        time.sleep(0.01)  # becomes idle once the background open released its count
+    # It becomes idle once the background open released its count.
+    wait_until(lambda: manager.close_idle(now=time.monotonic() + 10**6) > 0, "the slot idle")
     assert manager.open_count() == 0
 
 

@@ -3,7 +3,6 @@ reads of tenants that do not exist: they answer as an empty tenant and create no
 
 from __future__ import annotations
 
-import shutil
 import threading
 import time
 import uuid
@@ -29,36 +28,12 @@ from storage.errors import Unauthorized, Unavailable
 from storage.model import NewEvent
 from storage.tenants.manager import BUSY_MEMORY, CAP, MEMORY, TenantManager
 from storage.tenants.tenant import Tenant
+from tests.support.big_tenants import build, copies
+from tests.support.metrics import value
+from tests.support.wait import wait_until
 
 DIM = 16
 EVENTS = 300  # per in-process tenant
-BIG_DIM = 384
-BIG_EVENTS = 3000  # per tenant of the real server: a graph of several MB, as in production
-BIG_TENANTS = 12
-BUDGET = 40 << 20  # the real server's: room for about four of the big tenants
-
-
-def build(root: Path, n: int, dim: int, seed: int = 7) -> Path:
-    """A closed tenant at root with n events, each with text and a random embedding."""
-    rng = np.random.default_rng(seed)
-    tenant = Tenant.open(root.name, root, embedding_dim=dim)
-    for lo in range(0, n, 500):
-        rows = rng.standard_normal((min(500, n - lo), dim), dtype=np.float32)
-        events = [
-            NewEvent(kind="turn", ts=1_791_208_939_000_000 + lo + i, text=f"fact {lo + i} of {root.name}",
-                     embedding=row.tolist())
-            for i, row in enumerate(rows)
-        ]  # fmt: skip
-        tenant.submit_append(events).result(timeout=120)
-    tenant.vectors.flush()
-    tenant.close()
-    return root
-
-
-def copies(template: Path, data: Path, names: list[str]) -> None:
-    """Copy a closed tenant's directory under each name."""
-    for name in names:
-        shutil.copytree(template, data / name)
 
 
 def count_events(tenant: Tenant) -> int:
@@ -169,9 +144,8 @@ def test_a_tenant_growing_while_busy_evicts_idle_ones_never_itself_nor_another_b
         tenant.vectors.flush()
         second = m.lease(names[2])  # another request on the growing tenant keeps it busy
         writer.release()
-        deadline = time.monotonic() + 10
-        while len(m.open_tenants()) > 2 and time.monotonic() < deadline:
-            time.sleep(0.02)  # the background closer evicts the idle ones
+        # The background closer evicts the idle ones.
+        wait_until(lambda: len(m.open_tenants()) <= 2, "idle tenants evicted to the budget")
         assert sorted(t.tenant_id for t in m.open_tenants()) == sorted([names[2], names[3]])
         assert m.stats().evictions_by[MEMORY] == 2
         assert count_events(tenant) == EVENTS + 2000  # the busy tenant was never closed
@@ -192,9 +166,7 @@ def test_a_tenant_larger_than_the_budget_opens_alone_and_closes_once_idle(
         with pytest.raises(Unavailable):
             m.lease(names[1])  # the budget is held by a request in flight
         busy.release()
-        deadline = time.monotonic() + 10
-        while m.open_tenants() and time.monotonic() < deadline:
-            time.sleep(0.02)
+        wait_until(lambda: not m.open_tenants(), "the tenants closed")
         assert m.open_tenants() == []  # idle and over the budget: closed in the background
         with m.use(names[1]) as t:
             assert count_events(t) == EVENTS
@@ -234,15 +206,6 @@ def test_all_busy_over_http_is_503_unavailable_with_retry_after(
         r = client.get("/v1/memory/events", params={"limit": 10}, headers=headers)
         assert r.status_code == 200 and len(r.json()["events"]) == 10
         held[1].release()
-
-
-def value(text: str, name: str, **labels: str) -> float:
-    """One sample of a Prometheus exposition, by name and labels."""
-    want = name + ("{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}" if labels else "")
-    for line in text.splitlines():
-        if line.startswith(want + " "):
-            return float(line.split()[1])
-    raise AssertionError(f"{want} not exposed")
 
 
 # -- reads of a tenant that does not exist ---------------------------------------------------------
@@ -365,9 +328,7 @@ def test_a_read_never_creates_a_tenant_being_written_concurrently(tmp_path: Path
                 seen.append(count_events(t))
 
     def wait_for(count: int) -> None:
-        deadline = time.monotonic() + 10
-        while count not in seen[-3:] and time.monotonic() < deadline:
-            time.sleep(0.005)
+        wait_until(lambda: count in seen[-3:], f"a read that counts {count}", every=0.005)
 
     readers = [threading.Thread(target=read) for _ in range(3)]
     try:
@@ -388,14 +349,6 @@ def test_a_read_never_creates_a_tenant_being_written_concurrently(tmp_path: Path
 
 
 # -- a real server cycling through more tenants than fit ---------------------------------------------
-
-
-def vm_rss(pid: int) -> int:
-    """A process's resident set size in bytes, from /proc."""
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    raise AssertionError("no VmRSS")
 
 
 # -- the setting ---------------------------------------------------------------------------------

@@ -12,11 +12,8 @@ from typing import Any
 import anyio
 import httpx
 import pytest
-from argon2 import PasswordHasher
 from mcp import Client
 from mcp.shared.exceptions import MCPError
-from mcp_types import CallToolResult
-from servers import InProcessServer
 
 from memspine.auth import Authenticator
 from memspine.config import Settings
@@ -26,50 +23,18 @@ from memspine.mcp.http import origin_allowed
 from memspine.mcp.render import iso
 from memspine.mcp.server import Caller, build_server
 from memspine.mcp.tools import TOOLS
-from memspine_admin.control import ControlDB
-
-CHEAP_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-READ_TOOLS = {"memory_recall", "memory_get", "memory_list", "memory_cypher"}
-ALL_TOOLS = READ_TOOLS | {"memory_append", "memory_delete"}
-FORBIDDEN = {"error": "forbidden", "detail": "api key is missing the 'write' scope"}
-NO_EVENT = {"error": "not_found", "detail": "no event with that id"}
-
-
-def issue_keys(data_dir: Path) -> dict[str, str]:
-    """A control database with one tenant and a read, a write and a read+write key."""
-    with ControlDB.open(data_dir, create=True, hasher=CHEAP_HASHER) as db:
-        tenant = db.create_tenant("acme", actor="test").tenant_id
-        made = {
-            name: db.create_key(tenant, name, scopes, actor="test").api_key
-            for name, scopes in (
-                ("read", ("read",)),
-                ("write", ("write",)),
-                ("rw", ("read", "write")),
-            )
-        }
-    return {"tenant": tenant, **made}
-
-
-def text(result: CallToolResult) -> str:
-    """The text a model reads from a tool result."""
-    return "\n".join(block.text for block in result.content if block.type == "text")
-
-
-async def call(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Call a tool that must succeed; its structured content."""
-    result = await client.call_tool(name, args)
-    assert not result.is_error, text(result)
-    out: dict[str, Any] = result.structured_content
-    return out
-
-
-async def refused(client: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """Call a tool that must fail as a tool error; its {"error", "detail"}."""
-    result = await client.call_tool(name, args)
-    assert result.is_error, text(result)
-    err: dict[str, Any] = result.structured_content
-    assert text(result) == f"Error ({err['error']}): {err['detail']}"
-    return err
+from tests.support.mcp_calls import (
+    ALL_TOOLS,
+    CHEAP_HASHER,
+    FORBIDDEN,
+    NO_EVENT,
+    READ_TOOLS,
+    call,
+    issue_keys,
+    refused,
+    text,
+)
+from tests.support.servers import InProcessServer
 
 
 class InProcess:

@@ -1,21 +1,17 @@
 """`memspine mcp --tools automem|mem0`: the other servers' tools through the official MCP client,
 each called with the example arguments its own description gives (mcp-automem's src/index.ts;
 mem0-mcp's filter patterns), on a real engine in tmp_path; and on data imported from those
-servers' files (tests/foreign_files.py)."""
+servers' files (tests/support/foreign_files.py)."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
-from typing import Any
 
 import anyio
-import foreign_files as ff
 import pytest
 from mcp import Client
-from mcp_types import CallToolResult
 
 from memspine.config import Settings
 from memspine.engine import Engine
@@ -24,26 +20,8 @@ from memspine.mcp.server import Caller, build_server
 from memspine.mcp.toolsets import TOOLSETS
 from memspine.verifier import Principal
 from memspine_admin.cli import main as admin
-
-AUTOMEM_TOOLS = {
-    "store_memory",
-    "recall_memory",
-    "associate_memories",
-    "update_memory",
-    "delete_memory",
-    "check_database_health",
-}
-MEM0_TOOLS = {
-    "add_memory",
-    "search_memories",
-    "get_memories",
-    "get_memory",
-    "update_memory",
-    "delete_memory",
-    "delete_all_memories",
-    "delete_entities",
-    "list_entities",
-}
+from tests.support import foreign_files as ff
+from tests.support.mcp_foreign import AUTOMEM_TOOLS, MEM0_TOOLS, call
 
 
 class Env:
@@ -68,16 +46,6 @@ def env(tmp_path: Path) -> Iterator[Env]:
     e = Env(tmp_path / "data")
     yield e
     e.engine.close()
-
-
-async def call(c: Client, name: str, args: dict[str, Any]) -> dict[str, Any]:
-    """A call that must succeed: its structured content, which its text states as JSON."""
-    result: CallToolResult = await c.call_tool(name, args)
-    body = "\n".join(b.text for b in result.content if b.type == "text")
-    assert not result.is_error, body
-    out: dict[str, Any] = result.structured_content
-    assert json.loads(body) == out
-    return out
 
 
 def test_the_tool_sets_list_their_servers_tools_by_scope(env: Env) -> None:

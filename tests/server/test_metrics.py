@@ -4,7 +4,6 @@ raised fd limit, as a real server logs it)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +14,7 @@ from memspine.app import create_app
 from memspine.config import load_settings
 from memspine.metrics import Metrics
 from storage.tenants.manager import TenantManager
+from tests.support.wait import wait_until
 
 SECRET_TENANT = "acme-private-7f3a"
 SECRET_TEXT = "zebra orchid manifesto"
@@ -87,10 +87,14 @@ def test_per_tenant_series_only_when_asked_and_idle_close_shows(start_server: An
         text = c.get("/metrics").text
     assert value(text, "memspine_tenant_requests_total", tenant=SECRET_TENANT, status="201") == 1
     assert value(text, "memspine_tenant_lmdb_map_bytes", tenant=SECRET_TENANT) > 0
-    deadline = time.monotonic() + 10
-    while value(text, "memspine_tenant_idle_closes_total") < 1 and time.monotonic() < deadline:
-        time.sleep(0.1)
-        text = server.client().get("/metrics").text
+    exposed = [text]
+
+    def closed() -> bool:
+        exposed.append(server.client().get("/metrics").text)
+        return value(exposed[-1], "memspine_tenant_idle_closes_total") >= 1
+
+    wait_until(closed, "the idle tenant closed")
+    text = exposed[-1]
     assert value(text, "memspine_tenant_idle_closes_total") == 1
     assert value(text, "memspine_open_tenants") == 0
     assert value(text, "memspine_tenant_lmdb_map_bytes", tenant=SECRET_TENANT) == 0

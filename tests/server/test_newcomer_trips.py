@@ -12,7 +12,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from servers import REPO, InProcessServer
 
 from memspine.config import load_settings
 from memspine.examples import EXAMPLES
@@ -20,6 +19,7 @@ from memspine.routes import OPERATIONS
 from memspine.startline import start_line
 from memspine_admin.cli import main as admin_main
 from memspine_admin.control import ControlDB
+from tests.support.servers import REPO, InProcessServer
 
 ADMIN_KEY = "newcomer-admin-key-0123"
 TENANT = "newcomer"

@@ -10,7 +10,8 @@ from typing import Any
 
 import httpx
 import pytest
-from servers import InProcessServer
+
+from tests.support.servers import InProcessServer
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from test_admin_cli import Admin
 
 from memspine_admin.records import now_us
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
+from tests.support.admin import Admin
 
 DAY = 86_400 * 1_000_000
 

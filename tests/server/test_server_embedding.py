@@ -4,7 +4,7 @@ rules answer 422 embedding_mismatch, whoami names the space, the backlog holds a
 an embedder that fails loses nothing (an OpenAI-compatible endpoint on loopback).
 
 The embedder is on only here (MEMSPINE_EMBEDDER=local or openai, dimension 384 or the endpoint's):
-tests/servers.py turns it off for every other test. A handful of texts each: the model is small.
+tests/support/servers.py turns it off for every other test. A handful of texts each: the model is small.
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ from typing import Any
 
 import anyio
 import pytest
-from endpoint import Endpoint
 from mcp import Client
-from servers import InProcessServer
-from test_mcp import CHEAP_HASHER, call, issue_keys
 
 from memspine.auth import Authenticator
 from memspine.config import Settings
@@ -29,6 +26,9 @@ from memspine.engine import Engine
 from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
 from memspine.mcp.tools import TOOLS
+from tests.support.endpoint import Endpoint
+from tests.support.mcp_calls import CHEAP_HASHER, call, issue_keys
+from tests.support.servers import InProcessServer
 
 LOCAL = {"MEMSPINE_EMBEDDER": "local", "MEMSPINE_EMBEDDING_DIM": "384"}
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -71,6 +71,8 @@ def test_text_only_events_get_vectors_and_recall_by_text_is_hybrid(local: InProc
     }
     for i, text in enumerate(NOTES):
         assert c.post("/v1/memory/event", json=event(text, i)).status_code == 201
+    # The server waits 10 s at most for the backlog; a loaded machine embeds slower than that.
+    wait_until(lambda: c.get("/v1/whoami").json()["vector_space"]["unembedded"] == 0, 300)
     body = {"text": QUESTION, "k": 3, "explain": True, "wait_for_vectors": True}
     r = c.post("/v1/memory/recall", json=body)
     assert r.status_code == 200, r.text
@@ -154,6 +156,11 @@ class McpInProcess:
         async with Client(build_server(resolve)) as client:
             yield client
 
+    def backlog(self) -> int:
+        """Events of the key's tenant still without a vector (0 once it is closed)."""
+        with self.engine.manager.use_open(self.keys["tenant"]) as tenant:
+            return 0 if tenant is None else tenant.unembedded_count()
+
     def close(self) -> None:
         self.engine.close()
         self.auth.close()
@@ -171,6 +178,10 @@ def test_an_mcp_only_tenant_gets_vectors_and_hybrid_recall(mcp_env: McpInProcess
         async with mcp_env.client(mcp_env.keys["rw"]) as c:
             for text in NOTES:
                 await call(c, "memory_append", {"kind": "note", "text": text})
+            deadline = time.monotonic() + 300  # the recall's own wait is 10 s: a loaded machine
+            while mcp_env.backlog() > 0:  # embeds slower, so the test waits for the backlog first
+                assert time.monotonic() < deadline, "the embedder never caught up"
+                await anyio.sleep(0.05)
             args = {"text": "who received the package?", "k": 1, "wait_for_vectors": True}
             out = await call(c, "memory_recall", args)
             assert [h["text"] for h in out["hits"]] == [NOTES[1]]

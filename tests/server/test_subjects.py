@@ -12,10 +12,10 @@ from typing import Any
 import httpx
 import msgspec
 import pytest
-from servers import InProcessServer
 
 from memspine.schemas import EventIn, _body_hash
 from storage.transfer.landing import import_tenant
+from tests.support.servers import InProcessServer
 
 
 @pytest.fixture(scope="module")

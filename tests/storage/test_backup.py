@@ -1,6 +1,6 @@
 """Backup and restore of a data directory on real stores: a restore answers every question as
 the original did with indexes rebuilt from the logs, a backup holds no deleted event's bytes,
-and a backup or restore killed half-way leaves its target absent (tests/transfer_world.py
+and a backup or restore killed half-way leaves its target absent (tests/support/transfer_world.py
 builds the tenants)."""
 
 from __future__ import annotations
@@ -14,13 +14,13 @@ from pathlib import Path
 import lmdb
 import msgspec
 import pytest
-from transfer_world import DIM, answers, populate
 
 from storage import files
 from storage.errors import Conflict, InvalidRequest
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
 from storage.transfer import backup as bk
+from tests.support.transfer_world import DIM, answers, populate
 
 REPO = Path(__file__).resolve().parents[2]
 CONTROL = ("_control", 1 << 24)

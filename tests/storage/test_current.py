@@ -8,7 +8,6 @@ heads of its chain in its place, once, marked `replaces`; `as_of` decides what e
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -24,11 +23,8 @@ from storage.read.current import Moment
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import Hit, RecallQuery, recall
 from storage.tenants.tenant import Tenant
+from tests.support.times import HOUR, NOW, T0
 
-MIN = 60_000_000  # one minute in microseconds
-HOUR = 60 * MIN
-NOW = time.time_ns() // 1000
-T0 = NOW - 10 * 24 * HOUR  # the tenant tests' events happen ten days ago
 Q = [1.0, 0.0, 0.0, 0.0]  # the query vector of the arm tests
 
 

@@ -12,110 +12,15 @@ from typing import Any
 
 import msgspec
 import pytest
-from cypher_table import table
 
-from storage.cypher import READ_ONLY_MESSAGE, CypherResult, GraphReader, plan, run
+from storage.cypher import READ_ONLY_MESSAGE, GraphReader, plan, run
 from storage.cypher.diagnostics import WRITE_KEYWORDS
 from storage.errors import CypherSyntaxError, InvalidRequest
 from storage.log import layout
 from storage.log.eventlog import EventLog
 from storage.model import NewEvent
-
-DAY = 1_791_244_800_000_000  # 2026-10-06 00:00 UTC in microseconds, the seed's Tuesday
-
-
-def at(hms: str, day: int = 0) -> int:
-    """A timestamp on the seed's day (plus `day` days) from "HH:MM:SS"."""
-    h, m, s = (int(part) for part in hms.split(":"))
-    return DAY + ((day * 24 + h) * 3600 + m * 60 + s) * 1_000_000
-
-
-class Tenant:
-    """A real log plus the ids its events got, by the short names the tests use."""
-
-    def __init__(self, log: EventLog) -> None:
-        self.log = log
-        self.ids: dict[str, str] = {}
-
-    def add(
-        self,
-        name: str,
-        kind: str,
-        ts: int,
-        text: str,
-        props: dict[str, Any] | None = None,
-        sources: tuple[str, ...] = (),
-        supersedes: tuple[str, ...] = (),
-    ) -> str:
-        """Append one event whose sources and supersedes are given by short name."""
-        event = NewEvent(
-            kind=kind,
-            ts=ts,
-            text=text,
-            properties_raw=msgspec.json.encode(props) if props is not None else None,
-            source_ids=tuple(self.ids[s] for s in sources),
-            supersedes=tuple(self.ids[s] for s in supersedes),
-        )
-        [result] = self.log.append_batch([event])
-        assert not isinstance(result, Exception)
-        self.ids[name] = result.event_id
-        return result.event_id
-
-    def query(
-        self, query: str, params: dict[str, Any] | None = None, **limits: int
-    ) -> CypherResult:
-        """Run query in one read transaction."""
-        with self.log.reader() as reader:
-            return run(reader, query, params, **limits)
-
-    def rows(self, query: str, params: dict[str, Any] | None = None) -> list[list[Any]]:
-        """Only the rows of query."""
-        return self.query(query, params).rows
-
-
-def _turn(actor: str, role: str, supplier: str, **more: Any) -> dict[str, Any]:
-    return {"actor": actor, "role": role, "supplier": supplier, **more}
-
-
-def _call(tool: str, supplier: str, effect: str, **more: Any) -> dict[str, Any]:
-    return {"tool": tool, "supplier": supplier, "effect": effect, **more}
-
-
-# The seed's operations tenant: twelve events on one Tuesday, three of them writes, each
-# write linked to its instruction and lookups. (name, kind, time, text, properties, sources)
-OPS: list[tuple[str, str, str, str, dict[str, Any], tuple[str, ...]]] = [
-    ("I1", "turn", "09:11:40", "Priya: move Northfield (SUP-2207) to net 45 payment terms",
-     _turn("priya.n", "ap_manager", "SUP-2207"), ()),
-    ("L1", "tool_call", "09:11:58", "get_supplier(SUP-2207) -> Northfield Metals, net 30, active",
-     _call("get_supplier", "SUP-2207", "read", duration_ms=120), ()),
-    ("L2", "tool_call", "09:12:05",
-     "get_contract(SUP-2207) -> framework agreement FA-118 allows net 45",
-     _call("get_contract", "SUP-2207", "read", duration_ms=340), ()),
-    ("W1", "tool_call", "09:12:12", "set_payment_terms(SUP-2207, net 45) -> ok, change CHG-9031",
-     _call("set_payment_terms", "SUP-2207", "write", change="CHG-9031", duration_ms=410),
-     ("I1", "L1", "L2")),
-    ("F1", "fact", "09:12:13", "Northfield (SUP-2207) is on net 45 payment terms",
-     {"topic": "payment_terms", "supplier": "SUP-2207"}, ("L2", "W1")),
-    ("I2", "turn", "11:40:02",
-     "Daniel: release PO-7741 for Northfield, the quality hold was cleared this morning",
-     _turn("daniel.o", "buyer", "SUP-2207"), ()),
-    ("L3", "tool_call", "11:40:25",
-     "get_po(PO-7741) -> SUP-2207, 18,400.00 EUR, on hold: incoming inspection",
-     _call("get_po", "SUP-2207", "read", duration_ms=95, amount=18400.0), ()),
-    ("L4", "tool_call", "11:40:27", "get_inspection(PO-7741) -> lot 44 passed 2026-10-06 08:55",
-     _call("get_inspection", "SUP-2207", "read", duration_ms=210), ()),
-    ("W2", "tool_call", "11:40:30", "release_po(PO-7741) -> released, change CHG-9038",
-     _call("release_po", "SUP-2207", "write", change="CHG-9038", duration_ms=380),
-     ("I2", "L3", "L4")),
-    ("I3", "turn", "15:03:40",
-     "Priya: put Calder Packaging on hold until the insurance certificate is renewed",
-     _turn("priya.n", "ap_manager", "SUP-3310", urgent=True), ()),
-    ("L5", "tool_call", "15:03:54",
-     "get_supplier(SUP-3310) -> Calder Packaging, active, insurance certificate expired",
-     _call("get_supplier", "SUP-3310", "read", duration_ms=150), ()),
-    ("W3", "tool_call", "15:03:57", "set_supplier_status(SUP-3310, on hold) -> ok, change CHG-9044",
-     _call("set_supplier_status", "SUP-3310", "write", change="CHG-9044"), ("I3", "L5")),
-]  # fmt: skip
+from tests.support.cypher_table import table
+from tests.support.cypher_world import DAY, OPS, WHO, Tenant, at, open_tenant
 
 _CONV = {"conversation": "c-1005-01"}
 
@@ -146,19 +51,10 @@ SUPPORT: list[tuple[str, str, str, str, dict[str, Any], tuple[str, ...]]] = [
 ]  # fmt: skip
 
 
-def _tenant(
-    path: Path, events: list[tuple[str, str, str, str, dict[str, Any], tuple[str, ...]]]
-) -> Tenant:
-    tenant = Tenant(EventLog.open(path, embedding_dim=4))
-    for name, kind, hms, text, props, sources in events:
-        tenant.add(name, kind, at(hms), text, props, sources)
-    return tenant
-
-
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenant]:
     """The operations tenant (OPS), shared by the tests that only read it."""
-    tenant = _tenant(tmp_path_factory.mktemp("cypher") / "ops", OPS)
+    tenant = open_tenant(tmp_path_factory.mktemp("cypher") / "ops", OPS)
     yield tenant
     tenant.log.close()
 
@@ -166,7 +62,7 @@ def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenant]:
 @pytest.fixture
 def own_ops(tmp_path: Path) -> Iterator[Tenant]:
     """A fresh operations tenant for a test that changes it."""
-    tenant = _tenant(tmp_path / "ops", OPS)
+    tenant = open_tenant(tmp_path / "ops", OPS)
     yield tenant
     tenant.log.close()
 
@@ -174,7 +70,7 @@ def own_ops(tmp_path: Path) -> Iterator[Tenant]:
 @pytest.fixture
 def support(tmp_path: Path) -> Iterator[Tenant]:
     """The support tenant (SUPPORT)."""
-    tenant = _tenant(tmp_path / "support", SUPPORT)
+    tenant = open_tenant(tmp_path / "support", SUPPORT)
     yield tenant
     tenant.log.close()
 
@@ -209,12 +105,6 @@ def project(tmp_path: Path) -> Iterator[Tenant]:
 
 
 # ---- the seed's four queries, exactly its rows ----------------------------------------------
-
-
-WHO = """MATCH (a:Event)-[:SOURCE_FROM]->(i:Event)
-WHERE a.supplier = $supplier AND a.effect = $effect AND i.kind = $kind
-RETURN a.change, a.tool, i.actor, i.role
-ORDER BY a.ts"""
 
 
 def test_seed_which_actions_on_whose_instruction(ops: Tenant) -> None:

@@ -15,13 +15,13 @@ import msgspec
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from test_cypher_engine import OPS, WHO, Tenant, _tenant
 
 from storage.cypher import plan, run
 from storage.cypher.parser import parse
 from storage.errors import CypherSyntaxError, InvalidRequest
+from tests.support.cypher_world import OPS, WHO, Tenant, open_tenant
 
-CASES = Path(__file__).with_name("cypher_cases.txt")
+CASES = Path(__file__).resolve().parents[1] / "support" / "cypher_cases.txt"
 TIMEOUT_MS = 250
 MAX_ROWS = 500
 
@@ -118,7 +118,7 @@ random_text = st.text(alphabet=st.characters(codec="utf-8"), max_size=120)
 @pytest.fixture(scope="module")
 def ops(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tenant]:
     """The operations tenant of test_cypher_engine.py, so mutated queries find data."""
-    tenant = _tenant(tmp_path_factory.mktemp("fuzz") / "ops", OPS)
+    tenant = open_tenant(tmp_path_factory.mktemp("fuzz") / "ops", OPS)
     yield tenant
     tenant.log.close()
 

@@ -9,7 +9,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from cypher_table import table
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -23,6 +22,7 @@ from storage.cypher.parser import MAX_HOPS, parse
 from storage.cypher.planner import plan as plan_ast
 from storage.cypher.values import compare, equals, group_key, order_key
 from storage.errors import CypherSyntaxError, InvalidRequest
+from tests.support.cypher_table import table
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCS = ROOT / "docs" / "cypher.md"

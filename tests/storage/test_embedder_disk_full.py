@@ -8,9 +8,8 @@ real server."""
 from __future__ import annotations
 
 import logging
-import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -24,39 +23,9 @@ from storage.tenants import embedding
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
+from tests.support.embedders import DIM, CountingEmbedder, unit
 
 T0 = 1_800_000_000_000_000
-DIM = 4
-
-
-def unit(text: str) -> np.ndarray:
-    """The vector the test embedder gives `text`: deterministic, of unit length."""
-    v = np.random.default_rng(abs(hash(text)) % (1 << 32)).standard_normal(DIM)
-    return (v / np.linalg.norm(v)).astype(np.float32)
-
-
-class CountingEmbedder:
-    """A real Embedder (no model): deterministic vectors, and a count of the texts it was given."""
-
-    name = "test/disk-model"
-    dim = DIM
-
-    def __init__(self) -> None:
-        self.calls: list[int] = []  # texts per embed call
-        self._lock = threading.Lock()
-
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """One vector per text."""
-        with self._lock:
-            self.calls.append(len(texts))
-        return np.stack([unit(t) for t in texts]) if texts else np.zeros((0, DIM), np.float32)
-
-    def embed_query(self, text: str) -> np.ndarray:
-        """A query's vector."""
-        return unit(text)
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 @pytest.fixture(autouse=True)

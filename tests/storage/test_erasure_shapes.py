@@ -6,24 +6,31 @@ tests/storage/test_purge.py does."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import random
-import shutil
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 
 import msgspec
 import pytest
-from test_purge import DIM, embedding_patterns, neighbour, rare_token, scan, text_patterns
 
 from storage.erasure import swap
 from storage.erasure.purge import NoRoomToPurge, for_want_of_room
 from storage.index import vecfile
-from storage.model import NewEvent
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
+from tests.support.erasure import (
+    DIM,
+    Victim,
+    append,
+    ballast,
+    check_erased,
+    fill,
+    scan,
+    shaped,
+    victim,
+)
 
 VECTORS = ["none", "all", "mixed", "no-text"]  # which events carry an embedding (and text)
 LIVES = ["open", "reopened", "deleted-then-reopened", "purged-before", "purged-twice"]
@@ -32,71 +39,10 @@ LIVES = ["open", "reopened", "deleted-then-reopened", "purged-before", "purged-t
 # -- a tenant of a given shape -----------------------------------------------------------------
 
 
-class Victim(msgspec.Struct):
-    """An event to erase and every byte pattern it leaves on disk."""
-
-    event: NewEvent
-    patterns: dict[str, bytes]
-
-
-def victim(rng: random.Random, vectors: str) -> Victim:
-    """An event whose text, rare words, property value and embedding only it holds."""
-    rare = [rare_token(rng) for _ in range(2)]
-    secret = "gate-" + rare_token(rng)
-    text = None if vectors == "no-text" else f"the door code is 4471, {rare[0]} {rare[1]}"
-    embedding = None if vectors == "none" else [rng.uniform(-1, 1) for _ in range(DIM)]
-    props = msgspec.json.encode({"gate": secret})
-    ev = NewEvent(kind="turn", ts=2_000_000, text=text, embedding=embedding, properties_raw=props)
-    patterns = {"property": secret.encode()}
-    if text is not None:
-        patterns |= text_patterns(text, rare)
-    if embedding is not None:
-        patterns |= embedding_patterns(embedding)
-    return Victim(event=ev, patterns=patterns)
-
-
-def shaped(rng: random.Random, i: int, vectors: str) -> NewEvent:
-    """A neighbour of the given shape: with or without its embedding and text."""
-    ev = neighbour(rng, i)
-    if vectors == "none" or (vectors == "mixed" and i % 2):
-        return msgspec.structs.replace(ev, embedding=None)
-    if vectors == "no-text":
-        return msgspec.structs.replace(ev, text=None)
-    return ev
-
-
-def append(t: Tenant, events: list[NewEvent]) -> list[str]:
-    """Append and return the new ids."""
-    return [r.event_id for r in t.submit_append(events).result()]
-
-
-def fill(t: Tenant, rng: random.Random, vectors: str, start: int, n: int) -> list[str]:
-    """N neighbours in one batch."""
-    return append(t, [shaped(rng, i, vectors) for i in range(start, start + n)])
-
-
 def reopen(t: Tenant) -> Tenant:
     """Close (saving every index, an empty vector file included) and open again."""
     t.close()
     return Tenant.open(t.tenant_id, t.root, embedding_dim=DIM)
-
-
-def check_erased(data_dir: Path, t: Tenant, patterns: dict[str, bytes], live: list[str]) -> None:
-    """No byte of the erased events anywhere, nothing awaiting a purge, the rest readable."""
-    assert scan(data_dir, patterns) == {}
-    assert t.log.tombstones() == []
-    assert not (t.root / swap.PENDING).exists()
-    assert not any((t.root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
-    with t.log.reader() as r:
-        assert [e for e in live if r.get(e) is None] == []
-        sample = [ev for e in live[::7] if (ev := r.get(e)) is not None]
-    for ev in sample:
-        if ev.text:
-            token = ev.text.split()[-1]
-            assert [e for e, _s in t.keyword.search(token, limit=1)] == [ev.event_id]
-        if ev.embedding:
-            [(label, sim)] = t.vectors.search(ev.embedding, 1)
-            assert label == ev.seq and sim > 0.999
 
 
 @pytest.mark.parametrize("life", LIVES)
@@ -201,15 +147,6 @@ def small_disk(tmp_path: Path) -> Iterator[Path]:
         yield mount
     finally:
         subprocess.run(["umount", "-l", str(mount)], check=False)
-
-
-def ballast(disk: Path, leave: int) -> Path:
-    """Fill the file system until `leave` bytes are free (or fewer)."""
-    path = disk / "ballast"
-    free = shutil.disk_usage(disk).free
-    with contextlib.suppress(OSError), open(path, "ab", buffering=0) as fh:
-        fh.write(b"\0" * max(0, free - leave))
-    return path
 
 
 def big_tenant(root: Path, rng: random.Random) -> tuple[Tenant, list[str], Victim]:

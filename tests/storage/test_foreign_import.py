@@ -1,6 +1,6 @@
 """memspine-admin import-from on real stores: the report of a dry run, current-state recall on
 the imported tenant, a second run that stores nothing, and damaged files that store nothing
-(tests/foreign_files.py builds each source's file from its own schema)."""
+(tests/support/foreign_files.py builds each source's file from its own schema)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-import foreign_files as ff
 import pytest
 
 from memspine_admin.cli import main
@@ -21,6 +20,7 @@ from storage.read.recall import RecallQuery
 from storage.tenants.tenant import Tenant
 from storage.transfer.foreign import convert
 from storage.transfer.foreign.records import event_id
+from tests.support import foreign_files as ff
 
 FILES: dict[str, Callable[[], bytes]] = {
     "automem": ff.automem_file,

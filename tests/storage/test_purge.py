@@ -4,11 +4,8 @@ directory, writes during a purge kept, failures and crashes leaving a tenant tha
 from __future__ import annotations
 
 import hashlib
-import os
 import random
 import shutil
-import string
-import struct
 import tempfile
 import threading
 import time
@@ -20,7 +17,6 @@ import lmdb
 import msgspec
 import numpy as np
 import pytest
-import tantivy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,63 +27,26 @@ from storage.erasure.purge import PurgeStats
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.index.vecfile import VectorFileError, count_labels, erase_labels
 from storage.log.eventlog import EventLog
-from storage.model import NewEvent, StoredEvent
+from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
-
-DIM = 16
-VOCAB = ["parcel", "order", "carrier", "refund", "street", "delivery", "agent", "customer"]
-
+from tests.support.erasure import (
+    DIM,
+    ROLL_STEPS,
+    VOCAB,
+    append,
+    check_tenant,
+    embedding_patterns,
+    index_terms,
+    last_tokens,
+    neighbour,
+    rare_token,
+    record,
+    scan,
+    text_of,
+    text_patterns,
+)
 
 # -- the forensic scan -----------------------------------------------------------------------
-
-
-def embedding_patterns(vector: list[float]) -> dict[str, bytes]:
-    """Every encoding of an embedding the code writes or reads, as bytes to search for."""
-    arr = np.asarray(vector, dtype=np.float64)
-    unit = arr / np.linalg.norm(arr)
-    patterns = {
-        "float32": arr.astype("<f4").tobytes(),
-        "float64": arr.astype("<f8").tobytes(),
-        "normalised float32": unit.astype("<f4").tobytes(),
-        "normalised float64": unit.astype("<f8").tobytes(),
-        "msgpack": msgspec.msgpack.encode(vector),
-        "json": msgspec.json.encode(vector),
-    }
-    for i, x in enumerate(vector):  # msgpack stores each float as 0xcb + big-endian float64
-        patterns[f"msgpack[{i}]"] = b"\xcb" + struct.pack(">d", x)
-    return patterns
-
-
-def text_patterns(text: str, rare: list[str]) -> dict[str, bytes]:
-    """The text and each of its rare tokens, as written and lowercase."""
-    patterns = {"text": text.encode()}
-    for token in rare:
-        patterns[f"token {token}"] = token.encode()
-        patterns[f"token {token.lower()}"] = token.lower().encode()
-    return patterns
-
-
-def scan(root: Path, patterns: dict[str, bytes]) -> dict[str, list[str]]:
-    """For each pattern, the files under root whose bytes contain it."""
-    found: dict[str, list[str]] = {}
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            path = Path(dirpath, name)
-            try:
-                data = path.read_bytes()
-            except FileNotFoundError:  # a Tantivy temp file gone since the listing holds nothing
-                continue
-            for label, pattern in patterns.items():
-                if pattern in data:
-                    found.setdefault(label, []).append(str(path.relative_to(root)))
-    return found
-
-
-def index_terms(path: Path) -> set[str]:
-    """Every term in the text field's dictionary of the Tantivy index at path, deleted documents'
-    terms included (bytes alone cannot show that: the dictionary is an FST)."""
-    searcher = tantivy.Index.open(str(path)).searcher()
-    return {term for term, _count in searcher.terms_with_prefix("text", "")}
 
 
 def terms_of(texts: list[str], scratch: Path) -> set[str]:
@@ -101,31 +60,7 @@ def terms_of(texts: list[str], scratch: Path) -> set[str]:
     return terms
 
 
-def rare_token(rng: random.Random) -> str:
-    """A made-up word no other event uses (consonants only, so stemming leaves it whole)."""
-    letters = "bcdfghjklmnpqrtvwxz"
-    return rng.choice(string.ascii_uppercase) + "".join(rng.choice(letters) for _ in range(9))
-
-
 # -- building tenants --------------------------------------------------------------------------
-
-
-def neighbour(rng: random.Random, i: int) -> NewEvent:
-    """An ordinary event sharing words, kinds and properties with the victim."""
-    words = " ".join(rng.choice(VOCAB) for _ in range(12))
-    props = {"speaker": rng.choice(["agent", "customer"]), "n": i}
-    return NewEvent(
-        kind=rng.choice(["turn", "fact"]),
-        ts=1_000_000 + i,
-        text=f"{words} nb{i:05d}",
-        embedding=[rng.uniform(-1, 1) for _ in range(DIM)],
-        properties_raw=msgspec.json.encode(props),
-    )
-
-
-def append(t: Tenant, events: list[NewEvent]) -> list[str]:
-    """Append and return the new ids."""
-    return [r.event_id for r in t.submit_append(events).result()]
 
 
 def stored_vector(t: Tenant, event_id: str) -> bytes:
@@ -133,18 +68,6 @@ def stored_vector(t: Tenant, event_id: str) -> bytes:
     ev = record(t, event_id)
     assert ev is not None
     return bytes(np.asarray(t.vectors.index.get_items([ev.seq]), dtype="<f4").tobytes())
-
-
-def text_of(t: Tenant, event_id: str) -> str | None:
-    """The live event's text, or None."""
-    ev = record(t, event_id)
-    return None if ev is None else ev.text
-
-
-def record(t: Tenant, event_id: str) -> StoredEvent | None:
-    """The live record, or None."""
-    with t.log.reader() as r:
-        return r.get(event_id)
 
 
 @pytest.fixture
@@ -220,31 +143,6 @@ def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) 
     reopened.close()
     assert scan(root, patterns) == {}
     assert index_terms(root / "keyword") & victim_terms == set()
-
-
-def check_tenant(t: Tenant, live: list[str], gone: dict[str, str]) -> None:
-    """Every live event readable and found by keyword and by vector; gone ones (id -> a token
-    only they used) nowhere."""
-    with t.log.reader() as r:
-        assert [e for e in live if r.get(e) is None] == []
-        assert [e for e in gone if r.get(e) is not None] == []
-        assert r.tombstone_ids() == []
-        sample = [ev for e in live[::20] if (ev := r.get(e)) is not None and ev.embedding]
-    assert sample
-    for ev in sample:
-        assert ev.text and ev.embedding
-        token = ev.text.split()[-1]
-        assert [e for e, _s in t.keyword.search(token, limit=3)] == [ev.event_id]
-        [(label, sim)] = t.vectors.search(ev.embedding, 1)
-        assert label == ev.seq and sim > 0.999
-    for token in gone.values():
-        assert t.keyword.search(token, limit=1) == []
-
-
-def last_tokens(t: Tenant, ids: list[str]) -> dict[str, str]:
-    """Each event's last word (the neighbours' unique token)."""
-    with t.log.reader() as r:
-        return {e: ev.text.split()[-1] for e in ids if (ev := r.get(e)) is not None and ev.text}
 
 
 def test_the_rebuilt_keyword_index_answers_like_the_one_it_replaces(
@@ -585,9 +483,6 @@ def test_a_purge_failing_after_its_commit_still_swaps(
     assert not any((root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
     check_tenant(t, ids[4:], gone)  # the new files, swapped in whole
     t.close()
-
-
-ROLL_STEPS = [f"swap:{name}" for name in files.STORES] + ["swap:done"]
 
 
 @pytest.mark.parametrize("at", range(len(ROLL_STEPS)))

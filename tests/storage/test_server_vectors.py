@@ -12,7 +12,6 @@ from pathlib import Path
 import lmdb
 import numpy as np
 import pytest
-from test_purge import embedding_patterns, scan
 
 from storage import files
 from storage.errors import EmbeddingMismatch
@@ -32,6 +31,7 @@ from storage.tenants.tenant import Tenant
 from storage.transfer.export import export_lines
 from storage.transfer.format import FORMAT_VERSION, Reader, end_line
 from storage.transfer.load import lines_of, load, read_header
+from tests.support.erasure import embedding_patterns, scan
 
 T0 = 1_800_000_000_000_000
 MINUTE = 60_000_000

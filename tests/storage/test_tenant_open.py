@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import errno
 import subprocess
 import sys
 import textwrap
 from pathlib import Path
 
 import msgspec
+import pytest
 
 from storage.model import NewEvent
+from storage.tenants.indexes import raise_if_out_of_fds
 from storage.tenants.tenant import Tenant
 
 
@@ -80,3 +83,20 @@ def test_a_caller_cannot_cancel_a_write_its_batch_will_commit(tmp_path: Path) ->
         assert msgspec.json.encode(ev.kind) == b'"turn"'
     finally:
         t.close()
+
+
+@pytest.mark.parametrize(
+    "said",
+    [OSError(errno.EMFILE, "Too many open files"), ValueError("Too many open files (os error 24)")],
+)
+def test_a_failure_that_says_out_of_fds_is_pressure_though_a_descriptor_is_free_now(
+    said: BaseException,
+) -> None:
+    """Between a failed open and the probe another thread may close a file: the failure's own
+    words decide first (a loaded run rebuilt vectors.hnsw after an EMFILE so)."""
+    damaged = ValueError("vector index file is damaged")
+    damaged.__cause__ = said
+    with pytest.raises(OSError) as raised:
+        raise_if_out_of_fds(damaged)
+    assert raised.value.errno == errno.EMFILE
+    raise_if_out_of_fds(ValueError("vector index file is damaged"))  # damage stays damage

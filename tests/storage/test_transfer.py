@@ -1,5 +1,5 @@
 """Export and import on real stores: a lossless round trip, refusals that name the line, and an
-import that is whole or absent (tests/transfer_world.py builds the tenant)."""
+import that is whole or absent (tests/support/transfer_world.py builds the tenant)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,6 @@ from typing import Any
 
 import msgspec
 import pytest
-from transfer_world import DIM, MODEL, answers, populate
 
 from storage import files
 from storage.errors import Conflict, InvalidRequest
@@ -26,6 +25,7 @@ from storage.transfer import load
 from storage.transfer.export import tenant_export
 from storage.transfer.format import FORMAT_VERSION
 from storage.transfer.landing import STAGING_PREFIX, import_tenant
+from tests.support.transfer_world import DIM, MODEL, answers, populate
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -14,6 +14,7 @@ import pytest
 
 from storage.index import vectors
 from storage.index.vectors import VectorIndex
+from tests.support.wait import wait_until
 
 DIM = 8
 
@@ -52,10 +53,8 @@ def test_the_inserter_thread_runs_niced(tmp_path: Path) -> None:
         assert native is not None
         ours = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         wanted = min(19, ours + vectors.INSERT_NICENESS)  # 19 is the lowest priority there is
-        deadline = time.monotonic() + 5
-        while os.getpriority(os.PRIO_PROCESS, native) != wanted:
-            assert time.monotonic() < deadline, "the inserter never lowered its priority"
-            time.sleep(0.01)
+        lowered = lambda: os.getpriority(os.PRIO_PROCESS, native) == wanted  # noqa: E731
+        wait_until(lowered, "the inserter lowered its priority")
         assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == ours
     finally:
         index.close()

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from test_embedder_disk_full import CountingEmbedder
 
 from storage import failpoints
 from storage.errors import DiskFull
@@ -30,6 +29,7 @@ from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
 from storage.tenants.writer import GroupWriter, Job
+from tests.support.embedders import CountingEmbedder
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000_000_000

@@ -10,7 +10,6 @@ from pathlib import Path
 import psycopg
 import pytest
 from argon2 import PasswordHasher
-from servers import free_port
 
 from memspine_admin.control_pg import (
     POLL_SECS,
@@ -24,6 +23,7 @@ from memspine_admin.control_pg import (
 from memspine_admin.controlurl import redact
 from memspine_admin.plane import open_control
 from storage.errors import Conflict, InvalidRequest
+from tests.support.servers import free_port
 
 WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 
@@ -140,7 +140,7 @@ def test_placement_uses_the_registered_nodes_and_routes_follow(control_url: str)
         tenants = [db.create_tenant(f"t{i}", actor="test") for i in range(30)]
         for t in tenants:
             assert db.get_tenant(t.tenant_id) == t
-        # The least-loaded default (tests/storage/test_placement.py): a burst spreads evenly.
+        # The least-loaded default (tests/control/test_placement.py): a burst spreads evenly.
         assert sorted(t.node or "" for t in tenants) == sorted(
             [f"node-{n}" for n in (1, 2, 3)] * 10
         )

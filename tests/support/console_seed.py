@@ -8,11 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from servers import ServerProcess
-from test_cypher_http import load_ops
-from test_recall_seed import MONDAY_9, PROJECT, SUPPORT, SUPPORT_TS, load
 
 from memspine_admin.control import ControlDB
+from tests.support.cypher_world import load_ops
+from tests.support.seed import MONDAY_9, PROJECT, SUPPORT, SUPPORT_TS, load
+from tests.support.servers import ServerProcess
 
 ADMIN_KEY = "console-admin-key-4b1e9d27"
 

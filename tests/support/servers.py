@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from memspine.auth import Authenticator
     from memspine.config import Settings
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 # The embedder is off unless a test turns it on (MEMSPINE_EMBEDDER=local): at dimension 4 the
 # local model (384) would make every tenant client-space anyway, and with it off no test pays
 # for loading it or waits on background work it did not ask for.

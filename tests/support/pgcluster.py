@@ -21,7 +21,7 @@ import pytest
 
 from memspine_admin.pgserver import PostgresMissing, PrivatePostgres
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 INSTALL = REPO / "scripts" / "install-debian-packages"
 
 

@@ -1,4 +1,4 @@
-"""The Cypher case table (tests/storage/cypher_cases.txt), read once for the parser and engine tests."""
+"""The Cypher case table (tests/support/cypher_cases.txt), read once for the parser and engine tests."""
 
 from __future__ import annotations
 
