@@ -19,13 +19,13 @@ import httpx as httpx2
 import pytest
 from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
-from servers import ServerProcess, cheap_hasher
-from test_mcp_e2e import stdio
 
 from memspine_admin.control import ControlDB
 from storage.readlog import records
 from storage.readlog.format import HEADER_BYTES, decode_header, frames
 from storage.readlog.logfile import reads_path
+from tests.support.mcp_calls import stdio
+from tests.support.servers import ServerProcess, cheap_hasher
 
 ADMIN = Path(sys.executable).parent / "memspine-admin"
 READERS = 6

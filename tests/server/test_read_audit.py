@@ -15,7 +15,6 @@ import anyio
 import httpx
 import msgspec
 import pytest
-from servers import AppTransport, InProcessServer, cheap_hasher
 
 from memspine.client import Memspine, MemspineAdmin
 from memspine.readaudit import DAY_US, ReadAudit, Reader
@@ -25,6 +24,7 @@ from memspine_admin.records import ReadMark
 from storage import failpoints
 from storage.errors import DiskFull, Unavailable
 from storage.readlog import records, verify
+from tests.support.servers import AppTransport, InProcessServer, cheap_hasher
 
 ADMIN_KEY = "an-admin-key-of-some-length"
 MCP_HEADERS = {"Accept": "application/json, text/event-stream"}

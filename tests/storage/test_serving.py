@@ -10,7 +10,6 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import pytest
-from test_embedder_disk_full import CountingEmbedder
 
 from storage.errors import Unavailable
 from storage.model import NewEvent
@@ -19,6 +18,7 @@ from storage.tenants import serving
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.manager import TenantManager
 from storage.tenants.serving import ServerVectors
+from tests.support.embedders import CountingEmbedder
 
 T0 = 1_800_000_000_000_000
 
