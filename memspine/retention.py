@@ -139,10 +139,9 @@ class Retention:
         self, tenant_id: str, policy: Policy, journal: Journal, held: int
     ) -> RunReceipt:
         """Purge what the run deleted and leave its receipt."""
-        purged, pending = 0, False
+        pending = False
         try:
-            stats = await self.engine.purge(tenant_id)
-            purged = stats.purged
+            await self.engine.purge(tenant_id)
         except Exception as exc:  # the marker stays: the purger's own sweep retries it
             log.warning("tenant %s: retention's purge is pending: %s", tenant_id, exc)
             pending = True
@@ -151,6 +150,9 @@ class Retention:
             tenant_id,
             lambda t: t.snapshot_read(lambda r: [e for e in journaled if not r.exists(e)]),
         )
+        # Every event the run deleted was deleted before this purge, so a purge that ran purged
+        # them all, whether it or an earlier sweep (after a restart, say) rewrote the files.
+        purged = 0 if pending else len(gone)
         receipt = RunReceipt(
             receipt_id=journal.run_id,
             tenant_id=tenant_id,
