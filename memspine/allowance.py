@@ -22,6 +22,7 @@ from functools import partial
 
 from memspine.config import Settings
 from memspine.verifier import Principal
+from memspine_admin.limits import effective_limits
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import LIMITS, TenantRecord
 from storage import UNLIMITED, Quota, QuotaSource
@@ -158,11 +159,8 @@ class Allowance:
 
     def effective(self, record: TenantRecord) -> Quota:
         """A tenant's own limits with the server's defaults where it has none."""
-        default = self.default_quota
-        own = {name: getattr(record, name) for name in LIMITS}
-        return Quota(
-            **{name: getattr(default, name) if v is None else v for name, v in own.items()}
-        )
+        defaults = {name: getattr(self.default_quota, name) for name in LIMITS}
+        return Quota(**effective_limits(record, defaults))
 
     def count(self, reason: str) -> None:
         """One request refused by a limit (memspine_rejected_total{reason})."""

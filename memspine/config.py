@@ -14,6 +14,7 @@ import msgspec
 
 from memspine.limits import default_max_open_bytes, machine_memory
 from memspine_admin.controlurl import is_control_url, redact
+from memspine_admin.limits import BINARY_UNITS, parse_limit
 from memspine_admin.placement import is_node_name
 from memspine_admin.records import MAX_QUOTA, MAX_REQUESTS_PER_MINUTE
 from memspine_admin.retention import MAX_DAYS
@@ -137,7 +138,7 @@ def _int_in(lo: int, hi: int) -> Callable[[str], int]:
     return parse
 
 
-_BINARY_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_BINARY_UNITS = BINARY_UNITS
 MIN_OPEN_BYTES = 1 << 20
 MAX_OPEN_BYTES = 1 << 60  # more than any machine: taken as "no budget to speak of"
 
@@ -178,25 +179,13 @@ def _days(value: str) -> int | None:
 
 
 def _limit(hi: int, *, units: bool = False) -> Callable[[str], int | None]:
-    """A limit: empty or 0 for none, else a whole number up to hi (with units: an optional K,
-    M, G or T, powers of 1024)."""
+    """A limit: empty or 0 for none, else a whole number up to hi (memspine_admin/limits.py)."""
 
     def parse(value: str) -> int | None:
-        text = value.strip().lower()
-        if text in ("", "0"):
-            return None
-        unit = ""
-        if units:
-            text = text.removesuffix("ib").removesuffix("b")
-            unit = text[-1:] if text[-1:] in _BINARY_UNITS else ""
-            text = text[: len(text) - len(unit)].strip()
-        if not text.isdigit():
-            example = "10000000, 512M or 0 for none" if units else "1000, or 0 for none"
-            raise SettingsError(f"expected a whole number such as {example}, got {value!r}")
-        n = int(text) * _BINARY_UNITS[unit]
-        if n > hi:
-            raise SettingsError(f"expected at most {hi}, got {value!r}")
-        return n
+        try:
+            return parse_limit(value, hi, units=units)
+        except ValueError as exc:
+            raise SettingsError(str(exc)) from None
 
     return parse
 
