@@ -123,7 +123,8 @@ def _recover(fd: int, path: Path, size: int) -> Tail:
 
 
 class Appender:
-    """One tenant's read log open for appending: the writer thread's only handle on it."""
+    """One tenant's read log, appended to by the writer thread: its chain's tail in memory, the
+    file opened for each group of records and closed after."""
 
     def __init__(self, root: Path, first_ts: int) -> None:
         """Open (creating it with an empty chain if missing) and cut off an interrupted tail.
@@ -143,12 +144,12 @@ class Appender:
             tail = _recover(fd, self.path, size)
             if tail.end < size:  # a write cut short by a crash: never acknowledged
                 os.ftruncate(fd, tail.end)
-        except BaseException:
+            self.inode = os.fstat(fd).st_ino
+        finally:
+            # No descriptor is kept between commits: a read log open for every tenant read in
+            # the last minute would hold descriptors beyond the open-tenant cap that the fd
+            # limit is divided by (tests/e2e/test_process_limits.py).
             os.close(fd)
-            raise
-        self.fd = fd
-        self._saved_fd = -1
-        self.inode = os.fstat(fd).st_ino
         self.seq, self.hash, self.ts, self.size = tail
 
     def current(self) -> bool:
@@ -169,16 +170,22 @@ class Appender:
             value = chain(value, body)
             seq, ts = seq + 1, r.ts
         data = b"".join(parts)
+        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
         try:
+            if os.fstat(fd).st_ino != self.inode:  # replaced since the writer checked
+                raise FileNotFoundError(f"{self.path.name} was replaced")
             failpoints.hit("reads.append")
-            written = os.write(self.fd, data)
+            written = os.write(fd, data)
             while written < len(data):
-                written += os.write(self.fd, data[written:])
-            fdatasync_fd(self.fd)
+                written += os.write(fd, data[written:])
+            fdatasync_fd(fd)
         except BaseException:
             with contextlib.suppress(OSError):  # leave no half record behind
-                os.ftruncate(self.fd, self.size)
+                if os.fstat(fd).st_ino == self.inode:
+                    os.ftruncate(fd, self.size)
             raise
+        finally:
+            os.close(fd)
         self.seq, self.hash, self.ts, self.size = seq, value, ts, self.size + len(data)
         self._save()
 
@@ -186,19 +193,18 @@ class Appender:
         """Leave the tail beside the log for the next open (a hint: a failure costs nothing)."""
         saved = _SAVED.pack(SAVED_MAGIC, self.inode, self.seq, self.hash, self.ts, self.size)
         with contextlib.suppress(OSError):
-            if self._saved_fd < 0:
-                self._saved_fd = os.open(_saved_path(self.path), os.O_WRONLY | os.O_CREAT, 0o600)
-            os.pwrite(self._saved_fd, saved, 0)
+            fd = os.open(_saved_path(self.path), os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.pwrite(fd, saved, 0)
+            finally:
+                os.close(fd)
 
     def mark(self) -> Mark:
         """The chain's head now."""
         return Mark(self.seq, self.hash)
 
     def close(self) -> None:
-        """Close the file."""
-        os.close(self.fd)
-        if self._saved_fd >= 0:
-            os.close(self._saved_fd)
+        """Forget the file (no descriptor is held between appends)."""
 
 
 def copy_whole(root: Path, dest_root: Path) -> bool:
