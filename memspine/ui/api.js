@@ -98,3 +98,6 @@ export function eraseSubject(subject, body) {
 export function receipts() {
   return call("GET", "/v1/memory/receipts");
 }
+
+/** One page of the tenant's read records (an audit key): {reads, next_cursor}. */
+export const auditReads = (params) => call("GET", "/v1/memory/audit/reads" + query(params)).then((r) => r.body);

@@ -1,9 +1,10 @@
-// The console: a hash router over six pages. The key typed at sign-in is kept in this tab's
+// The console: a hash router over its pages. The key typed at sign-in is kept in this tab's
 // sessionStorage; what it may do (whoami's scopes) decides which controls the pages draw.
 
 import { ApiError, forgetKey, storedKey, whoami } from "./api.js";
 import { el, fill } from "./dom.js";
 import { when } from "./format.js";
+import { renderAudit } from "./page-audit.js";
 import { renderCypher } from "./page-cypher.js";
 import { renderEvent } from "./page-event.js";
 import { renderRecall } from "./page-recall.js";
@@ -11,17 +12,32 @@ import { renderSignIn } from "./page-signin.js";
 import { renderSubject } from "./page-subject.js";
 import { renderTimeline } from "./page-timeline.js";
 
+// [name, title, render, the scope a key needs to see it]
 const PAGES = [
-  ["timeline", "Time line", renderTimeline],
-  ["recall", "Recall", renderRecall],
-  ["cypher", "Cypher", renderCypher],
-  ["subject", "Subjects", renderSubject],
+  ["timeline", "Time line", renderTimeline, "read"],
+  ["recall", "Recall", renderRecall, "read"],
+  ["cypher", "Cypher", renderCypher, "read"],
+  ["subject", "Subjects", renderSubject, "read"],
+  ["audit", "Who read what", renderAudit, "audit"],
 ];
 
 const session = {
   who: null,
+  has(scope) {
+    return Boolean(this.who && this.who.scopes.includes(scope));
+  },
   canWrite() {
-    return Boolean(this.who && this.who.scopes.includes("write"));
+    return this.has("write");
+  },
+  canRead() {
+    return this.has("read");
+  },
+  canAudit() {
+    return this.has("audit");
+  },
+  pages() {
+    const mine = PAGES.filter((p) => this.has(p[3]));
+    return mine.length ? mine : PAGES.slice(0, 1); // a key of neither scope sees the API's 403
   },
 };
 
@@ -41,7 +57,7 @@ function drawHeader() {
     return;
   }
   nav.hidden = false;
-  fill(nav, el("ul", null, PAGES.map(([name, title]) =>
+  fill(nav, el("ul", null, session.pages().map(([name, title]) =>
     el("li", null, el("a", { href: `#/${name}`, "aria-current": page === name ? "page" : undefined }, title)))));
   const expires = session.who.expires_at === null ? "never expires" : `expires ${when(session.who.expires_at)}`;
   fill(who,
@@ -94,14 +110,15 @@ async function render() {
     document.title = "Event · memspine console";
     return renderEvent(view, ctx, arg);
   }
-  const found = PAGES.find(([name]) => name === page) || PAGES[0];
+  const pages = session.pages();
+  const found = pages.find(([name]) => name === page) || pages[0];
   document.title = `${found[1]} · memspine console`;
-  return found[2](view, ctx);
+  return found[2](view, ctx, arg);
 }
 
 function onSignedIn(who) {
   session.who = who;
-  go("#/timeline");
+  go(`#/${session.pages()[0][0]}`);
 }
 
 window.addEventListener("hashchange", () => {

@@ -4,6 +4,7 @@
 import { getEvent } from "./api.js";
 import { el, eventLink, fill, heading, isEventId, kindBadge, problem } from "./dom.js";
 import { renderErasure } from "./erasure.js";
+import { auditHash } from "./page-audit.js";
 import { json, plural, stateOf, when } from "./format.js";
 import { MAX_NODES, legend, neighbourhood, showGraph } from "./graph.js";
 
@@ -71,7 +72,8 @@ export async function renderEvent(view, ctx, id) {
       kindBadge(event.kind),
       el("span", { class: `state state-${st.replace(/ /g, "-")}`, "data-testid": "event-state" }, st),
       el("span", { class: "mono", "data-testid": "event-id" }, event.event_id),
-      el("span", null, when(event.ts))),
+      el("span", null, when(event.ts)),
+      ctx.session.canAudit() ? el("a", { href: auditHash("event", event.event_id), id: "who-read" }, "Who read this") : null),
     el("section", { "aria-labelledby": "text-title" },
       el("h2", { id: "text-title" }, "Text"),
       el("p", { class: "event-text", "data-testid": "event-text" }, event.text === null ? "(no text)" : event.text)),
