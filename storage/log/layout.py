@@ -463,6 +463,24 @@ _Light = msgspec.defstruct(
 _decode_light = msgspec.msgpack.Decoder(_Light).decode
 
 
+# A record's words only, for the erasure dry run's identifier search (storage/read/subjects.py):
+# msgspec skips every other field (the embedding by its length) and no StoredEvent is built,
+# which is most of what a pass over the tenant costs.
+class _Words(msgspec.Struct, frozen=True, gc=False):
+    event_id: str
+    text: str | None = None
+    properties_raw: bytes | None = None
+
+
+_decode_words = msgspec.msgpack.Decoder(_Words).decode
+
+
+def decode_words(raw: bytes | memoryview) -> tuple[str, str | None, bytes | None]:
+    """A record's id, text and properties JSON, the rest of it left undecoded."""
+    w = _decode_words(raw)
+    return w.event_id, w.text, w.properties_raw
+
+
 def decode_light(raw: bytes | memoryview) -> StoredEvent:
     """The StoredEvent a record holds, without its embedding (None)."""
     return StoredEvent(**msgspec.structs.asdict(_decode_light(raw)))

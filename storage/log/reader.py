@@ -99,6 +99,12 @@ class LogReader:
         for value in self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True):
             yield layout.decode_light(value)
 
+    def live_words(self) -> Iterator[tuple[str, str | None, bytes | None]]:
+        """Every live event's id, text and properties JSON, in id order (layout.decode_words)."""
+        decode = layout.decode_words
+        for value in self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True):
+            yield decode(value)
+
     def all_ids(self) -> Iterator[str]:
         """Every live id, ascending by time."""
         return self.ids_by_ts(None, None)
