@@ -472,13 +472,16 @@ class _Words(msgspec.Struct, frozen=True, gc=False):
     properties_raw: bytes | None = None
 
 
-_decode_words = msgspec.msgpack.Decoder(_Words).decode
+_decode_words = msgspec.msgpack.Decoder(list[_Words]).decode
 
 
-def decode_words(raw: bytes | memoryview) -> tuple[str, str | None, bytes | None]:
-    """A record's id, text and properties JSON, the rest of it left undecoded."""
-    w = _decode_words(raw)
-    return w.event_id, w.text, w.properties_raw
+def decode_words(
+    raws: list[bytes] | list[bytes | memoryview],
+) -> list[tuple[str, str | None, bytes | None]]:
+    """Records' ids, texts and properties JSON, the rest left undecoded: all in one call, the
+    records framed as one msgpack array (a call per record cost as much as the rest)."""
+    framed = b"".join([b"\xdd", len(raws).to_bytes(4, "big"), *raws])
+    return [(w.event_id, w.text, w.properties_raw) for w in _decode_words(framed)]
 
 
 def decode_light(raw: bytes | memoryview) -> StoredEvent:

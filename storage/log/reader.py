@@ -99,11 +99,12 @@ class LogReader:
         for value in self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True):
             yield layout.decode_light(value)
 
-    def live_words(self) -> Iterator[tuple[str, str | None, bytes | None]]:
-        """Every live event's id, text and properties JSON, in id order (layout.decode_words)."""
-        decode = layout.decode_words
-        for value in self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True):
-            yield decode(value)
+    def live_words(self, chunk: int) -> Iterator[list[tuple[str, str | None, bytes | None]]]:
+        """Every live event's id, text and properties JSON, in id order, `chunk` at a time
+        (layout.decode_words)."""
+        values = self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True)
+        while batch := list(islice(values, chunk)):
+            yield layout.decode_words(batch)
 
     def all_ids(self) -> Iterator[str]:
         """Every live id, ascending by time."""

@@ -124,13 +124,10 @@ def matching(r: LogReader, identifiers: tuple[str, ...]) -> list[str]:
     # own, or as one); the longest, which fewest events hold. None: no word to look for.
     keys = [max(parts, key=len) if parts else None for _, parts in wanted]
     found: list[str] = []
-    chunk: list[tuple[str, str]] = []
-    for event_id, text, raw in r.live_words():
-        chunk.append((event_id, _hay(text, raw)))
-        if len(chunk) == CHUNK:
-            found += _matching_chunk(chunk, wanted, keys)
-            chunk = []
-    return found + _matching_chunk(chunk, wanted, keys)
+    for words in r.live_words(CHUNK):
+        chunk = [(event_id, _hay(text, raw)) for event_id, text, raw in words]
+        found += _matching_chunk(chunk, wanted, keys)
+    return found
 
 
 def _matching_chunk(
@@ -161,13 +158,16 @@ def _matching_chunk(
 
 def _hay(text: str | None, raw: bytes | None) -> str:
     """An event's text and its properties' strings (keys and values), as one string."""
-    texts = [text] if text else []
-    if raw and b"\\" in raw:  # an escape in the JSON: its strings as they read
+    if not raw:
+        return text or ""
+    if b"\\" in raw:  # an escape in the JSON: its strings as they read
+        texts = [text] if text else []
         value = msgspec.json.decode(raw)
         _strings(value if isinstance(value, dict) else {}, texts)
-    elif raw:  # the JSON text itself holds every key and value as written
-        texts.append(raw.decode(errors="replace"))
-    return " ".join(texts)
+        return " ".join(texts)
+    # the JSON text itself holds every key and value as written
+    props = raw.decode(errors="replace")
+    return f"{text} {props}" if text else props
 
 
 def _names(hay: str, wanted: list[tuple[str, frozenset[str]]]) -> bool:
