@@ -61,7 +61,7 @@ def _previous(r: LogReader, identifiers: tuple[str, ...]) -> list[str]:
         texts = [ev.text] if ev.text else []
         raw = ev.properties_raw
         if raw and b"\\" in raw:
-            _strings(ev.properties(), texts)
+            subjects._strings(ev.properties(), texts)  # unchanged by the search
         elif raw:
             texts.append(raw.decode(errors="replace"))
         hay = " ".join(texts).casefold()
@@ -71,20 +71,6 @@ def _previous(r: LogReader, identifiers: tuple[str, ...]) -> list[str]:
         ):
             found.append(ev.event_id)
     return found
-
-
-def _strings(value: object, into: list[str]) -> None:
-    if isinstance(value, str):
-        into.append(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            into.append(key)
-            _strings(item, into)
-    elif isinstance(value, list):
-        for item in value:
-            _strings(item, into)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        into.append(str(value))
 
 
 texts = st.none() | st.lists(st.sampled_from(PIECES), max_size=5).map("".join)
