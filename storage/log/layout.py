@@ -463,6 +463,27 @@ _Light = msgspec.defstruct(
 _decode_light = msgspec.msgpack.Decoder(_Light).decode
 
 
+# A record's words only, for the erasure dry run's identifier search (storage/read/subjects.py):
+# msgspec skips every other field (the embedding by its length) and no StoredEvent is built,
+# which is most of what a pass over the tenant costs.
+class _Words(msgspec.Struct, frozen=True, gc=False):
+    event_id: str
+    text: str | None = None
+    properties_raw: bytes | None = None
+
+
+_decode_words = msgspec.msgpack.Decoder(list[_Words]).decode
+
+
+def decode_words(
+    raws: list[bytes] | list[bytes | memoryview],
+) -> list[tuple[str, str | None, bytes | None]]:
+    """Records' ids, texts and properties JSON, the rest left undecoded: all in one call, the
+    records framed as one msgpack array (a call per record cost as much as the rest)."""
+    framed = b"".join([b"\xdd", len(raws).to_bytes(4, "big"), *raws])
+    return [(w.event_id, w.text, w.properties_raw) for w in _decode_words(framed)]
+
+
 def decode_light(raw: bytes | memoryview) -> StoredEvent:
     """The StoredEvent a record holds, without its embedding (None)."""
     return StoredEvent(**msgspec.structs.asdict(_decode_light(raw)))

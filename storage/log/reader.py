@@ -99,6 +99,13 @@ class LogReader:
         for value in self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True):
             yield layout.decode_light(value)
 
+    def live_words(self, chunk: int) -> Iterator[list[tuple[str, str | None, bytes | None]]]:
+        """Every live event's id, text and properties JSON, in id order, `chunk` at a time
+        (layout.decode_words)."""
+        values = self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True)
+        while batch := list(islice(values, chunk)):
+            yield layout.decode_words(batch)
+
     def all_ids(self) -> Iterator[str]:
         """Every live id, ascending by time."""
         return self.ids_by_ts(None, None)

@@ -5,14 +5,15 @@ identifiers a person gave; one snapshot, nothing written."""
 from __future__ import annotations
 
 import re
+from bisect import bisect_right
 from collections.abc import Iterable
+from itertools import accumulate
 
 import msgspec
 
 from storage.errors import InvalidRequest
 from storage.log import layout
 from storage.log.reader import LogReader
-from storage.model import StoredEvent
 from storage.read.cascade import derived_closure
 from storage.read.retention import Hold, refuse_held
 
@@ -23,6 +24,7 @@ MAX_IDENTIFIERS = 20
 MIN_IDENTIFIER_CHARS = 3  # shorter would match most of a tenant
 MAX_IDENTIFIER_CHARS = 256
 MAX_CONFIRM_IDS = 10_000
+CHUNK = 2048  # records folded and searched at once by matching
 _WORD = re.compile(r"\w+")
 
 
@@ -113,22 +115,63 @@ def derived(r: LogReader, roots: list[str]) -> list[str]:
 def matching(r: LogReader, identifiers: tuple[str, ...]) -> list[str]:
     """The live events whose text or properties name an identifier: the identifier itself,
     case folded, or every word of it as a word of the event (so "Smith, Ann" matches "Ann
-    Smith"). One pass over every live record, without embeddings."""
+    Smith"). One pass over every live record's text and properties (layout.decode_words),
+    CHUNK records at a time."""
     if not identifiers:
         return []
     wanted = [(i.casefold(), frozenset(_WORD.findall(i.casefold()))) for i in identifiers]
-    return [ev.event_id for ev in r.live_light() if _names_any(ev, wanted)]
+    # A word of the identifier, which every event that names it holds (within a word of its
+    # own, or as one); the longest, which fewest events hold. None: no word to look for.
+    keys = [max(parts, key=len) if parts else None for _, parts in wanted]
+    found: list[str] = []
+    for words in r.live_words(CHUNK):
+        chunk = [(event_id, _hay(text, raw)) for event_id, text, raw in words]
+        found += _matching_chunk(chunk, wanted, keys)
+    return found
 
 
-def _names_any(ev: StoredEvent, wanted: list[tuple[str, frozenset[str]]]) -> bool:
-    """Whether the event's text or properties hold one of the identifiers."""
-    texts = [ev.text] if ev.text else []
-    raw = ev.properties_raw
-    if raw and b"\\" in raw:  # an escape in the JSON: its strings as they read
-        _strings(ev.properties(), texts)
-    elif raw:  # the JSON text itself holds every key and value as written
-        texts.append(raw.decode(errors="replace"))
-    hay = " ".join(texts).casefold()
+def _matching_chunk(
+    chunk: list[tuple[str, str]],
+    wanted: list[tuple[str, frozenset[str]]],
+    keys: list[str | None],
+) -> list[str]:
+    """The ids in chunk whose hay names an identifier: only those whose hay holds a key word
+    (found in all of them folded at once) are tested one by one."""
+    big = "\0".join(hay for _, hay in chunk)
+    folded = big.casefold()
+    if None in keys or len(folded) != len(big):  # no key, or offsets that moved: test each
+        return [event_id for event_id, hay in chunk if _names(hay.casefold(), wanted)]
+    starts = list(accumulate((len(hay) + 1 for _, hay in chunk), initial=0))
+    candidates: set[int] = set()
+    for key in keys:
+        at = folded.find(key) if key else -1
+        while at >= 0:
+            k = bisect_right(starts, at) - 1
+            candidates.add(k)
+            at = folded.find(key, starts[k + 1]) if key else -1  # the next event's hay on
+    return [
+        chunk[k][0]
+        for k in sorted(candidates)
+        if _names(folded[starts[k] : starts[k + 1] - 1], wanted)
+    ]
+
+
+def _hay(text: str | None, raw: bytes | None) -> str:
+    """An event's text and its properties' strings (keys and values), as one string."""
+    if not raw:
+        return text or ""
+    if b"\\" in raw:  # an escape in the JSON: its strings as they read
+        texts = [text] if text else []
+        value = msgspec.json.decode(raw)
+        _strings(value if isinstance(value, dict) else {}, texts)
+        return " ".join(texts)
+    # the JSON text itself holds every key and value as written
+    props = raw.decode(errors="replace")
+    return f"{text} {props}" if text else props
+
+
+def _names(hay: str, wanted: list[tuple[str, frozenset[str]]]) -> bool:
+    """Whether a case-folded hay holds one of the identifiers."""
     if not hay:
         return False
     words: set[str] | None = None
