@@ -169,18 +169,22 @@ def _noting(rows: Iterator[Row], read: set[str]) -> Iterator[Row]:
 
 
 def _note(value: Any, read: set[str]) -> None:
-    kind = type(value)
-    if kind is Node:
-        read.add(id_str(value.raw_id))
-    elif kind is Relationship:
-        read.add(id_str(value.start_raw))
-        read.add(id_str(value.end_raw))
-    elif kind is list or kind is tuple:
-        for v in value:
-            _note(v, read)
-    elif kind is dict:
-        for v in value.values():
-            _note(v, read)
+    """Note the events a value holds. Each list or map is walked once, without recursion: a
+    value may share one list many times over (WITH [l, l] AS l, thirty times, is 2^30 leaves
+    but 31 lists), which the encoder refuses by its bounds only after this walk."""
+    seen: set[int] = set()
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is Node:
+            read.add(id_str(item.raw_id))
+        elif kind is Relationship:
+            read.add(id_str(item.start_raw))
+            read.add(id_str(item.end_raw))
+        elif (kind is list or kind is tuple or kind is dict) and id(item) not in seen:
+            seen.add(id(item))
+            stack.extend(item.values() if kind is dict else item)
 
 
 # values to_json gives back as they are, charging nothing

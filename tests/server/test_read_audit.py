@@ -444,3 +444,13 @@ def test_reads_of_a_subject_and_its_access_export(tmp_path: Path) -> None:
         assert [(x["event_ids"], x["purpose"]) for x in reads] == [([ann], "art. 15 request")]
     finally:
         w.server.stop()
+
+
+@pytest.mark.timeout(60)
+def test_noting_a_cypher_answers_events_walks_a_shared_list_once(world: World) -> None:
+    """A value that shares one list thirty times over (2^30 leaves, 31 lists) is refused by the
+    bounds at once: the read audit's walk of the rows does not unfold it first (it hung)."""
+    query = "WITH [1] AS l " + "WITH [l, l] AS l " * 30 + "RETURN DISTINCT l"
+    with world.client("read") as c:
+        r = c.post("/v1/memory/cypher", json={"query": query})
+    assert r.status_code == 400 and "at most 100000 elements" in r.json()["detail"], r.text
