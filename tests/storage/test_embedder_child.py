@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import os
 import signal
-import time
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ from storage.embedders.child import DIED, ChildEmbedder
 from storage.model import NewEvent
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.manager import TenantManager
+from tests.support.wait import wait_until
 
 T0 = 1_800_000_000_000_000
 HOUR = 3_600_000_000  # notes an hour apart: no chain between them, each vector its text's own
@@ -55,22 +55,7 @@ def test_a_killed_child_is_started_again_and_no_vector_is_lost(tmp_path: Path) -
     want = embedder.embed(TEXTS)
     assert want.shape == (4, 384) and np.allclose(np.linalg.norm(want, axis=1), 1, atol=1e-5)
     os.kill(first, signal.SIGKILL)
-    worker = EmbeddingWorker(embedder, default_dim=384)
-    manager = TenantManager(tmp_path, embedding_dim=384, embedding=worker)
-    worker.start()
-    try:
-        with manager.use("t") as t:
-            events = [NewEvent(kind="note", ts=T0 + i * HOUR, text=x) for i, x in enumerate(TEXTS)]
-            ids = [a.event_id for a in t.submit_append(events).result()]
-            deadline = time.monotonic() + 120
-            while t.unembedded_count():
-                assert time.monotonic() < deadline, "vectors not made in time"
-                time.sleep(0.05)
-            with t.log.reader() as r:
-                got = [r.get(e).embedding for e in ids]  # type: ignore[union-attr]
-    finally:
-        worker.stop()
-        manager.close_all()
+    worker, got = _vectors_made(tmp_path, embedder, 120)
     # The dead child was found on the first batch, counted, and a new one made every vector.
     assert worker.failures_by.get(DIED) == 1 and embedder.deaths == 1 and embedder.starts == 2
     assert np.allclose(np.asarray(got, dtype=np.float32), want, atol=1e-5)
@@ -110,22 +95,7 @@ def test_a_stopped_child_is_killed_at_its_deadline_and_its_batch_made_by_the_nex
     assert first is not None
     want = embedder.embed(TEXTS)
     os.kill(first, signal.SIGSTOP)  # hung: alive, never answering
-    worker = EmbeddingWorker(embedder, default_dim=384)
-    manager = TenantManager(tmp_path, embedding_dim=384, embedding=worker)
-    worker.start()
-    try:
-        with manager.use("t") as t:
-            events = [NewEvent(kind="note", ts=T0 + i * HOUR, text=x) for i, x in enumerate(TEXTS)]
-            ids = [a.event_id for a in t.submit_append(events).result()]
-            deadline = time.monotonic() + 180
-            while t.unembedded_count():
-                assert time.monotonic() < deadline, "vectors not made in time"
-                time.sleep(0.05)
-            with t.log.reader() as r:
-                got = [r.get(e).embedding for e in ids]  # type: ignore[union-attr]
-    finally:
-        worker.stop()
-        manager.close_all()
+    worker, got = _vectors_made(tmp_path, embedder, 180)
     # The stopped child was killed once at its deadline; its batch went back and a new child
     # made every vector; the tenant was not left keyword-only.
     assert worker.failures_by.get(HUNG) == 1 and embedder.hangs == 1 and embedder.starts == 2
@@ -133,3 +103,24 @@ def test_a_stopped_child_is_killed_at_its_deadline_and_its_batch_made_by_the_nex
     assert np.allclose(np.asarray(got, dtype=np.float32), want, atol=1e-5)
     assert not alive(first)  # killed and reaped
     embedder.close()
+
+
+def _vectors_made(
+    root: Path, embedder: ChildEmbedder, secs: float
+) -> tuple[EmbeddingWorker, list[list[float] | None]]:
+    """TEXTS appended to a tenant under root through a worker of embedder; its vectors once
+    every one is made (within secs), and the worker, stopped, for its counts."""
+    worker = EmbeddingWorker(embedder, default_dim=384)
+    manager = TenantManager(root, embedding_dim=384, embedding=worker)
+    worker.start()
+    try:
+        with manager.use("t") as t:
+            events = [NewEvent(kind="note", ts=T0 + i * HOUR, text=x) for i, x in enumerate(TEXTS)]
+            ids = [a.event_id for a in t.submit_append(events).result()]
+            wait_until(lambda: not t.unembedded_count(), "vectors made", secs)
+            with t.log.reader() as r:
+                got = [r.get(e).embedding for e in ids]  # type: ignore[union-attr]
+    finally:
+        worker.stop()
+        manager.close_all()
+    return worker, got
