@@ -25,6 +25,7 @@ the same rounds; `tail_merge` checks the keyword tail's ranking against a commit
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import multiprocessing
 import os
@@ -34,7 +35,7 @@ import threading
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -127,22 +128,32 @@ def _unit(m: np.ndarray) -> np.ndarray:
 
 def make_events(corpus: Corpus, n: int, seed: int = SEED) -> tuple[list[NewEvent], np.ndarray]:
     """N events (ids fixed in advance so facts can name earlier ones) and their vectors."""
+    events, vectors = stream_events(corpus, n, seed)
+    return list(events), vectors
+
+
+def stream_events(
+    corpus: Corpus, n: int, seed: int = SEED
+) -> tuple[Iterator[NewEvent], np.ndarray]:
+    """make_events' events made one at a time as they are taken (a million of them as one list
+    of 384-float embeddings would take about 12 GB), and their vectors."""
     rng = np.random.default_rng(seed)
     a = rng.integers(0, len(corpus.texts), n)
     b = rng.integers(0, len(corpus.texts), n)
     noise = rng.standard_normal((n, DIM)).astype(np.float32) * 0.02
     vectors = _unit(0.8 * corpus.vectors[a] + 0.3 * corpus.vectors[b] + noise)
+    del noise
     kinds = rng.choice(["turn", "fact", "tool_call"], size=n, p=[0.7, 0.2, 0.1])
     ids = [str(uuid.UUID(int=int(x), version=4)) for x in rng.integers(0, 2**63, n)]
-    events = []
-    for i in range(n):
-        props: dict[str, Any] = {"speaker": ["agent", "user"][i % 2], "n": i}
-        sources: tuple[str, ...] = ()
-        if kinds[i] == "fact" and i > 2:
-            sources = tuple(ids[j] for j in rng.integers(0, i, 2))
-            props["source_event_ids"] = list(sources)
-        events.append(
-            NewEvent(
+
+    def events() -> Iterator[NewEvent]:
+        for i in range(n):
+            props: dict[str, Any] = {"speaker": ["agent", "user"][i % 2], "n": i}
+            sources: tuple[str, ...] = ()
+            if kinds[i] == "fact" and i > 2:
+                sources = tuple(ids[j] for j in rng.integers(0, i, 2))
+                props["source_event_ids"] = list(sources)
+            yield NewEvent(
                 kind=str(kinds[i]),
                 ts=T0 + i * 1_000_000,
                 text=corpus.texts[a[i]],
@@ -151,17 +162,19 @@ def make_events(corpus: Corpus, n: int, seed: int = SEED) -> tuple[list[NewEvent
                 source_ids=sources,
                 event_id=ids[i],
             )
-        )
-    return events, vectors
+
+    return events(), vectors
 
 
-def build(root: Path, events: list[NewEvent]) -> dict[str, float]:
+def build(root: Path, events: Iterable[NewEvent]) -> dict[str, float]:
     """Append in batches through the tenant's writer; seconds to acknowledged and to a full graph."""
     shutil.rmtree(root, ignore_errors=True)
     started = time.perf_counter()
     tenant = Tenant.open(TENANT, root, embedding_dim=DIM)
-    for lo in range(0, len(events), BATCH):
-        tenant.submit_append(events[lo : lo + BATCH]).result()
+    n, stream = 0, iter(events)
+    while batch := list(itertools.islice(stream, BATCH)):
+        tenant.submit_append(batch).result()
+        n += len(batch)
     acknowledged = time.perf_counter() - started
     tenant.vectors.flush()
     graph = time.perf_counter() - started
@@ -170,7 +183,7 @@ def build(root: Path, events: list[NewEvent]) -> dict[str, float]:
         "acknowledged_s": round(acknowledged, 2),
         "hnsw_graph_s": round(graph, 2),
         "closed_s": round(time.perf_counter() - started, 2),
-        "events_per_s_acknowledged": round(len(events) / acknowledged, 1),
+        "events_per_s_acknowledged": round(n / acknowledged, 1),
     }
 
 
@@ -657,18 +670,22 @@ def run_size(size: int, corpus: Corpus, work: Path, args: argparse.Namespace) ->
     """Build (or reuse) one tenant, serve it, run the scenarios."""
     data = work / f"data-{size}"
     root = data / TENANT
-    events, vectors = make_events(corpus, size)
+    events, vectors = stream_events(corpus, size)
     stamp = root.parent / f".built-{size}-{SEED}"
     result: dict[str, Any] = {"events": size}
-    if args.keep and stamp.exists():
+    if (args.keep or args.cache) and stamp.exists():
         result["build"] = json.loads(stamp.read_text())
     else:
         result["build"] = build(root, events)
         stamp.write_text(json.dumps(result["build"]))
     del events
     pristine = data.with_name(data.name + "-pristine")
-    shutil.rmtree(pristine, ignore_errors=True)
-    shutil.copytree(data, pristine)  # appends change the tenant; --keep reuses the pristine copy
+    # Appends change the tenant: a pristine copy is put back after them (and tail_merge copies
+    # it); the scenarios that only read need none (a million events are several GB to copy).
+    changes = {"tail_merge", "recall_while_appending", "appends"} & set(args.only or SCENARIOS)
+    if changes:
+        shutil.rmtree(pristine, ignore_errors=True)
+        shutil.copytree(data, pristine)
     base_data = data.with_name(data.name + "-base")
     base = None
     if args.base is not None:
@@ -700,8 +717,9 @@ def run_size(size: int, corpus: Corpus, work: Path, args: argparse.Namespace) ->
         if base is not None:
             base.stop()
             shutil.rmtree(base_data)
-        shutil.rmtree(data)
-        pristine.rename(data)
+        if changes:
+            shutil.rmtree(data)
+            pristine.rename(data)
     return result
 
 
@@ -756,6 +774,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", type=int, nargs="*", help="event counts (default 10000 100000)")
     parser.add_argument("--only", nargs="*", default=[], choices=list(SCENARIOS), help="scenarios")
     parser.add_argument("--keep", action="store_true", help="reuse tenants built by an earlier run")
+    parser.add_argument(
+        "--cache",
+        type=Path,
+        default=None,
+        help="build tenants here (outside the checkout) and reuse them from here (implies --keep)",
+    )
     parser.add_argument("--rounds", type=int, default=None, help="rounds, medians (3; quick: 1)")
     parser.add_argument(
         "--base",
@@ -774,10 +798,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.rounds is None:
         args.rounds = 1 if args.quick else 3
     corpus = load_corpus()
-    work = OUT / "tmp" / "recall"  # the scratch area of bench/common.py
+    work = args.cache or OUT / "tmp" / "recall"  # default: the scratch area of bench/common.py
     work.mkdir(parents=True, exist_ok=True)
     results = {n: run_size(n, corpus, work, args) for n in sizes}
-    if not args.keep:
+    if not args.keep and args.cache is None:
         shutil.rmtree(work, ignore_errors=True)
     config = {"dim": DIM, "seed": SEED, "batch": BATCH, "quick": args.quick, "rounds": args.rounds}
     out = write_json(

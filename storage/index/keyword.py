@@ -45,6 +45,16 @@ TIE_HITS = 1024  # hits a search takes past its limit to order equal scores by a
 # scores run across it, and a second search to find out costs a whole search where a deeper
 # first one costs little (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
 TIE_FETCH = 2
+# When equal scores run past that, the next search takes this many past the limit, then
+# TIE_HITS. Where most cuts fall among equal scores (a tenant of many equal texts: at a million
+# events every query of bench/recall.py), the first search goes this deep at once: a top 266
+# costs Tantivy a little more than a top 21, a second search a whole one (bench/RESULTS.md,
+# "The keyword arm at a million events"). The answer is the same either way.
+TIE_FIRST = 256
+# Ties: a tied cut counts up 3, another down 2, so the first search goes deep while more than
+# two cuts in five are tied: below that the second searches cost less than deeper first ones
+# (at 100,000 events a quarter of the cuts tie, and deep first searches were slower there).
+TIE_UP, TIE_DOWN, TIE_MAX, TIE_COMMON = 3, 2, 64, 32
 WRITER_HEAP_BYTES = 16_000_000
 # The fold commits at most this often: every commit is a new segment (fsyncs now, merge CPU
 # later), and at hundreds of appends a second one commit per group commit spent a large share of
@@ -173,6 +183,7 @@ class KeywordIndex:
         self._queue: list[Op] = []
         self._tail = Tail()  # the queue's additions, searchable (guarded by _cond, as the queue)
         self._view = View(index)  # the committed searcher: replaced with the queue's prefix
+        self._ties = Ties()  # how deep a search goes first (a hint)
         self._cond = threading.Condition()
         self._stopping = False
         self._waiting = 0  # searches waiting for the fold: it commits at once for them
@@ -432,7 +443,7 @@ class KeywordIndex:
         # The committed searcher holds everything published; or all that is queued is deletes,
         # and the caller's snapshot no longer holds what they delete.
         if settled or (not queued and text_of is not None):
-            return _search(view, words, limit, kind, filters)
+            return _search(view, words, limit, kind, filters, self._ties)
         terms = query_tokens(words) if text_of is not None and queued <= TAIL_MAX_DOCS else None
         if terms is not None:
             with self._cond:  # the searcher and the tail as one moment (the fold swaps both)
@@ -441,7 +452,7 @@ class KeywordIndex:
                 tail, tail_df = self._tail.matching(terms)
             committed = view.stats() if queued else None
             if not queued:
-                return _search(view, words, limit, kind, filters)
+                return _search(view, words, limit, kind, filters, self._ties)
             if committed is not None:
                 assert text_of is not None
                 stats = (committed, committed.plus(queued, tokens))
@@ -452,7 +463,7 @@ class KeywordIndex:
         self.flush()
         with self._cond:
             view = self._view
-        return _search(view, words, limit, kind, filters)
+        return _search(view, words, limit, kind, filters, self._ties)
 
     def _refuse_if_failing(self) -> None:
         """No answer while what was acknowledged cannot be folded (caller holds _cond)."""
@@ -586,26 +597,52 @@ def _query(
     return query
 
 
+class Ties:
+    """How often a search's cut has lately fallen among equal scores that run past the first
+    TIE_FETCH * limit + 1 hits: a hint for how deep the first search goes (races on it are
+    harmless; only the cost of a search depends on it, never its answer)."""
+
+    __slots__ = ("score",)
+
+    def __init__(self) -> None:
+        self.score = 0  # up TIE_UP for a tied cut, down TIE_DOWN for another, within 0..TIE_MAX
+
+    def common(self) -> bool:
+        """Whether the first search should go TIE_FIRST deep at once."""
+        return self.score >= TIE_COMMON
+
+    def note(self, tied: bool) -> None:
+        """Count one search's cut."""
+        score = self.score + TIE_UP if tied else self.score - TIE_DOWN
+        self.score = min(TIE_MAX, max(0, score))
+
+
 def _search(
     view: View,
     words: list[str],
     limit: int,
     kind: str | None,
     filters: dict[str, FilterValue] | None,
+    ties: Ties,
 ) -> Ranked:
     """One committed searcher's BM25 hits for the words, kind and tags required."""
     searcher = view.searcher
     query = view.query(words, kind, filters)
-    hits = searcher.search(query, TIE_FETCH * limit + 1, count=False).hits
+    shallow = TIE_FETCH * limit + 1
+    fetch = max(shallow, limit + TIE_FIRST) if ties.common() else shallow
+    hits = searcher.search(query, fetch, count=False).hits
+    ties.note(len(hits) >= shallow and hits[shallow - 1][0] == hits[limit - 1][0])
     # Equal scores come out in the segments' document order, which a purge's rebuild or a
     # merge changes (and a copy of the tenant has its own): when the cut falls among equal
     # scores, take all of them, so that Ranked's order by seq decides which make it (up to
-    # TIE_HITS more: past that many equal scores the order is the segments' again).
-    while len(hits) > limit and hits[-1][0] == hits[limit - 1][0] and len(hits) < limit + TIE_HITS:
-        more = searcher.search(query, min(2 * len(hits), limit + TIE_HITS), count=False).hits
-        if len(more) == len(hits):
-            break
-        hits = more
+    # TIE_HITS more: past that many equal scores the order is the segments' again). Whichever
+    # depth the first search had, the hits Ranked orders are the same.
+    for deeper in (limit + TIE_FIRST, limit + TIE_HITS):
+        if len(hits) < fetch or hits[-1][0] != hits[limit - 1][0]:
+            break  # every hit that ties the cut is here
+        if deeper > fetch:
+            fetch = deeper
+            hits = searcher.search(query, fetch, count=False).hits
     return Ranked(searcher, hits, limit=limit)
 
 
