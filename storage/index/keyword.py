@@ -45,15 +45,16 @@ TIE_HITS = 1024  # hits a search takes past its limit to order equal scores by a
 # scores run across it, and a second search to find out costs a whole search where a deeper
 # first one costs little (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
 TIE_FETCH = 2
-# When equal scores run past that, the next search takes this many past the limit, then
-# TIE_HITS. Where most cuts fall among equal scores (a tenant of many equal texts: at a million
-# events every query of bench/recall.py), the first search goes this deep at once: a top 266
-# costs Tantivy a little more than a top 21, a second search a whole one (bench/RESULTS.md,
-# "The keyword arm at a million events"). The answer is the same either way.
+# When equal scores run past that, the search is repeated twice as deep, up to TIE_HITS. Where
+# most cuts fall among equal scores (a tenant of many equal texts: at a million events every
+# query of bench/recall.py, each chain four searches deep), the first search takes this many
+# past the limit at once: a top 266 costs Tantivy a little more than a top 21, each search of a
+# chain a whole one (bench/RESULTS.md, "The keyword arm at a million events"). The answer is the
+# same either way.
 TIE_FIRST = 256
 # Ties: a tied cut counts up 3, another down 2, so the first search goes deep while more than
-# two cuts in five are tied: below that the second searches cost less than deeper first ones
-# (at 100,000 events a quarter of the cuts tie, and deep first searches were slower there).
+# two cuts in five are tied: below that the chains cost less than deep first searches (at
+# 100,000 events, where a quarter of the cuts tie in short runs, deep first searches were slower).
 TIE_UP, TIE_DOWN, TIE_MAX, TIE_COMMON = 3, 2, 64, 32
 WRITER_HEAP_BYTES = 16_000_000
 # The fold commits at most this often: every commit is a new segment (fsyncs now, merge CPU
@@ -637,12 +638,9 @@ def _search(
     # scores, take all of them, so that Ranked's order by seq decides which make it (up to
     # TIE_HITS more: past that many equal scores the order is the segments' again). Whichever
     # depth the first search had, the hits Ranked orders are the same.
-    for deeper in (limit + TIE_FIRST, limit + TIE_HITS):
-        if len(hits) < fetch or hits[-1][0] != hits[limit - 1][0]:
-            break  # every hit that ties the cut is here
-        if deeper > fetch:
-            fetch = deeper
-            hits = searcher.search(query, fetch, count=False).hits
+    while len(hits) == fetch and hits[-1][0] == hits[limit - 1][0] and fetch < limit + TIE_HITS:
+        fetch = min(2 * fetch, limit + TIE_HITS)
+        hits = searcher.search(query, fetch, count=False).hits
     return Ranked(searcher, hits, limit=limit)
 
 

@@ -109,7 +109,7 @@ def test_the_first_search_depth_changes_the_cost_not_the_answer(tmp_path: Path, 
 
 
 class CountingSearcher:
-    """A real searcher that counts its searches (View.searcher stands in for it)."""
+    """A real searcher that counts its searches (stands in for View.searcher)."""
 
     def __init__(self, searcher: Any) -> None:
         self.searcher = searcher
@@ -129,7 +129,10 @@ def test_where_most_cuts_tie_a_search_takes_one_tantivy_search(tmp_path: Path) -
         counting = CountingSearcher(kw._view.searcher)
         kw._view.searcher = counting
         kw.search("refund", limit=10)  # 40 equal scores: the cut ties past the first 21
-        assert counting.searches == [21, 10 + keyword.TIE_FIRST]
+        assert counting.searches == [21, 42]
+        counting.searches.clear()
+        kw.search("street", limit=10)  # 900: the chain doubles until the run ends
+        assert counting.searches == [21, 42, 84, 168, 336, 672, 10 + keyword.TIE_HITS]
         for _ in range(keyword.TIE_COMMON):
             kw.search("refund", limit=10)
         assert kw._ties.common()
@@ -137,6 +140,9 @@ def test_where_most_cuts_tie_a_search_takes_one_tantivy_search(tmp_path: Path) -
         hits = kw.search("refund", limit=10)
         assert counting.searches == [10 + keyword.TIE_FIRST]
         assert [e for e, _s in hits] == oldest("refund", 10)
+        counting.searches.clear()
+        kw.search("street", limit=10)
+        assert counting.searches == [266, 532, 10 + keyword.TIE_HITS]
         # Cuts that do not tie bring the first search back to its shallow depth.
         for _ in range(keyword.TIE_MAX):
             kw.search("filler3", limit=10)
