@@ -27,8 +27,10 @@ from storage.index.flat import (
     use_one_blas_thread,
 )
 from storage.index.vecfile import (
+    HEADER,
     VectorFileError,
     check_saved,
+    layout,
     live_path,
     read_live,
     read_vectors,
@@ -75,12 +77,20 @@ class VectorIndex:
     """Cosine nearest-neighbour search with deletions, growth, a background insert tail and atomic saves."""
 
     def __init__(
-        self, path: Path, dim: int, index: hnswlib.Index, live: set[int], small: FlatSet | None
+        self,
+        path: Path,
+        dim: int,
+        index: hnswlib.Index | None,
+        live: set[int],
+        small: FlatSet | None,
     ) -> None:
         self.path = path
         self.dim = dim
-        self.index = index
-        self.live = live  # labels in the graph and not deleted
+        # None: the graph saved at path, loaded at first use (see open); then its live labels,
+        # those in the graph and not deleted, are in _live.
+        self._index = index
+        self._live = live
+        self._load_lock = threading.Lock()
         self.lock = RWLock()  # shared: search, insert; exclusive: resize
         self._small = small  # the graph's rows while it holds at most EXACT_BELOW, else None
         self._tail = FlatSet(dim)  # labels acknowledged but not yet in the graph
@@ -99,21 +109,45 @@ class VectorIndex:
     def open(cls, path: Path, dim: int) -> VectorIndex:
         """Load the index saved at path, or start an empty one; raises ValueError if it is damaged."""
         use_one_blas_thread()  # exact scans are small products: see flat.use_one_blas_thread
-        index = hnswlib.Index(space="cosine", dim=dim)
         if path.exists():
-            try:
-                index.load_index(str(path), allow_replace_deleted=False)
-            except RuntimeError as exc:
-                raise ValueError("vector index file is damaged") from exc
-            if index.dim != dim:
-                raise ValueError("vector index file has another dimension")
-            live = _load_live(path, index)
-            small = _small_set(path, dim, live)
-        else:
-            index.init_index(max_elements=INITIAL_CAPACITY, M=M, ef_construction=EF_CONSTRUCTION)
-            live, small = set(), FlatSet(dim)
+            # A large graph is loaded at its first use, not here: hnswlib's load copies the
+            # whole file and holds the GIL meanwhile (1.5 ms a thousand vectors: 1.5 s at a
+            # million), and a tenant opened to read or list events never needs it. Its header
+            # is checked here, so a damaged file is still rebuilt from the log on open.
+            if _saved_count(path, dim) > EXACT_BELOW:
+                return cls(path, dim, None, set(), None)
+            index, live, small = _load_saved(path, dim)
+            return cls(path, dim, index, live, small)
+        index = hnswlib.Index(space="cosine", dim=dim)
+        index.init_index(max_elements=INITIAL_CAPACITY, M=M, ef_construction=EF_CONSTRUCTION)
         index.set_num_threads(1)
-        return cls(path, dim, index, live, small)
+        return cls(path, dim, index, set(), FlatSet(dim))
+
+    @property
+    def index(self) -> hnswlib.Index:
+        """The HNSW graph, a saved one loaded first if it is not yet."""
+        index = self._index
+        return index if index is not None else self._load()
+
+    @property
+    def live(self) -> set[int]:
+        """Labels in the graph and not deleted (a saved graph loaded first if it is not yet)."""
+        if self._index is None:
+            self._load()
+        return self._live
+
+    def loaded(self) -> bool:
+        """Whether the graph is in memory (a saved one is loaded at its first use)."""
+        return self._index is not None
+
+    def _load(self) -> hnswlib.Index:
+        """Load the saved graph, once; raises ValueError if it turns out damaged."""
+        with self._load_lock:
+            if self._index is None:
+                index, live, small = _load_saved(self.path, self.dim)
+                self._live, self._small = live, small
+                self._index = index  # last: readers test it without the lock
+            return self._index
 
     @classmethod
     def create_empty(cls, path: Path, dim: int) -> VectorIndex:
@@ -337,7 +371,9 @@ class VectorIndex:
         """Estimated resident bytes of the graph (with the live set) and of the exact sets."""
         # From counters: no walk, no lock. Level-0 records count per element, not per slot of
         # capacity: hnswlib mallocs the whole block, but only records written to are resident.
-        index = self.index
+        index = self._index
+        if index is None:  # not loaded yet: counted as what it will hold, for the budget
+            return file_memory_bytes(self.path, self.dim), self._tail.nbytes()
         record = record_bytes(index.M, self.dim)
         graph = (
             HNSW_FIXED_BYTES
@@ -385,6 +421,29 @@ def file_memory_bytes(path: Path, dim: int) -> int:
     if count <= EXACT_BELOW:
         per += 2 * 4 * dim  # the small graph's rows, in an array grown by doubling
     return HNSW_FIXED_BYTES + count * per
+
+
+def _saved_count(path: Path, dim: int) -> int:
+    """How many elements the index saved at path holds, from its header; raises ValueError if
+    the header does not fit the file or the dimension."""
+    with open(path, "rb") as fh:
+        head = fh.read(HEADER.size)
+        return layout(head, os.fstat(fh.fileno()).st_size, dim).records
+
+
+def _load_saved(path: Path, dim: int) -> tuple[hnswlib.Index, set[int], FlatSet | None]:
+    """The graph saved at path, its live labels, and its rows if it is small; raises ValueError
+    if it is damaged."""
+    index = hnswlib.Index(space="cosine", dim=dim)
+    try:
+        index.load_index(str(path), allow_replace_deleted=False)
+    except RuntimeError as exc:
+        raise ValueError("vector index file is damaged") from exc
+    if index.dim != dim:
+        raise ValueError("vector index file has another dimension")
+    live = _load_live(path, index)
+    index.set_num_threads(1)
+    return index, live, _small_set(path, dim, live)
 
 
 def _small_set(path: Path, dim: int, live: set[int]) -> FlatSet | None:
