@@ -30,6 +30,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -62,6 +63,7 @@ from common import (
 from storage.index.keyword import query_terms
 from storage.index.vectors import VectorIndex
 from storage.model import NewEvent
+from storage.read.listing import ListQuery
 from storage.tenants.tenant import Tenant
 
 # Beside the checkout (a clone in /work), or one level further up (a worktree in /work/wt).
@@ -105,6 +107,7 @@ class Setup:
     notes: dict[str, Any] = field(default_factory=dict)
     base: Process | None = None  # with --base: another checkout's server over a copy of the tenant
     appenders_in_thread: bool = False  # --appenders-in-thread: the entries before 2026-12-02 16:00
+    base_tree: Path | None = None  # --base: the other checkout, for the scenarios run in process
 
 
 def load_corpus() -> Corpus:
@@ -654,6 +657,116 @@ def _committed_stats_tops(tenant: Tenant, questions: list[str]) -> list[list[tup
     return tops
 
 
+# Run by a checkout's own interpreter path (argv: tree, tenant root, questions file, rounds):
+# the keyword arm's search alone, this thread's CPU per search (KeywordIndex.ranked, k 10, as
+# the arm asks, seqs read from their column); no writer is made, the server keeps its own.
+KEYWORD_ARM = """
+import json, sys, time
+from pathlib import Path
+tree, root, questions, rounds = sys.argv[1], Path(sys.argv[2]), sys.argv[3], int(sys.argv[4])
+sys.path.insert(0, tree)
+from storage.index.keyword import KeywordIndex
+kw = KeywordIndex.open(root / "keyword")
+texts = json.loads(Path(questions).read_text())
+runs = []
+for _round in range(rounds):
+    took = []
+    for text in texts:
+        start = time.thread_time()
+        kw.ranked(text, limit=10).seqs
+        took.append(time.thread_time() - start)
+    runs.append(took)
+kw.close()
+print(json.dumps(runs))
+"""
+
+# The same for a reopen: Tenant.open and one get (the first answer after a reopen), or and one
+# vector search too (what the first recall waits for); wall and this thread's CPU seconds.
+REOPEN = """
+import json, sys, time
+from pathlib import Path
+tree, root, event_id, search = sys.argv[1], Path(sys.argv[2]), sys.argv[3], sys.argv[4] == "1"
+sys.path.insert(0, tree)
+import numpy as np
+from storage.tenants.tenant import Tenant
+query = np.random.default_rng(1).standard_normal(384).astype(np.float32)
+wall, cpu = time.perf_counter(), time.thread_time()
+tenant = Tenant.open("recall-bench", root, embedding_dim=384)
+assert tenant.get(event_id) is not None
+if search:
+    tenant.vectors.search(query, 10)
+out = [time.perf_counter() - wall, time.thread_time() - cpu]
+tenant.close()
+print(json.dumps(out))
+"""
+
+
+def _in_tree(tree: Path, code: str, *args: str) -> Any:
+    """What code prints (JSON, last line) run by a fresh interpreter with tree first on the path."""
+    run = subprocess.run(
+        [sys.executable, "-c", code, str(tree), *args], capture_output=True, text=True, check=False
+    )
+    if run.returncode:
+        raise RuntimeError(f"{tree}: {run.stderr[-2000:]}")
+    return json.loads(run.stdout.strip().splitlines()[-1])
+
+
+def _trees(setup: Setup) -> dict[str, Path]:
+    """This checkout, and with --base the other one."""
+    here = {"new": Path(__file__).resolve().parent.parent}
+    return here if setup.base_tree is None else {"base": setup.base_tree, **here}
+
+
+def scenario_keyword_arm(setup: Setup) -> dict[str, Any]:
+    """The keyword arm's search alone (k 10, every question, ROUNDS passes) on the tenant's own
+    index, CPU per search, in a process of each checkout, which goes first alternating."""
+    questions = setup.root.parent.parent / "questions.json"  # beside the data, not in it
+    questions.write_text(json.dumps(setup.corpus.q_texts))
+    out: dict[str, Any] = {}
+    trees = _trees(setup)
+    for n in range(2):
+        for name in sorted(trees, reverse=n % 2 == 1):
+            runs = _in_tree(trees[name], KEYWORD_ARM, str(setup.root), str(questions), "1")
+            out.setdefault(name, []).extend(runs)
+    keys = ("p50_ms", "p99_ms")
+    return {name: _medians([_ms(r) for r in runs], keys) for name, runs in out.items()}
+
+
+def scenario_reopen(setup: Setup) -> dict[str, Any]:
+    """Reopen of a copy of the tenant in a fresh process of each checkout (alternating), ROUNDS
+    times: open and one get (the first answer), open, get and one vector search (the first
+    recall's graph); wall and CPU milliseconds, medians."""
+    copy = setup.root.parent.with_name(setup.root.parent.name + "-reopen") / TENANT
+    shutil.rmtree(copy.parent, ignore_errors=True)
+    shutil.copytree(setup.root, copy)
+    tenant = Tenant.open(TENANT, copy, embedding_dim=DIM)
+    try:
+        event_id = tenant.list_events(ListQuery(limit=1))[0][0].event_id
+    finally:
+        tenant.close()
+    trees = _trees(setup)
+    out: dict[str, dict[str, list[list[float]]]] = {name: {} for name in trees}
+    try:
+        for n in range(setup.rounds):
+            for name in sorted(trees, reverse=n % 2 == 1):
+                for part, search in (("open_get", "0"), ("open_get_search", "1")):
+                    took = _in_tree(trees[name], REOPEN, str(copy), event_id, search)
+                    out[name].setdefault(part, []).append(took)
+    finally:
+        shutil.rmtree(copy.parent, ignore_errors=True)
+    return {
+        name: {
+            part: {
+                "wall_ms": round(median([w for w, _c in runs]) * 1000, 1),
+                "cpu_ms": round(median([c for _w, c in runs]) * 1000, 1),
+                "runs": runs,
+            }
+            for part, runs in parts.items()
+        }
+        for name, parts in out.items()
+    }
+
+
 # Run in this order against one server and tenant; add a scenario by adding a function here.
 SCENARIOS: dict[str, Callable[[Setup], dict[str, Any]]] = {
     "latency": scenario_latency,
@@ -661,6 +774,8 @@ SCENARIOS: dict[str, Callable[[Setup], dict[str, Any]]] = {
     "vector_recall": scenario_vector_recall,
     "tail_merge": scenario_tail_merge,
     "fused_ab": scenario_fused_ab,
+    "keyword_arm": scenario_keyword_arm,
+    "reopen": scenario_reopen,
     "recall_while_appending": scenario_recall_while_appending,  # adds events to the tenant
     "appends": scenario_appends,  # adds events to the tenant
 }
@@ -704,6 +819,7 @@ def run_size(size: int, corpus: Corpus, work: Path, args: argparse.Namespace) ->
             args.rounds,
             base=base,
             appenders_in_thread=args.appenders_in_thread,
+            base_tree=args.base,
         )
         for name, scenario in SCENARIOS.items():
             if args.only and name not in args.only:
