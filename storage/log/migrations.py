@@ -2,8 +2,8 @@
 to SCHEMA_VERSION, run by EventLog.open in the transaction that records the new version.
 
 Each step takes a log of version n to n + 1 and is tested (to_2 and to_4 in
-tests/storage/test_layout.py, to_3 in tests/storage/test_server_vectors.py); a log several
-versions behind runs them in order.
+tests/storage/test_layout.py, to_3 in tests/storage/test_server_vectors.py, to_6 in
+tests/storage/test_float32_records.py); a log several versions behind runs them in order.
 """
 
 from __future__ import annotations
@@ -82,11 +82,40 @@ def to_5(txn: lmdb.Transaction, r: LogReader, dbs: dict[str, Any]) -> None:
     default when it is read), so no byte changes."""
 
 
+def to_6(txn: lmdb.Transaction, r: LogReader, dbs: dict[str, Any]) -> None:
+    """Version 6 stores embeddings as float32s and leaves default fields out of a record:
+    every record is rewritten (a float64 becomes the nearest float32), and the live bytes
+    counted again. All in the one transaction of the open: a process killed meanwhile leaves
+    the log of version 5 as it was, and its next open runs this again from the start."""
+    events = dbs["events"]
+    live = 0
+    after = b""
+    while True:  # a batch of records read, then rewritten, so no cursor walks what it changes
+        cur = txn.cursor(db=events)
+        if not cur.set_range(after):
+            break
+        batch = []
+        for key, value in cur.iternext(keys=True, values=True):
+            if key != after:
+                batch.append((bytes(key), bytes(value)))
+            if len(batch) == _BATCH:
+                break
+        if not batch:
+            break
+        for key, value in batch:
+            encoded = layout.encode_event(layout.decode_event(value))
+            txn.put(key, encoded, db=events)
+            live += len(encoded)
+        after = batch[-1][0]
+    _put_int(txn, dbs, layout.LIVE_BYTES, live)
+
+
 STEPS: dict[int, Step] = {
     2: to_2,
     3: to_3,
     4: to_4,
     5: to_5,
+    6: to_6,
 }  # the version each step makes -> the step
 
 

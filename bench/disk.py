@@ -1,0 +1,140 @@
+"""Bytes on disk per event with a 384-dimension vector (issue 34: at most 2.5 KB).
+
+A tenant of N events (384 random float32 values each, 18 words of text, a kind and a ts, the
+shape of bench/tenants.py's events) is built in process through `Tenant.submit_append` in
+batches of 1,000 and closed; then every file under its directory is counted: the whole tenant,
+the log alone (data.mdb), the keyword index and the vector files, and the LMDB page counts of
+the log's "events" database (leaf and overflow pages).
+
+With --baseline DIR the same build runs a second time with the code of DIR (a checkout of
+another commit, e.g. `git archive main | tar -x -C DIR`), in a child process whose import path
+starts there, so both formats are measured in one run on the same machine. Each build is run
+--runs times (fixed seed: the same events each time) and the medians reported.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import SUPPORT_WORDS, parse_args, scratch_dir, write_json
+
+DIM = 384
+BATCH = 1000
+SEED = 20261207
+REPO = Path(__file__).resolve().parent.parent
+
+
+def build(root: Path, n: int) -> dict[str, Any]:
+    """Build and close a tenant of n events under root; its sizes (run in the child)."""
+    import lmdb
+    import numpy as np
+
+    from storage.model import NewEvent
+    from storage.tenants.tenant import Tenant
+
+    rng = np.random.default_rng(SEED)
+    words = random.Random(SEED)
+    tenant = Tenant.open("disk", root, embedding_dim=DIM)
+    for lo in range(0, n, BATCH):
+        vectors = rng.standard_normal((min(BATCH, n - lo), DIM), dtype=np.float32)
+        events = [
+            NewEvent(
+                kind="turn",
+                ts=1_791_208_939_000_000 + lo + i,
+                text=" ".join(words.choice(SUPPORT_WORDS) for _ in range(18)),
+                embedding=row.tolist(),
+            )
+            for i, row in enumerate(vectors)
+        ]
+        tenant.submit_append(events).result()
+    tenant.close()
+    files = {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
+    log = next(p for p in root.rglob("data.mdb"))
+    env = lmdb.open(str(log.parent), readonly=True, max_dbs=32, lock=False)
+    with env.begin() as txn:
+        stat = txn.stat(env.open_db(b"events", txn=txn, create=False))
+        record = len(next(iter(txn.cursor(db=env.open_db(b"events", txn=txn)).iternext(False))))
+    env.close()
+    return {"files": files, "events_db": stat, "a_record_bytes": record}
+
+
+def summary(sizes: dict[str, Any], n: int) -> dict[str, Any]:
+    """Bytes per event: the whole tenant, the log, the keyword and vector files."""
+    files: dict[str, int] = sizes["files"]
+
+    def part(*words: str) -> int:
+        return sum(v for k, v in files.items() if any(w in k for w in words))
+
+    whole = sum(files.values())
+    log = part("data.mdb")
+    keyword = sum(v for k, v in files.items() if k.split("/")[0].startswith("keyword"))
+    return {
+        "tenant_bytes_per_event": round(whole / n),
+        "log_bytes_per_event": round(log / n),
+        "keyword_bytes_per_event": round(keyword / n),
+        "other_bytes_per_event": round((whole - log - keyword) / n),
+        "overflow_pages": sizes["events_db"]["overflow_pages"],
+        "leaf_pages": sizes["events_db"]["leaf_pages"],
+        "a_record_bytes": sizes["a_record_bytes"],
+    }
+
+
+def measure(code: Path, n: int, runs: int) -> dict[str, Any]:
+    """Median sizes of `runs` builds of n events by the code at `code` (each in a child)."""
+    results = []
+    for _ in range(runs):
+        root = scratch_dir("disk")
+        try:
+            env = {**os.environ, "PYTHONPATH": str(code)}
+            out = subprocess.run(
+                [sys.executable, __file__, "--child", str(root / "t"), str(n)],
+                env=env,
+                cwd=code,
+                check=True,
+                capture_output=True,
+                text=True,
+            ).stdout
+            results.append(summary(json.loads(out.splitlines()[-1]), n))
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    medians = {k: statistics.median(r[k] for r in results) for k in results[0]}
+    return {"median": medians, "runs": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Measure, print and write the JSON."""
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] == "--child":
+        sys.path.insert(0, os.getcwd())  # the code measured, ahead of this checkout
+        print(json.dumps(build(Path(argv[1]), int(argv[2]))))
+        return 0
+    baseline = None
+    if "--baseline" in argv:
+        i = argv.index("--baseline")
+        baseline = Path(argv[i + 1]).resolve()
+        argv = argv[:i] + argv[i + 2 :]
+    args = parse_args(__doc__ or "", argv)
+    sizes = [2_000] if args.quick else [2_000, 20_000]
+    runs = 1 if args.quick else 3
+    data: dict[str, Any] = {"dim": DIM, "runs": runs, "sizes": {}}
+    for n in sizes:
+        entry = {"new": measure(REPO, n, runs)}
+        if baseline is not None:
+            entry["baseline"] = measure(baseline, n, runs)
+        data["sizes"][str(n)] = entry
+        print(n, {k: v["median"] for k, v in entry.items()}, flush=True)
+    print(write_json("disk", data, args.out))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
