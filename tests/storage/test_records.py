@@ -390,7 +390,7 @@ def test_get_over_http_returns_the_floats_sent(old: ClosedTenant, hot: bool) -> 
             r = client.get(f"/v1/memory/event/{event_id}", headers=auth)
             assert r.status_code == 200, r.text
             got = msgspec.json.decode(r.content)["embedding"]
-            assert bits(got) == bits(printed(embedding))
+            assert embedding is not None and bits(got) == bits(printed(embedding))
 
 
 # -- reads that leave the embedding out ------------------------------------------------------------
