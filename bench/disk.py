@@ -8,8 +8,10 @@ the log's "events" database (leaf and overflow pages).
 
 With --baseline DIR the same build runs a second time with the code of DIR (a checkout of
 another commit, e.g. `git archive main | tar -x -C DIR`), in a child process whose import path
-starts there, so both formats are measured in one run on the same machine. Each build is run
---runs times (fixed seed: the same events each time) and the medians reported.
+starts there, so both formats are measured in one run on the same machine; then that tenant is
+opened and closed once by this checkout's code (`migrated`: a log of an older format rewritten
+on open, storage/log/migrations.py). Each build runs 3 times (1 with --quick; fixed seed: the
+same events each time) and the medians are reported.
 """
 
 from __future__ import annotations
@@ -34,8 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 
 
 def build(root: Path, n: int) -> dict[str, Any]:
-    """Build and close a tenant of n events under root; its sizes (run in the child)."""
-    import lmdb
+    """Build and close a tenant of n events under root (n = 0: open and close the tenant that
+    is there); its sizes (run in the child)."""
     import numpy as np
 
     from storage.model import NewEvent
@@ -57,6 +59,13 @@ def build(root: Path, n: int) -> dict[str, Any]:
         ]
         tenant.submit_append(events).result()
     tenant.close()
+    return sizes(root)
+
+
+def sizes(root: Path) -> dict[str, Any]:
+    """Every file's size under a closed tenant's directory, the log's page counts, a record."""
+    import lmdb
+
     files = {str(p.relative_to(root)): p.stat().st_size for p in root.rglob("*") if p.is_file()}
     log = next(p for p in root.rglob("data.mdb"))
     env = lmdb.open(str(log.parent), readonly=True, max_dbs=32, lock=False)
@@ -67,9 +76,9 @@ def build(root: Path, n: int) -> dict[str, Any]:
     return {"files": files, "events_db": stat, "a_record_bytes": record}
 
 
-def summary(sizes: dict[str, Any], n: int) -> dict[str, Any]:
+def summary(measured: dict[str, Any], n: int) -> dict[str, Any]:
     """Bytes per event: the whole tenant, the log, the keyword and vector files."""
-    files: dict[str, int] = sizes["files"]
+    files: dict[str, int] = measured["files"]
 
     def part(*words: str) -> int:
         return sum(v for k, v in files.items() if any(w in k for w in words))
@@ -82,32 +91,43 @@ def summary(sizes: dict[str, Any], n: int) -> dict[str, Any]:
         "log_bytes_per_event": round(log / n),
         "keyword_bytes_per_event": round(keyword / n),
         "other_bytes_per_event": round((whole - log - keyword) / n),
-        "overflow_pages": sizes["events_db"]["overflow_pages"],
-        "leaf_pages": sizes["events_db"]["leaf_pages"],
-        "a_record_bytes": sizes["a_record_bytes"],
+        "overflow_pages": measured["events_db"]["overflow_pages"],
+        "leaf_pages": measured["events_db"]["leaf_pages"],
+        "a_record_bytes": measured["a_record_bytes"],
     }
 
 
-def measure(code: Path, n: int, runs: int) -> dict[str, Any]:
-    """Median sizes of `runs` builds of n events by the code at `code` (each in a child)."""
-    results = []
+def child(code: Path, tenant: Path, n: int) -> dict[str, Any]:
+    """build(tenant, n) run by the code at `code`, in a process of its own."""
+    out = subprocess.run(
+        [sys.executable, __file__, "--child", str(tenant), str(n)],
+        env={**os.environ, "PYTHONPATH": str(code)},
+        cwd=code,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    return json.loads(out.splitlines()[-1])  # type: ignore[no-any-return]
+
+
+def measure(codes: dict[str, Path], n: int, runs: int) -> dict[str, Any]:
+    """Median sizes of `runs` builds of n events by each code; with a baseline, its tenant
+    opened once more by this checkout's code (`migrated`)."""
+    results: dict[str, list[dict[str, Any]]] = {}
     for _ in range(runs):
-        root = scratch_dir("disk")
-        try:
-            env = {**os.environ, "PYTHONPATH": str(code)}
-            out = subprocess.run(
-                [sys.executable, __file__, "--child", str(root / "t"), str(n)],
-                env=env,
-                cwd=code,
-                check=True,
-                capture_output=True,
-                text=True,
-            ).stdout
-            results.append(summary(json.loads(out.splitlines()[-1]), n))
-        finally:
-            shutil.rmtree(root, ignore_errors=True)
-    medians = {k: statistics.median(r[k] for r in results) for k in results[0]}
-    return {"median": medians, "runs": results}
+        for name, code in codes.items():
+            root = scratch_dir("disk")
+            try:
+                results.setdefault(name, []).append(summary(child(code, root / "t", n), n))
+                if name == "baseline":
+                    migrated = summary(child(REPO, root / "t", 0), n)
+                    results.setdefault("migrated", []).append(migrated)
+            finally:
+                shutil.rmtree(root, ignore_errors=True)
+    return {
+        name: {"median": {k: statistics.median(r[k] for r in rs) for k in rs[0]}, "runs": rs}
+        for name, rs in results.items()
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,13 +143,12 @@ def main(argv: list[str] | None = None) -> int:
         baseline = Path(argv[i + 1]).resolve()
         argv = argv[:i] + argv[i + 2 :]
     args = parse_args(__doc__ or "", argv)
-    sizes = [2_000] if args.quick else [2_000, 20_000]
+    counts = [2_000] if args.quick else [2_000, 20_000]
     runs = 1 if args.quick else 3
     data: dict[str, Any] = {"dim": DIM, "runs": runs, "sizes": {}}
-    for n in sizes:
-        entry = {"new": measure(REPO, n, runs)}
-        if baseline is not None:
-            entry["baseline"] = measure(baseline, n, runs)
+    codes = {"new": REPO} if baseline is None else {"new": REPO, "baseline": baseline}
+    for n in counts:
+        entry = measure(codes, n, runs)
         data["sizes"][str(n)] = entry
         print(n, {k: v["median"] for k, v in entry.items()}, flush=True)
     print(write_json("disk", data, args.out))

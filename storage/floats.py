@@ -33,16 +33,14 @@ def shortest(values: Sequence[float]) -> list[float]:
         magnitude = np.floor(np.log10(np.abs(np.where(finite, exact, 1.0)))).astype(np.int64)
         # One row per number of digits: each value rounded at that many significant digits.
         power = _DIGITS - 1 - magnitude
-        # A row counts only while it and every row of fewer digits were rounded exactly: a
-        # value of 1e30 cannot be rounded at 6 digits here, so a fit at 9 would not be the
-        # fewest.
-        usable = np.logical_and.accumulate(np.abs(power) <= _EXACT, axis=0)
         up = _POW10[np.clip(power, 0, _EXACT)]
         down = _POW10[np.clip(-power, 0, _EXACT)]
         rounded = np.round(exact * up / down) * down / up
-    fits = usable & (rounded.astype(np.float32) == stored)
+    fits = (np.abs(power) <= _EXACT) & (rounded.astype(np.float32) == stored)
     first = fits.argmax(axis=0)  # the fewest digits that read back as the float32
-    found = fits[first, np.arange(stored.size)] & finite
+    # A value past 1e22 cannot be rounded at its first digits here (so a fit found at more
+    # would not be the fewest); a tiny one not at its last, where it simply fits nowhere.
+    found = fits[first, np.arange(stored.size)] & finite & (magnitude <= _EXACT)
     out = np.where(found, rounded[first, np.arange(stored.size)], exact)
     for i in np.flatnonzero(finite & ~found):  # past 10**±22 (rare in an embedding): numpy's
         out[i] = float(str(stored[i]))
