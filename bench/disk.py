@@ -19,10 +19,12 @@ from __future__ import annotations
 import json
 import os
 import random
+import resource
 import shutil
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +47,9 @@ def build(root: Path, n: int) -> dict[str, Any]:
 
     rng = np.random.default_rng(SEED)
     words = random.Random(SEED)
+    started = time.perf_counter()
     tenant = Tenant.open("disk", root, embedding_dim=DIM)
+    opened = time.perf_counter() - started
     for lo in range(0, n, BATCH):
         vectors = rng.standard_normal((min(BATCH, n - lo), DIM), dtype=np.float32)
         events = [
@@ -59,7 +63,8 @@ def build(root: Path, n: int) -> dict[str, Any]:
         ]
         tenant.submit_append(events).result()
     tenant.close()
-    return sizes(root)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    return {**sizes(root), "open_seconds": opened, "peak_rss_bytes": peak}
 
 
 def sizes(root: Path) -> dict[str, Any]:
@@ -94,6 +99,9 @@ def summary(measured: dict[str, Any], n: int) -> dict[str, Any]:
         "overflow_pages": measured["events_db"]["overflow_pages"],
         "leaf_pages": measured["events_db"]["leaf_pages"],
         "a_record_bytes": measured["a_record_bytes"],
+        # the open (with a migration, for `migrated`) and the child's peak RSS
+        "open_seconds": round(measured.get("open_seconds", 0.0), 3),
+        "peak_rss_mb": round(measured.get("peak_rss_bytes", 0) / 1e6),
     }
 
 

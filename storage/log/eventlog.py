@@ -24,7 +24,7 @@ from storage.log.layout import (
     SUPERSEDING,
     Tombstone,
 )
-from storage.log.migrations import migrate
+from storage.log.migrations import REWRITTEN, migrate, rewrite_records
 from storage.log.reader import LogReader
 from storage.model import CHAIN_KIND, AppendResult, NewEvent, Quota, ServerSpace
 from storage.rwlock import RWLock
@@ -66,6 +66,8 @@ class EventLog:
             )
         if schema is None or schema < SCHEMA_VERSION:  # new, or older: one write
             try:
+                if schema is not None and schema < REWRITTEN:
+                    rewrite_records(log.write, log.dbs)
                 log.write(lambda txn: log._initialise(txn, embedding_dim))
             except BaseException:
                 env.close()
