@@ -4,7 +4,8 @@ A tenant of N events (384 random float32 values each, 18 words of text, a kind a
 shape of bench/tenants.py's events) is built in process through `Tenant.submit_append` in
 batches of 1,000 and closed; then every file under its directory is counted: the whole tenant,
 the log alone (data.mdb), the keyword index and the vector files, and the LMDB page counts of
-the log's "events" database (leaf and overflow pages).
+the log's "events" database (leaf and overflow pages). Also the CPU of a record's codec (encode,
+decode whole and light, and rendering an embedding for a client), in microseconds.
 
 With --baseline DIR the same build runs a second time with the code of DIR (a checkout of
 another commit, e.g. `git archive main | tar -x -C DIR`), in a child process whose import path
@@ -105,8 +106,46 @@ def summary(measured: dict[str, Any], n: int) -> dict[str, Any]:
     }
 
 
+def codec() -> dict[str, float]:
+    """Microseconds (median of 7 rounds of 2,000 calls) to encode a record of 384 floats, to
+    decode it whole and without its embedding, and to render its embedding for a client (run
+    in the child; the render only where the code has one, storage/floats.py)."""
+    import timeit
+
+    import numpy as np
+
+    from storage.log import layout
+    from storage.model import StoredEvent
+
+    vector = np.random.default_rng(SEED).standard_normal(DIM).astype(np.float32).tolist()
+    words = random.Random(SEED)
+    ev = StoredEvent(
+        event_id="6f1c2a55-0d53-4c2e-9a3e-3a0b7d9e2f10",
+        seq=7,
+        kind="turn",
+        ts=1_791_208_939_000_000,
+        text=" ".join(words.choice(SUPPORT_WORDS) for _ in range(18)),
+        embedding=vector,
+    )
+    raw = layout.encode_event(ev)
+    calls: dict[str, Any] = {
+        "encode": lambda: layout.encode_event(ev),
+        "decode": lambda: layout.decode_event(raw),
+        "decode_light": lambda: layout.decode_light(raw),
+    }
+    render = getattr(ev, "embedding_out", None)
+    if render is not None:
+        calls["render"] = render
+    return {
+        f"{name}_us": round(
+            statistics.median(timeit.repeat(fn, number=2000, repeat=7)) / 2000 * 1e6, 2
+        )
+        for name, fn in calls.items()
+    }
+
+
 def child(code: Path, tenant: Path, n: int) -> dict[str, Any]:
-    """build(tenant, n) run by the code at `code`, in a process of its own."""
+    """build(tenant, n) run by the code at `code`, in a process of its own (n = -1: codec())."""
     out = subprocess.run(
         [sys.executable, __file__, "--child", str(tenant), str(n)],
         env={**os.environ, "PYTHONPATH": str(code)},
@@ -143,7 +182,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "--child":
         sys.path.insert(0, os.getcwd())  # the code measured, ahead of this checkout
-        print(json.dumps(build(Path(argv[1]), int(argv[2]))))
+        n = int(argv[2])
+        print(json.dumps(codec() if n < 0 else build(Path(argv[1]), n)))
         return 0
     baseline = None
     if "--baseline" in argv:
@@ -155,6 +195,15 @@ def main(argv: list[str] | None = None) -> int:
     runs = 1 if args.quick else 3
     data: dict[str, Any] = {"dim": DIM, "runs": runs, "sizes": {}}
     codes = {"new": REPO} if baseline is None else {"new": REPO, "baseline": baseline}
+    timings: dict[str, list[dict[str, float]]] = {}
+    for _ in range(runs):  # alternated, so both see the same moments of a shared machine
+        for name, code in codes.items():
+            timings.setdefault(name, []).append(child(code, Path("-"), -1))
+    data["codec"] = {
+        name: {k: statistics.median(t[k] for t in ts) for k in ts[0]}
+        for name, ts in timings.items()
+    }
+    print("codec", data["codec"], flush=True)
     for n in counts:
         entry = measure(codes, n, runs)
         data["sizes"][str(n)] = entry
