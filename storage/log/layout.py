@@ -446,10 +446,7 @@ def encode_event(ev: StoredEvent) -> bytes:
     values: list[Any] = list(msgspec.structs.astuple(ev))
     if ev.embedding is not None:
         values[_EMBEDDING] = pack_embedding(ev.embedding)
-    if ev.supersedes:
-        values[_SUPERSEDES] = tuple(ev.supersedes)
-    else:
-        values[_SUPERSEDES] = ()  # the default, which a record leaves out
+    values[_SUPERSEDES] = tuple(ev.supersedes)  # none: the default (), which is left out
     return _encode_record(_Record(*values))
 
 
