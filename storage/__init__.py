@@ -157,6 +157,9 @@ if TYPE_CHECKING:
     from storage.receipts import record_copy as record_copy
     from storage.space import disk_full as disk_full
     from storage.space import names_full_disk as names_full_disk
+    from storage.tenants.directory import erase_tenant_dir as erase_tenant_dir
+    from storage.tenants.directory import is_tenant_id as is_tenant_id
+    from storage.tenants.directory import tenant_dirs as tenant_dirs
     from storage.tenants.embedding import EmbeddingWorker as EmbeddingWorker
     from storage.tenants.footprint import (
         PARTS as PARTS,
@@ -181,7 +184,6 @@ if TYPE_CHECKING:
     from storage.tenants.usage import TenantUsage as TenantUsage
     from storage.tenants.usage import closed_usage as closed_usage
     from storage.tenants.usage import quota_figures as quota_figures
-    from storage.transfer.backup import tenant_dirs as tenant_dirs
     from storage.transfer.export import export_lines as export_lines
     from storage.transfer.export import subject_lines as subject_lines
     from storage.transfer.export import write_export as write_export
@@ -316,7 +318,9 @@ HOMES: dict[str, str] = {
     "SUBJECT_PROPERTY": "storage.log.layout:SUBJECT",
     "sweep_stale": "storage.transfer.landing",
     "Tenant": "storage.tenants.tenant",
-    "tenant_dirs": "storage.transfer.backup",
+    "tenant_dirs": "storage.tenants.directory",
+    "erase_tenant_dir": "storage.tenants.directory",
+    "is_tenant_id": "storage.tenants.directory",
     "tenant_memory": "storage.tenants.footprint",
     "TenantManager": "storage.tenants.manager",
     "TenantUsage": "storage.tenants.usage",
@@ -420,6 +424,7 @@ __all__ = [
     "disk_full",
     "doomed",
     "due",
+    "erase_tenant_dir",
     "export_lines",
     "files_holding",
     "first_ts",
@@ -428,6 +433,7 @@ __all__ = [
     "hold_data_dir",
     "import_tenant",
     "is_filterable_value",
+    "is_tenant_id",
     "last_receipt",
     "limit_arenas",
     "log_holding",
