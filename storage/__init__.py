@@ -154,6 +154,7 @@ if TYPE_CHECKING:
     from storage.readlog import read_bytes as read_bytes
     from storage.readlog import reads_of_events as reads_of_events
     from storage.readlog import records as records
+    from storage.receipts import RunReceipt as RunReceipt
     from storage.receipts import record_copy as record_copy
     from storage.space import disk_full as disk_full
     from storage.space import names_full_disk as names_full_disk
@@ -176,7 +177,6 @@ if TYPE_CHECKING:
     from storage.tenants.runs import RUNS as RUNS
     from storage.tenants.runs import Journal as Journal
     from storage.tenants.runs import RetentionView as RetentionView
-    from storage.tenants.runs import RunReceipt as RunReceipt
     from storage.tenants.runs import last_receipt as last_receipt
     from storage.tenants.runs import view_of as view_of
     from storage.tenants.serving import ServerVectors as ServerVectors
@@ -309,7 +309,7 @@ HOMES: dict[str, str] = {
     "records": "storage.readlog",
     "refuse_held": "storage.read.retention",
     "RetentionView": "storage.tenants.runs",
-    "RunReceipt": "storage.tenants.runs",
+    "RunReceipt": "storage.receipts",
     "RUNS": "storage.tenants.runs",
     "ServerVectors": "storage.tenants.serving",
     "StoredEvent": "storage.model",

@@ -22,8 +22,8 @@ from memspine_admin.control import (
 )
 from memspine_admin.plane import ControlPlane, init_control, open_control
 from memspine_admin.records import MAX_TTL_SECS, ReadMark
+from storage import erase_tenant_dir, is_tenant_id
 from storage.errors import Conflict, InvalidRequest, NotFound
-from storage.tenants.directory import erase_tenant_dir, is_tenant_id
 
 WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 T0 = 1_790_000_000_000_000

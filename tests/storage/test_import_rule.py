@@ -28,7 +28,7 @@ STORAGE_PUBLIC = (
     "storage.errors",
     "storage.fsync",
     "storage.tenants.usage",
-    "storage.tenants.directory",  # which directories are tenants, and erasing one
+    "storage.tenants.directory",  # which directories are tenants; erasing one offline
     "storage.transfer",
     "storage.embedders",
     "storage.tenants.reembed",
