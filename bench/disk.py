@@ -25,7 +25,6 @@ import shutil
 import statistics
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -33,39 +32,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import SUPPORT_WORDS, parse_args, scratch_dir, write_json
 
 DIM = 384
-BATCH = 1000
 SEED = 20261207
 REPO = Path(__file__).resolve().parent.parent
 
 
 def build(root: Path, n: int) -> dict[str, Any]:
-    """Build and close a tenant of n events under root (n = 0: open and close the tenant that
-    is there); its sizes (run in the child)."""
-    import numpy as np
+    """Build and close a tenant of n events at root, as bench/tenants.py builds its tenants
+    (n = 0: open and close the tenant that is there); its sizes (run in the child)."""
+    from tenants import build as build_tenant  # imports storage: the code measured
 
-    from storage.model import NewEvent
-    from storage.tenants.tenant import Tenant
-
-    rng = np.random.default_rng(SEED)
-    words = random.Random(SEED)
-    started = time.perf_counter()
-    tenant = Tenant.open("disk", root, embedding_dim=DIM)
-    opened = time.perf_counter() - started
-    for lo in range(0, n, BATCH):
-        vectors = rng.standard_normal((min(BATCH, n - lo), DIM), dtype=np.float32)
-        events = [
-            NewEvent(
-                kind="turn",
-                ts=1_791_208_939_000_000 + lo + i,
-                text=" ".join(words.choice(SUPPORT_WORDS) for _ in range(18)),
-                embedding=row.tolist(),
-            )
-            for i, row in enumerate(vectors)
-        ]
-        tenant.submit_append(events).result()
-    tenant.close()
+    seconds, _ids = build_tenant(root.parent, root.name, n)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {**sizes(root), "open_seconds": opened, "peak_rss_bytes": peak}
+    return {**sizes(root), "seconds": seconds, "peak_rss_bytes": peak}
 
 
 def sizes(root: Path) -> dict[str, Any]:
@@ -100,8 +78,9 @@ def summary(measured: dict[str, Any], n: int) -> dict[str, Any]:
         "overflow_pages": measured["events_db"]["overflow_pages"],
         "leaf_pages": measured["events_db"]["leaf_pages"],
         "a_record_bytes": measured["a_record_bytes"],
-        # the open (with a migration, for `migrated`) and the child's peak RSS
-        "open_seconds": round(measured.get("open_seconds", 0.0), 3),
+        # the build, or the open and close (with a migration, for `migrated`), and the child's
+        # peak RSS
+        "seconds": round(measured.get("seconds", 0.0), 3),
         "peak_rss_mb": round(measured.get("peak_rss_bytes", 0) / 1e6),
     }
 
