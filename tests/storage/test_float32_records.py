@@ -17,10 +17,14 @@ import msgspec
 import numpy as np
 import pytest
 
+from storage import files
+from storage.errors import InvalidRequest
 from storage.floats import shortest
 from storage.log import layout
 from storage.log.eventlog import EventLog, record_bytes, snapshot
 from storage.model import FLOAT32_MAX, AppendResult, NewEvent, StoredEvent
+from storage.tenants.tenant import Tenant
+from storage.transfer import backup as bk
 from tests.support.oldlog import make_v5, records, schema
 from tests.support.servers import REPO
 from tests.support.wait import PATIENCE_SECS
@@ -242,3 +246,33 @@ def test_a_migration_killed_halfway_reads_as_before_and_goes_on(tmp_path: Path) 
         assert r.meta_int(layout.LIVE_BYTES) == record_bytes(r)
     log.close()
     assert overflow_pages(path) == 0
+
+
+def set_schema(path: Path, version: int) -> None:
+    """Record another format version in the (closed) log at path, as a newer memspine would."""
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        txn.put(layout.meta_key(layout.SCHEMA), layout.u64(version), db=meta)
+    env.close()
+
+
+def test_a_log_or_a_backup_of_a_newer_format_is_refused_not_misread(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    t = Tenant.open("acme", data / "acme", embedding_dim=4)
+    t.submit_append([NewEvent(kind="turn", ts=T0, text="hi", embedding=[0.1] * 4)]).result()
+    t.close()
+    log = data / "acme" / files.LOG
+    with snapshot(log) as r:  # this version's log: read
+        assert r.count() == 1
+    bk.backup(data, tmp_path / "bk")
+    set_schema(tmp_path / "bk" / "tenants" / "acme" / files.LOG, layout.SCHEMA_VERSION + 1)
+    with pytest.raises(InvalidRequest, match="newer than this version of memspine reads"):
+        bk.restore(tmp_path / "bk", tmp_path / "new", default_dim=4)
+    assert not (tmp_path / "new").exists()
+    set_schema(log, layout.SCHEMA_VERSION + 1)
+    with (
+        pytest.raises(InvalidRequest, match=f"in format {layout.SCHEMA_VERSION + 1}"),
+        snapshot(log),
+    ):
+        pass
