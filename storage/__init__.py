@@ -132,6 +132,7 @@ if TYPE_CHECKING:
     from storage.read.retention import outlook as outlook
     from storage.read.retention import outlook_of_files as outlook_of_files
     from storage.read.retention import refuse_held as refuse_held
+    from storage.read.retention import unheld as unheld
     from storage.read.subjects import DERIVED as DERIVED
     from storage.read.subjects import IDENTIFIER as IDENTIFIER
     from storage.read.subjects import MAX_CONFIRM_IDS as MAX_CONFIRM_IDS
@@ -306,6 +307,7 @@ HOMES: dict[str, str] = {
     "record_copy": "storage.receipts",
     "records": "storage.readlog",
     "refuse_held": "storage.read.retention",
+    "unheld": "storage.read.retention",
     "RetentionView": "storage.tenants.runs",
     "RunReceipt": "storage.tenants.runs",
     "RUNS": "storage.tenants.runs",
@@ -449,6 +451,7 @@ __all__ = [
     "tenant_dirs",
     "tenant_memory",
     "trim",
+    "unheld",
     "view_of",
     "warm",
     "write_export",

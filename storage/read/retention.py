@@ -9,13 +9,13 @@ what `due` selects through the tenant's ordinary delete.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import msgspec
 
-from storage import files
+from storage import failpoints, files
 from storage.errors import LegalHold
 from storage.log import layout
 from storage.log.eventlog import read_only
@@ -182,6 +182,25 @@ def refuse_held(
             "deleted: lift the hold to delete it",
             hold_id=hold.hold_id,
         )
+
+
+def unheld(
+    holds: Callable[[], Iterable[Hold]], event_ids: list[str], *, cascade: bool = False
+) -> Callable[[LogReader], list[str]]:
+    """What a delete of these ids removes (with cascade, what derives from them too), as the
+    `find` of Tenant.submit_delete_found: it runs on the tenant's writer and reads the holds
+    then, so a hold placed while the delete waited in the queue stops it (LegalHold, nothing
+    deleted), not only one standing when it was asked."""
+
+    def find(r: LogReader) -> list[str]:
+        failpoints.hit("delete.held")
+        ids = event_ids
+        if cascade:
+            ids = list(dict.fromkeys(d for e in event_ids for d in derived_closure(r, e)))
+        refuse_held(r, holds(), ids)
+        return ids
+
+    return find
 
 
 def outlook(r: LogReader, policy: Policy, now: int) -> Outlook:
