@@ -317,10 +317,16 @@ class Engine:
                 self.on_reject(error.limit)
         return error if index is None else in_batch(index, error)
 
-    def refuse_if_full(self, tenant_id: str, *, batch: bool = False) -> None:
+    def refuse_if_full(
+        self, tenant_id: str, *, batch: bool = False, replay_key: object = None
+    ) -> None:
         """QuotaExceeded now if an append to tenant_id would be refused whatever its body (its
-        quota refused one a moment ago and it still holds all it may): before the body is read,
-        as the writer would refuse it (a batch's first event)."""
+        quota refused one a moment ago and it still holds all it may): before the body is read
+        or validated, as the writer would refuse it (a batch's first event). Every door that
+        appends calls it (memspine/pipeline.py, memspine/mcp/backend.py); an append with an
+        idempotency key (`replay_key` not None) may be a replay, answered as before, full or not."""
+        if replay_key is not None:
+            return
         error = self.full.refusal(tenant_id)
         if error is not None:
             raise self._refused(error, 0 if batch else None)
