@@ -231,11 +231,15 @@ def read_records(root: Path) -> Callable[[set[str]], Iterator[bytes]]:
     return of
 
 
-def access_lines(t: Tenant, tenant_id: str, subject: str) -> list[bytes]:
+def access_lines(
+    t: Tenant, tenant_id: str, subject: str, exported: list[str] | None = None
+) -> list[bytes]:
     """The access export of one subject, from one snapshot (400 for a subject that cannot be
-    one)."""
+    one); the ids of its events go to `exported` if given (the read audit's record)."""
     subject = check_subject(subject)
     reads = read_records(t.root)
     return t.snapshot_read(
-        lambda r: list(subject_lines(r, tenant_id, subject, default_dim=t.dim, reads=reads))
+        lambda r: list(
+            subject_lines(r, tenant_id, subject, default_dim=t.dim, reads=reads, exported=exported)
+        )
     )
