@@ -12,6 +12,7 @@ from litestar.response import Stream
 
 from memspine.body import ClientGone
 from memspine.pipeline import Operation, Services, error_answer, serve
+from memspine.segments import path_params
 from memspine.routes import (
     admin,
     audit,
@@ -50,7 +51,8 @@ def litestar_handler(ops: dict[str, Operation], services: Services) -> HTTPRoute
         scope: dict[str, Any] = request.scope  # type: ignore[assignment]
         op = ops[request.method]
         try:
-            answer = await serve(op, services, scope, request.receive, request.path_params)
+            params = path_params(op.path, scope, request.path_params)
+            answer = await serve(op, services, scope, request.receive, params)
         except ClientGone:  # no one reads this; Litestar must still be handed an answer
             answer = error_answer(InvalidRequest(GONE))
         if answer.stream is not None:
