@@ -12,7 +12,6 @@ from litestar.response import Stream
 
 from memspine.body import ClientGone
 from memspine.pipeline import Operation, Services, error_answer, serve
-from memspine.segments import path_params
 from memspine.routes import (
     admin,
     audit,
@@ -25,6 +24,7 @@ from memspine.routes import (
     transfer,
     whoami,
 )
+from memspine.segments import path_params
 from storage.errors import InvalidRequest
 
 GONE = "the client disconnected before its body arrived"

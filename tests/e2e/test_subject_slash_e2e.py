@@ -11,8 +11,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import httpx
-
 from memspine.client import Memspine
 from tests.support.servers import REPO, ServerProcess
 
