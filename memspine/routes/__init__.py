@@ -20,6 +20,7 @@ from memspine.routes import (
     holds,
     memory,
     move,
+    retention,
     subjects,
     transfer,
     whoami,
@@ -40,6 +41,7 @@ OPERATIONS: tuple[Operation, ...] = (
     *move.OPERATIONS,
     *audit.OPERATIONS,
     *subjects.OPERATIONS,
+    *retention.OPERATIONS,
 )
 
 

@@ -80,12 +80,14 @@ class Policy(msgspec.Struct, frozen=True):
 
 
 class Due(msgspec.Struct, frozen=True):
-    """One batch of due events: the ids to delete, how many due ones holds kept, and where each
-    kind's scan resumes (its next batch starts at that ts: held events are not read again)."""
+    """One batch of due events: the ids to delete, how many due ones holds kept (and their
+    ids), and where each kind's scan resumes (its next batch starts at that ts, inclusive: an
+    event held there, as others of the same ts, is read again, so a run counts held ids once)."""
 
     event_ids: list[str]
     held: int
     resume: dict[str, int]
+    held_ids: list[str] = []
 
 
 class Outlook(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,7 +129,7 @@ def due(
     if any(h.subject is None for h in holds):
         return Due([], 0, dict(resume or {}))
     chosen: list[str] = []
-    held = 0
+    held: list[str] = []
     after = dict(resume or {})
     for kind in kinds(r):
         cutoff = policy.cutoff(kind, now)
@@ -136,12 +138,12 @@ def due(
         for event_id, ts in _below(r, kind, after.get(kind), cutoff):
             after[kind] = ts
             if holds and holds_blocking(holds, r.get_light(event_id)) is not None:
-                held += 1
+                held.append(event_id)
                 continue
             chosen.append(event_id)
             if len(chosen) >= limit:
-                return Due(chosen, held, after)
-    return Due(chosen, held, after)
+                return Due(chosen, len(held), after, held)
+    return Due(chosen, len(held), after, held)
 
 
 def _below(r: LogReader, kind: str, lo: int | None, hi: int) -> Iterator[tuple[str, int]]:
