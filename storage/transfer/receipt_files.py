@@ -1,4 +1,5 @@
-"""The erasure receipts a backup carries and a restore puts back (storage/transfer/backup.py).
+"""The receipts a backup carries and a restore puts back (storage/transfer/backup.py), and
+those a tenant move hands from its source node to its target (memspine/routes/move.py).
 
 A backup holds, beside the tenants' logs, `_receipts/` as the data directory has it
 (storage/receipts.py): the signing key (so the restored server signs with the same key and
@@ -14,9 +15,12 @@ import os
 import shutil
 import stat
 from collections.abc import Iterable
+from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
-from storage.receipts import COPIES, DIR, KEY_FILE
+from storage.fsync import replace_durably
+from storage.receipts import COPIES, DIR, KEY_FILE, verify
 
 SHARED = (KEY_FILE, COPIES)  # the data directory's own files in _receipts/
 RECEIPT_SUFFIX = ".json"
@@ -80,3 +84,38 @@ def _receipt_name(name: str) -> bool:
     return (
         suffix == RECEIPT_SUFFIX and len(stem) == 32 and all(c in "0123456789abcdef" for c in stem)
     )
+
+
+def of_tenant(data_dir: Path, tenant_id: str) -> list[tuple[str, bytes]]:
+    """A tenant's receipt files as (receipt id, bytes), in id order (a move's source)."""
+    folder = data_dir / DIR / tenant_id
+    if not _real_dir(folder):
+        return []
+    found = []
+    for entry in sorted(os.scandir(folder), key=lambda e: e.name):
+        if _receipt_name(entry.name) and entry.is_file(follow_symlinks=False):
+            found.append((entry.name[: -len(RECEIPT_SUFFIX)], Path(entry.path).read_bytes()))
+    return found
+
+
+def take(data_dir: Path, tenant_id: str, bodies: Iterable[tuple[str, bytes]]) -> int:
+    """Keep the receipts a move's source handed over (a move's target), each byte for byte,
+    only if it is a signed receipt of this tenant under its own id and not held here already;
+    how many were new."""
+    folder = data_dir / DIR / tenant_id
+    taken = 0
+    for receipt_id, body in bodies:
+        receipt = verify(body)
+        if receipt is None or receipt.tenant_id != tenant_id or receipt.receipt_id != receipt_id:
+            continue
+        path = folder / f"{receipt_id}{RECEIPT_SUFFIX}"
+        if not _receipt_name(path.name) or path.exists():
+            continue
+        folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+        replace_durably(path, partial(_write, body))
+        taken += 1
+    return taken
+
+
+def _write(body: bytes, out: BinaryIO) -> None:
+    out.write(body)
