@@ -109,12 +109,16 @@ class Writer(threading.Thread):
             time.sleep(0.002)
 
 
+def _tenant_on_a(nodes: Any, prefix: str) -> tuple[str, str]:
+    """A new tenant placed on node-a, and a key of it."""
+    with PgControl.open(nodes["url"]) as db:
+        tenant = db.create_tenant(f"{prefix}-{uuid.uuid4().hex[:6]}", actor="test", node="node-a")
+        return tenant.tenant_id, db.create_key(tenant.tenant_id, "agent", actor="test").api_key
+
+
 def test_a_tenant_moves_under_a_running_writer_and_loses_nothing(nodes: Any) -> None:
     a, b = nodes["servers"]["a"], nodes["servers"]["b"]
-    with PgControl.open(nodes["url"]) as db:
-        tenant = db.create_tenant(f"mover-{uuid.uuid4().hex[:6]}", actor="test", node="node-a")
-        key = db.create_key(tenant.tenant_id, "agent", actor="test").api_key
-    tid = tenant.tenant_id
+    tid, key = _tenant_on_a(nodes, "mover")
     auth = {"Authorization": f"Bearer {key}"}
     purged_before = f"purged-before-{uuid.uuid4().hex}"
     deleted_during = f"deleted-during-{uuid.uuid4().hex}"
@@ -204,10 +208,7 @@ def test_a_move_carries_the_tenants_signed_receipts(nodes: Any) -> None:
     """The held round hands the source's receipts to the target: after the move the new node
     lists the erasure's receipt and serves it byte for byte, signed by the old node's key."""
     a, b = nodes["servers"]["a"], nodes["servers"]["b"]
-    with PgControl.open(nodes["url"]) as db:
-        tenant = db.create_tenant(f"signed-{uuid.uuid4().hex[:6]}", actor="test", node="node-a")
-        key = db.create_key(tenant.tenant_id, "agent", actor="test").api_key
-    tid = tenant.tenant_id
+    tid, key = _tenant_on_a(nodes, "signed")
     auth = {"Authorization": f"Bearer {key}"}
     with httpx.Client(base_url=a.url, headers=auth, timeout=60) as ca:
         for text, who in (("Ann's order", "c-ann"), ("Bob's order", "c-bob")):

@@ -6,25 +6,20 @@ to send it, not "no such route"; the CLI takes the id as it is."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 from pathlib import Path
 
 from memspine.client import Memspine
+from tests.support.admin import Admin
 from tests.support.servers import REPO, ServerProcess
 
 SUBJECT = "org/7"
-SCRIPT = Path(sys.executable).parent / "memspine-admin"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "memspine_admin.cli"]
 
 
 def admin(data_dir: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
-    env["MEMSPINE_DATA_DIR"] = str(data_dir)
-    return subprocess.run(
-        [*COMMAND, *args], capture_output=True, text=True, env=env, cwd=REPO, timeout=120
-    )
+    """memspine-admin as its own process on data_dir."""
+    result: subprocess.CompletedProcess[str] = Admin(data_dir, REPO).run(*args)
+    return result
 
 
 def event_ids(ndjson: str) -> list[str]:
