@@ -29,6 +29,7 @@ from memspine.mcp.tools import TOOLS
 from tests.support.endpoint import Endpoint
 from tests.support.mcp_calls import CHEAP_HASHER, call, issue_keys
 from tests.support.servers import InProcessServer
+from tests.support.wait import wait_until
 
 LOCAL = {"MEMSPINE_EMBEDDER": "local", "MEMSPINE_EMBEDDING_DIM": "384"}
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -127,8 +128,13 @@ def test_tenant_usage_names_the_space(start_server: Any, tmp_path: Path) -> None
     s = start_server(env={**LOCAL, "MEMSPINE_ADMIN_KEY": admin}, hasher=CHEAP_HASHER)
     c = s.client(keys["rw"])
     assert c.post("/v1/memory/event", json=event("hello")).status_code == 201
-    c.post("/v1/memory/recall", json={"text": "hello", "wait_for_vectors": True})
-    usage = s.client(admin).get(f"/v1/admin/tenants/{keys['tenant']}").json()["usage"]
+    # wait_for_vectors waits a bounded time: on a busy machine the model may load for longer
+    url = f"/v1/admin/tenants/{keys['tenant']}"
+    wait_until(
+        lambda: s.client(admin).get(url).json()["usage"]["vectors"]["unembedded"] == 0,
+        "the server to embed the event",
+    )
+    usage = s.client(admin).get(url).json()["usage"]
     assert usage["vector_space"]["made_by"] == "server"
     assert usage["vector_space"]["model"] == MODEL
     assert usage["vectors"]["unembedded"] == 0
