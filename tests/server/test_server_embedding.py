@@ -29,7 +29,7 @@ from memspine.mcp.tools import TOOLS
 from tests.support.endpoint import Endpoint
 from tests.support.mcp_calls import CHEAP_HASHER, call, issue_keys
 from tests.support.servers import InProcessServer
-from tests.support.wait import wait_until as wait_on
+from tests.support.wait import wait_until
 
 LOCAL = {"MEMSPINE_EMBEDDER": "local", "MEMSPINE_EMBEDDING_DIM": "384"}
 MODEL = "sentence-transformers/all-MiniLM-L6-v2"
@@ -125,7 +125,7 @@ def test_tenant_usage_names_the_space(start_server: Any, tmp_path: Path) -> None
     assert c.post("/v1/memory/event", json=event("hello")).status_code == 201
     # wait_for_vectors waits a bounded time: on a busy machine the model may load for longer
     url = f"/v1/admin/tenants/{keys['tenant']}"
-    wait_on(
+    wait_until(
         lambda: s.client(admin).get(url).json()["usage"]["vectors"]["unembedded"] == 0,
         "the server to embed the event",
     )
