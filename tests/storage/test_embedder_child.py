@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from storage.embedders import make_embedder
-from storage.embedders.base import HUNG
+from storage.embedders.base import HUNG, EmbedderError
 from storage.embedders.child import DIED, ChildEmbedder
 from storage.model import NewEvent
 from storage.tenants.embedding import EmbeddingWorker
@@ -103,6 +103,23 @@ def test_a_stopped_child_is_killed_at_its_deadline_and_its_batch_made_by_the_nex
     assert np.allclose(np.asarray(got, dtype=np.float32), want, atol=1e-5)
     assert not alive(first)  # killed and reaped
     embedder.close()
+
+
+def test_a_start_has_its_own_deadline_and_one_past_it_is_killed() -> None:
+    # A start held to half a second is killed as hung (not reported dead); the next call
+    # starts a child under the real deadline.
+    embedder = ChildEmbedder(start_timeout=0.5)  # a start takes seconds: imports, the model
+    with pytest.raises(EmbedderError) as refused:
+        embedder.embed(TEXTS)
+    assert refused.value.reason == HUNG
+    assert (embedder.hangs, embedder.deaths, embedder.starts) == (1, 0, 1)
+    assert embedder.pid is None
+    embedder.start_timeout = 300.0
+    try:
+        assert embedder.embed(TEXTS[:1]).shape == (1, 384)
+        assert (embedder.hangs, embedder.deaths, embedder.starts) == (1, 0, 2)
+    finally:
+        embedder.close()
 
 
 def _vectors_made(
