@@ -6,22 +6,18 @@ shortest decimal; an export imported by `memspine-admin import` gives the same v
 from __future__ import annotations
 
 import json
-import os
 import signal
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from tests.support.admin import Admin
 from tests.support.seed import SUPPORT, load
 from tests.support.servers import REPO, ServerProcess
 
 TENANT = "acme"
 T0 = 1_791_208_939_000_000
-SCRIPT = Path(sys.executable).parent / "memspine-admin"
-COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "memspine_admin.cli"]
 
 
 def vectors_read(server: ServerProcess, ids: dict[str, str]) -> dict[str, list[float]]:
@@ -69,14 +65,8 @@ def test_the_seed_vectors_come_back_exactly_as_sent(start_server: Any, tmp_path:
 
     # Imported into another data directory, then served: the same vectors.
     other = tmp_path / "other"
-    env = {**os.environ, "MEMSPINE_DATA_DIR": str(other), "MEMSPINE_EMBEDDING_DIM": "4"}
-    done = subprocess.run(
-        [*COMMAND, "import", TENANT, "--in", str(export)],
-        capture_output=True,
-        text=True,
-        env=env,
-        cwd=REPO,
-        timeout=120,
+    done = Admin(other, REPO).run(
+        "import", TENANT, "--in", str(export), env={"MEMSPINE_EMBEDDING_DIM": "4"}
     )
     assert done.returncode == 0, done.stderr
     assert vectors_read(start_server(data_dir=other), ids) == sent
