@@ -136,6 +136,17 @@ class VectorIndex:
             self._load()
         return self._live
 
+    def graph_count(self) -> int:
+        """Live vectors in the graph; for a saved graph not yet loaded, its sidecar's count
+        (0 if unreadable), as a closed tenant's usage reads it: counting loads nothing."""
+        if self._index is not None:
+            return len(self._live)
+        try:
+            saved = read_live(live_path(self.path))
+        except VectorFileError:
+            return 0
+        return 0 if saved is None else len(saved)
+
     def loaded(self) -> bool:
         """Whether the graph is in memory (a saved one is loaded at its first use)."""
         return self._index is not None

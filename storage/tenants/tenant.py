@@ -294,7 +294,7 @@ class Tenant:
                 r,
                 self.root,
                 is_open=True,
-                graph=len(self.vectors.live),
+                graph=self.vectors.graph_count(),
                 pending=self.vectors.pending(),
                 dim=self.dim,
                 memory=memory,

@@ -61,10 +61,12 @@ def test_the_graph_loads_at_the_first_vector_search_and_answers_as_before(
         assert len(page) == 10
         graph_bytes, _exact = t.vectors.memory_bytes()
         assert graph_bytes > N * DIM * 4  # counted as what it will hold
-        assert not t.vectors.loaded()  # reads of events leave the graph on disk
+        assert t.usage().vectors.graph == N
+        assert not t.vectors.loaded()  # reads of events and usage leave the graph on disk
         assert [nearest(t, q) for q in queries] == before
         assert t.vectors.loaded()
         assert len(t.vectors.live) == N
+        assert t.usage().vectors.graph == N
     finally:
         t.close()
 
