@@ -16,6 +16,7 @@ the process for as long as that takes). tests/storage/test_purge.py checks the r
 
 from __future__ import annotations
 
+import bisect
 import errno
 import mmap
 import os
@@ -108,6 +109,44 @@ def check_saved(path: Path) -> None:
             pos += _LINKS_LENGTH.size + _LINKS_LENGTH.unpack_from(mm, pos)[0]
     if pos != size:
         raise cut
+
+
+def check_links(path: Path, dim: int) -> int:
+    """The element count of the index saved at path, once its header fits the file and the
+    dimension and its upper-level link lists walk exactly to the file's end, as hnswlib's load
+    checks them (with two seeks an element: most of its time); VectorFileError otherwise.
+
+    Every length is a multiple of 4, so the lists are read as 32-bit words and only the
+    non-empty ones (about one element in M) are stepped through: a run of zero words is a run
+    of elements without upper levels."""
+    with open(path, "rb") as fh:
+        size = os.fstat(fh.fileno()).st_size
+        shape = layout(fh.read(HEADER.size), size, dim)
+        start = HEADER.size + shape.records * shape.size
+        fh.seek(start)
+        words = np.fromfile(fh, dtype="<u4")
+    bad = VectorFileError("vector index file is damaged (its link lists do not fit)")
+    if (size - start) % 4:
+        raise bad
+    nonzero = np.flatnonzero(words).tolist()
+    at, walked, k, count = 0, 0, 0, shape.records
+    while walked < count:
+        k = bisect.bisect_left(nonzero, at, k)
+        nxt = nonzero[k] if k < len(nonzero) else len(words)
+        if walked + (nxt - at) >= count:  # the rest are elements without upper levels
+            at += count - walked
+            break
+        if nxt >= len(words):  # elements left and no words for them
+            raise bad
+        walked += nxt - at
+        length = int(words[nxt])
+        if length % 4:
+            raise bad
+        at = nxt + 1 + length // 4
+        walked += 1
+    if at != len(words):
+        raise bad
+    return count
 
 
 def read_vectors(path: Path, dim: int) -> tuple[np.ndarray, np.ndarray]:

@@ -27,10 +27,9 @@ from storage.index.flat import (
     use_one_blas_thread,
 )
 from storage.index.vecfile import (
-    HEADER,
     VectorFileError,
+    check_links,
     check_saved,
-    layout,
     live_path,
     read_live,
     read_vectors,
@@ -112,9 +111,9 @@ class VectorIndex:
         if path.exists():
             # A large graph is loaded at its first use, not here: hnswlib's load copies the
             # whole file and holds the GIL meanwhile (1.5 ms a thousand vectors: 1.5 s at a
-            # million), and a tenant opened to read or list events never needs it. Its header
-            # is checked here, so a damaged file is still rebuilt from the log on open.
-            if _saved_count(path, dim) > EXACT_BELOW:
+            # million), and a tenant opened to read or list events never needs it. What the
+            # load checks is checked here, so a damaged file is still rebuilt from the log.
+            if check_links(path, dim) > EXACT_BELOW:
                 return cls(path, dim, None, set(), None)
             index, live, small = _load_saved(path, dim)
             return cls(path, dim, index, live, small)
@@ -432,14 +431,6 @@ def file_memory_bytes(path: Path, dim: int) -> int:
     if count <= EXACT_BELOW:
         per += 2 * 4 * dim  # the small graph's rows, in an array grown by doubling
     return HNSW_FIXED_BYTES + count * per
-
-
-def _saved_count(path: Path, dim: int) -> int:
-    """How many elements the index saved at path holds, from its header; raises ValueError if
-    the header does not fit the file or the dimension."""
-    with open(path, "rb") as fh:
-        head = fh.read(HEADER.size)
-        return layout(head, os.fstat(fh.fileno()).st_size, dim).records
 
 
 def _load_saved(path: Path, dim: int) -> tuple[hnswlib.Index, set[int], FlatSet | None]:

@@ -51,3 +51,51 @@ def test_a_sidecar_it_cannot_read_is_a_vector_file_error(
         sidecar.write_bytes(content)
     with pytest.raises(vecfile.VectorFileError):
         vecfile.read_live(sidecar)
+
+
+def _links_at(data: bytes) -> tuple[int, int]:
+    """Where the upper-level link lists start in a saved file, and the first non-empty one."""
+    count, record = vecfile.HEADER.unpack_from(data, 0)[2:4]
+    start = vecfile.HEADER.size + count * record
+    words = np.frombuffer(data[start:], dtype="<u4")
+    return start, start + 4 * int(np.flatnonzero(words)[0])
+
+
+def _with_length(data: bytes, at: int, change: int) -> bytes:
+    value = int.from_bytes(data[at : at + 4], "little") + change
+    return data[:at] + value.to_bytes(4, "little") + data[at + 4 :]
+
+
+def test_the_link_check_refuses_what_hnswlib_refuses(tmp_path: Path) -> None:
+    """check_links (run on open instead of loading a large graph) and hnswlib's load agree on
+    a whole file and on files whose link lists are cut, padded or mislabelled."""
+    dim = 8
+    index = hnswlib.Index(space="cosine", dim=dim)
+    index.init_index(max_elements=3000, M=vectors.M, ef_construction=vectors.EF_CONSTRUCTION)
+    index.add_items(np.random.default_rng(2).standard_normal((3000, dim)), np.arange(3000))
+    path = tmp_path / "v.hnsw"
+    index.save_index(str(path))
+    whole = path.read_bytes()
+    _start, first = _links_at(whole)
+    files = {
+        "whole": whole,
+        "cut by a word": whole[:-4],
+        "cut by a list": whole[:-68],
+        "a word more": whole + b"\0\0\0\0",
+        "a length 4 longer": _with_length(whole, first, 4),
+        "a length one list longer": _with_length(whole, first, 68),
+        "a length not in words": _with_length(whole, first, 2),
+    }
+    for name, data in files.items():
+        path.write_bytes(data)
+        try:
+            hnswlib.Index(space="cosine", dim=dim).load_index(str(path))
+            loads = True
+        except RuntimeError:
+            loads = False
+        if loads:
+            assert vecfile.check_links(path, dim) == 3000, name
+        else:
+            with pytest.raises(vecfile.VectorFileError):
+                vecfile.check_links(path, dim)
+    assert [n for n in files if n != "whole"]  # the damaged ones were refused above
