@@ -109,6 +109,11 @@ class Turn:
     ts: int  # µs: the session's date and time, plus a minute a turn
     session: int
 
+    @property
+    def speaker(self) -> str:
+        """Who said it, as an application sends it beside the text (the `speaker` property)."""
+        return self.text.split(": ", 1)[0]
+
 
 @dataclass
 class Conversation:
@@ -312,7 +317,9 @@ def build_tenant(root: Path, conv: Conversation, vectors: np.ndarray | None) -> 
                     text=turn.text,
                     embedding=None if vectors is None else vectors[i].tolist(),
                     embedding_model=None if vectors is None else model,
-                    properties_raw=msgspec.json.encode({"dia_id": turn.dia_id}),
+                    properties_raw=msgspec.json.encode(
+                        {"dia_id": turn.dia_id, "speaker": turn.speaker}
+                    ),
                 )
             )
         results = tenant.submit_append(batch).result()
@@ -394,7 +401,7 @@ def over_http(convs: list[Conversation]) -> tuple[list[Row], dict[str, float]]:
                             "kind": "turn",
                             "ts": t.ts,
                             "text": t.text,
-                            "properties": {"dia_id": t.dia_id},
+                            "properties": {"dia_id": t.dia_id, "speaker": t.speaker},
                         }
                         for t in conv.turns[start : start + 100]
                     ]
