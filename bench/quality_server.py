@@ -356,8 +356,8 @@ def end_to_end(
     rankings: dict[str, list[list[str]]] = {}
     times: list[float] = []
     for conv in convs:
-        if name == "client":
-            turn_vecs, q_vecs, feedback = conv.ref_turns, conv.ref_questions, None
+        if name == "client":  # feedback as the server gives a client's vector (serving.py)
+            turn_vecs, q_vecs, feedback = conv.ref_turns, conv.ref_questions, FEEDBACK
         else:
             proc = PROCEDURES[name]
             own = emb.embed(

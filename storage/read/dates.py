@@ -64,7 +64,9 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
     (
         "relative",
         re.compile(
-            r"\b(?P<n>\d{1,3}|" + "|".join(NUMBERS) + r")\s+(?P<unit>day|week|month|year)s?\s+ago\b",
+            r"\b(?P<n>\d{1,3}|"
+            + "|".join(NUMBERS)
+            + r")\s+(?P<unit>day|week|month|year)s?\s+ago\b",
             re.I,
         ),
     ),

@@ -4,6 +4,7 @@ the dates it names as windows over `ts` (storage/read/dates.py)."""
 
 from __future__ import annotations
 
+import re
 import time
 
 import msgspec
@@ -17,6 +18,19 @@ class Focus(msgspec.Struct, frozen=True, kw_only=True):
 
     people: list[tuple[str, str]] = []
     windows: list[tuple[int, int]] = []
+    date_spans: list[tuple[int, int]] = []
+
+    def without(self, text: str, people: bool, dates: bool) -> str:
+        """The text less the names of its people and/or its dates (what a focus arm already
+        restricts to), or the text as it is if nothing else would remain."""
+        out = text
+        if dates:
+            for a, b in sorted(self.date_spans, reverse=True):
+                out = out[:a] + " " + out[b:]
+        if people:
+            for _prop, value in self.people:
+                out = re.sub(rf"\b{re.escape(value)}(?:'s|\u2019s)?\b", " ", out, flags=re.I)
+        return out if re.search(r"\w", out) else text
 
     def __bool__(self) -> bool:
         return bool(self.people or self.windows)
@@ -34,4 +48,8 @@ def understand(r: LogReader, text: str, as_of: int | None) -> Focus:
         return newest.ts if newest is not None else time.time_ns() // 1000
 
     found = dates.windows(text, reference)
-    return Focus(people=speakers.people(r, text, found.spans), windows=found.windows)
+    return Focus(
+        people=speakers.people(r, text, found.spans),
+        windows=found.windows,
+        date_spans=found.spans,
+    )

@@ -345,16 +345,13 @@ def _exact_arm(ids: list[str], adm: Admission, depth: int, query: np.ndarray) ->
     return [by_seq[seq] for seq, _sim in ranked]
 
 
-def fuse(
-    rankings: list[list[StoredEvent]], weights: list[float] | None = None
-) -> list[tuple[StoredEvent, float]]:
-    """Reciprocal rank fusion: score = Σ w/(60 + rank), ranks from 1; ties keep first-seen order."""
+def fuse(rankings: list[list[StoredEvent]]) -> list[tuple[StoredEvent, float]]:
+    """Reciprocal rank fusion: score = Σ 1/(60 + rank), ranks from 1; ties keep first-seen order."""
     scores: dict[str, float] = {}
     events: dict[str, StoredEvent] = {}
-    for n, ranking in enumerate(rankings):
-        w = 1.0 if weights is None else weights[n]
+    for ranking in rankings:
         for rank, ev in enumerate(ranking, start=1):
-            scores[ev.event_id] = scores.get(ev.event_id, 0.0) + w / (RRF_K + rank)
+            scores[ev.event_id] = scores.get(ev.event_id, 0.0) + 1.0 / (RRF_K + rank)
             events.setdefault(ev.event_id, ev)
     order = sorted(scores, key=lambda e: -scores[e])  # sorted() is stable
     return [(events[e], scores[e]) for e in order]
@@ -428,15 +425,13 @@ def rank(
         rankings: list[list[StoredEvent]] = []
         query = None
         if adm.q.text:
-            rankings.append(keyword_arm(kw, adm, depth))
+            rankings.append(keyword_arm(kw, _unfocused(adm, focus), depth))
             if feedback is not None and adm.q.embedding is not None:
                 query = moved_query(adm, rankings[0], feedback)
         if adm.q.embedding is not None:
             rankings.append(vector_arm(vec, adm, depth, query))
         focused = focus_arms(kw, vec, adm, depth, query, focus) if focus else []
-        import os
-        w = float(os.environ.get("H36_W", "1"))
-        fused = fuse(rankings + focused, [1.0] * len(rankings) + [w] * len(focused))
+        fused = fuse(rankings + focused)
         hits = substitute(fused, adm, k)
         exhausted = all(len(ranking) < depth for ranking in rankings)
         if len(hits) >= k or exhausted or depth >= MAX_ARM_DEPTH:
@@ -444,6 +439,20 @@ def rank(
                 explain(hits, fused, rankings, adm.q)
             return hits
         depth = min(4 * depth, MAX_ARM_DEPTH)
+
+
+def _unfocused(adm: Admission, focus: Focus | None) -> Admission:
+    """The chokepoint for the main keyword arm: its query without the names and dates that
+    the focus arms stand for (they rank by them instead)."""
+    if not focus or adm.q.text is None:
+        return adm
+    text = focus.without(adm.q.text, people=True, dates=True)
+    if text == adm.q.text:
+        return adm
+    main = adm.narrowed({}, None)
+    main.focused = False
+    main.q = msgspec.structs.replace(main.q, text=text)
+    return main
 
 
 def focus_arms(
@@ -454,26 +463,26 @@ def focus_arms(
     query: np.ndarray | None,
     focus: Focus,
 ) -> list[list[StoredEvent]]:
-    """The keyword and vector arms again, each restricted to what the text names: the events of
-    the person it names, those inside the windows of the dates it names (docs/recall.md,
-    "Query focus")."""
-    import os
-
-    mode = set(os.environ.get("H36_FOCUS", "people,windows,kw,vec").split(","))
-    out: list[list[StoredEvent]] = []
+    """Both arms again inside each focus the text names (docs/recall.md, "Query focus"): the
+    events of the one person it names, those within the dates it names, and those of that
+    person within those dates. A focus arm's keyword query leaves out the name and the dates
+    its restriction stands for."""
+    person: dict[str, FilterValue] = dict(focus.people) if len(focus.people) == 1 else {}
     restrictions: list[tuple[dict[str, FilterValue], list[tuple[int, int]] | None]] = []
-    people = focus.people if "all" in mode else focus.people[:1] if len(focus.people) == 1 or "first" in mode else []
-    if "people" in mode:
-        restrictions += [({p: v}, None) for p, v in people]
-    if "windows" in mode and focus.windows:
+    if person:
+        restrictions.append((person, None))
+    if focus.windows:
         restrictions.append(({}, focus.windows))
-    if "both" in mode and focus.windows and people:
-        restrictions.append(({people[0][0]: people[0][1]}, focus.windows))
+        if person:
+            restrictions.append((person, focus.windows))
+    out: list[list[StoredEvent]] = []
     for filters, windows in restrictions:
         sub = adm.narrowed(filters, windows)
-        if adm.q.text and "kw" in mode:
+        if adm.q.text:
+            text = focus.without(adm.q.text, people=bool(filters), dates=windows is not None)
+            sub.q = msgspec.structs.replace(sub.q, text=text)
             out.append(keyword_arm(kw, sub, depth, most=FOCUS_FETCH * depth))
-        if adm.q.embedding is not None and "vec" in mode:
+        if adm.q.embedding is not None:
             out.append(vector_arm(vec, sub, depth, query))
     return out
 

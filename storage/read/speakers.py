@@ -37,7 +37,7 @@ OPENERS = STOP_WORDS | {
     "recall",
 }
 _NAME = re.compile(r"[A-Z][\w\-]*(?:\s+[A-Z][\w\-]*)*")
-_POSSESSIVE = re.compile(r"(?:'s|’s|')$")
+_POSSESSIVE = re.compile(r"(?:'s|\u2019s|')$")
 _SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n)$")
 
 
