@@ -73,7 +73,8 @@ _PATTERNS: list[tuple[str, re.Pattern[str]]] = [
 ]
 # Months that are also common words count only beside a day or a year, or after a preposition
 # (the second "month" pattern): "May I ask" names no date.
-_BARE_MONTHS = {m for m in MONTHS if len(m) > 3 and m != "may"}
+_WORDS = {"may", "march"}  # months that are also common words: capitalised to count
+_BARE_MONTHS = {m.capitalize() for m in MONTHS if len(m) > 3 and m not in _WORDS}
 _BARE = re.compile(r"\b(?P<month>" + "|".join(sorted(_BARE_MONTHS)) + r")\b")
 
 
@@ -106,12 +107,12 @@ def windows(text: str, reference: Callable[[], int]) -> Found:
             if not found.free(*m.span()):
                 continue
             window = _window(what, m, now)
+            found.spans.append(m.span())  # taken even if no real date: "31 February" is none
             if window is not None:
                 found.windows.append(window)
-                found.spans.append(m.span())
     for m in _BARE.finditer(text):  # "What did she do in July?" is taken above; this is "July's"
         if found.free(*m.span()):
-            window = _month(None, MONTHS[m["month"]], now)
+            window = _month(None, MONTHS[m["month"].lower()], now)
             found.windows.append(window)
             found.spans.append(m.span())
     found.windows = list(dict.fromkeys(found.windows))[:MAX_WINDOWS]
@@ -131,6 +132,8 @@ def _window(what: str, m: re.Match[str], now: Callable[[], datetime]) -> tuple[i
     if not 1 <= month <= 12:
         return None
     if what == "month":
+        if year is None and groups["month"] in _WORDS:  # "in may", lowercase: the verb
+            return None
         return _month(year, month, now)
     day = int(groups["day"])
     try:

@@ -57,7 +57,9 @@ def candidates(text: str, taken: Iterable[tuple[int, int]] = ()) -> list[str]:
             out.setdefault(" ".join(words))
         for w in words:
             out.setdefault(w)
-    return [c for c in out if 1 < len(c) <= MAX_NAME_CHARS][:MAX_CANDIDATES]
+    # A common word is no name wherever it stands ("The", "Me"): its lowercase is too common.
+    names = [c for c in out if 1 < len(c) <= MAX_NAME_CHARS and c.lower() not in STOP_WORDS]
+    return names[:MAX_CANDIDATES]
 
 
 def people(r: LogReader, text: str, taken: Iterable[tuple[int, int]] = ()) -> list[tuple[str, str]]:
