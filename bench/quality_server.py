@@ -67,8 +67,9 @@ from common import (  # noqa: E402  (plain files)
 
 from storage.embedders import Embedder, make_embedder  # noqa: E402
 from storage.index.keyword import STOP_WORDS, query_terms  # noqa: E402
-from storage.model import AppendResult, NewEvent  # noqa: E402
+from storage.model import AppendResult, FilterValue, NewEvent, StoredEvent  # noqa: E402
 from storage.read.recall import Feedback, RecallQuery, recall, validate  # noqa: E402
+from storage.tenants.embedding import chain  # noqa: E402
 from storage.tenants.tenant import Tenant  # noqa: E402
 
 # shared/ beside the checkout, as bench/quality.py reads it, or at /work/shared from a worktree.
@@ -334,10 +335,15 @@ def ask(
     *,
     k: int = K,
     feedback: Feedback | None = None,
+    filters: dict[str, FilterValue] | None = None,
 ) -> list[str]:
     """One recall as the engine runs it (validate, then recall); dia_ids ranked."""
     q = RecallQuery(
-        text=text, embedding=None if vector is None else vector.tolist(), kind="turn", k=k
+        text=text,
+        embedding=None if vector is None else vector.tolist(),
+        kind="turn",
+        k=k,
+        filters=filters or {},
     )
     with tenant.log.reader() as r:
         validate(q, tenant.dim, r.meta_str("model"))
@@ -356,6 +362,7 @@ def end_to_end(
     rankings: dict[str, list[list[str]]] = {}
     times: list[float] = []
     for conv in convs:
+        feedback: Feedback | None
         if name == "client":  # feedback as the server gives a client's vector (serving.py)
             turn_vecs, q_vecs, feedback = conv.ref_turns, conv.ref_questions, FEEDBACK
         else:
@@ -420,6 +427,69 @@ def over_http(convs: list[Conversation]) -> tuple[list[Row], dict[str, float]]:
         server.stop()
     ms = [t * 1000 for t in times]
     return rows, {"p50_ms": round(median(ms), 3), "p99_ms": round(percentile(ms, 99), 3)}
+
+
+def interleaved(work: Path, convs: list[Conversation], emb: Embeddings, keyed: bool) -> list[Row]:
+    """The conversations written at once into one tenant (`--interleaved`): their turns
+    appended round robin (one of each in turn, as concurrent chats arrive), each with its
+    `conversation` and `speaker` properties and its own session's ts; each turn's vector made
+    by storage's own chain (storage/tenants/embedding.py) in that append order, keyed on the
+    conversation (keyed) or, as before the chain was per conversation, on the tenant alone.
+    Each question is asked text-only with the server's feedback, filtered to its conversation
+    as an application would ask about one chat."""
+    order = [
+        (c, i)
+        for i in range(max(len(conv.turns) for conv in convs))
+        for c, conv in enumerate(convs)
+        if i < len(conv.turns)
+    ]
+    own = {c: emb.embed([t.text for t in conv.turns]) for c, conv in enumerate(convs)}
+    stand_ins = [
+        StoredEvent(
+            event_id=f"{c}:{i}",
+            seq=n + 1,
+            kind="turn",
+            ts=convs[c].turns[i].ts,
+            filterable={"conversation": str(convs[c].index)} if keyed else {},
+        )
+        for n, (c, i) in enumerate(order)
+    ]
+    vectors = chain(stand_ins, np.asarray([own[c][i] for c, i in order]), None)
+    tenant = Tenant.open("interleaved", work / f"interleaved-{keyed}", embedding_dim=DIM)
+    try:
+        for start in range(0, len(order), 16):
+            batch = []
+            for n in range(start, min(start + 16, len(order))):
+                c, i = order[n]
+                turn = convs[c].turns[i]
+                props = {
+                    "dia_id": f"{convs[c].index}:{turn.dia_id}",
+                    "speaker": turn.speaker,
+                    "conversation": str(convs[c].index),
+                }
+                batch.append(
+                    NewEvent(
+                        kind="turn",
+                        ts=turn.ts,
+                        text=turn.text,
+                        embedding=vectors[n].tolist(),
+                        embedding_model="sentence-transformers/all-MiniLM-L6-v2",
+                        properties_raw=msgspec.json.encode(props),
+                    )
+                )
+            results = tenant.submit_append(batch).result()
+            assert all(isinstance(r, AppendResult) for r in results), results
+        rows: list[Row] = []
+        for conv in convs:
+            q_vecs = emb.embed(conv.questions)
+            where: dict[str, FilterValue] = {"conversation": str(conv.index)}
+            for i, question in enumerate(conv.questions):
+                ranked = ask(tenant, question, q_vecs[i], feedback=FEEDBACK, filters=where)
+                evidence = {f"{conv.index}:{e}" for e in conv.evidence[i]}
+                rows.append((*metrics(ranked, evidence), conv.categories[i]))
+        return rows
+    finally:
+        tenant.close()
 
 
 # -- the sweep, in process --------------------------------------------------------------------------
@@ -711,6 +781,11 @@ def main(argv: list[str] | None = None) -> int:
         "--http", action="store_true", help="also `served`: through a real server that embeds"
     )
     parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="also the conversations written at once into one tenant, chain per tenant and per conversation",
+    )
+    parser.add_argument(
         "--out", type=Path, default=None, help="JSON (bench/out/quality-server.json)"
     )
     args = parser.parse_args(argv)
@@ -744,6 +819,12 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = {**summarise(rows), "in_process_recall": timing}
             rankings[name] = ranked
             print(line(name, results[name]), flush=True)
+        if args.interleaved:
+            for keyed, label in ((False, "tenant-wide chain"), (True, "chain per conversation")):
+                rows = interleaved(work, convs, emb, keyed)
+                name = f"interleaved, {label}"
+                results[name] = summarise(rows)
+                print(line(name, results[name]), flush=True)
         if args.http:
             rows, timing = over_http(convs)
             results["served"] = {**summarise(rows), "http_recall": timing}
