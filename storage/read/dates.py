@@ -78,6 +78,17 @@ _BARE_MONTHS = {m.capitalize() for m in MONTHS if len(m) > 3 and m not in _WORDS
 _BARE = re.compile(r"\b(?P<month>" + "|".join(sorted(_BARE_MONTHS)) + r")\b")
 
 
+# A text without a digit and without one of these words names no date: most questions, which
+# then cost one scan instead of every pattern's.
+_TRIGGERS = frozenset([*MONTHS, "yesterday", "today", "tonight", "last", "this", "past", "ago"])
+_TOKENS = re.compile(r"\d|[a-z]+", re.I)
+
+
+def _may_name_a_date(text: str) -> bool:
+    """Whether the text holds a digit or a word a date pattern starts from."""
+    return any(t.isdigit() or t.lower() in _TRIGGERS for t in _TOKENS.findall(text))
+
+
 class Found:
     """What the parse found: windows [lo, hi) in µs and the character spans it used."""
 
@@ -95,6 +106,8 @@ def windows(text: str, reference: Callable[[], int]) -> Found:
     `reference` (µs, called only if needed) is "now" for relative dates and for a day or month
     named without its year (the latest such before it)."""
     found = Found()
+    if not _may_name_a_date(text):
+        return found
     ref: list[int] = []
 
     def now() -> datetime:

@@ -40,16 +40,34 @@ def understand(r: LogReader, text: str, as_of: int | None) -> Focus:
     """The focus of a recall's text in this tenant; relative dates count back from as_of, else
     from the tenant's newest event (its "now": a tenant replaying old conversations has the
     dates of those), else from the clock."""
+    newest: list[int | None] = []
+
+    def newest_ts() -> int | None:
+        if not newest:
+            ev = next(r.newest_first(None, None, None), None)
+            newest.append(ev.ts if ev is not None else None)
+        return newest[0]
 
     def reference() -> int:
         if as_of is not None:
             return as_of
-        newest = next(r.newest_first(None, None, None), None)
-        return newest.ts if newest is not None else time.time_ns() // 1000
+        ts = newest_ts()
+        return ts if ts is not None else time.time_ns() // 1000
 
     found = dates.windows(text, reference)
+    windows = found.windows
+    if windows and _covering(r, windows, newest_ts()):
+        windows = []
     return Focus(
-        people=speakers.people(r, text, found.spans),
-        windows=found.windows,
-        date_spans=found.spans,
+        people=speakers.people(r, text, found.spans), windows=windows, date_spans=found.spans
     )
+
+
+def _covering(r: LogReader, windows: list[tuple[int, int]], newest: int | None) -> bool:
+    """Whether one window holds every event of the tenant ("this year" in a tenant of this
+    week): a date arm would then only rank the main arms' events again."""
+    first = next(r.ids_by_ts(None, None), None)
+    oldest = r.get_light(first) if first is not None else None
+    if oldest is None or newest is None:
+        return False
+    return any(lo <= oldest.ts and newest < hi for lo, hi in windows)

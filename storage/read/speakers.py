@@ -38,7 +38,6 @@ OPENERS = STOP_WORDS | {
 }
 _NAME = re.compile(r"[A-Z][\w\-]*(?:\s+[A-Z][\w\-]*)*")
 _POSSESSIVE = re.compile(r"(?:'s|\u2019s|')$")
-_SENTENCE_START = re.compile(r"(?:^|[.!?:;]\s+|\n)$")
 
 
 def candidates(text: str, taken: Iterable[tuple[int, int]] = ()) -> list[str]:
@@ -50,7 +49,8 @@ def candidates(text: str, taken: Iterable[tuple[int, int]] = ()) -> list[str]:
         if any(not (m.end() <= a or m.start() >= b) for a, b in spans):
             continue
         words = m.group(0).split()
-        if _SENTENCE_START.search(text[: m.start()]) and words[0].lower() in OPENERS:
+        before = text[: m.start()].rstrip(" \t")
+        if (not before or before[-1] in ".!?:;\n") and words[0].lower() in OPENERS:
             words = words[1:]
         words = [_POSSESSIVE.sub("", w) for w in words]
         if len(words) > 1:
@@ -66,13 +66,21 @@ def people(r: LogReader, text: str, taken: Iterable[tuple[int, int]] = ()) -> li
     """(property, value) for each person the text names that the tenant has seen, in text
     order: a candidate as written, else lowercased, equal to a PEOPLE property of some event."""
     found: list[tuple[str, str]] = []
-    for name in candidates(text, taken):
+    names = candidates(text, taken)
+    held = [p for p in PEOPLE if names and _held(r, p)]  # a seek each, then one per name
+    for name in names:
         for value in dict.fromkeys((name, name.lower())):
-            hit = next((p for p in PEOPLE if _seen(r, p, value)), None)
+            hit = next((p for p in held if _seen(r, p, value)), None)
             if hit is not None:
                 found.append((hit, value))
                 break
     return found
+
+
+def _held(r: LogReader, prop: str) -> bool:
+    """Whether some event has the property at all (its name's prefix in the property index)."""
+    raw = prop.encode()
+    return r.more_keys_than(0, "by_prop", bytes([len(raw)]) + raw)
 
 
 def _seen(r: LogReader, prop: str, value: str) -> bool:
