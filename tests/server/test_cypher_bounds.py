@@ -237,11 +237,12 @@ def test_many_strings_stop_at_the_memory_limit(log: EventLog) -> None:
 
 
 def test_a_value_of_one_list_many_times_is_as_long_to_walk_as_it_looks(log: EventLog) -> None:
-    # 2**30 elements to compare, group or render, in 30 small lists: each walk counts them
+    # 2**30 elements to compare, group or render, in 30 small lists: each walk counts them, so
+    # the element limit refuses it (the time limit is out of the way: a walk that did not count
+    # would run for many minutes, and within() fails it long before that)
     for tail in ("RETURN l = l", "RETURN DISTINCT l", "RETURN l", "RETURN [l] < [l]"):
-        detail, elapsed = refused_within(2.0 + SLACK_S, log, shared(30) + tail, timeout_ms=2000)
+        detail, _elapsed = refused_within(60.0, log, shared(30) + tail, timeout_ms=UNHURRIED_MS)
         assert "at most 100000" in detail, tail
-        assert elapsed < 1.5, tail
 
 
 def test_walks_read_the_clock(log: EventLog) -> None:
