@@ -80,13 +80,15 @@ _BARE = re.compile(r"\b(?P<month>" + "|".join(sorted(_BARE_MONTHS)) + r")\b")
 
 # A text without a digit and without one of these words names no date: most questions, which
 # then cost one scan instead of every pattern's.
-_TRIGGERS = frozenset([*MONTHS, "yesterday", "today", "tonight", "last", "this", "past", "ago"])
-_TOKENS = re.compile(r"\d|[a-z]+", re.I)
+_TRIGGERS = [*MONTHS, "yesterday", "today", "tonight", "last", "this", "past", "ago"]
+_TRIGGER = re.compile(
+    r"\d|\b(?:" + "|".join(sorted(_TRIGGERS, key=len, reverse=True)) + r")\b", re.I
+)
 
 
 def _may_name_a_date(text: str) -> bool:
     """Whether the text holds a digit or a word a date pattern starts from."""
-    return any(t.isdigit() or t.lower() in _TRIGGERS for t in _TOKENS.findall(text))
+    return _TRIGGER.search(text) is not None
 
 
 class Found:

@@ -55,7 +55,8 @@ def understand(r: LogReader, text: str, as_of: int | None) -> Focus:
         return ts if ts is not None else time.time_ns() // 1000
 
     found = dates.windows(text, reference)
-    windows = found.windows
+    # A window that holds no event ranks nothing; one that holds them all, nothing new.
+    windows = [(lo, hi) for lo, hi in found.windows if next(r.ids_by_ts(lo, hi), None)]
     if windows and _covering(r, windows, newest_ts()):
         windows = []
     return Focus(
