@@ -8,14 +8,17 @@ from pathlib import Path
 
 import msgspec
 import numpy as np
+import pytest
 
+from storage.log import layout
 from storage.model import CHAIN_WEIGHT, NewEvent, ServerSpace, StoredEvent, StoredVector
 from storage.tenants.embedding import chain
 from storage.tenants.tenant import Tenant
+from tests.support.embedders import CountingEmbedder, unit
 
 T0 = 1_800_000_000_000_000
 MINUTE = 60_000_000
-OFFER = ServerSpace(model="test/server-model", dim=4)
+OFFER = ServerSpace(model="test/disk-model", dim=4)
 
 
 def folded(own: np.ndarray, prev: np.ndarray) -> np.ndarray:
@@ -79,5 +82,43 @@ def test_the_start_of_each_conversation_is_found_across_batches(tmp_path: Path) 
         (a2_ev, a2), (b2_ev, b2) = embed()
         assert np.allclose(a2, folded(own_of(a2_ev), a1))
         assert np.allclose(b2, folded(own_of(b2_ev), b1))
+    finally:
+        t.close()
+
+
+def test_reembed_keeps_each_conversations_chain_across_its_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """memspine-admin reembed, two texts an embed call: the second call's turns fold their own
+    conversation's turn from the first, as one call over them all would."""
+    from storage.tenants import reembed as reembed_module
+
+    monkeypatch.setattr(reembed_module, "BATCH", 2)
+    root = tmp_path / "t"
+    t = Tenant.open("t", root, embedding_dim=4, offer=lambda: OFFER)
+    texts = ["a one", "b one", "a two", "b two", "a three"]
+    events = [
+        NewEvent(
+            kind="turn",
+            ts=T0 + i * MINUTE,
+            text=text,
+            properties_raw=msgspec.json.encode({"conversation": text[0]}),
+        )
+        for i, text in enumerate(texts)
+    ]
+    assert len(t.submit_append(events).result()) == len(texts)
+    t.close()
+    embedder = CountingEmbedder()
+    reembed_module.reembed(root, embedder)
+    assert embedder.calls == [2, 2, 1]
+    t = Tenant.open("t", root, embedding_dim=4)
+    try:
+        with t.log.reader() as r:
+            stored = [r.get(e) for _s, op, e in r.ops_after(0) if op == layout.OP_APPEND]
+        got = np.asarray([ev.embedding for ev in stored if ev is not None], dtype=np.float32)
+        light = [msgspec.structs.replace(ev, embedding=None) for ev in stored if ev is not None]
+        at_once = chain(light, np.stack([unit(text) for text in texts]), None)
+        assert np.allclose(got, at_once, atol=1e-6)
+        assert not np.allclose(got[2], unit(texts[2]))  # a two carries a one
     finally:
         t.close()
