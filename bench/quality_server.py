@@ -3,14 +3,16 @@
 Each conversation is appended as its own tenant through storage's real stores (LMDB log, Tantivy,
 hnswlib) in a scratch directory: every turn a `kind: turn` event whose text is the turn as the
 client sends it (`f"{speaker}: {text}"` plus the image caption, the texts of
-`locomo10-minilm.npz`), its `ts` the session's date and time plus a minute a turn, its vector
+`locomo10-minilm.npz`), its `speaker` a property, its `ts` the session's date and time plus a
+minute a turn, its vector
 made as the server makes it (`storage.embedders`' local all-MiniLM-L6-v2, then `server_vectors`).
 Every question (categories 1-4 with evidence) is asked with its text only; its vector is the
 same embedder's vector of the question, and recall runs as the engine runs it (validate, then
 `storage.read.recall.recall`) with the procedure's feedback.
 
 Procedures, each end to end through the stores:
-  client      the npz's reference vectors sent by a client (bench/quality.py's fused figure)
+  client      the npz's reference vectors sent by a client, with the feedback the server gives
+              them (bench/quality.py's fused figure)
   server      the server embeds each turn's text and each question as they are (target: equal
               to client within 0.01)
   chosen      what docs/recall.md specifies: each turn's vector carries its previous turn's
@@ -23,6 +25,9 @@ Procedures, each end to end through the stores:
 fusion, pseudo-relevance feedback, keyword expansion) in process: the keyword arm from the same
 stores, the vector arm by exact cosine (what storage does for tenants this small), fused as
 storage.read.recall fuses; checked against the end-to-end figure of `chosen` in the same run.
+`--interleaved` also writes the conversations round robin into one tenant (each turn with its
+`conversation` and `speaker` properties), vectors chained per tenant and per conversation by
+storage's own `chain`, and asks each question inside its conversation (`filter`).
 `--cost` measures what feedback adds to one fused recall at 100,000 events (bench/recall.py's
 corpus) and what embedding a query costs.
 
