@@ -127,11 +127,13 @@ class FlatSet:
         arrays = self._rows.nbytes + self._labels.nbytes + self._alive.nbytes
         return arrays + sys.getsizeof(where) + 32 * len(where)
 
-    def put(self, labels: Iterable[int], rows: np.ndarray) -> None:
-        """Add or replace rows (scaled to unit length here)."""
-        scaled = unit(rows.reshape(-1, self.dim))
+    def put(self, labels: Iterable[int], rows: np.ndarray, *, scaled: bool = False) -> None:
+        """Add or replace rows, scaled to unit length here unless they are already (scaled: as
+        this set saved them, bit for bit)."""
+        rows = rows.reshape(-1, self.dim)
+        scaled_rows = np.asarray(rows, dtype=np.float32) if scaled else unit(rows)
         with self._lock:
-            for label, row in zip(labels, scaled, strict=True):
+            for label, row in zip(labels, scaled_rows, strict=True):
                 i = self._where.get(int(label))
                 if i is None:
                     i = self._append_slot(int(label))
