@@ -60,6 +60,7 @@ from common import (
     write_json,
 )
 
+from storage.heap import pin_mmap_threshold
 from storage.index.keyword import KeywordIndex
 from storage.index.vectors import VectorIndex
 from storage.log.eventlog import EventLog
@@ -422,7 +423,13 @@ def settle(tenants: list[Tenant]) -> None:
 def cold_child(data: str, names: list[str], cap: int) -> dict[str, Any]:
     """In a fresh process: round-robin recalls through a manager with this cap (each request a
     cold tenant), warm recalls, and the RSS, threads and accounted bytes open tenants add."""
+    pin_mmap_threshold()  # as memspine/app.py does for the server
     queries = cold_queries()
+    warming = TenantManager(Path(data), embedding_dim=DIM, max_open=cap)
+    with warming.use(names[0], create=False) as t:  # libraries, first-use caches, the pool
+        text, vector = queries[0]
+        t.recall(RecallQuery(text=text, embedding=vector.tolist(), k=10), embeddings=False)
+    warming.close_all()
     manager = TenantManager(Path(data), embedding_dim=DIM, max_open=cap)
 
     def ask(name: str, i: int) -> float:
@@ -433,8 +440,6 @@ def cold_child(data: str, names: list[str], cap: int) -> dict[str, Any]:
             assert t.recall(query, embeddings=False).hits
         return (time.perf_counter() - started) * 1000
 
-    ask(names[0], 0)  # libraries, first-use caches, the shared pool
-    manager.close_all()
     gc.collect()
     give_back_memory()
     base_rss, base_threads = proc_status("RssAnon"), threads_now()

@@ -118,6 +118,20 @@ class FlatSet:
         self._alive = np.zeros(16, dtype=bool)
         self._used = 0  # rows in use, dead ones included
 
+    @classmethod
+    def of(cls, dim: int, labels: np.ndarray, rows: np.ndarray) -> FlatSet:
+        """A set holding these unit rows under these distinct labels, as they are (no scaling),
+        in arrays of exactly their size: what a saved index reopens with."""
+        flat = cls(dim)
+        n = len(labels)
+        if n:
+            flat._rows = np.array(rows, dtype=np.float32, order="C").reshape(n, dim)
+            flat._labels = np.array(labels, dtype=np.int64)
+            flat._alive = np.ones(n, dtype=bool)
+            flat._where = dict(zip(flat._labels.tolist(), range(n), strict=True))
+            flat._used = n
+        return flat
+
     def __len__(self) -> int:
         return len(self._where)
 
@@ -127,11 +141,9 @@ class FlatSet:
         arrays = self._rows.nbytes + self._labels.nbytes + self._alive.nbytes
         return arrays + sys.getsizeof(where) + 32 * len(where)
 
-    def put(self, labels: Iterable[int], rows: np.ndarray, *, scaled: bool = False) -> None:
-        """Add or replace rows, scaled to unit length here unless they are already (scaled: as
-        this set saved them, bit for bit)."""
-        rows = rows.reshape(-1, self.dim)
-        scaled_rows = np.asarray(rows, dtype=np.float32) if scaled else unit(rows)
+    def put(self, labels: Iterable[int], rows: np.ndarray) -> None:
+        """Add or replace rows (scaled to unit length here)."""
+        scaled_rows = unit(rows.reshape(-1, self.dim))
         with self._lock:
             for label, row in zip(labels, scaled_rows, strict=True):
                 i = self._where.get(int(label))

@@ -56,10 +56,10 @@ FOLD_INTERVAL_SECS = 0.25
 # Python: the fold is that far behind only when it cannot keep up (or cannot commit).
 TAIL_MAX_DOCS = 20_000
 # Resident memory, for memory_bytes: the searcher's own state is small (segments are
-# memory-mapped files, so page cache); a writer, once made, keeps its indexing arena and thread
+# memory-mapped files, so page cache); a writer, while a fold has work, keeps its indexing arena
 # (measured after a commit, bench/RESULTS.md); a queued document holds its text, and the tail
 # its terms, until the fold.
-READER_BYTES = 64_000
+READER_BYTES = 32_000
 WRITER_BYTES = 3_000_000
 QUEUED_DOC_BYTES = 2_000
 # After a failed commit (a full disk) the fold tries again after this long, doubling up to the

@@ -66,6 +66,17 @@ def layout(head: bytes, file_size: int, dim: int) -> Layout:
     return Layout(records=count, size=size, level0=level0, data_at=data_at, label_at=label_at)
 
 
+def peek(path: Path) -> tuple[int, int, int]:
+    """(records, bytes a record, bytes a vector) from a saved index's header, whatever its
+    dimension; OSError if it cannot be read, VectorFileError if it is too short."""
+    with open(path, "rb") as fh:
+        head = fh.read(HEADER.size)
+    if len(head) < HEADER.size:
+        raise VectorFileError("vector index file is truncated (shorter than its header)")
+    _level0, _max, count, size, label_at, data_at = HEADER.unpack_from(head, 0)[:6]
+    return count, size, max(0, label_at - data_at)
+
+
 def record_bytes(m: int, dim: int) -> int:
     """The bytes of one level-0 record of an index of this M and dimension: 2M links and their
     count, the float32 vector, the label."""

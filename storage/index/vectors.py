@@ -35,6 +35,7 @@ from storage.index.vecfile import (
     VectorFileError,
     check_saved,
     live_path,
+    peek,
     read_live,
     read_vectors,
     record_bytes,
@@ -72,8 +73,8 @@ HNSW_ELEMENT_BYTES = 50
 # Per live label: its slot in the live set and its int object, with the share of the load's
 # temporaries the allocator keeps (calibrated against RSS growth, bench/RESULTS.md).
 LIVE_LABEL_BYTES = 150
-# Per vector of an index without a graph: its unit row in the tail (arrays grown by doubling: on
-# average 1.5 rows of capacity a row) and its label's entry in the tail's map.
+# Per vector of an index without a graph, beyond its unit row: its label, live flag and entry in
+# the tail's map (a reopened index holds its rows in arrays of their exact size).
 FLAT_ROW_OVERHEAD = 12 + 100
 
 
@@ -435,17 +436,15 @@ class VectorIndex:
 
 
 def file_memory_bytes(path: Path, dim: int) -> int:
-    """What loading the index saved at path will hold, estimated from the file's size."""
-    # As many elements as level-0 records of `dim` fit in the file (an upper bound: the file
-    # holds upper links too), each with its share of memory_bytes' parts.
+    """What loading the index saved at path will hold, estimated from its header (the file's
+    own dimension, which may not be `dim`, the server's default; that only if it has none)."""
+    # Each record, deleted ones too (an upper bound), with its share of memory_bytes' parts.
     try:
-        size = path.stat().st_size
-    except OSError:
-        return 0
-    record = record_bytes(M, dim)
-    count = size // record
-    if count <= EXACT_BELOW:  # no graph: the rows, in arrays grown by doubling
-        return count * (6 * dim + FLAT_ROW_OVERHEAD)
+        count, record, vector = peek(path)
+    except (OSError, VectorFileError):
+        return 0 if not path.exists() else HNSW_FIXED_BYTES + EXACT_BELOW * 4 * dim
+    if count <= EXACT_BELOW:  # no graph: the rows, in arrays of their size
+        return count * (vector + FLAT_ROW_OVERHEAD)
     per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
     return HNSW_FIXED_BYTES + count * per
 
@@ -467,10 +466,12 @@ def _rows_of(path: Path, dim: int, live: set[int] | np.ndarray) -> FlatSet:
     sidecar newer than its index; the log replays it)."""
     labels, vectors = read_vectors(path, dim)
     wanted = np.fromiter(live, dtype=np.int64, count=len(live))
-    keep = np.isin(labels, wanted)
-    flat = FlatSet(dim)
-    flat.put(labels[keep].tolist(), vectors[keep], scaled=True)  # saved unit rows, as they were
-    return flat
+    if len(wanted) != len(labels) or not np.array_equal(np.sort(wanted), np.sort(labels)):
+        keep = np.isin(labels, wanted)  # deleted records, or a sidecar newer than the file
+        labels, vectors = labels[keep], vectors[keep]
+    # hnswlib holds one record a label, so labels are distinct; its rows are unit already,
+    # and the index's own flat saves are its tail's rows bit for bit.
+    return FlatSet.of(dim, labels, vectors)
 
 
 def _load_live(path: Path, index: hnswlib.Index) -> set[int]:

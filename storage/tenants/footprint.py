@@ -12,8 +12,10 @@ from storage.index.vectors import file_memory_bytes
 from storage.tenants.tenant import Tenant
 
 # What an open tenant holds beyond its two indexes: its LMDB environment's buffers, its writer
-# and inserter threads, its Python objects (measured on an empty tenant, bench/RESULTS.md).
-TENANT_BASE_BYTES = 400_000
+# thread, its Python objects (an empty tenant added 108 KB of anonymous RSS with its searcher and
+# its empty vector rows, opened and closed in turn with the heap as memspine/app.py sets it;
+# bench/RESULTS.md, "Cold tenants").
+TENANT_BASE_BYTES = 80_000
 PARTS = ("graph", "exact", "keyword", "other")
 
 
@@ -35,8 +37,8 @@ def tenant_bytes(tenant: Tenant) -> int:
 
 
 def closed_tenant_bytes(root: Path, dim: int) -> int:
-    """What the tenant stored at root will hold once open, guessed from its vector file's size
-    (one stat) before opening it."""
+    """What the tenant stored at root will hold once open, guessed from its vector file's header
+    (one small read) before opening it."""
     return TENANT_BASE_BYTES + READER_BYTES + file_memory_bytes(root / files.VECTORS, dim)
 
 

@@ -175,10 +175,21 @@ def test_a_tenant_larger_than_the_budget_opens_alone_and_closes_once_idle(
         m.close_all()
 
 
+@pytest.fixture
+def three_wide(tmp_path: Path) -> tuple[Path, list[str], int]:
+    """Three tenants of 384-float vectors, big enough that 2.5 of them make a budget the
+    server accepts (a tenant without a graph holds little more than its rows)."""
+    template = build(tmp_path / "wide" / "tpl", EVENTS, 384)
+    data = tmp_path / "data"
+    names = [f"w{i}" for i in range(3)]
+    copies(template, data, names)
+    return data, names, one_tenant_bytes(data, names[0])
+
+
 def test_all_busy_over_http_is_503_unavailable_with_retry_after(
-    ten: tuple[Path, list[str], int],
+    three_wide: tuple[Path, list[str], int],
 ) -> None:
-    data, names, size = ten
+    data, names, size = three_wide
     settings = load_settings({
         "MEMSPINE_DATA_DIR": str(data), "MEMSPINE_EMBEDDING_DIM": str(DIM),
         "MEMSPINE_MAX_OPEN_BYTES": str(int(2.5 * size)), "MEMSPINE_METRICS_PER_TENANT": "1",

@@ -72,7 +72,7 @@ def test_a_small_tenant_holds_no_graph_no_writer_and_no_thread_of_its_indexes(
         wait_until(lambda: tenant.keyword._writer is None, "the idle writer closed")
         assert tenant.vectors.index is None  # searched from its rows: no hnswlib index at all
         assert tenant.vectors.memory_bytes()[0] == 0
-        assert tantivy_writer_threads() == 0
+        wait_until(lambda: tantivy_writer_threads() == 0, "the writer's threads ended")
         assert not [t.name for t in threading.enumerate() if t.name in ("vectors", "keyword")]
         query = np.asarray(written[7].embedding)
         before = [label for label, _sim in tenant.vectors.search(query, 10)]
@@ -159,7 +159,7 @@ def test_the_keyword_writer_exists_while_a_fold_runs_and_closes_when_idle(
         assert index._writer is not None and tantivy_writer_threads() > 0  # during the write
         go.set()
         wait_until(lambda: index._writer is None, "the writer closed once idle")
-        assert tantivy_writer_threads() == 0
+        wait_until(lambda: tantivy_writer_threads() == 0, "the writer's threads ended")
         assert index.search("parcel", limit=5) and index.settled()
         index.publish([KeywordDoc("e2", "turn", "another parcel", {}, seq=2)], [], 2, new=True)
         index.flush()  # a new writer for the new write, closed again after it
