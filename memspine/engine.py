@@ -45,6 +45,7 @@ from storage import (
     TenantUsage,
     closed_tenant_bytes,
     closed_usage,
+    erase_tenant_dir,
     for_want_of_room,
     make_embedder,
     refuse_held,
@@ -480,6 +481,14 @@ class Engine:
             return await self.read(tenant_id, run)
         finally:
             self.cypher_shares.release(pool, tenant_id, spent[0])
+
+    def erase_copy(self, tenant_id: str) -> bool:
+        """Blocking: erase this node's directory of a tenant no key reaches any more; True if
+        there was one. Requests already in flight end first, and the tenant stays closed while
+        its directory goes; its read records go with it (docs/audit.md)."""
+        self.reads.writer.forget(tenant_id)
+        with self.manager.exclusive(tenant_id):
+            return erase_tenant_dir(self.manager.data_dir, tenant_id)
 
     def close(self) -> None:
         """Stop the background embedder (its work stays in the logs), close every open tenant

@@ -19,10 +19,9 @@ from pathlib import Path
 
 from memspine.cluster import NodeGate
 from memspine.engine import Engine
-from memspine_admin.control import erase_tenant_dir
 from memspine_admin.placement import Placement, holding
-from memspine_admin.records import is_tenant_id, now_us
-from storage import sweep_stale
+from memspine_admin.records import now_us
+from storage import is_tenant_id, sweep_stale
 from storage.errors import MemspineError
 
 log = logging.getLogger("memspine.leftovers")
@@ -61,8 +60,7 @@ class Leftovers:
             try:
                 if placement.move_from == node:  # the move was killed before its finish
                     self.gate.control.finish_move(tenant_id, actor=f"node:{node}")
-                with self.engine.manager.exclusive(tenant_id):
-                    erase_tenant_dir(self.data_dir, tenant_id)
+                self.engine.erase_copy(tenant_id)
                 sweep_stale(self.data_dir, tenant_id)
             except MemspineError as exc:  # changed meanwhile: the next sweep looks again
                 log.info("tenant %s: copy left by a move not erased now: %s", tenant_id, exc)

@@ -60,7 +60,6 @@ from memspine_admin.records import (
     TenantRecord,
     check_name,
     check_tenant_id,
-    is_tenant_id,
     now_us,
 )
 from memspine_admin.retention import (
@@ -71,6 +70,7 @@ from memspine_admin.retention import (
     retention_audit,
 )
 from storage.errors import Conflict, InvalidRequest, NotFound, Unavailable
+from storage.tenants.directory import is_tenant_id
 
 log = logging.getLogger("memspine.control")
 

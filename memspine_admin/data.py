@@ -22,10 +22,11 @@ from memspine_admin.command import emit as _emit
 from memspine_admin.control import CONTROL_DIR, MAP_SIZE
 from memspine_admin.plane import ControlPlane, control_exists, open_control
 from memspine_admin.quotas import quota_for
-from memspine_admin.records import LOCAL_TENANT, UUID, check_tenant_id, is_tenant_id, now_us
+from memspine_admin.records import LOCAL_TENANT, UUID, check_tenant_id, now_us
 from storage.datalock import DataDirBusy, hold
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound
 from storage.fsync import fsync_dir, publish_durably
+from storage.tenants.directory import is_tenant_id
 
 # storage.transfer (the stores: Tantivy, hnswlib, LMDB) is imported by the commands that use
 # it, so that every other command of the CLI starts without it.

@@ -106,11 +106,12 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         _emit(args, {"valid": False}, "INVALID: the signature does not match this receipt")
         return 1
     payload = {"valid": True, "receipt": msgspec.to_builtins(receipt)}
+    if isinstance(receipt, receipts.RunReceipt):
+        did = f"a retention run, {receipt.deleted} events deleted, {receipt.purged} purged"
+    else:
+        did = f"{len(receipt.event_ids)} events erased, scan {'clean' if receipt.clean else 'not clean'}"
     _emit(
-        args,
-        payload,
-        f"valid: receipt {receipt.receipt_id} of tenant {receipt.tenant_id}, "
-        f"{len(receipt.event_ids)} events erased, scan {'clean' if receipt.clean else 'not clean'}",
+        args, payload, f"valid: receipt {receipt.receipt_id} of tenant {receipt.tenant_id}, {did}"
     )
     return 0
 

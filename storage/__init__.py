@@ -157,9 +157,13 @@ if TYPE_CHECKING:
     from storage.readlog import read_bytes as read_bytes
     from storage.readlog import reads_of_events as reads_of_events
     from storage.readlog import records as records
+    from storage.receipts import RunReceipt as RunReceipt
     from storage.receipts import record_copy as record_copy
     from storage.space import disk_full as disk_full
     from storage.space import names_full_disk as names_full_disk
+    from storage.tenants.directory import erase_tenant_dir as erase_tenant_dir
+    from storage.tenants.directory import is_tenant_id as is_tenant_id
+    from storage.tenants.directory import tenant_dirs as tenant_dirs
     from storage.tenants.embedding import EmbeddingWorker as EmbeddingWorker
     from storage.tenants.footprint import (
         PARTS as PARTS,
@@ -176,7 +180,6 @@ if TYPE_CHECKING:
     from storage.tenants.runs import RUNS as RUNS
     from storage.tenants.runs import Journal as Journal
     from storage.tenants.runs import RetentionView as RetentionView
-    from storage.tenants.runs import RunReceipt as RunReceipt
     from storage.tenants.runs import last_receipt as last_receipt
     from storage.tenants.runs import view_of as view_of
     from storage.tenants.serving import ServerVectors as ServerVectors
@@ -184,7 +187,6 @@ if TYPE_CHECKING:
     from storage.tenants.usage import TenantUsage as TenantUsage
     from storage.tenants.usage import closed_usage as closed_usage
     from storage.tenants.usage import quota_figures as quota_figures
-    from storage.transfer.backup import tenant_dirs as tenant_dirs
     from storage.transfer.export import export_lines as export_lines
     from storage.transfer.export import subject_lines as subject_lines
     from storage.transfer.export import write_export as write_export
@@ -311,7 +313,7 @@ HOMES: dict[str, str] = {
     "records": "storage.readlog",
     "refuse_held": "storage.read.retention",
     "RetentionView": "storage.tenants.runs",
-    "RunReceipt": "storage.tenants.runs",
+    "RunReceipt": "storage.receipts",
     "RUNS": "storage.tenants.runs",
     "ServerVectors": "storage.tenants.serving",
     "StoredEvent": "storage.model",
@@ -320,7 +322,9 @@ HOMES: dict[str, str] = {
     "SUBJECT_PROPERTY": "storage.log.layout:SUBJECT",
     "sweep_stale": "storage.transfer.landing",
     "Tenant": "storage.tenants.tenant",
-    "tenant_dirs": "storage.transfer.backup",
+    "tenant_dirs": "storage.tenants.directory",
+    "erase_tenant_dir": "storage.tenants.directory",
+    "is_tenant_id": "storage.tenants.directory",
     "tenant_memory": "storage.tenants.footprint",
     "TenantManager": "storage.tenants.manager",
     "TenantUsage": "storage.tenants.usage",
@@ -424,6 +428,7 @@ __all__ = [
     "disk_full",
     "doomed",
     "due",
+    "erase_tenant_dir",
     "export_lines",
     "files_holding",
     "first_ts",
@@ -432,6 +437,7 @@ __all__ = [
     "hold_data_dir",
     "import_tenant",
     "is_filterable_value",
+    "is_tenant_id",
     "last_receipt",
     "limit_arenas",
     "log_holding",

@@ -24,14 +24,13 @@ import msgspec
 from memspine.cluster import NodeGate
 from memspine.pipeline import ADMIN, Call, Operation, Outcome, Query, Reply, Streamed
 from memspine.queryparams import int_range
-from memspine_admin.control import erase_tenant_dir
 from memspine_admin.placement import refusal
-from memspine_admin.records import is_tenant_id
 from storage import (
     MEDIA_TYPE,
     Tenant,
     apply_changes,
     import_tenant,
+    is_tenant_id,
     sweep_stale,
     write_since,
 )
@@ -265,10 +264,7 @@ async def _erase(call: Call) -> Outcome:
 
     def erase() -> bool:
         data_dir = services.settings.data_dir
-        # Requests already in flight end first; new ones find the tenant placed elsewhere.
-        services.engine.reads.writer.forget(tenant_id)
-        with services.engine.manager.exclusive(tenant_id):
-            erased = erase_tenant_dir(data_dir, tenant_id)
+        erased = services.engine.erase_copy(tenant_id)  # new requests find it placed elsewhere
         sweep_stale(data_dir, tenant_id)  # an import of a pull that was killed
         return erased
 

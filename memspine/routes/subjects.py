@@ -38,9 +38,10 @@ ADMIN_KEY_ID = "admin"
 
 
 class ReceiptList(msgspec.Struct):
-    """GET /v1/memory/receipts: the tenant's receipts, newest first."""
+    """GET /v1/memory/receipts: the tenant's receipts (erasures and retention runs, each
+    named by its `type`), newest first."""
 
-    receipts: list[receipts.Receipt]
+    receipts: list[receipts.AnyReceipt]
 
 
 class EraseAnswer(msgspec.Struct, omit_defaults=True):

@@ -43,6 +43,7 @@ from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
 from storage.model import Quota
 from storage.readlog.logfile import copy_whole
 from storage.space import disk_full
+from storage.tenants.directory import tenant_dirs
 from storage.transfer import ledger
 from storage.transfer.export import export_lines, log_snapshot
 from storage.transfer.format import Reader
@@ -88,19 +89,6 @@ class BackupStats(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float
     erased_dropped: int = 0  # events a restore dropped as erasure ledgers name them
     retention_dropped: int = 0  # a restore's events past their retention window, not written
-
-
-def tenant_dirs(data_dir: Path) -> list[str]:
-    """The tenant directories of a data directory: those holding a log (or the committed
-    generation of a purge's swap); hidden, `_` and other entries are not tenants."""
-    found = []
-    for entry in sorted(os.scandir(data_dir), key=lambda e: e.name):
-        if entry.name[0] in "._" or not entry.is_dir(follow_symlinks=False):
-            continue
-        root = Path(entry.path)
-        if (root / files.LOG).is_dir() or (root / swap.READY / files.LOG).is_dir():
-            found.append(entry.name)
-    return found
 
 
 def backup(
