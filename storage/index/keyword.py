@@ -146,8 +146,8 @@ class KeywordIndex:
     A durable Tantivy commit costs several fsyncs, too slow to sit in every group commit or in
     every search (bench/RESULTS.md, "Appends" and "Recall while appending"). So the writer only
     `publish`es documents, the shared background pool (storage/index/background.py) folds them
-    into the index with one durable commit per round, and a search reads the committed index and the queued tail side by side (the
-    tail: `keyword_tail.py`), scoring both with the statistics the index would have once the tail
+    into the index with one durable commit per round, and a search reads the committed index
+    and the queued tail side by side (the tail: `keyword_tail.py`), scoring both with the statistics the index would have once the tail
     were committed: appends never wait for Tantivy, a recall never waits for a commit, and it sees
     every acknowledged event ranked as if it had been committed with its append.
 
@@ -184,6 +184,7 @@ class KeywordIndex:
         self._attempts = 0  # commits tried, failed or not (a waiter sees one end)
         self._task: Task | None = None  # the fold's slot in the pool, from the first publish
         self._closed = False
+        self._staged = False  # the direct path staged changes its commit has not made durable
 
     @classmethod
     def open(cls, path: Path, committed_seq: int = 0) -> KeywordIndex:
@@ -211,6 +212,7 @@ class KeywordIndex:
     def add(self, docs: Iterable[KeywordDoc]) -> None:
         """Stage documents; replaces any earlier one with the same id (replays are idempotent)."""
         with self.writer_lock:
+            self._staged = True
             for d in docs:
                 self.writer.delete_documents_by_term("id", d.event_id)
                 self.writer.add_document(document(d))
@@ -218,6 +220,7 @@ class KeywordIndex:
     def delete(self, event_ids: Iterable[str]) -> None:
         """Stage deletions by id."""
         with self.writer_lock:
+            self._staged = True
             for e in event_ids:
                 self.writer.delete_documents_by_term("id", e)
 
@@ -226,6 +229,7 @@ class KeywordIndex:
         self.flush()
         with self.writer_lock:
             self.writer.commit()
+            self._staged = False
         self.index.reload()
         with self._cond:
             self._view = View(self.index)
@@ -307,6 +311,8 @@ class KeywordIndex:
     def _close_writer(self) -> None:
         """Close an idle writer, letting its merges finish (its threads and arena go with it)."""
         with self.writer_lock:
+            if self._staged:  # closing would drop what the direct path's commit is yet to make
+                return
             writer, self._writer = self._writer, None
             if writer is None:
                 return
