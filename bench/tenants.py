@@ -452,7 +452,7 @@ def cold_child(data: str, names: list[str], cap: int) -> dict[str, Any]:
         "open_tenants": len(open_now),
         "rss_kb_each": round((proc_status("RssAnon") - base_rss) / len(open_now) / 1e3, 1),
         "threads_each": round((threads_now() - base_threads) / len(open_now), 2),
-        "accounted_kb_each": round(manager.stats().open_bytes / len(open_now) / 1e3, 1),
+        "accounted_kb_each": round(sum(map(tenant_bytes, open_now)) / len(open_now) / 1e3, 1),
     }
     event = NewEvent(kind="turn", ts=1_800_000_000_000_000, text="a written tenant",
                      embedding=queries[0][1].tolist())  # fmt: skip
@@ -465,7 +465,7 @@ def cold_child(data: str, names: list[str], cap: int) -> dict[str, Any]:
     written = {
         "rss_kb_each": round((proc_status("RssAnon") - base_rss) / len(open_now) / 1e3, 1),
         "threads_each": round((threads_now() - base_threads) / len(open_now), 2),
-        "accounted_kb_each": round(manager.stats().open_bytes / len(open_now) / 1e3, 1),
+        "accounted_kb_each": round(sum(map(tenant_bytes, open_now)) / len(open_now) / 1e3, 1),
     }
     few = names[: cap // 2]
     warm = [ask(few[i % len(few)], i) for i in range(len(few) * 4)]

@@ -106,7 +106,7 @@ class FlatSet:
     """Unit rows by label in one growable array, searched exactly.
 
     Rows are appended in place (no restacking per change: the insert tail changes with every
-    append batch and is searched between them); a removed row is zeroed and left dead until
+    append batch and is searched between them), in arrays grown by a quarter; a removed row is zeroed and left dead until
     dead rows are the majority, then the array is compacted."""
 
     def __init__(self, dim: int) -> None:
@@ -152,9 +152,11 @@ class FlatSet:
                 self._rows[i] = row
 
     def _append_slot(self, label: int) -> int:
-        """A new row at the end for label, growing the arrays by doubling (caller holds the lock)."""
+        """A new row at the end for label, growing the arrays by a quarter (caller holds the lock)."""
         if self._used == len(self._labels):
-            grow = len(self._labels)
+            # A quarter, not double: a small tenant's rows are most of what it holds open, and
+            # one append to a reopened one (its arrays of exact size) would double them.
+            grow = max(16, len(self._labels) // 4)
             self._rows = np.concatenate([self._rows, np.zeros((grow, self.dim), np.float32)])
             self._labels = np.concatenate([self._labels, np.zeros(grow, np.int64)])
             self._alive = np.concatenate([self._alive, np.zeros(grow, bool)])
