@@ -322,6 +322,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
         + f" to {dest} in {stats.seconds:.1f} s"
     )
+    if stats.receipts:
+        human += f", with {stats.receipts} erasure receipts"
     if _url() is not None:
         human += "\nthe control plane is in PostgreSQL: back it up there (pg_dump)"
     _emit(args, stats, human)
@@ -370,6 +372,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
         + f" into {args.data_dir} in {stats.seconds:.1f} s"
     )
+    if stats.receipts:
+        human += f", with {stats.receipts} erasure receipts"
     if stats.retention_dropped:
         human += f"; dropped {stats.retention_dropped} events past their retention window"
     human += f"\nerased_dropped: {stats.erased_dropped}"

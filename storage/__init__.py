@@ -135,6 +135,7 @@ if TYPE_CHECKING:
     from storage.read.retention import outlook as outlook
     from storage.read.retention import outlook_of_files as outlook_of_files
     from storage.read.retention import refuse_held as refuse_held
+    from storage.read.retention import unheld as unheld
     from storage.read.subjects import DERIVED as DERIVED
     from storage.read.subjects import IDENTIFIER as IDENTIFIER
     from storage.read.subjects import MAX_CONFIRM_IDS as MAX_CONFIRM_IDS
@@ -193,6 +194,8 @@ if TYPE_CHECKING:
     from storage.transfer.format import MEDIA_TYPE as MEDIA_TYPE
     from storage.transfer.landing import import_tenant as import_tenant
     from storage.transfer.landing import sweep_stale as sweep_stale
+    from storage.transfer.receipt_files import of_tenant as receipts_of_tenant
+    from storage.transfer.receipt_files import take as take_receipts
     from storage.transfer.tail import (
         apply_changes as apply_changes,
     )
@@ -312,6 +315,9 @@ HOMES: dict[str, str] = {
     "record_copy": "storage.receipts",
     "records": "storage.readlog",
     "refuse_held": "storage.read.retention",
+    "unheld": "storage.read.retention",
+    "receipts_of_tenant": "storage.transfer.receipt_files:of_tenant",
+    "take_receipts": "storage.transfer.receipt_files:take",
     "RetentionView": "storage.tenants.runs",
     "RunReceipt": "storage.receipts",
     "RUNS": "storage.tenants.runs",
@@ -452,14 +458,17 @@ __all__ = [
     "reach",
     "read_bytes",
     "reads_of_events",
+    "receipts_of_tenant",
     "record_copy",
     "records",
     "refuse_held",
     "subject_lines",
     "sweep_stale",
+    "take_receipts",
     "tenant_dirs",
     "tenant_memory",
     "trim",
+    "unheld",
     "view_of",
     "warm",
     "write_export",
