@@ -52,6 +52,9 @@ if TYPE_CHECKING:
         limit_arenas as limit_arenas,
     )
     from storage.heap import (
+        pin_mmap_threshold as pin_mmap_threshold,
+    )
+    from storage.heap import (
         trim as trim,
     )
     from storage.log.layout import (
@@ -292,6 +295,7 @@ HOMES: dict[str, str] = {
     "PARTS": "storage.tenants.footprint",
     "PENDING": "storage.erasure.swap",
     "pending_tenants": "storage.erasure.swap",
+    "pin_mmap_threshold": "storage.heap",
     "Policy": "storage.read.retention",
     "PROPERTY_NAME": "storage.log.layout",
     "PurgeStats": "storage.erasure.purge",
@@ -449,6 +453,7 @@ __all__ = [
     "outlook",
     "outlook_of_files",
     "pending_tenants",
+    "pin_mmap_threshold",
     "quota_figures",
     "reach",
     "read_bytes",
