@@ -28,10 +28,11 @@ from storage.errors import MemspineError, Unavailable
 log = logging.getLogger("memspine.writer")
 
 MAX_BATCH = 512  # jobs in one group commit
-# A group commit spends most of its time waiting for fsync, which holds no core: a few threads a
-# core keep the disk busy for many tenants at once (bench/RESULTS.md, issue 34's writer pool).
-THREADS_PER_CORE = 4
-MAX_DEFAULT_THREADS = 32
+# A group commit spends most of its time waiting for fsync, which holds no core, and disks flush
+# many files at once: with 32 tenants written at once, appends/s grew with the threads up to 32
+# on 2 cores (bench/RESULTS.md, "The writer pool"). The pool starts them as work waits.
+THREADS_PER_CORE = 16
+MAX_DEFAULT_THREADS = 64
 CLOSED = "the tenant is closing; retry shortly"
 
 _IDLE, _READY, _RUNNING, _LINGER = range(4)  # where a tenant's queue is in its pool
@@ -51,7 +52,7 @@ J = TypeVar("J", bound=Queued)
 
 
 def default_threads() -> int:
-    """THREADS_PER_CORE a core the process may run on, at most MAX_DEFAULT_THREADS."""
+    """THREADS_PER_CORE a core the process may run on, at most MAX_DEFAULT_THREADS."""  # 2: 32
     try:
         cores = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
@@ -123,7 +124,8 @@ class TenantQueue(Generic[J]):
 
 
 class WriterPool:
-    """A fixed number of threads committing the groups of every tenant queue made on it."""
+    """At most `threads` threads committing the groups of every tenant queue made on it, started
+    one by one when a tenant waits in line and no thread is free, and kept until close."""
 
     def __init__(self, threads: int | None = None, name: str = "writer") -> None:
         self.size = threads if threads is not None else default_threads()
@@ -136,11 +138,12 @@ class WriterPool:
         self._lingering: list[tuple[float, int, TenantQueue[Any]]] = []  # a heap by due time
         self._order = itertools.count()  # ties in the heap, never compared queues
         self._threads: list[threading.Thread] = []
+        self._idle = 0  # threads waiting for a tenant in line
         self._closed = False
         self.groups = 0  # groups committed, for tests and metrics
 
     def threads(self) -> int:
-        """Threads running now (started with the first job, ended by close)."""
+        """Threads running now (started as work waits, ended by close)."""
         with self.lock:
             return sum(1 for t in self._threads if t.is_alive())
 
@@ -154,8 +157,6 @@ class WriterPool:
                     queue._eager += 1
                 if queue._state in (_IDLE, _LINGER):
                     self._schedule(queue, time.monotonic())
-                if not self._threads:
-                    self._start()
         if refused:  # a close already drained it: nothing would ever answer the job
             job.fail(Unavailable(CLOSED, headers={"Retry-After": "1"}))
 
@@ -179,10 +180,14 @@ class WriterPool:
             if thread is not threading.current_thread():
                 thread.join()
 
-    def _start(self) -> None:
-        """Start the threads (under the lock): a pool nobody writes through costs none."""
-        for i in range(self.size):
-            thread = threading.Thread(target=self._run, name=f"{self.name}-{i}", daemon=True)
+    def _start_if_short(self) -> None:
+        """Start one more thread if more tenants wait in line than threads are free, or one is on
+        the timer with no thread to wake it, up to the pool's size (under the lock): a pool
+        nobody writes through costs no thread."""
+        short = len(self._ready) > self._idle or (self._lingering and not self._threads)
+        if short and len(self._threads) < self.size and not self._closed:
+            name = f"{self.name}-{len(self._threads)}"
+            thread = threading.Thread(target=self._run, name=name, daemon=True)
             thread.start()
             self._threads.append(thread)
 
@@ -197,6 +202,7 @@ class WriterPool:
             queue._state = _READY
             self._ready.append(queue)
             self._cond.notify()
+            self._start_if_short()
             return
         if queue._state == _LINGER and queue._due <= due:
             return  # already on the timer for an earlier time
@@ -205,6 +211,7 @@ class WriterPool:
         heapq.heappush(self._lingering, (due, next(self._order), queue))
         if earliest:  # the waiting threads' timeouts were for a later time
             self._cond.notify_all()
+        self._start_if_short()
 
     def _next(self) -> TenantQueue[Any] | None:
         """The queue at the front of the line, once there is one (under the lock); None when
@@ -220,11 +227,16 @@ class WriterPool:
             if self._ready:
                 queue = self._ready.popleft()
                 queue._state = _RUNNING
+                self._start_if_short()  # timers may have put more in line than threads are free
                 return queue
             if self._closed:
                 return None
             timeout = self._lingering[0][0] - now if self._lingering else None
-            self._cond.wait(timeout)
+            self._idle += 1
+            try:
+                self._cond.wait(timeout)
+            finally:
+                self._idle -= 1
 
     def _take(self, queue: TenantQueue[Any]) -> list[Any]:
         """The queue's next group: up to MAX_BATCH jobs in the order they came (under the lock)."""

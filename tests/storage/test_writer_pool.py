@@ -6,7 +6,7 @@ with writes queued (evicted under load) commits them first."""
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -15,6 +15,7 @@ from storage.model import AppendResult, NewEvent
 from storage.tenants.manager import TenantManager
 from storage.tenants.pool import MAX_BATCH, WriterPool
 from storage.tenants.tenant import Tenant, TenantHooks
+from storage.tenants.writer import GroupWriter, Job
 from tests.support.wait import wait_until
 
 DIM = 4
@@ -55,26 +56,34 @@ def pooled(tmp_path: Path, threads: int, names: list[str], groups: list[str] | N
         pool.close()
 
 
-def non_index_threads() -> list[str]:
-    """This process's Python threads but the ones each open tenant's indexes run of their own
-    (storage/index/: the vector inserter and the keyword fold)."""
-    return [t.name for t in threading.enumerate() if t.name not in ("vectors", "keyword")]
+def python_threads() -> tuple[list[str], int]:
+    """This process's Python threads but the writer pool's and the ones each open tenant's
+    indexes run of their own (storage/index/: the vector inserter, the keyword fold); and the
+    writer pool's."""
+    names = [t.name for t in threading.enumerate() if t.name not in ("vectors", "keyword")]
+    writers = [n for n in names if n.startswith("writer")]
+    return sorted(n for n in names if not n.startswith("writer")), len(writers)
 
 
-def test_the_writer_threads_are_as_many_with_200_written_tenants_open_as_with_one(
+def test_the_threads_are_as_many_with_200_written_tenants_open_as_with_one(
     tmp_path: Path,
 ) -> None:
     manager = TenantManager(tmp_path, embedding_dim=DIM, max_open=300, writer_threads=3)
+
+    def write(name: str) -> None:
+        with manager.use(name) as t:
+            t.submit_append([event(0)]).result(timeout=120)
+
     try:
-        counts = []
-        for n, first in ((1, 0), (199, 1)):  # one tenant written and open, then 200
-            for i in range(first, first + n):
-                with manager.use(f"t{i}") as t:
-                    t.submit_append([event(i)]).result(timeout=120)
-            assert manager.open_count() == first + n
-            counts.append(sorted(non_index_threads()))
-        assert counts[0] == counts[1], counts
-        assert sum(1 for name in counts[1] if name.startswith("writer")) == 3
+        write("t0")
+        one, writers_one = python_threads()
+        names = [f"t{i}" for i in range(1, 200)]
+        with ThreadPoolExecutor(8) as submitters:  # at once: the pool grows to its bound
+            list(submitters.map(write, names))
+        assert manager.open_count() == 200
+        many, writers_many = python_threads()
+        assert many == one
+        assert 1 <= writers_one <= writers_many <= 3  # a thread per tenant would be 200
         assert manager.writers.groups >= 200  # every tenant's write went through the pool
     finally:
         manager.close_all()
@@ -218,3 +227,24 @@ def test_a_write_after_its_tenant_closed_is_refused_not_left_unanswered(tmp_path
     t.close()
     pool.close()
     assert pool.threads() == 0
+
+
+def test_a_lingering_job_alone_on_a_pool_with_no_thread_yet_is_committed_once_due() -> None:
+    pool = WriterPool(2, name="test-writer")
+    groups: list[int] = []
+
+    def commit(jobs: list[Job[None]]) -> None:
+        groups.append(len(jobs))
+        for job in jobs:
+            job.answer(None)
+
+    writer: GroupWriter[Job[None]] = GroupWriter("w", commit, pool=pool)
+    try:
+        assert pool.threads() == 0  # nothing written: no thread
+        lingering = Job[None](linger=0.2)
+        writer.submit(lingering)
+        lingering.future.result(timeout=120)  # a thread was started to wake it
+        assert groups == [1] and pool.threads() == 1
+    finally:
+        writer.stop()
+        pool.close()
