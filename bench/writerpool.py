@@ -147,39 +147,41 @@ def open_threads(root: Path, pool: int | None) -> tuple[int, int]:
     return counts[0], counts[1]
 
 
-def child(pool: int | None) -> dict[str, Any]:
-    """One configuration's phases, in this process."""
+def child(pool: int | None, only_many: bool) -> dict[str, Any]:
+    """One configuration's phases (or only the 32 tenants'), in this process."""
     import storage
 
     rng = random.Random(SEED)
-    events = corpus(40_000, rng)
+    events = corpus(20_000 if only_many else 40_000, rng)
+    result: dict[str, Any] = {"tree": str(Path(storage.__file__).resolve().parents[1])}
     root = scratch_dir("writerpool")
     try:
         m = manager(root / "a", pool)
         try:
-            one, _ = closed_loops(m, ["one"], events[:20_000])
-            many, threads = closed_loops(m, [f"c{i}" for i in range(CLIENTS)], events[20_000:])
-            rate = ingest(m, events[: INGEST_BATCHES * BATCH])
+            if not only_many:
+                one, _ = closed_loops(m, ["one"], events[20_000:])
+                result["one_tenant_32_clients_events_per_sec"] = round(one)
+            many, threads = closed_loops(m, [f"c{i}" for i in range(CLIENTS)], events[:20_000])
+            result["32_tenants_32_clients_events_per_sec"] = round(many)
+            result["32_tenants_native_threads"] = threads
+            if not only_many:
+                result["ingest_events_per_sec"] = round(ingest(m, events[: INGEST_BATCHES * BATCH]))
         finally:
             m.close_all()
-        with_one, with_many = open_threads(root / "b", pool)
+        if not only_many:
+            with_one, with_many = open_threads(root / "b", pool)
+            result["native_threads_1_open"] = with_one
+            result[f"native_threads_{OPEN_TENANTS}_open"] = with_many
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    return {
-        "tree": str(Path(storage.__file__).resolve().parents[1]),
-        "one_tenant_32_clients_events_per_sec": round(one),
-        "32_tenants_32_clients_events_per_sec": round(many),
-        "32_tenants_native_threads": threads,
-        "ingest_events_per_sec": round(rate),
-        "native_threads_1_open": with_one,
-        f"native_threads_{OPEN_TENANTS}_open": with_many,
-    }
+    return result
 
 
-def run_child(tree: Path, pool: int | None) -> dict[str, Any]:
+def run_child(tree: Path, pool: int | None, only_many: bool) -> dict[str, Any]:
     """Run one configuration in a child process from `tree`."""
     env = dict(os.environ, PYTHONPATH=str(tree))
     argv = [sys.executable, __file__, "--child"] + ([] if pool is None else ["--pool", str(pool)])
+    argv += ["--only-many"] if only_many else []
     out = subprocess.run(argv, env=env, check=True, capture_output=True, text=True, cwd=tree)
     result: dict[str, Any] = json.loads(out.stdout.strip().splitlines()[-1])
     assert Path(result["tree"]) == tree.resolve(), (result["tree"], tree)
@@ -197,10 +199,11 @@ def main() -> int:
     parser.add_argument("--quick", action="store_true", help="one short run (a smoke check)")
     parser.add_argument("--child", action="store_true")
     parser.add_argument("--pool", type=int, default=None)
+    parser.add_argument("--only-many", action="store_true", help="only the 32 tenants' phase")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     if args.child:
-        print(json.dumps(child(args.pool)))
+        print(json.dumps(child(args.pool, args.only_many)))
         return 0
     if args.quick:
         os.environ["WRITERPOOL_SECS"], args.runs, args.pools = "1", 1, "default"
@@ -212,7 +215,7 @@ def main() -> int:
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name, _, _ in configs}
     for r in range(args.runs):
         for name, tree, pool in configs:
-            result = run_child(tree, pool)
+            result = run_child(tree, pool, args.only_many)
             print(r, name, result, flush=True)
             runs[name].append(result)
     medians = {
