@@ -44,9 +44,9 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovid
 # on as many workers, a file to a worker (its module-scoped servers start once): those tests
 # wait on processes, sockets and sleeps more than on the CPU, so the two halves run side by side
 # (make -j2; each half's output is printed when it ends) and the in-process tests use the CPU the
-# e2e tests leave idle. Last, alone, every test marked `timing` (floods, timeouts, another
-# tenant's latency: bounds that assume the machine is not also running the rest of the suite) and
-# any test file not yet in the layout (tests/conftest.py marks those `timing`).
+# e2e tests leave idle. Last, alone, every test marked `timing`, in process or not (floods,
+# timeouts, another tenant's latency: bounds that assume the machine is not also running the rest
+# of the suite) and any test file not yet in the layout (tests/conftest.py marks those `timing`).
 # tests/control (the control plane on LMDB and on a real PostgreSQL) is a tier of its own: it
 # takes a make -j2 slot when the first of the other two halves ends.
 IN_PROCESS := tests/storage tests/server
@@ -54,10 +54,10 @@ CONTROL := tests/control
 
 test: $(STAMP) system-packages browser lint typecheck
 	$(MAKE) --no-print-directory -j2 --output-sync=target test-fast test-e2e test-control
-	$(PYTEST) -m "not cluster and not image and timing" tests $(addprefix --ignore=,$(IN_PROCESS) $(CONTROL))
+	$(PYTEST) -m "not cluster and not image and timing" tests --ignore=$(CONTROL)
 
 test-fast: $(STAMP)
-	$(PYTEST) -m "not cluster" -n auto $(IN_PROCESS)
+	$(PYTEST) -m "not cluster and not timing" -n auto $(IN_PROCESS)
 
 test-control: $(STAMP)
 	$(PYTEST) -m "not cluster" $(CONTROL)

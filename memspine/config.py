@@ -467,4 +467,6 @@ def load_settings(env: Mapping[str, str]) -> Settings:
 
 
 # Variables read by other tools (the MCP stdio client, tests), not by the server.
-IGNORED = frozenset({"MEMSPINE_API_KEY", "MEMSPINE_URL", "MEMSPINE_FAILPOINTS"})
+IGNORED = frozenset(
+    {"MEMSPINE_API_KEY", "MEMSPINE_URL", "MEMSPINE_FAILPOINTS", "MEMSPINE_FAILPOINT_GATES"}
+)

@@ -11,6 +11,7 @@ from urllib.parse import parse_qsl, urlsplit
 import msgspec
 
 from memspine.config import Settings, origin_key
+from memspine.segments import keep_encoded_slashes, refuse_bare_slash
 from storage.errors import Forbidden, InvalidRequest, MemspineError, RequestTimeout
 
 if TYPE_CHECKING:  # memspine/server.py imports this before --help: Litestar loads later
@@ -140,6 +141,7 @@ class Edge:
         if kind != "http":
             await self.inner(scope, receive, send)
             return
+        keep_encoded_slashes(scope)  # type: ignore[arg-type]  # a subject's id may hold '/'
         try:
             self._check(scope)
         except MemspineError as exc:
@@ -175,6 +177,7 @@ class Edge:
         query: bytes = scope["query_string"]
         if query:
             check_query(query)
+        refuse_bare_slash(scope["path"])
 
     def _host_ok(self, host: str, scope: Scope) -> bool:
         """Any Host unless loopback-bound or in local mode; then host_allowed, remembered."""

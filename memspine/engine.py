@@ -45,9 +45,10 @@ from storage import (
     TenantUsage,
     closed_tenant_bytes,
     closed_usage,
+    erase_tenant_dir,
     for_want_of_room,
     make_embedder,
-    refuse_held,
+    unheld,
 )
 from storage.errors import MemspineError, NotFound, QuotaExceeded, Unavailable
 
@@ -318,10 +319,16 @@ class Engine:
                 self.on_reject(error.limit)
         return error if index is None else in_batch(index, error)
 
-    def refuse_if_full(self, tenant_id: str, *, batch: bool = False) -> None:
+    def refuse_if_full(
+        self, tenant_id: str, *, batch: bool = False, replay_key: object = None
+    ) -> None:
         """QuotaExceeded now if an append to tenant_id would be refused whatever its body (its
-        quota refused one a moment ago and it still holds all it may): before the body is read,
-        as the writer would refuse it (a batch's first event)."""
+        quota refused one a moment ago and it still holds all it may): before the body is read
+        or validated, as the writer would refuse it (a batch's first event). Every door that
+        appends calls it (memspine/pipeline.py, memspine/mcp/backend.py); an append with an
+        idempotency key (`replay_key` not None) may be a replay, answered as before, full or not."""
+        if replay_key is not None:
+            return
         error = self.full.refusal(tenant_id)
         if error is not None:
             raise self._refused(error, 0 if batch else None)
@@ -348,23 +355,27 @@ class Engine:
     async def delete(self, tenant_id: str, event_ids: list[str]) -> list[str]:
         """Delete events (tombstones, links and index entries in one transaction; the tenant makes
         its pending-purge marker durable before that commit); 409 legal_hold, nothing deleted, if
-        a hold keeps one of them."""
+        a hold keeps one of them when the delete runs."""
         async with self.tenant(tenant_id) as t:
-            await anyio.to_thread.run_sync(self._refuse_held, t, event_ids, False)
-            return await asyncio.wrap_future(t.submit_delete(event_ids))
+            if self.holds is None:
+                return await asyncio.wrap_future(t.submit_delete(event_ids))
+            find = unheld(self._holds_of(tenant_id), event_ids)
+            return await asyncio.wrap_future(t.submit_delete_found(find))
 
     async def delete_cascade(self, tenant_id: str, event_id: str) -> list[str]:
-        """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids deleted."""
+        """Delete an event and everything derived from it over SOURCE_FROM, atomically; the ids
+        deleted, the event first; 409 legal_hold as `delete`."""
         async with self.tenant(tenant_id) as t:
-            await anyio.to_thread.run_sync(self._refuse_held, t, [event_id], True)
-            return await asyncio.wrap_future(t.submit_delete_cascade(event_id))
+            if self.holds is None:
+                return await asyncio.wrap_future(t.submit_delete_cascade(event_id))
+            find = unheld(self._holds_of(tenant_id), [event_id], cascade=True)
+            return await asyncio.wrap_future(t.submit_delete_found(find))
 
-    def _refuse_held(self, t: Tenant, event_ids: list[str], cascade: bool) -> None:
-        """Blocking: LegalHold if one of the tenant's holds keeps an event the delete would
-        remove (storage/read/retention.py)."""
-        holds = self.holds(t.tenant_id) if self.holds is not None else ()
-        if holds:
-            t.snapshot_read(lambda r: refuse_held(r, holds, event_ids, cascade=cascade))
+    def _holds_of(self, tenant_id: str) -> Callable[[], Sequence[Hold]]:
+        """The read of a tenant's holds that a delete makes on the tenant's writer, as it runs
+        (a hold placed while it waited in the queue stops it: storage/read/retention.py)."""
+        holds = self.holds
+        return lambda: () if holds is None else holds(tenant_id)
 
     async def would_delete(self, tenant_id: str, event_id: str, *, cascade: bool) -> list[str]:
         """The ids a delete would remove, the event first; 404 for an unknown id. Changes nothing."""
@@ -481,6 +492,14 @@ class Engine:
             return await self.read(tenant_id, run)
         finally:
             self.cypher_shares.release(pool, tenant_id, spent[0])
+
+    def erase_copy(self, tenant_id: str) -> bool:
+        """Blocking: erase this node's directory of a tenant no key reaches any more; True if
+        there was one. Requests already in flight end first, and the tenant stays closed while
+        its directory goes; its read records go with it (docs/audit.md)."""
+        self.reads.writer.forget(tenant_id)
+        with self.manager.exclusive(tenant_id):
+            return erase_tenant_dir(self.manager.data_dir, tenant_id)
 
     def close(self) -> None:
         """Stop the background embedder (its work stays in the logs), close every open tenant

@@ -1,12 +1,14 @@
 """A cluster node erases the copies it still holds of tenants a move took elsewhere: what a
-`tenant move` killed between its switch and its erase left on the source (docs/scaling.md).
+`tenant move` killed between its switch and its erase left on the source, and what a move
+given up on its way here left on the target (docs/scaling.md).
 
 At start and every SWEEP_SECS (the node's heartbeat), the node asks the control plane which of
 the tenant directories on its disk a move switched away from it (the audit's switch step names
-the source). Such a copy is erased once the tenant serves from its new node alone: the move
-finished, or its hold on writes ran out (the sweep then finishes the move in the plane, as the
-move command would). The node's own tenants, a copy being made here, and tenants it never
-moved away are never touched.
+the source) or abandoned before it arrived (the abort step names the target). Such a copy is
+erased once the tenant serves from another node alone: the move finished, or its hold on
+writes ran out (the sweep then finishes the move in the plane, as the move command would), or
+it was given up. The node's own tenants, a copy being made here, and tenants no move took
+away or abandoned here are never touched.
 """
 
 from __future__ import annotations
@@ -19,10 +21,9 @@ from pathlib import Path
 
 from memspine.cluster import NodeGate
 from memspine.engine import Engine
-from memspine_admin.control import erase_tenant_dir
 from memspine_admin.placement import Placement, holding
-from memspine_admin.records import is_tenant_id, now_us
-from storage import sweep_stale
+from memspine_admin.records import now_us
+from storage import is_tenant_id, sweep_stale
 from storage.errors import MemspineError
 
 log = logging.getLogger("memspine.leftovers")
@@ -39,7 +40,8 @@ def left_over(placement: Placement, node: str, now: int) -> bool:
 
 
 class Leftovers:
-    """Finds and erases this node's copies of tenants moved away from it."""
+    """Finds and erases this node's copies of tenants moved away from it, or abandoned on
+    their way to it."""
 
     def __init__(self, engine: Engine, gate: NodeGate, data_dir: Path) -> None:
         self.engine = engine
@@ -61,15 +63,14 @@ class Leftovers:
             try:
                 if placement.move_from == node:  # the move was killed before its finish
                     self.gate.control.finish_move(tenant_id, actor=f"node:{node}")
-                with self.engine.manager.exclusive(tenant_id):
-                    erase_tenant_dir(self.data_dir, tenant_id)
+                self.engine.erase_copy(tenant_id)
                 sweep_stale(self.data_dir, tenant_id)
             except MemspineError as exc:  # changed meanwhile: the next sweep looks again
                 log.info("tenant %s: copy left by a move not erased now: %s", tenant_id, exc)
                 continue
             self.gate.release(tenant_id)
             log.warning(
-                "erased this node's copy of tenant %s, left by a move to %s",
+                "erased this node's copy of tenant %s, left by a move (it is on %s)",
                 tenant_id,
                 placement.node,
             )

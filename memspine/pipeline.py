@@ -249,16 +249,15 @@ async def admit(
     body = None
     # A full tenant's append is refused before its body is read, or at least decoded, unless
     # it may be an idempotent replay (answered as before, full or not).
-    fresh = None  # the tenant whose append this is, unless it may be a replay
-    if op.stores and principal is not None and b"idempotency-key" not in headers:
-        fresh = principal.tenant_id
+    fresh = principal.tenant_id if op.stores and principal is not None else None
+    replay_key = headers.get(b"idempotency-key")
     if fresh and not op.keys_in_body:
-        services.engine.refuse_if_full(fresh)
+        services.engine.refuse_if_full(fresh, replay_key=replay_key)
     if op.body is not None:
         limit, too_large = _body_limit(op, services.settings)
         raw = await read_body(receive, limit, headers.get(b"content-length"), too_large)
         if fresh and b'"idempotency_key"' not in raw:  # no event of it can be a replay
-            services.engine.refuse_if_full(fresh, batch=op.keys_in_body)
+            services.engine.refuse_if_full(fresh, batch=op.keys_in_body, replay_key=replay_key)
         body = decode_body(raw, op.body)
     return Call(services, principal, control, query, props, headers, body, path, quota, reader)
 

@@ -9,6 +9,7 @@ import logging
 from collections.abc import Callable
 
 import anyio.to_thread
+import msgspec
 
 from memspine.engine import Engine
 from memspine_admin.plane import ControlPlane
@@ -36,6 +37,16 @@ log = logging.getLogger("memspine.retention")
 # Events deleted per batch: one delete transaction on the tenant's writer, which takes the
 # tenant's appends queued meanwhile before the next batch.
 BATCH = 500
+
+
+class TenantRetention(msgspec.Struct, frozen=True, kw_only=True):
+    """GET /v1/memory/retention: the caller's tenant's own windows (null: none of its own),
+    the retention in force with its outlook and last run, and the legal holds standing."""
+
+    tenant_id: str
+    retention: dict[str, int] | None
+    retention_state: RetentionView
+    holds: list[HoldRecord]
 
 
 class Retention:
@@ -110,10 +121,10 @@ class Retention:
         root = self.engine.manager.path_of(tenant_id)
         journal = await anyio.to_thread.run_sync(Journal.find, root)
         resume: dict[str, int] = {}
-        held = 0
+        held: set[str] = set()  # a batch resumes at its last ts: one held there is seen again
         while True:
             batch = await self.engine.read(tenant_id, self._select(policy, now, holds, resume))
-            held += batch.held
+            held.update(batch.held_ids)
             resume = batch.resume
             if not batch.event_ids:
                 break
@@ -127,7 +138,7 @@ class Retention:
             await asyncio.sleep(0)  # the loop's other work between batches
         if journal is None:
             return None
-        return await self._finish(tenant_id, policy, journal, held)
+        return await self._finish(tenant_id, policy, journal, len(held))
 
     def _select(
         self, policy: Policy, now: int, holds: list[HoldRecord], resume: dict[str, int]
@@ -179,11 +190,26 @@ class Retention:
     def view(self, record: TenantRecord) -> RetentionView:
         """Blocking: the tenant's retention as shown, read from the open tenant or its files
         (kept closed meanwhile; it is not opened for this)."""
-        policy = self.policy(record)
+        return self._view(record.tenant_id, self.policy(record))
+
+    def shown(self, tenant_id: str) -> TenantRetention:
+        """Blocking: a tenant's own windows, its retention as shown and its holds, as the
+        tenant's keys see them (GET /v1/memory/retention; no control plane: the server's
+        default windows and no hold)."""
+        control = self.control()
+        record = None if control is None else control.get_tenant(tenant_id)
+        return TenantRetention(
+            tenant_id=tenant_id,
+            retention=None if record is None else record.retention,
+            retention_state=self._view(tenant_id, self.policy(record)),
+            holds=[] if control is None else control.list_holds(tenant_id),
+        )
+
+    def _view(self, tenant_id: str, policy: Policy) -> RetentionView:
         now = self.clock()
-        root = self.engine.manager.path_of(record.tenant_id)
+        root = self.engine.manager.path_of(tenant_id)
         seen: Outlook | None
-        with self.engine.manager.inspect(record.tenant_id) as tenant:
+        with self.engine.manager.inspect(tenant_id) as tenant:
             if tenant is not None:
                 seen = tenant.snapshot_read(lambda r: outlook(r, policy, now))
             else:

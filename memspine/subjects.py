@@ -141,9 +141,10 @@ async def erase(engine: Engine, tenant_id: str, q: Reach, asker: Asker) -> Erase
                 f"confirm_ids[{i}] is not an event the identifiers found; confirm only ids "
                 "the dry run listed with the reason identifier"
             )
-    holds: Sequence[Hold] = ()
-    if engine.holds is not None:
-        holds = await anyio.to_thread.run_sync(engine.holds, tenant_id)
+    hold_reader = engine.holds
+
+    def holds() -> Sequence[Hold]:  # read on the writer as the delete runs, not when asked
+        return () if hold_reader is None else hold_reader(tenant_id)
 
     async with engine.tenant(tenant_id) as t:
         try:
@@ -152,7 +153,7 @@ async def erase(engine: Engine, tenant_id: str, q: Reach, asker: Asker) -> Erase
             if for_want_of_room(exc):
                 raise DiskFull(NO_ROOM) from exc
             raise
-        deleted = await asyncio.wrap_future(t.submit_delete_found(lambda r: doomed(r, q, holds)))
+        deleted = await asyncio.wrap_future(t.submit_delete_found(lambda r: doomed(r, q, holds())))
     try:
         await engine.purge(tenant_id)
     except OSError as exc:
@@ -230,11 +231,15 @@ def read_records(root: Path) -> Callable[[set[str]], Iterator[bytes]]:
     return of
 
 
-def access_lines(t: Tenant, tenant_id: str, subject: str) -> list[bytes]:
+def access_lines(
+    t: Tenant, tenant_id: str, subject: str, exported: list[str] | None = None
+) -> list[bytes]:
     """The access export of one subject, from one snapshot (400 for a subject that cannot be
-    one)."""
+    one); the ids of its events go to `exported` if given (the read audit's record)."""
     subject = check_subject(subject)
     reads = read_records(t.root)
     return t.snapshot_read(
-        lambda r: list(subject_lines(r, tenant_id, subject, default_dim=t.dim, reads=reads))
+        lambda r: list(
+            subject_lines(r, tenant_id, subject, default_dim=t.dim, reads=reads, exported=exported)
+        )
     )

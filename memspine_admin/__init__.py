@@ -7,7 +7,6 @@ from memspine_admin.control import (
     NO_CONTROL_DB,
     ControlDB,
     control_path,
-    erase_tenant_dir,
 )
 from memspine_admin.keys import parse_token
 from memspine_admin.records import (
@@ -17,9 +16,9 @@ from memspine_admin.records import (
     KeyInfo,
     KeyRecord,
     TenantRecord,
-    is_tenant_id,
     now_us,
 )
+from storage.tenants.directory import erase_tenant_dir, is_tenant_id
 
 __all__ = [
     "CONTROL_DIR",

@@ -27,12 +27,12 @@ from memspine_admin.command import (
 from memspine_admin.command import emit as _emit
 from memspine_admin.command import open_plane as _open
 from memspine_admin.command import when as _when
-from memspine_admin.control import erase_tenant_dir
 from memspine_admin.plane import init_control
 from memspine_admin.readaudit import verify_reads
 from memspine_admin.records import LIMITS, KeyCounts, TenantRecord, now_us
 from storage.errors import Conflict, DiskFull, MemspineError, NotFound
 from storage.space import names_full_disk
+from storage.tenants.directory import erase_tenant_dir
 from storage.tenants.usage import TenantUsage, closed_usage
 
 

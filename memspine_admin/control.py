@@ -35,7 +35,6 @@ from memspine_admin.records import (
     check_limit,
     check_name,
     check_tenant_id,
-    is_tenant_id,
     now_us,
 )
 from memspine_admin.retention import (
@@ -47,6 +46,7 @@ from memspine_admin.retention import (
 )
 from storage.errors import Conflict, InvalidRequest, LegalHold, NotFound
 from storage.fsync import fsync_dir
+from storage.tenants.directory import is_tenant_id
 
 CONTROL_DIR = "_control"
 SCHEMA_VERSION = 1
@@ -97,29 +97,6 @@ def check_limits(limits: Mapping[str, object]) -> dict[str, int | None]:
 def control_path(data_dir: Path) -> Path:
     """Where the control database lives inside a data directory."""
     return Path(data_dir) / CONTROL_DIR
-
-
-def erase_tenant_dir(data_dir: Path, tenant_id: str) -> bool:
-    """Remove `data_dir/<tenant_id>`; never follows a symlink out of data_dir. True if removed.
-
-    The server must close the tenant first; the CLI relies on revoked keys keeping it closed.
-    """
-    if not is_tenant_id(tenant_id):
-        raise InvalidRequest("not a tenant id")
-    root = Path(data_dir)
-    target = root / tenant_id
-    if not os.path.lexists(target):
-        return False
-    if target.is_symlink() or not target.is_dir():
-        target.unlink()  # a link is removed, never what it points to
-    else:
-        # Rename first, so a crash mid-way leaves no half-erased directory under the tenant's name.
-        doomed = root / f".erasing-{tenant_id}-{uuid.uuid4().hex[:8]}"
-        os.rename(target, doomed)
-        fsync_dir(root)
-        shutil.rmtree(doomed)  # fd-based on Linux: symlinks inside are unlinked, not followed
-    fsync_dir(root)
-    return True
 
 
 class ControlDB:

@@ -60,7 +60,6 @@ from memspine_admin.records import (
     TenantRecord,
     check_name,
     check_tenant_id,
-    is_tenant_id,
     now_us,
 )
 from memspine_admin.retention import (
@@ -71,6 +70,7 @@ from memspine_admin.retention import (
     retention_audit,
 )
 from storage.errors import Conflict, InvalidRequest, NotFound, Unavailable
+from storage.tenants.directory import is_tenant_id
 
 log = logging.getLogger("memspine.control")
 
@@ -971,10 +971,11 @@ class PgControl:
             return None if row is None else _placement(row, conn, tenant_id)
 
     def moved_away(self, node: str, tenant_ids: list[str]) -> dict[str, Placement]:
-        """Of `tenant_ids` (copies on `node`'s disk), those a move switched away from `node` and
-        now placed elsewhere (not moving back to it), with their placement: what a killed move
-        may have left there (memspine/leftovers.py). The audit's switch step names the source,
-        so a node renamed or a tenant placed by hand is never taken for one."""
+        """Of `tenant_ids` (copies on `node`'s disk), those a move took away from `node` or gave
+        up on its way to `node`, now placed elsewhere and not moving to it, with their
+        placement: what a killed move left on its source, or an abandoned one on its target
+        (memspine/leftovers.py). The audit names both (the switch step its source, the abort
+        step its target), so a node renamed or a tenant placed by hand is never taken for one."""
         ids = [t for t in tenant_ids if is_tenant_id(t)]
         if not ids:
             return {}
@@ -984,9 +985,10 @@ class PgControl:
                 " WHERE t.tenant_id = ANY(%s) AND t.node IS NOT NULL AND t.node <> %s"
                 " AND (t.move_to IS NULL OR t.move_to <> %s) AND EXISTS ("
                 "  SELECT 1 FROM audit a WHERE a.tenant_id = t.tenant_id"
-                "  AND a.action = 'tenant.move' AND a.detail->>'step' = 'switch'"
-                "  AND a.detail->>'from' = %s)",
-                (ids, node, node, node),
+                "  AND a.action = 'tenant.move' AND ("
+                "   (a.detail->>'step' = 'switch' AND a.detail->>'from' = %s)"
+                "   OR (a.detail->>'step' = 'abort' AND a.detail->>'to' = %s)))",
+                (ids, node, node, node, node),
             ).fetchall()
             return {row[0]: _placement(row[1:], conn, row[0]) for row in rows}
 

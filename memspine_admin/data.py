@@ -22,10 +22,11 @@ from memspine_admin.command import emit as _emit
 from memspine_admin.control import CONTROL_DIR, MAP_SIZE
 from memspine_admin.plane import ControlPlane, control_exists, open_control
 from memspine_admin.quotas import quota_for
-from memspine_admin.records import LOCAL_TENANT, UUID, check_tenant_id, is_tenant_id, now_us
+from memspine_admin.records import LOCAL_TENANT, UUID, check_tenant_id, now_us
 from storage.datalock import DataDirBusy, hold
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound
 from storage.fsync import fsync_dir, publish_durably
+from storage.tenants.directory import is_tenant_id
 
 # storage.transfer (the stores: Tantivy, hnswlib, LMDB) is imported by the commands that use
 # it, so that every other command of the CLI starts without it.
@@ -321,6 +322,8 @@ def cmd_backup(args: argparse.Namespace) -> int:
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
         + f" to {dest} in {stats.seconds:.1f} s"
     )
+    if stats.receipts:
+        human += f", with {stats.receipts} erasure receipts"
     if _url() is not None:
         human += "\nthe control plane is in PostgreSQL: back it up there (pg_dump)"
     _emit(args, stats, human)
@@ -369,6 +372,8 @@ def cmd_restore(args: argparse.Namespace) -> int:
         + (" and the control database" if CONTROL_DIR in stats.environments else "")
         + f" into {args.data_dir} in {stats.seconds:.1f} s"
     )
+    if stats.receipts:
+        human += f", with {stats.receipts} erasure receipts"
     if stats.retention_dropped:
         human += f"; dropped {stats.retention_dropped} events past their retention window"
     human += f"\nerased_dropped: {stats.erased_dropped}"

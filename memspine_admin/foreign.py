@@ -35,6 +35,8 @@ def _per_user(args: argparse.Namespace, raw: bytes) -> int:
 
     if args.source != "mem0" or args.user is not None:
         raise InvalidRequest("--per-user is for mem0 files, without --user")
+    if args.subjects:
+        raise InvalidRequest("--subjects puts every user into one tenant: not with --per-user")
     users = convert("mem0", raw, name=_name(args)).report.users
     tenants: dict[str, str] = {}
     for user in users:
@@ -62,7 +64,12 @@ def _import(
     from storage.transfer.foreign import convert, land, present
 
     conv = convert(
-        args.source, raw, name=_name(args), embedding_model=args.embedding_model, user=user
+        args.source,
+        raw,
+        name=_name(args),
+        embedding_model=args.embedding_model,
+        user=user,
+        subjects=args.subjects,
     )
     dim, held = present(args.data_dir, tenant_id, conv)
     report = conv.report
@@ -150,4 +157,9 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
         "--per-user",
         action="store_true",
         help="mem0: one tenant per user_id, named TENANT-<user_id>",
+    )
+    p.add_argument(
+        "--subjects",
+        action="store_true",
+        help="mem0: each memory's user_id becomes the data subject of its events (one tenant)",
     )

@@ -51,6 +51,7 @@ class MoveReport(msgspec.Struct, frozen=True, kw_only=True):
     rounds: int
     held_secs: float  # how long the tenant's writes were refused
     erased: bool  # the source's copy was erased
+    receipts: int = 0  # signed receipts the target took in the held round
 
 
 def node_client(url: str, admin_key: str) -> httpx.Client:
@@ -142,18 +143,26 @@ class Mover:
                 held_at = time.monotonic()
                 with self._node(source) as src:
                     drained = self._call(src, "POST", f"{path}/drain")
-                pulled = self._call(target, "POST", f"{path}/pull", json={"after": after})
+                # The held round brings the tenant's signed receipts along with the last ops.
+                body = {"after": after, "receipts": True}
+                pulled = self._call(target, "POST", f"{path}/pull", json=body)
                 rounds += 1
                 events += pulled["events"]
                 deleted += pulled["deleted"]
+                receipts = pulled.get("receipts", 0)
                 if pulled["last_seq"] < drained["last_seq"]:
                     raise Unavailable("the last round did not reach the source's last op")
-                self.say(f"held round: {pulled['events']} events, {pulled['deleted']} deleted")
+                self.say(
+                    f"held round: {pulled['events']} events, {pulled['deleted']} deleted, "
+                    f"{receipts} receipts"
+                )
                 self.control.switch_move(tenant_id, actor=ACTOR)
             except BaseException:
                 self._abort(tenant_id, target, path)
                 raise
-        return self._finish(tenant_id, source, to, events, deleted, rounds, held_at)
+        return self._finish(
+            tenant_id, source, to, events, deleted, rounds, held_at, receipts=receipts
+        )
 
     def _finish(
         self,
@@ -164,6 +173,8 @@ class Mover:
         deleted: int,
         rounds: int,
         held_at: float,
+        *,
+        receipts: int = 0,
     ) -> MoveReport:
         """Wait for the proxies, let writes resume on the target, erase the source's copy."""
         self.control.await_proxies()
@@ -181,6 +192,7 @@ class Mover:
             rounds=rounds,
             held_secs=round(held, 4),
             erased=erased,
+            receipts=receipts,
         )
 
     def _abort(self, tenant_id: str, target: httpx.Client, path: str) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 import msgspec
 
 from storage.errors import InvalidRequest
+from storage.tenants.directory import is_tenant_id
 
 SCOPES = ("read", "write", "audit")  # audit: reads the read records only (docs/audit.md)
 DEFAULT_SCOPES = ("read", "write")
@@ -153,17 +154,6 @@ class AuditEntry(msgspec.Struct, frozen=True, kw_only=True):
     tenant_id: str | None = None
     key_id: str | None = None
     detail: dict[str, Any] = {}
-
-
-def is_tenant_id(value: object) -> bool:
-    """True if `value` is a canonical lowercase UUIDv4 string (so never "_control" or a path)."""
-    if not isinstance(value, str) or len(value) != 36:
-        return False
-    try:
-        parsed = uuid.UUID(value)
-    except ValueError:
-        return False
-    return parsed.version == 4 and str(parsed) == value
 
 
 # Before issued keys (local mode) a tenant's directory is named by its token: one of these.

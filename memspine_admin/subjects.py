@@ -15,7 +15,7 @@ from typing import IO, Any
 import msgspec
 
 from memspine_admin.command import emit as _emit
-from memspine_admin.data import beside_the_server, tenant_dir, unserved
+from memspine_admin.data import _controlled, _plane, beside_the_server, tenant_dir, unserved
 from storage.errors import InvalidRequest
 
 
@@ -24,7 +24,7 @@ def cmd_subject_erase(args: argparse.Namespace) -> int:
     import anyio
 
     from memspine.config import load_settings
-    from memspine.engine import Engine
+    from memspine.engine import Engine, EngineHooks
     from memspine.subjects import Asker, EraseIn, dry_run, erase, to_reach
 
     tenant_id = tenant_dir(args.data_dir, args.tenant_id)
@@ -39,7 +39,8 @@ def cmd_subject_erase(args: argparse.Namespace) -> int:
     settings = load_settings(env)
     why = "stop it, or erase through POST /v1/admin/subjects/{subject}/erase"
     with unserved(args.data_dir, why):
-        engine = Engine(settings)
+        holds = _holds(args.data_dir, tenant_id)  # no server runs: none is placed meanwhile
+        engine = Engine(settings, EngineHooks(holds=lambda _tenant: holds))
         try:
             if args.dry_run:
                 found: Any = anyio.run(dry_run, engine, tenant_id, q)
@@ -59,6 +60,15 @@ def cmd_subject_erase(args: argparse.Namespace) -> int:
             engine.close()
     _emit(args, found, human.strip())
     return 0
+
+
+def _holds(data_dir: Path, tenant_id: str) -> list[Any]:
+    """The tenant's legal holds in the control plane (none in local mode): an erasure here
+    honours them as the server's does (409 legal_hold, nothing erased)."""
+    if not _controlled(data_dir):
+        return []
+    with _plane(data_dir) as db:
+        return list(db.list_holds(tenant_id))
 
 
 def cmd_subject_export(args: argparse.Namespace) -> int:
@@ -106,11 +116,12 @@ def cmd_receipt_verify(args: argparse.Namespace) -> int:
         _emit(args, {"valid": False}, "INVALID: the signature does not match this receipt")
         return 1
     payload = {"valid": True, "receipt": msgspec.to_builtins(receipt)}
+    if isinstance(receipt, receipts.RunReceipt):
+        did = f"a retention run, {receipt.deleted} events deleted, {receipt.purged} purged"
+    else:
+        did = f"{len(receipt.event_ids)} events erased, scan {'clean' if receipt.clean else 'not clean'}"
     _emit(
-        args,
-        payload,
-        f"valid: receipt {receipt.receipt_id} of tenant {receipt.tenant_id}, "
-        f"{len(receipt.event_ids)} events erased, scan {'clean' if receipt.clean else 'not clean'}",
+        args, payload, f"valid: receipt {receipt.receipt_id} of tenant {receipt.tenant_id}, {did}"
     )
     return 0
 

@@ -132,6 +132,7 @@ if TYPE_CHECKING:
     from storage.read.retention import outlook as outlook
     from storage.read.retention import outlook_of_files as outlook_of_files
     from storage.read.retention import refuse_held as refuse_held
+    from storage.read.retention import unheld as unheld
     from storage.read.subjects import DERIVED as DERIVED
     from storage.read.subjects import IDENTIFIER as IDENTIFIER
     from storage.read.subjects import MAX_CONFIRM_IDS as MAX_CONFIRM_IDS
@@ -154,9 +155,13 @@ if TYPE_CHECKING:
     from storage.readlog import read_bytes as read_bytes
     from storage.readlog import reads_of_events as reads_of_events
     from storage.readlog import records as records
+    from storage.receipts import RunReceipt as RunReceipt
     from storage.receipts import record_copy as record_copy
     from storage.space import disk_full as disk_full
     from storage.space import names_full_disk as names_full_disk
+    from storage.tenants.directory import erase_tenant_dir as erase_tenant_dir
+    from storage.tenants.directory import is_tenant_id as is_tenant_id
+    from storage.tenants.directory import tenant_dirs as tenant_dirs
     from storage.tenants.embedding import EmbeddingWorker as EmbeddingWorker
     from storage.tenants.footprint import (
         PARTS as PARTS,
@@ -175,7 +180,6 @@ if TYPE_CHECKING:
     from storage.tenants.runs import RUNS as RUNS
     from storage.tenants.runs import Journal as Journal
     from storage.tenants.runs import RetentionView as RetentionView
-    from storage.tenants.runs import RunReceipt as RunReceipt
     from storage.tenants.runs import last_receipt as last_receipt
     from storage.tenants.runs import view_of as view_of
     from storage.tenants.serving import ServerVectors as ServerVectors
@@ -183,13 +187,14 @@ if TYPE_CHECKING:
     from storage.tenants.usage import TenantUsage as TenantUsage
     from storage.tenants.usage import closed_usage as closed_usage
     from storage.tenants.usage import quota_figures as quota_figures
-    from storage.transfer.backup import tenant_dirs as tenant_dirs
     from storage.transfer.export import export_lines as export_lines
     from storage.transfer.export import subject_lines as subject_lines
     from storage.transfer.export import write_export as write_export
     from storage.transfer.format import MEDIA_TYPE as MEDIA_TYPE
     from storage.transfer.landing import import_tenant as import_tenant
     from storage.transfer.landing import sweep_stale as sweep_stale
+    from storage.transfer.receipt_files import of_tenant as receipts_of_tenant
+    from storage.transfer.receipt_files import take as take_receipts
     from storage.transfer.tail import (
         apply_changes as apply_changes,
     )
@@ -310,8 +315,11 @@ HOMES: dict[str, str] = {
     "record_copy": "storage.receipts",
     "records": "storage.readlog",
     "refuse_held": "storage.read.retention",
+    "unheld": "storage.read.retention",
+    "receipts_of_tenant": "storage.transfer.receipt_files:of_tenant",
+    "take_receipts": "storage.transfer.receipt_files:take",
     "RetentionView": "storage.tenants.runs",
-    "RunReceipt": "storage.tenants.runs",
+    "RunReceipt": "storage.receipts",
     "RUNS": "storage.tenants.runs",
     "ServerVectors": "storage.tenants.serving",
     "StoredEvent": "storage.model",
@@ -320,7 +328,9 @@ HOMES: dict[str, str] = {
     "SUBJECT_PROPERTY": "storage.log.layout:SUBJECT",
     "sweep_stale": "storage.transfer.landing",
     "Tenant": "storage.tenants.tenant",
-    "tenant_dirs": "storage.transfer.backup",
+    "tenant_dirs": "storage.tenants.directory",
+    "erase_tenant_dir": "storage.tenants.directory",
+    "is_tenant_id": "storage.tenants.directory",
     "tenant_memory": "storage.tenants.footprint",
     "TenantManager": "storage.tenants.manager",
     "TenantUsage": "storage.tenants.usage",
@@ -425,6 +435,7 @@ __all__ = [
     "disk_full",
     "doomed",
     "due",
+    "erase_tenant_dir",
     "export_lines",
     "files_holding",
     "first_ts",
@@ -433,6 +444,7 @@ __all__ = [
     "hold_data_dir",
     "import_tenant",
     "is_filterable_value",
+    "is_tenant_id",
     "last_receipt",
     "limit_arenas",
     "log_holding",
@@ -446,15 +458,18 @@ __all__ = [
     "reach",
     "read_bytes",
     "reads_of_events",
+    "receipts_of_tenant",
     "record_copy",
     "records",
     "refuse_held",
     "subject_lines",
     "sweep_stale",
+    "take_receipts",
     "tenant_dirs",
     "tenant_memory",
     "tenants_within",
     "trim",
+    "unheld",
     "view_of",
     "warm",
     "write_export",

@@ -6,7 +6,9 @@ Tests arm them through the environment of the process, read once at import:
 
 arms `keyword.commit` to fail its next 3 hits with ENOSPC, and `log.commit` to let 5 hits pass
 and then fail every one with EIO (`name=action[:count][@after]`). In-process tests call `arm`
-and `disarm_all` instead. Each point sits right before the
+and `disarm_all` instead. The action `pause` fails nothing: the hitting thread writes
+`NAME.reached` into the directory MEMSPINE_FAILPOINT_GATES names and waits there until a test
+writes `NAME.go` (a held-up operation whose world the test changes meanwhile). Each point sits right before the
 operation whose I/O can fail, so what follows a hit is the store's own failure path (an aborted
 LMDB transaction, a Tantivy writer to roll back, a temp file left behind). Unarmed, `hit` costs
 one dictionary look-up: the table is empty.
@@ -16,12 +18,20 @@ from __future__ import annotations
 
 import errno
 import os
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 
 import lmdb
 
 ENV = "MEMSPINE_FAILPOINTS"
+GATES = "MEMSPINE_FAILPOINT_GATES"
+PAUSE = "pause"
+# How long a paused point waits for its go before going on (a test that died must not leave a
+# server stuck for ever).
+PAUSE_LIMIT_SECS = 120.0
 
 # Where storage calls `hit`: the points a test may arm (a typo in a spec must not arm nothing).
 POINTS = frozenset(
@@ -33,6 +43,7 @@ POINTS = frozenset(
         "purge.copy",  # storage/erasure/compact.py: the purge's copy of the log written, before its sync
         "retention.journal",  # storage/tenants/runs.py: a retention batch's ids, before the journal write
         "reads.append",  # storage/readlog/logfile.py: read records, before their write
+        "delete.held",  # storage/read/retention.py: a delete on the writer, before its holds are read
     }
 )
 
@@ -83,7 +94,20 @@ def hit(name: str) -> None:
             if armed.left <= 0:
                 del _armed[name]
         hits[name] = hits.get(name, 0) + 1
+    if armed.action == PAUSE:
+        _pause(name)
+        return
     raise ACTIONS[armed.action]()
+
+
+def _pause(name: str) -> None:
+    """Say this point is reached, then wait for the test's go (a file in the gates directory)."""
+    gates = Path(os.environ.get(GATES) or tempfile.gettempdir())
+    (gates / f"{name}.reached").touch()
+    go = gates / f"{name}.go"
+    deadline = time.monotonic() + PAUSE_LIMIT_SECS
+    while not go.exists() and time.monotonic() < deadline:
+        time.sleep(0.01)
 
 
 def arm(name: str, action: str, count: int | None = None, *, after: int = 0) -> None:
@@ -91,9 +115,9 @@ def arm(name: str, action: str, count: int | None = None, *, after: int = 0) -> 
     `action`'s fault."""
     if name not in POINTS:
         raise ValueError(f"unknown failpoint {name!r}; known: {', '.join(sorted(POINTS))}")
-    if action not in ACTIONS:
+    if action not in ACTIONS and action != PAUSE:
         raise ValueError(
-            f"unknown failpoint action {action!r}; known: {', '.join(sorted(ACTIONS))}"
+            f"unknown failpoint action {action!r}; known: {', '.join(sorted([*ACTIONS, PAUSE]))}"
         )
     if count is not None and count < 1:
         raise ValueError(f"a failpoint count must be at least 1, got {count}")

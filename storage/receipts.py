@@ -1,6 +1,6 @@
-"""Erasure receipts: what an erasure by subject did, signed by the server (Ed25519), kept per
-tenant under the data directory, and checked by `memspine-admin receipt verify`
-(docs/erasure.md, "The receipt").
+"""Receipts: what an erasure by subject or a retention run did, signed by the server (Ed25519),
+kept per tenant under the data directory, and checked by `memspine-admin receipt verify`
+(docs/erasure.md, "The receipt"). Each kind names itself in its `type` field.
 
 The signing key is made in DATA_DIR/_receipts/ on first use (mode 0600; `_` keeps the
 directory out of every tenant listing). A receipt file is the signed envelope: the receipt,
@@ -47,7 +47,7 @@ class Copy(msgspec.Struct, frozen=True):
     where: str | None = None  # the backup's directory, if known
 
 
-class Receipt(msgspec.Struct, frozen=True, kw_only=True):
+class Receipt(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="erasure"):
     """What one erasure by subject did."""
 
     receipt_id: str
@@ -67,10 +67,31 @@ class Receipt(msgspec.Struct, frozen=True, kw_only=True):
     copies_before: list[Copy]
 
 
+class RunReceipt(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", tag="retention"):
+    """What one retention run did to a tenant: when, under which windows, the ids it deleted,
+    how many due events holds kept, how many deleted events' bytes its purge removed (and
+    whether that purge is still pending)."""
+
+    receipt_id: str
+    tenant_id: str
+    started_at: int
+    finished_at: int
+    windows: dict[str, int]
+    deleted: int
+    deleted_ids: list[str]
+    held: int
+    purged: int
+    purge_pending: bool = False
+
+
+AnyReceipt = Receipt | RunReceipt
+KEEP_RUNS = 100  # retention receipts kept per tenant, newest (erasure receipts are all kept)
+
+
 class Signed(msgspec.Struct, frozen=True):
     """A receipt file: the receipt, its signature and the public key (base64) that verifies it."""
 
-    receipt: Receipt
+    receipt: AnyReceipt
     algorithm: str
     public_key: str
     signature: str
@@ -89,7 +110,7 @@ def digest(text: str) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def canonical(receipt: Receipt) -> bytes:
+def canonical(receipt: AnyReceipt) -> bytes:
     """The bytes a signature covers: the receipt's JSON, keys sorted."""
     return msgspec.json.encode(msgspec.to_builtins(receipt), order="sorted")
 
@@ -127,7 +148,7 @@ def public_key(data_dir: Path) -> PublicKey:
     )
 
 
-def sign(data_dir: Path, receipt: Receipt) -> Signed:
+def sign(data_dir: Path, receipt: AnyReceipt) -> Signed:
     """The receipt signed with the server's key."""
     key = signing_key(data_dir)
     raw = key.public_key().public_bytes(Encoding.Raw, PublicFormat.Raw)
@@ -137,7 +158,7 @@ def sign(data_dir: Path, receipt: Receipt) -> Signed:
     )
 
 
-def verify(body: bytes, trusted: bytes | None = None) -> Receipt | None:
+def verify(body: bytes, trusted: bytes | None = None) -> AnyReceipt | None:
     """The receipt a file holds if its signature is good (and made by `trusted`, the raw public
     key, when given); None for anything else: a changed byte, another key, not a receipt."""
     try:
@@ -155,11 +176,17 @@ def verify(body: bytes, trusted: bytes | None = None) -> Receipt | None:
 
 
 def store(data_dir: Path, signed: Signed) -> bytes:
-    """Keep a signed receipt under its tenant (durable before the erasure answers); its bytes."""
+    """Keep a signed receipt under its tenant (durable before the erasure or the run answers);
+    its bytes. Past KEEP_RUNS retention receipts, the oldest go."""
     folder = data_dir / DIR / signed.receipt.tenant_id
     folder.mkdir(parents=True, exist_ok=True)
     body = msgspec.json.encode(signed)
     replace_durably(folder / f"{signed.receipt.receipt_id}.json", lambda f: f.write(body))
+    if isinstance(signed.receipt, RunReceipt):
+        runs = [r for r in listing(data_dir, signed.receipt.tenant_id) if isinstance(r, RunReceipt)]
+        for old in runs[KEEP_RUNS:]:
+            (folder / f"{old.receipt_id}.json").unlink(missing_ok=True)
+        fsync_dir(folder)
     return body
 
 
@@ -173,15 +200,25 @@ def load(data_dir: Path, tenant_id: str, receipt_id: str) -> bytes:
         raise NotFound(NO_RECEIPT) from None
 
 
-def listing(data_dir: Path, tenant_id: str) -> list[Receipt]:
-    """The tenant's receipts, newest first."""
+def listing(data_dir: Path, tenant_id: str) -> list[AnyReceipt]:
+    """The tenant's receipts of both kinds, newest first."""
     folder = data_dir / DIR / tenant_id
     found = []
     with contextlib.suppress(FileNotFoundError):
         for path in folder.glob("*.json"):
             with contextlib.suppress(msgspec.DecodeError, msgspec.ValidationError):
                 found.append(msgspec.json.decode(path.read_bytes(), type=Signed).receipt)
-    return sorted(found, key=lambda r: (r.completed_at, r.receipt_id), reverse=True)
+    return sorted(found, key=lambda r: (finished(r), r.receipt_id), reverse=True)
+
+
+def finished(receipt: AnyReceipt) -> int:
+    """When the erasure or the run the receipt tells of ended (microseconds since the epoch)."""
+    return receipt.completed_at if isinstance(receipt, Receipt) else receipt.finished_at
+
+
+def last_run(data_dir: Path, tenant_id: str) -> RunReceipt | None:
+    """The tenant's newest retention receipt, or None."""
+    return next((r for r in listing(data_dir, tenant_id) if isinstance(r, RunReceipt)), None)
 
 
 def _plain_id(value: str) -> bool:

@@ -297,11 +297,11 @@ class AsyncMemspine(_Client):
         return await self._run(call)
 
     async def receipts(self) -> m.ReceiptList:
-        """The tenant's erasure receipts, newest first."""
+        """The tenant's receipts (erasures and retention runs), newest first."""
         return await self._run(routes.list_receipts())
 
     async def receipt(self, receipt_id: str) -> m.SignedReceipt:
-        """One signed erasure receipt."""
+        """One signed receipt."""
         return await self._run(routes.get_receipt(receipt_id))
 
     async def receipt_key(self) -> m.ReceiptKey:

@@ -444,7 +444,7 @@ class SubjectEvent(msgspec.Struct, frozen=True):
 
 
 class SignedReceipt(msgspec.Struct, frozen=True):
-    """An erasure receipt as the server signed it (docs/erasure.md, "The receipt"); check the
+    """A receipt (an erasure's or a retention run's) as the server signed it (docs/erasure.md, "The receipt"); check the
     file's bytes with `memspine-admin receipt verify`."""
 
     receipt: dict[str, Any]
@@ -466,7 +466,8 @@ class SubjectErasure(msgspec.Struct, frozen=True):
 
 
 class ReceiptList(msgspec.Struct, frozen=True):
-    """The tenant's erasure receipts, newest first (without their signatures)."""
+    """The tenant's receipts (erasures and retention runs, each named by its `type`), newest
+    first, without their signatures."""
 
     receipts: list[dict[str, Any]]
 

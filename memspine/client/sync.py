@@ -291,11 +291,11 @@ class Memspine(_Client):
         return self._run(call)
 
     def receipts(self) -> m.ReceiptList:
-        """The tenant's erasure receipts, newest first."""
+        """The tenant's receipts (erasures and retention runs), newest first."""
         return self._run(routes.list_receipts())
 
     def receipt(self, receipt_id: str) -> m.SignedReceipt:
-        """One signed erasure receipt."""
+        """One signed receipt."""
         return self._run(routes.get_receipt(receipt_id))
 
     def receipt_key(self) -> m.ReceiptKey:

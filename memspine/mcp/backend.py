@@ -98,7 +98,9 @@ class EngineBackend:
         return out
 
     async def append(self, body: dict[str, Any], idempotency_key: str | None) -> dict[str, Any]:
-        """Validate the body as the route does (same hash for idempotency) and append it."""
+        """Validate the body as the route does (same hash for idempotency) and append it; a
+        full tenant's append is refused first, as the route refuses it before its body."""
+        self.engine.refuse_if_full(self.tenant_id, replay_key=idempotency_key)
         outcome = await append_event(
             self.engine, self.tenant_id, event_in(body), idempotency_key, quota=self.quota
         )

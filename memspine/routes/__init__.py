@@ -20,10 +20,12 @@ from memspine.routes import (
     holds,
     memory,
     move,
+    retention,
     subjects,
     transfer,
     whoami,
 )
+from memspine.segments import path_params
 from storage.errors import InvalidRequest
 
 GONE = "the client disconnected before its body arrived"
@@ -39,6 +41,7 @@ OPERATIONS: tuple[Operation, ...] = (
     *move.OPERATIONS,
     *audit.OPERATIONS,
     *subjects.OPERATIONS,
+    *retention.OPERATIONS,
 )
 
 
@@ -50,7 +53,8 @@ def litestar_handler(ops: dict[str, Operation], services: Services) -> HTTPRoute
         scope: dict[str, Any] = request.scope  # type: ignore[assignment]
         op = ops[request.method]
         try:
-            answer = await serve(op, services, scope, request.receive, request.path_params)
+            params = path_params(op.path, scope, request.path_params)
+            answer = await serve(op, services, scope, request.receive, params)
         except ClientGone:  # no one reads this; Litestar must still be handed an answer
             answer = error_answer(InvalidRequest(GONE))
         if answer.stream is not None:

@@ -6,7 +6,6 @@ import base64
 import binascii
 import struct
 from collections.abc import Iterable
-from pathlib import Path
 from typing import Annotated, Any
 
 import anyio.to_thread
@@ -17,7 +16,7 @@ from memspine.pipeline import ADMIN, Call, Operation, Outcome, Query, Reply
 from memspine.queryparams import int_range, text
 from memspine.schemas import doc
 from memspine_admin import keys
-from memspine_admin.control import MAX_AUDIT_LIMIT, check_limits, erase_tenant_dir
+from memspine_admin.control import MAX_AUDIT_LIMIT, check_limits
 from memspine_admin.plane import ControlPlane
 from memspine_admin.records import (
     DEFAULT_SCOPES,
@@ -250,15 +249,11 @@ def decode_audit_cursor(cursor: str) -> int:
 
 
 def delete_tenant_everywhere(
-    control: ControlPlane, engine: Engine, data_dir: Path, tenant_id: str
+    control: ControlPlane, engine: Engine, tenant_id: str
 ) -> TenantDeleted:
     """Revoke the tenant's keys and remove it, then close it in this server and erase its files."""
     revoked = control.delete_tenant(tenant_id, actor=ACTOR)
-    # No new request authenticates as the tenant from here on; exclusive() waits for the
-    # requests already in flight and keeps the tenant closed while its directory goes.
-    engine.reads.writer.forget(tenant_id)  # its read records go with it (docs/audit.md)
-    with engine.manager.exclusive(tenant_id):
-        erased = erase_tenant_dir(data_dir, tenant_id)
+    erased = engine.erase_copy(tenant_id)  # no new request authenticates as the tenant now
     return TenantDeleted(tenant_id=tenant_id, deleted=True, revoked_keys=revoked, erased=erased)
 
 
@@ -374,7 +369,6 @@ async def _delete_tenant(call: Call) -> Outcome:
         delete_tenant_everywhere,
         _control(call),
         services.engine,
-        services.settings.data_dir,
         call.path["tenant_id"],
     )
     return Outcome(200, result)

@@ -24,15 +24,16 @@ import msgspec
 from memspine.cluster import NodeGate
 from memspine.pipeline import ADMIN, Call, Operation, Outcome, Query, Reply, Streamed
 from memspine.queryparams import int_range
-from memspine_admin.control import erase_tenant_dir
 from memspine_admin.placement import refusal
-from memspine_admin.records import is_tenant_id
 from storage import (
     MEDIA_TYPE,
     Tenant,
     apply_changes,
     import_tenant,
+    is_tenant_id,
+    receipts_of_tenant,
     sweep_stale,
+    take_receipts,
     write_since,
 )
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound, Unavailable
@@ -47,9 +48,11 @@ PULL_TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=10.0)
 
 
 class PullIn(msgspec.Struct, forbid_unknown_fields=True):
-    """POST …/pull: copy what the source's log holds after op `after` (0: everything)."""
+    """POST …/pull: copy what the source's log holds after op `after` (0: everything), and with
+    `receipts` the tenant's signed receipts too (the held round)."""
 
     after: int = msgspec.field(default=0)
+    receipts: bool = False
 
 
 class Pulled(msgspec.Struct):
@@ -60,6 +63,20 @@ class Pulled(msgspec.Struct):
     last_seq: int  # the source's op this copy is now current with
     events: int
     deleted: int
+    receipts: int = 0  # signed receipts new here
+
+
+class MovedReceipt(msgspec.Struct):
+    """One signed receipt file of the tenant, byte for byte (UTF-8 JSON)."""
+
+    receipt_id: str
+    body: str
+
+
+class MovedReceipts(msgspec.Struct):
+    """GET …/receipts: the tenant's signed erasure and retention receipts on the source."""
+
+    receipts: list[MovedReceipt]
 
 
 class Drained(msgspec.Struct):
@@ -148,6 +165,15 @@ async def _deleted(call: Call) -> Outcome:
     return Outcome(200, Deleted(deleted))
 
 
+async def _receipts(call: Call) -> Outcome:
+    """The tenant's receipt files here, for the target to keep (docs/operations.md)."""
+    gate, tenant_id = _gate(call), _tenant_id(call)
+    await anyio.to_thread.run_sync(_serving, gate, tenant_id)
+    data_dir = call.services.settings.data_dir
+    found = await anyio.to_thread.run_sync(receipts_of_tenant, data_dir, tenant_id)
+    return Outcome(200, MovedReceipts([MovedReceipt(i, b.decode()) for i, b in found]))
+
+
 async def _drain(call: Call) -> Outcome:
     """Once the control plane holds the tenant's writes: refuse them here too, wait for those
     in flight, and answer the op the copy must reach."""
@@ -213,11 +239,16 @@ async def _pull(call: Call) -> Outcome:
     if not source:
         raise Conflict(f"node {placement.node} has registered no URL (MEMSPINE_NODE_URL)")
     services = call.services
-    result = await anyio.to_thread.run_sync(lambda: _pull_from(services, source, tenant_id, after))
+    receipts = call.body.receipts
+    result = await anyio.to_thread.run_sync(
+        lambda: _pull_from(services, source, tenant_id, after, receipts)
+    )
     return Outcome(200, result)
 
 
-def _pull_from(services: Any, source: str, tenant_id: str, after: int) -> Pulled:
+def _pull_from(
+    services: Any, source: str, tenant_id: str, after: int, receipts: bool = False
+) -> Pulled:
     """The blocking part of a pull (a worker thread)."""
     data_dir = services.settings.data_dir
     manager = services.engine.manager
@@ -251,7 +282,23 @@ def _pull_from(services: Any, source: str, tenant_id: str, after: int) -> Pulled
                     deleted = len(t.submit_delete(ids).result())
                     if deleted:
                         t.purge()  # their bytes leave this node's disk before the switch
-    return Pulled(tenant_id=tenant_id, after=after, last_seq=last, events=events, deleted=deleted)
+        taken = 0
+        if receipts:
+            r = http.get(f"{path}/receipts")
+            if r.status_code != 200:
+                raise _source_error("the receipts", r)
+            found = msgspec.json.decode(r.content, type=MovedReceipts).receipts
+            taken = take_receipts(
+                data_dir, tenant_id, [(x.receipt_id, x.body.encode()) for x in found]
+            )
+    return Pulled(
+        tenant_id=tenant_id,
+        after=after,
+        last_seq=last,
+        events=events,
+        deleted=deleted,
+        receipts=taken,
+    )
 
 
 async def _erase(call: Call) -> Outcome:
@@ -265,10 +312,7 @@ async def _erase(call: Call) -> Outcome:
 
     def erase() -> bool:
         data_dir = services.settings.data_dir
-        # Requests already in flight end first; new ones find the tenant placed elsewhere.
-        services.engine.reads.writer.forget(tenant_id)
-        with services.engine.manager.exclusive(tenant_id):
-            erased = erase_tenant_dir(data_dir, tenant_id)
+        erased = services.engine.erase_copy(tenant_id)  # new requests find it placed elsewhere
         sweep_stale(data_dir, tenant_id)  # an import of a pull that was killed
         return erased
 
@@ -321,6 +365,15 @@ OPERATIONS = (
         "A move's source: the ids deleted in a range of ops",
         query=(OP, UPTO),
         replies={200: Reply(Deleted, "The ids, in op order.")},
+        errors=(404, 409),
+    ),
+    _move(
+        "move_receipts",
+        "GET",
+        "/receipts",
+        _receipts,
+        "A move's source: the tenant's signed receipts, for its target to keep",
+        replies={200: Reply(MovedReceipts, "Each receipt file, byte for byte.")},
         errors=(404, 409),
     ),
     _move(

@@ -19,7 +19,8 @@ from memspine.pipeline import (
     Outcome,
     Reply,
 )
-from memspine.routes.transfer import spooled
+from memspine.routes.memory import PURPOSE
+from memspine.routes.transfer import recorded, spooled
 from memspine.subjects import (
     Asker,
     DryRun,
@@ -38,9 +39,10 @@ ADMIN_KEY_ID = "admin"
 
 
 class ReceiptList(msgspec.Struct):
-    """GET /v1/memory/receipts: the tenant's receipts, newest first."""
+    """GET /v1/memory/receipts: the tenant's receipts (erasures and retention runs, each
+    named by its `type`), newest first."""
 
-    receipts: list[receipts.Receipt]
+    receipts: list[receipts.AnyReceipt]
 
 
 class EraseAnswer(msgspec.Struct, omit_defaults=True):
@@ -107,14 +109,17 @@ async def _admin_erase(call: Call) -> Outcome:
 async def _export(call: Call) -> Outcome:
     """The subject's events and what derives from them, spooled then streamed."""
     subject, tenant_id = check_subject(call.path["subject"]), call.tenant_id
+    exported: list[str] = []
 
     def write(t: Tenant, spool: IO[bytes]) -> int:
-        lines = access_lines(t, tenant_id, subject)
+        lines = access_lines(t, tenant_id, subject, exported)
         for line in lines:
             spool.write(line)
         return sum(map(len, lines))
 
-    return await spooled(call, write)
+    outcome = await spooled(call, write)
+    await recorded(call, outcome, exported)  # a read like any other (docs/audit.md)
+    return outcome
 
 
 async def _receipts(call: Call) -> Outcome:
@@ -180,6 +185,8 @@ OPERATIONS = (
             )
         },
         errors=(503,),
+        headers=(PURPOSE,),
+        audited=True,
     ),
     Operation(
         "list_receipts",

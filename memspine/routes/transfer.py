@@ -33,18 +33,24 @@ async def export_tenant(call: Call) -> Outcome:
     tenant_id = call.tenant_id
     exported: list[str] = []
     outcome = await spooled(call, lambda t, spool: write_export(t, spool, tenant_id, exported))
-    try:  # recorded before the first byte leaves: every event in it counts as read
-        if call.reader is not None:
-            await call.services.engine.reads.record(tenant_id, call.reader, exported)
-    except BaseException:
-        if isinstance(outcome.value, Streamed):
-            await outcome.value.chunks.aclose()  # type: ignore[attr-defined]
-        raise
+    await recorded(call, outcome, exported)
     # what an erasure's receipt lists as a copy that may still hold its events
     await anyio.to_thread.run_sync(
         record_copy, call.services.settings.data_dir, "export", tenant_id
     )
     return outcome
+
+
+async def recorded(call: Call, outcome: Outcome, exported: list[str]) -> None:
+    """Record a spooled export's read before its first byte leaves (every event in it counts
+    as read); its spool is closed if the record cannot be made."""
+    try:
+        if call.reader is not None:
+            await call.services.engine.reads.record(call.tenant_id, call.reader, exported)
+    except BaseException:
+        if isinstance(outcome.value, Streamed):
+            await outcome.value.chunks.aclose()  # type: ignore[attr-defined]
+        raise
 
 
 async def spooled(call: Call, write: Callable[[Tenant, IO[bytes]], int]) -> Outcome:

@@ -101,3 +101,6 @@ export function receipts() {
 
 /** One page of the tenant's read records (an audit key): {reads, next_cursor}. */
 export const auditReads = (params) => call("GET", "/v1/memory/audit/reads" + query(params)).then((r) => r.body);
+
+/** The tenant's retention windows, outlook, last run and legal holds. */
+export const tenantRetention = () => call("GET", "/v1/memory/retention").then((r) => r.body);

@@ -8,6 +8,7 @@ import { renderAudit } from "./page-audit.js";
 import { renderCypher } from "./page-cypher.js";
 import { renderEvent } from "./page-event.js";
 import { renderRecall } from "./page-recall.js";
+import { renderRetention } from "./page-retention.js";
 import { renderSignIn } from "./page-signin.js";
 import { renderSubject } from "./page-subject.js";
 import { renderTimeline } from "./page-timeline.js";
@@ -18,6 +19,7 @@ const PAGES = [
   ["recall", "Recall", renderRecall, "read"],
   ["cypher", "Cypher", renderCypher, "read"],
   ["subject", "Subjects", renderSubject, "read"],
+  ["retention", "Retention", renderRetention, "read"],
   ["audit", "Who read what", renderAudit, "audit"],
 ];
 

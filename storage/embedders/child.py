@@ -27,9 +27,9 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, TypeVar
 
 import numpy as np
 
@@ -46,10 +46,15 @@ HEADER = struct.Struct("<BIII")
 LENGTH = struct.Struct("<I")
 CLOSE_TIMEOUT_SECS = 10.0
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the storage package
+T = TypeVar("T")
 DIED = "model_process_died"  # the failure reason (memspine_embedder_failures) of a dead child
-# A call (a start included) that takes longer has a hung or stopped child: it is killed. Far
-# above a batch of 256 texts on a loaded machine (bench/embed.py), which takes seconds.
+# A call that takes longer has a hung or stopped child: it is killed. Far above a batch of 256
+# texts on a loaded machine (bench/embed.py), which takes seconds.
 CALL_TIMEOUT_SECS = 60.0
+# A start (the child's imports and its model's build) that takes longer is killed. Its own
+# deadline, not a call's: a niced child loading its model on a busy machine gets a small share
+# of the cores for a while, and a start cut short by a call's deadline would never finish.
+START_TIMEOUT_SECS = 300.0
 
 
 class ChildEmbedder:
@@ -65,11 +70,13 @@ class ChildEmbedder:
         query_cache: int = QUERY_CACHE_SIZE,
         niceness: int = NICENESS,
         call_timeout: float = CALL_TIMEOUT_SECS,
+        start_timeout: float = START_TIMEOUT_SECS,
         **options: Any,
     ) -> None:
         self._options = {k: str(v) if isinstance(v, Path) else v for k, v in options.items()}
         self.niceness = niceness
         self.call_timeout = call_timeout
+        self.start_timeout = start_timeout
         self.queries = QueryCache(query_cache)
         self._lock = threading.Lock()  # one exchange with the child at a time
         self._proc: subprocess.Popen[bytes] | None = None
@@ -77,7 +84,7 @@ class ChildEmbedder:
         self._query_model: Any = None  # a one-thread LocalEmbedder, made on the first query
         self.starts = 0  # children started
         self.deaths = 0  # children found dead
-        self.hangs = 0  # children killed for a call past its deadline
+        self.hangs = 0  # children killed for a start or a call past its deadline
         self._overdue: subprocess.Popen[bytes] | None = None  # the child the watchdog killed
         self._starting: subprocess.Popen[bytes] | None = None  # a child loading its model
         self.start_secs: float | None = None  # the last child's start, to its model loaded
@@ -114,25 +121,10 @@ class ChildEmbedder:
             return np.zeros((0, DIM), dtype=np.float32)
         body = json.dumps(list(texts), ensure_ascii=False).encode()
         with self._lock:
-            watchdog = threading.Timer(self.call_timeout, self._kill_overdue)
-            watchdog.daemon = True
-            watchdog.start()
-            try:
-                proc = self._ensure()
-                assert proc.stdin is not None and proc.stdout is not None
-                try:
-                    proc.stdin.write(LENGTH.pack(len(body)) + body)
-                    proc.stdin.flush()
-                    status, rows, dim, payload = _read_frame(proc.stdout)
-                except (OSError, EOFError, ValueError):
-                    raise self._died(proc) from None
-            except EmbedderError:
-                if self._overdue is None:
-                    raise
-                raise self._hung() from None
-            finally:
-                watchdog.cancel()
-                self._starting = None
+            proc = self._watched(self.start_timeout, self._ensure)
+            status, rows, dim, payload = self._watched(
+                self.call_timeout, lambda: self._ask(proc, body)
+            )
         if status == ERROR:
             reason, _, detail = payload.decode().partition("\n")
             raise EmbedderError(reason, detail)
@@ -209,6 +201,8 @@ class ChildEmbedder:
         try:
             status, _rows, _dim, payload = _read_frame(proc.stdout)
         except (OSError, EOFError, ValueError):
+            if self._overdue is not None:  # the watchdog's kill: _watched reports it
+                raise EmbedderError(HUNG, "killed at its deadline") from None
             _end(proc)
             log.error("the local embedder's process ended before its model loaded")
             raise EmbedderError(DIED, "the local embedding model could not start") from None
@@ -225,6 +219,34 @@ class ChildEmbedder:
         )
         return proc
 
+    def _watched(self, secs: float, fn: Callable[[], T]) -> T:
+        """fn() under a watchdog that kills the child (starting or running) past secs; a child
+        it killed is reported hung, not dead (under _lock)."""
+        watchdog = threading.Timer(secs, self._kill_overdue)
+        watchdog.daemon = True
+        watchdog.start()
+        try:
+            return fn()
+        except EmbedderError:
+            if self._overdue is None:
+                raise
+            raise self._hung(secs) from None
+        finally:
+            watchdog.cancel()
+            self._starting = None
+
+    def _ask(self, proc: subprocess.Popen[bytes], body: bytes) -> tuple[int, int, int, bytes]:
+        """Send one frame to the running child and read its answer (under _lock)."""
+        assert proc.stdin is not None and proc.stdout is not None
+        try:
+            proc.stdin.write(LENGTH.pack(len(body)) + body)
+            proc.stdin.flush()
+            return _read_frame(proc.stdout)
+        except (OSError, EOFError, ValueError):
+            if self._overdue is not None:  # the watchdog's kill: _watched reports it
+                raise EmbedderError(HUNG, "killed at its deadline") from None
+            raise self._died(proc) from None
+
     def _kill_overdue(self) -> None:
         """The watchdog: the call under way passed its deadline; its child (or the one it
         starts) is killed, which ends the call's wait on the pipe."""
@@ -235,7 +257,7 @@ class ChildEmbedder:
         with contextlib.suppress(OSError):
             proc.kill()  # SIGKILL ends a stopped process too
 
-    def _hung(self) -> EmbedderError:
+    def _hung(self, secs: float) -> EmbedderError:
         """A child killed by the watchdog: reaped, counted, logged (under _lock)."""
         proc, self._overdue = self._overdue, None
         if proc is not None:
@@ -245,7 +267,7 @@ class ChildEmbedder:
         log.error(
             "the local embedder's process did not answer within %.0f s and was killed; "
             "a new one starts on the next call",
-            self.call_timeout,
+            secs,
         )
         return EmbedderError(HUNG, "the local embedding model stopped answering; restarting it")
 

@@ -384,6 +384,11 @@ class KeywordIndex:
         writer = WRITER_BYTES if self._writer is not None else 0
         return READER_BYTES + writer + QUEUED_DOC_BYTES * len(self._queue)
 
+    def backlog(self) -> tuple[int, int]:
+        """Ops published and not yet in a durable commit, and the bytes of their text."""
+        with self._cond:
+            return len(self._queue), sum(len(doc.text) for doc, _id, _r in self._queue if doc)
+
     def settled(self) -> bool:
         """Whether everything published is in a durable commit (a hint)."""
         return self.committed_seq >= self._published_seq

@@ -9,13 +9,13 @@ what `due` selects through the tenant's ordinary delete.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol, TypeVar
 
 import msgspec
 
-from storage import files
+from storage import failpoints, files
 from storage.errors import LegalHold
 from storage.log import layout
 from storage.log.eventlog import read_only
@@ -80,12 +80,14 @@ class Policy(msgspec.Struct, frozen=True):
 
 
 class Due(msgspec.Struct, frozen=True):
-    """One batch of due events: the ids to delete, how many due ones holds kept, and where each
-    kind's scan resumes (its next batch starts at that ts: held events are not read again)."""
+    """One batch of due events: the ids to delete, how many due ones holds kept (and their
+    ids), and where each kind's scan resumes (its next batch starts at that ts, inclusive: an
+    event held there, as others of the same ts, is read again, so a run counts held ids once)."""
 
     event_ids: list[str]
     held: int
     resume: dict[str, int]
+    held_ids: list[str] = []
 
 
 class Outlook(msgspec.Struct, frozen=True, kw_only=True):
@@ -127,7 +129,7 @@ def due(
     if any(h.subject is None for h in holds):
         return Due([], 0, dict(resume or {}))
     chosen: list[str] = []
-    held = 0
+    held: list[str] = []
     after = dict(resume or {})
     for kind in kinds(r):
         cutoff = policy.cutoff(kind, now)
@@ -136,12 +138,12 @@ def due(
         for event_id, ts in _below(r, kind, after.get(kind), cutoff):
             after[kind] = ts
             if holds and holds_blocking(holds, r.get_light(event_id)) is not None:
-                held += 1
+                held.append(event_id)
                 continue
             chosen.append(event_id)
             if len(chosen) >= limit:
-                return Due(chosen, held, after)
-    return Due(chosen, held, after)
+                return Due(chosen, len(held), after, held)
+    return Due(chosen, len(held), after, held)
 
 
 def _below(r: LogReader, kind: str, lo: int | None, hi: int) -> Iterator[tuple[str, int]]:
@@ -182,6 +184,25 @@ def refuse_held(
             "deleted: lift the hold to delete it",
             hold_id=hold.hold_id,
         )
+
+
+def unheld(
+    holds: Callable[[], Iterable[Hold]], event_ids: list[str], *, cascade: bool = False
+) -> Callable[[LogReader], list[str]]:
+    """What a delete of these ids removes (with cascade, what derives from them too), as the
+    `find` of Tenant.submit_delete_found: it runs on the tenant's writer and reads the holds
+    then, so a hold placed while the delete waited in the queue stops it (LegalHold, nothing
+    deleted), not only one standing when it was asked."""
+
+    def find(r: LogReader) -> list[str]:
+        failpoints.hit("delete.held")
+        ids = event_ids
+        if cascade:
+            ids = list(dict.fromkeys(d for e in event_ids for d in derived_closure(r, e)))
+        refuse_held(r, holds(), ids)
+        return ids
+
+    return find
 
 
 def outlook(r: LogReader, policy: Policy, now: int) -> Outlook:

@@ -261,6 +261,10 @@ def delete_found(t: Committer, find: Callable[[LogReader], list[str]]) -> list[s
     return deleted
 
 
+# Keyword ops, and bytes of their text, an import may leave queued for the fold (a few batches).
+IMPORT_BACKLOG = (5_000, 4 << 20)
+
+
 def land_import(
     t: Committer,
     placed: list[PlacedEvent],
@@ -272,9 +276,13 @@ def land_import(
 ) -> int:
     """On the writer: write exported events as they were (storage/transfer/) in one
     transaction, then project them; how many were written."""
-    # The keyword fold commits the previous batch while the caller reads this one; an
-    # import that did not wait for it would queue the whole file's text in memory.
-    t.keyword.flush()
+    # The keyword fold commits what earlier batches published while the caller reads this
+    # one, several batches to a commit; an import that never waited for it would queue the
+    # whole file's text in memory, so past IMPORT_BACKLOG queued ops (or their text's bytes)
+    # it waits.
+    ops, size = t.keyword.backlog()
+    if ops >= IMPORT_BACKLOG[0] or size >= IMPORT_BACKLOG[1]:
+        t.keyword.flush()
 
     def apply(txn: lmdb.Transaction) -> int:
         appender = Appender(t.log, txn)

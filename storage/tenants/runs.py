@@ -1,5 +1,6 @@
-"""A tenant's retention runs on disk: the journal of a run under way and the receipt each run
-leaves (counts and event ids, never text), in `<tenant>/retention/`.
+"""A tenant's retention runs on disk: the journal of a run under way, in `<tenant>/retention/`,
+and the signed receipt each run leaves (counts and event ids, never text) beside the erasure
+receipts, in `_receipts/<tenant>/` (storage/receipts.py).
 
 The journal makes a run resumable after a crash: each batch's ids are appended to it, durably,
 before their delete is submitted, so the receipt of a run that a kill -9 interrupted names
@@ -15,32 +16,13 @@ from pathlib import Path
 
 import msgspec
 
-from storage import failpoints
-from storage.fsync import fsync_dir, fsync_file, replace_durably
+from storage import failpoints, receipts
+from storage.fsync import fsync_file, replace_durably
 from storage.read.retention import Outlook, Policy
+from storage.receipts import RunReceipt
 
 RUNS = "retention"  # the directory, inside the tenant's
 JOURNAL = "run.journal"
-RECEIPT_SUFFIX = ".receipt.json"
-KEEP = 100  # receipts kept per tenant, newest; older ones are removed when a run finishes
-
-
-class RunReceipt(msgspec.Struct, frozen=True, kw_only=True):
-    """What one retention run did to a tenant: when, under which windows, the ids it deleted,
-    how many due events holds kept, how many deleted events' bytes its purge removed (and
-    whether that purge is still pending)."""
-
-    receipt_id: str
-    type: str = "retention"
-    tenant_id: str
-    started_at: int
-    finished_at: int
-    windows: dict[str, int]
-    deleted: int
-    deleted_ids: list[str]
-    held: int
-    purged: int
-    purge_pending: bool = False
 
 
 class RunSummary(msgspec.Struct, frozen=True, kw_only=True):
@@ -77,6 +59,7 @@ class Journal:
     """The run under way in one tenant: its id, its start, the ids journaled so far."""
 
     def __init__(self, root: Path, header: _Header, ids: list[str]) -> None:
+        self.root = root
         self.path = root / RUNS / JOURNAL
         self.run_id = header.run_id
         self.started_at = header.started_at
@@ -119,34 +102,16 @@ class Journal:
         self.ids += event_ids
 
     def finish(self, receipt: RunReceipt) -> None:
-        """Keep the receipt durably, then drop the journal and the oldest receipts past KEEP."""
-        runs = self.path.parent
-        name = f"{receipt.finished_at:020d}-{receipt.receipt_id}{RECEIPT_SUFFIX}"
-        replace_durably(runs / name, lambda fh: fh.write(msgspec.json.encode(receipt)))
+        """Keep the receipt signed and durably (storage/receipts.py), then drop the journal: a
+        crash between the two leaves a journal whose next run signs the receipt again."""
+        data_dir = self.root.parent
+        receipts.store(data_dir, receipts.sign(data_dir, receipt))
         os.unlink(self.path)
-        for old in _receipt_paths(runs)[:-KEEP]:
-            old.unlink(missing_ok=True)
-        fsync_dir(runs)
-
-
-def _receipt_paths(runs: Path) -> list[Path]:
-    try:
-        return sorted(p for p in runs.iterdir() if p.name.endswith(RECEIPT_SUFFIX))
-    except FileNotFoundError:
-        return []
-
-
-def receipts(root: Path) -> list[RunReceipt]:
-    """The tenant's kept receipts, oldest first."""
-    return [
-        msgspec.json.decode(p.read_bytes(), type=RunReceipt) for p in _receipt_paths(root / RUNS)
-    ]
 
 
 def last_receipt(root: Path) -> RunReceipt | None:
-    """The newest receipt, or None."""
-    paths = _receipt_paths(root / RUNS)
-    return msgspec.json.decode(paths[-1].read_bytes(), type=RunReceipt) if paths else None
+    """The newest receipt of the tenant at root (data_dir/<tenant>), or None."""
+    return receipts.last_run(root.parent, root.name)
 
 
 def view_of(policy: Policy, outlook: Outlook | None, last: RunReceipt | None) -> RetentionView:

@@ -5,6 +5,8 @@ A backup is a directory:
     DEST/BACKUP.json               what it holds (format, version, when, each tenant's count)
     DEST/tenants/<id>/events/      each tenant's log: a logical copy of one read transaction
     DEST/<name>/                   each other LMDB environment asked for (the control database)
+    DEST/_receipts/                the erasure receipts of those tenants, the signing key and
+                                   the record of copies (storage/transfer/receipt_files.py)
 
 It is taken from another process than the server's, while the server serves: each log is read
 in one LMDB read transaction (a slot in its lock file, never a lock the server's writer waits
@@ -42,8 +44,10 @@ from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
 from storage.model import Quota
 from storage.readlog.logfile import copy_whole
+from storage.receipts import DIR as RECEIPTS
 from storage.space import disk_full
-from storage.transfer import ledger
+from storage.tenants.directory import tenant_dirs
+from storage.transfer import ledger, receipt_files
 from storage.transfer.export import export_lines, log_snapshot
 from storage.transfer.format import Reader
 from storage.transfer.landing import LOCK, build, held
@@ -88,19 +92,7 @@ class BackupStats(msgspec.Struct, frozen=True, kw_only=True):
     seconds: float
     erased_dropped: int = 0  # events a restore dropped as erasure ledgers name them
     retention_dropped: int = 0  # a restore's events past their retention window, not written
-
-
-def tenant_dirs(data_dir: Path) -> list[str]:
-    """The tenant directories of a data directory: those holding a log (or the committed
-    generation of a purge's swap); hidden, `_` and other entries are not tenants."""
-    found = []
-    for entry in sorted(os.scandir(data_dir), key=lambda e: e.name):
-        if entry.name[0] in "._" or not entry.is_dir(follow_symlinks=False):
-            continue
-        root = Path(entry.path)
-        if (root / files.LOG).is_dir() or (root / swap.READY / files.LOG).is_dir():
-            found.append(entry.name)
-    return found
+    receipts: int = 0  # signed erasure receipts carried (a backup) or put back (a restore)
 
 
 def backup(
@@ -135,6 +127,7 @@ def backup(
         copied = [n for n, size in environments if _copy_env(data_dir / n, stage / n, size)]
         for entry in entries:  # after the control plane: they hold every record its heads name
             copy_whole(data_dir / entry.tenant_id, stage / TENANTS / entry.tenant_id)
+        receipts = receipt_files.carry(data_dir, stage, [e.tenant_id for e in entries])
         manifest = Manifest(
             format=FORMAT,
             version=FORMAT_VERSION,
@@ -152,6 +145,7 @@ def backup(
         events=sum(e.events for e in entries),
         environments=copied,
         seconds=time.monotonic() - started,
+        receipts=receipts,
     )
 
 
@@ -203,7 +197,7 @@ def read_manifest(src: Path) -> Manifest:
                 "tenant's directory (a link or a missing file is refused)"
             )
     for name in manifest.environments:
-        if not _plain_name(name, hidden=".") or name in {TENANTS, *tenants}:
+        if not _plain_name(name, hidden=".") or name in {TENANTS, RECEIPTS, *tenants}:
             raise InvalidRequest(f"{src / MANIFEST} names an environment {name!r}")
         if not _plain_file(src, (name, "data.mdb")):
             raise InvalidRequest(
@@ -264,6 +258,7 @@ def restore(
     with _stage(data_dir, RESTORING) as stage, _full_disk_said(data_dir, "restore"):
         for name in manifest.environments:  # first: the control plane holds the quotas
             _copy_files(src / name, stage / name)
+        receipts = receipt_files.put_back(src, stage, [e.tenant_id for e in manifest.tenants])
         for entry in manifest.tenants:
             mine = applied.get(entry.tenant_id, {})
             its_drop = None if drop is None else drop(entry.tenant_id)
@@ -285,6 +280,7 @@ def restore(
         seconds=time.monotonic() - started,
         erased_dropped=dropped,
         retention_dropped=expired,
+        receipts=receipts,
     )
 
 

@@ -125,12 +125,16 @@ def subject_lines(
     *,
     default_dim: int = 384,
     reads: Callable[[set[str]], Iterable[bytes]] = lambda ids: (),
+    exported: list[str] | None = None,
 ) -> Iterator[bytes]:
     """An access export (docs/erasure.md): the lines of the subject's events and of those
     derived from them, then `reads` of those ids (the recorded reads, as lines); InvalidRequest
-    for a subject that cannot be one."""
+    for a subject that cannot be one. The ids of the events written go to `exported` if given
+    (the read audit's record of the export)."""
     ids = {f.event_id for f in reach(r, Reach(subject=check_subject(subject)))}
-    return export_lines(r, tenant_id, default_dim=default_dim, only=ids, extra=reads(ids))
+    return export_lines(
+        r, tenant_id, default_dim=default_dim, only=ids, extra=reads(ids), exported=exported
+    )
 
 
 @contextmanager

@@ -19,10 +19,10 @@ from memspine_admin.control import (
     NO_CONTROL_DB,
     ControlDB,
     control_path,
-    erase_tenant_dir,
 )
 from memspine_admin.plane import ControlPlane, init_control, open_control
-from memspine_admin.records import MAX_TTL_SECS, ReadMark, is_tenant_id
+from memspine_admin.records import MAX_TTL_SECS, ReadMark
+from storage import erase_tenant_dir, is_tenant_id
 from storage.errors import Conflict, InvalidRequest, NotFound
 
 WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)

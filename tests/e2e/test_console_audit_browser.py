@@ -139,7 +139,14 @@ def test_an_event_page_links_who_read_it_for_a_key_with_audit(ui: Console) -> No
     lead = _key_id(ui.seeded, "lead")
     _read(ui.seeded, "reader", f"/v1/memory/event/{ids['b']}", "second look")
     _sign_in(ui, "lead", "#tl-table")
-    assert ui.texts("#nav a") == ["Time line", "Recall", "Cypher", "Subjects", "Who read what"]
+    assert ui.texts("#nav a") == [
+        "Time line",
+        "Recall",
+        "Cypher",
+        "Subjects",
+        "Retention",
+        "Who read what",
+    ]
     ui.open(f"event/{ids['b']}", "svg.graph")
     ui.page.locator("#who-read").click()
     ui.page.wait_for_url(f"**/ui#/audit/event/{ids['b']}")

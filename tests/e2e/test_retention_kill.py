@@ -13,7 +13,8 @@ import httpx
 import msgspec
 
 from memspine_admin.records import now_us
-from storage.tenants.runs import JOURNAL, RUNS, receipts
+from storage.receipts import RunReceipt, listing
+from storage.tenants.runs import JOURNAL, RUNS
 from tests.support.admin import Admin
 from tests.support.servers import ServerProcess
 
@@ -67,7 +68,7 @@ def test_a_run_killed_mid_way_resumes_and_leaves_one_receipt(tmp_path: Path) -> 
 
         wait_for("the run to stop after its first batch", stopped_after_one_batch)
         root = tmp_path / "data" / tenant_id
-        assert (root / RUNS / JOURNAL).exists() and receipts(root) == []
+        assert (root / RUNS / JOURNAL).exists() and listing(root.parent, tenant_id) == []
         server.stop(signal.SIGKILL)
 
         server.extra_env = env  # no failpoint: the run goes on
@@ -86,7 +87,8 @@ def test_a_run_killed_mid_way_resumes_and_leaves_one_receipt(tmp_path: Path) -> 
             0,
         )
         assert shown["usage"]["events"] == {"live": YOUNG, "deleted": 0}
-        (receipt,) = receipts(root)
+        (receipt,) = listing(root.parent, tenant_id)
+        assert isinstance(receipt, RunReceipt)
         assert len(set(receipt.deleted_ids)) == OLD and not (root / RUNS / JOURNAL).exists()
         assert b"old 7" not in msgspec.json.encode(receipt)
         with server.client(key) as c:

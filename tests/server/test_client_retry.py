@@ -81,6 +81,7 @@ def test_503_beyond_the_attempts_is_raised_with_its_retry_after(
     assert len(retries(caplog)) == 1  # two sends in all
 
 
+@pytest.mark.timing
 def test_a_wait_longer_than_max_wait_is_raised_at_once(crowded: InProcessServer) -> None:
     started = time.monotonic()
     with client(crowded, "third", retry=Retry(max_wait=0.5)) as c, pytest.raises(Unavailable):

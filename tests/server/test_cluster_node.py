@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -199,4 +200,35 @@ def test_a_copy_left_by_a_killed_move_is_erased_by_its_old_node(
         placement = db.placement(tid)
         assert placement is not None and (placement.node, placement.move_from) == ("node-b", None)
     assert (on_a / stays.tenant_id).is_dir() and (on_a / other.tenant_id).is_dir()
+    assert sweeper.sweep() == []
+
+
+def test_a_copy_a_given_up_move_left_on_its_target_is_erased_there(
+    cluster: dict[str, Any], tmp_path: Path
+) -> None:
+    """A move given up after its copy landed on the target leaves the tenant's files there: the
+    target erases them once the tenant is neither on it nor moving to it. While the move is
+    under way, or for a tenant whose move to it was never begun, it keeps them."""
+    from memspine.leftovers import Leftovers
+
+    a, b = cluster["nodes"]["a"], cluster["nodes"]["b"]
+    tid, key = cluster["tenant"], cluster["key"]
+    with a.client(key) as ca:
+        assert ca.post("/v1/memory/event", json=EVENT).status_code == 201
+    on_b = tmp_path / "b"
+    stray = str(uuid.uuid4())  # a directory no move ever brought here: never the sweep's
+    for landed in (tid, stray):
+        (on_b / landed / "events").mkdir(parents=True)
+        (on_b / landed / "events" / "data.mdb").write_bytes(b"the copy the move pulled")
+    sweeper = Leftovers(b.app.state.engine, b.auth.gate, on_b)
+    with PgControl.open(cluster["url"], hasher=WEAK) as db:
+        db.begin_move(tid, "node-b", actor="test")
+        assert sweeper.sweep() == []  # the copy is the move's, under way
+        assert (on_b / tid).is_dir()
+        db.abort_move(tid, actor="test")
+    assert sweeper.sweep() == [tid]
+    assert not (on_b / tid).exists() and (on_b / stray).is_dir()
+    with a.client(key) as ca:  # the tenant is where it was, whole
+        assert ca.post("/v1/memory/event", json=EVENT).status_code == 201
+        assert len(ca.get("/v1/memory/events").json()["events"]) == 2
     assert sweeper.sweep() == []

@@ -132,10 +132,10 @@ def shared(levels: int) -> str:
 
 
 def test_squaring_in_a_chain_of_withs_overflows_at_once(log: EventLog) -> None:
-    detail, elapsed = refused_within(2.0 + SLACK_S, log, squaring(22), timeout_ms=2000)
+    # refused for the overflow, not at the time limit: it never computed 2**(2**22)
+    detail, _elapsed = refused_within(60.0, log, squaring(22), timeout_ms=UNHURRIED_MS)
     assert detail.startswith("integer overflow: ")
     assert "is outside the 64-bit integer range" in detail
-    assert elapsed < 0.5
 
 
 @pytest.mark.parametrize(
@@ -237,13 +237,15 @@ def test_many_strings_stop_at_the_memory_limit(log: EventLog) -> None:
 
 
 def test_a_value_of_one_list_many_times_is_as_long_to_walk_as_it_looks(log: EventLog) -> None:
-    # 2**30 elements to compare, group or render, in 30 small lists: each walk counts them
+    # 2**30 elements to compare, group or render, in 30 small lists: each walk counts them, so
+    # the element limit refuses it (the time limit is out of the way: a walk that did not count
+    # would run for many minutes, and within() fails it long before that)
     for tail in ("RETURN l = l", "RETURN DISTINCT l", "RETURN l", "RETURN [l] < [l]"):
-        detail, elapsed = refused_within(2.0 + SLACK_S, log, shared(30) + tail, timeout_ms=2000)
+        detail, _elapsed = refused_within(60.0, log, shared(30) + tail, timeout_ms=UNHURRIED_MS)
         assert "at most 100000" in detail, tail
-        assert elapsed < 1.5, tail
 
 
+@pytest.mark.timing
 def test_walks_read_the_clock(log: EventLog) -> None:
     # with the element limit out of the way, the time limit stops a walk that builds nothing
     # (walks that build keys or the answer stop at the element limit, as above)
@@ -275,6 +277,7 @@ def test_the_answer_is_bounded(log: EventLog) -> None:
 # ---- time: parsing included, every operator ---------------------------------------------------
 
 
+@pytest.mark.timing
 def test_parsing_counts_against_the_time_limit(log: EventLog) -> None:
     # 18,000 characters of a flat list: lark takes a large part of a second over it
     long = "RETURN size([" + ", ".join(["1"] * 6000) + "])"
@@ -297,11 +300,11 @@ def test_deep_brackets_are_refused_before_parsing(log: EventLog) -> None:
         "RETURN " + "[" * 9990 + "1" + "]" * 9990,
         "RETURN " + "{a: " * 3000 + "1" + "}" * 3000,
     ):
-        detail, elapsed = refused_within(1.0, log, text)
+        # the pre-scan's own answer: the parser never saw it (no time bound: a busy machine)
+        detail, _elapsed = refused_within(30.0, log, text)
         assert (
             detail == "the query nests expressions more than 200 deep; split it into simpler parts"
         )
-        assert elapsed < 0.05
     # brackets in strings and comments are text
     assert rows(log, "RETURN '" + "[" * 500 + "' /* " + "{" * 500 + " */") == [["[" * 500]]
 
@@ -310,6 +313,7 @@ def test_long_queries_are_refused_at_every_door(log: EventLog) -> None:
     assert refused(log, "RETURN 1 " + " " * 20_000) == "query may be at most 20000 characters"
 
 
+@pytest.mark.timing
 def test_the_time_limit_holds_within_100_ms(log: EventLog) -> None:
     lists = "WITH [" + ", ".join(map(str, range(300))) + "] AS l "
     runaway = {
@@ -353,6 +357,7 @@ def gaps_while(fn: Callable[[], Any]) -> list[float]:
     return sorted(gaps)
 
 
+@pytest.mark.timing
 def test_no_query_holds_the_interpreter(log: EventLog) -> None:
     """While each attack runs on a thread, a thread that wakes every millisecond is never kept
     waiting long. The unbounded engine held the interpreter for the whole of one multiplication

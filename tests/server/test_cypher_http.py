@@ -174,6 +174,7 @@ def test_missing_parameter_and_other_faults_get_their_own_sentence(
 # ---- limits, through the settings -------------------------------------------------------------
 
 
+@pytest.mark.timing
 def test_row_and_time_limits_from_the_environment(start_server: Any) -> None:
     server = start_server(
         env={"MEMSPINE_CYPHER_MAX_ROWS": "100", "MEMSPINE_CYPHER_TIMEOUT_MS": "50"}

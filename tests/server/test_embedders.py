@@ -255,6 +255,7 @@ def test_a_429_waits_as_long_as_retry_after_says(endpoint: Endpoint) -> None:
     assert failures == ["http_429"] and len(endpoint.requests) == 2
 
 
+@pytest.mark.timing
 def test_a_retry_after_past_max_wait_is_handed_to_the_caller(endpoint: Endpoint) -> None:
     endpoint.script = [{"status": 503, "headers": {"Retry-After": "120"}}]
     emb = remote(endpoint, max_wait=5)

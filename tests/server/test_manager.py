@@ -79,6 +79,7 @@ def test_least_recently_used_idle_tenant_is_evicted_and_its_data_survives(
     assert manager.stats().opens == 4
 
 
+@pytest.mark.timing
 def test_every_slot_busy_gives_503_with_retry_after_at_once(manager: TenantManager) -> None:
     held = [manager.lease("a"), manager.lease("b")]
     for lease in held:

@@ -95,6 +95,7 @@ def test_more_tenants_than_fit_opened_in_turn_stay_under_the_budget(
     assert m.stats().open_bytes == 0
 
 
+@pytest.mark.timing
 def test_every_tenant_in_the_budget_busy_gives_503_and_none_is_evicted(
     ten: tuple[Path, list[str], int],
 ) -> None:

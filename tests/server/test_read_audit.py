@@ -446,6 +446,55 @@ def test_reads_of_a_subject_and_its_access_export(tmp_path: Path) -> None:
         w.server.stop()
 
 
+def test_an_access_export_is_itself_a_recorded_read(tmp_path: Path) -> None:
+    """The access export leaves a record like every read door: its key, route (the template,
+    never the subject), purpose and every event it carried, the derived one too; the auditor
+    finds it by subject, and the next access export carries it."""
+    w = make_world(tmp_path / "data", {"MEMSPINE_READ_AUDIT": "durable"})
+    try:
+        with w.client("rw") as c:
+            body = {"kind": "fact", "text": "Ann lives in Paris", "subjects": ["cust-ann"]}
+            ann = c.post("/v1/memory/event", json=body).json()["event_id"]
+            derived = {
+                "kind": "fact",
+                "text": "she moved",
+                "properties": {"source_event_ids": [ann]},
+            }
+            moved = c.post("/v1/memory/event", json=derived).json()["event_id"]
+        before = w.reads(limit=1000)
+        with w.client("read", **{"Memspine-Purpose": "art. 15 request"}) as c:
+            r = c.get("/v1/memory/subjects/cust-ann/export")
+        assert r.status_code == 200
+        carried = [
+            x["event_id"] for x in map(json.loads, r.text.splitlines()) if x["type"] == "event"
+        ]
+        assert sorted(carried) == sorted([ann, moved])
+        new = w.reads(limit=1000)[len(before) :]
+        assert len(new) == 1
+        record = new[0]
+        assert (record["door"], record["route"]) == (
+            "http",
+            "/v1/memory/subjects/{subject:str}/export",
+        )
+        assert (record["event_ids"], record["purpose"]) == (carried, "art. 15 request")
+        assert record["key_id"] == w.keys["read"].split("_")[2]
+        assert "cust-ann" not in json.dumps(record)
+        assert record in w.reads(subject="cust-ann", limit=1000)
+        with w.client("read") as c:
+            again = [
+                json.loads(x)
+                for x in c.get("/v1/memory/subjects/cust-ann/export").text.splitlines()
+            ]
+        routes = [x["route"] for x in again if x["type"] == "read"]
+        assert routes == ["/v1/memory/subjects/{subject:str}/export"]
+        # A key that must give a purpose is refused without one, as on every read.
+        with w.client("purposeful") as c:
+            refused = c.get("/v1/memory/subjects/cust-ann/export")
+        assert refused.status_code == 400 and "Memspine-Purpose" in refused.json()["detail"]
+    finally:
+        w.server.stop()
+
+
 @pytest.mark.timeout(60)
 def test_noting_a_cypher_answers_events_walks_a_shared_list_once(world: World) -> None:
     """A value that shares one list thirty times over (2^30 leaves, 31 lists) is refused by the

@@ -5,13 +5,13 @@ holds that stop every deletion until lifted, and what GET /v1/admin/tenants/{id}
 
 from __future__ import annotations
 
+import base64
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import msgspec
 import pytest
 from argon2 import PasswordHasher
 from litestar.testing import TestClient
@@ -22,7 +22,14 @@ from memspine.config import load_settings
 from memspine.retention import Retention
 from memspine_admin.plane import open_control
 from memspine_admin.records import now_us
-from storage.tenants.runs import JOURNAL, RUNS, Journal, receipts
+from storage import receipts
+from storage.tenants.runs import JOURNAL, RUNS, Journal
+
+
+def receipts_key(data: Path) -> bytes:
+    """The raw public key of the server's receipts."""
+    return base64.b64decode(receipts.public_key(data).public_key)
+
 
 CHEAP = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 ADMIN_KEY = "admin-key-for-the-retention-tests-0123"
@@ -166,10 +173,14 @@ def test_events_come_due_per_kind_and_leave_the_disk(srv: Server) -> None:
     assert all(srv.exists(e) for e in (new_turn, fact, note))
     assert srv.sources_of(fact) == []  # the derived fact of a longer window stays, unlinked
     assert scan(srv.data / srv.tenant_id, [b"Ortolan", b"7731-quince"]) == []
-    # The receipt holds ids and counts, never text.
-    stored = receipts(srv.data / srv.tenant_id)
-    assert [r.receipt_id for r in stored] == [receipt.receipt_id]
-    assert b"Ortolan" not in msgspec.json.encode(stored[0])
+    # The receipt holds ids and counts, never text; it is signed and served like an erasure's.
+    listed = srv.client.get("/v1/memory/receipts", headers=srv.key).json()["receipts"]
+    assert [(r["type"], r["receipt_id"]) for r in listed] == [("retention", receipt.receipt_id)]
+    body = srv.client.get(f"/v1/memory/receipts/{receipt.receipt_id}", headers=srv.key).content
+    assert b"Ortolan" not in body and b"7731" not in body
+    assert receipts.verify(body, receipts_key(srv.data)) == receipt
+    forged = body.replace(b'"purged":1', b'"purged":0')
+    assert forged != body and receipts.verify(forged) is None
     last = srv.shown()["retention_state"]["last_run"]
     assert (last["receipt_id"], last["deleted"], last["purged"]) == (receipt.receipt_id, 1, 1)
 

@@ -155,3 +155,21 @@ def test_a_restore_drops_what_is_past_its_window_unless_held(ready: Admin, tmp_p
             assert (tenant.get(old) is not None) == held and tenant.get(young) is not None
         finally:
             tenant.close()
+
+
+def test_the_cli_erasure_honours_a_legal_hold(ready: Admin) -> None:
+    """memspine-admin subject erase runs the server's erasure on the data directory: a hold on
+    the subject stops it (legal_hold, nothing erased), and once lifted it goes through."""
+    tid = ready.json("tenant", "create", "acme")["tenant_id"]
+    tenant = Tenant.open(tid, ready.data_dir / tid, embedding_dim=4)
+    try:
+        events = [NewEvent(kind="turn", ts=now_us(), text="about p-9", subjects=("p-9",))]
+        tenant.submit_append(events).result()
+    finally:
+        tenant.close()
+    hold = ready.json("tenant", "hold", tid, "--reason", "a dispute", "--subject", "p-9")
+    refused = ready.error("subject", "erase", tid, "p-9")
+    assert refused["error"] == "legal_hold" and hold["hold_id"] in refused["detail"]
+    assert ready.json("subject", "erase", tid, "p-9", "--dry-run")["count"] == 1
+    ready.ok("tenant", "unhold", tid, hold["hold_id"])
+    assert len(ready.json("subject", "erase", tid, "p-9")["deleted_ids"]) == 1

@@ -16,6 +16,7 @@ def _doc(i: int) -> KeywordDoc:
     return KeywordDoc(f"00000000-0000-4000-8000-{i:012d}", "turn", f"parcel number{i}", {}, i)
 
 
+@pytest.mark.timing
 def test_fold_gathers_publishes_between_commits(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -38,6 +39,7 @@ def test_fold_gathers_publishes_between_commits(
         index.close()
 
 
+@pytest.mark.timing
 def test_close_commits_gathered_work(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Close does not wait out the interval either, and what was gathered is durable on reopen."""
     monkeypatch.setattr(keyword, "FOLD_INTERVAL_SECS", 30.0)

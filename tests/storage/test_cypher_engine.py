@@ -504,6 +504,7 @@ def test_row_limit(ops: Tenant) -> None:
     assert len(ops.query("MATCH (a), (b) RETURN a.ts LIMIT 100", max_rows=100).rows) == 100
 
 
+@pytest.mark.timing
 def test_time_limit(ops: Tenant) -> None:
     query = "MATCH (a), (b), (c), (d), (e), (f) RETURN count(*)"
     started = time.monotonic()

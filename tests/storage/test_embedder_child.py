@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from storage.embedders import make_embedder
-from storage.embedders.base import HUNG
+from storage.embedders.base import HUNG, EmbedderError
 from storage.embedders.child import DIED, ChildEmbedder
 from storage.model import NewEvent
 from storage.tenants.embedding import EmbeddingWorker
@@ -55,7 +55,7 @@ def test_a_killed_child_is_started_again_and_no_vector_is_lost(tmp_path: Path) -
     want = embedder.embed(TEXTS)
     assert want.shape == (4, 384) and np.allclose(np.linalg.norm(want, axis=1), 1, atol=1e-5)
     os.kill(first, signal.SIGKILL)
-    worker, got = _vectors_made(tmp_path, embedder, 120)
+    worker, got = _vectors_made(tmp_path, embedder, 420)  # a restart, as below
     # The dead child was found on the first batch, counted, and a new one made every vector.
     assert worker.failures_by.get(DIED) == 1 and embedder.deaths == 1 and embedder.starts == 2
     assert np.allclose(np.asarray(got, dtype=np.float32), want, atol=1e-5)
@@ -95,7 +95,8 @@ def test_a_stopped_child_is_killed_at_its_deadline_and_its_batch_made_by_the_nex
     assert first is not None
     want = embedder.embed(TEXTS)
     os.kill(first, signal.SIGSTOP)  # hung: alive, never answering
-    worker, got = _vectors_made(tmp_path, embedder, 180)
+    # a restarted niced child may take minutes to start on a busy machine (START_TIMEOUT_SECS)
+    worker, got = _vectors_made(tmp_path, embedder, 420)
     # The stopped child was killed once at its deadline; its batch went back and a new child
     # made every vector; the tenant was not left keyword-only.
     assert worker.failures_by.get(HUNG) == 1 and embedder.hangs == 1 and embedder.starts == 2
@@ -103,6 +104,23 @@ def test_a_stopped_child_is_killed_at_its_deadline_and_its_batch_made_by_the_nex
     assert np.allclose(np.asarray(got, dtype=np.float32), want, atol=1e-5)
     assert not alive(first)  # killed and reaped
     embedder.close()
+
+
+def test_a_start_has_its_own_deadline_and_one_past_it_is_killed() -> None:
+    # A start held to half a second is killed as hung (not reported dead); the next call
+    # starts a child under the real deadline.
+    embedder = ChildEmbedder(start_timeout=0.5)  # a start takes seconds: imports, the model
+    with pytest.raises(EmbedderError) as refused:
+        embedder.embed(TEXTS)
+    assert refused.value.reason == HUNG
+    assert (embedder.hangs, embedder.deaths, embedder.starts) == (1, 0, 1)
+    assert embedder.pid is None
+    embedder.start_timeout = 300.0
+    try:
+        assert embedder.embed(TEXTS[:1]).shape == (1, 384)
+        assert (embedder.hangs, embedder.deaths, embedder.starts) == (1, 0, 2)
+    finally:
+        embedder.close()
 
 
 def _vectors_made(

@@ -365,6 +365,58 @@ def test_mem0_per_user_makes_one_tenant_per_user_id(capsys, tmp_path: Path) -> N
     assert code == 1 and err["detail"] == "--per-user is for mem0 files, without --user"
 
 
+def test_mem0_subjects_makes_each_user_id_the_subject_of_its_memories(
+    capsys, tmp_path: Path
+) -> None:
+    """--subjects: one tenant, every version of a user's memories tagged with its user_id, so an
+    erasure by subject reaches the whole chain; a memory without a user_id names nobody."""
+    from storage.read.subjects import Reach, reach
+
+    data = tmp_path / "data"
+    export = ff.mem0_export()
+    export["results"].append(
+        {"id": "9d1c7a4e-0000-4000-8000-00000000000a", "memory": "Office plants need water",
+         "user_id": None, "created_at": "2025-03-01T10:00:00Z", "updated_at": None}
+    )  # fmt: skip
+    path = write(tmp_path, "mem0", json.dumps(export).encode())
+    code, dry = run(capsys, data, "import-from", "mem0", str(path), "--tenant", "m", "--subjects", "--dry-run")  # fmt: skip
+    assert code == 0 and any("-> subjects" in line for line in dry["mapping"])
+    assert not any("--per-user" in n for n in dry["notes"])
+    code, report = run(capsys, data, "import-from", "mem0", str(path), "--tenant", "m", "--subjects")  # fmt: skip
+    assert code == 0 and report["imported"] == 6
+    t = open_tenant(data, "m")
+    try:
+        coffee = [
+            event_id("m", k)
+            for k in (f"mem0:{ff.M_COFFEE}@h1", f"mem0:{ff.M_COFFEE}@h2", f"mem0:{ff.M_COFFEE}")
+        ]
+        for eid in coffee:
+            found = t.get(eid)
+            assert found is not None and found.event.subjects == ["alice"]
+        about = {
+            who: sorted(
+                f.event_id for f in t.snapshot_read(lambda r, w=who: reach(r, Reach(subject=w)))
+            )
+            for who in ("alice", "bob")
+        }
+        assert about["alice"] == sorted([*coffee, event_id("m", f"mem0:{ff.M_CITY}")])
+        assert len(about["bob"]) == 1
+        plants = t.get(event_id("m", "mem0:9d1c7a4e-0000-4000-8000-00000000000a"))
+        assert plants is not None and plants.event.subjects == []
+    finally:
+        t.close()
+    # A user_id that cannot be a subject id is refused with its place, nothing written.
+    export["results"][0]["user_id"] = "al\x01ice"
+    bad = write(tmp_path, "mem0", json.dumps(export).encode())
+    code, err = run(capsys, tmp_path / "other", "import-from", "mem0", str(bad), "--tenant", "m", "--subjects")  # fmt: skip
+    assert code == 1 and "results[0].user_id" in err["detail"] and "--subjects" in err["detail"]
+    assert not (tmp_path / "other" / "m").exists()
+    code, err = run(capsys, data, "import-from", "zep", str(path), "--tenant", "z", "--subjects")
+    assert code == 1 and err["detail"].startswith("--subjects is for mem0 files")
+    code, err = run(capsys, data, "import-from", "mem0", str(path), "--tenant", "m", "--subjects", "--per-user")  # fmt: skip
+    assert code == 1 and "not with --per-user" in err["detail"]
+
+
 def test_a_file_on_stdin_reads_alike(capsys, monkeypatch, tmp_path: Path) -> None:
     monkeypatch.setattr("sys.stdin", io.TextIOWrapper(io.BytesIO(gzip.compress(ff.zep_file()))))
     code, report = run(

@@ -28,6 +28,7 @@ STORAGE_PUBLIC = (
     "storage.errors",
     "storage.fsync",
     "storage.tenants.usage",
+    "storage.tenants.directory",  # which directories are tenants; erasing one offline
     "storage.transfer",
     "storage.embedders",
     "storage.tenants.reembed",

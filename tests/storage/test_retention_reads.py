@@ -107,3 +107,29 @@ def test_the_outlook_counts_due_now_and_within_seven_days(tenant: Tenant) -> Non
     assert (seen.due_now, seen.due_next_7_days) == (1, 2)
     assert seen.oldest_event == NOW - 900 * DAY_US and sorted(seen.kinds) == ["note", "turn"]
     assert tenant.snapshot_read(lambda r: outlook(r, Policy({}), NOW)).due_next_7_days == 0
+
+
+def test_held_events_of_one_ts_are_named_so_a_run_counts_each_once(tenant: Tenant) -> None:
+    """A batch resumes at its last ts, inclusive (others of that ts may be unread): a held
+    event there is seen again by the next batch, and a run counts held ids, not sightings."""
+    ts = NOW - 40 * DAY_US
+    kept = [
+        str(r.event_id)
+        for r in tenant.submit_append(
+            [NewEvent(kind="turn", ts=ts, text=f"k{i}", subjects=("p-1",)) for i in range(3)]
+        ).result()
+    ]
+    gone = [
+        str(r.event_id)
+        for r in tenant.submit_append(
+            [NewEvent(kind="turn", ts=ts, text=f"g{i}") for i in range(2)]
+        ).result()
+    ]
+    policy, hold = Policy({"turn": 30}), [Hold("hold_c", "p-1")]
+    first = tenant.snapshot_read(lambda r: due(r, policy, NOW, 10, hold))
+    assert sorted(first.event_ids) == sorted(gone)
+    assert sorted(first.held_ids) == sorted(kept) and first.held == 3
+    tenant.submit_delete(first.event_ids).result()
+    second = tenant.snapshot_read(lambda r: due(r, policy, NOW, 10, hold, first.resume))
+    assert second.event_ids == [] and sorted(second.held_ids) == sorted(kept)
+    assert len({*first.held_ids, *second.held_ids}) == 3

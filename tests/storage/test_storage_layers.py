@@ -198,6 +198,7 @@ PUBLIC = {
     "storage.tenants.manager",
     "storage.tenants.footprint",
     "storage.tenants.usage",
+    "storage.tenants.directory",
     "storage.tenants.runs",
     "storage.embedders",
     "storage.tenants.reembed",

@@ -282,6 +282,7 @@ class Named(Job[None]):
         self.name = name
 
 
+@pytest.mark.timing
 def test_a_lingering_job_waits_for_one_that_does_not_to_share_its_batch() -> None:
     batches: list[list[str]] = []
 

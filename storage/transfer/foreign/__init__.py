@@ -34,10 +34,14 @@ def convert(
     name: str = "file",
     embedding_model: str | None = None,
     user: str | None = None,
+    subjects: bool = False,
 ) -> Conversion:
-    """The records of another server's file (InvalidRequest naming the place of a fault)."""
+    """The records of another server's file (InvalidRequest naming the place of a fault);
+    `subjects` (mem0): each memory's user_id becomes its events' subject."""
     if user is not None and source != "mem0":
         raise InvalidRequest("--user is for mem0 files, whose memories carry a user_id")
+    if subjects and source != "mem0":
+        raise InvalidRequest("--subjects is for mem0 files, whose memories carry a user_id")
     if source == "automem":
         return automem.convert(raw, embedding_model=embedding_model, name=name)
     if source == "mem0":
@@ -45,7 +49,7 @@ def convert(
             raise InvalidRequest(
                 "a mem0 export holds no embeddings; --embedding-model is for automem and zep"
             )
-        return mem0.convert(raw, user=user, name=name)
+        return mem0.convert(raw, user=user, name=name, subjects=subjects)
     if source == "zep":
         return zep.convert(raw, embedding_model=embedding_model, name=name)
     raise InvalidRequest(f"no import from {source!r}; the sources are {', '.join(SOURCES)}")

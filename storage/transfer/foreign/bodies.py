@@ -41,5 +41,6 @@ def body(rec: Record, tenant_id: str, model: str | None) -> dict[str, Any]:
         "valid_until": rec.valid_until,
         "embedding": rec.embedding,
         "embedding_model": model if rec.embedding is not None else None,
+        "subjects": rec.subjects or None,
     }
     return out | {k: v for k, v in optional.items() if v is not None}

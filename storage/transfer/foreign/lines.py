@@ -67,6 +67,7 @@ def _event_line(rec: Record, tenant_id: str, model: str | None) -> bytes:
         supersedes=superseded,
         valid_from=rec.valid_from,
         valid_until=rec.valid_until,
+        subjects=list(rec.subjects),
     )
     return fmt.event_line(event, fmt.Links(SOURCE_FROM=sources, SUPERSEDES=superseded), None)
 

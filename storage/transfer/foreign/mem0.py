@@ -15,6 +15,7 @@ from typing import Any
 import msgspec
 
 from storage.errors import InvalidRequest
+from storage.model import check_subject
 from storage.transfer.foreign import source as src
 from storage.transfer.foreign.records import (
     Conversion,
@@ -54,14 +55,20 @@ class Export(msgspec.Struct):
     history: list[dict[str, Any]] | None = None
 
 
-def convert(raw: bytes, *, user: str | None = None, name: str = "file") -> Conversion:
+SUBJECTS_MAPPING = "user_id -> subjects of every version (--subjects), and properties.user_id"
+
+
+def convert(
+    raw: bytes, *, user: str | None = None, name: str = "file", subjects: bool = False
+) -> Conversion:
     """Records of a Mem0 export; with `user`, only that user_id's memories ("": those
-    without one)."""
+    without one); with `subjects`, each memory's user_id is the subject of its events (a
+    user_id that cannot be a subject id is refused naming its place)."""
     data = src.gunzip(raw, name)
     if data.lstrip()[:1] == b"[":  # get_all of an old version: the list alone
         data = b'{"results":' + data + b"}"
     export = src.decode(data, Export, name)
-    report = Report(source="mem0", mapping=list(MAPPING))
+    report = Report(source="mem0", mapping=[*MAPPING, *([SUBJECTS_MAPPING] if subjects else [])])
     rows = _rows_by_memory(export.history or [], name)
     users = report.users
     records: list[Record] = []
@@ -83,18 +90,35 @@ def convert(raw: bytes, *, user: str | None = None, name: str = "file") -> Conve
         if history is not None and not isinstance(history, list):
             raise InvalidRequest(f"{where}.history: expected a list of history rows")
         versions = [*(history or []), *rows.get(memory_id, [])]
-        records.extend(_chain(item, versions, where, report))
+        chain = _chain(item, versions, where, report)
+        if subjects and owner:
+            about = [_subject(owner, f"{where}.user_id")]
+            for rec in chain:
+                rec.subjects = about
+        records.extend(chain)
     _unheld(rows, held, report)
-    if len(users) > 1:
+    if len(users) > 1 and not subjects:
         report.notes.append(
             "memories of several user_ids: "
             + ", ".join(f"{u or '(none)'} ({n})" for u, n in sorted(users.items()))
-            + "; for one tenant per user: --per-user, or --user ID with --tenant ID per user"
+            + "; for one tenant per user: --per-user, or --user ID with --tenant ID per user; "
+            "for one tenant with each user as the data subject of its memories: --subjects"
         )
     records = ordered(records, report)
     for rec in records:
         report.created[rec.kind] = report.created.get(rec.kind, 0) + 1
     return Conversion(records=records, report=report)
+
+
+def _subject(owner: str, where: str) -> str:
+    """A user_id as a subject id (storage/model.py's rules), else InvalidRequest naming it."""
+    try:
+        return check_subject(owner, where)
+    except InvalidRequest as exc:
+        raise InvalidRequest(
+            f"{exc.detail}: this user_id cannot be a data subject; import without --subjects "
+            "(--per-user or --user)"
+        ) from None
 
 
 def _rows_by_memory(rows: list[dict[str, Any]], name: str) -> dict[str, list[dict[str, Any]]]:

@@ -34,6 +34,7 @@ class Record(msgspec.Struct, kw_only=True):
     valid_from: int | None = None
     valid_until: int | None = None
     embedding: list[float] | None = None
+    subjects: list[str] = []  # the people the event is about (mem0 --subjects: its user_id)
     where: str = ""  # where in the source file it came from
 
 
