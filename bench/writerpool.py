@@ -21,7 +21,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import shutil
 import subprocess
 import sys
@@ -34,29 +33,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import median, scratch_dir, write_json
 
 DIM = 384
-SEED = 20261207
 SECS = float(os.environ.get("WRITERPOOL_SECS", "5"))
 CLIENTS = 32
 INGEST_THREADS, INGEST_BATCHES, BATCH = 4, 60, 100
 OPEN_TENANTS = 200
 HERE = Path(__file__).resolve().parents[1]
-
-
-def corpus(n: int, rng: random.Random) -> list[Any]:
-    """N events of 30 words and a 384-float vector."""
-    from storage.model import NewEvent
-
-    words = [f"w{i}" for i in range(2000)]
-    return [
-        NewEvent(
-            kind="note",
-            ts=1_800_000_000_000_000 + i,
-            text=" ".join(rng.choices(words, k=30)),
-            embedding=[rng.random() for _ in range(DIM)],
-            embedding_model="bench",
-        )
-        for i in range(n)
-    ]
 
 
 def native_threads() -> int:
@@ -149,10 +130,11 @@ def open_threads(root: Path, pool: int | None) -> tuple[int, int]:
 
 def child(pool: int | None, only_many: bool) -> dict[str, Any]:
     """One configuration's phases (or only the 32 tenants'), in this process."""
+    from writepath import corpus  # 30 words and a 384-float vector an event, seeded
+
     import storage
 
-    rng = random.Random(SEED)
-    events = corpus(20_000 if only_many else 40_000, rng)
+    events = corpus(20_000 if only_many else 40_000)
     result: dict[str, Any] = {"tree": str(Path(storage.__file__).resolve().parents[1])}
     root = scratch_dir("writerpool")
     try:

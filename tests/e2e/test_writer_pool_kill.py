@@ -11,6 +11,8 @@ from typing import Any
 
 import httpx
 
+from tests.support.disk_full import listed_ids
+
 TENANTS = 6
 CLIENTS_PER_TENANT = 2
 MIN_ACKED = 40  # per tenant, before the kill: every tenant's groups were being committed
@@ -44,23 +46,6 @@ class Client(threading.Thread):
                 self.acked.add(r.json()["event_id"])
 
 
-def listed(c: httpx.Client) -> set[str]:
-    """Every id the listing returns for kind=pooled."""
-    ids: set[str] = set()
-    cursor = None
-    while True:
-        params: dict[str, Any] = {"kind": "pooled", "limit": 1000}
-        if cursor:
-            params["cursor"] = cursor
-        r = c.get("/v1/memory/events", params=params)
-        assert r.status_code == 200, r.text
-        page = r.json()
-        ids.update(e["event_id"] for e in page["events"])
-        cursor = page["next_cursor"]
-        if cursor is None:
-            return ids
-
-
 def test_sigkill_while_the_pool_commits_several_tenants_loses_no_acknowledged_event(
     start_server: Any,
 ) -> None:
@@ -84,7 +69,7 @@ def test_sigkill_while_the_pool_commits_several_tenants_loses_no_acknowledged_ev
     seen: set[str] = set()
     for tenant in tenants:
         with server.client(tenant) as c:
-            ids = listed(c)
+            ids = listed_ids(c)
         missing = acked(tenant) - ids
         assert not missing, f"{tenant}: {len(missing)} acknowledged events lost"
         assert not ids & seen  # no tenant holds another's events
