@@ -386,7 +386,7 @@ def event_out(
         kind=ev.kind,
         ts=ev.ts,
         text=ev.text,
-        embedding=_set(ev.embedding) if with_embedding else msgspec.UNSET,
+        embedding=_set(ev.embedding_out()) if with_embedding else msgspec.UNSET,
         embedding_model=_set(ev.embedding_model),
         properties=msgspec.Raw(ev.properties_raw or b"{}"),
         supersedes=ev.supersedes or msgspec.UNSET,

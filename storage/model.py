@@ -10,6 +10,7 @@ from typing import Any
 import msgspec
 
 from storage.errors import InvalidRequest, MemspineError, QuotaExceeded
+from storage.floats import shortest
 
 FilterValue = bool | int | float | str
 
@@ -70,10 +71,15 @@ class StoredEvent(msgspec.Struct, frozen=True, kw_only=True):
             "properties": self.properties(),
         }
         if self.embedding is not None:
-            obj["embedding"] = self.embedding
+            obj["embedding"] = self.embedding_out()
         if self.subjects:
             obj["subjects"] = list(self.subjects)
         return obj
+
+    def embedding_out(self) -> list[float] | None:
+        """The embedding as every door returns it: each stored float32 as its shortest decimal
+        (storage/floats.py), so a vector comes back as sent, to float32's precision."""
+        return None if self.embedding is None else shortest(self.embedding)
 
 
 MAX_SUBJECTS = 16

@@ -105,7 +105,7 @@ class Node(msgspec.Struct, gc=False, eq=False):
         """The record decoded now, and the node's size with it (what a sort or a cache charges
         for each row holding the node then costs no call)."""
         record = self._record = self.codec.decode_record(self.raw)
-        floats = 0 if record.embedding is None else len(record.embedding) // 8
+        floats = record.floats()
         text, props = len(record.text or ""), len(record.properties_raw or b"")
         self._size = NODE_BYTES + text + props + 32 * floats
         return record
@@ -141,8 +141,7 @@ class Node(msgspec.Struct, gc=False, eq=False):
 
     def floats(self) -> int:
         """How many floats the embedding holds (0 without one)."""
-        embedding = self.record.embedding
-        return 0 if embedding is None else len(embedding) // 8
+        return cast(int, self.record.floats())
 
     def event(self) -> StoredEvent:
         """The StoredEvent."""

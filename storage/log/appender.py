@@ -408,8 +408,15 @@ def _record(ev: NewEvent, event_id: str, seq: int, supersedes: list[str]) -> Sto
 
 
 def vector_bytes(dim: int) -> int:
-    """What a vector of dim floats adds to a record (a msgpack bin of float64s and its header)."""
-    return 8 * dim + (2 if 8 * dim < 256 else 3 if 8 * dim < 65536 else 5)
+    """What a vector of dim floats adds to a record (storage/log/layout.py): its float32s in a
+    msgpack ext with its header, under the field's name, and the name of the model's field (the
+    two are left out of a record without them; the model's own name is not counted)."""
+    data = 4 * dim
+    header = 2 if data in (1, 2, 4, 8, 16) else 3 if data < 256 else 4 if data < 65536 else 6
+    return _FIELD_NAMES + header + data
+
+
+_FIELD_NAMES = len("embedding") + 1 + len("embedding_model") + 1  # each a msgpack fixstr
 
 
 def dedupe(ids: Iterable[str]) -> list[str]:

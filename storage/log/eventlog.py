@@ -13,7 +13,7 @@ from typing import Any, TypeVar
 import lmdb
 
 from storage import failpoints
-from storage.errors import DiskFull, MemspineError
+from storage.errors import DiskFull, InvalidRequest, MemspineError
 from storage.log import layout, revisions
 from storage.log.appender import Appender, dedupe
 from storage.log.layout import (
@@ -24,7 +24,7 @@ from storage.log.layout import (
     SUPERSEDING,
     Tombstone,
 )
-from storage.log.migrations import migrate
+from storage.log.migrations import REWRITTEN, migrate, rewrite_records
 from storage.log.reader import LogReader
 from storage.model import CHAIN_KIND, AppendResult, NewEvent, Quota, ServerSpace
 from storage.rwlock import RWLock
@@ -66,6 +66,8 @@ class EventLog:
             )
         if schema is None or schema < SCHEMA_VERSION:  # new, or older: one write
             try:
+                if schema is not None and schema < REWRITTEN:
+                    rewrite_records(log.write, log.dbs)
                 log.write(lambda txn: log._initialise(txn, embedding_dim))
             except BaseException:
                 env.close()
@@ -351,7 +353,16 @@ def snapshot(path: Path, *, lock: bool = True) -> Iterator[LogReader]:
                 except lmdb.NotFoundError:
                     if name not in layout.LATER_DBS:
                         raise
-            yield LogReader(txn, dbs)
+            reader = LogReader(txn, dbs)
+            schema = reader.meta_int(layout.SCHEMA)
+            if schema is not None and schema > SCHEMA_VERSION:
+                # its records may be in an encoding this code would misread (a backup or a
+                # copy made by a newer memspine): refused, as EventLog.open refuses it
+                raise InvalidRequest(
+                    f"a tenant's event log is in format {schema}, newer than this version of "
+                    f"memspine reads ({SCHEMA_VERSION}); use a newer memspine"
+                )
+            yield reader
     finally:
         env.close()
 

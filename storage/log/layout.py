@@ -18,7 +18,7 @@ import re
 import struct
 import sys
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -34,8 +34,12 @@ from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 # its targets' kind answers from the link list, without reading the targets' records.
 # 5: a record's field `subjects` (the people an event is about), each listed in by_prop under
 # the name SUBJECT; the database "erased" (the erasure ledger: every deleted id and when).
+# 6: a record's embedding is little-endian float32 in a msgpack ext of type EXT_FLOAT32 (a
+# 384-float record then fits inline in its LMDB page), and a record leaves out the fields that
+# hold their defaults. A record of version 5 or older (float64s in a msgpack bin, every field)
+# still decodes.
 # An older log is brought to this version on its first open (storage/log/migrations.py).
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 
 # -- the named databases ----------------------------------------------------------------------
 
@@ -359,11 +363,17 @@ def encode_idempotency(rec: IdempotencyRecord) -> bytes:
 
 # -- the event record -------------------------------------------------------------------------
 #
-# A record is the msgpack map of StoredEvent's fields, in their order, with the embedding as a
-# msgpack bin of little-endian float64s. A reader that leaves the embedding out (recall's
-# candidates) skips the bin by its length instead of building its floats.
+# A record is the msgpack map of StoredEvent's fields, in their order, less those that hold
+# their defaults, with the embedding as a msgpack ext of type EXT_FLOAT32 holding little-endian
+# float32s: 1,536 bytes at 384 dimensions, so that such a record stays under LMDB's inline limit
+# (about 2,000 bytes on a 4 KiB page; above it a record takes an overflow page of its own,
+# bench/disk.py). Records of version 5 and older hold every field and the embedding as a msgpack
+# bin of little-endian float64s; they decode alike (the migration to 6 rewrites them). A reader
+# that leaves the embedding out (recall's candidates) skips it by its length instead of building
+# its floats.
 
-_SWAP = sys.byteorder == "big"  # array.array("d") is native order; records are little-endian
+_SWAP = sys.byteorder == "big"  # array.array is native order; records are little-endian
+EXT_FLOAT32 = 1  # the msgpack ext type of an embedding of little-endian float32s
 
 
 def _field_spec(f: msgspec.structs.FieldInfo) -> tuple[Any, ...]:
@@ -375,25 +385,34 @@ def _field_spec(f: msgspec.structs.FieldInfo) -> tuple[Any, ...]:
     return (f.name, f.type)
 
 
-# StoredEvent's own fields in its order, so the two cannot drift apart; the embedding as bytes,
-# the superseded ids as a tuple (most are empty, and the empty tuple is one object the collector
-# does not track, where each empty list would be another). Not kw_only: a record is built from
-# StoredEvent's values by position, which is cheaper than by name.
+def _record_floats(self: Any) -> int:
+    """How many floats a decoded record's embedding holds (0 without one)."""
+    return embedding_floats(self.embedding)
+
+
+# StoredEvent's own fields in its order, so the two cannot drift apart; the embedding as its
+# encoded form (Ext: float32s; bytes: the float64s of version 5 and older), the superseded ids
+# as a tuple (most are empty, and the empty tuple is one object the collector does not track,
+# where each empty list would be another). Not kw_only: a record is built from StoredEvent's
+# values by position, which is cheaper than by name.
 _RECORD_FIELDS: dict[str, tuple[Any, ...]] = {
-    "embedding": ("embedding", bytes | None, None),
+    "embedding": ("embedding", msgspec.msgpack.Ext | bytes | None, None),
     "supersedes": ("supersedes", tuple[str, ...], ()),
 }
 _Record = msgspec.defstruct(
     "_Record",
     [_RECORD_FIELDS.get(f.name) or _field_spec(f) for f in msgspec.structs.fields(StoredEvent)],
     frozen=True,
+    omit_defaults=True,  # most events leave most fields unset: ~90 bytes a record
     # never in a reference cycle (its fields are scalars, a dict of scalars, a list of ids), so
     # the collector need not track it: a query holds thousands of them (Cypher's nodes)
     gc=False,
-    # what decode_record hands readers outside the log (Cypher) that need the StoredEvent
-    namespace={"event": lambda self: event_of(self)},
+    # event(): what decode_record hands readers outside the log (Cypher) that need the
+    # StoredEvent; floats(): the embedding's length without building it
+    namespace={"event": lambda self: event_of(self), "floats": _record_floats},
 )
 _EMBEDDING = StoredEvent.__struct_fields__.index("embedding")
+_SUPERSEDES = StoredEvent.__struct_fields__.index("supersedes")
 
 _encode_record = msgspec.msgpack.Encoder().encode
 _decode_record = msgspec.msgpack.Decoder(_Record).decode
@@ -401,22 +420,38 @@ _decode_record = msgspec.msgpack.Decoder(_Record).decode
 
 @functools.cache
 def _packer(n: int) -> struct.Struct:
-    """Packs n floats as little-endian float64s (one per embedding length a tenant uses)."""
+    """Packs n floats as little-endian float32s (one per embedding length a tenant uses)."""
     # struct.pack from the list is the fastest of the ways measured (bench/RESULTS.md, "Code
-    # choices measured").
-    return struct.Struct(f"<{n}d")
+    # choices measured"); it rounds each float to the nearest float32 (the event's rules refuse
+    # a value beyond float32's range, storage/model.py).
+    return struct.Struct(f"<{n}f")
+
+
+def pack_embedding(values: list[float]) -> msgspec.msgpack.Ext:
+    """An embedding as a record holds it: little-endian float32s in an EXT_FLOAT32 ext."""
+    return msgspec.msgpack.Ext(EXT_FLOAT32, _packer(len(values)).pack(*values))
+
+
+def embedding_floats(embedding: msgspec.msgpack.Ext | bytes | None) -> int:
+    """How many floats an embedding as a record holds it has (0 for None)."""
+    if embedding is None:
+        return 0
+    if isinstance(embedding, msgspec.msgpack.Ext):
+        return len(cast(bytes, embedding.data)) // 4
+    return len(embedding) // 8  # version 5 and older: float64s
 
 
 def encode_event(ev: StoredEvent) -> bytes:
     """The record that stores ev."""
     values: list[Any] = list(msgspec.structs.astuple(ev))
     if ev.embedding is not None:
-        values[_EMBEDDING] = _packer(len(ev.embedding)).pack(*ev.embedding)
+        values[_EMBEDDING] = pack_embedding(ev.embedding)
+    values[_SUPERSEDES] = tuple(ev.supersedes)  # none: the default (), which is left out
     return _encode_record(_Record(*values))
 
 
 def decode_event(raw: bytes | memoryview) -> StoredEvent:
-    """The StoredEvent a record holds, the floats exactly as appended."""
+    """The StoredEvent a record holds, its floats the float32s stored (as Python floats)."""
     return event_of(_decode_record(raw))
 
 
@@ -489,10 +524,13 @@ def decode_light(raw: bytes | memoryview) -> StoredEvent:
     return StoredEvent(**msgspec.structs.asdict(_decode_light(raw)))
 
 
-def _floats(raw: bytes) -> list[float]:
-    """Little-endian float64s as a list."""
+def _floats(embedding: msgspec.msgpack.Ext | bytes) -> list[float]:
+    """A record's embedding as a list: its float32s (or a version 5 record's float64s)."""
     # array.array is the fastest of the ways measured (bench/RESULTS.md, "Code choices measured").
-    values = array.array("d", raw)
+    if isinstance(embedding, msgspec.msgpack.Ext):
+        values = array.array("f", cast(bytes, embedding.data))  # bytes, as msgspec decodes it
+    else:
+        values = array.array("d", embedding)
     if _SWAP:
         values.byteswap()
     return values.tolist()

@@ -1,13 +1,15 @@
 """Every change of the log's format, in one place: what brings a log made by an older version
 to SCHEMA_VERSION, run by EventLog.open in the transaction that records the new version.
 
-Each step takes a log of version n to n + 1 and is tested (to_2 and to_4 in
-tests/storage/test_layout.py, to_3 in tests/storage/test_server_vectors.py); a log several
-versions behind runs them in order.
+Each step takes a log of version n to n + 1 (rewrite_records, before the step to 6, rewrites
+records in transactions of their own) and is tested (to_2 and to_4 in
+tests/storage/test_layout.py, to_3 in tests/storage/test_server_vectors.py, to_6 in
+tests/storage/test_float32_records.py); a log several versions behind runs them in order.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -82,11 +84,63 @@ def to_5(txn: lmdb.Transaction, r: LogReader, dbs: dict[str, Any]) -> None:
     default when it is read), so no byte changes."""
 
 
+def to_6(txn: lmdb.Transaction, r: LogReader, dbs: dict[str, Any]) -> None:
+    """Version 6 stores embeddings as float32s and leaves default fields out of a record:
+    every record of an older encoding is rewritten (a float64 becomes the nearest float32;
+    rewrite_records did it already when the log was opened), and the live bytes counted again."""
+    after: bytes | None = b""
+    while after is not None:
+        after = rewrite_batch(txn, dbs, after)
+    cursor = txn.cursor(db=dbs["events"])
+    live = sum(len(value) for value in cursor.iternext(keys=False, values=True))
+    _put_int(txn, dbs, layout.LIVE_BYTES, live)
+
+
+# Records a transaction of rewrite_records rewrites: its dirty pages stay few (a one-transaction
+# rewrite of a large log held them all in memory), and the pages each batch frees are reused by
+# the next, so the file grows by about one batch instead of by the whole log's new records.
+REWRITE_BATCH = 2_000
+REWRITTEN = 6  # the version whose records rewrite_records brings an older log's to
+
+
+def rewrite_records(write: Callable[[Callable[[lmdb.Transaction], Any]], Any], dbs: Any) -> None:
+    """Before the migration to 6 (EventLog.open, for a log older than 6): every record of an
+    older encoding rewritten in the current one, a batch a transaction. Either encoding decodes,
+    and a record rewritten again comes out the same: a process killed meanwhile leaves a log
+    that reads as before, and its next open goes on from where it stopped."""
+    after: bytes | None = b""
+    while after is not None:
+        after = write(functools.partial(rewrite_batch, dbs=dbs, after=after, limit=REWRITE_BATCH))
+
+
+def rewrite_batch(
+    txn: lmdb.Transaction, dbs: dict[str, Any], after: bytes, limit: int = _BATCH
+) -> bytes | None:
+    """Rewrite the next `limit` records past the key `after` (b"": from the first) that are not
+    in the current encoding; the last key read, or None at the end."""
+    events = dbs["events"]
+    cur = txn.cursor(db=events)
+    if not cur.set_range(after):
+        return None
+    batch = []  # read, then rewritten, so no cursor walks what it changes
+    for key, value in cur.iternext(keys=True, values=True):
+        if key != after:
+            batch.append((bytes(key), bytes(value)))
+        if len(batch) == limit:
+            break
+    for key, value in batch:
+        encoded = layout.encode_event(layout.decode_event(value))
+        if encoded != value:
+            txn.put(key, encoded, db=events)
+    return batch[-1][0] if batch else None
+
+
 STEPS: dict[int, Step] = {
     2: to_2,
     3: to_3,
     4: to_4,
     5: to_5,
+    6: to_6,
 }  # the version each step makes -> the step
 
 

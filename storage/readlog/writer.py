@@ -76,6 +76,9 @@ class ReadLogWriter:
         self._queues: dict[str, _Queue] = {}
         self._jobs: list[Callable[[], None]] = []
         self._weight = 0
+        # Per tenant, what it has queued and what the writer is writing of it: the bound counts
+        # both, or a tenant could hold its bound again while a failing write holds the first.
+        self._held: dict[str, int] = {}
         self._stopping = False
         self._thread: threading.Thread | None = None
         self._files: dict[str, tuple[Appender, float]] = {}  # writer thread only
@@ -95,7 +98,7 @@ class ReadLogWriter:
         done: Future[None] | None = Future() if self.durable else None
         with self._cond:
             q = self._queues.get(tenant_id)
-            mine = q.weight if q is not None else 0
+            mine = self._held.get(tenant_id, 0)
             # A lone record over a bound passes: an export of many ids is one record per chunk.
             if (self._weight and self._weight + w > self._max) or (
                 mine and mine + w > self._max_tenant
@@ -106,6 +109,7 @@ class ReadLogWriter:
             q.items.append((read, done))
             q.weight += w
             self._weight += w
+            self._held[tenant_id] = mine + w
             if self.durable:
                 self._cond.notify()
         return done
@@ -219,6 +223,9 @@ class ReadLogWriter:
             log.error("tenant %s: %d read records not written: %s", tenant_id, len(reads), error)
         with self._cond:
             self._weight -= q.weight
+            left = self._held.pop(tenant_id, 0) - q.weight
+            if left > 0:
+                self._held[tenant_id] = left
         for _, done in q.items:
             if done is not None:
                 if error is None:

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 import numpy as np
@@ -41,6 +41,7 @@ from storage.model import (
     StoredEvent,
     StoredVector,
 )
+from storage.tenants.chains import Key, conversation_of, starts_of
 from storage.tenants.tenant import Tenant
 
 log = logging.getLogger("memspine.embedding")
@@ -466,18 +467,28 @@ class EmbeddingWorker:
         return True
 
 
-def chain(events: list[StoredEvent], own: np.ndarray, before: StoredEvent | None) -> np.ndarray:
+def chain(
+    events: list[StoredEvent],
+    own: np.ndarray,
+    before: StoredEvent | Mapping[Key, StoredEvent] | None,
+) -> np.ndarray:
     """The vectors to store for events in append order from their texts' vectors `own`: a turn
-    carries the stored vector of the turn before it within CHAIN_GAP_US (docs/recall.md)."""
+    carries the stored vector of the turn before it in its conversation within CHAIN_GAP_US
+    (docs/recall.md); `before` holds each conversation's stored turn before these (one turn
+    alone: its own conversation's)."""
     out = np.array(own, dtype=np.float32, copy=True)
-    prev: tuple[int, np.ndarray] | None = None
-    if before is not None and before.embedding is not None:
-        prev = (before.ts, np.asarray(before.embedding, dtype=np.float32))
+    prev: dict[Key, tuple[int, np.ndarray]] = {
+        key: (ev.ts, np.asarray(ev.embedding, dtype=np.float32))
+        for key, ev in starts_of(before).items()
+        if ev.embedding is not None
+    }
     for i, ev in enumerate(events):
         if ev.kind != CHAIN_KIND:
             continue
-        if prev is not None and abs(ev.ts - prev[0]) <= CHAIN_GAP_US:
-            v = out[i] + np.float32(CHAIN_WEIGHT) * prev[1]
+        key = conversation_of(ev)
+        p = prev.get(key)
+        if p is not None and abs(ev.ts - p[0]) <= CHAIN_GAP_US:
+            v = out[i] + np.float32(CHAIN_WEIGHT) * p[1]
             out[i] = v / np.linalg.norm(v)
-        prev = (ev.ts, out[i])
+        prev[key] = (ev.ts, out[i])
     return out

@@ -23,7 +23,6 @@ from storage.log.eventlog import EventLog
 from storage.log.layout import space_name
 from storage.log.reader import LogReader
 from storage.model import (
-    CHAIN_KIND,
     AppendResult,
     NewEvent,
     PlacedEvent,
@@ -37,6 +36,7 @@ from storage.read.cascade import would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import Feedback, RecallQuery, RecallResult, recall, validate
+from storage.tenants.chains import Key, chain_starts
 from storage.tenants.groupcommit import (
     commit_batch,
     delete_cascade,
@@ -444,19 +444,20 @@ class Tenant:
         with self.log.reader() as r:
             return r.last_seq()
 
-    def to_embed(self, limit: int) -> tuple[list[StoredEvent], StoredEvent | None, int, str | None]:
+    def to_embed(
+        self, limit: int
+    ) -> tuple[list[StoredEvent], dict[Key, StoredEvent], int, str | None]:
         """Up to limit events awaiting their server vector, oldest first (read light, text and
-        all); the stored turn before the first of them that has a vector (the chain's start);
-        the delete count and the tenant's model when read."""
+        all); per conversation, the stored turn before the first of them that has a vector (the
+        chains' starts, storage/tenants/chains.py); the delete count and the tenant's model
+        when read."""
         with self.log.reader() as r:
             events: list[StoredEvent] = []
             for _seq, event_id in r.unembedded(limit):
                 ev = r.get_light(event_id)
                 if ev is not None:
                     events.append(ev)
-            before = None
-            if events:
-                before = r.chain_before(events[0].seq, CHAIN_KIND, CHAIN_SCAN)
+            before = chain_starts(r, events, CHAIN_SCAN)
             return events, before, self.deletes, r.meta_str(layout.MODEL)
 
     def store_vectors(

@@ -140,6 +140,7 @@ _encode = msgspec.json.Encoder().encode
 def event_line(ev: StoredEvent, links: Links, idem: tuple[bytes, list[str]] | None) -> bytes:
     """The line of one live event (its newline included)."""
     fields = {f: getattr(ev, f) for f in _RECORD}
+    fields["embedding"] = ev.embedding_out()
     raw = ev.properties_raw
     if raw is not None and any(b in raw for b in _LINE_BREAKS):
         fields["properties_text"] = raw.decode()  # JSON whitespace: a line must stay one line

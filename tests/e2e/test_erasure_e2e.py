@@ -80,6 +80,7 @@ def test_the_seeds_door_code_erasure(server: ServerProcess) -> None:
     derived = client.post(
         "/v1/memory/cypher", json={"query": DERIVED_QUERY, "params": {"id": ids["door_turn"]}}
     )
+    assert derived.status_code == 200, derived.text
     assert derived.json()["rows"] == [[ids["door_fact"], "fact", SUPPORT[9][3]]]
     dry = delete(client, ids["door_turn"], "?cascade=derived&dry_run=true")
     assert dry.json() == {"would_delete": [ids["door_turn"], ids["door_fact"]]}

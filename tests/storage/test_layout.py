@@ -23,6 +23,7 @@ RECORDED = {
     3: "a7271f6fd2df6ed4d3ca387f67fd4de90e65e74486e0319282718fb446f6df7f",
     4: "0bc1819af984477f8ed548f995c972e10f302feb0d6624911bf4c8585bbaaab4",
     5: "45a76bc18c79dc1d7727f048021c694094cd70195ed4219800c331e60598afd2",
+    6: "dc7793cad8dd03d2e1f78ddd13ca94b2c4a4f0fc67bb468cb1bb9132fca7db52",
 }
 
 ID = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b6c8a1f"
@@ -235,7 +236,7 @@ def test_a_log_of_schema_4_reads_its_records_without_subjects_on_open(tmp_path: 
         meta, events = env.open_db(b"meta", txn=txn), env.open_db(b"events", txn=txn)
         txn.put(layout.meta_key(layout.SCHEMA), layout.u64(4), db=meta)
         record = msgspec.msgpack.decode(txn.get(raw_plain, db=events))
-        del record["subjects"]
+        record.pop("subjects", None)  # version 6 leaves an empty field out
         txn.put(raw_plain, msgspec.msgpack.encode(record), db=events)
     env.close()
     log = EventLog.open(path, embedding_dim=4)

@@ -71,7 +71,8 @@ def test_append_then_get_returns_every_field(log: EventLog) -> None:
         ev = r.get(res.event_id)
     assert ev is not None
     assert uuid.UUID(res.event_id).version == 4
-    assert (ev.kind, ev.ts, ev.text, ev.embedding) == (
+    # the embedding stored as float32s, given back as sent (storage/floats.py)
+    assert (ev.kind, ev.ts, ev.text, ev.embedding_out()) == (
         "turn",
         1791208939000000,
         "hello",

@@ -112,7 +112,7 @@ def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) 
 
     # The scan can fail: before the delete every kind of pattern is on disk somewhere.
     before = scan(root, patterns)
-    for label in ("text", f"token {rare[0]}", "as hnswlib holds it", "float64", "property"):
+    for label in ("text", f"token {rare[0]}", "as hnswlib holds it", "float32", "property"):
         assert label in before, label
     gone = last_tokens(t, rng.sample(ids, 20))  # more deletes, so pages and segments were shared
     survivors = [e for e in ids if e not in gone]

@@ -1,5 +1,6 @@
-"""The events database's record layout: embeddings as raw little-endian float64 bytes, given back
-bit for bit by every read, across a reopen, a purge and the HTTP routes."""
+"""The events database's record layout: embeddings as raw little-endian float32 bytes, given back
+as the float32 nearest each float sent by every read, across a reopen, a purge and the HTTP
+routes (which render each as its shortest decimal)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import msgspec
+import numpy as np
 import pytest
 from litestar.testing import TestClient
 
@@ -19,15 +21,17 @@ from memspine.app import create_app
 from memspine.config import load_settings
 from storage.log.layout import decode_event, encode_event
 from storage.log.reader import LogReader
-from storage.model import AppendResult, NewEvent, StoredEvent
+from storage.model import FLOAT32_MAX, AppendResult, NewEvent, StoredEvent
 from storage.read.recall import RecallQuery, RecallResult, recall
 from storage.tenants.tenant import Tenant
 
 DIM = 8
 T0 = 1_700_000_000_000_000
 TENANT = "acme"
-EDGES = [0.1, 1e-300, -2.5, -0.0, 5e-324, 1.7976931348623157e308, 1 / 3, 2.0**-1022]
-# Doubles a JSON client may send (float32 would round every one): no overflow in the vector index.
+# Doubles the event's rules let through: tiny ones become 0.0 (or a subnormal) in float32, the
+# largest float32 stays itself.
+EDGES = [0.1, 1e-300, -2.5, -0.0, 5e-324, FLOAT32_MAX, 1 / 3, 2.0**-149]
+# Doubles a JSON client may send (float32 rounds most of them).
 SENT = [0.1, 1e-300, -2.5, -0.0, 5e-324, 1 / 3, 2.0**-1022, 123456.789]
 
 
@@ -42,6 +46,21 @@ def bits(values: list[float] | None) -> list[str] | None:
 def f8(values: list[float]) -> bytes:
     """The little-endian float64 bytes of values."""
     return struct.pack(f"<{len(values)}d", *values)
+
+
+def f4(values: list[float]) -> bytes:
+    """The little-endian float32 bytes of values (each the nearest float32)."""
+    return struct.pack(f"<{len(values)}f", *values)
+
+
+def as_f4(values: list[float] | None) -> list[float] | None:
+    """Each value as the float32 nearest it (what a record keeps)."""
+    return None if values is None else list(struct.unpack(f"<{len(values)}f", f4(values)))
+
+
+def printed(values: list[float]) -> list[float]:
+    """Each value's float32 as its shortest decimal, as numpy prints it (what the doors send)."""
+    return [float(str(np.float32(v))) for v in values]
 
 
 def stored(embedding: list[float] | None) -> StoredEvent:
@@ -75,24 +94,39 @@ EMBEDDINGS: list[list[float] | None] = [
 
 
 @pytest.mark.parametrize("embedding", EMBEDDINGS)
-def test_a_record_gives_back_the_floats_it_was_given_bit_for_bit(
+def test_a_record_gives_back_the_float32_of_each_float_it_was_given(
     embedding: list[float] | None,
 ) -> None:
     ev = stored(embedding)
     back = decode_event(encode_event(ev))
-    assert back == ev
-    assert bits(back.embedding) == bits(embedding)
+    assert back == msgspec.structs.replace(ev, embedding=as_f4(embedding))
+    assert bits(back.embedding) == bits(as_f4(embedding))
+    assert decode_event(encode_event(back)) == back  # a float32 is kept as it is
 
 
 @pytest.mark.parametrize("embedding", [e for e in EMBEDDINGS if e is not None])
-def test_the_embedding_is_a_bin_of_little_endian_float64s(embedding: list[float]) -> None:
+def test_the_embedding_is_an_ext_of_little_endian_float32s(embedding: list[float]) -> None:
     raw = encode_event(stored(embedding))
-    assert msgspec.msgpack.decode(raw)["embedding"] == f8(embedding)
+    assert msgspec.msgpack.decode(raw)["embedding"] == msgspec.msgpack.Ext(1, f4(embedding))
 
 
-def test_a_record_without_an_embedding_is_byte_for_byte_the_old_one() -> None:
-    ev = stored(None)
-    assert encode_event(ev) == msgspec.msgpack.encode(ev)
+@pytest.mark.parametrize("embedding", EMBEDDINGS)
+def test_a_record_of_version_5_still_decodes_its_float64s(embedding: list[float] | None) -> None:
+    # What versions 5 and older wrote: every field, the embedding a bin of float64s.
+    ev = stored(embedding)
+    fields = msgspec.structs.asdict(ev)
+    fields["embedding"] = None if embedding is None else f8(embedding)
+    back = decode_event(msgspec.msgpack.encode(fields))
+    assert back == ev and bits(back.embedding) == bits(embedding)
+
+
+def test_a_record_leaves_out_the_fields_at_their_defaults() -> None:
+    ev = StoredEvent(event_id="6f1c2a55-0d53-4c2e-9a3e-3a0b7d9e2f10", seq=3, kind="turn", ts=T0)
+    assert list(msgspec.msgpack.decode(encode_event(ev))) == ["event_id", "seq", "kind", "ts"]
+    assert decode_event(encode_event(ev)) == ev
+    assert set(msgspec.msgpack.decode(encode_event(stored([1.0])))) == set(
+        StoredEvent.__struct_fields__
+    ) - {"subjects"}
 
 
 @pytest.mark.parametrize("embedding", [e for e in EMBEDDINGS if e])
@@ -107,10 +141,11 @@ def test_integers_given_as_an_embedding_come_back_as_floats() -> None:
     assert bits(decode_event(encode_event(ev)).embedding) == bits([1.0, 0.0, -3.0, 2.0**40])
 
 
-def test_a_new_record_is_one_byte_a_float_smaller() -> None:
+def test_a_record_keeps_four_bytes_a_float() -> None:
     ev = stored([random.Random(5).uniform(-1, 1) for _ in range(384)])
-    old, new = msgspec.msgpack.encode(ev), encode_event(ev)
-    assert len(old) - len(new) == 384  # msgpack's 0xcb before each float
+    bare = encode_event(msgspec.structs.replace(ev, embedding=None))
+    # the ext's 4-byte header and the field's name (left out of a record without one)
+    assert len(encode_event(ev)) - len(bare) == 4 * 384 + 4 + len("embedding") + 1
 
 
 # -- a tenant written, closed and opened again -----------------------------------------------------
@@ -165,9 +200,11 @@ def fill(t: Tenant, rng: random.Random, at: int, n: int) -> list[str]:
 
 
 def layout(t: Tenant, event_id: str) -> str:
-    """Which layout the event's record has on disk: "bin", "array" or "none"."""
+    """Which layout the event's record has on disk: "float32", "bin", "array" or "none"."""
     with t.log.reader() as r:
-        value = msgspec.msgpack.decode(raw_record(r, event_id))["embedding"]
+        value = msgspec.msgpack.decode(raw_record(r, event_id)).get("embedding")
+    if isinstance(value, msgspec.msgpack.Ext):
+        return "float32"
     return "bin" if isinstance(value, bytes) else "array" if isinstance(value, list) else "none"
 
 
@@ -242,7 +279,7 @@ def reopened(old: ClosedTenant) -> Iterator[Tenant]:
 
 def test_records_read_back_as_they_were_written(old: ClosedTenant, reopened: Tenant) -> None:
     t = reopened
-    assert {layout(t, e) for e, ev in old.events.items() if ev.embedding is not None} == {"bin"}
+    assert {layout(t, e) for e, ev in old.events.items() if ev.embedding is not None} == {"float32"}
     assert {layout(t, e) for e, ev in old.events.items() if ev.embedding is None} == {"none"}
     assert everything(t) == old.events
     with t.log.reader() as r:
@@ -253,7 +290,7 @@ def test_records_read_back_as_they_were_written(old: ClosedTenant, reopened: Ten
             assert r.get_light(event_id) == msgspec.structs.replace(ev, embedding=None)
         for event_id, embedding in old.sent.items():
             got = r.get(event_id)
-            assert got is not None and bits(got.embedding) == bits(embedding)
+            assert got is not None and bits(got.embedding) == bits(as_f4(embedding))
 
 
 def test_recall_after_a_reopen_answers_as_before(old: ClosedTenant, reopened: Tenant) -> None:
@@ -267,19 +304,20 @@ def test_records_written_after_a_reopen_join_the_others(
     rng = random.Random(99)
     batch = [turn(rng, 500 + i) for i in range(5)]
     new = add(t, batch)
-    assert {layout(t, e) for e in new} == {"bin"}
+    assert {layout(t, e) for e in new} == {"float32"}
     t.keyword.flush()
     with t.log.reader() as r:
         for event_id, ev in zip(new, batch, strict=True):
             got = r.get(event_id)
-            assert got is not None and bits(got.embedding) == bits(ev.embedding)
+            assert got is not None and bits(got.embedding) == bits(as_f4(ev.embedding))
             assert r.get_light(event_id) == msgspec.structs.replace(got, embedding=None)
     for event_id, ev in zip(new, batch, strict=True):
         assert ev.text is not None and ev.embedding is not None
         token = {"text": ev.text.split()[-1], "k": 1}
         assert [h.event.event_id for h in ask(t, token).hits] == [event_id]
         [hit] = ask(t, {"embedding": ev.embedding, "k": 1}).hits
-        assert hit.event.event_id == event_id and bits(hit.event.embedding) == bits(ev.embedding)
+        assert hit.event.event_id == event_id
+        assert bits(hit.event.embedding) == bits(as_f4(ev.embedding))
     assert {e: ev for e, ev in everything(t).items() if e in old.events} == old.events
 
 
@@ -306,7 +344,7 @@ def test_a_purge_keeps_the_layout_and_erases_the_embeddings(
     olds = [e for e, ev in old.events.items() if ev.embedding is not None]
     victims = {olds[3]: "written before the reopen", new[0]: "written after it"}
     whole = everything(t)
-    patterns = {e: f8(whole[e].embedding or []) for e in victims}
+    patterns = {e: f4(whole[e].embedding or []) for e in victims}
     t.save_vectors()
     assert all(on_disk(t.root, p) for p in patterns.values())  # the scan can fail
     assert t.submit_delete(list(victims)).result() == list(victims)
@@ -327,7 +365,7 @@ def test_a_purge_keeps_the_layout_and_erases_the_embeddings(
     assert [bits(ev.embedding) for ev in after.values() if ev.event_id in expected] == [
         bits(expected[e].embedding) for e in after if e in expected
     ]
-    assert {layout(t, e) for e in [*olds, *new, *late] if e not in gone} == {"bin"}
+    assert {layout(t, e) for e in [*olds, *new, *late] if e not in gone} == {"float32"}
     for event_id, pattern in patterns.items():
         assert on_disk(t.root, pattern) == [], victims[event_id]
     t.keyword.flush()
@@ -351,7 +389,8 @@ def test_get_over_http_returns_the_floats_sent(old: ClosedTenant, hot: bool) -> 
         for event_id, embedding in cases.items():
             r = client.get(f"/v1/memory/event/{event_id}", headers=auth)
             assert r.status_code == 200, r.text
-            assert bits(msgspec.json.decode(r.content)["embedding"]) == bits(embedding)
+            got = msgspec.json.decode(r.content)["embedding"]
+            assert embedding is not None and bits(got) == bits(printed(embedding))
 
 
 # -- reads that leave the embedding out ------------------------------------------------------------
@@ -376,7 +415,7 @@ def test_a_light_read_never_builds_the_embedding(tmp_path: Path, reopen: bool) -
         whole, whole_peak = peak(lambda: r.get(event_id))
     t.close()
     assert light is not None and light.embedding is None
-    assert whole is not None and bits(whole.embedding) == bits(embedding)
+    assert whole is not None and bits(whole.embedding) == bits(as_f4(embedding))
     assert light_peak < size + 4096  # the record's bytes and a few small objects
     assert whole_peak > size + floats
 

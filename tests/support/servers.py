@@ -30,7 +30,15 @@ REPO = Path(__file__).resolve().parents[2]
 # The embedder is off unless a test turns it on (MEMSPINE_EMBEDDER=local): at dimension 4 the
 # local model (384) would make every tenant client-space anyway, and with it off no test pays
 # for loading it or waits on background work it did not ask for.
-DIM_ENV = {"MEMSPINE_EMBEDDING_DIM": "4", "MEMSPINE_EMBEDDER": "none"}
+#
+# A Cypher query's time limit is 2 s by default: on a busy machine a test's ordinary query (the
+# seed's audit query on a fresh server) can pass it and be refused. A test about that limit sets
+# its own (MEMSPINE_CYPHER_TIMEOUT_MS in its env); every other test's servers do not hurry.
+DIM_ENV = {
+    "MEMSPINE_EMBEDDING_DIM": "4",
+    "MEMSPINE_EMBEDDER": "none",
+    "MEMSPINE_CYPHER_TIMEOUT_MS": "120000",
+}
 # One TLS context for every client made here: httpx otherwise builds one for each client,
 # loading the CA bundle every time (tens of ms of CPU a client), and these clients speak plain
 # http to loopback.
