@@ -177,6 +177,8 @@ if TYPE_CHECKING:
     )
     from storage.tenants.manager import REASONS as REASONS
     from storage.tenants.manager import TenantManager as TenantManager
+    from storage.tenants.manager import tenants_within as tenants_within
+    from storage.tenants.pool import default_threads as default_writer_threads
     from storage.tenants.runs import JOURNAL as JOURNAL
     from storage.tenants.runs import RUNS as RUNS
     from storage.tenants.runs import Journal as Journal
@@ -253,6 +255,8 @@ HOMES: dict[str, str] = {
     "free_bytes": "storage.heap",
     "Hold": "storage.read.retention",
     "hold_data_dir": "storage.datalock:hold",
+    "default_writer_threads": "storage.tenants.pool:default_threads",
+    "tenants_within": "storage.tenants.manager",
     "IDENTIFIER": "storage.read.subjects",
     "import_tenant": "storage.transfer.landing",
     "is_filterable_value": "storage.log.layout",
@@ -430,6 +434,7 @@ __all__ = [
     "closed_tenant_bytes",
     "closed_usage",
     "current_quota",
+    "default_writer_threads",
     "describe_embedder",
     "disk_full",
     "doomed",
@@ -467,6 +472,7 @@ __all__ = [
     "take_receipts",
     "tenant_dirs",
     "tenant_memory",
+    "tenants_within",
     "trim",
     "unheld",
     "view_of",

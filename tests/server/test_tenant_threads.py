@@ -1,6 +1,7 @@
-"""The threads an open tenant runs, counted (the figure memspine/config.py's default cap and
-docs/operations.md rely on): opening tenants adds at most THREADS_PER_TENANT native threads
-each, and closing them takes those threads away again."""
+"""The threads an open tenant runs of its own, counted (the figure memspine/config.py's default
+cap and docs/operations.md rely on; its writes go through the shared writer pool): opening
+tenants adds at most THREADS_PER_TENANT native threads each, and closing them takes those
+threads away again."""
 
 from __future__ import annotations
 
