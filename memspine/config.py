@@ -28,10 +28,12 @@ from storage import (
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
-# Native threads a written open tenant runs of its own: its vector inserter and keyword fold and
-# the seven Tantivy starts for its index writer (counted by tests/server/test_tenant_threads.py;
-# its writes are committed by the shared writer pool, storage/tenants/pool.py). 0 once none.
-THREADS_PER_TENANT = 9
+# Native threads an open tenant runs of its own once idle: the file watcher Tantivy starts with
+# each index it opens (tantivy-py gives no way to open one without it). Its writes go to the
+# shared writer pool (storage/tenants/pool.py), its graph inserts and keyword folds to the shared
+# background pool (storage/index/background.py); the Tantivy writer's threads live only while a
+# fold has work (counted by tests/server/test_tenant_threads.py). 0 once none.
+THREADS_PER_TENANT = 1
 # While open tenants run threads of their own, the default cap keeps them under this
 # (docs/operations.md).
 MAX_TENANT_THREADS = 4_000
