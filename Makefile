@@ -82,6 +82,7 @@ test-image: $(STAMP) image
 	$(PYTEST) -m image tests/e2e/test_image.py
 
 bench: $(STAMP)
+	$(PY) -m pip install --quiet -e '.[bench]'
 	$(PY) bench/run_all.py
 
 clean:

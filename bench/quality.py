@@ -4,7 +4,8 @@ Each conversation is loaded through a real memspine-server (MEMSPINE_EMBEDDING_D
 tenant: every turn a `kind: turn` event with the exact text that was embedded, its MiniLM vector
 and its `dia_id` as a property. Every question (categories 1-4 with evidence) is then asked as
 `{"text", "embedding", "kind": "turn", "k": 10}`, and, for the record, with text only and with
-the embedding only. In the same run, the baseline the team measured (`../shared/data/README.md`):
+the embedding only. Each turn carries its session's date as `ts` and its speaker as a property.
+In the same run, the baseline the team measured (`../shared/data/README.md`):
 Tantivy BM25 (default tokenizer) top 50 and exact cosine top 50, fused by RRF (k = 60).
 
 Metrics, as the team defines them: nDCG@10 with binary gains (ideal DCG over
@@ -24,6 +25,7 @@ import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -34,25 +36,52 @@ import tantivy
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import Process, serve_memspine, write_json
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data" / "locomo10-minilm.npz"
+# shared/ beside the checkout, or at /work/shared from a worktree (as bench/quality_server.py).
+SHARED = next(
+    (
+        p / "shared" / "data"
+        for p in (Path(__file__).resolve().parents[2], Path("/work"))
+        if (p / "shared" / "data" / "locomo10.json").exists()
+    ),
+    Path("/work/shared/data"),
+)
+DATA = SHARED / "locomo10-minilm.npz"
+JSON = SHARED / "locomo10.json"
 DEV, HELD_OUT = range(0, 5), range(5, 10)
-T0 = 1_682_899_200_000_000  # 2023-05-01, the conversations' year
 K = 10
 BASELINE_DEPTH = 50
 
 
 class Conversation:
-    """One LoCoMo conversation's turns and questions, vectors unit length."""
+    """One LoCoMo conversation's turns and questions, vectors unit length; each turn's ts its
+    session's date and time plus a minute a turn (as bench/quality_server.py), its speaker the
+    name its text starts with."""
 
-    def __init__(self, z: Any, c: int) -> None:
+    def __init__(self, z: Any, c: int, sessions: dict[str, Any]) -> None:
         self.index = c
         self.ids = [str(x) for x in z[f"turn_ids_{c}"]]
         self.texts = [str(x) for x in z[f"turn_texts_{c}"]]
+        self.speakers = [t.split(": ", 1)[0] for t in self.texts]
+        self.ts = _times(self.ids, sessions)
         self.vectors = _unit(z[f"turn_emb_{c}"].astype(np.float32))
         self.questions = [str(x) for x in z[f"q_texts_{c}"]]
         self.q_vectors = _unit(z[f"q_emb_{c}"].astype(np.float32))
         self.evidence = [{e.strip() for e in json.loads(str(x))} for x in z[f"q_evidence_{c}"]]
         self.categories = [int(x) for x in z[f"q_category_{c}"]]
+
+
+def _times(ids: list[str], sessions: dict[str, Any]) -> list[int]:
+    """µs: the turn's session start ('1:56 pm on 8 May, 2023') plus a minute per earlier turn."""
+    out: list[int] = []
+    position: dict[int, int] = {}
+    for dia_id in ids:
+        session = int(dia_id[1:].split(":")[0])
+        n = position[session] = position.get(session, -1) + 1
+        start = datetime.strptime(
+            sessions[f"session_{session}_date_time"].strip(), "%I:%M %p on %d %B, %Y"
+        )
+        out.append(int(start.timestamp()) * 1_000_000 + n * 60_000_000)
+    return out
 
 
 def _unit(m: np.ndarray) -> np.ndarray:
@@ -114,10 +143,10 @@ def load_turns(client: httpx.Client, conv: Conversation) -> dict[str, str]:
     def append(i: int) -> tuple[str, str]:
         body = {
             "kind": "turn",
-            "ts": T0 + i * 60_000_000,
+            "ts": conv.ts[i],
             "text": conv.texts[i],
             "embedding": [round(float(x), 7) for x in conv.vectors[i]],
-            "properties": {"dia_id": conv.ids[i]},
+            "properties": {"dia_id": conv.ids[i], "speaker": conv.speakers[i]},
         }
         resp = client.post("/v1/memory/event", json=body)
         resp.raise_for_status()
@@ -188,6 +217,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(f"bench/quality.py needs {DATA} (LoCoMo with MiniLM vectors)")
     chosen = list(HELD_OUT if args.held_out else DEV)[: 1 if args.quick else None]
     z = np.load(DATA)
+    raw = json.loads(JSON.read_text())
     per_question: dict[str, list[tuple[float, float, int]]] = {}
     per_conversation: dict[str, Any] = {}
     started = time.perf_counter()
@@ -195,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
         server = serve(Path(tmp) / "data")
         try:
             for c in chosen:
-                conv = Conversation(z, c)
+                conv = Conversation(z, c, raw[c]["conversation"])
                 runs = evaluate(server, conv)
                 rows: dict[str, list[tuple[float, float, int]]] = {}
                 for name, ranked in runs.items():

@@ -3,14 +3,16 @@
 Each conversation is appended as its own tenant through storage's real stores (LMDB log, Tantivy,
 hnswlib) in a scratch directory: every turn a `kind: turn` event whose text is the turn as the
 client sends it (`f"{speaker}: {text}"` plus the image caption, the texts of
-`locomo10-minilm.npz`), its `ts` the session's date and time plus a minute a turn, its vector
+`locomo10-minilm.npz`), its `speaker` a property, its `ts` the session's date and time plus a
+minute a turn, its vector
 made as the server makes it (`storage.embedders`' local all-MiniLM-L6-v2, then `server_vectors`).
 Every question (categories 1-4 with evidence) is asked with its text only; its vector is the
 same embedder's vector of the question, and recall runs as the engine runs it (validate, then
 `storage.read.recall.recall`) with the procedure's feedback.
 
 Procedures, each end to end through the stores:
-  client      the npz's reference vectors sent by a client (bench/quality.py's fused figure)
+  client      the npz's reference vectors sent by a client, with the feedback the server gives
+              them (bench/quality.py's fused figure)
   server      the server embeds each turn's text and each question as they are (target: equal
               to client within 0.01)
   chosen      what docs/recall.md specifies: each turn's vector carries its previous turn's
@@ -23,6 +25,9 @@ Procedures, each end to end through the stores:
 fusion, pseudo-relevance feedback, keyword expansion) in process: the keyword arm from the same
 stores, the vector arm by exact cosine (what storage does for tenants this small), fused as
 storage.read.recall fuses; checked against the end-to-end figure of `chosen` in the same run.
+`--interleaved` also writes the conversations round robin into one tenant (each turn with its
+`conversation` and `speaker` properties), vectors chained per tenant and per conversation by
+storage's own `chain`, and asks each question inside its conversation (`filter`).
 `--cost` measures what feedback adds to one fused recall at 100,000 events (bench/recall.py's
 corpus) and what embedding a query costs.
 
@@ -67,8 +72,9 @@ from common import (  # noqa: E402  (plain files)
 
 from storage.embedders import Embedder, make_embedder  # noqa: E402
 from storage.index.keyword import STOP_WORDS, query_terms  # noqa: E402
-from storage.model import AppendResult, NewEvent  # noqa: E402
+from storage.model import AppendResult, FilterValue, NewEvent, StoredEvent  # noqa: E402
 from storage.read.recall import Feedback, RecallQuery, recall, validate  # noqa: E402
+from storage.tenants.embedding import chain  # noqa: E402
 from storage.tenants.tenant import Tenant  # noqa: E402
 
 # shared/ beside the checkout, as bench/quality.py reads it, or at /work/shared from a worktree.
@@ -108,6 +114,11 @@ class Turn:
     text: str  # the event's text: f"{speaker}: {text}" plus the caption, as in the npz
     ts: int  # µs: the session's date and time, plus a minute a turn
     session: int
+
+    @property
+    def speaker(self) -> str:
+        """Who said it, as an application sends it beside the text (the `speaker` property)."""
+        return self.text.split(": ", 1)[0]
 
 
 @dataclass
@@ -312,7 +323,9 @@ def build_tenant(root: Path, conv: Conversation, vectors: np.ndarray | None) -> 
                     text=turn.text,
                     embedding=None if vectors is None else vectors[i].tolist(),
                     embedding_model=None if vectors is None else model,
-                    properties_raw=msgspec.json.encode({"dia_id": turn.dia_id}),
+                    properties_raw=msgspec.json.encode(
+                        {"dia_id": turn.dia_id, "speaker": turn.speaker}
+                    ),
                 )
             )
         results = tenant.submit_append(batch).result()
@@ -327,10 +340,15 @@ def ask(
     *,
     k: int = K,
     feedback: Feedback | None = None,
+    filters: dict[str, FilterValue] | None = None,
 ) -> list[str]:
     """One recall as the engine runs it (validate, then recall); dia_ids ranked."""
     q = RecallQuery(
-        text=text, embedding=None if vector is None else vector.tolist(), kind="turn", k=k
+        text=text,
+        embedding=None if vector is None else vector.tolist(),
+        kind="turn",
+        k=k,
+        filters=filters or {},
     )
     with tenant.log.reader() as r:
         validate(q, tenant.dim, r.meta_str("model"))
@@ -349,8 +367,9 @@ def end_to_end(
     rankings: dict[str, list[list[str]]] = {}
     times: list[float] = []
     for conv in convs:
-        if name == "client":
-            turn_vecs, q_vecs, feedback = conv.ref_turns, conv.ref_questions, None
+        feedback: Feedback | None
+        if name == "client":  # feedback as the server gives a client's vector (serving.py)
+            turn_vecs, q_vecs, feedback = conv.ref_turns, conv.ref_questions, FEEDBACK
         else:
             proc = PROCEDURES[name]
             own = emb.embed(
@@ -394,7 +413,7 @@ def over_http(convs: list[Conversation]) -> tuple[list[Row], dict[str, float]]:
                             "kind": "turn",
                             "ts": t.ts,
                             "text": t.text,
-                            "properties": {"dia_id": t.dia_id},
+                            "properties": {"dia_id": t.dia_id, "speaker": t.speaker},
                         }
                         for t in conv.turns[start : start + 100]
                     ]
@@ -413,6 +432,69 @@ def over_http(convs: list[Conversation]) -> tuple[list[Row], dict[str, float]]:
         server.stop()
     ms = [t * 1000 for t in times]
     return rows, {"p50_ms": round(median(ms), 3), "p99_ms": round(percentile(ms, 99), 3)}
+
+
+def interleaved(work: Path, convs: list[Conversation], emb: Embeddings, keyed: bool) -> list[Row]:
+    """The conversations written at once into one tenant (`--interleaved`): their turns
+    appended round robin (one of each in turn, as concurrent chats arrive), each with its
+    `conversation` and `speaker` properties and its own session's ts; each turn's vector made
+    by storage's own chain (storage/tenants/embedding.py) in that append order, keyed on the
+    conversation (keyed) or, as before the chain was per conversation, on the tenant alone.
+    Each question is asked text-only with the server's feedback, filtered to its conversation
+    as an application would ask about one chat."""
+    order = [
+        (c, i)
+        for i in range(max(len(conv.turns) for conv in convs))
+        for c, conv in enumerate(convs)
+        if i < len(conv.turns)
+    ]
+    own = {c: emb.embed([t.text for t in conv.turns]) for c, conv in enumerate(convs)}
+    stand_ins = [
+        StoredEvent(
+            event_id=f"{c}:{i}",
+            seq=n + 1,
+            kind="turn",
+            ts=convs[c].turns[i].ts,
+            filterable={"conversation": str(convs[c].index)} if keyed else {},
+        )
+        for n, (c, i) in enumerate(order)
+    ]
+    vectors = chain(stand_ins, np.asarray([own[c][i] for c, i in order]), None)
+    tenant = Tenant.open("interleaved", work / f"interleaved-{keyed}", embedding_dim=DIM)
+    try:
+        for start in range(0, len(order), 16):
+            batch = []
+            for n in range(start, min(start + 16, len(order))):
+                c, i = order[n]
+                turn = convs[c].turns[i]
+                props = {
+                    "dia_id": f"{convs[c].index}:{turn.dia_id}",
+                    "speaker": turn.speaker,
+                    "conversation": str(convs[c].index),
+                }
+                batch.append(
+                    NewEvent(
+                        kind="turn",
+                        ts=turn.ts,
+                        text=turn.text,
+                        embedding=vectors[n].tolist(),
+                        embedding_model="sentence-transformers/all-MiniLM-L6-v2",
+                        properties_raw=msgspec.json.encode(props),
+                    )
+                )
+            results = tenant.submit_append(batch).result()
+            assert all(isinstance(r, AppendResult) for r in results), results
+        rows: list[Row] = []
+        for conv in convs:
+            q_vecs = emb.embed(conv.questions)
+            where: dict[str, FilterValue] = {"conversation": str(conv.index)}
+            for i, question in enumerate(conv.questions):
+                ranked = ask(tenant, question, q_vecs[i], feedback=FEEDBACK, filters=where)
+                evidence = {f"{conv.index}:{e}" for e in conv.evidence[i]}
+                rows.append((*metrics(ranked, evidence), conv.categories[i]))
+        return rows
+    finally:
+        tenant.close()
 
 
 # -- the sweep, in process --------------------------------------------------------------------------
@@ -704,6 +786,11 @@ def main(argv: list[str] | None = None) -> int:
         "--http", action="store_true", help="also `served`: through a real server that embeds"
     )
     parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="also the conversations written at once into one tenant, chain per tenant and per conversation",
+    )
+    parser.add_argument(
         "--out", type=Path, default=None, help="JSON (bench/out/quality-server.json)"
     )
     args = parser.parse_args(argv)
@@ -737,6 +824,12 @@ def main(argv: list[str] | None = None) -> int:
             results[name] = {**summarise(rows), "in_process_recall": timing}
             rankings[name] = ranked
             print(line(name, results[name]), flush=True)
+        if args.interleaved:
+            for keyed, label in ((False, "tenant-wide chain"), (True, "chain per conversation")):
+                rows = interleaved(work, convs, emb, keyed)
+                name = f"interleaved, {label}"
+                results[name] = summarise(rows)
+                print(line(name, results[name]), flush=True)
         if args.http:
             rows, timing = over_http(convs)
             results["served"] = {**summarise(rows), "http_recall": timing}

@@ -10,6 +10,11 @@
   through the same cap (nothing reopens) as the ceiling.
 - cycles: 10,000 open/close cycles in process through a cap of 1 over three tenants: file
   descriptors, threads and LMDB reader slots before and after.
+- cold: 2,000 tenants of 200 events through a cap of 100, recalled round-robin (every request
+  a cold tenant), in a fresh process: cold recall p50/p99, warm p50, the RSS and threads an open
+  tenant adds (read only, then written), against what the manager accounts; beside the same
+  events in a SQLite file per tenant with sqlite-vec and FTS5 (bench/sqlite_tenants.py), in the
+  same run; and the cold recall over HTTP (MEMSPINE_MAX_OPEN_TENANTS=100).
 - memory: the accounted memory of open tenants (storage/tenants/footprint.py) against the RSS they add,
   in a fresh process, at several sizes; then 12 tenants of 10,000 events recalled round-robin
   over HTTP, three rounds, by a server with MEMSPINE_MAX_OPEN_BYTES=96M and by one whose
@@ -41,6 +46,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+import sqlite_tenants
 from common import (
     SUPPORT_WORDS as WORDS,
 )
@@ -54,10 +60,12 @@ from common import (
     write_json,
 )
 
+from storage.heap import pin_mmap_threshold
 from storage.index.keyword import KeywordIndex
 from storage.index.vectors import VectorIndex
 from storage.log.eventlog import EventLog
 from storage.model import NewEvent
+from storage.read.recall import RecallQuery
 from storage.tenants.footprint import (
     closed_tenant_bytes,
     give_back_memory,
@@ -69,6 +77,15 @@ from storage.tenants.tenant import Tenant
 DIM = 384
 BATCH = 1000
 SEED = 20261007
+
+
+def corpus(n: int, seed: int = SEED) -> tuple[list[str], np.ndarray]:
+    """The texts and vectors `build` appends (n <= BATCH), for the other stores to hold too."""
+    rng = np.random.default_rng(seed)
+    words = random.Random(seed)
+    vectors = rng.standard_normal((n, DIM), dtype=np.float32)
+    texts = [" ".join(words.choice(WORDS) for _ in range(18)) for _ in range(n)]
+    return texts, vectors
 
 
 def build(root: Path, tenant_id: str, n: int, seed: int = SEED) -> tuple[float, list[str]]:
@@ -377,12 +394,153 @@ def memory(root: Path, n: int, tenants: int, budget: str, rounds: int,
     return out
 
 
+COLD_QUERIES = 64
+
+
+def cold_queries() -> list[tuple[str, np.ndarray]]:
+    """Recall queries: three words of the corpus and a random vector each."""
+    rng = np.random.default_rng(SEED + 1)
+    words = random.Random(SEED + 1)
+    return [
+        (" ".join(words.choice(WORDS) for _ in range(3)), rng.standard_normal(DIM).astype("f4"))
+        for _ in range(COLD_QUERIES)
+    ]
+
+
+def threads_now() -> int:
+    """This process's native threads."""
+    return len(os.listdir("/proc/self/task"))
+
+
+def settle(tenants: list[Tenant]) -> None:
+    """Wait until every tenant's keyword fold is done and its writer closed."""
+    deadline = time.monotonic() + 120
+    while not all(t.keyword.settled() and t.keyword._writer is None for t in tenants):
+        assert time.monotonic() < deadline, "folds did not settle"
+        time.sleep(0.05)
+
+
+def cold_child(data: str, names: list[str], cap: int) -> dict[str, Any]:
+    """In a fresh process: round-robin recalls through a manager with this cap (each request a
+    cold tenant), warm recalls, and the RSS, threads and accounted bytes open tenants add."""
+    pin_mmap_threshold()  # as memspine/app.py does for the server
+    queries = cold_queries()
+    warming = TenantManager(Path(data), embedding_dim=DIM, max_open=cap)
+    with warming.use(names[0], create=False) as t:  # libraries, first-use caches, the pool
+        text, vector = queries[0]
+        t.recall(RecallQuery(text=text, embedding=vector.tolist(), k=10), embeddings=False)
+    warming.close_all()
+    manager = TenantManager(Path(data), embedding_dim=DIM, max_open=cap)
+
+    def ask(name: str, i: int) -> float:
+        text, vector = queries[i % len(queries)]
+        query = RecallQuery(text=text, embedding=vector.tolist(), k=10)
+        started = time.perf_counter()
+        with manager.use(name, create=False) as t:
+            assert t.recall(query, embeddings=False).hits
+        return (time.perf_counter() - started) * 1000
+
+    gc.collect()
+    give_back_memory()
+    base_rss, base_threads = proc_status("RssAnon"), threads_now()
+    cold = [ask(names[i % len(names)], i) for i in range(len(names))]
+    gc.collect()
+    give_back_memory()
+    time.sleep(0.3)
+    open_now = manager.open_tenants()
+    held = {
+        "open_tenants": len(open_now),
+        "rss_kb_each": round((proc_status("RssAnon") - base_rss) / len(open_now) / 1e3, 1),
+        "threads_each": round((threads_now() - base_threads) / len(open_now), 2),
+        "accounted_kb_each": round(sum(map(tenant_bytes, open_now)) / len(open_now) / 1e3, 1),
+    }
+    event = NewEvent(kind="turn", ts=1_800_000_000_000_000, text="a written tenant",
+                     embedding=queries[0][1].tolist())  # fmt: skip
+    for t in open_now:
+        t.submit_append([event]).result()
+    settle(open_now)
+    gc.collect()
+    give_back_memory()
+    time.sleep(0.3)
+    written = {
+        "rss_kb_each": round((proc_status("RssAnon") - base_rss) / len(open_now) / 1e3, 1),
+        "threads_each": round((threads_now() - base_threads) / len(open_now), 2),
+        "accounted_kb_each": round(sum(map(tenant_bytes, open_now)) / len(open_now) / 1e3, 1),
+    }
+    few = names[: cap // 2]
+    warm = [ask(few[i % len(few)], i) for i in range(len(few) * 4)]
+    manager.close_all()
+    return {
+        "cold": sqlite_tenants.summary(cold),
+        "warm": sqlite_tenants.summary(warm[len(few) :]),
+        "open_read_only": held,
+        "open_written": written,
+    }
+
+
+def cold_over_http(data: Path, names: list[str], cap: int) -> dict[str, Any]:
+    """Round-robin recalls over HTTP through MEMSPINE_MAX_OPEN_TENANTS=cap, one client."""
+    proc = serve_memspine(
+        data, {"MEMSPINE_EMBEDDING_DIM": str(DIM), "MEMSPINE_MAX_OPEN_TENANTS": str(cap)}
+    )
+    queries = cold_queries()
+    latencies = []
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{proc.port}", timeout=120) as c:
+            for i in range(len(names) + cap):
+                text, vector = queries[i % len(queries)]
+                body = {"text": text, "embedding": vector.tolist(), "k": 10}
+                headers = {"Authorization": f"Bearer {names[i % len(names)]}"}
+                started = time.perf_counter()
+                r = c.post("/v1/memory/recall", json=body, headers=headers)
+                latencies.append((time.perf_counter() - started) * 1000)
+                assert r.status_code == 200, r.text
+            threads = len(os.listdir(f"/proc/{proc.proc.pid}/task"))
+    finally:
+        proc.stop()
+    out = sqlite_tenants.summary(latencies[cap:])  # the first round-robin's warm-up left out
+    out["server_threads"] = threads
+    return out
+
+
+def cold_tenants(root: Path, tenants: int, events: int, cap: int) -> dict[str, Any]:
+    """Memspine and sqlite-vec + FTS5 with a file per tenant, the same events, in one run."""
+    build(root / "cold-template", "tpl", events)
+    texts, vectors = corpus(events)
+    names = [f"c{i:05d}" for i in range(tenants)]
+    data = root / "cold"
+    for name in names:
+        shutil.copytree(root / "cold-template" / "tpl", data / name)
+    disk = sum(f.stat().st_size for f in (data / names[0]).rglob("*") if f.is_file())
+    sqlite_tenants.build(root / "cold-template.db", texts, vectors)
+    files = sqlite_tenants.copies(root / "cold-template.db", root / "cold-sqlite", names)
+    queries = cold_queries()
+    out: dict[str, Any] = {"tenants": tenants, "events": events, "cap": cap}
+    out["disk_bytes_per_event"] = {
+        "memspine": round(disk / events),
+        "sqlite_vec": round(files[0].stat().st_size / events),
+    }
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        out["memspine"] = pool.apply(cold_child, (str(data), names, cap))
+    print(f"cold memspine: {out['memspine']}", file=sys.stderr, flush=True)
+    out["sqlite_vec"] = {
+        "cold": sqlite_tenants.cold(files, queries, len(files)),
+        "warm": sqlite_tenants.warm(files[: cap // 2], queries, cap * 2),
+    }
+    print(f"cold sqlite-vec: {out['sqlite_vec']}", file=sys.stderr, flush=True)
+    out["memspine_http"] = cold_over_http(data, names, cap)
+    print(f"cold http: {out['memspine_http']}", file=sys.stderr, flush=True)
+    shutil.rmtree(data, ignore_errors=True)
+    shutil.rmtree(root / "cold-sqlite", ignore_errors=True)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the three parts and write bench/out/tenants.json."""
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--sizes", type=str, default=None, help="comma-separated event counts")
     extra.add_argument("--runs", type=int, default=None)
-    extra.add_argument("--parts", type=str, default="reopen,churn,cycles,memory",
+    extra.add_argument("--parts", type=str, default="reopen,churn,cycles,memory,cold",
                        help="comma-separated parts to run")  # fmt: skip
     known, rest = extra.parse_known_args(sys.argv[1:] if argv is None else argv)
     parts = set(known.parts.split(","))
@@ -416,6 +574,9 @@ def main(argv: list[str] | None = None) -> int:
         if "cycles" in parts:
             out["cycles"] = cycles(root, 500 if args.quick else 10_000)
             print(f"cycles: {out['cycles']}", file=sys.stderr, flush=True)
+        if "cold" in parts:
+            tenants, cap = (200, 20) if args.quick else (2_000, 100)
+            out["cold"] = cold_tenants(root, tenants, 200, cap)
         if "memory" in parts:
             # Each 10,000-event tenant accounts ~23 MB: 96M holds four; 3,000-event ones ~8 MB.
             n, budget = (3_000, "32M") if args.quick else (10_000, "96M")

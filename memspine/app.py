@@ -32,7 +32,7 @@ from memspine.pipeline import Services
 from memspine.purger import Purger
 from memspine.retention import Retention
 from memspine.routes import OPERATIONS, litestar_handlers, ui
-from storage import limit_arenas
+from storage import limit_arenas, pin_mmap_threshold
 from storage import warm as warm_cypher
 
 log = logging.getLogger("memspine.app")
@@ -66,6 +66,7 @@ def create_app(
     """
     settings.data_dir.mkdir(parents=True, exist_ok=True)
     limit_arenas()  # before the tenants' threads start: each would get an arena of its own
+    pin_mmap_threshold()  # tenants opened and closed in turn: see storage/heap.py
     auth = auth or Authenticator(
         settings.data_dir,
         settings.admin_key,

@@ -23,14 +23,19 @@ from storage import (
     check_embedder_kind,
     check_embedder_settings,
     check_embedder_url,
+    default_writer_threads,
 )
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
-# Native threads an open tenant runs: its writer, vector inserter and keyword fold, and those
-# Tantivy and hnswlib start (10, counted by tests/server/test_tenant_threads.py).
-THREADS_PER_TENANT = 10
-# The default cap keeps the open tenants' threads under this (docs/operations.md).
+# Native threads an open tenant runs of its own once idle: the file watcher Tantivy starts with
+# each index it opens (tantivy-py gives no way to open one without it). Its writes go to the
+# shared writer pool (storage/tenants/pool.py), its graph inserts and keyword folds to the shared
+# background pool (storage/index/background.py); the Tantivy writer's threads live only while a
+# fold has work (counted by tests/server/test_tenant_threads.py). 0 once none.
+THREADS_PER_TENANT = 1
+# While open tenants run threads of their own, the default cap keeps them under this
+# (docs/operations.md).
 MAX_TENANT_THREADS = 4_000
 
 
@@ -50,6 +55,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     auth_max_backoff_secs: float = 60.0
     embedding_dim: int = 384
     max_open_tenants: int = 80
+    writer_threads: int = msgspec.field(default_factory=default_writer_threads)  # the writer pool
     max_open_bytes: int = msgspec.field(default_factory=default_max_open_bytes)
     tenant_idle_secs: float = 3600.0
     purge_interval_secs: float = 60.0
@@ -100,14 +106,22 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
         return f"Settings({', '.join(f'{k}={v!r}' for k, v in shown.items())})"
 
 
-def default_max_open_tenants() -> int:
-    """(soft fd limit − 64) / 12, at least 1 (descriptors kept for the server itself, the rest
-    shared by open tenants), and at most MAX_TENANT_THREADS / THREADS_PER_TENANT (400)."""
+def default_max_open_tenants(max_open_bytes: int | None = None, embedding_dim: int = 384) -> int:
+    """As many open tenants as the memory budget holds at the smallest a tenant can be
+    (storage/tenants/manager.py's tenants_within; the default budget when None), held under
+    (soft fd limit − 64) / 12 (descriptors kept for the server itself, the rest for open
+    tenants) and, while an open tenant runs threads of its own, under MAX_TENANT_THREADS of
+    them; at least 1."""
+    from storage import tenants_within  # here: it loads the index libraries
+
+    budget = default_max_open_bytes() if max_open_bytes is None else max_open_bytes
     soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY:
         soft = 1_048_576
-    by_fds = max(1, (soft - FD_RESERVE) // FDS_PER_TENANT)
-    return min(by_fds, MAX_TENANT_THREADS // THREADS_PER_TENANT)
+    cap = min(tenants_within(budget, embedding_dim), (soft - FD_RESERVE) // FDS_PER_TENANT)
+    if THREADS_PER_TENANT:
+        cap = min(cap, MAX_TENANT_THREADS // THREADS_PER_TENANT)
+    return max(1, cap)
 
 
 def default_max_connections() -> int:
@@ -374,6 +388,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
     "MEMSPINE_EMBEDDING_DIM": lambda v: {"embedding_dim": _int_in(1, MAX_EMBEDDING_DIM)(v)},
     "MEMSPINE_MAX_OPEN_TENANTS": lambda v: {"max_open_tenants": _int_in(1, 1_000_000)(v)},
     "MEMSPINE_MAX_OPEN_BYTES": lambda v: {"max_open_bytes": _byte_size(v)},
+    "MEMSPINE_WRITER_THREADS": lambda v: {"writer_threads": _int_in(1, 256)(v)},
     "MEMSPINE_TENANT_IDLE_SECS": lambda v: {"tenant_idle_secs": _positive_float(v)},
     "MEMSPINE_PURGE_INTERVAL_SECS": lambda v: {"purge_interval_secs": _positive_float(v)},
     "MEMSPINE_ERASURE_LEDGER_DAYS": lambda v: {"erasure_ledger_days": _positive_float(v)},
@@ -429,7 +444,7 @@ PARSERS: dict[str, Callable[[str], Any]] = {
 
 def load_settings(env: Mapping[str, str]) -> Settings:
     """Parse and validate every MEMSPINE_* variable; raises SettingsError naming the bad one."""
-    values: dict[str, Any] = {"max_open_tenants": default_max_open_tenants()}
+    values: dict[str, Any] = {}
     for name, parse in PARSERS.items():
         raw = env.get(name)
         if raw is None:
@@ -438,6 +453,10 @@ def load_settings(env: Mapping[str, str]) -> Settings:
             values.update(parse(raw.strip()))
         except SettingsError as exc:
             raise SettingsError(f"{name}: {exc}") from None
+    if "max_open_tenants" not in values:  # from the budget as set, and the dimension
+        values["max_open_tenants"] = default_max_open_tenants(
+            values.get("max_open_bytes"), values.get("embedding_dim", 384)
+        )
     unknown = sorted(k for k in env if k.startswith("MEMSPINE_") and k not in PARSERS)
     unknown = [k for k in unknown if k not in IGNORED]
     if unknown:

@@ -189,6 +189,7 @@ class Engine:
             on_batch=hooks.on_batch,
             admit=hooks.admit,
             ledger_days=settings.erasure_ledger_days,
+            writer_threads=settings.writer_threads,
         )
         if self.embedding is not None:
             self.embedding.start()

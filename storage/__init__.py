@@ -52,6 +52,9 @@ if TYPE_CHECKING:
         limit_arenas as limit_arenas,
     )
     from storage.heap import (
+        pin_mmap_threshold as pin_mmap_threshold,
+    )
+    from storage.heap import (
         trim as trim,
     )
     from storage.log.layout import (
@@ -174,6 +177,8 @@ if TYPE_CHECKING:
     )
     from storage.tenants.manager import REASONS as REASONS
     from storage.tenants.manager import TenantManager as TenantManager
+    from storage.tenants.manager import tenants_within as tenants_within
+    from storage.tenants.pool import default_threads as default_writer_threads
     from storage.tenants.runs import JOURNAL as JOURNAL
     from storage.tenants.runs import RUNS as RUNS
     from storage.tenants.runs import Journal as Journal
@@ -250,6 +255,8 @@ HOMES: dict[str, str] = {
     "free_bytes": "storage.heap",
     "Hold": "storage.read.retention",
     "hold_data_dir": "storage.datalock:hold",
+    "default_writer_threads": "storage.tenants.pool:default_threads",
+    "tenants_within": "storage.tenants.manager",
     "IDENTIFIER": "storage.read.subjects",
     "import_tenant": "storage.transfer.landing",
     "is_filterable_value": "storage.log.layout",
@@ -292,6 +299,7 @@ HOMES: dict[str, str] = {
     "PARTS": "storage.tenants.footprint",
     "PENDING": "storage.erasure.swap",
     "pending_tenants": "storage.erasure.swap",
+    "pin_mmap_threshold": "storage.heap",
     "Policy": "storage.read.retention",
     "PROPERTY_NAME": "storage.log.layout",
     "PurgeStats": "storage.erasure.purge",
@@ -426,6 +434,7 @@ __all__ = [
     "closed_tenant_bytes",
     "closed_usage",
     "current_quota",
+    "default_writer_threads",
     "describe_embedder",
     "disk_full",
     "doomed",
@@ -449,6 +458,7 @@ __all__ = [
     "outlook",
     "outlook_of_files",
     "pending_tenants",
+    "pin_mmap_threshold",
     "quota_figures",
     "reach",
     "read_bytes",
@@ -462,6 +472,7 @@ __all__ = [
     "take_receipts",
     "tenant_dirs",
     "tenant_memory",
+    "tenants_within",
     "trim",
     "unheld",
     "view_of",

@@ -6,8 +6,10 @@ import ctypes
 import ctypes.util
 from typing import Any
 
-# glibc's mallopt parameter for the number of arenas (malloc.h's M_ARENA_MAX).
+# glibc's mallopt parameters (malloc.h): the number of arenas, and the size from which an
+# allocation gets pages of its own (mmap) instead of a piece of the heap.
 M_ARENA_MAX = -8
+M_MMAP_THRESHOLD = -3
 # Every thread that allocates gets an arena of its own, up to eight per core: with a writer, the
 # keyword fold, the HNSW inserter and a pool of read threads per tenant, a burst of large
 # requests leaves free memory in a dozen arenas that glibc keeps. Four arenas keep contention low
@@ -61,6 +63,21 @@ def available() -> bool:
 def limit_arenas(arenas: int = ARENAS) -> bool:
     """Cap glibc's malloc arenas (call before the server's threads start); False if not glibc."""
     return _LIBC is not None and _LIBC.mallopt(M_ARENA_MAX, arenas) == 1
+
+
+# glibc raises its mmap threshold (128 KB at first) to the size of any mapped block freed, up to
+# 32 MB; from then on such blocks come from the heap. LMDB callocs a 2 MB dirty-page list for each
+# environment it opens: mapped, untouched pages cost nothing; from the heap, calloc zeroes them
+# all, and the neighbours' live objects keep them resident after the close. Tenants opened and
+# closed in turn so held 2.5 MB an open tenant where the first opens held 0.6 MB
+# (bench/RESULTS.md, "Cold tenants"). A fixed threshold keeps blocks of 1 MB and more mapped.
+MMAP_THRESHOLD = 1 << 20
+
+
+def pin_mmap_threshold(size: int = MMAP_THRESHOLD) -> bool:
+    """Map every allocation of size bytes or more on its own, for good (no dynamic raise);
+    False if not glibc."""
+    return _LIBC is not None and _LIBC.mallopt(M_MMAP_THRESHOLD, size) == 1
 
 
 def free_bytes() -> int:

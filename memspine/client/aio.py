@@ -304,6 +304,10 @@ class AsyncMemspine(_Client):
         """One signed receipt."""
         return await self._run(routes.get_receipt(receipt_id))
 
+    async def retention(self) -> m.TenantRetention:
+        """The tenant's retention windows, what comes due, its last run and its legal holds."""
+        return await self._run(routes.tenant_retention())
+
     async def receipt_key(self) -> m.ReceiptKey:
         """The public key that signs receipts."""
         return await self._run(routes.receipt_key())

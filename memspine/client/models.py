@@ -337,6 +337,16 @@ class HoldList(msgspec.Struct, frozen=True):
     holds: list[Hold]
 
 
+class TenantRetention(msgspec.Struct, frozen=True, kw_only=True):
+    """GET /v1/memory/retention: the tenant's own windows (None: none of its own), the
+    retention in force with what comes due and the last run, and the legal holds standing."""
+
+    tenant_id: str
+    retention: dict[str, int] | None
+    retention_state: dict[str, Any]
+    holds: list[Hold]
+
+
 class HoldLifted(msgspec.Struct, frozen=True):
     """A hold lifted: what it kept may be deleted again."""
 

@@ -306,6 +306,11 @@ def get_receipt(receipt_id: str) -> Call[m.SignedReceipt]:
     return _read("GET", f"/v1/memory/receipts/{_segment(receipt_id)}", m.SignedReceipt)
 
 
+def tenant_retention() -> Call[m.TenantRetention]:
+    """GET /v1/memory/retention: the tenant's windows, what comes due, its last run, its holds."""
+    return _read("GET", "/v1/memory/retention", m.TenantRetention)
+
+
 def receipt_key() -> Call[m.ReceiptKey]:
     """GET /v1/receipts/key: the public key that signs receipts."""
     return _read("GET", "/v1/receipts/key", m.ReceiptKey)

@@ -298,6 +298,10 @@ class Memspine(_Client):
         """One signed receipt."""
         return self._run(routes.get_receipt(receipt_id))
 
+    def retention(self) -> m.TenantRetention:
+        """The tenant's retention windows, what comes due, its last run and its legal holds."""
+        return self._run(routes.tenant_retention())
+
     def receipt_key(self) -> m.ReceiptKey:
         """The public key that signs receipts."""
         return self._run(routes.receipt_key())

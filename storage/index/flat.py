@@ -106,7 +106,7 @@ class FlatSet:
     """Unit rows by label in one growable array, searched exactly.
 
     Rows are appended in place (no restacking per change: the insert tail changes with every
-    append batch and is searched between them); a removed row is zeroed and left dead until
+    append batch and is searched between them), in arrays grown by a quarter; a removed row is zeroed and left dead until
     dead rows are the majority, then the array is compacted."""
 
     def __init__(self, dim: int) -> None:
@@ -117,6 +117,20 @@ class FlatSet:
         self._labels = np.zeros(16, dtype=np.int64)
         self._alive = np.zeros(16, dtype=bool)
         self._used = 0  # rows in use, dead ones included
+
+    @classmethod
+    def of(cls, dim: int, labels: np.ndarray, rows: np.ndarray) -> FlatSet:
+        """A set holding these unit rows under these distinct labels, as they are (no scaling),
+        in arrays of exactly their size: what a saved index reopens with."""
+        flat = cls(dim)
+        n = len(labels)
+        if n:
+            flat._rows = np.array(rows, dtype=np.float32, order="C").reshape(n, dim)
+            flat._labels = np.array(labels, dtype=np.int64)
+            flat._alive = np.ones(n, dtype=bool)
+            flat._where = dict(zip(flat._labels.tolist(), range(n), strict=True))
+            flat._used = n
+        return flat
 
     def __len__(self) -> int:
         return len(self._where)
@@ -129,18 +143,20 @@ class FlatSet:
 
     def put(self, labels: Iterable[int], rows: np.ndarray) -> None:
         """Add or replace rows (scaled to unit length here)."""
-        scaled = unit(rows.reshape(-1, self.dim))
+        scaled_rows = unit(rows.reshape(-1, self.dim))
         with self._lock:
-            for label, row in zip(labels, scaled, strict=True):
+            for label, row in zip(labels, scaled_rows, strict=True):
                 i = self._where.get(int(label))
                 if i is None:
                     i = self._append_slot(int(label))
                 self._rows[i] = row
 
     def _append_slot(self, label: int) -> int:
-        """A new row at the end for label, growing the arrays by doubling (caller holds the lock)."""
+        """A new row at the end for label, growing the arrays by a quarter (caller holds the lock)."""
         if self._used == len(self._labels):
-            grow = len(self._labels)
+            # A quarter, not double: a small tenant's rows are most of what it holds open, and
+            # one append to a reopened one (its arrays of exact size) would double them.
+            grow = max(16, len(self._labels) // 4)
             self._rows = np.concatenate([self._rows, np.zeros((grow, self.dim), np.float32)])
             self._labels = np.concatenate([self._labels, np.zeros(grow, np.int64)])
             self._alive = np.concatenate([self._alive, np.zeros(grow, bool)])

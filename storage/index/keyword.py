@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import logging
-import os
 import re
 import shutil
 import threading
@@ -19,6 +17,7 @@ import tantivy
 
 from storage import failpoints
 from storage.errors import DiskFull
+from storage.index.background import Task, shared_pool
 from storage.index.keyword_tail import (
     FIELD,
     Scorer,
@@ -56,24 +55,22 @@ TIE_FIRST = 256
 # two cuts in five are tied: below that the chains cost less than deep first searches (at
 # 100,000 events, where a quarter of the cuts tie in short runs, deep first searches were slower).
 TIE_UP, TIE_DOWN, TIE_MAX, TIE_COMMON = 3, 2, 64, 32
+# Tantivy's floor for one indexing thread (15 MB in tantivy 0.22+); the arena is allocated as
+# documents fill it, so a tenant that folds a few documents a round touches little of it.
 WRITER_HEAP_BYTES = 16_000_000
 # The fold commits at most this often: every commit is a new segment (fsyncs now, merge CPU
 # later), and at hundreds of appends a second one commit per group commit spent a large share of
 # a core merging tiny segments (bench/RESULTS.md, "Appends"). Searches do not wait for it: they
 # read what is queued from the tail.
 FOLD_INTERVAL_SECS = 0.25
-# The fold is background work: niced like the vector inserter (storage/index/vectors.py), so
-# when the cores are busy the threads that answer requests get them first. Tantivy's own
-# indexing and merge threads are made by the fold's first commit and inherit it.
-FOLD_NICENESS = 10
 # Past this many queued documents a search waits for the fold rather than score the tail in
 # Python: the fold is that far behind only when it cannot keep up (or cannot commit).
 TAIL_MAX_DOCS = 20_000
 # Resident memory, for memory_bytes: the searcher's own state is small (segments are
-# memory-mapped files, so page cache); a writer, once made, keeps its indexing arena and thread
+# memory-mapped files, so page cache); a writer, while a fold has work, keeps its indexing arena
 # (measured after a commit, bench/RESULTS.md); a queued document holds its text, and the tail
 # its terms, until the fold.
-READER_BYTES = 64_000
+READER_BYTES = 32_000
 WRITER_BYTES = 3_000_000
 QUEUED_DOC_BYTES = 2_000
 # After a failed commit (a full disk) the fold tries again after this long, doubling up to the
@@ -159,9 +156,9 @@ class KeywordIndex:
 
     A durable Tantivy commit costs several fsyncs, too slow to sit in every group commit or in
     every search (bench/RESULTS.md, "Appends" and "Recall while appending"). So the writer only
-    `publish`es documents, a background thread folds them into the index with one durable commit
-    per round, and a search reads the committed index and the queued tail side by side (the
-    tail: `keyword_tail.py`), scoring both with the statistics the index would have once the tail
+    `publish`es documents, the shared background pool (storage/index/background.py) folds them
+    into the index with one durable commit per round, and a search reads the committed index
+    and the queued tail side by side (the tail: `keyword_tail.py`), scoring both with the statistics the index would have once the tail
     were committed: appends never wait for Tantivy, a recall never waits for a commit, and it sees
     every acknowledged event ranked as if it had been committed with its append.
 
@@ -170,6 +167,9 @@ class KeywordIndex:
     keyword watermark) moves only then: a crash loses only what the log replays on open. A
     commit that fails (a full disk) is rolled back and retried with everything still queued,
     and searches meanwhile answer 503 rather than answer while the index cannot keep up.
+
+    The Tantivy writer (its arena and its threads) exists only while there is something to
+    fold: made by the first fold after a write, closed by the fold that finds nothing more.
     """
 
     def __init__(self, path: Path, index: tantivy.Index, committed_seq: int = 0) -> None:
@@ -194,7 +194,9 @@ class KeywordIndex:
         self._failures = 0  # commits failed in a row (the retry backs off)
         self._retry_at = 0.0
         self._attempts = 0  # commits tried, failed or not (a waiter sees one end)
-        self._thread: threading.Thread | None = None
+        self._task: Task | None = None  # the fold's slot in the pool, from the first publish
+        self._closed = False
+        self._staged = False  # the direct path staged changes its commit has not made durable
 
     @classmethod
     def open(cls, path: Path, committed_seq: int = 0) -> KeywordIndex:
@@ -222,6 +224,7 @@ class KeywordIndex:
     def add(self, docs: Iterable[KeywordDoc]) -> None:
         """Stage documents; replaces any earlier one with the same id (replays are idempotent)."""
         with self.writer_lock:
+            self._staged = True
             for d in docs:
                 self.writer.delete_documents_by_term("id", d.event_id)
                 self.writer.add_document(document(d))
@@ -229,6 +232,7 @@ class KeywordIndex:
     def delete(self, event_ids: Iterable[str]) -> None:
         """Stage deletions by id."""
         with self.writer_lock:
+            self._staged = True
             for e in event_ids:
                 self.writer.delete_documents_by_term("id", e)
 
@@ -237,9 +241,12 @@ class KeywordIndex:
         self.flush()
         with self.writer_lock:
             self.writer.commit()
+            self._staged = False
         self.index.reload()
         with self._cond:
             self._view = View(self.index)
+        if self.settled():
+            self._close_writer()
 
     # -- the writer's path ----------------------------------------------------
 
@@ -257,50 +264,74 @@ class KeywordIndex:
             self._queue.extend((None, e, True) for e in deletes)
             self._tail.add_all(tail)
             self._published_seq = seq
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._fold, name="keyword", daemon=True)
-                self._thread.start()
+            if self._task is None:
+                self._task = shared_pool().task(self._fold, f"keyword {self.path.parent.name}")
+            task = self._task
             self._cond.notify_all()
+        task.wake()
 
-    def _fold(self) -> None:
-        """Background: commit what was published, one durable commit per round, retrying failures."""
-        with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority as the rest
-            me = threading.get_native_id()
-            os.setpriority(os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + FOLD_NICENESS)
-        while True:
-            with self._cond:
-                while self._published_seq == self.committed_seq and not self._stopping:
-                    self._cond.wait()
-                if self._published_seq == self.committed_seq:
-                    return
-                self._gather()
-                final = self._stopping  # close() is waiting: one last attempt, then give up
-                ops = list(self._queue)  # publish appends meanwhile; these leave only once durable
-                seq = self._published_seq
-                # After a failure, every add deletes by id first: a commit that failed once it
-                # was durable (its reload, its statistics) must not leave a document twice.
-                retry = self._failures > 0
+    def _fold(self) -> float | None:
+        """A pool step: commit what was published in one durable commit, once FOLD_INTERVAL_SECS
+        have passed since the last (or a retry is due); returns when to come back (None: once
+        woken), and closes the writer when nothing is left to fold."""
+        with self._cond:
+            if self._stopping:
+                return None
+            if self._published_seq != self.committed_seq:
+                left = self._gather()
+                if left > 0:
+                    return left
+        if self._published_seq != self.committed_seq:
+            self._fold_once()
+        with self._cond:
+            if self._published_seq != self.committed_seq:
+                if self._error is not None:
+                    return max(0.0, self._retry_at - time.monotonic())
+                return 0.0  # the next step waits out the interval
+        self._close_writer()  # nothing more to fold: the writer's arena and threads go
+        return None
+
+    def _fold_once(self) -> bool:
+        """Commit everything queued in one durable commit; False if it failed (then retried)."""
+        with self._cond:
+            ops = list(self._queue)  # publish appends meanwhile; these leave only once durable
+            seq = self._published_seq
+            # After a failure, every add deletes by id first: a commit that failed once it
+            # was durable (its reload, its statistics) must not leave a document twice.
+            retry = self._failures > 0
+        try:
+            view = self._commit_ops(ops, replace_all=retry) if ops else None
+        except Exception as exc:
+            self._failed_commit(exc)
+            return False
+        with self._cond:
+            if self._failures:
+                log.warning("keyword commits resumed after %d failed", self._failures)
+            # The committed searcher and the shorter queue change together: a search sees
+            # each queued document in one of the two.
+            if view is not None:
+                self._view = view
+            self._tail.drop(sum(1 for doc, _id, _replace in ops if doc is not None))
+            del self._queue[: len(ops)]
+            self.committed_seq = seq
+            self._error, self._full, self._failures = None, False, 0
+            self._attempts += 1
+            self._last_fold = time.monotonic()
+            self._cond.notify_all()
+        return True
+
+    def _close_writer(self) -> None:
+        """Close an idle writer, letting its merges finish (its threads and arena go with it)."""
+        with self.writer_lock:
+            if self._staged:  # closing would drop what the direct path's commit is yet to make
+                return
+            writer, self._writer = self._writer, None
+            if writer is None:
+                return
             try:
-                view = self._commit_ops(ops, replace_all=retry) if ops else None
-            except Exception as exc:
-                self._failed_commit(exc)
-                if final:
-                    return
-                continue
-            with self._cond:
-                if self._failures:
-                    log.warning("keyword commits resumed after %d failed", self._failures)
-                # The committed searcher and the shorter queue change together: a search sees
-                # each queued document in one of the two.
-                if view is not None:
-                    self._view = view
-                self._tail.drop(sum(1 for doc, _id, _replace in ops if doc is not None))
-                del self._queue[: len(ops)]
-                self.committed_seq = seq
-                self._error, self._full, self._failures = None, False, 0
-                self._attempts += 1
-                self._last_fold = time.monotonic()
-                self._cond.notify_all()
+                writer.wait_merging_threads()
+            except Exception:  # a merge that failed leaves its segments as they were
+                log.warning("keyword writer did not close cleanly", exc_info=True)
 
     def _failed_commit(self, exc: Exception) -> None:
         """Roll the writer back to the last commit and schedule a retry of everything queued."""
@@ -329,19 +360,14 @@ class KeywordIndex:
         with self.writer_lock:
             self._writer = None
 
-    def _gather(self) -> None:
-        """Let more work pile up until FOLD_INTERVAL_SECS after the last commit, or until the
-        retry is due after a failure (caller holds _cond)."""
-        while not self._stopping:
-            if self._error is not None:
-                left = self._retry_at - time.monotonic()  # a waiting search does not hurry it
-            elif self._waiting:
-                return
-            else:
-                left = self._last_fold + FOLD_INTERVAL_SECS - time.monotonic()
-            if left <= 0:
-                return
-            self._cond.wait(timeout=left)
+    def _gather(self) -> float:
+        """How long more work may pile up: until FOLD_INTERVAL_SECS after the last commit, or
+        until the retry is due after a failure; 0 for a waiting search (caller holds _cond)."""
+        if self._error is not None:
+            return self._retry_at - time.monotonic()  # a waiting search does not hurry it
+        if self._waiting:
+            return 0.0
+        return self._last_fold + FOLD_INTERVAL_SECS - time.monotonic()
 
     def _commit_ops(self, ops: list[Op], *, replace_all: bool = False) -> View:
         """Apply queued adds and deletes in order, commit durably, reload the searcher; the new
@@ -371,16 +397,20 @@ class KeywordIndex:
             if self._error is not None:
                 raise self._refusal()
             self._waiting += 1
-            self._cond.notify_all()  # the fold stops gathering and commits for us
             attempts = self._attempts
-            try:
+            task = self._task
+        try:
+            if task is not None:
+                task.wake()  # the fold stops gathering and commits for us
+            with self._cond:
                 while self.committed_seq < target:
                     if self._error is not None and self._attempts != attempts:
                         raise self._refusal()  # the commit this search waited for failed
-                    if self._thread is None or not self._thread.is_alive():
+                    if self._closed or task is None:
                         raise RuntimeError("the keyword index is closed")
                     self._cond.wait(timeout=1.0)
-            finally:
+        finally:
+            with self._cond:
                 self._waiting -= 1
 
     def _refusal(self) -> Exception:
@@ -491,7 +521,7 @@ class KeywordIndex:
         return int(self._view.searcher.num_docs)
 
     def close(self) -> None:
-        """Commit what is pending, stop the background thread and wait for merges.
+        """Commit what is pending, leave the pool and wait for merges.
 
         If that last commit fails, what it held is dropped here: committed_seq still says what
         the index covers, and the tenant replays the rest from the log when it next opens.
@@ -499,10 +529,15 @@ class KeywordIndex:
         with self._cond:
             self._stopping = True
             self._cond.notify_all()
-            thread = self._thread
-        if thread is not None:
-            thread.join()
+            task = self._task
+        if task is not None:
+            task.cancel()  # a fold under way finishes first
+            self._task = None  # the task's step refers back here: no cycle outlives the close
+        if self._published_seq != self.committed_seq:
+            self._fold_once()  # one last attempt; a failure leaves the rest to the log's replay
         with self._cond:
+            self._closed = True
+            self._cond.notify_all()
             behind = self._published_seq - self.committed_seq
             self._queue.clear()
             self._tail.clear()

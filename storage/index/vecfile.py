@@ -12,12 +12,16 @@ hnswlib has no call that lists deleted labels, so the live ones are saved beside
 A purge copies the saved file and erases the purged vectors in the copy: cheaper than saving the
 whole in-memory index again (hnswlib holds the GIL while it writes, stalling every request of
 the process for as long as that takes). tests/storage/test_purge.py checks the result against hnswlib.
+
+A small index has no graph in memory (storage/index/vectors.py searches it exactly): it is saved
+by `write_flat` in the same layout, its records without links, which hnswlib loads too.
 """
 
 from __future__ import annotations
 
 import bisect
 import errno
+import math
 import mmap
 import os
 import struct
@@ -56,17 +60,62 @@ def layout(head: bytes, file_size: int, dim: int) -> Layout:
     if file_size < HEADER.size or len(head) < HEADER.size:
         raise VectorFileError("vector index file is truncated (shorter than its header)")
     level0, _max, count, size, label_at, data_at = HEADER.unpack_from(head, 0)[:6]
-    if not (level0 + 4 <= data_at and data_at + dim * 4 <= label_at and label_at + 8 <= size):
+    if not (level0 + 4 <= data_at and data_at + dim * 4 == label_at and label_at + 8 <= size):
         raise VectorFileError("vector index file records do not match the dimension")
     if HEADER.size + count * size > file_size:
         raise VectorFileError("vector index file is truncated (shorter than its records)")
     return Layout(records=count, size=size, level0=level0, data_at=data_at, label_at=label_at)
 
 
+def peek(path: Path) -> tuple[int, int, int]:
+    """(records, bytes a record, bytes a vector) from a saved index's header, whatever its
+    dimension; OSError if it cannot be read, VectorFileError if it is too short."""
+    with open(path, "rb") as fh:
+        head = fh.read(HEADER.size)
+    if len(head) < HEADER.size:
+        raise VectorFileError("vector index file is truncated (shorter than its header)")
+    _level0, _max, count, size, label_at, data_at = HEADER.unpack_from(head, 0)[:6]
+    return count, size, max(0, label_at - data_at)
+
+
 def record_bytes(m: int, dim: int) -> int:
     """The bytes of one level-0 record of an index of this M and dimension: 2M links and their
     count, the float32 vector, the label."""
     return (2 * m + 1) * 4 + 4 * dim + 8
+
+
+def write_flat(fh: BinaryIO, labels: np.ndarray, rows: np.ndarray, m: int, ef: int) -> None:
+    """Write unit rows under their labels as hnswlib 0.8's saveIndex would an index of this M
+    holding them with no links (every element on level 0, none deleted)."""
+    count, dim = rows.shape
+    links = (2 * m + 1) * 4  # the level-0 link count, then 2M links
+    size = record_bytes(m, dim)
+    empty = count == 0
+    fh.write(
+        HEADER.pack(
+            0,  # offsetLevel0
+            max(count, 16),  # max_elements (hnswlib cannot allocate none)
+            count,
+            size,
+            links + 4 * dim,  # label offset
+            links,  # data offset
+            -1 if empty else 0,  # maxlevel
+            0xFFFFFFFF if empty else 0,  # enterpoint_node (-1 as uint32 when empty)
+            m,
+            2 * m,
+            m,
+            1.0 / math.log(m),
+            ef,
+        )
+    )
+    if empty:
+        return
+    records = np.zeros((count, size), dtype=np.uint8)
+    records[:, links : links + 4 * dim] = np.ascontiguousarray(rows, dtype="<f4").view(np.uint8)
+    stored = np.ascontiguousarray(labels, dtype="<u8").reshape(count, 1)
+    records[:, links + 4 * dim :] = stored.view(np.uint8)
+    fh.write(records.tobytes())
+    fh.write(bytes(_LINKS_LENGTH.size * count))  # no upper-level links
 
 
 def live_path(path: Path) -> Path:

@@ -1,23 +1,28 @@
 """The vector index: an hnswlib (cosine) projection of the log, labelled by each event's seq.
 
-New vectors land in an in-memory tail that searches scan exactly, and a background thread moves
-them into the HNSW graph; so an append is acknowledged without paying for a graph insert, and it
-is still recallable the moment its response is sent.
+New vectors land in an in-memory tail that searches scan exactly, and the shared background
+pool (storage/index/background.py) moves them into the HNSW graph; so an append is acknowledged
+without paying for a graph insert, and it is still recallable the moment its response is sent.
+
+A small index has no graph at all: up to EXACT_BELOW vectors it is its tail, searched exactly,
+and the graph (hnswlib's fixed tables alone are 2.6 MB) is built in the background only once it
+grows past that. A graph, once built, stays while the index is open, however it shrinks.
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import threading
 from pathlib import Path
+from typing import BinaryIO
 
 import hnswlib
 import numpy as np
 
 from storage import failpoints
 from storage.fsync import replace_durably
+from storage.index.background import Task, shared_pool
 from storage.index.flat import (
     Allowed,
     FlatSet,
@@ -31,9 +36,11 @@ from storage.index.vecfile import (
     check_links,
     check_saved,
     live_path,
+    peek,
     read_live,
     read_vectors,
     record_bytes,
+    write_flat,
     write_live,
 )
 from storage.rwlock import RWLock
@@ -48,17 +55,14 @@ M = 16
 EF_CONSTRUCTION = 100
 MIN_EF = 64
 INSERT_BATCH = 256
-# Up to this many live vectors the graph is searched exactly, from a copy of its unit rows
-# (3 MB at 384 dimensions): as fast as the graph, and it never misses.
+# Up to this many live vectors there is no graph, or the graph is searched exactly from a copy
+# of its unit rows (3 MB at 384 dimensions): as fast as the graph, and it never misses.
 EXACT_BELOW = 2048
 # The tail absorbs bursts faster than the graph takes them; past this many vectors (15 MB at 384
 # dimensions, and an exact scan of them in every search) an append waits for the inserter:
 # sustained overload is throttled to the insert rate instead of growing memory and search time
 # without bound.
 MAX_TAIL = 10_000
-# Inserting is background work: it runs niced so that, when the cores are busy, the threads that
-# answer requests (the event loop, the writer) get the CPU first (Linux sets nice per thread).
-INSERT_NICENESS = 10  # added to the process's own
 # What hnswlib 0.8 holds in memory (hnswalg.h), for memory_bytes. A fixed table of 65,536
 # std::mutex (label_op_locks_, 40 bytes each) per index, however small.
 HNSW_FIXED_BYTES = 65_536 * 40
@@ -70,6 +74,9 @@ HNSW_ELEMENT_BYTES = 50
 # Per live label: its slot in the live set and its int object, with the share of the load's
 # temporaries the allocator keeps (calibrated against RSS growth, bench/RESULTS.md).
 LIVE_LABEL_BYTES = 150
+# Per vector of an index without a graph, beyond its unit row: its label, live flag and entry in
+# the tail's map (a reopened index holds its rows in arrays of their exact size).
+FLAT_ROW_OVERHEAD = 12 + 100
 
 
 class VectorIndex:
@@ -79,20 +86,25 @@ class VectorIndex:
         self,
         path: Path,
         dim: int,
-        index: hnswlib.Index | None,
-        live: set[int],
-        small: FlatSet | None,
+        index: hnswlib.Index | None = None,
+        live: set[int] | None = None,
+        small: FlatSet | None = None,
+        tail: FlatSet | None = None,
+        *,
+        saved: bool = False,
     ) -> None:
         self.path = path
         self.dim = dim
-        # None: the graph saved at path, loaded at first use (see open); then its live labels,
-        # those in the graph and not deleted, are in _live.
+        # The graph (None until the index first grows past EXACT_BELOW) and its live labels, in
+        # the graph and not deleted; with saved, a graph saved at path, loaded at first use.
         self._index = index
-        self._live = live
+        self._live: set[int] = live if live is not None else set()
+        self._deferred = saved
         self._load_lock = threading.Lock()
-        self.lock = RWLock()  # shared: search, insert; exclusive: resize
+        self.lock = RWLock()  # shared: search, insert; exclusive: resize, making the graph
         self._small = small  # the graph's rows while it holds at most EXACT_BELOW, else None
-        self._tail = FlatSet(dim)  # labels acknowledged but not yet in the graph
+        # Labels acknowledged but not yet in the graph; with no graph, every label.
+        self._tail = tail if tail is not None else FlatSet(dim)
         self._tail_cond = threading.Condition()
         # Guarded by _tail_cond: the labels the inserter is moving into the graph, and those of
         # them deleted or replaced meanwhile (the graph copy is stale: searches skip it, and the
@@ -100,45 +112,54 @@ class VectorIndex:
         self._moving: set[int] = set()
         self._cancelled: set[int] = set()
         self._mark_lock = threading.Lock()
-        self._stopping = False
-        self._thread = threading.Thread(target=self._drain, name="vectors", daemon=True)
-        self._thread.start()
+        self._stopping = False  # closing, or the inserts failed: the tail keeps what is left
+        self._task: Task | None = None  # the graph inserts' slot in the pool, once there is a graph
+        if index is not None:
+            self._task = shared_pool().task(self._drain, f"vectors {path.parent.name}")
 
     @classmethod
     def open(cls, path: Path, dim: int) -> VectorIndex:
         """Load the index saved at path, or start an empty one; raises ValueError if it is damaged."""
         use_one_blas_thread()  # exact scans are small products: see flat.use_one_blas_thread
-        if path.exists():
-            # A large graph is loaded at its first use, not here: hnswlib's load copies the
-            # whole file and holds the GIL meanwhile (1.5 ms a thousand vectors: 1.5 s at a
-            # million), and a tenant opened to read or list events never needs it. What the
-            # load checks is checked here, so a damaged file is still rebuilt from the log.
-            if check_links(path, dim) > EXACT_BELOW:
-                return cls(path, dim, None, set(), None)
-            index, live, small = _load_saved(path, dim)
-            return cls(path, dim, index, live, small)
-        index = hnswlib.Index(space="cosine", dim=dim)
-        index.init_index(max_elements=INITIAL_CAPACITY, M=M, ef_construction=EF_CONSTRUCTION)
-        index.set_num_threads(1)
-        return cls(path, dim, index, set(), FlatSet(dim))
+        if not path.exists():
+            return cls(path, dim)
+        flat = _open_flat(path, dim)
+        if flat is not None:
+            return cls(path, dim, tail=flat)
+        # A large graph is loaded at its first use, not here: hnswlib's load copies the whole
+        # file and holds the GIL meanwhile (1.5 ms a thousand vectors: 1.5 s at a million), and
+        # a tenant opened to read or list events never needs it. What the load checks is
+        # checked here, so a damaged file is still rebuilt from the log.
+        if check_links(path, dim) > EXACT_BELOW:
+            return cls(path, dim, saved=True)
+        index, live = _load_graph(path, dim)
+        if len(live) <= EXACT_BELOW:  # no sidecar said how many: small after all
+            del index
+            return cls(path, dim, tail=_rows_of(path, dim, live))
+        return cls(path, dim, index, live)
 
     @property
-    def index(self) -> hnswlib.Index:
-        """The HNSW graph, a saved one loaded first if it is not yet."""
-        index = self._index
-        return index if index is not None else self._load()
+    def index(self) -> hnswlib.Index | None:
+        """The graph (None while there is none), a saved one loaded first if it is not yet."""
+        if self._deferred:
+            self._load()
+        return self._index
+
+    @index.setter
+    def index(self, index: hnswlib.Index | None) -> None:
+        self._index = index
 
     @property
     def live(self) -> set[int]:
         """Labels in the graph and not deleted (a saved graph loaded first if it is not yet)."""
-        if self._index is None:
+        if self._deferred:
             self._load()
         return self._live
 
     def graph_count(self) -> int:
         """Live vectors in the graph; for a saved graph not yet loaded, its sidecar's count
         (0 if unreadable), as a closed tenant's usage reads it: counting loads nothing."""
-        if self._index is not None:
+        if not self._deferred:
             return len(self._live)
         try:
             saved = read_live(live_path(self.path))
@@ -147,17 +168,19 @@ class VectorIndex:
         return 0 if saved is None else len(saved)
 
     def loaded(self) -> bool:
-        """Whether the graph is in memory (a saved one is loaded at its first use)."""
-        return self._index is not None
+        """Whether no saved graph waits to be loaded (one is loaded at its first use)."""
+        return not self._deferred
 
-    def _load(self) -> hnswlib.Index:
-        """Load the saved graph, once; raises ValueError if it turns out damaged."""
+    def _load(self) -> None:
+        """Load the saved graph, once; raises ValueError if it turns out damaged. It stays a
+        graph however few labels are live (as a graph does once built)."""
         with self._load_lock:
-            if self._index is None:
-                index, live, small = _load_saved(self.path, self.dim)
-                self._live, self._small = live, small
-                self._index = index  # last: readers test it without the lock
-            return self._index
+            if not self._deferred:
+                return
+            index, live = _load_graph(self.path, self.dim)
+            self._index, self._live = index, live
+            self._task = shared_pool().task(self._drain, f"vectors {self.path.parent.name}")
+            self._deferred = False  # last: readers test it without the lock
 
     @classmethod
     def create_empty(cls, path: Path, dim: int) -> VectorIndex:
@@ -174,15 +197,40 @@ class VectorIndex:
             return
         data = np.asarray(vectors, dtype=np.float32)
         with self._tail_cond:
-            while len(self._tail) >= MAX_TAIL and not self._stopping:
+            # Without a graph the tail is the whole index, at most EXACT_BELOW and one batch.
+            while len(self._tail) >= MAX_TAIL and self.index is not None and not self._stopping:
                 self._tail_cond.wait()
             self._tail.put(labels, data)
             self._cancel_moving(labels)  # a new vector for a label on its way: the old is stale
             self._tail_cond.notify_all()
+            grown = self.index is None and len(self._tail) > EXACT_BELOW
+        if grown:
+            self._make_graph()
+        if self._task is not None:
+            self._task.wake()
+
+    def _make_graph(self) -> None:
+        """Start a graph for an index grown past EXACT_BELOW; the pool fills it from the tail,
+        which searches scan exactly until each vector is in the graph."""
+        index = hnswlib.Index(space="cosine", dim=self.dim)
+        capacity = max(INITIAL_CAPACITY, 2 * len(self._tail))
+        index.init_index(max_elements=capacity, M=M, ef_construction=EF_CONSTRUCTION)
+        index.set_num_threads(1)
+        with self.lock.exclusive():
+            self._small = FlatSet(self.dim)
+            self.index = index
+        self._task = shared_pool().task(self._drain, f"vectors {self.path.parent.name}")
+
+    def _graph(self) -> hnswlib.Index:
+        """The graph, where only a graph can be (some label is live, or a save found one)."""
+        index = self.index
+        assert index is not None
+        return index
 
     def pending(self) -> int:
-        """Vectors acknowledged and searchable (exactly, from the tail) but not yet in the graph."""
-        return len(self._tail)
+        """Vectors acknowledged and searchable (exactly, from the tail) but not yet in the graph
+        (none while there is no graph: the tail is the index then)."""
+        return len(self._tail) if self._index is not None else 0  # deferred: nothing added yet
 
     def delete(self, labels: list[int]) -> None:
         """Forget labels; a vector already in the graph is overwritten with noise, then marked deleted."""
@@ -208,38 +256,32 @@ class VectorIndex:
         # batch moved into the graph). add_items unmarks a deleted element, so one after the
         # other is harmless; interleaved, the second mark_deleted raises.
         with self._mark_lock:
-            self.index.add_items(noise[None, :], np.asarray([label], dtype=np.uint64))
-            self.index.mark_deleted(label)
+            self._graph().add_items(noise[None, :], np.asarray([label], dtype=np.uint64))
+            self._graph().mark_deleted(label)
             self.live.discard(label)
         small = self._small
         if small is not None:
             small.pop(label)
 
-    def _drain(self) -> None:
-        """Background: move tail vectors into the graph in batches, oldest first."""
-        with contextlib.suppress(OSError, AttributeError):  # not Linux: same priority as the rest
-            me = threading.get_native_id()
-            os.setpriority(
-                os.PRIO_PROCESS, me, os.getpriority(os.PRIO_PROCESS, me) + INSERT_NICENESS
-            )
-        while True:
+    def _drain(self) -> float | None:
+        """A pool step: move one batch of tail vectors into the graph, oldest first; 0.0 while
+        more are left (the pool runs other tenants' steps in between), None once none are."""
+        with self._tail_cond:
+            if not self._tail or self._stopping:
+                return None
+            labels, data = self._take(self._tail.oldest(INSERT_BATCH))
+        try:
+            self._insert(labels, data)
+            self._settle(labels, data)
+        except Exception:  # keep serving from the tail rather than die
+            log.exception("vector insert failed; vectors stay in the exact tail")
             with self._tail_cond:
-                while not self._tail and not self._stopping:
-                    self._tail_cond.wait()
-                if not self._tail:
-                    return
-                labels, data = self._take(self._tail.oldest(INSERT_BATCH))
-            try:
-                self._insert(labels, data)
-                self._settle(labels, data)
-            except Exception:  # keep serving from the tail rather than die
-                log.exception("vector insert failed; vectors stay in the exact tail")
-                with self._tail_cond:
-                    self._moving.clear()
-                    self._cancelled.clear()
-                    self._stopping = True
-                    self._tail_cond.notify_all()
-                return
+                self._moving.clear()
+                self._cancelled.clear()
+                self._stopping = True
+                self._tail_cond.notify_all()
+            return None
+        return 0.0 if self._tail else None
 
     def _take(self, labels: list[int]) -> tuple[list[int], np.ndarray]:
         """Mark labels as moving and copy their rows (the caller holds _tail_cond)."""
@@ -249,12 +291,14 @@ class VectorIndex:
 
     def _insert(self, labels: list[int], data: np.ndarray) -> None:
         """Insert into the graph, growing it first when full (not yet live: _settle makes them so)."""
-        needed = self.index.element_count + len(labels)
-        if needed > self.index.get_max_elements():
+        index = self.index
+        assert index is not None  # only a graph has inserts
+        needed = index.element_count + len(labels)
+        if needed > index.get_max_elements():
             with self.lock.exclusive():
-                self.index.resize_index(max(needed, 2 * self.index.get_max_elements()))
+                index.resize_index(max(needed, 2 * index.get_max_elements()))
         with self.lock.shared():
-            self.index.add_items(data, np.asarray(labels, dtype=np.uint64), num_threads=1)
+            index.add_items(data, np.asarray(labels, dtype=np.uint64), num_threads=1)
 
     def _settle(self, labels: list[int], data: np.ndarray) -> None:
         """Make inserted labels live and drop them from the tail, in one step against deletes;
@@ -283,23 +327,30 @@ class VectorIndex:
             self._tail_cond.notify_all()
 
     def flush(self) -> None:
-        """Wait until every accepted vector is in the graph."""
+        """Wait until every accepted vector is in the graph (at once without a graph: the tail
+        is the index then)."""
+        task = self._task
+        if self._deferred or self.index is None or task is None:
+            return  # deferred: every add loads the graph first, so nothing waits
+        task.wake()
         with self._tail_cond:
             while self._tail and not self._stopping:
                 self._tail_cond.wait(timeout=0.5)
-        if self._tail:  # the drainer stopped on an error: insert here
+        if self._tail:  # the inserts stopped on an error (or close stopped them): insert here
             with self._tail_cond:
                 labels, data = self._take(sorted(self._tail.labels()))
             self._insert(labels, data)
             self._settle(labels, data)
 
     def close(self) -> None:
-        """Finish pending inserts and stop the background thread."""
+        """Finish pending inserts and leave the pool."""
         self.flush()
         with self._tail_cond:
             self._stopping = True
             self._tail_cond.notify_all()
-        self._thread.join()
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None  # the task's step refers back here: no cycle outlives the close
 
     # -- reads ----------------------------------------------------------------
 
@@ -343,9 +394,9 @@ class VectorIndex:
             # ask for as many more and leave them out.
             stale = self._cancelled
             fetch = k + len(stale)
-            self.index.set_ef(max(MIN_EF, 2 * fetch))
+            self._graph().set_ef(max(MIN_EF, 2 * fetch))
             try:
-                labels, dists = self.index.knn_query(
+                labels, dists = self._graph().knn_query(
                     query[None, :], k=fetch, num_threads=1, filter=allowed
                 )
             except RuntimeError:
@@ -365,12 +416,14 @@ class VectorIndex:
         for lo in range(0, len(labels), 1024):
             chunk = labels[lo : lo + 1024]
             try:
-                rows.append(np.asarray(self.index.get_items(chunk, return_type="numpy")))
+                rows.append(np.asarray(self._graph().get_items(chunk, return_type="numpy")))
                 kept += chunk
             except RuntimeError:  # one was deleted meanwhile: take the rest one by one
                 for label in chunk:
                     with contextlib.suppress(RuntimeError):
-                        rows.append(np.asarray(self.index.get_items([label], return_type="numpy")))
+                        rows.append(
+                            np.asarray(self._graph().get_items([label], return_type="numpy"))
+                        )
                         kept.append(label)
         if not kept:
             return []
@@ -381,9 +434,13 @@ class VectorIndex:
         """Estimated resident bytes of the graph (with the live set) and of the exact sets."""
         # From counters: no walk, no lock. Level-0 records count per element, not per slot of
         # capacity: hnswlib mallocs the whole block, but only records written to are resident.
+        small = self._small
+        exact = self._tail.nbytes() + (small.nbytes() if small is not None else 0)
+        if self._deferred:  # not loaded yet: counted as what it will hold, for the budget
+            return file_memory_bytes(self.path, self.dim), exact
         index = self._index
-        if index is None:  # not loaded yet: counted as what it will hold, for the budget
-            return file_memory_bytes(self.path, self.dim), self._tail.nbytes()
+        if index is None:
+            return 0, exact
         record = record_bytes(index.M, self.dim)
         graph = (
             HNSW_FIXED_BYTES
@@ -391,8 +448,6 @@ class VectorIndex:
             + index.element_count * (record + HNSW_ELEMENT_BYTES)
             + len(self.live) * LIVE_LABEL_BYTES
         )
-        small = self._small
-        exact = self._tail.nbytes() + (small.nbytes() if small is not None else 0)
         return graph, exact
 
     def count(self) -> int:
@@ -404,38 +459,78 @@ class VectorIndex:
 
     def save(self) -> None:
         """Insert the tail, then write the live-label list and the index, each by temp file, fsync and rename."""
+        if self._deferred:  # the file is what is saved: nothing changed (a change loads it)
+            return
         self.flush()
+        if self.index is None:  # made only by add, which runs on the caller's thread too
+            self._save_flat()
+            return
         with self.lock.exclusive():
             replace_durably(live_path(self.path), lambda fh: write_live(fh, self.live))
             replace_durably(self.path, None, save=self._save_index)
 
+    def _save_flat(self) -> None:
+        """Save an index without a graph: its tail's rows, in hnswlib's layout without links."""
+        with self._tail_cond:
+            labels = np.asarray(self._tail.labels(), dtype=np.int64)
+            rows = self._tail.rows(labels.tolist()) if len(labels) else np.zeros((0, self.dim))
+
+        def write(fh: BinaryIO) -> None:
+            write_flat(fh, labels, rows, M, EF_CONSTRUCTION)
+            failpoints.hit("vectors.save")
+
+        replace_durably(live_path(self.path), lambda fh: write_live(fh, labels))
+        replace_durably(self.path, write)
+
     def _save_index(self, name: str) -> None:
         """Hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
         a file cut short that it then refuses to load (the caller holds the lock)."""
-        self.index.save_index(name)
+        self._graph().save_index(name)
         check_saved(Path(name))
         failpoints.hit("vectors.save")
 
 
 def file_memory_bytes(path: Path, dim: int) -> int:
-    """What loading the index saved at path will hold, estimated from the file's size."""
-    # As many elements as level-0 records of `dim` fit in the file (an upper bound: the file
-    # holds upper links too), each with its share of memory_bytes' parts.
+    """What loading the index saved at path will hold, estimated from its header (the file's
+    own dimension, which may not be `dim`, the server's default; that only if it has none)."""
+    # Each record, deleted ones too (an upper bound), with its share of memory_bytes' parts.
     try:
-        size = path.stat().st_size
-    except OSError:
-        return HNSW_FIXED_BYTES
-    record = record_bytes(M, dim)
-    count = size // record
+        count, record, vector = peek(path)
+    except (OSError, VectorFileError):
+        return 0 if not path.exists() else HNSW_FIXED_BYTES + EXACT_BELOW * 4 * dim
+    if count <= EXACT_BELOW:  # no graph: the rows, in arrays of their size
+        return count * (vector + FLAT_ROW_OVERHEAD)
     per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
-    if count <= EXACT_BELOW:
-        per += 2 * 4 * dim  # the small graph's rows, in an array grown by doubling
     return HNSW_FIXED_BYTES + count * per
 
 
-def _load_saved(path: Path, dim: int) -> tuple[hnswlib.Index, set[int], FlatSet | None]:
-    """The graph saved at path, its live labels, and its rows if it is small; raises ValueError
-    if it is damaged."""
+def _open_flat(path: Path, dim: int) -> FlatSet | None:
+    """The rows of a saved index whose sidecar lists at most EXACT_BELOW live labels, read from
+    its file with no graph; None when it is larger, or has no readable sidecar to tell."""
+    try:
+        saved = read_live(live_path(path))
+    except VectorFileError:
+        return None
+    if saved is None or len(saved) > EXACT_BELOW:
+        return None
+    return _rows_of(path, dim, saved)
+
+
+def _rows_of(path: Path, dim: int, live: set[int] | np.ndarray) -> FlatSet:
+    """The rows of these labels in a saved index (a label not in the file is left out: a
+    sidecar newer than its index; the log replays it)."""
+    labels, vectors = read_vectors(path, dim)
+    wanted = np.fromiter(live, dtype=np.int64, count=len(live))
+    if len(wanted) != len(labels) or not np.array_equal(np.sort(wanted), np.sort(labels)):
+        keep = np.isin(labels, wanted)  # deleted records, or a sidecar newer than the file
+        labels, vectors = labels[keep], vectors[keep]
+    # hnswlib holds one record a label, so labels are distinct; its rows are unit already,
+    # and the index's own flat saves are its tail's rows bit for bit.
+    return FlatSet.of(dim, labels, vectors)
+
+
+def _load_graph(path: Path, dim: int) -> tuple[hnswlib.Index, set[int]]:
+    """The graph saved at path and its live labels; raises ValueError if it is damaged."""
     index = hnswlib.Index(space="cosine", dim=dim)
     try:
         index.load_index(str(path), allow_replace_deleted=False)
@@ -443,20 +538,8 @@ def _load_saved(path: Path, dim: int) -> tuple[hnswlib.Index, set[int], FlatSet 
         raise ValueError("vector index file is damaged") from exc
     if index.dim != dim:
         raise ValueError("vector index file has another dimension")
-    live = _load_live(path, index)
     index.set_num_threads(1)
-    return index, live, _small_set(path, dim, live)
-
-
-def _small_set(path: Path, dim: int, live: set[int]) -> FlatSet | None:
-    """The live rows of a saved index that holds at most EXACT_BELOW, read from its file."""
-    if len(live) > EXACT_BELOW:
-        return None
-    labels, vectors = read_vectors(path, dim)
-    keep = np.fromiter((int(lb) in live for lb in labels), dtype=bool, count=len(labels))
-    small = FlatSet(dim)
-    small.put(labels[keep].tolist(), vectors[keep])
-    return small
+    return index, _load_live(path, index)
 
 
 def _load_live(path: Path, index: hnswlib.Index) -> set[int]:

@@ -4,6 +4,7 @@ substitution and the bounded SOURCE_FROM walk."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from itertools import islice
 
 import msgspec
 import numpy as np
@@ -11,11 +12,12 @@ import numpy as np
 from storage.errors import EmbeddingMismatch, InvalidRequest
 from storage.index.flat import as_float32, top, unit
 from storage.index.keyword import KeywordIndex
-from storage.index.vectors import VectorIndex
+from storage.index.vectors import EXACT_BELOW, VectorIndex
 from storage.log import layout
 from storage.log.reader import LogReader
 from storage.model import SOURCE_FROM, FilterValue, StoredEvent
 from storage.read.current import EXPIRED, NOT_YET_VALID, SUPERSEDED, Moment
+from storage.read.focus import Focus, understand
 
 RRF_K = 60
 MAX_K = 100
@@ -35,6 +37,9 @@ FEW = 256
 # brings its depth of that kind (bench/RESULTS.md, "Recall at 10,000 and 100,000 events").
 # The order is the same: the clause adds one constant to every score.
 COMMON_KIND = 0.6
+# A focus arm's keyword search reads at most this many times its depth of hits to find its
+# depth inside the focus (a narrow window of a large tenant would otherwise read the index).
+FOCUS_FETCH = 16
 
 
 class RecallQuery(msgspec.Struct, frozen=True, kw_only=True):
@@ -111,14 +116,34 @@ class Admission:
     superseded hits substitution passes over) with the reason, for the answer to report.
     """
 
-    def __init__(self, r: LogReader, q: RecallQuery, moment: Moment) -> None:
+    def __init__(
+        self,
+        r: LogReader,
+        q: RecallQuery,
+        moment: Moment,
+        windows: list[tuple[int, int]] | None = None,
+    ) -> None:
         self.r = r
         self.q = q
         self.moment = moment
+        self.windows = windows  # a focus arm's: the event's ts lies in one of these [lo, hi)
+        self.focused = False  # a focus arm's (narrowed)
         self.withheld: dict[str, str] = {}  # event id -> SUPERSEDED, EXPIRED or NOT_YET_VALID
         self._wanted = {name: layout.value_bytes(v) for name, v in q.filters.items()}
         self._by_label: dict[int, StoredEvent | None] = {}
         self._light: dict[int, StoredEvent | None] = {}
+
+    def narrowed(
+        self, filters: dict[str, FilterValue], windows: list[tuple[int, int]] | None
+    ) -> Admission:
+        """This chokepoint with more filters and (maybe) time windows, for a focus arm: it
+        shares this one's reads and withheld notes."""
+        q = msgspec.structs.replace(self.q, filters={**self.q.filters, **filters})
+        sub = Admission(self.r, q, self.moment, windows)
+        sub.focused = True
+        sub.withheld = self.withheld
+        sub._light = self._light
+        return sub
 
     def admit(self, ev: StoredEvent | None, *, window: bool = True) -> bool:
         """Whether an event may rank (superseded ones may: recall substitutes their heads);
@@ -129,6 +154,8 @@ class Admission:
             if not layout.tag_matches(ev, name, want):
                 return False
         if not self.moment.exists(ev):
+            return False
+        if self.windows is not None and not any(lo <= ev.ts < hi for lo, hi in self.windows):
             return False
         return not window or not self.moment.current or self.moment.in_window(ev)
 
@@ -192,9 +219,12 @@ def validate(q: RecallQuery, dim: int, model: str | None) -> None:
         )
 
 
-def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEvent]:
+def keyword_arm(
+    kw: KeywordIndex, adm: Admission, depth: int, most: int | None = None
+) -> list[StoredEvent]:
     """BM25 ranking restricted inside the search by filters and an uncommon kind, then by the
-    chokepoint; over-fetches until depth admitted events or the index runs out."""
+    chokepoint; over-fetches until depth admitted events, the index runs out or (given) the
+    search would pass `most` hits."""
     assert adm.q.text
     kind = adm.q.kind
     checked = kind is not None and kw.kind_share(kind) >= COMMON_KIND
@@ -211,9 +241,9 @@ def keyword_arm(kw: KeywordIndex, adm: Admission, depth: int) -> list[StoredEven
         )
         # Hits reach their events by seq, as vector labels do: one read of an event both arms find.
         ranked = _first(adm, map(adm.event_for_label, found.seqs), depth)
-        if len(ranked) >= depth or len(found) < limit:
+        if len(ranked) >= depth or len(found) < limit or (most is not None and limit >= most):
             return ranked
-        limit *= 4
+        limit = 4 * limit if most is None else min(4 * limit, most)
 
 
 def _first(adm: Admission, events: Iterable[StoredEvent | None], depth: int) -> list[StoredEvent]:
@@ -241,6 +271,8 @@ def vector_arm(
     assert adm.q.embedding is not None
     if query is None:
         query = as_float32(adm.q.embedding)  # once, however many searches follow
+    if adm.focused and vec.count() <= EXACT_BELOW:
+        return _small_focus_arm(vec, adm, depth, query)
     few = _few_candidates(adm)
     if few is not None:
         return _exact_arm(few, adm, depth, query)
@@ -271,11 +303,31 @@ def _few_candidates(adm: Admission) -> list[str] | None:
     for name, value in q.filters.items():
         if not r.more_keys_than(FEW, "by_prop", layout.property_prefix(name, value)):
             return list(r.ids_by_property(name, value))
+    if adm.windows is not None:
+        raw: dict[bytes, None] = {}
+        for lo, hi in adm.windows:  # keys only, FEW + 1 at most
+            raw.update(dict.fromkeys(islice(r.raw_ids_by_ts(lo, hi), FEW + 1 - len(raw))))
+        if len(raw) <= FEW:
+            return [layout.id_str(e) for e in raw]
     if q.as_of is not None:
         below = layout.ts_bytes(q.as_of + 1)
         if not r.more_keys_than(FEW, "by_ts", b"", below):
             return list(r.ids_by_ts(None, q.as_of + 1))
     return None
+
+
+def _small_focus_arm(
+    vec: VectorIndex, adm: Admission, depth: int, query: np.ndarray
+) -> list[StoredEvent]:
+    """A focus arm in a small vector index, which scans its rows exactly anyway: the chokepoint
+    is asked of its labels best first, reading (light) only as far as the depth needs."""
+
+    def allowed(label: int) -> bool:
+        ev = adm.event_for_label(label)
+        return ev is not None and adm.in_window(ev, note=False)
+
+    found = vec.search(query, depth, allowed)
+    return _first(adm, (adm.event_for_label(label) for label, _s in found), depth)
 
 
 def _exact_arm(ids: list[str], adm: Admission, depth: int, query: np.ndarray) -> list[StoredEvent]:
@@ -359,20 +411,27 @@ def walk(
 
 
 def rank(
-    kw: KeywordIndex, vec: VectorIndex, adm: Admission, k: int, feedback: Feedback | None = None
+    kw: KeywordIndex,
+    vec: VectorIndex,
+    adm: Admission,
+    k: int,
+    feedback: Feedback | None = None,
+    focus: Focus | None = None,
 ) -> list[Hit]:
-    """Fuse each arm's top k and substitute heads; deeper while that leaves fewer than k hits."""
+    """Fuse each arm's top k (and the focus arms') and substitute heads; deeper while that
+    leaves fewer than k hits."""
     depth = k
     while True:
         rankings: list[list[StoredEvent]] = []
         query = None
         if adm.q.text:
-            rankings.append(keyword_arm(kw, adm, depth))
+            rankings.append(keyword_arm(kw, _unfocused(adm, focus), depth))
             if feedback is not None and adm.q.embedding is not None:
                 query = moved_query(adm, rankings[0], feedback)
         if adm.q.embedding is not None:
             rankings.append(vector_arm(vec, adm, depth, query))
-        fused = fuse(rankings)
+        focused = focus_arms(kw, vec, adm, depth, query, focus) if focus else []
+        fused = fuse(rankings + focused)
         hits = substitute(fused, adm, k)
         exhausted = all(len(ranking) < depth for ranking in rankings)
         if len(hits) >= k or exhausted or depth >= MAX_ARM_DEPTH:
@@ -380,6 +439,52 @@ def rank(
                 explain(hits, fused, rankings, adm.q)
             return hits
         depth = min(4 * depth, MAX_ARM_DEPTH)
+
+
+def _unfocused(adm: Admission, focus: Focus | None) -> Admission:
+    """The chokepoint for the main keyword arm: its query without the names and dates that
+    the focus arms stand for (they rank by them instead)."""
+    if not focus or adm.q.text is None:
+        return adm
+    text = focus.without(adm.q.text, people=True, dates=True)
+    if text == adm.q.text:
+        return adm
+    main = adm.narrowed({}, None)
+    main.focused = False
+    main.q = msgspec.structs.replace(main.q, text=text)
+    return main
+
+
+def focus_arms(
+    kw: KeywordIndex,
+    vec: VectorIndex,
+    adm: Admission,
+    depth: int,
+    query: np.ndarray | None,
+    focus: Focus,
+) -> list[list[StoredEvent]]:
+    """Both arms again inside each focus the text names (docs/recall.md, "Query focus"): the
+    events of the one person it names, those within the dates it names, and those of that
+    person within those dates. A focus arm's keyword query leaves out the name and the dates
+    its restriction stands for."""
+    person: dict[str, FilterValue] = dict(focus.people) if len(focus.people) == 1 else {}
+    restrictions: list[tuple[dict[str, FilterValue], list[tuple[int, int]] | None]] = []
+    if person:
+        restrictions.append((person, None))
+    if focus.windows:
+        restrictions.append(({}, focus.windows))
+        if person:
+            restrictions.append((person, focus.windows))
+    out: list[list[StoredEvent]] = []
+    for filters, windows in restrictions:
+        sub = adm.narrowed(filters, windows)
+        if adm.q.text:
+            text = focus.without(adm.q.text, people=bool(filters), dates=windows is not None)
+            sub.q = msgspec.structs.replace(sub.q, text=text)
+            out.append(keyword_arm(kw, sub, depth, most=FOCUS_FETCH * depth))
+        if adm.q.embedding is not None:
+            out.append(vector_arm(vec, sub, depth, query))
+    return out
 
 
 def moved_query(adm: Admission, keyword: list[StoredEvent], feedback: Feedback) -> np.ndarray:
@@ -446,7 +551,8 @@ def recall(
     toward the keyword arm's first hits (Feedback); without, each arm ranks the request as sent."""
     moment = Moment(r, current=q.current, as_of=q.as_of)
     adm = Admission(r, q, moment)
-    hits = rank(kw, vec, adm, q.k, feedback)
+    focus = understand(r, q.text, q.as_of) if q.text else None
+    hits = rank(kw, vec, adm, q.k, feedback, focus)
     account = None
     if q.hops > 0:
         walked, account = walk(r, hits, moment, q.hops, q.k)

@@ -25,7 +25,7 @@ import os
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import AbstractContextManager
 
 import numpy as np
@@ -41,6 +41,7 @@ from storage.model import (
     StoredEvent,
     StoredVector,
 )
+from storage.tenants.chains import Key, conversation_of, starts_of
 from storage.tenants.tenant import Tenant
 
 log = logging.getLogger("memspine.embedding")
@@ -56,6 +57,11 @@ DEFAULT_MAX_PENDING = 10_000
 # list was last taken (or first had work), not at once: at 200 appends/s the worker otherwise
 # embeds and writes every 3-5 events (bench/RESULTS.md). Far inside the 5 s vector lag target.
 LINGER_SECS = 0.15
+# How long one embed call may take, going by the texts/s of the calls before it: a tenant whose
+# text arrives while another's batch is being embedded waits for that call, so on a busy machine
+# (fewer texts a second) the calls shrink, down to WRITE_CHUNK texts, rather than hold every other
+# tenant's vectors for a whole BATCH (bench/embedder_flood.py).
+CALL_SECS = 0.5
 RETRY_FIRST_SECS = 0.5
 RETRY_MAX_SECS = 30.0
 NICENESS = 10  # added to the process's own
@@ -122,6 +128,7 @@ class EmbeddingWorker:
         self._disk_logged = 0.0  # monotonic time the full disk was last logged
         self._thread: threading.Thread | None = None
         self._written = 0  # changes to what tenants await: vectors written, lists read again
+        self._rate: float | None = None  # texts a second of recent embed calls (worker thread)
 
     # -- what tenants are offered -------------------------------------------------
 
@@ -421,10 +428,12 @@ class EmbeddingWorker:
         if kept is not None and kept.tenant_id == tenant.tenant_id and self._store(tenant, kept):
             return
         for _attempt in range(3):
-            events, before, deletes, model = tenant.to_embed(self.batch)
+            events, before, deletes, model = tenant.to_embed(self._call_size())
             if not events or model is None:
                 return
+            started = time.monotonic()
             own = self.embedder.embed([ev.text or "" for ev in events])
+            self._learn_rate(len(events), time.monotonic() - started)
             if own.shape[1] != tenant.dim:  # an endpoint whose model changed its length
                 self._shelve(tenant)
                 return
@@ -435,6 +444,19 @@ class EmbeddingWorker:
             ]
             if self._store(tenant, _Kept(tenant.tenant_id, items, model, deletes)):
                 return
+
+    def _call_size(self) -> int:
+        """Texts for the next embed call: BATCH, or what CALL_SECS holds at the recent rate."""
+        if self._rate is None:
+            return self.batch
+        return max(min(self.write_chunk, self.batch), min(self.batch, int(self._rate * CALL_SECS)))
+
+    def _learn_rate(self, texts: int, secs: float) -> None:
+        """Fold one call's texts a second into the recent rate (half the weight to the newest)."""
+        if secs <= 0 or texts < self.write_chunk:  # a small call says more of overhead than rate
+            return
+        rate = texts / secs
+        self._rate = rate if self._rate is None else (self._rate + rate) / 2
 
     def _store(self, tenant: Tenant, batch: _Kept) -> bool:
         """Write a batch's vectors, WRITE_CHUNK at a time; False if a delete since they were
@@ -466,18 +488,28 @@ class EmbeddingWorker:
         return True
 
 
-def chain(events: list[StoredEvent], own: np.ndarray, before: StoredEvent | None) -> np.ndarray:
+def chain(
+    events: list[StoredEvent],
+    own: np.ndarray,
+    before: StoredEvent | Mapping[Key, StoredEvent] | None,
+) -> np.ndarray:
     """The vectors to store for events in append order from their texts' vectors `own`: a turn
-    carries the stored vector of the turn before it within CHAIN_GAP_US (docs/recall.md)."""
+    carries the stored vector of the turn before it in its conversation within CHAIN_GAP_US
+    (docs/recall.md); `before` holds each conversation's stored turn before these (one turn
+    alone: its own conversation's)."""
     out = np.array(own, dtype=np.float32, copy=True)
-    prev: tuple[int, np.ndarray] | None = None
-    if before is not None and before.embedding is not None:
-        prev = (before.ts, np.asarray(before.embedding, dtype=np.float32))
+    prev: dict[Key, tuple[int, np.ndarray]] = {
+        key: (ev.ts, np.asarray(ev.embedding, dtype=np.float32))
+        for key, ev in starts_of(before).items()
+        if ev.embedding is not None
+    }
     for i, ev in enumerate(events):
         if ev.kind != CHAIN_KIND:
             continue
-        if prev is not None and abs(ev.ts - prev[0]) <= CHAIN_GAP_US:
-            v = out[i] + np.float32(CHAIN_WEIGHT) * prev[1]
+        key = conversation_of(ev)
+        p = prev.get(key)
+        if p is not None and abs(ev.ts - p[0]) <= CHAIN_GAP_US:
+            v = out[i] + np.float32(CHAIN_WEIGHT) * p[1]
             out[i] = v / np.linalg.norm(v)
-        prev = (ev.ts, out[i])
+        prev[key] = (ev.ts, out[i])
     return out

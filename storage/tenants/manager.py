@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -19,6 +20,7 @@ import lmdb
 from storage.errors import MemspineError, Unavailable
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.footprint import closed_tenant_bytes, give_back_memory, tenant_bytes
+from storage.tenants.pool import WriterPool
 from storage.tenants.standin import EmptyStandIn
 from storage.tenants.tenant import LEDGER_DAYS, Tenant, TenantHooks
 
@@ -33,6 +35,15 @@ SHUT = "the server is shutting down; retry shortly"
 CAP = "tenant_cap"
 MEMORY = "memory_budget"
 REASONS = (CAP, MEMORY)
+
+
+def tenants_within(budget: int, embedding_dim: int = 384) -> int:
+    """How many open tenants the memory budget holds when each is as small as a tenant can be
+    (storage/tenants/footprint.py's estimate of one with no files), at least 1: the default cap
+    on open tenants, so that the budget decides how many are open whatever their size."""
+    # No vector file is there to stat under os.devnull: the estimate of a tenant with none.
+    smallest = closed_tenant_bytes(Path(os.devnull), embedding_dim)
+    return max(1, budget // smallest)
 
 
 def _unavailable(detail: str) -> Unavailable:
@@ -189,8 +200,11 @@ class TenantManager:
         on_batch: Callable[[int], None] | None = None,
         admit: Callable[[str], None] | None = None,
         ledger_days: float = LEDGER_DAYS,
+        writer_threads: int | None = None,
     ) -> None:
         self.data_dir = data_dir
+        # The threads that commit every open tenant's writes (None: sized to the cores).
+        self.writers = WriterPool(writer_threads)
         self.ledger_days = ledger_days  # each tenant's purges prune its erasure ledger to it
         # The background embedder: told of each tenant opened and closed, it offers new
         # tenants its space and holds open ones (use_open) while it writes their vectors.
@@ -298,12 +312,14 @@ class TenantManager:
             if slot.idle():
                 chosen.append(slot)
                 freed += slot.bytes
-        if need_slot and not chosen:
-            self.rejections_by[CAP] += 1
-            raise _unavailable(BUSY)
         # Short of room with every idle tenant counted: refuse if requests in flight hold the
         # rest. A tenant larger than the whole budget still opens once nothing else is open.
-        if freed < over and len(chosen) < len(self._slots):
+        short = freed < over and len(chosen) < len(self._slots)
+        # Refused by both limits, the budget is named: the default cap follows from it.
+        if need_slot and not chosen and not short:
+            self.rejections_by[CAP] += 1
+            raise _unavailable(BUSY)
+        if short:
             self.rejections_by[MEMORY] += 1
             raise _unavailable(BUSY_MEMORY)
         for i, slot in enumerate(chosen):
@@ -354,6 +370,7 @@ class TenantManager:
                 embedding_dim=self.embedding_dim,
                 offer=None if embedding is None else embedding.offer,
                 hooks=self.hooks,
+                writers=self.writers,
             )
             tenant.ledger_days = self.ledger_days
             seconds = time.perf_counter() - started
@@ -690,6 +707,7 @@ class TenantManager:
             for slot in slots:
                 self._forget(slot)
         self._standin.close()
+        self.writers.close()
 
     # -- observation ------------------------------------------------------------
 

@@ -25,7 +25,8 @@ from storage.fsync import fsync_dir
 from storage.index.vectors import VectorIndex
 from storage.log import layout, revisions
 from storage.log.eventlog import EventLog
-from storage.model import StoredEvent
+from storage.model import CHAIN_KIND, StoredEvent
+from storage.tenants.chains import Key, conversation_of
 from storage.tenants.embedding import chain
 
 BATCH = 256  # texts per embed call (the local embedder batches them by length itself)
@@ -105,7 +106,7 @@ def _embed_all(
     total = len(events)
     vectors: list[np.ndarray] = []
     index: VectorIndex | None = None
-    before: StoredEvent | None = None
+    before: dict[Key, StoredEvent] = {}  # each conversation's last turn, with its new vector
     try:
         for start in range(0, total, BATCH):
             batch = events[start : start + BATCH]
@@ -114,10 +115,9 @@ def _embed_all(
                 index = VectorIndex.create_empty(beside / files.VECTORS, int(made.shape[1]))
             index.add([ev.seq for ev in batch], made.tolist())
             vectors.append(made)
-            turns = [i for i, ev in enumerate(batch) if ev.kind == "turn"]
-            if turns:
-                i = turns[-1]
-                before = msgspec.structs.replace(batch[i], embedding=made[i].tolist())
+            last = {conversation_of(ev): i for i, ev in enumerate(batch) if ev.kind == CHAIN_KIND}
+            for key, i in last.items():
+                before[key] = msgspec.structs.replace(batch[i], embedding=made[i].tolist())
             if progress is not None:
                 progress(start + len(batch), total)
     except BaseException:

@@ -36,7 +36,7 @@ VECTORS_LATE = (
     "events of this tenant still await their vectors after {secs:g} s (the embedder is "
     "behind or failing); retry, or recall without wait_for_vectors"
 )
-# What a recall by text alone gets in a server-space tenant (docs/recall.md).
+# The feedback step every recall with text and a vector gets (docs/recall.md).
 FEEDBACK = Feedback(hits=2, weight=0.5)
 
 
@@ -86,7 +86,9 @@ class ServerVectors:
         has its vector (VECTORS_WAIT_SECS at most, then 503). Hits carry no embeddings."""
         w = self.worker
         if w is None or query.embedding is not None or not w.serves(tenant):
-            return tenant.recall(query, embeddings=False)
+            # A client's own vector gets the feedback step too (it needs text and a vector,
+            # and only reads the tenant's stored vectors, whoever made them: docs/recall.md).
+            return tenant.recall(query, embeddings=False, feedback=FEEDBACK)
         if wait_for_vectors and tenant.tenant_id not in w.keyword_only:  # else none will come
             self.wait_for_vectors(tenant)
         feedback: Feedback | None = None

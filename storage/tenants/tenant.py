@@ -1,4 +1,4 @@
-"""One tenant: its event log, the two index projections and the single writer that feeds them."""
+"""One tenant: its event log, the two index projections and the writer queue that feeds them."""
 
 from __future__ import annotations
 
@@ -23,7 +23,6 @@ from storage.log.eventlog import EventLog
 from storage.log.layout import space_name
 from storage.log.reader import LogReader
 from storage.model import (
-    CHAIN_KIND,
     AppendResult,
     NewEvent,
     PlacedEvent,
@@ -37,6 +36,7 @@ from storage.read.cascade import would_delete
 from storage.read.current import EventState, Moment, event_state
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import Feedback, RecallQuery, RecallResult, recall, validate
+from storage.tenants.chains import Key, chain_starts
 from storage.tenants.groupcommit import (
     commit_batch,
     delete_cascade,
@@ -54,6 +54,7 @@ from storage.tenants.jobs import (
     DeleteJob,
     VectorJob,
 )
+from storage.tenants.pool import WriterPool
 from storage.tenants.projection import catch_up
 from storage.tenants.usage import TenantUsage, VectorSpace, usage_of
 from storage.tenants.writer import GroupWriter
@@ -92,6 +93,7 @@ class Tenant:
         embedding_dim: int,
         offer: Callable[[], ServerSpace | None] | None = None,
         hooks: TenantHooks = NO_HOOKS,
+        writers: WriterPool | None = None,
     ) -> None:
         self.tenant_id = tenant_id
         self.root = root
@@ -128,8 +130,9 @@ class Tenant:
         self.measure_memory = hooks.measure_memory
         self._purges = PurgeGate()
         self.appended_at = 0.0  # monotonic time of the last commit with appends (RIDE_SECS)
+        # Its queue on the writer pool (the manager's; the process's shared one by default).
         self.writer: GroupWriter[AnyJob] = GroupWriter(
-            tenant_id, self._commit_batch, self._observe_batch
+            tenant_id, self._commit_batch, self._observe_batch, writers
         )
 
     @classmethod
@@ -141,11 +144,13 @@ class Tenant:
         embedding_dim: int = 384,
         offer: Callable[[], ServerSpace | None] | None = None,
         hooks: TenantHooks = NO_HOOKS,
+        writers: WriterPool | None = None,
     ) -> Tenant:
         """Open the tenant stored at root, creating it if needed, and bring its indexes up to
-        date; offer: the server's embedder (docs/embeddings.md); hooks: whom it tells what."""
+        date; offer: the server's embedder (docs/embeddings.md); hooks: whom it tells what;
+        writers: the pool that commits its writes (storage/tenants/pool.py)."""
         try:
-            return cls(tenant_id, root, embedding_dim, offer, hooks)
+            return cls(tenant_id, root, embedding_dim, offer, hooks, writers)
         except Exception as exc:  # creating the log's files on a full disk, say
             raise_if_disk_full(exc, root)
             raise
@@ -439,19 +444,20 @@ class Tenant:
         with self.log.reader() as r:
             return r.last_seq()
 
-    def to_embed(self, limit: int) -> tuple[list[StoredEvent], StoredEvent | None, int, str | None]:
+    def to_embed(
+        self, limit: int
+    ) -> tuple[list[StoredEvent], dict[Key, StoredEvent], int, str | None]:
         """Up to limit events awaiting their server vector, oldest first (read light, text and
-        all); the stored turn before the first of them that has a vector (the chain's start);
-        the delete count and the tenant's model when read."""
+        all); per conversation, the stored turn before the first of them that has a vector (the
+        chains' starts, storage/tenants/chains.py); the delete count and the tenant's model
+        when read."""
         with self.log.reader() as r:
             events: list[StoredEvent] = []
             for _seq, event_id in r.unembedded(limit):
                 ev = r.get_light(event_id)
                 if ev is not None:
                     events.append(ev)
-            before = None
-            if events:
-                before = r.chain_before(events[0].seq, CHAIN_KIND, CHAIN_SCAN)
+            before = chain_starts(r, events, CHAIN_SCAN)
             return events, before, self.deletes, r.meta_str(layout.MODEL)
 
     def store_vectors(
@@ -466,7 +472,8 @@ class Tenant:
         return job.future
 
     def call(self, fn: Callable[[], T]) -> Future[T]:
-        """Run fn on the writer thread, alone, between group commits; resolves to its result."""
+        """Run fn on a writer thread, alone, between the tenant's group commits; resolves to its
+        result."""
         job = CallJob(fn)
         self.writer.submit(job)
         return job.future

@@ -13,6 +13,9 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
+from memspine.config import MAX_TENANT_THREADS, THREADS_PER_TENANT
+from memspine.limits import default_max_open_bytes
+from storage import tenants_within
 from tests.support.first_session import first_session
 from tests.support.metrics import value
 from tests.support.seed import SUPPORT, SUPPORT_TS, load, review
@@ -50,6 +53,10 @@ def test_the_fd_limit_is_raised_and_the_default_tenant_cap_follows_from_it(
     (limit,) = [line for line in lines if line["logger"] == "memspine.limits"]
     (capped,) = [line for line in lines if line["msg"] == "open tenants capped"]
     assert limit["soft"] >= limit["before"]
-    cap = min(max(1, (limit["soft"] - 64) // 12), 400)  # 400: the threads' bound
+    # From the memory budget (the server's default, this machine's), under the descriptors'
+    # and the open tenants' threads' ceilings.
+    cap = min(tenants_within(default_max_open_bytes()), (limit["soft"] - 64) // 12)
+    if THREADS_PER_TENANT:
+        cap = min(cap, MAX_TENANT_THREADS // THREADS_PER_TENANT)
     assert capped["max_open_tenants"] == cap and capped["source"] == "default"
     assert value(httpx.get(real.url + "/metrics").text, "memspine_max_open_tenants") == cap

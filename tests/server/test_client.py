@@ -473,6 +473,7 @@ CLIENT_CALLS: dict[str, Any] = {
     "list_receipts": lambda: r.list_receipts(),
     "get_receipt": lambda: r.get_receipt("0" * 32),
     "receipt_key": lambda: r.receipt_key(),
+    "tenant_retention": lambda: r.tenant_retention(),
     "erase_subject_everywhere": lambda: r.erase_subject_everywhere(
         "cust-1", dry_run=False, identifiers=["Ann"], confirm_ids=[ID], cascade="none"
     ),

@@ -405,8 +405,8 @@ def test_a_bad_default_stops_the_server_naming_it(name: str, value: str, why: st
 def _queued(tenant: Any, n: int, timeout: float = 10.0) -> None:
     """Wait until n jobs wait in the tenant's writer queue."""
     deadline = time.monotonic() + timeout
-    while tenant.writer._queue.qsize() < n:
-        waiting = tenant.writer._queue.qsize()
+    while tenant.writer.queued() < n:
+        waiting = tenant.writer.queued()
         assert time.monotonic() < deadline, f"{waiting} of {n} appends reached the writer"
         time.sleep(0.01)
 

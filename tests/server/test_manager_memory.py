@@ -26,6 +26,7 @@ from memspine.mcp.server import Caller, build_server
 from memspine_admin.control import ControlDB
 from storage.errors import Unauthorized, Unavailable
 from storage.model import NewEvent
+from storage.tenants.footprint import TENANT_BASE_BYTES
 from storage.tenants.manager import BUSY_MEMORY, CAP, MEMORY, TenantManager
 from storage.tenants.tenant import Tenant
 from tests.support.big_tenants import build, copies
@@ -74,7 +75,7 @@ def test_more_tenants_than_fit_opened_in_turn_stay_under_the_budget(
     ten: tuple[Path, list[str], int],
 ) -> None:
     data, names, size = ten
-    assert size > 2 << 20  # a real graph: hnswlib's fixed tables alone are 2.6 MB
+    assert size > TENANT_BASE_BYTES  # the rows of its vectors and its searcher besides
     budget = int(3.5 * size)  # three fit
     m = TenantManager(data, embedding_dim=DIM, max_open=100, max_open_bytes=budget)
     try:
@@ -175,10 +176,21 @@ def test_a_tenant_larger_than_the_budget_opens_alone_and_closes_once_idle(
         m.close_all()
 
 
+@pytest.fixture
+def three_wide(tmp_path: Path) -> tuple[Path, list[str], int]:
+    """Three tenants of 384-float vectors, big enough that 2.5 of them make a budget the
+    server accepts (a tenant without a graph holds little more than its rows)."""
+    template = build(tmp_path / "wide" / "tpl", EVENTS, 384)
+    data = tmp_path / "data"
+    names = [f"w{i}" for i in range(3)]
+    copies(template, data, names)
+    return data, names, one_tenant_bytes(data, names[0])
+
+
 def test_all_busy_over_http_is_503_unavailable_with_retry_after(
-    ten: tuple[Path, list[str], int],
+    three_wide: tuple[Path, list[str], int],
 ) -> None:
-    data, names, size = ten
+    data, names, size = three_wide
     settings = load_settings({
         "MEMSPINE_DATA_DIR": str(data), "MEMSPINE_EMBEDDING_DIM": str(DIM),
         "MEMSPINE_MAX_OPEN_BYTES": str(int(2.5 * size)), "MEMSPINE_METRICS_PER_TENANT": "1",
@@ -201,7 +213,7 @@ def test_all_busy_over_http_is_503_unavailable_with_retry_after(
         assert value(text, "memspine_unavailable_by_reason_total", reason=MEMORY) == 2
         assert value(text, "memspine_open_bytes_budget") == int(2.5 * size)
         held_bytes = [value(text, "memspine_tenant_memory_bytes", tenant=n) for n in names[:2]]
-        assert all(b > 2 << 20 for b in held_bytes)
+        assert all(b > TENANT_BASE_BYTES for b in held_bytes)
         assert value(text, "memspine_open_tenant_bytes") == pytest.approx(sum(held_bytes), rel=0.01)
         held[0].release()
         r = client.get("/v1/memory/events", params={"limit": 10}, headers=headers)

@@ -99,3 +99,42 @@ def test_the_link_check_refuses_what_hnswlib_refuses(tmp_path: Path) -> None:
             with pytest.raises(vecfile.VectorFileError):
                 vecfile.check_links(path, dim)
     assert [n for n in files if n != "whole"]  # the damaged ones were refused above
+
+
+@pytest.mark.parametrize("count", [0, 5])
+def test_a_flat_save_is_a_file_hnswlib_loads_and_this_module_reads(
+    tmp_path: Path, count: int
+) -> None:
+    dim = 8
+    rng = np.random.default_rng(3)
+    rows = flat_unit(rng.standard_normal((count, dim)).astype(np.float32))
+    labels = np.arange(10, 10 + count, dtype=np.int64)
+    path = tmp_path / "v.hnsw"
+    with open(path, "wb") as fh:
+        vecfile.write_flat(fh, labels, rows, vectors.M, vectors.EF_CONSTRUCTION)
+    vecfile.check_saved(path)
+    read_labels, read_rows = vecfile.read_vectors(path, dim)
+    assert read_labels.tolist() == labels.tolist()
+    assert np.array_equal(read_rows, rows)  # bit for bit
+    loaded = hnswlib.Index(space="cosine", dim=dim)
+    loaded.load_index(str(path))
+    assert loaded.element_count == count
+    if count:
+        assert np.array_equal(np.asarray(loaded.get_items(labels.tolist()), np.float32), rows)
+        assert vecfile.count_labels(path, [11, 99], dim) == 1
+        assert vecfile.erase_labels(path, [11], dim) == 1
+        assert not np.array_equal(vecfile.read_vectors(path, dim)[1][1], rows[1])
+        with pytest.raises(RuntimeError):
+            hnswlib_reloaded(path, dim).get_items([11])  # marked deleted, as hnswlib reads it
+
+
+def flat_unit(rows: np.ndarray) -> np.ndarray:
+    """Rows scaled to length 1, as the vector index keeps them."""
+    return rows / np.linalg.norm(rows, axis=1, keepdims=True)
+
+
+def hnswlib_reloaded(path: Path, dim: int) -> hnswlib.Index:
+    """The index saved at path, as hnswlib loads it."""
+    index = hnswlib.Index(space="cosine", dim=dim)
+    index.load_index(str(path))
+    return index
