@@ -157,10 +157,12 @@ class VectorIndex:
         return self._live
 
     def graph_count(self) -> int:
-        """Live vectors in the graph; for a saved graph not yet loaded, its sidecar's count
-        (0 if unreadable), as a closed tenant's usage reads it: counting loads nothing."""
+        """Live vectors in the index: the graph's, or with no graph every exact row; for a saved
+        graph not yet loaded, its sidecar's count (0 if unreadable), as a closed tenant's usage
+        reads it: counting loads nothing."""
         if not self._deferred:
-            return len(self._live)
+            with self._tail_cond:  # with no graph, the exact set is the index: all of it counts
+                return len(self._live) if self._index is not None else len(self._tail)
         try:
             saved = read_live(live_path(self.path))
         except VectorFileError:

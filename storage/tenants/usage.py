@@ -46,8 +46,9 @@ class Bytes(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class VectorCounts(msgspec.Struct, frozen=True, kw_only=True):
-    """Vectors in the HNSW graph, acknowledged ones still in the exact tail, and events that
-    await the vector the server makes for them."""
+    """Vectors in the index (the HNSW graph, or below its threshold the exact rows that stand
+    for it), acknowledged ones still in the exact tail on their way into the graph, and events
+    that await the vector the server makes for them."""
 
     graph: int
     pending: int

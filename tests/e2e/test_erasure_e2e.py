@@ -22,6 +22,7 @@ import msgspec
 import pytest
 
 from storage.erasure import swap
+from storage.index.vectors import EXACT_BELOW
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
 from tests.support.erasure import (
@@ -249,7 +250,9 @@ def template(tmp_path_factory: pytest.TempPathFactory) -> Template:
     rng = random.Random(99)
     root = tmp_path_factory.mktemp("template") / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
-    ids = append(t, [neighbour(rng, i) for i in range(250)])
+    # Past EXACT_BELOW, so that the tenant has a graph: a smaller one keeps its vectors as exact
+    # rows and saves only the live ones, which leaves a purge no vector file to swap.
+    ids = append(t, [neighbour(rng, i) for i in range(EXACT_BELOW + 250)])
     secret = rare_token(rng)
     victim = NewEvent(kind="turn", ts=5, text=f"door code {secret}", embedding=[0.5] * DIM)
     [vid] = append(t, [victim])
