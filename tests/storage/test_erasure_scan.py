@@ -1,0 +1,36 @@
+"""The receipt's scan of a tenant's files (storage/erasure/scan.py): every needle found wherever
+it stands in a file, whatever the case, across a chunk's edge, and after hex that looks like the
+start of another id; a needle that is nowhere maps to []."""
+
+from __future__ import annotations
+
+import random
+import uuid
+from pathlib import Path
+
+import pytest
+
+from storage.erasure import scan
+
+
+def test_every_id_and_identifier_is_found_where_it_stands(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scan, "CHUNK", 4096)  # many chunks, so needles straddle their edges
+    rng = random.Random(5)
+    ids = [str(uuid.UUID(int=rng.getrandbits(128), version=4)).encode() for _ in range(200)]
+    blob = bytearray(rng.getrandbits(8) for _ in range(40_000))
+    blob[100:136] = ids[0]
+    blob[500:504], blob[504:540] = b"abcd", ids[1]  # hex just before the id
+    blob[4096 - 10 : 4096 + 26] = ids[2]  # across the first chunk's edge
+    blob[9000:9036] = ids[3].upper()  # ASCII case ignored
+    blob[12000:12045] = b"aaaaaaaa-bbbb-cccc-dddd-" + ids[4][:21]  # an id-like run, then
+    blob[12045:12081] = ids[4]  # the id overlapping it
+    blob[20000:20009] = b"ANN SMITH"
+    (tmp_path / "data.mdb").write_bytes(bytes(blob))
+    (tmp_path / "keyword").mkdir()
+    (tmp_path / "keyword" / "seg").write_bytes(b"..." + ids[5] + b"...")
+    found = scan.files_holding(tmp_path, [*ids, b"Ann Smith", b"nobody"])
+    assert {n for n, where in found.items() if where} == {*ids[:6], b"Ann Smith"}
+    assert found[ids[5]] == ["keyword/seg"] and found[ids[0]] == ["data.mdb"]
+    assert found[b"nobody"] == [] and found[ids[6]] == []
