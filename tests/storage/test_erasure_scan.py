@@ -24,8 +24,9 @@ def test_every_id_and_identifier_is_found_where_it_stands(
     blob[500:504], blob[504:540] = b"abcd", ids[1]  # hex just before the id
     blob[4096 - 10 : 4096 + 26] = ids[2]  # across the first chunk's edge
     blob[9000:9036] = ids[3].upper()  # ASCII case ignored
-    blob[12000:12045] = b"aaaaaaaa-bbbb-cccc-dddd-" + ids[4][:21]  # an id-like run, then
-    blob[12045:12081] = ids[4]  # the id overlapping it
+    # an id-like run whose last 12 hex digits take the id's first 8: the id overlaps it
+    blob[12000:12028] = b"12345678-1234-1234-1234-1234"
+    blob[12028:12064] = ids[4]
     blob[20000:20009] = b"ANN SMITH"
     (tmp_path / "data.mdb").write_bytes(bytes(blob))
     (tmp_path / "keyword").mkdir()
