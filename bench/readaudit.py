@@ -7,10 +7,12 @@ loads each in turn with one closed-loop client sending fused recalls (text and e
 and the medians of the rounds' p50s are compared to `off`'s. Bytes per record are read back from
 the buffered server's read log, and recomputed with an issued key's 12-character id (local mode's
 key id is "local"). Verify: 1,000,000 records of 10 ids written with the log's own appender, then
-`storage.readlog.verify` timed against their head.
+`storage.readlog.verify` timed against their head. Throughput: 100 tenants of 1,000 events
+(one built, copied under 100 local-mode tokens), 32 closed-loop clients sending fused recalls
+round robin across them, off and buffered alternating each round.
 
 Targets: buffered p50 <= 1.05x off, durable p50 <= 1.5x off, <= 200 bytes per 10-hit record,
-verify over 1,000,000 records <= 10 s.
+verify over 1,000,000 records <= 10 s, buffered throughput >= 0.9x off.
 """
 
 from __future__ import annotations
@@ -94,6 +96,51 @@ def latency(work: Path, size: int, rounds: int, seconds: float) -> dict[str, Any
         }
     out["bytes_per_record"] = record_bytes(work / "buffered" / TENANT)
     return out
+
+
+def throughput(work: Path, seconds: float, rounds: int) -> dict[str, Any]:
+    """32 clients recalling across 100 tenants (1,000 events each, a tenant per local-mode
+    token), per mode: requests/s of each round, their median, and the ratio to off's."""
+    corpus = load_corpus()
+    template = work / "tenant-1000"
+    if not (template / TENANT).is_dir():
+        events, _ = make_events(corpus, 1_000)
+        build(template / TENANT, events)
+    names = [f"t{i:03d}" for i in range(100)]
+    base_requests = recall_requests(corpus)
+    old = f"Bearer {TENANT}".encode()
+    requests = [
+        req.replace(old, f"Bearer {names[i % len(names)]}".encode())
+        for i, req in enumerate(base_requests * 2)
+    ]
+    servers = {}
+    for mode in ("off", "buffered"):
+        data = work / f"many-{mode}"
+        shutil.rmtree(data, ignore_errors=True)
+        for name in names:
+            shutil.copytree(template / TENANT, data / name)
+        servers[mode] = serve_memspine(
+            data, {"MEMSPINE_EMBEDDING_DIM": str(DIM), "MEMSPINE_READ_AUDIT": mode}
+        )
+    rates: dict[str, list[float]] = {"off": [], "buffered": []}
+    try:
+        for r in range(rounds):
+            for mode in ("off", "buffered") if r % 2 == 0 else ("buffered", "off"):
+                result = load(servers[mode], requests, 32, warmup=1.0, seconds=seconds)
+                assert not result["errors"], result
+                rates[mode].append(result["per_sec"])
+    finally:
+        for s in servers.values():
+            s.stop()
+    base = median(rates["off"])
+    return {
+        mode: {
+            "per_sec_rounds": rates[mode],
+            "per_sec": median(rates[mode]),
+            "ratio_to_off": round(median(rates[mode]) / base, 3),
+        }
+        for mode in rates
+    }
 
 
 def record_bytes(root: Path) -> dict[str, Any]:
@@ -212,7 +259,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=None, help="events (default 100000)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5; quick 1)")
     parser.add_argument("--records", type=int, default=None, help="records to verify (1000000)")
-    parser.add_argument("--only", choices=("latency", "verify", "cpu"), default=None)
+    parser.add_argument("--only", choices=("latency", "throughput", "verify", "cpu"), default=None)
     parser.add_argument("--out", type=Path, default=None, help="JSON (bench/out/readaudit.json)")
     args = parser.parse_args(argv)
     size = args.size or (2_000 if args.quick else 100_000)
@@ -223,6 +270,8 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, Any] = {}
     if args.only in (None, "latency"):
         results["recall"] = latency(work, size, rounds, 2.0 if args.quick else 6.0)
+    if args.only in (None, "throughput"):
+        results["throughput"] = throughput(work, 2.0 if args.quick else 6.0, rounds)
     if args.only in (None, "cpu"):
         results["cpu"] = cpu_cost(work)
     if args.only in (None, "verify"):
