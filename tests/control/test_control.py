@@ -12,7 +12,6 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from argon2 import PasswordHasher
 
 from memspine_admin import keys
 from memspine_admin.control import (
@@ -24,19 +23,8 @@ from memspine_admin.plane import ControlPlane, init_control, open_control
 from memspine_admin.records import MAX_TTL_SECS, ReadMark
 from storage import erase_tenant_dir, is_tenant_id
 from storage.errors import Conflict, InvalidRequest, NotFound
-
-WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-T0 = 1_790_000_000_000_000
-
-
-class Clock:
-    """A settable clock in microseconds."""
-
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> int:
-        return self.t
+from tests.support.control import CHEAP_HASHER as WEAK
+from tests.support.control import T0, Clock
 
 
 @pytest.fixture

@@ -9,7 +9,6 @@ from pathlib import Path
 
 import psycopg
 import pytest
-from argon2 import PasswordHasher
 
 from memspine_admin.control_pg import (
     POLL_SECS,
@@ -23,9 +22,8 @@ from memspine_admin.control_pg import (
 from memspine_admin.controlurl import redact
 from memspine_admin.plane import open_control
 from storage.errors import Conflict, InvalidRequest
+from tests.support.control import CHEAP_HASHER as WEAK
 from tests.support.servers import free_port
-
-WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 
 
 def _versions(url: str) -> list[int]:

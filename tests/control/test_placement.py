@@ -7,7 +7,6 @@ from __future__ import annotations
 import msgspec
 import psycopg
 import pytest
-from argon2 import PasswordHasher
 
 from memspine_admin.control_pg import NodeReporter, PgControl
 from memspine_admin.placement import (
@@ -21,8 +20,8 @@ from memspine_admin.placement import (
 )
 from memspine_admin.records import now_us
 from storage.errors import Conflict, InvalidRequest, Misdirected, NotFound, Unavailable
+from tests.support.control import CHEAP_HASHER as WEAK
 
-WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 NOW = 10**15
 
 

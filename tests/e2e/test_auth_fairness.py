@@ -33,6 +33,7 @@ from memspine_admin.control import ControlDB
 from storage.errors import TooManyRequests, Unauthorized
 from storage.model import NewEvent
 from storage.tenants.tenant import Tenant
+from tests.support import auth
 from tests.support.servers import ServerProcess
 
 # Bounds on time (floods, latency, timeouts): run alone, after the rest (see Makefile).
@@ -130,24 +131,8 @@ def wrong_secret(key_id: str) -> str:
     return keys.format_token(key_id, keys.random_base62(keys.SECRET_LEN))
 
 
-class Issued:
-    """The module's issued-key server, an admin client and helpers."""
-
-    def __init__(self, server: ServerProcess) -> None:
-        self.server = server
-        self.admin = server.client(ADMIN_KEY)
-
-    def tenant(self, name: str) -> str:
-        r = self.admin.post("/v1/admin/tenants", json={"name": name})
-        assert r.status_code == 201, r.text
-        return str(r.json()["tenant_id"])
-
-    def key(self, tenant_id: str, **extra: Any) -> dict[str, Any]:
-        body = {"tenant_id": tenant_id, "name": "k", **extra}
-        r = self.admin.post("/v1/admin/keys", json=body)
-        assert r.status_code == 201, r.text
-        issued: dict[str, Any] = r.json()
-        return issued
+class Issued(auth.Issued):
+    """The module's issued-key server, an admin client, its helpers and a timed request."""
 
     def timed(
         self, token: str, path: str = "/v1/whoami", timeout: float = 30
@@ -167,7 +152,7 @@ def issued(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Issued]:
     ControlDB.init(data_dir, actor="test")
     env = {"MEMSPINE_ADMIN_KEY": ADMIN_KEY, "MEMSPINE_CYPHER_TIMEOUT_MS": str(CYPHER_TIMEOUT_MS)}
     server = ServerProcess(data_dir, env).start()
-    yield Issued(server)
+    yield Issued(server, ADMIN_KEY)
     # The flooders' requests still queued would take their turns first: nothing here to keep.
     server.stop(signal.SIGKILL)
 

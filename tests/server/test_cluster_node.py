@@ -12,13 +12,12 @@ from typing import Any
 
 import httpx
 import pytest
-from argon2 import PasswordHasher
 
 from memspine_admin.control_pg import PgControl
 from memspine_admin.placement import MISDIRECTED, MOVING
+from tests.support.control import CHEAP_HASHER as WEAK
 from tests.support.wait import wait_until
 
-WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 ADMIN = "admin-key-for-the-cluster-node-tests"
 EVENT = {"kind": "note", "text": "the orchid blooms in march", "embedding": [1.0, 0.0, 0.0, 0.0]}
 

@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
-from argon2 import PasswordHasher
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     Bundle,
@@ -30,10 +29,10 @@ from memspine.app import create_app
 from memspine.auth import Authenticator
 from memspine.config import Settings
 from memspine_admin.control import ControlDB
+from tests.support.control import CHEAP_HASHER
 
 ADMIN_KEY = "isolation-admin-key-0042"
 # Still argon2id through the same code path; the default profile would spend the test's budget.
-CHEAP_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 WORDS = ("parcel", "refund", "door", "carrier")
 SCOPE_SETS = (("read",), ("write",), ("read", "write"))
 UNAUTHORIZED = {"error": "unauthorized", "detail": "invalid or expired api key"}

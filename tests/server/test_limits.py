@@ -14,7 +14,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from argon2 import PasswordHasher
 from litestar.testing import TestClient
 
 from memspine.allowance import Buckets
@@ -26,8 +25,8 @@ from memspine.schemas import EventIn, to_new_event
 from memspine_admin.plane import ControlPlane, open_control
 from storage.errors import InvalidRequest, NotFound, QuotaExceeded
 from storage.model import Quota
+from tests.support.control import CHEAP_HASHER as CHEAP
 
-CHEAP = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 ADMIN_KEY = "admin-key-for-the-limits-tests-0123456789"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 TS = 1_790_000_000_000_000

@@ -13,7 +13,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from argon2 import PasswordHasher
 from litestar.testing import TestClient
 
 from memspine.app import create_app
@@ -24,6 +23,7 @@ from memspine_admin.plane import open_control
 from memspine_admin.records import now_us
 from storage import receipts
 from storage.tenants.runs import JOURNAL, RUNS, Journal
+from tests.support.control import CHEAP_HASHER as CHEAP
 
 
 def receipts_key(data: Path) -> bytes:
@@ -31,7 +31,6 @@ def receipts_key(data: Path) -> bytes:
     return base64.b64decode(receipts.public_key(data).public_key)
 
 
-CHEAP = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 ADMIN_KEY = "admin-key-for-the-retention-tests-0123"
 ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 DAY = 86_400 * 1_000_000

@@ -26,19 +26,8 @@ from memspine_admin.control import ControlDB
 from memspine_admin.control_pg import ControlUnavailable
 from memspine_admin.plane import ControlPlane, open_control
 from storage.errors import Conflict, Forbidden, NotFound, Unauthorized
-
-WEAK = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
-T0 = 1_790_000_000_000_000
-
-
-class Clock:
-    """A settable clock in microseconds."""
-
-    def __init__(self) -> None:
-        self.t = T0
-
-    def __call__(self) -> int:
-        return self.t
+from tests.support.control import CHEAP_HASHER as WEAK
+from tests.support.control import T0, Clock
 
 
 class CountingHasher(PasswordHasher):

@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 
 from tests.support.admin import COMMAND
-from tests.support.servers import InProcessServer
+from tests.support.servers import InProcessServer, ServerProcess
 
 ADMIN_KEY = "test-admin-key-7c1f0e9a2b"
 
@@ -27,11 +27,12 @@ def admin_cli(data_dir: Path, *args: str) -> str:
 
 
 class Issued:
-    """The issued-key server with an admin client and helpers to make tenants and keys."""
+    """The issued-key server (in process or a process of its own) with an admin client and
+    helpers to make tenants and keys."""
 
-    def __init__(self, server: InProcessServer) -> None:
+    def __init__(self, server: InProcessServer | ServerProcess, admin_key: str = ADMIN_KEY) -> None:
         self.server = server
-        self.admin = server.client(ADMIN_KEY)
+        self.admin = server.client(admin_key)
 
     def tenant(self, name: str) -> str:
         r = self.admin.post("/v1/admin/tenants", json={"name": name})

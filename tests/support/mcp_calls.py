@@ -10,16 +10,15 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from argon2 import PasswordHasher
 from mcp import Client, StdioServerParameters
 from mcp_types import CallToolResult
 
 from memspine_admin.control import ControlDB
+from tests.support.control import CHEAP_HASHER
 from tests.support.wait import PATIENCE_SECS
 
 MEMSPINE = Path(sys.executable).parent / "memspine"
 COMMAND = [str(MEMSPINE)] if MEMSPINE.exists() else [sys.executable, "-m", "memspine.cli"]
-CHEAP_HASHER = PasswordHasher(time_cost=1, memory_cost=8, parallelism=1)
 
 
 READ_TOOLS = {"memory_recall", "memory_get", "memory_list", "memory_cypher"}
