@@ -32,14 +32,6 @@ def clock() -> Clock:
     return Clock()
 
 
-@pytest.fixture(params=["lmdb", "postgresql"])
-def url(request: pytest.FixtureRequest) -> str | None:
-    """None for the LMDB control database in tmp_path, else a PostgreSQL URL of its own."""
-    if request.param == "lmdb":
-        return None
-    return str(request.getfixturevalue("control_url"))
-
-
 @pytest.fixture
 def db(tmp_path: Path, clock: Clock, url: str | None) -> Iterator[ControlPlane]:
     with open_control(tmp_path, url, create=True, actor="test", hasher=WEAK, clock=clock) as opened:

@@ -32,14 +32,6 @@ ADMIN = {"Authorization": f"Bearer {ADMIN_KEY}"}
 TS = 1_790_000_000_000_000
 
 
-@pytest.fixture(params=["lmdb", "postgresql"])
-def url(request: pytest.FixtureRequest) -> str | None:
-    """None for the LMDB control database, else a PostgreSQL URL of its own."""
-    if request.param == "lmdb":
-        return None
-    return str(request.getfixturevalue("control_url"))
-
-
 @pytest.fixture
 def plane(tmp_path: Path, url: str | None) -> Iterator[ControlPlane]:
     with open_control(tmp_path, url, create=True, actor="test", hasher=CHEAP) as opened:

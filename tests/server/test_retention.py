@@ -37,14 +37,6 @@ DAY = 86_400 * 1_000_000
 NOW = now_us()
 
 
-@pytest.fixture(params=["lmdb", "postgresql"])
-def url(request: pytest.FixtureRequest) -> str | None:
-    """None for the LMDB control database, else a PostgreSQL URL of its own."""
-    if request.param == "lmdb":
-        return None
-    return str(request.getfixturevalue("control_url"))
-
-
 @dataclass
 class Server:
     """The app over a control plane with one tenant, its key, and the clock of its retention."""

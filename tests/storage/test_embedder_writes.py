@@ -24,6 +24,7 @@ from storage.read.recall import RecallQuery
 from storage.tenants.embedding import EmbeddingWorker
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
+from tests.support.wait import wait_until
 
 REPO = Path(__file__).resolve().parents[2]
 T0 = 1_800_000_000_000_000
@@ -82,7 +83,9 @@ def test_a_batch_is_written_a_chunk_per_writer_turn(tmp_path: Path, model: Embed
             drained(t)
             assert model.loaded  # type: ignore[attr-defined]
         # One embed call of eight texts, written in three turns of the writer (3, 3, 2): an
-        # append that arrives meanwhile is committed after at most one of them.
+        # append that arrives meanwhile is committed after at most one of them. (A turn is
+        # noted after its jobs are answered: the last note may come a moment after the drain.)
+        wait_until(lambda: len(left) >= 3, "every writer turn noted")
         assert left == [5, 2, 0]
     finally:
         worker.stop()

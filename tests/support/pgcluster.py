@@ -65,3 +65,12 @@ def control_url(pg_server: PrivatePostgres) -> Iterator[str]:
     yield schema_url(pg_server.url(), schema)
     with psycopg.connect(pg_server.url(), autocommit=True) as conn:
         conn.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["lmdb", "postgresql"])
+def url(request: pytest.FixtureRequest) -> str | None:
+    """The control plane a test runs on, each in turn: None for the LMDB control database (in
+    the test's data directory), else the URL of a PostgreSQL schema of its own."""
+    if request.param == "lmdb":
+        return None
+    return str(request.getfixturevalue("control_url"))
