@@ -54,10 +54,22 @@ def sizes(root: Path) -> dict[str, Any]:
     log = next(p for p in root.rglob("data.mdb"))
     env = lmdb.open(str(log.parent), readonly=True, max_dbs=32, lock=False)
     with env.begin() as txn:
-        stat = txn.stat(env.open_db(b"events", txn=txn, create=False))
-        record = len(next(iter(txn.cursor(db=env.open_db(b"events", txn=txn)).iternext(False))))
+        names = [bytes(k) for k in txn.cursor().iternext(values=False)]
+        # version 7 keeps records in "records" (by seq), older versions in "events" (by id)
+        db = env.open_db(b"records" if b"records" in names else b"events", txn=txn, create=False)
+        stat = txn.stat(db)
+        record = len(next(iter(txn.cursor(db=db).iternext(False))))
+        pages = {
+            name.decode(): sum(
+                v
+                for k, v in txn.stat(env.open_db(name, txn=txn, create=False)).items()
+                if k.endswith("_pages")
+            )
+            for name in names
+        }
+        pages["free"] = (env.info()["last_pgno"] + 1) - sum(pages.values()) - 2  # 2 meta pages
     env.close()
-    return {"files": files, "events_db": stat, "a_record_bytes": record}
+    return {"files": files, "events_db": stat, "a_record_bytes": record, "db_pages": pages}
 
 
 def summary(measured: dict[str, Any], n: int) -> dict[str, Any]:
@@ -78,6 +90,7 @@ def summary(measured: dict[str, Any], n: int) -> dict[str, Any]:
         "overflow_pages": measured["events_db"]["overflow_pages"],
         "leaf_pages": measured["events_db"]["leaf_pages"],
         "a_record_bytes": measured["a_record_bytes"],
+        "db_pages": measured.get("db_pages", {}),
         # the build, or the open and close (with a migration, for `migrated`), and the child's
         # peak RSS
         "seconds": round(measured.get("seconds", 0.0), 3),
@@ -151,7 +164,13 @@ def measure(codes: dict[str, Path], n: int, runs: int) -> dict[str, Any]:
             finally:
                 shutil.rmtree(root, ignore_errors=True)
     return {
-        name: {"median": {k: statistics.median(r[k] for r in rs) for k in rs[0]}, "runs": rs}
+        name: {
+            "median": {
+                k: statistics.median(r[k] for r in rs) if not isinstance(v, dict) else v
+                for k, v in rs[0].items()  # the pages of each database: the first run's
+            },
+            "runs": rs,
+        }
         for name, rs in results.items()
     }
 

@@ -6,7 +6,9 @@ without paying for a graph insert, and it is still recallable the moment its res
 
 A small index has no graph at all: up to EXACT_BELOW vectors it is its tail, searched exactly,
 and the graph (hnswlib's fixed tables alone are 2.6 MB) is built in the background only once it
-grows past that. A graph, once built, stays while the index is open, however it shrinks.
+grows past that. A graph, once built, stays while the index is open, however it shrinks. Such an
+index saves no vectors: its rows are the log's, read from there when it opens
+(storage/tenants/indexes.py), so a small tenant keeps one copy of each vector on disk.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import hnswlib
 import numpy as np
 
 from storage import failpoints
-from storage.fsync import replace_durably
+from storage.fsync import fsync_dir, replace_durably
 from storage.index.background import Task, shared_pool
 from storage.index.flat import (
     Allowed,
@@ -40,7 +42,6 @@ from storage.index.vecfile import (
     read_live,
     read_vectors,
     record_bytes,
-    write_flat,
     write_live,
 )
 from storage.rwlock import RWLock
@@ -193,7 +194,7 @@ class VectorIndex:
 
     # -- writes ---------------------------------------------------------------
 
-    def add(self, labels: list[int], vectors: list[list[float]]) -> None:
+    def add(self, labels: list[int], vectors: list[list[float]] | np.ndarray) -> None:
         """Accept vectors: searchable at once (exactly, from the tail), in the graph soon after."""
         if not labels:
             return
@@ -472,17 +473,27 @@ class VectorIndex:
             replace_durably(self.path, None, save=self._save_index)
 
     def _save_flat(self) -> None:
-        """Save an index without a graph: its tail's rows, in hnswlib's layout without links."""
+        """Save an index without a graph: its live labels alone (what a closed tenant's usage
+        counts). Its rows are the log's vectors, read from there on open, so none is written
+        here; a file of them an older version saved is removed (its bytes a second copy)."""
         with self._tail_cond:
             labels = np.asarray(self._tail.labels(), dtype=np.int64)
-            rows = self._tail.rows(labels.tolist()) if len(labels) else np.zeros((0, self.dim))
 
         def write(fh: BinaryIO) -> None:
-            write_flat(fh, labels, rows, M, EF_CONSTRUCTION)
+            write_live(fh, labels)
             failpoints.hit("vectors.save")
 
-        replace_durably(live_path(self.path), lambda fh: write_live(fh, labels))
-        replace_durably(self.path, write)
+        if self.path.exists():
+            self.path.unlink()
+            fsync_dir(self.path.parent)
+        replace_durably(live_path(self.path), write)
+
+    def is_saved(self) -> bool:
+        """Whether what a save writes is on disk (a graph's file; without a graph, its live
+        labels): a tenant whose index did not change since need not save it again."""
+        if self._index is None and not self._deferred:
+            return live_path(self.path).exists()
+        return self.path.exists()
 
     def _save_index(self, name: str) -> None:
         """Hnswlib's save, checked: it does not look at its own writes, and a full disk leaves

@@ -234,6 +234,9 @@ class Appender:
             layout.record_key(seq), encoded, db=d["records"], append=True
         ):
             raise RuntimeError(f"op {seq} is not past the newest op: ops written outside it")
+        prior = txn.get(raw_id, db=d["ids"])
+        if prior is not None:  # an id written again: its new record replaces the old one
+            txn.delete(prior, db=d["records"])
         txn.put(raw_id, layout.record_key(seq), db=d["ids"])
         self.last = seq
         self.events, self.bytes = self.events + 1, self.bytes + len(encoded)

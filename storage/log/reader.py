@@ -118,6 +118,29 @@ class LogReader:
         while batch := list(islice(values, chunk)):
             yield layout.decode_words(batch)
 
+    def live_vectors(self, chunk: int = 1024) -> tuple[list[int], bytes]:
+        """What replaying every op gives the vector index (storage/tenants/projection.py), read
+        in one pass without decoding the rest of each record: the labels (append seqs) of the
+        live events that hold an embedding, in append order, and their float32s, little-endian,
+        one after another. An append op's label takes its id's record now (an id written twice
+        gives both ops the second record, as a replay does)."""
+        labels: list[int] = []
+        data: list[bytes] = []
+        ops = self.txn.cursor(db=self.dbs["ops"]).iternext(keys=True, values=True)
+        while batch := list(islice(ops, chunk)):
+            found: list[int] = []
+            raws: list[bytes] = []
+            for key, value in batch:
+                op, raw_id = layout.read_op(_b(value))
+                if op == layout.OP_APPEND and (raw := self.raw_record(raw_id)) is not None:
+                    found.append(layout.read_u64(_b(key)))
+                    raws.append(raw)
+            for label, floats in zip(found, layout.decode_vectors(raws), strict=True):
+                if floats is not None:
+                    labels.append(label)
+                    data.append(floats)
+        return labels, b"".join(data)
+
     def all_ids(self) -> Iterator[str]:
         """Every live id, ascending by time."""
         return self.ids_by_ts(None, None)

@@ -9,6 +9,8 @@ import logging
 import os
 from pathlib import Path
 
+import numpy as np
+
 from storage import files
 from storage.errors import DiskFull
 from storage.index.keyword import KeywordIndex
@@ -50,8 +52,22 @@ def open_vectors(root: Path, events: EventLog, dim: int) -> tuple[VectorIndex, i
             "tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__
         )
         return VectorIndex.create_empty(path, dim), 0
-    seq = events.meta_int(layout.VECTOR_SEQ) or 0
-    return index, seq if path.exists() else 0
+    if path.exists():
+        return index, events.meta_int(layout.VECTOR_SEQ) or 0
+    return index, vectors_from_log(index, events)
+
+
+def vectors_from_log(index: VectorIndex, events: EventLog) -> int:
+    """Give an empty index every live vector of the log (what replaying every op would give
+    it, read in one pass without decoding the rest of each record); the seq it covers. An index
+    without a graph saves no file: this is how it opens (storage/index/vectors.py)."""
+    with events.reader() as r:
+        labels, data = r.live_vectors()
+        last = r.last_seq()
+    if labels:
+        rows = np.frombuffer(data, dtype="<f4").reshape(len(labels), -1)
+        index.add(labels, rows)
+    return last
 
 
 def raise_if_disk_full(exc: BaseException, path: Path, detail: str = CANNOT_OPEN) -> None:

@@ -157,6 +157,7 @@ def _switch(
     log.write(lambda txn: revisions.replace_vectors(txn, log.dbs, given, model, dim, last))
     beside = root / BESIDE
     for name in (files.VECTORS, files.VECTORS_LIVE):
-        (beside / name).replace(root / name)
+        if (beside / name).exists():  # a graph-less index saves no vector file
+            (beside / name).replace(root / name)
     fsync_dir(root)
     shutil.rmtree(beside, ignore_errors=True)

@@ -24,6 +24,7 @@ from storage import files
 from storage.erasure import swap
 from storage.erasure.compact import rewrite, sync_delta
 from storage.erasure.purge import PurgeStats
+from storage.index import vectors as vectors_module
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.index.vecfile import VectorFileError, count_labels, erase_labels
 from storage.log.eventlog import EventLog
@@ -80,7 +81,13 @@ def rng() -> random.Random:
 # -- the forensic test -----------------------------------------------------------------------
 
 
-def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) -> None:
+@pytest.mark.parametrize("graph", [True, False], ids=["graph", "exact"])
+def test_purge_leaves_no_byte_of_the_victim(
+    tmp_path: Path, rng: random.Random, graph: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # With a graph (past EXACT_BELOW) its saved file holds a second copy of each vector, which
+    # the purge must erase too; without one, the log's record is the only copy on disk.
+    monkeypatch.setattr(vectors_module, "EXACT_BELOW", 64 if graph else vectors_module.EXACT_BELOW)
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(20)])
@@ -114,8 +121,9 @@ def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) 
 
     # The scan can fail: before the delete every kind of pattern is on disk somewhere.
     before = scan(root, patterns)
-    for label in ("text", f"token {rare[0]}", "as hnswlib holds it", "float32", "property"):
+    for label in ("text", f"token {rare[0]}", "float32", "property"):
         assert label in before, label
+    assert ("as hnswlib holds it" in before) == graph  # no second copy without a graph
     gone = last_tokens(t, rng.sample(ids, 20))  # more deletes, so pages and segments were shared
     survivors = [e for e in ids if e not in gone]
     live_terms = terms_of([t_ for e in survivors if (t_ := text_of(t, e))], tmp_path / "scratch")
@@ -131,7 +139,8 @@ def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) 
 
     assert scan(root, patterns) == {}
     assert index_terms(root / "keyword") & victim_terms == set()
-    assert sorted(p.name for p in root.iterdir()) == sorted(files.STORES)
+    stores = files.STORES if graph else [n for n in files.STORES if n != files.VECTORS]
+    assert sorted(p.name for p in root.iterdir()) == sorted(stores)
     gone[victim] = rare[0].lower()
     check_tenant(t, survivors, gone)
     assert record(t, derived[0]) is not None
@@ -209,7 +218,10 @@ def test_erasing_labels_in_a_saved_vector_file_is_what_hnswlib_reads(tmp_path: P
         erase_labels(path, {1002}, DIM * 4)  # the records cannot hold that many floats
 
 
-def test_a_vector_file_without_the_purged_vectors_stays(tmp_path: Path, rng: random.Random) -> None:
+def test_a_vector_file_without_the_purged_vectors_stays(
+    tmp_path: Path, rng: random.Random, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vectors_module, "EXACT_BELOW", 16)  # a graph, which saves a file
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(40)])
@@ -467,8 +479,9 @@ def test_a_purge_failing_before_its_commit_leaves_the_tenant_as_it_was(
 
 @pytest.mark.parametrize("at", ["swap:events", "swap:keyword", "swap:vectors.hnsw"])
 def test_a_purge_failing_after_its_commit_still_swaps(
-    tmp_path: Path, rng: random.Random, at: str
+    tmp_path: Path, rng: random.Random, at: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(vectors_module, "EXACT_BELOW", 16)  # a graph, which saves a file
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(80)])
