@@ -39,7 +39,10 @@ REPO = Path(__file__).resolve().parent.parent
 def build(root: Path, n: int) -> dict[str, Any]:
     """Build and close a tenant of n events at root, as bench/tenants.py builds its tenants
     (n = 0: open and close the tenant that is there); its sizes (run in the child)."""
-    from tenants import build as build_tenant  # imports storage: the code measured
+    # The code measured is the first on the path (the child's cwd); bench/tenants.py puts this
+    # checkout ahead of it, so the package is imported first (its modules then come from it).
+    import storage  # noqa: F401
+    from tenants import build as build_tenant
 
     seconds, _ids = build_tenant(root.parent, root.name, n)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024

@@ -517,6 +517,16 @@ def file_memory_bytes(path: Path, dim: int) -> int:
     return HNSW_FIXED_BYTES + count * per
 
 
+def opens_without_graph(path: Path) -> bool:
+    """Whether the index saved at path opens without a graph (its sidecar lists at most
+    EXACT_BELOW live labels): its rows are then the log's vectors, which the file copies."""
+    try:
+        saved = read_live(live_path(path))
+    except VectorFileError:
+        return False
+    return saved is not None and len(saved) <= EXACT_BELOW
+
+
 def _open_flat(path: Path, dim: int) -> FlatSet | None:
     """The rows of a saved index whose sidecar lists at most EXACT_BELOW live labels, read from
     its file with no graph; None when it is larger, or has no readable sidecar to tell."""

@@ -4,6 +4,9 @@ events is storage/log/appender.py's, changing records after their append revisio
 
 from __future__ import annotations
 
+import logging
+import os
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -14,6 +17,7 @@ import lmdb
 
 from storage import failpoints
 from storage.errors import DiskFull, InvalidRequest, MemspineError
+from storage.fsync import fsync_dir, fsync_file
 from storage.log import layout, revisions
 from storage.log.appender import Appender, dedupe
 from storage.log.layout import (
@@ -30,7 +34,10 @@ from storage.model import CHAIN_KIND, AppendResult, NewEvent, Quota, ServerSpace
 from storage.rwlock import RWLock
 from storage.space import disk_full
 
+_log = logging.getLogger("memspine.log")
 INITIAL_MAP_SIZE = 32 << 20
+DATA_FILE = "data.mdb"  # LMDB's file in the log's directory
+COMPACTING = "compacting"  # where _compact makes its copy, inside the log's directory
 T = TypeVar("T")
 
 NOT_WRITTEN = "the server's disk is full: nothing was written; retry once space is freed"
@@ -73,7 +80,27 @@ class EventLog:
                 env.close()
                 raise
             log.dbs.pop(layout.LEGACY_EVENTS, None)  # deleted by the migration to 7
+            if schema is not None and schema < MOVED:
+                try:
+                    log._compact()
+                except (OSError, lmdb.Error) as exc:  # a full disk, say: the log is whole
+                    _log.warning("the migrated log was not compacted (%s)", exc)
+                    shutil.rmtree(path / COMPACTING, ignore_errors=True)
         return log
+
+    def _compact(self) -> None:
+        """Replace the log's file with a compact copy of it (after the migration to 7: the
+        pages the legacy records held are free, and the file would keep them until later
+        writes take them, about as many bytes again as the records have)."""
+        copy = self.path / COMPACTING
+        shutil.rmtree(copy, ignore_errors=True)  # a copy a crash left
+        copy.mkdir()
+        self.env.copy(str(copy), compact=True)
+        fsync_file(copy / DATA_FILE)
+        with self.files_replaced():
+            os.replace(copy / DATA_FILE, self.path / DATA_FILE)
+            fsync_dir(self.path)
+        shutil.rmtree(copy, ignore_errors=True)
 
     def _migrate_in_batches(self, schema: int) -> None:
         """The steps of a migration that rewrite or move every record, each in transactions of

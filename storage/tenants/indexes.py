@@ -13,8 +13,9 @@ import numpy as np
 
 from storage import files
 from storage.errors import DiskFull
+from storage.fsync import fsync_dir
 from storage.index.keyword import KeywordIndex
-from storage.index.vectors import VectorIndex
+from storage.index.vectors import VectorIndex, opens_without_graph
 from storage.log import layout
 from storage.log.eventlog import EventLog
 from storage.space import disk_full
@@ -44,6 +45,11 @@ def open_vectors(root: Path, events: EventLog, dim: int) -> tuple[VectorIndex, i
     """The vector index and the seq of its last save; a damaged file is rebuilt from the log."""
     path = root / files.VECTORS
     try:
+        if path.exists() and opens_without_graph(path):
+            # Rows an older version saved (storage/index/vectors.py): the log holds the same
+            # vectors, and the file is a second copy of them on disk.
+            path.unlink()
+            fsync_dir(root)
         index = VectorIndex.open(path, dim)
     except (ValueError, OSError) as exc:
         raise_if_out_of_fds(exc)
