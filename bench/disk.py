@@ -46,7 +46,25 @@ def build(root: Path, n: int) -> dict[str, Any]:
 
     seconds, _ids = build_tenant(root.parent, root.name, n)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {**sizes(root), "seconds": seconds, "peak_rss_bytes": peak}
+    measured = {**sizes(root), "seconds": seconds, "peak_rss_bytes": peak}
+    if n > 0:
+        measured["open_ms"] = open_ms(root)
+    return measured
+
+
+def open_ms(root: Path, times: int = 15) -> float:
+    """Milliseconds to open and close the (closed, unchanged) tenant at root, median of
+    `times` (its vector index read from its file, or from the log where it keeps none)."""
+    import time
+
+    from storage.tenants.tenant import Tenant
+
+    took = []
+    for _ in range(times):
+        started = time.perf_counter()
+        Tenant.open(root.name, root, embedding_dim=DIM).close()
+        took.append((time.perf_counter() - started) * 1000)
+    return statistics.median(took)
 
 
 def sizes(root: Path) -> dict[str, Any]:
@@ -98,6 +116,8 @@ def summary(measured: dict[str, Any], n: int) -> dict[str, Any]:
         # peak RSS
         "seconds": round(measured.get("seconds", 0.0), 3),
         "peak_rss_mb": round(measured.get("peak_rss_bytes", 0) / 1e6),
+        # the open and close of the tenant built (unchanged), median of 15
+        "open_ms": round(measured.get("open_ms", 0.0), 2),
     }
 
 
@@ -192,7 +212,7 @@ def main(argv: list[str] | None = None) -> int:
         baseline = Path(argv[i + 1]).resolve()
         argv = argv[:i] + argv[i + 2 :]
     args = parse_args(__doc__ or "", argv)
-    counts = [2_000] if args.quick else [2_000, 20_000]
+    counts = [200, 2_000] if args.quick else [200, 2_000, 20_000]
     runs = 1 if args.quick else 3
     data: dict[str, Any] = {"dim": DIM, "runs": runs, "sizes": {}}
     codes = {"new": REPO} if baseline is None else {"new": REPO, "baseline": baseline}

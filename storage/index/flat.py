@@ -125,7 +125,13 @@ class FlatSet:
         flat = cls(dim)
         n = len(labels)
         if n:
-            flat._rows = np.array(rows, dtype=np.float32, order="C").reshape(n, dim)
+            # held as given when it is a C-ordered float32 array of its own (no second copy
+            # of a large tenant's rows on open), else copied
+            held = np.ascontiguousarray(rows, dtype=np.float32)
+            if held.shape != (n, dim):
+                held = held.reshape(n, dim)
+            own = held.flags.writeable and held.base is None
+            flat._rows = held if own else held.copy()
             flat._labels = np.array(labels, dtype=np.int64)
             flat._alive = np.ones(n, dtype=bool)
             flat._where = dict(zip(flat._labels.tolist(), range(n), strict=True))

@@ -139,6 +139,16 @@ class VectorIndex:
             return cls(path, dim, tail=_rows_of(path, dim, live))
         return cls(path, dim, index, live)
 
+    def put_rows(self, labels: list[int], rows: np.ndarray) -> None:
+        """Give an empty index these vectors (as an index without a graph opens: from the
+        log's): held as they are, in arrays of their size, if they are few enough to need no
+        graph; else added, to be inserted into one in the background."""
+        if len(labels) > EXACT_BELOW or self._tail or self._index is not None or self._deferred:
+            self.add(labels, rows)
+            return
+        with self._tail_cond:
+            self._tail = FlatSet.of(self.dim, np.asarray(labels, dtype=np.int64), unit(rows))
+
     @property
     def index(self) -> hnswlib.Index | None:
         """The graph (None while there is none), a saved one loaded first if it is not yet."""

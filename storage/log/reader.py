@@ -127,12 +127,25 @@ class LogReader:
         labels: list[int] = []
         data: list[bytes] = []
         ops = self.txn.cursor(db=self.dbs["ops"]).iternext(keys=True, values=True)
+        # An append op's record is under its own key (the same bytes) but for an id written
+        # again: the two are walked side by side, and only the odd one is looked up by id.
+        records: Iterator[tuple[bytes, bytes]] = iter(())
+        if self._records is not None:
+            records = self.txn.cursor(db=self._records).iternext(keys=True, values=True)
+        near = next(records, None)
         while batch := list(islice(ops, chunk)):
             found: list[int] = []
             raws: list[bytes] = []
             for key, value in batch:
                 op, raw_id = layout.read_op(_b(value))
-                if op == layout.OP_APPEND and (raw := self.raw_record(raw_id)) is not None:
+                if op != layout.OP_APPEND:
+                    continue
+                while near is not None and near[0] < key:
+                    near = next(records, None)
+                raw = near[1] if near is not None and near[0] == key else None
+                if raw is None:  # an id written again, or a record still in the legacy database
+                    raw = self.raw_record(raw_id)
+                if raw is not None:
                     found.append(layout.read_u64(_b(key)))
                     raws.append(raw)
             for label, floats in zip(found, layout.decode_vectors(raws), strict=True):

@@ -72,7 +72,7 @@ def vectors_from_log(index: VectorIndex, events: EventLog) -> int:
         last = r.last_seq()
     if labels:
         rows = np.frombuffer(data, dtype="<f4").reshape(len(labels), -1)
-        index.add(labels, rows)
+        index.put_rows(labels, rows)
     return last
 
 
