@@ -200,10 +200,17 @@ class LogReader:
         a seq: recall reads its candidates so, one lookup each)."""
         if self._records is not None:
             raw = self._get(layout.record_key(seq), db=self._records)
-            if raw is not None or self._legacy is None:
+            if raw is not None:
                 return raw
-        raw_id = self.raw_id_for_seq(seq)  # a log not yet migrated: through its op
+        # through its op: an id written again (its record is the later op's), or a record still
+        # in the legacy database; for a deleted event, its op is gone too
+        raw_id = self.raw_id_for_seq(seq)
         return None if raw_id is None else self.raw_record(raw_id)
+
+    def light_at(self, seq: int) -> StoredEvent | None:
+        """As record_at, the event without its embedding (layout.decode_light), or None."""
+        raw = self.record_at(seq)
+        return None if raw is None else layout.decode_light(raw)
 
     # layout.decode_record of a raw_record: the decoder itself, one C call per record
     decode_record = staticmethod(layout.decode_record)
