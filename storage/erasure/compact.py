@@ -151,9 +151,8 @@ def _owned_keys(ev: StoredEvent, raw_id: bytes) -> list[tuple[str, bytes]]:
     """The keys an append writes for an event beside its links: its record and where it is,
     its op and its index keys."""
     seq = layout.record_key(ev.seq)
-    return [("records", seq), ("ids", raw_id), ("ops", layout.op_key(ev.seq))] + (
-        layout.index_keys(ev, raw_id)
-    )
+    owned = [("records", seq), ("ids", raw_id), ("ops", layout.op_key(ev.seq))]
+    return [*owned, *layout.index_keys(ev, raw_id)]
 
 
 def _replace_prefix(

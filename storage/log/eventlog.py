@@ -4,6 +4,7 @@ events is storage/log/appender.py's, changing records after their append revisio
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
@@ -410,10 +411,8 @@ def _open_dbs(env: lmdb.Environment) -> dict[str, Any]:
     """The log's databases (made if missing), and the legacy records' of a log not yet
     migrated to 7 if it has them."""
     dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
-    try:
+    with contextlib.suppress(lmdb.NotFoundError):
         dbs[layout.LEGACY_EVENTS] = env.open_db(layout.LEGACY_EVENTS.encode(), create=False)
-    except lmdb.NotFoundError:
-        pass
     return dbs
 
 

@@ -103,8 +103,8 @@ class LogReader:
         """Every live event's record, in append order (one pass over the records; a log not
         yet migrated, its legacy records after, in id order)."""
         for db in (self._records, self._legacy):
-            if db is not None:
-                yield from self.txn.cursor(db=db).iternext(keys=False, values=True)
+            if db is not None:  # bytes: no transaction here hands out buffers
+                yield from cast("Iterator[bytes]", self.txn.cursor(db=db).iternext(False, True))
 
     def live_light(self) -> Iterator[StoredEvent]:
         """Every live event without its embedding, in append order (one pass over the records)."""
@@ -130,13 +130,15 @@ class LogReader:
         # An append op's record is under its own key (the same bytes) but for an id written
         # again: the two are walked side by side, and only the odd one is looked up by id.
         records: Iterator[tuple[bytes, bytes]] = iter(())
-        if self._records is not None:
-            records = self.txn.cursor(db=self._records).iternext(keys=True, values=True)
+        if self._records is not None:  # bytes: no transaction here hands out buffers
+            cursor = self.txn.cursor(db=self._records)
+            records = cast("Iterator[tuple[bytes, bytes]]", cursor.iternext(True, True))
         near = next(records, None)
         while batch := list(islice(ops, chunk)):
             found: list[int] = []
             raws: list[bytes] = []
-            for key, value in batch:
+            for raw_key, value in batch:
+                key = _b(raw_key)
                 op, raw_id = layout.read_op(_b(value))
                 if op != layout.OP_APPEND:
                     continue
@@ -146,7 +148,7 @@ class LogReader:
                 if raw is None:  # an id written again, or a record still in the legacy database
                     raw = self.raw_record(raw_id)
                 if raw is not None:
-                    found.append(layout.read_u64(_b(key)))
+                    found.append(layout.read_u64(key))
                     raws.append(raw)
             for label, floats in zip(found, layout.decode_vectors(raws), strict=True):
                 if floats is not None:

@@ -63,9 +63,7 @@ def seq_keys(path: Path) -> dict[int, int]:
     try:
         with env.begin() as txn:
             db = env.open_db(b"records", txn=txn, create=False)
-            return {
-                layout.read_u64(k): layout.decode_light(v).seq for k, v in txn.cursor(db=db)
-            }
+            return {layout.read_u64(k): layout.decode_light(v).seq for k, v in txn.cursor(db=db)}
     finally:
         env.close()
 
@@ -99,7 +97,9 @@ def test_an_id_written_twice_keeps_one_record(tmp_path: Path) -> None:
     log.append_batch(
         [
             NewEvent(kind="turn", ts=T0, text="first", embedding=[1.0, 0, 0, 0], event_id=twice),
-            NewEvent(kind="turn", ts=T0 + 1, text="second", embedding=[0, 1.0, 0, 0], event_id=twice),
+            NewEvent(
+                kind="turn", ts=T0 + 1, text="second", embedding=[0, 1.0, 0, 0], event_id=twice
+            ),
         ]
     )
     with log.reader() as r:
@@ -167,7 +167,9 @@ def test_a_log_of_version_6_is_read_as_it_is_and_moved_on_open(tmp_path: Path) -
     log.close()
     after = records(path)  # the records moved as they were, the deleted one gone
     gone = layout.id_bytes(fact)
-    assert {k: after[k] for k in before if k != gone} == {k: v for k, v in before.items() if k != gone}
+    assert {k: after[k] for k in before if k != gone} == {
+        k: v for k, v in before.items() if k != gone
+    }
     assert gone not in after and len(after) == len(before)
     assert db_stat(path, layout.LEGACY_EVENTS) is None
     assert all(key == seq for key, seq in seq_keys(path).items())
@@ -272,7 +274,9 @@ def test_a_small_tenant_saves_no_vector_file_and_opens_from_the_log(tmp_path: Pa
 def test_a_flat_file_of_an_older_version_goes_at_the_open(tmp_path: Path) -> None:
     root = tmp_path / "t"
     t = Tenant.open("t", root, embedding_dim=16)
-    ids = [r.event_id for r in t.submit_append(turns(50, 16)).result() if isinstance(r, AppendResult)]
+    ids = [
+        r.event_id for r in t.submit_append(turns(50, 16)).result() if isinstance(r, AppendResult)
+    ]
     queries = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
     live = searches(t, queries)
     labels = np.asarray(t.vectors._tail.labels(), dtype=np.int64)
