@@ -23,7 +23,7 @@ import hnswlib
 import numpy as np
 
 from storage import failpoints
-from storage.fsync import fsync_dir, replace_durably
+from storage.fsync import replace_durably
 from storage.index.background import Task, shared_pool
 from storage.index.flat import (
     Allowed,
@@ -42,6 +42,7 @@ from storage.index.vecfile import (
     read_live,
     read_vectors,
     record_bytes,
+    write_flat,
     write_live,
 )
 from storage.rwlock import RWLock
@@ -139,15 +140,22 @@ class VectorIndex:
             return cls(path, dim, tail=_rows_of(path, dim, live))
         return cls(path, dim, index, live)
 
+    def has_graph(self) -> bool:
+        """Whether the index has a graph (or a saved one to load at first use)."""
+        return self._deferred or self._index is not None
+
     def put_rows(self, labels: list[int], rows: np.ndarray) -> None:
-        """Give an empty index these vectors (as an index without a graph opens: from the
-        log's): held as they are, in arrays of their size, if they are few enough to need no
-        graph; else added, to be inserted into one in the background."""
-        if len(labels) > EXACT_BELOW or self._tail or self._index is not None or self._deferred:
-            self.add(labels, rows)
+        """Make these vectors the rows of an index without a graph (as one opens: with the
+        log's), in arrays of their size; more than EXACT_BELOW are added instead, to be
+        inserted into a graph in the background."""
+        assert not self.has_graph()
+        if len(labels) <= EXACT_BELOW:
+            with self._tail_cond:
+                self._tail = FlatSet.of(self.dim, np.asarray(labels, dtype=np.int64), unit(rows))
             return
         with self._tail_cond:
-            self._tail = FlatSet.of(self.dim, np.asarray(labels, dtype=np.int64), unit(rows))
+            self._tail = FlatSet(self.dim)
+        self.add(labels, rows)
 
     @property
     def index(self) -> hnswlib.Index | None:
@@ -483,27 +491,18 @@ class VectorIndex:
             replace_durably(self.path, None, save=self._save_index)
 
     def _save_flat(self) -> None:
-        """Save an index without a graph: its live labels alone (what a closed tenant's usage
-        counts). Its rows are the log's vectors, read from there on open, so none is written
-        here; a file of them an older version saved is removed (its bytes a second copy)."""
+        """Save an index without a graph: its live labels, and a vector file of hnswlib's header
+        alone (no record: its dimension, and a save to keep). Its rows are the log's vectors,
+        read from there on open (storage/tenants/indexes.py), so none is written here."""
         with self._tail_cond:
             labels = np.asarray(self._tail.labels(), dtype=np.int64)
 
         def write(fh: BinaryIO) -> None:
-            write_live(fh, labels)
+            write_flat(fh, np.zeros(0, np.int64), np.zeros((0, self.dim)), M, EF_CONSTRUCTION)
             failpoints.hit("vectors.save")
 
-        if self.path.exists():
-            self.path.unlink()
-            fsync_dir(self.path.parent)
-        replace_durably(live_path(self.path), write)
-
-    def is_saved(self) -> bool:
-        """Whether what a save writes is on disk (a graph's file; without a graph, its live
-        labels): a tenant whose index did not change since need not save it again."""
-        if self._index is None and not self._deferred:
-            return live_path(self.path).exists()
-        return self.path.exists()
+        replace_durably(live_path(self.path), lambda fh: write_live(fh, labels))
+        replace_durably(self.path, write)
 
     def _save_index(self, name: str) -> None:
         """Hnswlib's save, checked: it does not look at its own writes, and a full disk leaves
@@ -521,20 +520,25 @@ def file_memory_bytes(path: Path, dim: int) -> int:
         count, record, vector = peek(path)
     except (OSError, VectorFileError):
         return 0 if not path.exists() else HNSW_FIXED_BYTES + EXACT_BELOW * 4 * dim
-    if count <= EXACT_BELOW:  # no graph: the rows, in arrays of their size
+    if count == 0:  # no graph: the rows come from the log, as many as the live labels
+        return _saved_labels(path) * (vector + FLAT_ROW_OVERHEAD)
+    if count <= EXACT_BELOW:  # an older version's rows (the log's are read in their place)
         return count * (vector + FLAT_ROW_OVERHEAD)
     per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
     return HNSW_FIXED_BYTES + count * per
 
 
-def opens_without_graph(path: Path) -> bool:
-    """Whether the index saved at path opens without a graph (its sidecar lists at most
-    EXACT_BELOW live labels): its rows are then the log's vectors, which the file copies."""
+# The header np.save writes before a 1-D array (format 1.0: padded to 128 bytes).
+_NPY_HEADER = 128
+
+
+def _saved_labels(path: Path) -> int:
+    """How many live labels the sidecar of the index saved at path lists, from its size (8
+    bytes a label after its header): a stat, no read."""
     try:
-        saved = read_live(live_path(path))
-    except VectorFileError:
-        return False
-    return saved is not None and len(saved) <= EXACT_BELOW
+        return max(0, (live_path(path).stat().st_size - _NPY_HEADER) // 8)
+    except OSError:
+        return 0
 
 
 def _open_flat(path: Path, dim: int) -> FlatSet | None:

@@ -15,7 +15,8 @@ from storage import files
 from storage.errors import DiskFull
 from storage.fsync import fsync_dir
 from storage.index.keyword import KeywordIndex
-from storage.index.vectors import VectorIndex, opens_without_graph
+from storage.index.vecfile import peek
+from storage.index.vectors import VectorIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
 from storage.space import disk_full
@@ -42,15 +43,18 @@ def open_keyword(root: Path, events: EventLog) -> tuple[KeywordIndex, int]:
 
 
 def open_vectors(root: Path, events: EventLog, dim: int) -> tuple[VectorIndex, int]:
-    """The vector index and the seq of its last save; a damaged file is rebuilt from the log."""
+    """The vector index and the seq of its last save; a damaged file is rebuilt from the log.
+    An index without a graph takes its rows from the log (storage/index/vectors.py)."""
     path = root / files.VECTORS
     try:
-        if path.exists() and opens_without_graph(path):
-            # Rows an older version saved (storage/index/vectors.py): the log holds the same
-            # vectors, and the file is a second copy of them on disk.
+        index = VectorIndex.open(path, dim)
+        if index.has_graph():
+            return index, (events.meta_int(layout.VECTOR_SEQ) or 0) if path.exists() else 0
+        if path.exists() and peek(path)[0]:
+            # Rows an older version saved: the log holds the same vectors, and the file is a
+            # second copy of them on disk (the next save writes its header alone).
             path.unlink()
             fsync_dir(root)
-        index = VectorIndex.open(path, dim)
     except (ValueError, OSError) as exc:
         raise_if_out_of_fds(exc)
         raise_if_disk_full(exc, path)
@@ -58,21 +62,18 @@ def open_vectors(root: Path, events: EventLog, dim: int) -> tuple[VectorIndex, i
             "tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__
         )
         return VectorIndex.create_empty(path, dim), 0
-    if path.exists():
-        return index, events.meta_int(layout.VECTOR_SEQ) or 0
     return index, vectors_from_log(index, events)
 
 
 def vectors_from_log(index: VectorIndex, events: EventLog) -> int:
-    """Give an empty index every live vector of the log (what replaying every op would give
-    it, read in one pass without decoding the rest of each record); the seq it covers. An index
-    without a graph saves no file: this is how it opens (storage/index/vectors.py)."""
+    """Give an index without a graph every live vector of the log as its rows (what replaying
+    every op would give it, read in one pass without decoding the rest of each record); the seq
+    it covers."""
     with events.reader() as r:
         labels, data = r.live_vectors()
         last = r.last_seq()
-    if labels:
-        rows = np.frombuffer(data, dtype="<f4").reshape(len(labels), -1)
-        index.put_rows(labels, rows)
+    rows = np.frombuffer(data, dtype="<f4").reshape(len(labels), index.dim)
+    index.put_rows(labels, rows)
     return last
 
 

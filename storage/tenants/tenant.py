@@ -313,7 +313,7 @@ class Tenant:
 
     def save_vectors(self) -> None:
         """Persist the vector index (tail included) and record the seq it covers."""
-        if self.vector_saved_seq == self.vector_seq and self.vectors.is_saved():
+        if self.vector_saved_seq == self.vector_seq and self.vectors.path.exists():
             return  # nothing changed since the last save: a clean close stays fast
         seq = self.vector_seq
         try:

@@ -25,6 +25,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from memspine.engine import PURGE_PENDING_ROOM
 from storage.erasure import swap
+from storage.index import vecfile
 from tests.support.erasure import ballast, scan
 from tests.support.mcp_calls import call, stdio, text
 from tests.support.servers import ServerProcess
@@ -109,7 +110,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
                     await anyio.sleep(0.1)
 
         anyio.run(agent)
-        assert not (data_dir / MCP_TENANT / "vectors.hnsw").exists()  # no vector: no graph
+        assert (data_dir / MCP_TENANT / "vectors.hnsw").stat().st_size == vecfile.HEADER.size
         w.first.start()
         yield w
     finally:
@@ -121,14 +122,13 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> Iterator[World]:
 
 
 def tenant_closed(server: ServerProcess, tenant: str, timeout: float = 10) -> None:
-    """Wait until the tenant's closing has saved its (empty) vector index: its live labels
-    alone (an index without a graph keeps its rows in the log)."""
-    path = server.data_dir / tenant / "vectors.hnsw.live.npy"
+    """Wait until the tenant's closing has saved its (empty) vector file."""
+    path = server.data_dir / tenant / "vectors.hnsw"
     deadline = time.monotonic() + timeout
     while not path.exists():
         assert time.monotonic() < deadline, f"{tenant} was not closed"
         time.sleep(0.05)
-    assert not (server.data_dir / tenant / "vectors.hnsw").exists()
+    assert path.stat().st_size == vecfile.HEADER.size  # the shape: a vector file with no record
 
 
 def metric(server: ServerProcess, name: str) -> float:

@@ -139,8 +139,7 @@ def test_purge_leaves_no_byte_of_the_victim(
 
     assert scan(root, patterns) == {}
     assert index_terms(root / "keyword") & victim_terms == set()
-    stores = files.STORES if graph else [n for n in files.STORES if n != files.VECTORS]
-    assert sorted(p.name for p in root.iterdir()) == sorted(stores)
+    assert sorted(p.name for p in root.iterdir()) == sorted(files.STORES)
     gone[victim] = rare[0].lower()
     check_tenant(t, survivors, gone)
     assert record(t, derived[0]) is not None

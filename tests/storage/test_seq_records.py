@@ -17,7 +17,8 @@ import numpy as np
 import pytest
 
 from storage import files
-from storage.index.vecfile import write_flat, write_live
+from storage.index.vecfile import HEADER, write_flat, write_live
+from storage.index.vectors import FLAT_ROW_OVERHEAD, file_memory_bytes
 from storage.log import layout
 from storage.log.eventlog import EventLog, record_bytes, snapshot
 from storage.model import SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
@@ -257,8 +258,11 @@ def test_a_small_tenant_saves_no_vector_file_and_opens_from_the_log(tmp_path: Pa
     queries = np.random.default_rng(1).standard_normal((8, 16)).astype(np.float32)
     live = searches(t, queries)
     t.close()
-    assert not (root / files.VECTORS).exists()  # the log holds the only copy
+    # the log holds the only copy: the vector file is a header (its dimension), no record
+    assert (root / files.VECTORS).stat().st_size == HEADER.size
     assert (root / files.VECTORS_LIVE).exists()  # its labels, for a closed tenant's usage
+    # what its rows will hold once open, told by the labels' file (the memory budget's guess)
+    assert file_memory_bytes(root / files.VECTORS, 16) == 290 * (4 * 16 + FLAT_ROW_OVERHEAD)
     reopened = Tenant.open("t", root, embedding_dim=16)
     try:
         assert reopened.catch_ups == 0  # nothing replayed: the rows came from the log at once
@@ -295,6 +299,7 @@ def test_a_flat_file_of_an_older_version_goes_at_the_open(tmp_path: Path) -> Non
         reopened.submit_delete(ids[:1]).result()
     finally:
         reopened.close()
+    assert (root / files.VECTORS).stat().st_size == HEADER.size  # saved again: no record
     again = Tenant.open("t", root, embedding_dim=16)
     try:
         assert again.vectors.count() == 49
