@@ -120,39 +120,16 @@ class LogReader:
 
     def live_vectors(self, chunk: int = 1024) -> tuple[list[int], bytes]:
         """What replaying every op gives the vector index (storage/tenants/projection.py), read
-        in one pass without decoding the rest of each record: the labels (append seqs) of the
-        live events that hold an embedding, in append order, and their float32s, little-endian,
-        one after another. An append op's label takes its id's record now (an id written twice
-        gives both ops the second record, as a replay does)."""
+        in one pass over the records without decoding the rest of each: the labels (append
+        seqs) of the live events that hold an embedding, in append order, and their float32s,
+        little-endian, one after another."""
         labels: list[int] = []
         data: list[bytes] = []
-        ops = self.txn.cursor(db=self.dbs["ops"]).iternext(keys=True, values=True)
-        # An append op's record is under its own key (the same bytes) but for an id written
-        # again: the two are walked side by side, and only the odd one is looked up by id.
-        records: Iterator[tuple[bytes, bytes]] = iter(())
-        if self._records is not None:  # bytes: no transaction here hands out buffers
-            cursor = self.txn.cursor(db=self._records)
-            records = cast("Iterator[tuple[bytes, bytes]]", cursor.iternext(True, True))
-        near = next(records, None)
-        while batch := list(islice(ops, chunk)):
-            found: list[int] = []
-            raws: list[bytes] = []
-            for raw_key, value in batch:
-                key = _b(raw_key)
-                op, raw_id = layout.read_op(_b(value))
-                if op != layout.OP_APPEND:
-                    continue
-                while near is not None and near[0] < key:
-                    near = next(records, None)
-                raw = near[1] if near is not None and near[0] == key else None
-                if raw is None:  # an id written again, or a record still in the legacy database
-                    raw = self.raw_record(raw_id)
-                if raw is not None:
-                    found.append(layout.read_u64(key))
-                    raws.append(raw)
-            for label, floats in zip(found, layout.decode_vectors(raws), strict=True):
+        values = self.record_values()
+        while batch := list(islice(values, chunk)):
+            for seq, floats in layout.decode_vectors(batch):
                 if floats is not None:
-                    labels.append(label)
+                    labels.append(seq)
                     data.append(floats)
         return labels, b"".join(data)
 

@@ -141,6 +141,12 @@ def written(tmp_path: Path, dim: int, n: int) -> tuple[Path, dict[str, StoredEve
     return path, stored
 
 
+def by_label(labels: list[int], data: bytes, dim: int) -> dict[int, bytes]:
+    """LogReader.live_vectors' answer as each label's float32s."""
+    width = 4 * dim
+    return {label: data[i * width : (i + 1) * width] for i, label in enumerate(labels)}
+
+
 def test_a_log_of_version_6_is_read_as_it_is_and_moved_on_open(tmp_path: Path) -> None:
     path, stored = written(tmp_path, 8, 40)
     before = records(path)
@@ -149,8 +155,8 @@ def test_a_log_of_version_6_is_read_as_it_is_and_moved_on_open(tmp_path: Path) -
         assert r.count() == len(stored) == 39
         assert {e: r.get(e) for e in stored} == stored
         assert r.links_out(fact, SOURCE_FROM) and r.links_out(fact, SUPERSEDES)
-        labels, data = r.live_vectors()
-        assert len(labels) == 38 and len(data) == 38 * 8 * 4
+        vectors = by_label(*r.live_vectors(), 8)
+        assert len(vectors) == 38
     assert records(path) == before and schema(path) == 6
     log = EventLog.open(path, embedding_dim=8)
     with log.reader() as r:
@@ -158,7 +164,7 @@ def test_a_log_of_version_6_is_read_as_it_is_and_moved_on_open(tmp_path: Path) -
         assert {e: r.get(e) for e in stored} == stored
         assert list(r.ids_by_property(layout.SUBJECT, "cust-1")) == [fact]
         assert r.meta_int(layout.LIVE_BYTES) == record_bytes(r)
-        assert (r.live_vectors()[0], len(r.live_vectors()[1])) == (labels, len(data))
+        assert by_label(*r.live_vectors(), 8) == vectors
     assert layout.LEGACY_EVENTS not in log.dbs
     # it goes on as a log of this version: appends, deletes, the live bytes
     log.append_batch([NewEvent(kind="turn", ts=T0 + 99, text="after", embedding=[0.5] * 8)])
