@@ -266,3 +266,55 @@ def test_kill_9_during_the_background_graph_build_loses_nothing(tmp_path: Path) 
             assert again.vectors.search(np.asarray(e.embedding), 1)[0][1] == pytest.approx(1.0)
     finally:
         again.close()
+
+
+def watcher_threads() -> int:
+    """Tantivy's meta.json watchers (one per open Tantivy index; the kernel keeps 15 characters
+    of a thread's name)."""
+    return sum(1 for name in native_threads() if name.startswith("thread-tantivy"))
+
+
+def test_an_idle_open_tenant_lets_its_tantivy_index_go_and_searches_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from storage.index.held import held
+
+    monkeypatch.setattr(held(), "linger", 0.2)
+    before = watcher_threads()
+    tenant = Tenant.open("idle", tmp_path / "idle", embedding_dim=DIM)
+    try:
+        tenant.submit_append(events(50, seed=3)).result(timeout=60)
+        tenant.keyword.flush()
+        first = tenant.keyword.search("parcels", limit=10)
+        wait_until(lambda: tenant.keyword._index is None, "the idle index let go")
+        wait_until(lambda: watcher_threads() <= before, "its watcher thread ended")
+        assert tenant.keyword.memory_bytes() == 0
+        assert tenant.keyword.search("parcels", limit=10) == first  # opened again to answer
+        assert tenant.keyword._index is not None
+        tenant.submit_append(events(1, seed=4, start=50)).result(timeout=60)
+        assert len(tenant.keyword.search("parcels", limit=100)) == 51
+    finally:
+        tenant.close()
+
+
+def test_at_most_held_max_tantivy_indexes_stay_open_across_tenants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from storage.index.held import held
+
+    monkeypatch.setattr(held(), "limit", 3)
+    before = watcher_threads()
+    opened = []
+    try:
+        for i in range(8):
+            tenant = Tenant.open(f"t{i}", tmp_path / f"t{i}", embedding_dim=DIM)
+            opened.append(tenant)
+            tenant.submit_append(events(5, seed=10 + i)).result(timeout=60)
+            assert len(tenant.keyword.search("parcels", limit=10)) == 5
+        wait_until(lambda: len(held()) <= 3, "the least recently used let go")
+        wait_until(lambda: watcher_threads() <= before + 3, "their watcher threads ended")
+        for tenant in opened:  # each answers still, opening its index again
+            assert len(tenant.keyword.search("parcels", limit=10)) == 5
+    finally:
+        for tenant in opened:
+            tenant.close()
