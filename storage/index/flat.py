@@ -107,7 +107,10 @@ class FlatSet:
 
     Rows are appended in place (no restacking per change: the insert tail changes with every
     append batch and is searched between them), in arrays grown by a quarter; a removed row is zeroed and left dead until
-    dead rows are the majority, then the array is compacted."""
+    dead rows are the majority, then the array is compacted.
+
+    A reopened index's rows may be a read-only view of its saved file, mapped (page cache, not
+    the heap: storage/index/vecfile.py's map_vectors); the first change copies them."""
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
@@ -117,15 +120,20 @@ class FlatSet:
         self._labels = np.zeros(16, dtype=np.int64)
         self._alive = np.zeros(16, dtype=bool)
         self._used = 0  # rows in use, dead ones included
+        self._mapped = False  # _rows is a read-only view of a mapped file
 
     @classmethod
     def of(cls, dim: int, labels: np.ndarray, rows: np.ndarray) -> FlatSet:
         """A set holding these unit rows under these distinct labels, as they are (no scaling),
-        in arrays of exactly their size: what a saved index reopens with."""
+        in arrays of exactly their size: what a saved index reopens with. Read-only float32
+        rows (a mapped file) are kept as they are until the first change."""
         flat = cls(dim)
         n = len(labels)
         if n:
-            flat._rows = np.array(rows, dtype=np.float32, order="C").reshape(n, dim)
+            if not rows.flags.writeable and rows.dtype == np.float32 and rows.shape == (n, dim):
+                flat._rows, flat._mapped = rows, True
+            else:
+                flat._rows = np.array(rows, dtype=np.float32, order="C").reshape(n, dim)
             flat._labels = np.array(labels, dtype=np.int64)
             flat._alive = np.ones(n, dtype=bool)
             flat._where = dict(zip(flat._labels.tolist(), range(n), strict=True))
@@ -138,18 +146,27 @@ class FlatSet:
     def nbytes(self) -> int:
         """Bytes held: the arrays at their capacity and the label map with its keys."""
         where = self._where
-        arrays = self._rows.nbytes + self._labels.nbytes + self._alive.nbytes
+        rows = 0 if self._mapped else self._rows.nbytes  # mapped: page cache, not the heap
+        arrays = rows + self._labels.nbytes + self._alive.nbytes
         return arrays + sys.getsizeof(where) + 32 * len(where)
 
     def put(self, labels: Iterable[int], rows: np.ndarray) -> None:
         """Add or replace rows (scaled to unit length here)."""
         scaled_rows = unit(rows.reshape(-1, self.dim))
         with self._lock:
+            self._own()
             for label, row in zip(labels, scaled_rows, strict=True):
                 i = self._where.get(int(label))
                 if i is None:
                     i = self._append_slot(int(label))
                 self._rows[i] = row
+
+    def _own(self) -> None:
+        """Copy mapped rows into memory of this process's own before changing them (caller holds
+        the lock)."""
+        if self._mapped:
+            self._rows = np.array(self._rows, dtype=np.float32, order="C")
+            self._mapped = False
 
     def _append_slot(self, label: int) -> int:
         """A new row at the end for label, growing the arrays by a quarter (caller holds the lock)."""
@@ -173,6 +190,7 @@ class FlatSet:
             i = self._where.pop(label, None)
             if i is None:
                 return None
+            self._own()
             row: np.ndarray = self._rows[i].copy()
             self._rows[i] = 0.0
             self._alive[i] = False

@@ -46,7 +46,7 @@ class Held:
         return len(self._used)
 
     def touch(self, holder: Holder) -> None:
-        """holder used its Tantivy index now (callers may hold the holder's own locks: releases
+        """Note that holder used its Tantivy index now (callers may hold its own locks: releases
         run on the pool, never here); past the limit, the sweep lets the least recent go."""
         now = time.monotonic()
         with self._lock:
@@ -60,7 +60,7 @@ class Held:
             task.wake()
 
     def forget(self, holder: Holder) -> None:
-        """holder no longer holds its Tantivy index (closed)."""
+        """Forget holder: it no longer holds its Tantivy index (closed)."""
         with self._lock:
             self._used.pop(id(holder), None)
 

@@ -318,3 +318,33 @@ def test_at_most_held_max_tantivy_indexes_stay_open_across_tenants(
     finally:
         for tenant in opened:
             tenant.close()
+
+
+def test_a_reopened_small_index_searches_its_file_mapped_and_copies_it_on_the_first_change(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v.hnsw"
+    index = VectorIndex.create_empty(path, DIM)
+    rows = np.random.default_rng(6).standard_normal((300, DIM), dtype=np.float32)
+    index.add(list(range(1, 301)), rows.tolist())
+    query = rows[17]
+    before = index.search(query, 10)
+    index.save()
+    index.close()
+    fds = len(os.listdir("/proc/self/fd"))
+    again = VectorIndex.open(path, DIM)
+    try:
+        flat = again._tail
+        assert flat._mapped and not flat._rows.flags.writeable  # the file's pages, not a copy
+        assert len(os.listdir("/proc/self/fd")) == fds  # the map holds no descriptor
+        mapped = flat.nbytes()  # its rows are page cache, not counted
+        assert again.search(query, 10) == before
+        again.delete([18])  # the first change copies the rows
+        assert not flat._mapped and flat._rows.flags.writeable
+        assert flat.nbytes() >= mapped + 300 * DIM * 4 - 64  # now they are the heap's
+        after = [label for label, _sim in again.search(query, 10)]
+        assert after[:9] == [label for label, _sim in before if label != 18][:9]
+        again.add([301], [rows[0].tolist()])
+        assert again.count() == 300
+    finally:
+        again.close()
