@@ -320,7 +320,7 @@ def test_at_most_held_max_tantivy_indexes_stay_open_across_tenants(
             tenant.close()
 
 
-def test_a_reopened_small_index_searches_its_file_mapped_and_copies_it_on_the_first_change(
+def test_a_reopened_small_index_searches_its_file_mapped_and_appends_beside_it(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "v.hnsw"
@@ -335,16 +335,37 @@ def test_a_reopened_small_index_searches_its_file_mapped_and_copies_it_on_the_fi
     again = VectorIndex.open(path, DIM)
     try:
         flat = again._tail
-        assert flat._mapped and not flat._rows.flags.writeable  # the file's pages, not a copy
+        assert flat.mapped() == 300  # the file's pages, not a copy
         assert len(os.listdir("/proc/self/fd")) == fds  # the map holds no descriptor
-        mapped = flat.nbytes()  # its rows are page cache, not counted
+        held = flat.nbytes()
         assert again.search(query, 10) == before
-        again.delete([18])  # the first change copies the rows
-        assert not flat._mapped and flat._rows.flags.writeable
-        assert flat.nbytes() >= mapped + 300 * DIM * 4 - 64  # now they are the heap's
-        after = [label for label, _sim in again.search(query, 10)]
-        assert after[:9] == [label for label, _sim in before if label != 18][:9]
-        again.add([301], [rows[0].tolist()])
-        assert again.count() == 300
+        again.delete([18])  # marked dead in the map
+        again.add([5], [rows[0].tolist()])  # a replaced mapped row: dead there, appended
+        again.add([301], [rows[1].tolist()])
+        assert flat.mapped() == 300 and again.count() == 300
+        assert flat.nbytes() < held + 300 * DIM * 4 // 2  # the appended rows, not a copy of all
+        expected = {lb: r for lb, r in zip(range(1, 301), rows, strict=True) if lb != 18}
+        expected[5], expected[301] = rows[0], rows[1]
+        found = [label for label, _sim in again.search(query, 10)]
+        assert found == exact(expected, query, 10)
+        assert np.allclose(
+            flat.rows([5, 301, 2]), [unit_of(rows[0]), unit_of(rows[1]), unit_of(rows[1])]
+        )
+        again.delete(list(range(1, 250)))  # most dead: compacted into the array, the map gone
+        assert flat.mapped() == 0
+        assert [label for label, _sim in again.search(query, 5)] == exact(
+            {lb: r for lb, r in expected.items() if lb >= 250}, query, 5
+        )
+        again.save()
     finally:
         again.close()
+    reopened = VectorIndex.open(path, DIM)
+    try:
+        assert reopened.count() == 52 and reopened._tail.mapped() == 52
+    finally:
+        reopened.close()
+
+
+def unit_of(row: np.ndarray) -> np.ndarray:
+    """A row scaled to length 1."""
+    return row / np.linalg.norm(row)
