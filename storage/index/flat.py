@@ -111,9 +111,8 @@ class FlatSet:
 
     A reopened index's rows may be a read-only view of its saved file, mapped (page cache, not
     the heap: storage/index/vecfile.py's map_vectors): they stay the first rows, read from the
-    map, and appends go to the array after them. A mapped row removed or replaced is only
-    marked dead (its bytes are the file's until the next save rewrites it); a compaction
-    copies the live ones into the array."""
+    map, and appends go to the array after them. A mapped row replaced is marked dead there;
+    one removed (a delete) moves the live rows into the array and the map goes."""
 
     def __init__(self, dim: int) -> None:
         self.dim = dim
@@ -194,24 +193,28 @@ class FlatSet:
         return self._base[i] if i < base else self._rows[i - base]
 
     def pop(self, label: int) -> np.ndarray | None:
-        """Remove a row and return a copy of it (None if absent); its bytes are zeroed (a mapped
-        row's are the file's: only marked dead)."""
+        """Remove a row and return a copy of it (None if absent); its bytes are zeroed. A mapped
+        row's cannot be: the live rows move into the array and the map goes, so no deleted
+        vector stays mapped (a purge unlinks the file that held it)."""
         with self._lock:
             i = self._where.pop(label, None)
             if i is None:
                 return None
             row: np.ndarray = self._row(i).copy()
-            if i >= len(self._base):
-                self._rows[i - len(self._base)] = 0.0
             self._alive[i] = False
-            if self._used > 64 and len(self._where) * 2 < self._used:
-                self._compact()
+            if i < len(self._base):
+                self._compact(room=max(16, len(self._where) // 4))
+            else:
+                self._rows[i - len(self._base)] = 0.0
+                if self._used > 64 and len(self._where) * 2 < self._used:
+                    self._compact()
             return row
 
-    def _compact(self) -> None:
-        """Keep only live rows, in order, in new arrays (searches may still hold the old ones)."""
+    def _compact(self, room: int | None = None) -> None:
+        """Keep only live rows, in order, in new arrays with room for as many more (or for
+        `room` more); searches may still hold the old ones."""
         keep = np.flatnonzero(self._alive[: self._used])
-        size = max(16, 2 * len(keep))
+        size = max(16, len(keep) + (len(keep) if room is None else room))
         rows = np.zeros((size, self.dim), np.float32)
         labels = np.zeros(size, np.int64)
         alive = np.zeros(size, bool)
