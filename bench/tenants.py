@@ -65,6 +65,7 @@ from common import (
     write_json,
 )
 
+from storage.errors import Unavailable
 from storage.heap import pin_mmap_threshold
 from storage.index.keyword import KeywordIndex
 from storage.index.vectors import VectorIndex
@@ -563,9 +564,16 @@ def many_child(data: str, names: list[str]) -> dict[str, Any]:
     give_back_memory()
     base = held_now()
     started = time.perf_counter()
-    opens = [ask(name, i) for i, name in enumerate(names[1:], start=1)]
+    opens: list[float] = []
+    refused = None
+    for i, name in enumerate(names[1:], start=1):
+        try:
+            opens.append(ask(name, i))
+        except Unavailable as exc:  # out of descriptors, say: how far it got is the figure
+            refused = {"at": i, "detail": exc.detail}
+            break
     fill_s = time.perf_counter() - started
-    n = len(names) - 1
+    n = len(opens)
     just = per_tenant(held_now(), base, n)
     time.sleep(linger_secs() + 1.0)  # idle: keyword indexes let go (storage/index/held.py)
     gc.collect()
@@ -575,12 +583,13 @@ def many_child(data: str, names: list[str]) -> dict[str, Any]:
     accounted = sum(map(tenant_bytes, manager.open_tenants()))
     out = {
         "open_tenants": len(manager.open_tenants()),
+        "refused": refused,
         "nofile": nofile,
         "fill_s": round(fill_s, 1),
         "open_and_recall": sqlite_tenants.summary(opens),
         "just_opened": just,
         "idle": idle,
-        "accounted_kb_each": round(accounted / len(names) / 1e3, 1),
+        "accounted_kb_each": round(accounted / (n + 1) / 1e3, 1),
         "process_rss_mb": round((now["rss_anon"] + now["rss_file"]) / 1e6, 1),
         "process_rss_anon_mb": round(now["rss_anon"] / 1e6, 1),
         "process_threads": now["threads"],
