@@ -190,7 +190,8 @@ class FlatSet:
     def _row(self, i: int) -> np.ndarray:
         """Row i, mapped or not (caller holds the lock)."""
         base = len(self._base)
-        return self._base[i] if i < base else self._rows[i - base]
+        row: np.ndarray = self._base[i] if i < base else self._rows[i - base]
+        return row
 
     def pop(self, label: int) -> np.ndarray | None:
         """Remove a row and return a copy of it (None if absent); its bytes are zeroed. A mapped
@@ -229,7 +230,8 @@ class FlatSet:
         """These rows stacked in a new array, from the map or the array (caller holds the lock)."""
         base = len(self._base)
         if not base:
-            return self._rows[rows]
+            picked: np.ndarray = self._rows[rows]
+            return picked
         out = np.empty((len(rows), self.dim), dtype=np.float32)
         mapped = rows < base
         out[mapped] = self._base[rows[mapped]]
