@@ -6,9 +6,7 @@ without paying for a graph insert, and it is still recallable the moment its res
 
 A small index has no graph at all: up to EXACT_BELOW vectors it is its tail, searched exactly,
 and the graph (hnswlib's fixed tables alone are 2.6 MB) is built in the background only once it
-grows past that. A graph, once built, stays while the index is open, however it shrinks. Such an
-index saves no vectors: its rows are the log's, read from there when it opens
-(storage/tenants/indexes.py), so a small tenant keeps one copy of each vector on disk.
+grows past that. A graph, once built, stays while the index is open, however it shrinks.
 """
 
 from __future__ import annotations
@@ -38,9 +36,9 @@ from storage.index.vecfile import (
     check_links,
     check_saved,
     live_path,
+    map_vectors,
     peek,
     read_live,
-    read_vectors,
     record_bytes,
     write_flat,
     write_live,
@@ -77,7 +75,8 @@ HNSW_ELEMENT_BYTES = 50
 # temporaries the allocator keeps (calibrated against RSS growth, bench/RESULTS.md).
 LIVE_LABEL_BYTES = 150
 # Per vector of an index without a graph, beyond its unit row: its label, live flag and entry in
-# the tail's map (a reopened index holds its rows in arrays of their exact size).
+# the tail's map (a reopened index holds its rows in arrays of their exact size, or mapped from
+# its file: then the rows themselves are page cache, not counted).
 FLAT_ROW_OVERHEAD = 12 + 100
 
 
@@ -140,23 +139,6 @@ class VectorIndex:
             return cls(path, dim, tail=_rows_of(path, dim, live))
         return cls(path, dim, index, live)
 
-    def has_graph(self) -> bool:
-        """Whether the index has a graph (or a saved one to load at first use)."""
-        return self._deferred or self._index is not None
-
-    def put_rows(self, labels: list[int], rows: np.ndarray) -> None:
-        """Make these vectors the rows of an index without a graph (as one opens: with the
-        log's), in arrays of their size; more than EXACT_BELOW are added instead, to be
-        inserted into a graph in the background."""
-        assert not self.has_graph()
-        if len(labels) <= EXACT_BELOW:
-            with self._tail_cond:
-                self._tail = FlatSet.of(self.dim, np.asarray(labels, dtype=np.int64), unit(rows))
-            return
-        with self._tail_cond:
-            self._tail = FlatSet(self.dim)
-        self.add(labels, rows)
-
     @property
     def index(self) -> hnswlib.Index | None:
         """The graph (None while there is none), a saved one loaded first if it is not yet."""
@@ -212,7 +194,7 @@ class VectorIndex:
 
     # -- writes ---------------------------------------------------------------
 
-    def add(self, labels: list[int], vectors: list[list[float]] | np.ndarray) -> None:
+    def add(self, labels: list[int], vectors: list[list[float]]) -> None:
         """Accept vectors: searchable at once (exactly, from the tail), in the graph soon after."""
         if not labels:
             return
@@ -491,14 +473,13 @@ class VectorIndex:
             replace_durably(self.path, None, save=self._save_index)
 
     def _save_flat(self) -> None:
-        """Save an index without a graph: its live labels, and a vector file of hnswlib's header
-        alone (no record: its dimension, and a save to keep). Its rows are the log's vectors,
-        read from there on open (storage/tenants/indexes.py), so none is written here."""
+        """Save an index without a graph: its tail's rows, in hnswlib's layout without links."""
         with self._tail_cond:
             labels = np.asarray(self._tail.labels(), dtype=np.int64)
+            rows = self._tail.rows(labels.tolist()) if len(labels) else np.zeros((0, self.dim))
 
         def write(fh: BinaryIO) -> None:
-            write_flat(fh, np.zeros(0, np.int64), np.zeros((0, self.dim)), M, EF_CONSTRUCTION)
+            write_flat(fh, labels, rows, M, EF_CONSTRUCTION)
             failpoints.hit("vectors.save")
 
         replace_durably(live_path(self.path), lambda fh: write_live(fh, labels))
@@ -517,28 +498,13 @@ def file_memory_bytes(path: Path, dim: int) -> int:
     own dimension, which may not be `dim`, the server's default; that only if it has none)."""
     # Each record, deleted ones too (an upper bound), with its share of memory_bytes' parts.
     try:
-        count, record, vector = peek(path)
+        count, record, _vector = peek(path)
     except (OSError, VectorFileError):
         return 0 if not path.exists() else HNSW_FIXED_BYTES + EXACT_BELOW * 4 * dim
-    if count == 0:  # no graph: the rows come from the log, as many as the live labels
-        return _saved_labels(path) * (vector + FLAT_ROW_OVERHEAD)
-    if count <= EXACT_BELOW:  # an older version's rows (the log's are read in their place)
-        return count * (vector + FLAT_ROW_OVERHEAD)
+    if count <= EXACT_BELOW:  # no graph: the rows stay mapped from the file (vecfile.map_vectors)
+        return count * FLAT_ROW_OVERHEAD
     per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
     return HNSW_FIXED_BYTES + count * per
-
-
-# The header np.save writes before a 1-D array (format 1.0: padded to 128 bytes).
-_NPY_HEADER = 128
-
-
-def _saved_labels(path: Path) -> int:
-    """How many live labels the sidecar of the index saved at path lists, from its size (8
-    bytes a label after its header): a stat, no read."""
-    try:
-        return max(0, (live_path(path).stat().st_size - _NPY_HEADER) // 8)
-    except OSError:
-        return 0
 
 
 def _open_flat(path: Path, dim: int) -> FlatSet | None:
@@ -556,13 +522,14 @@ def _open_flat(path: Path, dim: int) -> FlatSet | None:
 def _rows_of(path: Path, dim: int, live: set[int] | np.ndarray) -> FlatSet:
     """The rows of these labels in a saved index (a label not in the file is left out: a
     sidecar newer than its index; the log replays it)."""
-    labels, vectors = read_vectors(path, dim)
+    labels, vectors = map_vectors(path, dim)
     wanted = np.fromiter(live, dtype=np.int64, count=len(live))
     if len(wanted) != len(labels) or not np.array_equal(np.sort(wanted), np.sort(labels)):
         keep = np.isin(labels, wanted)  # deleted records, or a sidecar newer than the file
         labels, vectors = labels[keep], vectors[keep]
     # hnswlib holds one record a label, so labels are distinct; its rows are unit already,
-    # and the index's own flat saves are its tail's rows bit for bit.
+    # and the index's own flat saves are its tail's rows bit for bit. All of them kept: the
+    # file's rows stay mapped (page cache), not copied.
     return FlatSet.of(dim, labels, vectors)
 
 

@@ -534,37 +534,6 @@ def decode_words(
     return [(w.event_id, w.text, w.properties_raw) for w in _decode_words(framed)]
 
 
-# A record's seq and embedding only, for loading an index's rows from the log (the exact
-# search below EXACT_BELOW keeps no file of its own, storage/index/vectors.py): msgspec skips
-# every other field, and the records are framed as one msgpack array, as decode_words does.
-class _Vector(msgspec.Struct, frozen=True, gc=False):
-    seq: int
-    embedding: msgspec.msgpack.Ext | bytes | None = None
-
-
-_decode_vectors = msgspec.msgpack.Decoder(list[_Vector]).decode
-
-
-def decode_vectors(raws: list[bytes] | list[bytes | memoryview]) -> list[tuple[int, bytes | None]]:
-    """Each record's seq and embedding as little-endian float32s (a record of version 5 or
-    older: its float64s rounded so; None for a record without one), in the records' order."""
-    framed = b"".join([b"\xdd", len(raws).to_bytes(4, "big"), *raws])
-    return [(v.seq, _float32s(v.embedding)) for v in _decode_vectors(framed)]
-
-
-def _float32s(embedding: msgspec.msgpack.Ext | bytes | None) -> bytes | None:
-    """An embedding as a record holds it, as little-endian float32s."""
-    if embedding is None or isinstance(embedding, msgspec.msgpack.Ext):
-        return None if embedding is None else cast(bytes, embedding.data)
-    doubles = array.array("d", embedding)
-    if _SWAP:
-        doubles.byteswap()
-    singles = array.array("f", doubles)
-    if _SWAP:
-        singles.byteswap()
-    return singles.tobytes()
-
-
 def decode_light(raw: bytes | memoryview) -> StoredEvent:
     """The StoredEvent a record holds, without its embedding (None)."""
     return StoredEvent(**msgspec.structs.asdict(_decode_light(raw)))

@@ -118,21 +118,6 @@ class LogReader:
         while batch := list(islice(values, chunk)):
             yield layout.decode_words(batch)
 
-    def live_vectors(self, chunk: int = 1024) -> tuple[list[int], bytes]:
-        """What replaying every op gives the vector index (storage/tenants/projection.py), read
-        in one pass over the records without decoding the rest of each: the labels (append
-        seqs) of the live events that hold an embedding, in append order, and their float32s,
-        little-endian, one after another."""
-        labels: list[int] = []
-        data: list[bytes] = []
-        values = self.record_values()
-        while batch := list(islice(values, chunk)):
-            for seq, floats in layout.decode_vectors(batch):
-                if floats is not None:
-                    labels.append(seq)
-                    data.append(floats)
-        return labels, b"".join(data)
-
     def all_ids(self) -> Iterator[str]:
         """Every live id, ascending by time."""
         return self.ids_by_ts(None, None)

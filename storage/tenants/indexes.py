@@ -9,13 +9,9 @@ import logging
 import os
 from pathlib import Path
 
-import numpy as np
-
 from storage import files
 from storage.errors import DiskFull
-from storage.fsync import fsync_dir
 from storage.index.keyword import KeywordIndex
-from storage.index.vecfile import peek
 from storage.index.vectors import VectorIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
@@ -43,18 +39,10 @@ def open_keyword(root: Path, events: EventLog) -> tuple[KeywordIndex, int]:
 
 
 def open_vectors(root: Path, events: EventLog, dim: int) -> tuple[VectorIndex, int]:
-    """The vector index and the seq of its last save; a damaged file is rebuilt from the log.
-    An index without a graph takes its rows from the log (storage/index/vectors.py)."""
+    """The vector index and the seq of its last save; a damaged file is rebuilt from the log."""
     path = root / files.VECTORS
     try:
         index = VectorIndex.open(path, dim)
-        if index.has_graph():
-            return index, (events.meta_int(layout.VECTOR_SEQ) or 0) if path.exists() else 0
-        if path.exists() and peek(path)[0]:
-            # Rows an older version saved: the log holds the same vectors, and the file is a
-            # second copy of them on disk (the next save writes its header alone).
-            path.unlink()
-            fsync_dir(root)
     except (ValueError, OSError) as exc:
         raise_if_out_of_fds(exc)
         raise_if_disk_full(exc, path)
@@ -62,19 +50,8 @@ def open_vectors(root: Path, events: EventLog, dim: int) -> tuple[VectorIndex, i
             "tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__
         )
         return VectorIndex.create_empty(path, dim), 0
-    return index, vectors_from_log(index, events)
-
-
-def vectors_from_log(index: VectorIndex, events: EventLog) -> int:
-    """Give an index without a graph every live vector of the log as its rows (what replaying
-    every op would give it, read in one pass without decoding the rest of each record); the seq
-    it covers."""
-    with events.reader() as r:
-        labels, data = r.live_vectors()
-        last = r.last_seq()
-    rows = np.frombuffer(data, dtype="<f4").reshape(len(labels), index.dim)
-    index.put_rows(labels, rows)
-    return last
+    seq = events.meta_int(layout.VECTOR_SEQ) or 0
+    return index, seq if path.exists() else 0
 
 
 def raise_if_disk_full(exc: BaseException, path: Path, detail: str = CANNOT_OPEN) -> None:

@@ -157,7 +157,6 @@ def _switch(
     log.write(lambda txn: revisions.replace_vectors(txn, log.dbs, given, model, dim, last))
     beside = root / BESIDE
     for name in (files.VECTORS, files.VECTORS_LIVE):
-        if (beside / name).exists():  # a graph-less index saves no vector file
-            (beside / name).replace(root / name)
+        (beside / name).replace(root / name)
     fsync_dir(root)
     shutil.rmtree(beside, ignore_errors=True)

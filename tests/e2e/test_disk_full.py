@@ -24,7 +24,6 @@ import pytest
 
 from storage import failpoints, space
 from storage.errors import DiskFull
-from storage.index import vectors as vectors_module
 from storage.index.vecfile import check_saved
 from storage.model import AppendResult, NewEvent
 from storage.read.recall import RecallQuery, recall
@@ -391,10 +390,7 @@ def test_a_panicked_environment_is_reopened_and_the_write_retried(tmp_path: Path
         t.close()
 
 
-def test_a_failed_vector_save_keeps_the_old_file_and_its_watermark(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(vectors_module, "EXACT_BELOW", 8)  # a graph, which saves a file
+def test_a_failed_vector_save_keeps_the_old_file_and_its_watermark(tmp_path: Path) -> None:
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     acked = append_events(t, range(0, 20))

@@ -98,8 +98,8 @@ def _remove_vectors(root: Path) -> None:
 
 
 def _truncate_vectors(root: Path) -> None:
-    p = root / "vectors.hnsw"  # a small index saves none: a file cut short where it was
-    p.write_bytes(p.read_bytes()[:100] if p.exists() else bytes(100))
+    p = root / "vectors.hnsw"
+    p.write_bytes(p.read_bytes()[:100])
 
 
 def _remove_vector_sidecar(root: Path) -> None:

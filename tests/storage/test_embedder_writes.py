@@ -119,10 +119,9 @@ def test_vectors_written_in_chunks_are_those_a_rebuild_reads_from_the_log(
     finally:
         worker.stop()
         manager.close_all()
-    # No vector file (a small index saves none; a lost one alike), the reopen reads the
-    # vectors from the log: the same nearest events.
+    # The vector file gone, the reopen builds the graph from the log: the same nearest events.
     root = manager.path_of("t")
-    (root / files.VECTORS).unlink(missing_ok=True)
+    (root / files.VECTORS).unlink()
     t = Tenant.open("t", root, embedding_dim=384)
     try:
         rebuilt = [t.recall(RecallQuery(embedding=v.tolist(), k=1)).hits for v in own]

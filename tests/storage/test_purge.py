@@ -24,7 +24,6 @@ from storage import files
 from storage.erasure import swap
 from storage.erasure.compact import rewrite, sync_delta
 from storage.erasure.purge import PurgeStats
-from storage.index import vectors as vectors_module
 from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.index.vecfile import VectorFileError, count_labels, erase_labels
 from storage.log.eventlog import EventLog
@@ -81,13 +80,7 @@ def rng() -> random.Random:
 # -- the forensic test -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("graph", [True, False], ids=["graph", "exact"])
-def test_purge_leaves_no_byte_of_the_victim(
-    tmp_path: Path, rng: random.Random, graph: bool, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # With a graph (past EXACT_BELOW) its saved file holds a second copy of each vector, which
-    # the purge must erase too; without one, the log's record is the only copy on disk.
-    monkeypatch.setattr(vectors_module, "EXACT_BELOW", 64 if graph else vectors_module.EXACT_BELOW)
+def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) -> None:
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(20)])
@@ -121,9 +114,8 @@ def test_purge_leaves_no_byte_of_the_victim(
 
     # The scan can fail: before the delete every kind of pattern is on disk somewhere.
     before = scan(root, patterns)
-    for label in ("text", f"token {rare[0]}", "float32", "property"):
+    for label in ("text", f"token {rare[0]}", "as hnswlib holds it", "float32", "property"):
         assert label in before, label
-    assert ("as hnswlib holds it" in before) == graph  # no second copy without a graph
     gone = last_tokens(t, rng.sample(ids, 20))  # more deletes, so pages and segments were shared
     survivors = [e for e in ids if e not in gone]
     live_terms = terms_of([t_ for e in survivors if (t_ := text_of(t, e))], tmp_path / "scratch")
@@ -217,10 +209,7 @@ def test_erasing_labels_in_a_saved_vector_file_is_what_hnswlib_reads(tmp_path: P
         erase_labels(path, {1002}, DIM * 4)  # the records cannot hold that many floats
 
 
-def test_a_vector_file_without_the_purged_vectors_stays(
-    tmp_path: Path, rng: random.Random, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    monkeypatch.setattr(vectors_module, "EXACT_BELOW", 16)  # a graph, which saves a file
+def test_a_vector_file_without_the_purged_vectors_stays(tmp_path: Path, rng: random.Random) -> None:
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(40)])
@@ -478,9 +467,8 @@ def test_a_purge_failing_before_its_commit_leaves_the_tenant_as_it_was(
 
 @pytest.mark.parametrize("at", ["swap:events", "swap:keyword", "swap:vectors.hnsw"])
 def test_a_purge_failing_after_its_commit_still_swaps(
-    tmp_path: Path, rng: random.Random, at: str, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, rng: random.Random, at: str
 ) -> None:
-    monkeypatch.setattr(vectors_module, "EXACT_BELOW", 16)  # a graph, which saves a file
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(80)])

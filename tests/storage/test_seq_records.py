@@ -1,7 +1,6 @@
 """Log format 7 (storage/log/layout.py): records keyed by their append seq, put at the end of
 their database so its pages fill, found by id through "ids"; a log of version 6 read as it is and
-moved on open, also when the move was killed halfway. And the one copy of a small tenant's
-vectors: an index without a graph saves none, and opens from the log's (storage/index/vectors.py)."""
+moved on open, also when the move was killed halfway."""
 
 from __future__ import annotations
 
@@ -14,15 +13,10 @@ from pathlib import Path
 
 import lmdb
 import numpy as np
-import pytest
 
-from storage import files
-from storage.index.vecfile import HEADER, write_flat, write_live
-from storage.index.vectors import FLAT_ROW_OVERHEAD, file_memory_bytes
 from storage.log import layout
 from storage.log.eventlog import EventLog, record_bytes, snapshot
 from storage.model import SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
-from storage.tenants.tenant import Tenant
 from tests.support.oldlog import MAX_DBS, make_v6, records, schema
 from tests.support.servers import REPO
 from tests.support.wait import PATIENCE_SECS
@@ -141,12 +135,6 @@ def written(tmp_path: Path, dim: int, n: int) -> tuple[Path, dict[str, StoredEve
     return path, stored
 
 
-def by_label(labels: list[int], data: bytes, dim: int) -> dict[int, bytes]:
-    """LogReader.live_vectors' answer as each label's float32s."""
-    width = 4 * dim
-    return {label: data[i * width : (i + 1) * width] for i, label in enumerate(labels)}
-
-
 def test_a_log_of_version_6_is_read_as_it_is_and_moved_on_open(tmp_path: Path) -> None:
     path, stored = written(tmp_path, 8, 40)
     before = records(path)
@@ -155,8 +143,6 @@ def test_a_log_of_version_6_is_read_as_it_is_and_moved_on_open(tmp_path: Path) -
         assert r.count() == len(stored) == 39
         assert {e: r.get(e) for e in stored} == stored
         assert r.links_out(fact, SOURCE_FROM) and r.links_out(fact, SUPERSEDES)
-        vectors = by_label(*r.live_vectors(), 8)
-        assert len(vectors) == 38
     assert records(path) == before and schema(path) == 6
     log = EventLog.open(path, embedding_dim=8)
     with log.reader() as r:
@@ -164,7 +150,6 @@ def test_a_log_of_version_6_is_read_as_it_is_and_moved_on_open(tmp_path: Path) -
         assert {e: r.get(e) for e in stored} == stored
         assert list(r.ids_by_property(layout.SUBJECT, "cust-1")) == [fact]
         assert r.meta_int(layout.LIVE_BYTES) == record_bytes(r)
-        assert by_label(*r.live_vectors(), 8) == vectors
     assert layout.LEGACY_EVENTS not in log.dbs
     # it goes on as a log of this version: appends, deletes, the live bytes
     log.append_batch([NewEvent(kind="turn", ts=T0 + 99, text="after", embedding=[0.5] * 8)])
@@ -244,84 +229,3 @@ def test_a_move_killed_halfway_reads_as_before_and_goes_on(tmp_path: Path) -> No
     # (two records a page, and the ids, links and lists: 2,300 bytes a record at most)
     assert (path / "data.mdb").stat().st_size < 2_300 * len(stored)
     assert not (path / "compacting").exists()
-
-
-# -- one copy of a small tenant's vectors ------------------------------------------------------
-
-
-def searches(t: Tenant, queries: np.ndarray) -> list[list[tuple[int, float]]]:
-    """The vector index's top 10 for each query, similarities rounded."""
-    return [[(lb, round(s, 5)) for lb, s in t.vectors.search(q, 10)] for q in queries]
-
-
-def test_a_small_tenant_saves_no_vector_file_and_opens_from_the_log(tmp_path: Path) -> None:
-    root = tmp_path / "t"
-    t = Tenant.open("t", root, embedding_dim=16)
-    sent = turns(300, 16)
-    results = t.submit_append(sent).result()
-    ids = [r.event_id for r in results if isinstance(r, AppendResult)]
-    t.submit_delete(ids[10:20]).result()
-    queries = np.random.default_rng(1).standard_normal((8, 16)).astype(np.float32)
-    live = searches(t, queries)
-    t.close()
-    # the log holds the only copy: the vector file is a header (its dimension), no record
-    assert (root / files.VECTORS).stat().st_size == HEADER.size
-    assert (root / files.VECTORS_LIVE).exists()  # its labels, for a closed tenant's usage
-    # what its rows will hold once open, told by the labels' file (the memory budget's guess)
-    assert file_memory_bytes(root / files.VECTORS, 16) == 290 * (4 * 16 + FLAT_ROW_OVERHEAD)
-    reopened = Tenant.open("t", root, embedding_dim=16)
-    try:
-        assert reopened.catch_ups == 0  # nothing replayed: the rows came from the log at once
-        assert reopened.vectors.count() == 290
-        assert searches(reopened, queries) == live
-        ev = reopened.get(ids[0])
-        assert ev is not None and ev.event.embedding == sent[0].embedding  # as sent, float32s
-        assert reopened.usage().vectors.graph == 290
-    finally:
-        reopened.close()
-
-
-def test_a_flat_file_of_an_older_version_goes_at_the_open(tmp_path: Path) -> None:
-    root = tmp_path / "t"
-    t = Tenant.open("t", root, embedding_dim=16)
-    ids = [
-        r.event_id for r in t.submit_append(turns(50, 16)).result() if isinstance(r, AppendResult)
-    ]
-    queries = np.random.default_rng(2).standard_normal((4, 16)).astype(np.float32)
-    live = searches(t, queries)
-    labels = np.asarray(t.vectors._tail.labels(), dtype=np.int64)
-    rows = t.vectors._tail.rows(labels.tolist())
-    seq = t.vector_seq
-    t.close()
-    # What version 6 saved: the rows in hnswlib's layout without links, and the watermark.
-    with open(root / files.VECTORS, "wb") as fh:
-        write_flat(fh, labels, rows, 16, 100)
-    with open(root / files.VECTORS_LIVE, "wb") as fh:
-        write_live(fh, labels)
-    reopened = Tenant.open("t", root, embedding_dim=16)
-    try:
-        assert not (root / files.VECTORS).exists()  # the log's vectors are the rows
-        assert reopened.vector_seq == seq and searches(reopened, queries) == live
-        reopened.submit_delete(ids[:1]).result()
-    finally:
-        reopened.close()
-    assert (root / files.VECTORS).stat().st_size == HEADER.size  # saved again: no record
-    again = Tenant.open("t", root, embedding_dim=16)
-    try:
-        assert again.vectors.count() == 49
-    finally:
-        again.close()
-
-
-@pytest.mark.parametrize("dim", [4, 384])
-def test_vectors_read_from_the_log_are_the_float32s_sent(tmp_path: Path, dim: int) -> None:
-    path = tmp_path / "events"
-    log = EventLog.open(path, embedding_dim=dim)
-    sent = turns(20, dim)
-    log.append_batch(sent)
-    with log.reader() as r:
-        labels, data = r.live_vectors(chunk=7)
-    log.close()
-    got = np.frombuffer(data, dtype="<f4").reshape(len(labels), dim)
-    assert labels == list(range(1, 21))
-    assert got.tolist() == [ev.embedding for ev in sent]
