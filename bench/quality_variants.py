@@ -119,7 +119,7 @@ def ranking(knobs: Knobs) -> Callable[..., list[rr.Hit]]:
             named = rr.focus_arms(kw, vec, adm, depth, query, focus) if focus else []
             focused = [ranking for _name, ranking in named]
             consts = list(knobs.main_c[: len(rankings)]) if adm.q.text else [knobs.main_c[1]]
-            lists = [(r, 1.0, c) for r, c in zip(rankings, consts)]
+            lists = [(r, 1.0, c) for r, c in zip(rankings, consts, strict=True)]
             lists += [(r, knobs.focus_w, knobs.focus_c) for r in focused]
             fused = weighted_fuse(lists)
             if knobs.extra is not None:
@@ -235,11 +235,9 @@ def timed(weight: float, deep: int = 5, arms: str = "both") -> Extra:
     return extra
 
 
-SCAFFOLD = frozenset(
-    """kind type sort thing things something mention mentioned say said tell told talk talked
-    describe name list many much long often recently recent likely might may will can get got
-    does did do""".split()
-)
+# Question scaffolding as storage.index.keyword's QUERY_STOP_WORDS adds it (the variant tried
+# on the main keyword arm alone).
+SCAFFOLD = keyword_mod.QUERY_STOP_WORDS - keyword_mod.STOP_WORDS
 
 
 def unscaffolded(text: str) -> str:

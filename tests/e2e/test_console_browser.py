@@ -365,9 +365,9 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
     cells = [
         r.locator("td").all_inner_texts() for r in ui.page.locator("#rc-ranked tbody tr").all()
     ]
-    assert [c[2:6] for c in cells] == [
-        ["1", "—", "0.0164", "1/(60+1)"],
-        ["2", "—", "0.0161", "1/(60+2)"],
+    assert [c[2:7] for c in cells] == [
+        ["1", "—", "—", "0.0164", "1/(60+1)"],
+        ["2", "—", "—", "0.0161", "1/(60+2)"],
     ]
     summary = ui.page.locator("#rc-summary").inner_text()
     assert "from the keyword (BM25) arm." in summary  # the arm that ranked them, and no other
