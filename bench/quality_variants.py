@@ -374,6 +374,16 @@ VARIANTS: list[Variant] = [
         ),
     ),
     Variant("r4 scaffolding in every keyword query", knobs(stop=keyword_mod.QUERY_STOP_WORDS)),
+    *(
+        Variant(
+            f"r5 asking-next + scaffolding + time arms {arms} {deep}x deep",
+            knobs(
+                extra=both(timed(1.0, deep=deep, arms=arms), neighbours(10, 1.0, asking=True)),
+                stop=keyword_mod.QUERY_STOP_WORDS,
+            ),
+        )
+        for arms, deep in (("both", 1), ("both", 2), ("keyword", 5), ("keyword", 2), ("vector", 2))
+    ),
     Variant(
         "r2 when w1 + next turns w1 + scaffolding + focus c 30",
         knobs(extra=both(timed(1.0), neighbours(10, 1.0)), query_text=unscaffolded, focus_c=30),

@@ -19,7 +19,7 @@ from storage.model import SOURCE_FROM, FilterValue, StoredEvent
 from storage.read.current import EXPIRED, NOT_YET_VALID, SUPERSEDED, Moment
 from storage.read.focus import Focus, understand
 from storage.read.replies import reply_arm
-from storage.read.times import TIME_DEPTH, says_time
+from storage.read.times import says_time
 
 RRF_K = 60
 MAX_K = 100
@@ -442,8 +442,9 @@ def rank(
             arms.append((VECTOR, vector_arm(vec, adm, depth, query)))
         main = [ranking for _name, ranking in arms]
         if focus is not None:
+            timed = time_arms(arms) if focus.when else []
             arms += focus_arms(kw, vec, adm, depth, query, focus) if focus else []
-            arms += time_arms(kw, vec, adm, depth, query) if focus.when else []
+            arms += timed
         fused = fuse([ranking for _name, ranking in arms])
         if adm.q.text:
             replies = reply_arm(adm.r, [ev for ev, _s in fused], adm.admit)
@@ -505,20 +506,11 @@ def focus_arms(
     return out
 
 
-def time_arms(
-    kw: KeywordIndex, vec: VectorIndex, adm: Admission, depth: int, query: np.ndarray | None
-) -> Arms:
-    """For a text that asks when (docs/recall.md, "Replies and times"): each main arm again,
-    TIME_DEPTH times deeper, keeping the first depth of its hits that say a time. The keyword
-    arm reads the text as asked (names and dates too: they are the question's)."""
-    out: Arms = []
-    if adm.q.text:
-        found = keyword_arm(kw, adm, depth * TIME_DEPTH)
-        out.append((f"time.{KEYWORD}", [ev for ev in found if says_time(ev)][:depth]))
-    if adm.q.embedding is not None:
-        found = vector_arm(vec, adm, depth * TIME_DEPTH, query)
-        out.append((f"time.{VECTOR}", [ev for ev in found if says_time(ev)][:depth]))
-    return out
+def time_arms(main: Arms) -> Arms:
+    """For a text that asks when (docs/recall.md, "Replies and times"): each main arm's own
+    hits that say a time, in its order. No search of their own: searching five times deeper
+    measured +0.004 recall@10 on LoCoMo (noise) for twice the CPU of such a recall."""
+    return [(f"time.{name}", [ev for ev in ranking if says_time(ev)]) for name, ranking in main]
 
 
 def moved_query(adm: Admission, keyword: list[StoredEvent], feedback: Feedback) -> np.ndarray:

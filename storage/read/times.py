@@ -1,16 +1,13 @@
 """Questions that ask when, and events that say a time (docs/recall.md, "Replies and times").
 "When did Melanie run a charity race?" is answered by a turn such as "I ran a charity race
 last Saturday": its words match, and it says a time. Such a question gets arms of its own, the
-main arms' hits read deeper that say a time, so those go before the turns that only match."""
+main arms' own hits that say a time, so those go before the turns that only match."""
 
 from __future__ import annotations
 
 import re
 
 from storage.model import StoredEvent
-
-# How much deeper than the main arms the time arms read before keeping those that say a time.
-TIME_DEPTH = 5
 
 _ASKS_WHEN = re.compile(r"^\s*(?:when|how\s+long|what\s+(?:day|date|time|year|month))\b", re.I)
 # Words and numbers that place an event in time: relative days and periods, weekdays, months

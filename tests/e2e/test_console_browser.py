@@ -408,6 +408,14 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
     ]
     assert cells and all(c[2] == "—" and c[3].isdigit() for c in cells)
 
+    # A text that asks when: the page says so from the answer's focus, and names the time arms
+    # that ranked a hit in words, each beside its rank.
+    ui.page.locator("#rc-text").fill("When is the cutover planned?")
+    ui.page.locator("#rc-run").click()
+    expect(ui.page.locator("#rc-focus")).to_contain_text("asks when")
+    arms = ui.page.locator("#rc-ranked li[data-arm^='time.']").all_inner_texts()
+    assert all(": " in a and "hits that say a time" in a for a in arms)
+
 
 EXPECTED_CSV = (
     "a.change,a.tool,i.actor,i.role\r\n"
