@@ -435,16 +435,42 @@ class HitOut(msgspec.Struct):
     replaces: list[str] | msgspec.UnsetType = msgspec.UNSET
     keyword_rank: int | msgspec.UnsetType | None = msgspec.UNSET  # with explain, ranked hits only
     vector_rank: int | msgspec.UnsetType | None = msgspec.UNSET
+    # With explain, ranked hits only: the other arms that returned it (docs/recall.md).
+    arm_ranks: dict[str, int] | msgspec.UnsetType = msgspec.UNSET
     subjects: list[str] | msgspec.UnsetType = msgspec.UNSET
+
+
+class PersonOut(msgspec.Struct):
+    """A person the recall's text names, as the tenant holds them."""
+
+    property: str
+    value: str
+
+
+class WindowOut(msgspec.Struct):
+    """A time window the recall's text names, over `ts`: from <= ts < until (µs)."""
+
+    from_: int = msgspec.field(name="from")
+    until: int
+
+
+class FocusOut(msgspec.Struct):
+    """With explain: what recall read the text to name, which its focus and time arms used."""
+
+    people: list[PersonOut]
+    dates: list[WindowOut]
+    asks_when: bool
 
 
 class RecallOut(msgspec.Struct):
     """The recall answer; `walk` appears only when hops > 0, `withheld` only when current state
-    kept something out."""
+    kept something out, `focus` only with explain when the text named someone, a date, or
+    asked when."""
 
     hits: list[HitOut]
     walk: Walk | msgspec.UnsetType = msgspec.UNSET
     withheld: Withheld | msgspec.UnsetType = msgspec.UNSET
+    focus: FocusOut | msgspec.UnsetType = msgspec.UNSET
 
 
 def check_model(model: str | None) -> None:
@@ -504,12 +530,22 @@ def recall_out(result: RecallResult) -> RecallOut:
             replaces=h.replaces if h.replaces else msgspec.UNSET,
             keyword_rank=h.ranks[0] if h.ranks is not None else msgspec.UNSET,
             vector_rank=h.ranks[1] if h.ranks is not None else msgspec.UNSET,
+            arm_ranks=h.arm_ranks if h.arm_ranks is not None else msgspec.UNSET,
             subjects=h.event.subjects or msgspec.UNSET,
         )
         for h in result.hits
     ]
+    focus = result.focus
     return RecallOut(
         hits=hits,
         walk=result.walk if result.walk is not None else msgspec.UNSET,
         withheld=result.withheld if result.withheld is not None else msgspec.UNSET,
+        focus=msgspec.UNSET
+        if focus is None
+        else FocusOut(
+            # As the focus arms use them: one person named gets arms, several get none.
+            people=[PersonOut(property=p, value=v) for p, v in focus.people],
+            dates=[WindowOut(from_=lo, until=hi) for lo, hi in focus.windows],
+            asks_when=focus.when,
+        ),
     )

@@ -110,6 +110,7 @@ class Hit(msgspec.Struct, frozen=True):
     replaces: list[str] = []
     keyword_rank: int | None = None
     vector_rank: int | None = None
+    arm_ranks: dict[str, int] = {}  # with explain: the other arms that returned it, by name
     subjects: list[str] = []
 
 
@@ -129,12 +130,36 @@ class Withheld(msgspec.Struct, frozen=True):
     not_yet_valid: int = 0
 
 
+class FocusPerson(msgspec.Struct, frozen=True):
+    """A person a recall's text names, as the tenant holds them (`property` = `value`)."""
+
+    property: str
+    value: str
+
+
+class FocusWindow(msgspec.Struct, frozen=True):
+    """A time window a recall's text names: from_ <= ts < until, in µs."""
+
+    from_: int = msgspec.field(name="from")
+    until: int
+
+
+class RecallFocus(msgspec.Struct, frozen=True):
+    """With explain: the people and dates a recall's text names and whether it asks when."""
+
+    people: list[FocusPerson] = []
+    dates: list[FocusWindow] = []
+    asks_when: bool = False
+
+
 class RecallResult(msgspec.Struct, frozen=True):
-    """POST /v1/memory/recall: ranked hits then walked ones; `walk` only when hops > 0."""
+    """POST /v1/memory/recall: ranked hits then walked ones; `walk` only when hops > 0,
+    `focus` only with explain when the text named someone, a date, or asked when."""
 
     hits: list[Hit]
     walk: Walk | None = None
     withheld: Withheld | None = None
+    focus: RecallFocus | None = None
 
 
 class CypherResult(msgspec.Struct, frozen=True):

@@ -1,6 +1,7 @@
 // Recall: POST /v1/memory/recall with explain, so each ranked hit shows its keyword rank, its
-// vector rank and the fused score side by side; walked events with the hit they came from; the
-// walk report (reached, returned, omitted) in words.
+// vector rank, the other arms that ranked it (focus, time, replies: arm_ranks, named from the
+// answer's focus) and the fused score side by side; walked events with the hit they came from;
+// the walk report (reached, returned, omitted) in words.
 
 import { recall } from "./api.js";
 import { el, eventLink, field, fill, heading, kindBadge, problem, table } from "./dom.js";
@@ -57,8 +58,31 @@ export function renderRecall(view, ctx) {
 }
 
 function scoreFrom(hit) {
-  const parts = [hit.keyword_rank, hit.vector_rank].filter((r) => typeof r === "number").map((r) => `1/(${RRF_K}+${r})`);
+  const others = Object.values(hit.arm_ranks || {});
+  const parts = [hit.keyword_rank, hit.vector_rank, ...others].filter((r) => typeof r === "number").map((r) => `1/(${RRF_K}+${r})`);
   return parts.length ? parts.join(" + ") : "—";
+}
+
+// What an arm beyond the main two ranked, in words, from the arm's name and the answer's focus
+// (what the server read the text to name): "keyword inside speaker Caroline".
+function armWords(name, focus) {
+  const [restriction, arm] = name.split(".");
+  const person = focus && focus.people.length === 1 ? `${focus.people[0].property} ${focus.people[0].value}` : "the person named";
+  const dates = focus && focus.dates.length ? focus.dates.map((d) => `${when(d.from)} – ${when(d.until)}`).join(", ") : "the dates named";
+  switch (restriction) {
+    case "person": return `${arm} inside ${person}`;
+    case "dates": return `${arm} within ${dates}`;
+    case "person_dates": return `${arm} inside ${person} within ${dates}`;
+    case "time": return `${arm}, hits that say a time (the text asks when)`;
+    case "replies": return "the reply to a question turn among the first hits";
+    default: return name;
+  }
+}
+
+function otherRanks(hit, focus) {
+  const entries = Object.entries(hit.arm_ranks || {});
+  if (!entries.length) return el("span", { class: "none", title: "no other arm returned it" }, "—");
+  return el("ul", { class: "arms" }, entries.map(([name, r]) => el("li", { "data-arm": name }, `${r}: ${armWords(name, focus)}`)));
 }
 
 function rank(value) {
@@ -73,16 +97,20 @@ function answer(result, body) {
   // vector_rank), not those the request asked for: a text may rank by meaning alone.
   const ranks = (arm) => ranked.some((h) => typeof h[arm] === "number");
   const arms = [ranks("keyword_rank") ? "keyword (BM25)" : null, ranks("vector_rank") ? "vector (cosine)" : null].filter(Boolean);
+  // Likewise the other arms named are those the answer says ranked a hit, in the server's words.
+  const others = [...new Set(ranked.flatMap((h) => Object.keys(h.arm_ranks || {})))];
   const parts = [
     el("h2", null, "Ranked hits"),
     el("p", { id: "rc-summary" },
       `${plural(ranked.length, "ranked hit")} of at most ${body.k}` +
       (arms.length ? `, from the ${arms.join(" and the ")} arm${arms.length > 1 ? "s" : ""}` : "") +
+      (others.length ? `; also ranked by ${others.map((n) => armWords(n, result.focus)).join("; ")}` : "") +
       `. Score = Σ 1/(${RRF_K} + rank) over the arms that returned the event.`),
-    table("Ranked hits", ["#", "Kind", "Keyword rank", "Vector rank", "Fused score", "Score from", "Event", "Text"],
+    result.focus ? el("p", { id: "rc-focus" }, focusWords(result.focus)) : null,
+    table("Ranked hits", ["#", "Kind", "Keyword rank", "Vector rank", "Other arms", "Fused score", "Score from", "Event", "Text"],
       ranked.map((h, i) => ({
         attrs: { "data-event-id": h.event_id },
-        cells: [String(i + 1), kindBadge(h.kind), rank(h.keyword_rank), rank(h.vector_rank), h.score.toFixed(4), scoreFrom(h),
+        cells: [String(i + 1), kindBadge(h.kind), rank(h.keyword_rank), rank(h.vector_rank), otherRanks(h, result.focus), h.score.toFixed(4), scoreFrom(h),
           el("span", null, eventLink(h.event_id), h.replaces ? el("span", { class: "note" }, ` replaces ${h.replaces.map((r) => r.slice(0, 8)).join(", ")}`) : null),
           clip(h.text, 200)],
       })), { id: "rc-ranked" }),
@@ -110,6 +138,16 @@ function answer(result, body) {
   }
   if (!result.hits.length) parts.push(el("p", null, "Nothing matched."));
   return parts;
+}
+
+// What the server read the text to name, as the answer's focus says.
+function focusWords(focus) {
+  const said = [];
+  if (focus.people.length === 1) said.push(`names ${focus.people[0].property} ${focus.people[0].value} (the person arms rank inside them)`);
+  else if (focus.people.length > 1) said.push(`names ${focus.people.map((p) => p.value).join(" and ")} (more than one person: no person arms)`);
+  if (focus.dates.length) said.push(`names ${plural(focus.dates.length, "time window")}: ${focus.dates.map((d) => `${when(d.from)} – ${when(d.until)}`).join(", ")}`);
+  if (focus.asks_when) said.push("asks when (the time arms keep the hits that say a time)");
+  return `The text ${said.join("; ")}.`;
 }
 
 function walkReport(walk, hops, k) {

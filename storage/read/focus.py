@@ -1,6 +1,7 @@
 """Query focus: who and when a recall's text names, understood without a language model
-(docs/recall.md, "Query focus"): the people the tenant has seen (storage/read/speakers.py) and
-the dates it names as windows over `ts` (storage/read/dates.py)."""
+(docs/recall.md, "Query focus"): the people the tenant has seen (storage/read/speakers.py),
+the dates it names as windows over `ts` (storage/read/dates.py) and whether it asks when
+(storage/read/times.py)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import time
 import msgspec
 
 from storage.log.reader import LogReader
-from storage.read import dates, speakers
+from storage.read import dates, speakers, times
 
 
 class Focus(msgspec.Struct, frozen=True, kw_only=True):
@@ -19,6 +20,7 @@ class Focus(msgspec.Struct, frozen=True, kw_only=True):
     people: list[tuple[str, str]] = []
     windows: list[tuple[int, int]] = []
     date_spans: list[tuple[int, int]] = []
+    when: bool = False  # the text asks when (storage/read/times.py): the time arms run
 
     def without(self, text: str, people: bool, dates: bool) -> str:
         """The text less the names of its people and/or its dates (what a focus arm already
@@ -33,6 +35,7 @@ class Focus(msgspec.Struct, frozen=True, kw_only=True):
         return out if re.search(r"\w", out) else text
 
     def __bool__(self) -> bool:
+        """Whether the text names someone or some dates (the focus arms run)."""
         return bool(self.people or self.windows)
 
 
@@ -60,7 +63,10 @@ def understand(r: LogReader, text: str, as_of: int | None) -> Focus:
     if windows and _covering(r, windows, newest_ts()):
         windows = []
     return Focus(
-        people=speakers.people(r, text, found.spans), windows=windows, date_spans=found.spans
+        people=speakers.people(r, text, found.spans),
+        windows=windows,
+        date_spans=found.spans,
+        when=times.asks_when(text),
     )
 
 

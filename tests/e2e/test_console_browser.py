@@ -366,9 +366,9 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
     cells = [
         r.locator("td").all_inner_texts() for r in ui.page.locator("#rc-ranked tbody tr").all()
     ]
-    assert [c[2:6] for c in cells] == [
-        ["1", "—", "0.0164", "1/(60+1)"],
-        ["2", "—", "0.0161", "1/(60+2)"],
+    assert [c[2:7] for c in cells] == [
+        ["1", "—", "—", "0.0164", "1/(60+1)"],
+        ["2", "—", "—", "0.0161", "1/(60+2)"],
     ]
     summary = ui.page.locator("#rc-summary").inner_text()
     assert "from the keyword (BM25) arm." in summary  # the arm that ranked them, and no other
@@ -408,6 +408,14 @@ def test_recall_shows_both_ranks_and_the_score_side_by_side_and_the_walk_in_word
         r.locator("td").all_inner_texts() for r in ui.page.locator("#rc-ranked tbody tr").all()
     ]
     assert cells and all(c[2] == "—" and c[3].isdigit() for c in cells)
+
+    # A text that asks when: the page says so from the answer's focus, and names the time arms
+    # that ranked a hit in words, each beside its rank.
+    ui.page.locator("#rc-text").fill("When is the cutover planned?")
+    ui.page.locator("#rc-run").click()
+    expect(ui.page.locator("#rc-focus")).to_contain_text("asks when")
+    arms = ui.page.locator("#rc-ranked li[data-arm^='time.']").all_inner_texts()
+    assert all(": " in a and "hits that say a time" in a for a in arms)
 
 
 EXPECTED_CSV = (

@@ -81,7 +81,7 @@ def client(tmp_path: Path) -> Iterator[TestClient[Any]]:
         yield c
 
 
-def test_over_http_explain_adds_two_keys_to_ranked_hits_only(client: TestClient[Any]) -> None:
+def test_over_http_explain_adds_the_ranks_to_ranked_hits_only(client: TestClient[Any]) -> None:
     events = [
         {"kind": "turn", "ts": 1_791_208_939_000_000 + i, "text": text, "embedding": emb}
         for i, (text, emb) in enumerate(
@@ -98,7 +98,8 @@ def test_over_http_explain_adds_two_keys_to_ranked_hits_only(client: TestClient[
         (ids[0], 1, 2),
         (ids[1], 2, 1),
     ]
-    strip = [{k: v for k, v in h.items() if not k.endswith("_rank")} for h in hits]
+    assert all(h["arm_ranks"] == {} for h in hits)  # no focus, time or reply arm ran
+    strip = [{k: v for k, v in h.items() if not k.endswith(("_rank", "_ranks"))} for h in hits]
     assert {"hits": strip} == plain.json()
     assert all("keyword_rank" not in h for h in plain.json()["hits"])
     explicit_off = client.post("/v1/memory/recall", json=body | {"explain": False})
@@ -113,3 +114,30 @@ def test_explain_must_be_a_boolean(client: TestClient[Any]) -> None:
         "detail": "invalid request body: Expected `bool`, got `str` - at `explain`",
     }
     assert msgspec.json.decode(r.content)["error"] == "invalid_request"
+
+
+def test_over_http_explain_names_the_focus_and_the_arms_that_ranked_each_hit(
+    client: TestClient[Any],
+) -> None:
+    t0 = 1_683_504_000_000_000  # 2023-05-08 00:00 UTC
+    turns = [
+        ("Caroline: I painted a sunset, painting and paint", [1.0, 0.1, 0, 0], "Caroline", t0),
+        ("Melanie: I painted a bird", [0.6, 0.8, 0, 0], "Melanie", t0 + 86_400_000_000),
+    ]
+    for text, emb, speaker, ts in turns:
+        body = {"kind": "turn", "ts": ts, "text": text, "embedding": emb}
+        r = client.post("/v1/memory/event", json=body | {"properties": {"speaker": speaker}})
+        assert r.status_code == 201, r.text
+    body = {"text": "When did Melanie paint?", "embedding": [1.0, 0, 0, 0], "k": 2}
+    answer = client.post("/v1/memory/recall", json=body | {"explain": True}).json()
+    assert answer["focus"] == {
+        "people": [{"property": "speaker", "value": "Melanie"}],
+        "dates": [],
+        "asks_when": True,
+    }
+    first = answer["hits"][0]
+    assert first["text"].startswith("Melanie")
+    assert first["arm_ranks"] == {"person.keyword": 1, "person.vector": 1}
+    ranks = [first["keyword_rank"], first["vector_rank"], *first["arm_ranks"].values()]
+    assert first["score"] == pytest.approx(sum(1 / (RRF_K + r) for r in ranks if r is not None))
+    assert "focus" not in client.post("/v1/memory/recall", json=body).json()
