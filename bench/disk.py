@@ -39,11 +39,34 @@ REPO = Path(__file__).resolve().parent.parent
 def build(root: Path, n: int) -> dict[str, Any]:
     """Build and close a tenant of n events at root, as bench/tenants.py builds its tenants
     (n = 0: open and close the tenant that is there); its sizes (run in the child)."""
-    from tenants import build as build_tenant  # imports storage: the code measured
+    # The code measured is the first on the path (the child's cwd); bench/tenants.py puts this
+    # checkout ahead of it, so the package is imported first (its modules then come from it).
+    import importlib
+
+    importlib.import_module("storage")
+    from tenants import build as build_tenant
 
     seconds, _ids = build_tenant(root.parent, root.name, n)
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
-    return {**sizes(root), "seconds": seconds, "peak_rss_bytes": peak}
+    measured = {**sizes(root), "seconds": seconds, "peak_rss_bytes": peak}
+    if n > 0:
+        measured["open_ms"] = open_ms(root)
+    return measured
+
+
+def open_ms(root: Path, times: int = 15) -> float:
+    """Milliseconds to open and close the (closed, unchanged) tenant at root, median of
+    `times` (its vector index read from its file, or from the log where it keeps none)."""
+    import time
+
+    from storage.tenants.tenant import Tenant
+
+    took = []
+    for _ in range(times):
+        started = time.perf_counter()
+        Tenant.open(root.name, root, embedding_dim=DIM).close()
+        took.append((time.perf_counter() - started) * 1000)
+    return statistics.median(took)
 
 
 def sizes(root: Path) -> dict[str, Any]:
@@ -54,10 +77,22 @@ def sizes(root: Path) -> dict[str, Any]:
     log = next(p for p in root.rglob("data.mdb"))
     env = lmdb.open(str(log.parent), readonly=True, max_dbs=32, lock=False)
     with env.begin() as txn:
-        stat = txn.stat(env.open_db(b"events", txn=txn, create=False))
-        record = len(next(iter(txn.cursor(db=env.open_db(b"events", txn=txn)).iternext(False))))
+        names = [bytes(k) for k in txn.cursor().iternext(values=False)]
+        # version 7 keeps records in "records" (by seq), older versions in "events" (by id)
+        db = env.open_db(b"records" if b"records" in names else b"events", txn=txn, create=False)
+        stat = txn.stat(db)
+        record = len(next(iter(txn.cursor(db=db).iternext(False))))
+        pages = {
+            name.decode(): sum(
+                v
+                for k, v in txn.stat(env.open_db(name, txn=txn, create=False)).items()
+                if k.endswith("_pages")
+            )
+            for name in names
+        }
+        pages["free"] = (env.info()["last_pgno"] + 1) - sum(pages.values()) - 2  # 2 meta pages
     env.close()
-    return {"files": files, "events_db": stat, "a_record_bytes": record}
+    return {"files": files, "events_db": stat, "a_record_bytes": record, "db_pages": pages}
 
 
 def summary(measured: dict[str, Any], n: int) -> dict[str, Any]:
@@ -78,10 +113,13 @@ def summary(measured: dict[str, Any], n: int) -> dict[str, Any]:
         "overflow_pages": measured["events_db"]["overflow_pages"],
         "leaf_pages": measured["events_db"]["leaf_pages"],
         "a_record_bytes": measured["a_record_bytes"],
+        "db_pages": measured.get("db_pages", {}),
         # the build, or the open and close (with a migration, for `migrated`), and the child's
         # peak RSS
         "seconds": round(measured.get("seconds", 0.0), 3),
         "peak_rss_mb": round(measured.get("peak_rss_bytes", 0) / 1e6),
+        # the open and close of the tenant built (unchanged), median of 15
+        "open_ms": round(measured.get("open_ms", 0.0), 2),
     }
 
 
@@ -151,7 +189,13 @@ def measure(codes: dict[str, Path], n: int, runs: int) -> dict[str, Any]:
             finally:
                 shutil.rmtree(root, ignore_errors=True)
     return {
-        name: {"median": {k: statistics.median(r[k] for r in rs) for k in rs[0]}, "runs": rs}
+        name: {
+            "median": {
+                k: statistics.median(r[k] for r in rs) if not isinstance(v, dict) else v
+                for k, v in rs[0].items()  # the pages of each database: the first run's
+            },
+            "runs": rs,
+        }
         for name, rs in results.items()
     }
 
@@ -170,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         baseline = Path(argv[i + 1]).resolve()
         argv = argv[:i] + argv[i + 2 :]
     args = parse_args(__doc__ or "", argv)
-    counts = [2_000] if args.quick else [2_000, 20_000]
+    counts = [200, 2_000] if args.quick else [200, 2_000, 20_000]
     runs = 1 if args.quick else 3
     data: dict[str, Any] = {"dim": DIM, "runs": runs, "sizes": {}}
     codes = {"new": REPO} if baseline is None else {"new": REPO, "baseline": baseline}

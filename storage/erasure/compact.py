@@ -26,7 +26,8 @@ COPY_TXN_ENTRIES = 20_000
 # future schema adds is copied whole, which is always right and only slower.
 PER_EVENT = frozenset(
     (
-        "events",
+        "records",
+        "ids",
         "ops",
         "by_ts",
         "by_kind",
@@ -52,7 +53,7 @@ def rewrite(
     env = lmdb.open(
         str(dest),
         map_size=map_size,
-        max_dbs=len(DB_NAMES) + 1,
+        max_dbs=len(DB_NAMES) + 2,
         sync=False,  # one sync at the end instead of one per transaction
         metasync=False,
         readahead=False,
@@ -126,19 +127,19 @@ def sync_delta(live: LogReader, copy: LogReader, since: int) -> set[str]:
 def _sync_event(live: LogReader, txn: lmdb.Transaction, dbs: dict[str, Any], event_id: str) -> None:
     """Replace every key owned by one event in the copy with the live log's keys."""
     raw_id = layout.id_bytes(event_id)
-    before = txn.get(raw_id, db=dbs["events"])
+    before = LogReader(txn, dbs).raw_record(raw_id)
     if before is not None:
-        for name, key in _owned_keys(layout.decode_light(before)):
+        for name, key in _owned_keys(layout.decode_light(before), raw_id):
             txn.delete(key, db=dbs[name])
-    now = live.txn.get(raw_id, db=live.dbs["events"])
+    now = live.raw_record(raw_id)
     if now is not None:
-        for name, key in _owned_keys(layout.decode_light(now)):
+        for name, key in _owned_keys(layout.decode_light(now), raw_id):
             value = live.txn.get(key, db=live.dbs[name])
             if value is not None:
                 txn.put(key, value, db=dbs[name])
     for name in ("links_out", "links_in"):
         _replace_prefix(live, txn, dbs, name, raw_id)
-    for name in ("events", "idem", "tombstones", "erased"):
+    for name in ("idem", "tombstones", "erased"):
         value = live.txn.get(raw_id, db=live.dbs[name])
         if value is None:
             txn.delete(raw_id, db=dbs[name])
@@ -146,10 +147,12 @@ def _sync_event(live: LogReader, txn: lmdb.Transaction, dbs: dict[str, Any], eve
             txn.put(raw_id, value, db=dbs[name])
 
 
-def _owned_keys(ev: StoredEvent) -> list[tuple[str, bytes]]:
-    """The keys an append writes for an event beside its record and its links: its op and its
-    index keys."""
-    return [("ops", layout.op_key(ev.seq)), *layout.index_keys(ev)]
+def _owned_keys(ev: StoredEvent, raw_id: bytes) -> list[tuple[str, bytes]]:
+    """The keys an append writes for an event beside its links: its record and where it is,
+    its op and its index keys."""
+    seq = layout.record_key(ev.seq)
+    owned = [("records", seq), ("ids", raw_id), ("ops", layout.op_key(ev.seq))]
+    return [*owned, *layout.index_keys(ev, raw_id)]
 
 
 def _replace_prefix(

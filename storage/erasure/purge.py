@@ -190,7 +190,7 @@ def _copy_log(
             staging.mkdir()
             step("stage")
             keyword = _KeywordBuilder(staging / files.KEYWORD)
-            taps = {"events": keyword.add}
+            taps = {"records": keyword.add}
             rewrite(r, staging / files.LOG, tenant.log.map_size(), taps)
         step("copied")
     except BaseException:

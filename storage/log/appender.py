@@ -225,12 +225,19 @@ class Appender:
         if awaits:
             txn.put(layout.unembedded_key(seq, raw_id), b"", db=d["unembedded"])
             self.unembedded += 1
-        txn.put(raw_id, encoded, db=d["events"])
         # MDB_APPEND refuses a seq that is not past every op: the transaction was written behind
-        # this appender's back, and numbering on would overwrite or reorder ops.
+        # this appender's back, and numbering on would overwrite or reorder ops. Records go at
+        # the end the same way, which leaves their pages full (random ids split them in halves).
         op = layout.op_value(layout.OP_APPEND, raw_id)
-        if not txn.put(layout.op_key(seq), op, db=d["ops"], append=True):
+        key = layout.op_key(seq)
+        if not txn.put(key, op, db=d["ops"], append=True) or not txn.put(
+            layout.record_key(seq), encoded, db=d["records"], append=True
+        ):
             raise RuntimeError(f"op {seq} is not past the newest op: ops written outside it")
+        prior = txn.get(raw_id, db=d["ids"])
+        if prior is not None:  # an id written again: its new record replaces the old one
+            txn.delete(prior, db=d["records"])
+        txn.put(raw_id, layout.record_key(seq), db=d["ids"])
         self.last = seq
         self.events, self.bytes = self.events + 1, self.bytes + len(encoded)
         self._unsaved = True
@@ -248,7 +255,7 @@ class Appender:
 
     def _kind(self, raw_target: bytes) -> str:
         """The kind of a link's target, which the caller found live in this transaction."""
-        raw = self.txn.get(raw_target, db=self.log.dbs["events"])
+        raw = self.reader.raw_record(raw_target)
         if raw is None:
             raise RuntimeError("a link's target is not in the log")
         return layout.record_kind(raw)
@@ -260,7 +267,7 @@ class Appender:
         InvalidRequest naming the line for anything else that cannot be written."""
         ev, line = placed.event, placed.line
         raw_id = layout.id_bytes(ev.event_id)
-        held = self.txn.get(raw_id, db=self.log.dbs["events"])
+        held = self.reader.raw_record(raw_id)
         if held is not None:
             if keep_before is not None and layout.decode_light(held).seq <= keep_before:
                 return False
@@ -353,11 +360,11 @@ class Appender:
         self.log.put_meta_int(txn, layout.SPACE, layout.SPACE_SERVER)
         txn.put(layout.meta_key(layout.MODEL), self.offer.model.encode(), db=d["meta"])
         self.space, self.model = layout.SPACE_SERVER, self.offer.model
-        cursor = txn.cursor(db=d["events"])
-        for raw_id, value in cursor.iternext(keys=True, values=True):
+        for value in self.reader.record_values():
             ev = layout.decode_light(value)  # a log with no space yet holds no vector
             if ev.text:
-                txn.put(layout.unembedded_key(ev.seq, bytes(raw_id)), b"", db=d["unembedded"])
+                key = layout.unembedded_key(ev.seq, layout.id_bytes(ev.event_id))
+                txn.put(key, b"", db=d["unembedded"])
                 self.unembedded += 1
 
     def _random_id(self) -> bytes:

@@ -4,6 +4,10 @@ events is storage/log/appender.py's, changing records after their append revisio
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import os
+import shutil
 import time
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
@@ -14,6 +18,7 @@ import lmdb
 
 from storage import failpoints
 from storage.errors import DiskFull, InvalidRequest, MemspineError
+from storage.fsync import fsync_dir, fsync_file
 from storage.log import layout, revisions
 from storage.log.appender import Appender, dedupe
 from storage.log.layout import (
@@ -24,13 +29,16 @@ from storage.log.layout import (
     SUPERSEDING,
     Tombstone,
 )
-from storage.log.migrations import REWRITTEN, migrate, rewrite_records
+from storage.log.migrations import MOVED, REWRITTEN, migrate, move_records, rewrite_records
 from storage.log.reader import LogReader
 from storage.model import CHAIN_KIND, AppendResult, NewEvent, Quota, ServerSpace
 from storage.rwlock import RWLock
 from storage.space import disk_full
 
+_log = logging.getLogger("memspine.log")
 INITIAL_MAP_SIZE = 32 << 20
+DATA_FILE = "data.mdb"  # LMDB's file in the log's directory
+COMPACTING = "compacting"  # where _compact makes its copy, inside the log's directory
 T = TypeVar("T")
 
 NOT_WRITTEN = "the server's disk is full: nothing was written; retry once space is freed"
@@ -47,7 +55,7 @@ class EventLog:
         self.path = path
         self.env = env
         self.lock = RWLock()
-        self.dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
+        self.dbs = _open_dbs(env)
 
     @classmethod
     def open(cls, path: Path, *, embedding_dim: int = 384) -> EventLog:
@@ -66,13 +74,45 @@ class EventLog:
             )
         if schema is None or schema < SCHEMA_VERSION:  # new, or older: one write
             try:
-                if schema is not None and schema < REWRITTEN:
-                    rewrite_records(log.write, log.dbs)
+                if schema is not None:
+                    log._migrate_in_batches(schema)
                 log.write(lambda txn: log._initialise(txn, embedding_dim))
             except BaseException:
                 env.close()
                 raise
+            log.dbs.pop(layout.LEGACY_EVENTS, None)  # deleted by the migration to 7
+            if schema is not None and schema < MOVED:
+                try:
+                    log._compact()
+                except (OSError, lmdb.Error) as exc:  # a full disk, say: the log is whole
+                    _log.warning("the migrated log was not compacted (%s)", exc)
+                    shutil.rmtree(path / COMPACTING, ignore_errors=True)
         return log
+
+    def _compact(self) -> None:
+        """Replace the log's file with a compact copy of it (after the migration to 7: the
+        pages the legacy records held are free, and the file would keep them until later
+        writes take them, about as many bytes again as the records have)."""
+        copy = self.path / COMPACTING
+        shutil.rmtree(copy, ignore_errors=True)  # a copy a crash left
+        copy.mkdir()
+        self.env.copy(str(copy), compact=True)
+        fsync_file(copy / DATA_FILE)
+        with self.files_replaced():
+            os.replace(copy / DATA_FILE, self.path / DATA_FILE)
+            fsync_dir(self.path)
+        shutil.rmtree(copy, ignore_errors=True)
+
+    def _migrate_in_batches(self, schema: int) -> None:
+        """The steps of a migration that rewrite or move every record, each in transactions of
+        a batch (before the one transaction of _initialise): records rewritten in the current
+        encoding (older than 6), then moved under their seqs (older than 7)."""
+        if schema < REWRITTEN:
+            rewrite_records(self.write, self.dbs)
+        if schema < MOVED - 1:  # the steps before 7 read the records where the legacy kept them
+            self.write(lambda txn: migrate(txn, self.dbs, schema, MOVED - 1))
+        if schema < MOVED:
+            move_records(self.write, self.dbs)
 
     def _initialise(self, txn: lmdb.Transaction, embedding_dim: int) -> None:
         """Record the schema, dimension and superseding flag (none yet) of a new log, or bring
@@ -115,7 +155,7 @@ class EventLog:
         """Open the environment at this log's path again (the caller holds the lock exclusive)."""
         self.env = _open_env(self.path, map_size)
         self.env.reader_check()
-        self.dbs = {name: self.env.open_db(name.encode()) for name in DB_NAMES}
+        self.dbs = _open_dbs(self.env)
 
     def map_size(self) -> int:
         """The environment's map size in bytes (the shared lock keeps a resize out)."""
@@ -248,7 +288,8 @@ class EventLog:
         # Number the delete before dropping the append op: were the append the newest op, the
         # delete would reuse its seq and the projections (already past it) would never replay it.
         seq = r.last_seq() + 1
-        txn.delete(raw_id, db=d["events"])
+        txn.delete(layout.record_key(ev.seq), db=d["records"])
+        txn.delete(raw_id, db=d["ids"])
         txn.delete(layout.op_key(ev.seq), db=d["ops"])
         txn.put(layout.op_key(seq), layout.op_value(layout.OP_DELETE, raw_id), db=d["ops"])
         txn.delete(layout.unembedded_key(ev.seq, raw_id), db=d["unembedded"])
@@ -311,8 +352,7 @@ class EventLog:
 
 def record_bytes(r: LogReader) -> int:
     """The bytes of every live event's record, counted by a scan (what LIVE_BYTES keeps)."""
-    cursor = r.txn.cursor(db=r.dbs["events"])
-    return sum(len(value) for value in cursor.iternext(keys=False, values=True))
+    return sum(len(value) for value in r.record_values())
 
 
 @contextmanager
@@ -339,7 +379,7 @@ def snapshot(path: Path, *, lock: bool = True) -> Iterator[LogReader]:
         str(path),
         readonly=True,
         create=False,
-        max_dbs=len(DB_NAMES) + 1,
+        max_dbs=len(DB_NAMES) + 2,
         max_readers=256,
         readahead=False,
         lock=lock,
@@ -347,11 +387,11 @@ def snapshot(path: Path, *, lock: bool = True) -> Iterator[LogReader]:
     try:
         with env.begin(buffers=False) as txn:
             dbs = {}
-            for name in DB_NAMES:
+            for name in (*DB_NAMES, layout.LEGACY_EVENTS):
                 try:
                     dbs[name] = env.open_db(name.encode(), txn=txn, create=False)
                 except lmdb.NotFoundError:
-                    if name not in layout.LATER_DBS:
+                    if name not in layout.LATER_DBS and name != layout.LEGACY_EVENTS:
                         raise
             reader = LogReader(txn, dbs)
             schema = reader.meta_int(layout.SCHEMA)
@@ -367,12 +407,21 @@ def snapshot(path: Path, *, lock: bool = True) -> Iterator[LogReader]:
         env.close()
 
 
+def _open_dbs(env: lmdb.Environment) -> dict[str, Any]:
+    """The log's databases (made if missing), and the legacy records' of a log not yet
+    migrated to 7 if it has them."""
+    dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
+    with contextlib.suppress(lmdb.NotFoundError):
+        dbs[layout.LEGACY_EVENTS] = env.open_db(layout.LEGACY_EVENTS.encode(), create=False)
+    return dbs
+
+
 def _open_env(path: Path, map_size: int) -> lmdb.Environment:
     """The log's LMDB environment, every commit synced."""
     return lmdb.open(
         str(path),
         map_size=map_size,
-        max_dbs=len(DB_NAMES) + 1,
+        max_dbs=len(DB_NAMES) + 2,
         max_readers=256,
         sync=True,
         metasync=True,

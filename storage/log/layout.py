@@ -38,13 +38,18 @@ from storage.model import SOURCE_FROM, SUPERSEDES, FilterValue, StoredEvent
 # 384-float record then fits inline in its LMDB page), and a record leaves out the fields that
 # hold their defaults. A record of version 5 or older (float64s in a msgpack bin, every field)
 # still decodes.
+# 7: records keyed by their append seq in the database "records" (put with MDB_APPEND, so its
+# pages fill: random ids left them two-thirds full, bench/RESULTS.md "Disk per event"), found by
+# id through the database "ids" (raw id -> the seq's key); version 6 and older kept them in the
+# database "events" under their raw ids (LEGACY_EVENTS), moved on open.
 # An older log is brought to this version on its first open (storage/log/migrations.py).
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 
 # -- the named databases ----------------------------------------------------------------------
 
 DB_NAMES = (
-    "events",  # raw id -> the event's record (encode_event)
+    "records",  # record_key(seq of its append) -> the event's record (encode_event)
+    "ids",  # raw id -> record_key(seq): where a live event's record is
     "ops",  # op_key(seq) -> op_value(OP_APPEND | OP_DELETE, raw id): what projections replay
     "by_ts",  # time_key(ts, raw id) -> b""
     "by_kind",  # kind_key(kind, ts, raw id) -> b""
@@ -66,7 +71,11 @@ DB_NAMES = (
 
 # Databases a log of an older version may lack until its first open for writes (migrations.py):
 # a read-only snapshot of it reads them as empty.
-LATER_DBS = frozenset({"unembedded", "erased"})
+LATER_DBS = frozenset({"unembedded", "erased", "records", "ids"})
+
+# Where version 6 and older kept the records (raw id -> record): present only in a log not yet
+# migrated, or one whose migration was stopped halfway (readers look there after "ids").
+LEGACY_EVENTS = "events"
 
 # -- meta names -------------------------------------------------------------------------------
 
@@ -79,7 +88,7 @@ VECTOR_SEQ = "vector_seq"  # the last op the saved vector file covers
 # is 0 no event is superseded, and reads skip the supersession probe of each hit. Absent: not
 # known, so reads probe.
 SUPERSEDING = "superseding"
-# The bytes of every live event's record in "events", kept in the transaction of each append and
+# The bytes of every live event's record in "records", kept in the transaction of each append and
 # delete: what a tenant's max_bytes quota counts, read without a scan. (The number of live events
 # needs no counter: LMDB keeps each database's entry count.)
 LIVE_BYTES = "live_bytes"
@@ -147,6 +156,12 @@ TIME_KEY_BYTES = 8 + ID_BYTES
 
 def op_key(seq: int) -> bytes:
     """The ops key of operation seq: ops sort in the order they were written."""
+    return u64(seq)
+
+
+def record_key(seq: int) -> bytes:
+    """The records key of the event appended as op seq (the same bytes as its op key): records
+    sort in append order, so each append goes at the end of the database."""
     return u64(seq)
 
 

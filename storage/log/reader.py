@@ -24,7 +24,12 @@ class LogReader:
         self.dbs = dbs
         self._links_cursor: lmdb.Cursor | None = None
         self._get = cast("Callable[..., bytes | None]", txn.get)  # bytes: never buffers here
-        self._events = dbs["events"]
+        # Records by seq, found through ids; a log of version 6 or older (a snapshot of one not
+        # yet migrated, or one whose migration stopped halfway) keeps some or all of them in the
+        # legacy database by raw id, looked in after ids.
+        self._records = dbs.get("records")
+        self._ids = dbs.get("ids")
+        self._legacy = dbs.get(layout.LEGACY_EVENTS)
 
     def get(self, event_id: str) -> StoredEvent | None:
         """The live event with this id, or None (unknown, malformed or deleted)."""
@@ -38,7 +43,7 @@ class LogReader:
 
     def get_light_raw(self, raw_id: bytes) -> StoredEvent | None:
         """As get_light, by the id's 16 bytes."""
-        raw = self.txn.get(raw_id, db=self.dbs["events"])
+        raw = self.raw_record(raw_id)
         return None if raw is None else layout.decode_light(raw)
 
     def record(self, event_id: str) -> bytes | None:
@@ -47,7 +52,7 @@ class LogReader:
             raw_id = layout.id_bytes(event_id)
         except (ValueError, TypeError, AttributeError):
             return None
-        return cast(bytes | None, self.txn.get(raw_id, db=self.dbs["events"]))
+        return self.raw_record(raw_id)
 
     def exists(self, event_id: str) -> bool:
         """Whether a live event has this id (without decoding its record)."""
@@ -55,7 +60,7 @@ class LogReader:
             raw_id = layout.id_bytes(event_id)
         except (ValueError, TypeError, AttributeError):
             return False
-        return self.txn.get(raw_id, db=self.dbs["events"]) is not None
+        return self.record_key(raw_id) is not None
 
     def _keys(self, db: str, prefix: bytes = b"", lo: bytes = b"") -> Iterator[bytes]:
         """Keys under prefix from prefix+lo upwards."""
@@ -94,15 +99,22 @@ class LogReader:
         """Ids with lo <= ts < hi, ascending by time."""
         return map(layout.id_str, self.raw_ids_by_ts(lo, hi))
 
+    def record_values(self) -> Iterator[bytes]:
+        """Every live event's record, in append order (one pass over the records; a log not
+        yet migrated, its legacy records after, in id order)."""
+        for db in (self._records, self._legacy):
+            if db is not None:  # bytes: no transaction here hands out buffers
+                yield from cast("Iterator[bytes]", self.txn.cursor(db=db).iternext(False, True))
+
     def live_light(self) -> Iterator[StoredEvent]:
-        """Every live event without its embedding, in id order (one pass over the records)."""
-        for value in self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True):
+        """Every live event without its embedding, in append order (one pass over the records)."""
+        for value in self.record_values():
             yield layout.decode_light(value)
 
     def live_words(self, chunk: int) -> Iterator[list[tuple[str, str | None, bytes | None]]]:
-        """Every live event's id, text and properties JSON, in id order, `chunk` at a time
+        """Every live event's id, text and properties JSON, in append order, `chunk` at a time
         (layout.decode_words)."""
-        values = self.txn.cursor(db=self.dbs["events"]).iternext(keys=False, values=True)
+        values = self.record_values()
         while batch := list(islice(values, chunk)):
             yield layout.decode_words(batch)
 
@@ -123,14 +135,46 @@ class LogReader:
 
     def node(self, raw_id: bytes) -> Any:
         """The record of the live event with this raw id (layout.decode_record), or None."""
-        raw = self.txn.get(raw_id, db=self.dbs["events"])
+        raw = self.raw_record(raw_id)
         return None if raw is None else layout.decode_record(raw)
 
     def raw_record(self, raw_id: bytes) -> bytes | None:
         """The encoded record of the live event with this raw id, or None: a reader that may
         look at one field of it (decode_record, record_kind) decodes only what it needs."""
-        raw: bytes | None = self._get(raw_id, db=self._events)  # one a node: no cast() call
-        return raw
+        get = self._get  # one a node: no cast() call
+        if self._ids is not None:
+            key = get(raw_id, db=self._ids)
+            if key is not None:
+                return get(key, db=self._records)
+        return None if self._legacy is None else get(raw_id, db=self._legacy)
+
+    def record_key(self, raw_id: bytes) -> bytes | None:
+        """The records key (layout.record_key) of the live event with this raw id, or None;
+        for a record still in the legacy database (a log not yet migrated), its raw id."""
+        if self._ids is not None:
+            key = self._get(raw_id, db=self._ids)
+            if key is not None:
+                return key
+        if self._legacy is not None and self._get(raw_id, db=self._legacy) is not None:
+            return raw_id
+        return None
+
+    def record_at(self, seq: int) -> bytes | None:
+        """The encoded record of the live event appended as op seq, or None (a vector label is
+        a seq: recall reads its candidates so, one lookup each)."""
+        if self._records is not None:
+            raw = self._get(layout.record_key(seq), db=self._records)
+            if raw is not None:
+                return raw
+        # through its op: an id written again (its record is the later op's), or a record still
+        # in the legacy database; for a deleted event, its op is gone too
+        raw_id = self.raw_id_for_seq(seq)
+        return None if raw_id is None else self.raw_record(raw_id)
+
+    def light_at(self, seq: int) -> StoredEvent | None:
+        """As record_at, the event without its embedding (layout.decode_light), or None."""
+        raw = self.record_at(seq)
+        return None if raw is None else layout.decode_light(raw)
 
     # layout.decode_record of a raw_record: the decoder itself, one C call per record
     decode_record = staticmethod(layout.decode_record)
@@ -280,7 +324,7 @@ class LogReader:
 
     def count(self) -> int:
         """Number of live events."""
-        return int(self.txn.stat(self.dbs["events"])["entries"])
+        return self.event_count()
 
     def last_seq(self) -> int:
         """The highest operation number written (0 for an empty log)."""
@@ -384,7 +428,7 @@ class LogReader:
     def pages(self) -> tuple[int, int]:
         """(pages in use by every database of the snapshot, the page size): what a logical
         copy of it holds, none of the freed pages."""
-        psize = int(self.txn.stat(self.dbs["events"])["psize"])
+        psize = int(self.txn.stat(self.dbs["meta"])["psize"])
         pages = 0
         for db in self.dbs.values():
             st = self.txn.stat(db)
@@ -393,7 +437,9 @@ class LogReader:
 
     def event_count(self) -> int:
         """How many live events the snapshot holds (LMDB counts each database's entries)."""
-        return int(self.txn.stat(self.dbs["events"])["entries"])
+        return sum(
+            int(self.txn.stat(db)["entries"]) for db in (self._ids, self._legacy) if db is not None
+        )
 
     def tombstone_count(self) -> int:
         """How many deleted events await a purge."""

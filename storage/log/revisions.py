@@ -39,7 +39,7 @@ def store_vectors(
         key = layout.unembedded_key(item.seq, raw_id)
         if txn.get(key, db=dbs["unembedded"]) is None:
             continue  # deleted, or given its vector by another path meanwhile
-        raw = txn.get(raw_id, db=dbs["events"])
+        raw = r.raw_record(raw_id)
         txn.delete(key, db=dbs["unembedded"])
         if raw is None:
             continue
@@ -58,7 +58,7 @@ def clear_vector(txn: lmdb.Transaction, dbs: Dbs, ev: StoredEvent) -> None:
     """Take a server vector out of a live event's record and list the event for the
     embedder again (its vector carried a deleted turn's, docs/recall.md)."""
     raw_id = layout.id_bytes(ev.event_id)
-    raw = txn.get(raw_id, db=dbs["events"])
+    raw = LogReader(txn, dbs).raw_record(raw_id)
     if raw is None:
         return
     record = msgspec.structs.replace(ev, embedding=None, embedding_model=None)
@@ -105,7 +105,7 @@ def replace_vectors(
     if r.last_seq() != last:
         raise InvalidRequest(WRITTEN_MEANWHILE)
     live = r.meta_int(LIVE_BYTES) or 0
-    for key, raw in list(txn.cursor(db=dbs["events"]).iternext(keys=True, values=True)):
+    for key, raw in list(txn.cursor(db=dbs["records"]).iternext(keys=True, values=True)):
         whole = layout.decode_event(raw)
         vector = given.get(whole.event_id)
         if vector is None and whole.embedding is None:
@@ -117,7 +117,7 @@ def replace_vectors(
             embedding_model=None if vector is None else model,
         )
         encoded = layout.encode_event(record)
-        txn.put(key, encoded, db=dbs["events"])
+        txn.put(key, encoded, db=dbs["records"])
         live += len(encoded) - len(raw)
     txn.drop(dbs["unembedded"], delete=False)
     _put_meta_int(txn, dbs, LIVE_BYTES, live)
@@ -130,7 +130,7 @@ def replace_vectors(
 def _rewrite(txn: lmdb.Transaction, dbs: Dbs, raw_id: bytes, record: StoredEvent) -> int:
     """Put a live event's changed record in place, numbered as the next OP_EMBED; its size."""
     encoded = layout.encode_event(record)
-    txn.put(raw_id, encoded, db=dbs["events"])
+    txn.put(layout.record_key(record.seq), encoded, db=dbs["records"])
     seq = LogReader(txn, dbs).last_seq() + 1
     txn.put(layout.op_key(seq), layout.op_value(layout.OP_EMBED, raw_id), db=dbs["ops"])
     return len(encoded)

@@ -190,8 +190,7 @@ class Admission:
     def light_for_label(self, label: int) -> StoredEvent | None:
         """The live event behind a label (an appending op's seq) in this snapshot, read light."""
         if label not in self._light:
-            raw_id = self.r.raw_id_for_seq(label)  # bytes all the way: no id string to parse
-            self._light[label] = self.r.get_light_raw(raw_id) if raw_id is not None else None
+            self._light[label] = self.r.light_at(label)  # records are keyed by seq: one lookup
         return self._light[label]
 
     def text_for_label(self, label: int) -> str | None:

@@ -57,8 +57,8 @@ class _Replay:
     def append(self, seq: int, event_id: str) -> None:
         """A new record: its text to the keyword index, its vector to the vector index."""
         ev = self.r.get(event_id)
-        if ev is None:
-            return
+        if ev is None or ev.seq != seq:  # gone, or its id written again by a later op: that
+            return  # op's record (the log keeps one record an id, under its append's seq)
         if seq > self.keyword_seq and ev.text:
             self.docs.append(
                 KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects)

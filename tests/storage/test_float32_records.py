@@ -88,11 +88,18 @@ def bench_events(n: int, dim: int, seed: int = 3) -> list[NewEvent]:
 
 
 def overflow_pages(path: Path) -> int:
-    """The overflow pages of the (closed) log's events database."""
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1, readonly=True, lock=False)
+    """The overflow pages of the (closed) log's records (in either layout)."""
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 2, readonly=True, lock=False)
+    pages = 0
     try:
         with env.begin() as txn:
-            return int(txn.stat(env.open_db(b"events", txn=txn, create=False))["overflow_pages"])
+            for name in (b"records", layout.LEGACY_EVENTS.encode()):
+                try:
+                    db = env.open_db(name, txn=txn, create=False)
+                except lmdb.NotFoundError:
+                    continue
+                pages += int(txn.stat(db)["overflow_pages"])
+            return pages
     finally:
         env.close()
 
@@ -165,7 +172,7 @@ def test_a_log_of_version_5_is_read_as_it_is_and_migrated_on_open(tmp_path: Path
     assert records(path) == before and schema(path) == 5
     log = EventLog.open(path, embedding_dim=8)
     with log.reader() as r:
-        assert r.meta_int(layout.SCHEMA) == layout.SCHEMA_VERSION == 6
+        assert r.meta_int(layout.SCHEMA) == layout.SCHEMA_VERSION
         for ev in v5:
             want = (
                 ev
@@ -176,13 +183,13 @@ def test_a_log_of_version_5_is_read_as_it_is_and_migrated_on_open(tmp_path: Path
             raw = msgspec.msgpack.decode(r.record(ev.event_id) or b"")
             assert isinstance(raw.get("embedding"), msgspec.msgpack.Ext | None)
         assert r.meta_int(layout.LIVE_BYTES) == record_bytes(r) < sum(map(len, before.values()))
-    # it goes on as a log of version 6: an append counts its bytes from the new total
+    # it goes on as a log of this version: an append counts its bytes from the new total
     log.append_batch([NewEvent(kind="turn", ts=T0 + 99, text="after", embedding=[0.5] * 8)])
     with log.reader() as r:
         assert r.meta_int(layout.LIVE_BYTES) == record_bytes(r)
     log.close()
     EventLog.open(path, embedding_dim=8).close()  # a second open changes nothing
-    assert schema(path) == 6
+    assert schema(path) == layout.SCHEMA_VERSION
 
 
 # The child opens a log of version 5 and stops for good halfway through its migration (the
@@ -238,7 +245,7 @@ def test_a_migration_killed_halfway_reads_as_before_and_goes_on(tmp_path: Path) 
                 assert got == ev
     log = EventLog.open(path, embedding_dim=384)
     with log.reader() as r:
-        assert r.meta_int(layout.SCHEMA) == 6
+        assert r.meta_int(layout.SCHEMA) == layout.SCHEMA_VERSION
         for ev in v5:
             got = r.get(ev.event_id)
             assert got is not None
@@ -250,7 +257,7 @@ def test_a_migration_killed_halfway_reads_as_before_and_goes_on(tmp_path: Path) 
 
 def set_schema(path: Path, version: int) -> None:
     """Record another format version in the (closed) log at path, as a newer memspine would."""
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 2)
     with env.begin(write=True) as txn:
         meta = env.open_db(b"meta", txn=txn)
         txn.put(layout.meta_key(layout.SCHEMA), layout.u64(version), db=meta)

@@ -14,6 +14,7 @@ from storage.log import layout
 from storage.log.eventlog import EventLog, LogFormatError, snapshot
 from storage.log.layout import IdempotencyRecord, Tombstone
 from storage.model import SOURCE_FROM, SUPERSEDES, NewEvent, StoredEvent
+from tests.support.oldlog import make_v6
 
 # The fingerprint of each version's format (fingerprint() below). A new format gets a new
 # version, and its fingerprint is added here; a recorded one is never edited.
@@ -24,6 +25,7 @@ RECORDED = {
     4: "0bc1819af984477f8ed548f995c972e10f302feb0d6624911bf4c8585bbaaab4",
     5: "45a76bc18c79dc1d7727f048021c694094cd70195ed4219800c331e60598afd2",
     6: "dc7793cad8dd03d2e1f78ddd13ca94b2c4a4f0fc67bb468cb1bb9132fca7db52",
+    7: "dc51800361a5cd1ae653333a7bf06e3c15003a3b36ab1228ef21fbbc70a66f7f",
 }
 
 ID = "5f0c2a8e-1b7d-4c3e-9a6f-0d2e4b6c8a1f"
@@ -64,6 +66,7 @@ def fingerprint() -> str:
     feed("u64", layout.u64(2**40 + 3))
     feed("ts", layout.ts_bytes(-5) + layout.ts_bytes(1_800_000_000_123_456))
     feed("op", layout.op_key(9) + layout.op_value(layout.OP_APPEND, raw))
+    feed("record key", layout.record_key(9))
     feed("op", layout.op_value(layout.OP_DELETE, raw))
     feed("op", layout.op_value(layout.OP_EMBED, raw))
     feed("unembedded", layout.unembedded_key(9, raw))
@@ -126,7 +129,7 @@ def test_a_log_of_a_newer_format_is_refused_and_left_as_it_is(tmp_path: Path) ->
     with pytest.raises(LogFormatError, match="newer than this version reads"):
         EventLog.open(path, embedding_dim=4)
     # Nothing was changed: with its version set back (by hand), it opens with its event.
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 2)
     with env.begin(write=True) as txn:
         meta = env.open_db(b"meta", txn=txn)
         assert txn.get(layout.meta_key(layout.SCHEMA), db=meta) == layout.u64(
@@ -161,7 +164,8 @@ def test_a_log_of_schema_1_gets_its_live_bytes_counted_on_open(tmp_path: Path) -
         assert r.meta_int(layout.LIVE_BYTES) == counted
     log.close()
     # What version 1 wrote: no counter of live bytes, no last write.
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    make_v6(path)
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 2)
     with env.begin(write=True) as txn:
         meta = env.open_db(b"meta", txn=txn)
         txn.put(layout.meta_key(layout.SCHEMA), layout.u64(1), db=meta)
@@ -196,7 +200,8 @@ def test_a_log_of_schema_3_gets_its_targets_kinds_into_its_links_on_open(tmp_pat
     raw_write = layout.id_bytes(write.event_id)  # type: ignore[union-attr]
     log.close()
     # What version 3 wrote: each links_out value the target's raw id alone.
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    make_v6(path)
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 2)
     with env.begin(write=True) as txn:
         meta, links = env.open_db(b"meta", txn=txn), env.open_db(b"links_out", txn=txn)
         txn.put(layout.meta_key(layout.SCHEMA), layout.u64(3), db=meta)
@@ -230,7 +235,8 @@ def test_a_log_of_schema_4_reads_its_records_without_subjects_on_open(tmp_path: 
     [plain] = log.append_batch([NewEvent(kind="turn", ts=1_800_000_000_000_001, text="yo")])
     log.close()
     # What version 4 wrote: a record without the field `subjects`.
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    make_v6(path)
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 2)
     raw_plain = layout.id_bytes(plain.event_id)  # type: ignore[union-attr]
     with env.begin(write=True) as txn:
         meta, events = env.open_db(b"meta", txn=txn), env.open_db(b"events", txn=txn)

@@ -32,6 +32,7 @@ from storage.transfer.export import export_lines
 from storage.transfer.format import FORMAT_VERSION, Reader, end_line
 from storage.transfer.load import lines_of, load, read_header
 from tests.support.erasure import embedding_patterns, scan
+from tests.support.oldlog import make_v6
 
 T0 = 1_800_000_000_000_000
 MINUTE = 60_000_000
@@ -293,8 +294,10 @@ def test_an_export_of_version_1_still_loads(tmp_path: Path) -> None:
 
 
 def as_format_2(path: Path) -> None:
-    """Make the log at path look as version 2 wrote it: no space, no "unembedded" database."""
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1)
+    """Make the log at path look as version 2 wrote it: no space, no "unembedded" database
+    (its records in the legacy database by raw id)."""
+    make_v6(path)
+    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 2)
     with env.begin(write=True) as txn:
         meta = env.open_db(b"meta", txn=txn)
         txn.put(layout.meta_key(layout.SCHEMA), layout.u64(2), db=meta)

@@ -1,5 +1,6 @@
-"""A log as version 5 wrote it, made from one this code wrote: for the tests of the migration to
-version 6 (storage/log/migrations.py, to_6) and of reading older records."""
+"""A log as version 6 or 5 wrote it, made from one this code wrote: for the tests of the
+migrations to versions 6 and 7 (storage/log/migrations.py, to_6 and to_7) and of reading older
+records and layouts."""
 
 from __future__ import annotations
 
@@ -22,10 +23,30 @@ def encode_v5(ev: StoredEvent) -> bytes:
     return msgspec.msgpack.encode(fields)
 
 
+MAX_DBS = len(layout.DB_NAMES) + 2
+
+
+def make_v6(path: Path, schema: int = 6) -> None:
+    """Turn the (closed) log at path into one of version 6's layout: each record in the legacy
+    database under its raw id, no "records" or "ids" (and the version `schema` recorded)."""
+    env = lmdb.open(str(path), max_dbs=MAX_DBS, map_size=1 << 30)
+    with env.begin(write=True) as txn:
+        meta = env.open_db(b"meta", txn=txn)
+        legacy = env.open_db(layout.LEGACY_EVENTS.encode(), txn=txn)
+        records, ids = env.open_db(b"records", txn=txn), env.open_db(b"ids", txn=txn)
+        for raw_id, key in txn.cursor(db=ids).iternext():
+            txn.put(raw_id, txn.get(key, db=records), db=legacy)
+        txn.drop(records, delete=True)
+        txn.drop(ids, delete=True)
+        txn.put(layout.meta_key(layout.SCHEMA), layout.u64(schema), db=meta)
+    env.close()
+
+
 def make_v5(path: Path, events: list[StoredEvent]) -> None:
     """Turn the (closed) log at path into one of version 5 holding these events' records (each
     already in it, by id), the live bytes counted as version 5 kept them."""
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1, map_size=1 << 30)
+    make_v6(path)
+    env = lmdb.open(str(path), max_dbs=MAX_DBS, map_size=1 << 30)
     with env.begin(write=True) as txn:
         meta, records = env.open_db(b"meta", txn=txn), env.open_db(b"events", txn=txn)
         for ev in events:
@@ -39,19 +60,32 @@ def make_v5(path: Path, events: list[StoredEvent]) -> None:
 
 
 def records(path: Path) -> dict[bytes, bytes]:
-    """Every record of the (closed) log at path as its bytes, by raw id."""
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1, readonly=True, lock=False)
+    """Every record of the (closed) log at path as its bytes, by raw id (wherever its layout
+    keeps them)."""
+    env = lmdb.open(str(path), max_dbs=MAX_DBS, readonly=True, lock=False)
+    out: dict[bytes, bytes] = {}
     try:
         with env.begin() as txn:
-            db = env.open_db(b"events", txn=txn, create=False)
-            return {bytes(k): bytes(v) for k, v in txn.cursor(db=db).iternext()}
+            try:
+                db = env.open_db(layout.LEGACY_EVENTS.encode(), txn=txn, create=False)
+                out.update((bytes(k), bytes(v)) for k, v in txn.cursor(db=db).iternext())
+            except lmdb.NotFoundError:
+                pass
+            try:
+                ids = env.open_db(b"ids", txn=txn, create=False)
+                records = env.open_db(b"records", txn=txn, create=False)
+            except lmdb.NotFoundError:
+                return out
+            for raw_id, key in txn.cursor(db=ids).iternext():
+                out[bytes(raw_id)] = bytes(txn.get(key, db=records))
+            return out
     finally:
         env.close()
 
 
 def schema(path: Path) -> int | None:
     """The version the (closed) log at path records."""
-    env = lmdb.open(str(path), max_dbs=len(layout.DB_NAMES) + 1, readonly=True, lock=False)
+    env = lmdb.open(str(path), max_dbs=MAX_DBS, readonly=True, lock=False)
     try:
         with env.begin() as txn:
             raw = txn.get(layout.meta_key(layout.SCHEMA), db=env.open_db(b"meta", txn=txn))
