@@ -32,6 +32,7 @@ STORAGE_PUBLIC = (
     "storage.transfer",
     "storage.embedders",
     "storage.tenants.reembed",
+    "storage.tenants.manager",  # upgrade: every tenant opened once, as the server opens it
     "storage.datalock",
     "storage.read.retention",
     "storage.tenants.runs",
