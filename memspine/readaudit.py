@@ -27,16 +27,15 @@ from storage import (
     MAX_PENDING_PER_TENANT,
     Backlogged,
     Mark,
-    Read,
     ReadLogWriter,
     first_ts,
     names_full_disk,
 )
 from storage.errors import DiskFull, InvalidRequest, Unavailable
+from storage.readlog.format import Read, records_of
 
 PURPOSE_HEADER = "Memspine-Purpose"
 MAX_PURPOSE_BYTES = 200
-IDS_PER_RECORD = 4096  # a bigger answer (an export) is several records of one request
 BACKLOG_WAIT_SECS = 10.0
 DAY_US = 86_400_000_000
 CUT_SLACK_US = 3_600_000_000
@@ -148,18 +147,8 @@ class ReadAudit:
             root = self._roots[tenant_id] = self._root_of(tenant_id)
         ts = time.time_ns() // 1000
         waits = []
-        for i in range(0, len(event_ids), IDS_PER_RECORD):
-            read = Read(
-                ts=ts,
-                key_id=reader.key_id,
-                door=reader.door,
-                route=reader.route,
-                request_id=reader.request_id,
-                purpose=reader.purpose,
-                event_ids=event_ids
-                if len(event_ids) <= IDS_PER_RECORD
-                else event_ids[i : i + IDS_PER_RECORD],
-            )
+        r = reader
+        for read in records_of(ts, r.key_id, r.door, r.route, r.request_id, r.purpose, event_ids):
             done = await self._submit(w, tenant_id, root, read)
             if done is not None:
                 waits.append(done)

@@ -76,6 +76,39 @@ class Read(msgspec.Struct, frozen=True, kw_only=True):
     event_ids: list[str]
 
 
+IDS_PER_RECORD = 4096  # a bigger answer (an export) is several records of one request
+
+
+def records_of(
+    ts: int,
+    key_id: str,
+    door: str,
+    route: str,
+    request_id: str,
+    purpose: str | None,
+    event_ids: list[str],
+) -> list[Read]:
+    """One read as its records: one per IDS_PER_RECORD ids, sharing everything else."""
+    if len(event_ids) <= IDS_PER_RECORD:
+        chunks = [event_ids]
+    else:
+        chunks = [
+            event_ids[i : i + IDS_PER_RECORD] for i in range(0, len(event_ids), IDS_PER_RECORD)
+        ]
+    return [
+        Read(
+            ts=ts,
+            key_id=key_id,
+            door=door,
+            route=route,
+            request_id=request_id,
+            purpose=purpose,
+            event_ids=ids,
+        )
+        for ids in chunks
+    ]
+
+
 class Header(NamedTuple):
     """A read log's start: the seq and chain value of the last record before its first."""
 

@@ -4,6 +4,7 @@ and cut by retention. The bytes are storage/readlog/format.py's."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -124,7 +125,12 @@ def _recover(fd: int, path: Path, size: int) -> Tail:
 
 class Appender:
     """One tenant's read log, appended to by the writer thread: its chain's tail in memory, the
-    file opened for each group of records and closed after."""
+    file opened for each group of records and closed after.
+
+    Each append holds an flock on the file: an operator's command beside the server (a CLI
+    export, memspine_admin/readaudit.py) appends its record through its own Appender, and the
+    other one, finding the file grown past its tail, follows the chain over those records first.
+    """
 
     def __init__(self, root: Path, first_ts: int) -> None:
         """Open (creating it with an empty chain if missing) and cut off an interrupted tail.
@@ -134,6 +140,7 @@ class Appender:
         self.path = reads_path(root)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another process's append ends first
             size = os.fstat(fd).st_size
             if size < HEADER_BYTES:  # new, or a crash before its header was whole
                 os.ftruncate(fd, 0)
@@ -162,18 +169,22 @@ class Appender:
 
     def append(self, reads: list[Read]) -> None:
         """Write the records and make them durable; on failure the file is as it was."""
-        seq, value, ts = self.seq, self.hash, self.ts
-        parts = []
-        for r in reads:
-            body = encode_body(r, value, ts)
-            parts.append(frame(body))
-            value = chain(value, body)
-            seq, ts = seq + 1, r.ts
-        data = b"".join(parts)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         try:
-            if os.fstat(fd).st_ino != self.inode:  # replaced since the writer checked
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close
+            st = os.fstat(fd)
+            if st.st_ino != self.inode:  # replaced since the writer checked
                 raise FileNotFoundError(f"{self.path.name} was replaced")
+            if st.st_size != self.size:  # another process appended: chain on after its records
+                self._catch_up(fd, st.st_size)
+            seq, value, ts = self.seq, self.hash, self.ts
+            parts = []
+            for r in reads:
+                body = encode_body(r, value, ts)
+                parts.append(frame(body))
+                value = chain(value, body)
+                seq, ts = seq + 1, r.ts
+            data = b"".join(parts)
             failpoints.hit("reads.append")
             written = os.write(fd, data)
             while written < len(data):
@@ -188,6 +199,17 @@ class Appender:
             os.close(fd)
         self.seq, self.hash, self.ts, self.size = seq, value, ts, self.size + len(data)
         self._save()
+
+    def _catch_up(self, fd: int, size: int) -> None:
+        """Follow the records another process appended after this tail (a record it left cut
+        short, killed mid-write, is cut off: the lock is held, nobody is writing it)."""
+        if size < self.size:
+            raise FileNotFoundError(f"{self.path.name} shrank under its writer")
+        rest = os.pread(fd, size - self.size, self.size)
+        tail = _follow(rest, 0, Tail(self.seq, self.hash, self.ts, self.size))
+        if tail.end < size:
+            os.ftruncate(fd, tail.end)
+        self.seq, self.hash, self.ts, self.size = tail
 
     def _save(self) -> None:
         """Leave the tail beside the log for the next open (a hint: a failure costs nothing)."""
@@ -205,6 +227,22 @@ class Appender:
 
     def close(self) -> None:
         """Forget the file (no descriptor is held between appends)."""
+
+
+def append_beside(root: Path, reads: list[Read]) -> Mark | None:
+    """Append records from another process than the server's (an operator's command run
+    beside it), after whatever the server wrote, synced; the chain's head after them, or None
+    if the tenant's directory is gone."""
+    for _ in range(3):  # replaced meanwhile (a retention cut): open the new file
+        if not Path(root).is_dir():
+            return None
+        f = Appender(root, reads[0].ts)
+        try:
+            f.append(reads)
+        except FileNotFoundError:
+            continue
+        return f.mark()
+    raise FileNotFoundError(f"{reads_path(root)} kept being replaced")
 
 
 def copy_whole(root: Path, dest_root: Path) -> bool:
@@ -267,9 +305,17 @@ def cut(root: Path, before_ts: int, publish: Callable[[Mark], None]) -> int:
     """
     path = reads_path(root)
     try:
-        buf = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return 0
+    try:  # held until the new file is in place: no other process's append falls in between
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _cut_locked(path, os.pread(fd, os.fstat(fd).st_size, 0), before_ts, publish)
+    finally:
+        os.close(fd)
+
+
+def _cut_locked(path: Path, buf: bytes, before_ts: int, publish: Callable[[Mark], None]) -> int:
     header = decode_header(buf)
     seq, value, ts, start = header.base_seq, header.base_hash, header.base_ts, HEADER_BYTES
     for f in frames(buf, HEADER_BYTES, header.base_seq):

@@ -226,3 +226,25 @@ def test_the_saved_tail_spares_a_walk_and_a_wrong_one_is_not_believed(tmp_path: 
         assert (f.seq, f.hash, f.ts, f.size) == expected
         f.close()
     assert verify(tmp_path, Mark(8, expected[1]), None).ok
+
+
+def test_a_second_appender_beside_the_writer_is_chained_in_and_an_export_is_split(
+    tmp_path: Path,
+) -> None:
+    from storage.readlog.format import IDS_PER_RECORD, records_of
+    from storage.readlog.logfile import append_beside
+
+    server = Appender(tmp_path, T0)
+    server.append([a_read(1)])
+    many = [str(uuid.uuid4()) for _ in range(IDS_PER_RECORD + 5)]
+    beside = records_of(T0 + 2000, "cli:ops", "cli", "export", "0" * 32, "audit", many)
+    assert [len(r.event_ids) for r in beside] == [IDS_PER_RECORD, 5]
+    head = append_beside(tmp_path, beside)  # another process's Appender, under the file's lock
+    assert head == Mark(3, head.hash)
+    server.append([a_read(4)])  # finds the file grown: follows those records, then appends
+    found = [f.read for f in records(tmp_path)]
+    assert [r.door for r in found] == ["http", "cli", "cli", "http"]
+    assert found[1].event_ids + found[2].event_ids == many
+    assert verify(tmp_path, server.mark(), None).ok
+    assert server.mark().seq == 4
+    assert append_beside(tmp_path / "gone", beside) is None
