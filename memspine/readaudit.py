@@ -99,14 +99,20 @@ class ReadAudit:
         self.writer.start()
         self.keep_cut: Callable[[str, Mark], None] = lambda _tenant_id, _mark: None
 
-    def keep_marks_in(self, control_of: Callable[[], ControlPlane | None]) -> None:
+    def keep_marks_in(
+        self,
+        control_of: Callable[[], ControlPlane | None],
+        serves: Callable[[str], bool] = lambda _tenant_id: True,
+    ) -> None:
         """Hand the chains' heads (at intervals) and retention cuts (before they are made) to
-        the control plane `control_of` gives, when there is one (not in local mode)."""
+        the control plane `control_of` gives, when there is one (not in local mode), for the
+        tenants this process `serves` (a cluster node: those placed on it, so the node a
+        tenant left records no head over the one its new node keeps, memspine/readmove.py)."""
 
         def keeper(cut: bool) -> Callable[[str, Mark], None]:
             def keep(tenant_id: str, mark: Mark) -> None:
                 control = control_of()
-                if control is not None:
+                if control is not None and serves(tenant_id):
                     mark_keeper(control, cut=cut)(tenant_id, mark)
 
             return keep

@@ -245,6 +245,47 @@ def append_beside(root: Path, reads: list[Read]) -> Mark | None:
     raise FileNotFoundError(f"{reads_path(root)} kept being replaced")
 
 
+def whole_bytes(root: Path) -> bytes | None:
+    """A tenant's read log up to its last whole record (an append under way is left out);
+    None if it has none."""
+    try:
+        buf = reads_path(root).read_bytes()
+    except FileNotFoundError:
+        return None
+    return buf[: walk(buf, decode_header(buf)).end]
+
+
+def take_carried(root: Path, carried: bytes) -> Mark:
+    """Put a read log carried from another node (a moved tenant's, `whole_bytes` there) in
+    place of this tenant's, and append after it, chained anew, the records this node made
+    meanwhile (none when they are in the carried log already: a hand-over tried again); the
+    chain's head. Only the writer thread calls it (storage/readlog/writer.py's carry)."""
+    header = decode_header(carried)
+    tail = walk(carried, header)
+    carried = carried[: tail.end]
+    path = reads_path(root)
+    try:
+        mine = path.read_bytes()
+    except FileNotFoundError:
+        mine = b""
+    if mine[: len(carried)] == carried:  # taken before: only what came after it is this node's
+        own = [f.read for f in records(root, after=tail.seq)]
+    elif carried[: len(mine)] == mine:  # all of this node's records came from there
+        own = []
+    else:
+        own = [f.read for f in records(root)]
+    _saved_path(path).unlink(missing_ok=True)
+
+    def write(fh: BinaryIO) -> None:
+        fh.write(carried)
+
+    replace_durably(path, write)
+    f = Appender(root, header.base_ts)
+    if own:
+        f.append(own)
+    return f.mark()
+
+
 def copy_whole(root: Path, dest_root: Path) -> bool:
     """Copy a tenant's read log into dest_root, up to its last whole record (an append under
     way is left out); False if it has none. For backups: copied after the control plane, the

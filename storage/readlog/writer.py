@@ -22,7 +22,7 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from storage.readlog.format import Read
-from storage.readlog.logfile import Appender, Mark, cut
+from storage.readlog.logfile import Appender, Mark, cut, take_carried
 from storage.space import names_full_disk
 
 log = logging.getLogger("storage.readlog")
@@ -147,9 +147,34 @@ class ReadLogWriter:
         self._add_job(job)
         return done
 
+    def carry(self, tenant_id: str, root: Path, carried: bytes) -> Future[Mark]:
+        """Put the tenant's read log carried from its former node in place, this node's own
+        records of it chained after (storage/readlog/logfile.py's take_carried); the future
+        holds the chain's head, handed to on_head with the next ones."""
+        done: Future[Mark] = Future()
+
+        def job() -> None:
+            self._close(tenant_id)
+            try:
+                mark = take_carried(root, carried)
+            except BaseException as exc:
+                done.set_exception(exc)
+                return
+            self._moved[tenant_id] = mark
+            done.set_result(mark)
+
+        self._add_job(job)
+        return done
+
     def forget(self, tenant_id: str) -> None:
-        """Close the tenant's file (its directory is being erased or replaced)."""
-        self._add_job(lambda: self._close(tenant_id))
+        """Close the tenant's file and drop its head not yet handed over (its directory is
+        being erased or replaced, or its records carried to another node)."""
+
+        def job() -> None:
+            self._close(tenant_id)
+            self._moved.pop(tenant_id, None)
+
+        self._add_job(job)
 
     def stop(self) -> None:
         """Write what is queued, hand over the heads, end the thread."""

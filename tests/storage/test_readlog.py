@@ -248,3 +248,28 @@ def test_a_second_appender_beside_the_writer_is_chained_in_and_an_export_is_spli
     assert verify(tmp_path, server.mark(), None).ok
     assert server.mark().seq == 4
     assert append_beside(tmp_path / "gone", beside) is None
+
+
+def test_a_carried_log_takes_the_place_of_the_new_nodes_and_its_own_records_follow(
+    tmp_path: Path,
+) -> None:
+    from storage.readlog.logfile import take_carried, whole_bytes
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    theirs = [a_read(n) for n in range(1, 5)]
+    old_head = write(old, theirs)
+    ours = [a_read(n) for n in range(10, 12)]  # the new node served reads before the carry
+    write(new, ours)
+    carried = whole_bytes(old)
+    assert carried is not None
+    head = take_carried(new, carried + b"\x05ab")  # a record cut short there is left out
+    assert [f.read for f in records(new)] == theirs + ours
+    assert head.seq == 6 and verify(new, head, None).ok
+    assert verify(new, old_head, None).ok  # the old node's head is a head of this chain
+    again = take_carried(new, carried)  # a hand-over tried again: nothing twice
+    assert again == head and [f.read for f in records(new)] == theirs + ours
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert take_carried(fresh, carried) == old_head
