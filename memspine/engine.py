@@ -24,6 +24,7 @@ from memspine.purging import PurgeLine
 from memspine.readaudit import ReadAudit
 from memspine.shares import CostedShares, FairShares
 from storage import (
+    READS_JOURNAL,
     AppendResult,
     CypherResult,
     EmbeddingWorker,
@@ -211,7 +212,9 @@ class Engine:
         # one keeps is refused. Sequence: a call may answer with a list or a tuple.
         self.holds = hooks.holds
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
-        self.reads = ReadAudit(settings.read_audit, self.manager.path_of)  # memspine/readaudit.py
+        self.reads = ReadAudit(  # memspine/readaudit.py
+            settings.read_audit, self.manager.path_of, journal=settings.data_dir / READS_JOURNAL
+        )
 
     @asynccontextmanager
     async def tenant(self, tenant_id: str, *, create: bool = True) -> AsyncIterator[Tenant]:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import unicodedata
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
@@ -27,15 +26,17 @@ from storage import (
     MAX_PENDING_PER_TENANT,
     Backlogged,
     Mark,
+    Read,
     ReadLogWriter,
+    check_purpose_text,
     first_ts,
     names_full_disk,
+    records_of,
 )
+from storage import MAX_PURPOSE_BYTES as MAX_PURPOSE_BYTES  # the routes' docs name them
+from storage import PURPOSE_HEADER as PURPOSE_HEADER
 from storage.errors import DiskFull, InvalidRequest, Unavailable
-from storage.readlog.format import Read, records_of
 
-PURPOSE_HEADER = "Memspine-Purpose"
-MAX_PURPOSE_BYTES = 200
 BACKLOG_WAIT_SECS = 10.0
 DAY_US = 86_400_000_000
 CUT_SLACK_US = 3_600_000_000
@@ -67,11 +68,7 @@ def check_purpose(value: str | None, principal: Principal | None) -> str | None:
                 "(or the purpose argument of an MCP tool)"
             )
         return None
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_PURPOSE_BYTES:
-        raise InvalidRequest(f"{PURPOSE_HEADER} may be at most {MAX_PURPOSE_BYTES} bytes")
-    if any(unicodedata.category(ch) == "Cc" for ch in value):
-        raise InvalidRequest(f"{PURPOSE_HEADER} must not contain control characters")
-    return value
+    return check_purpose_text(value)
 
 
 class ReadAudit:
@@ -84,9 +81,10 @@ class ReadAudit:
         *,
         max_pending: int = MAX_PENDING,
         max_pending_per_tenant: int = MAX_PENDING_PER_TENANT,
+        journal: Path | None = None,
     ) -> None:
         """mode: buffered, durable or off; root_of: a tenant's directory; the backlog's
-        bounds (storage/readlog/writer.py)."""
+        bounds and the round journal's path (storage/readlog/writer.py)."""
         self.mode = mode
         self._root_of = root_of
         self._roots: dict[str, Path] = {}  # a Path join per read shows in a recall's profile
@@ -95,6 +93,7 @@ class ReadAudit:
             durable=mode == "durable",
             max_pending=max_pending,
             max_pending_per_tenant=max_pending_per_tenant,
+            journal=journal,
         )
         self.writer.start()
         self.keep_cut: Callable[[str, Mark], None] = lambda _tenant_id, _mark: None

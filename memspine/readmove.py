@@ -20,9 +20,8 @@ import msgspec
 
 from memspine.cluster import NodeGate
 from memspine.engine import Engine
+from storage import ReadLogCorrupt, reads_path
 from storage.errors import Unavailable
-from storage.readlog import ReadLogCorrupt
-from storage.readlog.logfile import reads_path
 
 FLUSH_SECS = 30.0
 TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=10.0)

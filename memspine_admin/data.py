@@ -132,9 +132,9 @@ PURPOSE_HELP = "why the events are read: kept in the tenant's read records (docs
 def cli_purpose(value: str | None) -> str | None:
     """A --purpose, checked as the Memspine-Purpose header is (at most 200 bytes, no control
     characters)."""
-    from memspine.readaudit import check_purpose
+    from storage.readlog import check_purpose_text
 
-    return check_purpose(value, None)
+    return None if not value else check_purpose_text(value)
 
 
 def record_cli(

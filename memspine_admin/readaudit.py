@@ -12,9 +12,7 @@ from memspine_admin.plane import ControlPlane
 from memspine_admin.records import ReadMark, check_tenant_id
 from storage import readlog
 from storage.errors import NotFound
-from storage.readlog import Mark, Verdict
-from storage.readlog.format import records_of
-from storage.readlog.logfile import append_beside
+from storage.readlog import Mark, Verdict, append_beside, records_of
 
 CLI_DOOR = "cli"
 
@@ -69,10 +67,6 @@ def record_cli_read(
 
 
 def cli_audit_mode() -> str:
-    """MEMSPINE_READ_AUDIT as this shell sets it (buffered when unset), parsed as the server
-    parses it (SettingsError for a bad value)."""
-    from memspine.config import PARSERS  # the server's parser of the setting
-
-    raw = os.environ.get("MEMSPINE_READ_AUDIT")
-    mode: str = PARSERS["MEMSPINE_READ_AUDIT"](raw.strip())["read_audit"] if raw else "buffered"
-    return mode
+    """MEMSPINE_READ_AUDIT as this shell sets it (buffered when unset; the server checks the
+    value)."""
+    return os.environ.get("MEMSPINE_READ_AUDIT", "buffered").strip().lower()

@@ -35,10 +35,10 @@ from storage import (
     receipts_of_tenant,
     sweep_stale,
     take_receipts,
+    whole_bytes,
     write_since,
 )
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound, Unavailable
-from storage.readlog.logfile import whole_bytes
 
 MOVE = "/v1/admin/move/{tenant_id:str}"
 LAST_SEQ = "Memspine-Last-Seq"  # the export's snapshot: the op the next round starts after

@@ -123,6 +123,13 @@ def _recover(fd: int, path: Path, size: int) -> Tail:
     return walk(buf, decode_header(buf))
 
 
+class Written(NamedTuple):
+    """An append's bytes and the file offset they start at."""
+
+    offset: int
+    data: bytes
+
+
 class Appender:
     """One tenant's read log, appended to by the writer thread: its chain's tail in memory, the
     file opened for each group of records and closed after.
@@ -152,12 +159,14 @@ class Appender:
             if tail.end < size:  # a write cut short by a crash: never acknowledged
                 os.ftruncate(fd, tail.end)
             self.inode = os.fstat(fd).st_ino
+            self.header = os.pread(fd, HEADER_BYTES, 0)  # names this file in a journal entry
         finally:
             # No descriptor is kept between commits: a read log open for every tenant read in
             # the last minute would hold descriptors beyond the open-tenant cap that the fd
             # limit is divided by (tests/e2e/test_process_limits.py).
             os.close(fd)
         self.seq, self.hash, self.ts, self.size = tail
+        self.dirty = False  # written since its last fdatasync (the journal holds those bytes)
 
     def current(self) -> bool:
         """True while the path still names this file (not replaced by retention, restore or
@@ -167,8 +176,10 @@ class Appender:
         except FileNotFoundError:
             return False
 
-    def append(self, reads: list[Read]) -> None:
-        """Write the records and make them durable; on failure the file is as it was."""
+    def append(self, reads: list[Read], *, sync: bool = True) -> Written:
+        """Write the records and, with sync, make them durable (without it the caller does:
+        the writer's round journal, storage/readlog/journal.py, then `sync` in time); on
+        failure the file is as it was. Where they went and their bytes."""
         fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close
@@ -189,7 +200,8 @@ class Appender:
             written = os.write(fd, data)
             while written < len(data):
                 written += os.write(fd, data[written:])
-            fdatasync_fd(fd)
+            if sync:
+                fdatasync_fd(fd)
         except BaseException:
             with contextlib.suppress(OSError):  # leave no half record behind
                 if os.fstat(fd).st_ino == self.inode:
@@ -197,7 +209,25 @@ class Appender:
             raise
         finally:
             os.close(fd)
+        done = Written(self.size, data)
         self.seq, self.hash, self.ts, self.size = seq, value, ts, self.size + len(data)
+        if sync:
+            self._save()
+        else:
+            self.dirty = True
+        return done
+
+    def sync(self) -> None:
+        """Make what was written without sync durable (nothing if all is)."""
+        if not self.dirty:
+            return
+        fd = os.open(self.path, os.O_RDONLY)
+        try:
+            if os.fstat(fd).st_ino == self.inode:  # else replaced: nothing of ours to sync
+                fdatasync_fd(fd)
+        finally:
+            os.close(fd)
+        self.dirty = False
         self._save()
 
     def _catch_up(self, fd: int, size: int) -> None:
@@ -226,7 +256,8 @@ class Appender:
         return Mark(self.seq, self.hash)
 
     def close(self) -> None:
-        """Forget the file (no descriptor is held between appends)."""
+        """Make it durable and forget the file (no descriptor is held between appends)."""
+        self.sync()
 
 
 def append_beside(root: Path, reads: list[Read]) -> Mark | None:

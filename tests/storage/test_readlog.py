@@ -10,6 +10,7 @@ import pytest
 
 from storage.readlog import Mark, Read, ReadLogWriter, reads_of_events, records, verify
 from storage.readlog.format import HEADER_BYTES, decode_header, encode_body, frame, frames
+from storage.readlog.journal import JOURNAL
 from storage.readlog.logfile import Appender, reads_path
 
 T0 = 1_800_000_000_000_000
@@ -60,13 +61,17 @@ def test_a_record_reads_back_as_written_and_a_ten_hit_recall_takes_under_200_byt
     assert len(frame(body)) <= 200
 
 
-def test_the_writer_commits_buffered_and_durable_records_for_many_tenants(tmp_path: Path) -> None:
+@pytest.mark.parametrize("journal", [False, True])
+def test_the_writer_commits_buffered_and_durable_records_for_many_tenants(
+    tmp_path: Path, journal: bool
+) -> None:
     roots = [tmp_path / f"t{i}" for i in range(3)]
     for r in roots:
         r.mkdir()
     heads: dict[str, Mark] = {}
+    path = tmp_path / JOURNAL if journal else None
     for durable in (False, True):
-        w = ReadLogWriter(durable=durable, interval=0.01, on_head=heads.__setitem__)
+        w = ReadLogWriter(durable=durable, interval=0.01, on_head=heads.__setitem__, journal=path)
         w.start()
         futures = [w.submit(f"t{i}", roots[i], a_read(n)) for n in range(20) for i in range(3)]
         if durable:
@@ -273,3 +278,47 @@ def test_a_carried_log_takes_the_place_of_the_new_nodes_and_its_own_records_foll
     fresh = tmp_path / "fresh"
     fresh.mkdir()
     assert take_carried(fresh, carried) == old_head
+
+
+def test_the_round_journal_writes_again_what_a_crash_took_from_the_logs(tmp_path: Path) -> None:
+    """A round's records are synced in the journal, not yet in their logs: a crash that loses
+    a log's tail (or leaves zeros where it was) loses nothing, as the next writer writes the
+    journal's entries again; a log replaced since (retention, an erased and recreated
+    tenant) is left alone."""
+    roots = {t: tmp_path / t for t in ("a", "b", "c")}
+    for r in roots.values():
+        r.mkdir()
+    heads: dict[str, Mark] = {}
+    w = ReadLogWriter(durable=False, on_head=heads.__setitem__, journal=tmp_path / JOURNAL)
+    first = {t: [a_read(n) for n in range(1, 4)] for t in roots}
+    for t, reads in first.items():
+        for r in reads:
+            w.submit(t, roots[t], r)
+    w.flush().result(10)  # a checkpoint: the logs synced, the journal emptied
+    assert (tmp_path / JOURNAL).stat().st_size == 0
+    synced = {t: reads_path(r).stat().st_size for t, r in roots.items()}
+    later = {t: [a_read(n) for n in range(4, 7)] for t in roots}
+    for t, reads in later.items():
+        for r in reads:
+            w.submit(t, roots[t], r)
+    w._round()  # written and journaled; the crash comes before the next checkpoint
+    assert (tmp_path / JOURNAL).stat().st_size > 0
+    whole = {t: [f.read for f in records(r)] for t, r in roots.items()}
+    assert whole == {t: first[t] + later[t] for t in roots}
+    os.truncate(reads_path(roots["a"]), synced["a"])  # the tail lost
+    with open(reads_path(roots["b"]), "r+b") as fh:  # its size kept, its data not
+        fh.seek(synced["b"])
+        fh.write(bytes(reads_path(roots["b"]).stat().st_size - synced["b"]))
+    reads_path(roots["c"]).unlink()  # replaced since: a new log, whose records stay its own
+    own = [a_read(9)]
+    write(roots["c"], own)
+    again = ReadLogWriter(durable=False, journal=tmp_path / JOURNAL)  # the restart
+    assert [f.read for f in records(roots["a"])] == whole["a"]
+    assert [f.read for f in records(roots["b"])] == whole["b"]
+    assert [f.read for f in records(roots["c"])] == own
+    for t in ("a", "b"):
+        assert verify(roots[t], heads[t], None).ok
+    again.submit("a", roots["a"], a_read(10))  # the chain goes on after them
+    again.flush().result(10)
+    assert len(list(records(roots["a"]))) == 7
+    again.stop()
