@@ -3,8 +3,9 @@ fdatasync, so a round costs one sync however many tenants were read.
 
 The writer appends each tenant's records to its read log without syncing it, then every
 entry of the round to this file, synced: from then on they survive a crash. Every few seconds
-(and before a tenant's log is closed, cut or carried away) the logs written since are synced
-and the journal is emptied. At the writer's start, the journal's entries are written again
+a checkpoint moves on to a new file and, off the writer's thread, syncs the logs written
+since, then removes the file ended (a log is also synced before it is closed, cut or carried
+away). At the writer's start, the journal's entries are written again
 where they belong: an entry names the log by its path, inode and header (a log replaced since,
 by retention, a restore or an erased and recreated tenant, is left alone) and the offset its
 bytes start at, so writing it again is idempotent. One process writes it (the data directory's
@@ -31,7 +32,7 @@ from storage.readlog.format import HEADER_BYTES
 
 log = logging.getLogger("storage.readlog")
 
-JOURNAL = ".reads-journal"  # in the data directory: a dot name is never a tenant's
+JOURNAL = ".reads-journal"  # its files' prefix in the data directory: never a tenant's name
 _HEAD = struct.Struct(">II")
 _FIXED = struct.Struct(f">QQ{HEADER_BYTES}sH")
 
@@ -70,15 +71,28 @@ def entries(buf: bytes) -> Iterator[Entry]:
 
 
 class Journal:
-    """The open journal of a data directory."""
+    """The open journal of a data directory: numbered files `.reads-journal.<n>`, appended to
+    one at a time; a checkpoint moves on to the next and removes the last once the logs it
+    covers are synced (storage/readlog/writer.py), so rounds never wait for those syncs."""
 
-    def __init__(self, path: Path) -> None:
-        """Write again what the journal holds (a crash's leftovers), then empty it."""
-        self.path = path
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self._fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
-        replay(os.pread(self._fd, os.fstat(self._fd).st_size, 0))
-        self.reset()
+    def __init__(self, prefix: Path) -> None:
+        """Write again what the files left from before hold (oldest first), remove them and
+        open the next."""
+        self.prefix = prefix
+        prefix.parent.mkdir(parents=True, exist_ok=True)
+        left = sorted(_numbered(prefix).items())
+        for _n, path in left:
+            replay(path.read_bytes())
+        for _n, path in left:
+            path.unlink(missing_ok=True)
+        self._n = left[-1][0] + 1 if left else 0
+        self._fd = self._open()
+
+    def _path(self, n: int) -> Path:
+        return self.prefix.with_name(f"{self.prefix.name}.{n}")
+
+    def _open(self) -> int:
+        return os.open(self._path(self._n), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
 
     def commit(self, round_entries: list[Entry]) -> None:
         """Append a round's entries and make them durable; on failure the journal is as it was."""
@@ -94,14 +108,35 @@ class Journal:
                 os.ftruncate(self._fd, size)
             raise
 
-    def reset(self) -> None:
-        """Empty it, once every log it covers is synced (a crash before the truncation is
-        durable replays entries already in place: the same bytes at the same offsets)."""
-        os.ftruncate(self._fd, 0)
+    def rotate(self) -> Path:
+        """Go on in a new file; the one ended, to `drop` once the logs it covers are synced
+        (its entries are written again at the next start until then)."""
+        ended = self._path(self._n)
+        os.close(self._fd)
+        self._n += 1
+        self._fd = self._open()
+        return ended
+
+    @staticmethod
+    def drop(ended: Path) -> None:
+        """Remove a file `rotate` ended (a crash before the removal is durable replays entries
+        already in place: the same bytes at the same offsets)."""
+        ended.unlink(missing_ok=True)
 
     def close(self) -> None:
-        """Close it (emptied by the caller first, when every log is synced)."""
+        """Close and remove the current file (every log it covers synced by the caller)."""
         os.close(self._fd)
+        self._path(self._n).unlink(missing_ok=True)
+
+
+def _numbered(prefix: Path) -> dict[int, Path]:
+    """The journal's files by number."""
+    found = {}
+    for path in prefix.parent.glob(f"{prefix.name}.*"):
+        n = path.name[len(prefix.name) + 1 :]
+        if n.isdigit():
+            found[int(n)] = path
+    return found
 
 
 def replay(buf: bytes) -> int:

@@ -166,7 +166,7 @@ class Appender:
             # limit is divided by (tests/e2e/test_process_limits.py).
             os.close(fd)
         self.seq, self.hash, self.ts, self.size = tail
-        self.dirty = False  # written since its last fdatasync (the journal holds those bytes)
+        self.synced = tail.end  # bytes made durable (those after: in the round journal)
 
     def current(self) -> bool:
         """True while the path still names this file (not replaced by retention, restore or
@@ -212,23 +212,33 @@ class Appender:
         done = Written(self.size, data)
         self.seq, self.hash, self.ts, self.size = seq, value, ts, self.size + len(data)
         if sync:
+            self.synced = self.size
             self._save()
-        else:
-            self.dirty = True
         return done
 
-    def sync(self) -> None:
-        """Make what was written without sync durable (nothing if all is)."""
-        if not self.dirty:
+    def sync_to(self, size: int) -> None:
+        """Make the bytes up to `size` durable, if they are not (another thread may call it:
+        the writer's checkpoint, while the writer appends); nothing if the file is gone or
+        replaced (synced by whoever closed it)."""
+        if size <= self.synced:
             return
-        fd = os.open(self.path, os.O_RDONLY)
         try:
-            if os.fstat(fd).st_ino == self.inode:  # else replaced: nothing of ours to sync
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            if os.fstat(fd).st_ino == self.inode:
                 fdatasync_fd(fd)
         finally:
             os.close(fd)
-        self.dirty = False
-        self._save()
+        self.synced = max(self.synced, size)
+
+    def sync(self) -> None:
+        """Make everything written durable, and leave the tail beside the log (the writer's
+        thread only)."""
+        if self.size > self.synced:
+            self.sync_to(self.size)
+            self._save()
 
     def _catch_up(self, fd: int, size: int) -> None:
         """Follow the records another process appended after this tail (a record it left cut

@@ -103,6 +103,8 @@ class ReadLogWriter:
         self._thread: threading.Thread | None = None
         self._files: dict[str, tuple[Appender, float]] = {}  # writer thread only
         self._moved: dict[str, Mark] = {}  # heads not yet handed to on_head (writer thread)
+        self._unpublished: dict[str, Mark] = {}  # heads on_head refused, to try again (_cond)
+        self._checkpointing: threading.Thread | None = None  # a checkpoint's syncs under way
         self._published = time.monotonic()
         self.failing: BaseException | None = None  # the last write failure, until one succeeds
 
@@ -133,6 +135,11 @@ class ReadLogWriter:
             if self.durable:
                 self._cond.notify()
         return done
+
+    @property
+    def native_id(self) -> int | None:
+        """The writer thread's OS id, once started (bench/readaudit.py reads its CPU time)."""
+        return None if self._thread is None else self._thread.native_id
 
     def pending(self) -> int:
         """The backlog's weight now."""
@@ -193,6 +200,8 @@ class ReadLogWriter:
         def job() -> None:
             self._close(tenant_id)
             self._moved.pop(tenant_id, None)
+            with self._cond:
+                self._unpublished.pop(tenant_id, None)
 
         self._add_job(job)
 
@@ -203,11 +212,12 @@ class ReadLogWriter:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join()
+        if self._checkpointing is not None:
+            self._checkpointing.join()
         for tenant_id in list(self._files):
             self._close(tenant_id)
         if self._journal is not None:
-            self._journal.reset()
-            self._journal.close()
+            self._journal.close()  # every log it covers was synced by the closes
             self._journal = None
 
     def _add_job(self, job: Callable[[], None]) -> None:
@@ -248,7 +258,7 @@ class ReadLogWriter:
                 log.exception("read log job failed")
         now = time.monotonic()
         if now - self._published >= self._head_interval:
-            self._publish()
+            self._publish(wait=False)  # the syncs run beside the next rounds
         self._close_idle(now)
 
     def _write(self, tenant_id: str, q: _Queue) -> _Done | None:
@@ -358,31 +368,45 @@ class ReadLogWriter:
             if now - used > IDLE_CLOSE_SECS:
                 self._close(tenant_id)
 
-    def _checkpoint(self) -> None:
-        """Sync every log written since the last checkpoint, then empty the journal (kept
-        whole if any sync fails: its entries are written again at the next start)."""
-        if self._journal is None:
-            return
-        synced = True
-        for tenant_id, (f, _used) in list(self._files.items()):
-            try:
-                f.sync()
-            except Exception as exc:
-                synced = False
-                log.error("tenant %s: read log not synced: %s", tenant_id, exc)
-        if synced:
-            try:
-                self._journal.reset()
-            except OSError as exc:
-                log.warning("read-log journal not emptied: %s", exc)
-
-    def _publish(self) -> None:
-        """Sync the logs written (the journal's checkpoint), then hand the heads that moved to
-        on_head (a failure is logged; they are tried again): a head recorded in the control
-        plane names records synced in their log."""
-        self._checkpoint()
-        self._published = time.monotonic()
+    def _checkpoint(self, wait: bool) -> bool:
+        """Start a checkpoint: the journal moves on to a new file, and the logs written so far
+        are synced off this thread (with `wait`, here), then the file ended is removed and the
+        heads that moved are handed to on_head: a head recorded in the control plane names
+        synced records. False if one is still running (not waiting): the next goes then."""
+        running = self._checkpointing
+        if running is not None and running.is_alive():
+            if not wait:
+                return False
+            running.join()
         moved, self._moved = self._moved, {}
+        with self._cond:
+            for tenant_id, mark in self._unpublished.items():
+                moved.setdefault(tenant_id, mark)
+            self._unpublished = {}
+        ended = self._journal.rotate() if self._journal is not None else None
+        due = [(f, f.size) for f, _used in self._files.values() if f.size > f.synced]
+
+        def run() -> None:
+            synced = True
+            for f, size in due:
+                try:
+                    f.sync_to(size)
+                except Exception as exc:
+                    synced = False
+                    log.error("read log %s not synced: %s", f.path, exc)
+            if ended is not None and synced:  # else its entries are written again at start
+                Journal.drop(ended)
+            self._hand_over(moved)
+
+        if wait or self._journal is None:
+            run()
+        else:
+            self._checkpointing = threading.Thread(target=run, name="read-log-sync", daemon=True)
+            self._checkpointing.start()
+        return True
+
+    def _hand_over(self, moved: dict[str, Mark]) -> None:
+        """Hand heads to on_head (a failure is logged; they are tried at the next checkpoint)."""
         if self.on_head is None:
             return
         for tenant_id, mark in moved.items():
@@ -390,4 +414,11 @@ class ReadLogWriter:
                 self.on_head(tenant_id, mark)
             except Exception as exc:
                 log.warning("tenant %s: read chain head not recorded: %s", tenant_id, exc)
-                self._moved.setdefault(tenant_id, mark)
+                with self._cond:
+                    self._unpublished.setdefault(tenant_id, mark)
+
+    def _publish(self, wait: bool = True) -> None:
+        """A checkpoint (storage/readlog/journal.py): the logs synced, the heads handed over;
+        waited for, or started to run beside the next rounds."""
+        if self._checkpoint(wait):
+            self._published = time.monotonic()
