@@ -199,6 +199,9 @@ def test_reads_of_events_finds_the_records_that_name_them(tmp_path: Path) -> Non
     write(tmp_path, reads)
     wanted = [reads[1].event_ids[2], reads[3].event_ids[0]]
     assert [f.seq for f in reads_of_events(tmp_path, wanted)] == [2, 4]
+    # Searched in the raw bytes first: the same records, the same times, decoded.
+    assert [f.read for f in records(tmp_path, naming=wanted[1])] == [reads[3]]
+    assert [f.read for f in records(tmp_path, after=3, naming=wanted[0])] == []
     assert reads_of_events(tmp_path / "none", wanted) == []
 
 
