@@ -3,7 +3,7 @@ fdatasync, so a round costs one sync however many tenants were read.
 
 The writer appends each tenant's records to its read log without syncing it, then every
 entry of the round to this file, synced: from then on they survive a crash. Every few seconds
-a checkpoint moves on to a new file and, off the writer's thread, syncs the logs written
+a checkpoint moves on to a new file of its directory and, off the writer's thread, syncs the logs written
 since, then removes the file ended (a log is also synced before it is closed, cut or carried
 away). At the writer's start, the journal's entries are written again
 where they belong: an entry names the log by its path, inode and header (a log replaced since,
@@ -32,7 +32,7 @@ from storage.readlog.format import HEADER_BYTES
 
 log = logging.getLogger("storage.readlog")
 
-JOURNAL = ".reads-journal"  # its files' prefix in the data directory: never a tenant's name
+JOURNAL = ".reads-journal"  # its directory in the data directory: a dot name is never a tenant
 _HEAD = struct.Struct(">II")
 _FIXED = struct.Struct(f">QQ{HEADER_BYTES}sH")
 
@@ -71,31 +71,32 @@ def entries(buf: bytes) -> Iterator[Entry]:
 
 
 class Journal:
-    """The open journal of a data directory: numbered files `.reads-journal.<n>`, appended to
-    one at a time; a checkpoint moves on to the next and removes the last once the logs it
-    covers are synced (storage/readlog/writer.py), so rounds never wait for those syncs."""
+    """The data directory's journal: a directory of numbered files, appended to one at a
+    time; a checkpoint moves on to the next and removes the last once the logs it covers are
+    synced (storage/readlog/writer.py), so rounds never wait for those syncs. Made at the
+    first round that writes records, removed when the writer stops."""
 
-    def __init__(self, prefix: Path) -> None:
-        """Write again what the files left from before hold (oldest first), remove them and
-        open the next."""
-        self.prefix = prefix
-        prefix.parent.mkdir(parents=True, exist_ok=True)
-        left = sorted(_numbered(prefix).items())
+    def __init__(self, where: Path) -> None:
+        """Write again what the files left from before hold (oldest first), then remove them."""
+        self.where = where
+        left = sorted(_numbered(where).items())
         for _n, path in left:
             replay(path.read_bytes())
         for _n, path in left:
             path.unlink(missing_ok=True)
         self._n = left[-1][0] + 1 if left else 0
-        self._fd = self._open()
+        self._fd: int | None = None
+        with contextlib.suppress(OSError):
+            where.rmdir()
 
     def _path(self, n: int) -> Path:
-        return self.prefix.with_name(f"{self.prefix.name}.{n}")
-
-    def _open(self) -> int:
-        return os.open(self._path(self._n), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        return self.where / str(n)
 
     def commit(self, round_entries: list[Entry]) -> None:
         """Append a round's entries and make them durable; on failure the journal is as it was."""
+        if self._fd is None:
+            self.where.mkdir(parents=True, exist_ok=True)
+            self._fd = os.open(self._path(self._n), os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         data = b"".join(encode(e) for e in round_entries)
         size = os.fstat(self._fd).st_size
         try:
@@ -108,14 +109,16 @@ class Journal:
                 os.ftruncate(self._fd, size)
             raise
 
-    def rotate(self) -> Path:
-        """Go on in a new file; the one ended, to `drop` once the logs it covers are synced
-        (its entries are written again at the next start until then)."""
-        ended = self._path(self._n)
+    def rotate(self) -> Path | None:
+        """Go on in a new file (made by the next commit); the one ended, to `drop` once the
+        logs it covers are synced (its entries are written again at the next start until
+        then), or None if nothing was written since."""
+        if self._fd is None:
+            return None
         os.close(self._fd)
+        self._fd = None
         self._n += 1
-        self._fd = self._open()
-        return ended
+        return self._path(self._n - 1)
 
     @staticmethod
     def drop(ended: Path) -> None:
@@ -124,19 +127,21 @@ class Journal:
         ended.unlink(missing_ok=True)
 
     def close(self) -> None:
-        """Close and remove the current file (every log it covers synced by the caller)."""
-        os.close(self._fd)
-        self._path(self._n).unlink(missing_ok=True)
+        """Remove the journal (every log it covers synced by the caller; files a failed
+        checkpoint kept stay, to be written again at the next start)."""
+        ended = self.rotate()
+        if ended is not None:
+            ended.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            self.where.rmdir()
 
 
-def _numbered(prefix: Path) -> dict[int, Path]:
-    """The journal's files by number."""
-    found = {}
-    for path in prefix.parent.glob(f"{prefix.name}.*"):
-        n = path.name[len(prefix.name) + 1 :]
-        if n.isdigit():
-            found[int(n)] = path
-    return found
+def _numbered(where: Path) -> dict[int, Path]:
+    """The journal's files by number (none if it has no directory)."""
+    try:
+        return {int(p.name): p for p in where.iterdir() if p.name.isdigit()}
+    except FileNotFoundError:
+        return {}
 
 
 def replay(buf: bytes) -> int:
