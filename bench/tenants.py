@@ -15,6 +15,9 @@
   tenant adds (read only, then written), against what the manager accounts; beside the same
   events in a SQLite file per tenant with sqlite-vec and FTS5 (bench/sqlite_tenants.py), in the
   same run; and the cold recall over HTTP (MEMSPINE_MAX_OPEN_TENANTS=100).
+- many: 10,000 tenants of 200 events open at once (quick: 1,000), each recalled once, in a fresh
+  process: what an open tenant adds once idle (RSS, anonymous and file-backed, threads, file
+  descriptors, memory mappings), its open time, and the accounted bytes.
 - memory: the accounted memory of open tenants (storage/tenants/footprint.py) against the RSS they add,
   in a fresh process, at several sizes; then 12 tenants of 10,000 events recalled round-robin
   over HTTP, three rounds, by a server with MEMSPINE_MAX_OPEN_BYTES=96M and by one whose
@@ -45,7 +48,9 @@ import lmdb
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+# BENCH_CODE: the tree whose storage/ a spawned child measures (the baseline's, a `git archive`
+# of main, for the cold part's pairs: --baseline); this tree's by default.
+sys.path.insert(0, os.environ.get("BENCH_CODE") or str(Path(__file__).resolve().parent.parent))
 import sqlite_tenants
 from common import (
     SUPPORT_WORDS as WORDS,
@@ -60,6 +65,7 @@ from common import (
     write_json,
 )
 
+from storage.errors import Unavailable
 from storage.heap import pin_mmap_threshold
 from storage.index.keyword import KeywordIndex
 from storage.index.vectors import VectorIndex
@@ -412,6 +418,56 @@ def threads_now() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
+def held_now() -> dict[str, int]:
+    """What this process holds: anonymous and file-backed RSS (bytes), threads, descriptors
+    and memory mappings."""
+    with open("/proc/self/maps") as maps:
+        mappings = sum(1 for _ in maps)
+    return {
+        "rss_anon": proc_status("RssAnon"),
+        "rss_file": proc_status("RssFile"),
+        "threads": threads_now(),
+        "fds": len(os.listdir("/proc/self/fd")),
+        "maps": mappings,
+    }
+
+
+def per_tenant(now: dict[str, int], base: dict[str, int], n: int) -> dict[str, float]:
+    """What each of n open tenants adds over base (KB for the RSS figures)."""
+    out: dict[str, float] = {}
+    for key, value in now.items():
+        delta = (value - base[key]) / n
+        out[key + ("_kb_each" if key.startswith("rss") else "_each")] = round(
+            delta / 1e3 if key.startswith("rss") else delta, 2
+        )
+    return out
+
+
+def linger_secs() -> float:
+    """How long an idle keyword index keeps its Tantivy index (storage/index/held.py); 0 for
+    code without it."""
+    try:
+        from storage.index.held import held
+    except ImportError:
+        return 0.0
+    return held().linger
+
+
+def raise_nofile(want: int) -> int:
+    """Raise this process's descriptor limit toward want (the hard one too, where allowed);
+    the soft limit now."""
+    import resource
+
+    _soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for target in ((want, max(hard, want)), (min(want, hard), hard)):
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, target)
+            break
+        except (ValueError, OSError):
+            continue
+    return resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+
+
 def settle(tenants: list[Tenant]) -> None:
     """Wait until every tenant's keyword fold is done and its writer closed."""
     deadline = time.monotonic() + 120
@@ -454,6 +510,15 @@ def cold_child(data: str, names: list[str], cap: int) -> dict[str, Any]:
         "threads_each": round((threads_now() - base_threads) / len(open_now), 2),
         "accounted_kb_each": round(sum(map(tenant_bytes, open_now)) / len(open_now) / 1e3, 1),
     }
+    time.sleep(linger_secs() + 1.0)  # idle: keyword indexes let go (storage/index/held.py)
+    gc.collect()
+    give_back_memory()
+    held["idle_after_s"] = round(linger_secs() + 1.0, 1)
+    held["idle_rss_kb_each"] = round((proc_status("RssAnon") - base_rss) / len(open_now) / 1e3, 1)
+    held["idle_threads_each"] = round((threads_now() - base_threads) / len(open_now), 2)
+    held["idle_accounted_kb_each"] = round(
+        sum(map(tenant_bytes, open_now)) / len(open_now) / 1e3, 1
+    )
     event = NewEvent(kind="turn", ts=1_800_000_000_000_000, text="a written tenant",
                      embedding=queries[0][1].tolist())  # fmt: skip
     for t in open_now:
@@ -476,6 +541,81 @@ def cold_child(data: str, names: list[str], cap: int) -> dict[str, Any]:
         "open_read_only": held,
         "open_written": written,
     }
+
+
+def many_child(data: str, names: list[str]) -> dict[str, Any]:
+    """In a fresh process: open every tenant at once (each recalled once) through a manager
+    that holds them all, then what each adds once idle."""
+    pin_mmap_threshold()  # as memspine/app.py does for the server
+    nofile = raise_nofile(4 * len(names) + 1024)
+    queries = cold_queries()
+    manager = TenantManager(Path(data), embedding_dim=DIM, max_open=len(names) + 1)
+
+    def ask(name: str, i: int) -> float:
+        text, vector = queries[i % len(queries)]
+        query = RecallQuery(text=text, embedding=vector.tolist(), k=10)
+        started = time.perf_counter()
+        with manager.use(name, create=False) as t:
+            assert t.recall(query, embeddings=False).hits
+        return (time.perf_counter() - started) * 1000
+
+    ask(names[0], 0)  # libraries, first-use caches, the pools
+    gc.collect()
+    give_back_memory()
+    base = held_now()
+    started = time.perf_counter()
+    opens: list[float] = []
+    refused = None
+    for i, name in enumerate(names[1:], start=1):
+        try:
+            opens.append(ask(name, i))
+        except Unavailable as exc:  # out of descriptors, say: how far it got is the figure
+            refused = {"at": i, "detail": exc.detail}
+            break
+    fill_s = time.perf_counter() - started
+    n = len(opens)
+    just = per_tenant(held_now(), base, n)
+    time.sleep(linger_secs() + 1.0)  # idle: keyword indexes let go (storage/index/held.py)
+    gc.collect()
+    give_back_memory()
+    now = held_now()
+    idle = per_tenant(now, base, n)
+    accounted = sum(map(tenant_bytes, manager.open_tenants()))
+    out = {
+        "open_tenants": len(manager.open_tenants()),
+        "refused": refused,
+        "nofile": nofile,
+        "fill_s": round(fill_s, 1),
+        "open_and_recall": sqlite_tenants.summary(opens),
+        "just_opened": just,
+        "idle": idle,
+        "accounted_kb_each": round(accounted / (n + 1) / 1e3, 1),
+        "process_rss_mb": round((now["rss_anon"] + now["rss_file"]) / 1e6, 1),
+        "process_rss_anon_mb": round(now["rss_anon"] / 1e6, 1),
+        "process_threads": now["threads"],
+        "process_fds": now["fds"],
+        "process_maps": now["maps"],
+    }
+    manager.close_all()
+    return out
+
+
+def many_tenants(root: Path, tenants: int, events: int) -> dict[str, Any]:
+    """`tenants` copies of one tenant open at once in a fresh process (its index files hard
+    linked: only the log is copied, the one part an open writes to)."""
+    build(root / "many-template", "tpl", events)
+    template = root / "many-template" / "tpl"
+    data = root / "many"
+    names = [f"m{i:05d}" for i in range(tenants)]
+    for name in names:
+        shutil.copytree(template, data / name, copy_function=os.link)
+        shutil.rmtree(data / name / "events")
+        shutil.copytree(template / "events", data / name / "events")
+    out: dict[str, Any] = {"tenants": tenants, "events": events}
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        out.update(pool.apply(many_child, (str(data), names)))
+    shutil.rmtree(data, ignore_errors=True)
+    return out
 
 
 def cold_over_http(data: Path, names: list[str], cap: int) -> dict[str, Any]:
@@ -503,8 +643,57 @@ def cold_over_http(data: Path, names: list[str], cap: int) -> dict[str, Any]:
     return out
 
 
-def cold_tenants(root: Path, tenants: int, events: int, cap: int) -> dict[str, Any]:
-    """Memspine and sqlite-vec + FTS5 with a file per tenant, the same events, in one run."""
+def cold_in(code: str | None, data: Path, names: list[str], cap: int) -> dict[str, Any]:
+    """cold_child in a fresh process running the storage/ of the tree `code` (None: this one)."""
+    before = os.environ.get("BENCH_CODE")
+    if code is not None:
+        os.environ["BENCH_CODE"] = code  # read by this module's top in the spawned child
+    try:
+        with multiprocessing.get_context("spawn").Pool(1) as pool:
+            result: dict[str, Any] = pool.apply(cold_child, (str(data), names, cap))
+    finally:
+        if before is None:
+            os.environ.pop("BENCH_CODE", None)
+        else:
+            os.environ["BENCH_CODE"] = before
+    return result
+
+
+def cold_pairs(
+    root: Path, data: Path, names: list[str], cap: int, baseline: str, rounds: int
+) -> dict[str, Any]:
+    """The baseline tree's code and this one's, alternating, each beside a sqlite-vec run: the
+    tenants the child wrote to are copied afresh after each run, so both read the same files."""
+    files = sorted((root / "cold-sqlite").glob("*.db"))
+    queries = cold_queries()
+    runs: dict[str, list[dict[str, Any]]] = {"baseline": [], "this": []}
+    for r in range(rounds):
+        order = ["baseline", "this"] if r % 2 == 0 else ["this", "baseline"]
+        for side in order:
+            load_before = os.getloadavg()
+            child = cold_in(baseline if side == "baseline" else None, data, names, cap)
+            sqlite = sqlite_tenants.cold(files, queries, len(files))
+            child["sqlite_vec_cold"] = sqlite
+            child["cold_over_sqlite_p50"] = round(child["cold"]["p50_ms"] / sqlite["p50_ms"], 2)
+            child["loadavg"] = [round(x, 1) for x in (*load_before, *os.getloadavg())]
+            runs[side].append(child)
+            print(f"cold {side} round {r}: {child}", file=sys.stderr, flush=True)
+            for name in names[-cap:]:  # the ones it appended to (open at the end)
+                shutil.rmtree(data / name)
+                shutil.copytree(root / "cold-template" / "tpl", data / name)
+    return {"baseline_code": baseline, "rounds": rounds, **runs}
+
+
+def cold_tenants(
+    root: Path,
+    tenants: int,
+    events: int,
+    cap: int,
+    baseline: str | None = None,
+    rounds: int = 2,
+) -> dict[str, Any]:
+    """Memspine and sqlite-vec + FTS5 with a file per tenant, the same events, in one run; with
+    a baseline tree, its code and this one's in pairs (cold_pairs)."""
     build(root / "cold-template", "tpl", events)
     texts, vectors = corpus(events)
     names = [f"c{i:05d}" for i in range(tenants)]
@@ -520,6 +709,8 @@ def cold_tenants(root: Path, tenants: int, events: int, cap: int) -> dict[str, A
         "memspine": round(disk / events),
         "sqlite_vec": round(files[0].stat().st_size / events),
     }
+    if baseline is not None:
+        out["pairs"] = cold_pairs(root, data, names, cap, baseline, rounds)
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         out["memspine"] = pool.apply(cold_child, (str(data), names, cap))
     print(f"cold memspine: {out['memspine']}", file=sys.stderr, flush=True)
@@ -540,8 +731,16 @@ def main(argv: list[str] | None = None) -> int:
     extra = argparse.ArgumentParser(add_help=False)
     extra.add_argument("--sizes", type=str, default=None, help="comma-separated event counts")
     extra.add_argument("--runs", type=int, default=None)
-    extra.add_argument("--parts", type=str, default="reopen,churn,cycles,memory,cold",
+    extra.add_argument("--parts", type=str, default="reopen,churn,cycles,memory,cold,many",
                        help="comma-separated parts to run")  # fmt: skip
+    extra.add_argument("--many", type=int, default=None, help="tenants open at once (many)")
+    extra.add_argument(
+        "--baseline",
+        type=str,
+        default=None,
+        help="cold: a tree (git archive of main) measured in pairs with this one",
+    )
+    extra.add_argument("--rounds", type=int, default=2, help="cold: pairs with --baseline")
     known, rest = extra.parse_known_args(sys.argv[1:] if argv is None else argv)
     parts = set(known.parts.split(","))
     args = parse_args(__doc__.splitlines()[0], rest)
@@ -576,7 +775,11 @@ def main(argv: list[str] | None = None) -> int:
             print(f"cycles: {out['cycles']}", file=sys.stderr, flush=True)
         if "cold" in parts:
             tenants, cap = (200, 20) if args.quick else (2_000, 100)
-            out["cold"] = cold_tenants(root, tenants, 200, cap)
+            out["cold"] = cold_tenants(root, tenants, 200, cap, known.baseline, known.rounds)
+        if "many" in parts:
+            count = known.many or (1_000 if args.quick else 10_000)
+            out["many"] = many_tenants(root, count, 200)
+            print(f"many: {out['many']}", file=sys.stderr, flush=True)
         if "memory" in parts:
             # Each 10,000-event tenant accounts ~23 MB: 96M holds four; 3,000-event ones ~8 MB.
             n, budget = (3_000, "32M") if args.quick else (10_000, "96M")

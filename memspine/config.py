@@ -28,12 +28,13 @@ from storage import (
 
 FD_RESERVE = 64
 FDS_PER_TENANT = 12
-# Native threads an open tenant runs of its own once idle: the file watcher Tantivy starts with
-# each index it opens (tantivy-py gives no way to open one without it). Its writes go to the
-# shared writer pool (storage/tenants/pool.py), its graph inserts and keyword folds to the shared
+# Native threads an open tenant runs of its own once idle: none. Its writes go to the shared
+# writer pool (storage/tenants/pool.py), its graph inserts and keyword folds to the shared
 # background pool (storage/index/background.py); the Tantivy writer's threads live only while a
-# fold has work (counted by tests/server/test_tenant_threads.py). 0 once none.
-THREADS_PER_TENANT = 1
+# fold has work, and the file watcher Tantivy starts with each index it opens only while the
+# index is held, by at most HELD_MAX tenants used in the last LINGER_SECS across the process
+# (storage/index/held.py; counted by tests/server/test_tenant_threads.py).
+THREADS_PER_TENANT = 0
 # While open tenants run threads of their own, the default cap keeps them under this
 # (docs/operations.md).
 MAX_TENANT_THREADS = 4_000

@@ -30,12 +30,12 @@ from storage import (
     ReadLogWriter,
     check_purpose_text,
     first_ts,
-    names_full_disk,
+    full_disk_as,
     records_of,
 )
 from storage import MAX_PURPOSE_BYTES as MAX_PURPOSE_BYTES  # the routes' docs name them
 from storage import PURPOSE_HEADER as PURPOSE_HEADER
-from storage.errors import DiskFull, InvalidRequest, Unavailable
+from storage.errors import InvalidRequest, Unavailable
 
 BACKLOG_WAIT_SECS = 10.0
 DAY_US = 86_400_000_000
@@ -158,12 +158,8 @@ class ReadAudit:
             if done is not None:
                 waits.append(done)
         for done in waits:
-            try:
+            with full_disk_as(NOT_RECORDED):
                 await asyncio.wrap_future(done)
-            except OSError as exc:
-                if names_full_disk(exc):
-                    raise DiskFull(NOT_RECORDED) from exc
-                raise
 
     async def _submit(
         self, w: ReadLogWriter, tenant_id: str, root: Path, read: Read

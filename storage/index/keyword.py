@@ -18,6 +18,7 @@ import tantivy
 from storage import failpoints
 from storage.errors import DiskFull
 from storage.index.background import Task, shared_pool
+from storage.index.held import held
 from storage.index.keyword_tail import (
     FIELD,
     Scorer,
@@ -169,12 +170,14 @@ class KeywordIndex:
     and searches meanwhile answer 503 rather than answer while the index cannot keep up.
 
     The Tantivy writer (its arena and its threads) exists only while there is something to
-    fold: made by the first fold after a write, closed by the fold that finds nothing more.
+    fold: made by the first fold after a write, closed by the fold that finds nothing more. The
+    Tantivy index itself (its reader, its file-watching thread, its mapped segments) is let go
+    once unused for a while, and opened again by the next search (storage/index/held.py).
     """
 
     def __init__(self, path: Path, index: tantivy.Index, committed_seq: int = 0) -> None:
         self.path = path
-        self.index = index
+        self._index: tantivy.Index | None = index  # None while let go (held.py)
         self.schema = index.schema
         self._writer: tantivy.IndexWriter | None = None  # made on first write: reopens stay light
         self.writer_lock = threading.Lock()  # Tantivy writers refuse concurrent use
@@ -183,7 +186,8 @@ class KeywordIndex:
         # Published and not yet durably committed, in order (Op).
         self._queue: list[Op] = []
         self._tail = Tail()  # the queue's additions, searchable (guarded by _cond, as the queue)
-        self._view = View(index)  # the committed searcher: replaced with the queue's prefix
+        # The committed searcher (replaced with the queue's prefix); None while let go.
+        self._current: View | None = View(index)
         self._ties = Ties()  # how deep a search goes first (a hint)
         self._cond = threading.Condition()
         self._stopping = False
@@ -197,14 +201,70 @@ class KeywordIndex:
         self._task: Task | None = None  # the fold's slot in the pool, from the first publish
         self._closed = False
         self._staged = False  # the direct path staged changes its commit has not made durable
+        held().touch(self)
 
     @classmethod
     def open(cls, path: Path, committed_seq: int = 0) -> KeywordIndex:
         """Open the index at path, creating an empty one if there is none; raises ValueError
         for an index of any other schema (the tenant then rebuilds it from the log)."""
         path.mkdir(parents=True, exist_ok=True)
-        index = tantivy.Index(_schema(), path=str(path), reuse=True)
-        return cls(path, index, committed_seq)
+        return cls(path, _open_index(path), committed_seq)
+
+    @property
+    def index(self) -> tantivy.Index:
+        """The Tantivy index, opened again if it was let go."""
+        index = self._index
+        if index is None:
+            with self._cond:
+                index = self._hold()
+        else:
+            held().touch(self)
+        return index
+
+    @property
+    def _view(self) -> View:
+        """The committed searcher, the index opened again if it was let go."""
+        with self._cond:
+            return self._view_now()
+
+    def _view_now(self) -> View:
+        """The committed searcher (the caller holds _cond)."""
+        view = self._current
+        if view is None:
+            self._hold()
+            view = self._current
+            assert view is not None
+        else:
+            held().touch(self)
+        return view
+
+    def _hold(self) -> tantivy.Index:
+        """Open the Tantivy index again after it was let go, with a searcher of its last
+        commit (the caller holds _cond; a release takes it too)."""
+        index = self._index
+        if index is None:
+            if self._closed:
+                raise RuntimeError("the keyword index is closed")
+            index = _open_index(self.path)
+            self._index, self._current = index, View(index)
+        held().touch(self)
+        return index
+
+    def release(self) -> bool:
+        """Let the Tantivy index go unless a writer, a fold or staged changes need it (its
+        thread ends at its next poll once in-flight searches drop their searchers); True if
+        it is not held now."""
+        if not self.writer_lock.acquire(blocking=False):
+            return False  # a fold or a direct write is under way: asked again later
+        try:
+            with self._cond:
+                busy = self._writer is not None or self._staged or self._waiting
+                if busy or self._published_seq != self.committed_seq:
+                    return False  # the fold would open it again at once
+                self._index, self._current = None, None
+                return True
+        finally:
+            self.writer_lock.release()
 
     @classmethod
     def create_empty(cls, path: Path) -> KeywordIndex:
@@ -242,9 +302,10 @@ class KeywordIndex:
         with self.writer_lock:
             self.writer.commit()
             self._staged = False
-        self.index.reload()
+        index = self.index
+        index.reload()
         with self._cond:
-            self._view = View(self.index)
+            self._current = View(index)
         if self.settled():
             self._close_writer()
 
@@ -310,7 +371,7 @@ class KeywordIndex:
             # The committed searcher and the shorter queue change together: a search sees
             # each queued document in one of the two.
             if view is not None:
-                self._view = view
+                self._current = view
             self._tail.drop(sum(1 for doc, _id, _replace in ops if doc is not None))
             del self._queue[: len(ops)]
             self.committed_seq = seq
@@ -382,8 +443,9 @@ class KeywordIndex:
             failpoints.hit("keyword.commit")
             self.writer.commit()
         failpoints.hit("keyword.reload")
-        self.index.reload()
-        view = View(self.index, _a_term(ops))
+        index = self.index
+        index.reload()
+        view = View(index, _a_term(ops))
         view.stats()
         return view
 
@@ -424,7 +486,8 @@ class KeywordIndex:
     def memory_bytes(self) -> int:
         """Estimated resident bytes: the searcher, the writer once made, documents not yet folded."""
         writer = WRITER_BYTES if self._writer is not None else 0
-        return READER_BYTES + writer + QUEUED_DOC_BYTES * len(self._queue)
+        reader = READER_BYTES if self._index is not None else 0
+        return reader + writer + QUEUED_DOC_BYTES * len(self._queue)
 
     def backlog(self) -> tuple[int, int]:
         """Ops published and not yet in a durable commit, and the bytes of their text."""
@@ -474,7 +537,7 @@ class KeywordIndex:
             return Ranked(None, [])
         with self._cond:
             self._refuse_if_failing()
-            view, queued = self._view, len(self._tail.docs)
+            view, queued = self._view_now(), len(self._tail.docs)
             settled = self.committed_seq >= self._published_seq
         # The committed searcher holds everything published; or all that is queued is deletes,
         # and the caller's snapshot no longer holds what they delete.
@@ -484,7 +547,7 @@ class KeywordIndex:
         if terms is not None:
             with self._cond:  # the searcher and the tail as one moment (the fold swaps both)
                 self._refuse_if_failing()
-                view, queued, tokens = self._view, len(self._tail.docs), self._tail.tokens
+                view, queued, tokens = self._view_now(), len(self._tail.docs), self._tail.tokens
                 tail, tail_df = self._tail.matching(terms)
             committed = view.stats() if queued else None
             if not queued:
@@ -498,7 +561,7 @@ class KeywordIndex:
         # score with (every committed document deleted): wait for the fold instead.
         self.flush()
         with self._cond:
-            view = self._view
+            view = self._view_now()
         return _search(view, words, limit, kind, filters, self._ties)
 
     def _refuse_if_failing(self) -> None:
@@ -510,7 +573,7 @@ class KeywordIndex:
         """The share of documents of this kind, queued ones included (deleted ones not yet
         merged away count: a hint)."""
         with self._cond:
-            searcher = self._view.searcher
+            searcher = self._view_now().searcher
             queued, of_kind = len(self._tail.docs), self._tail.kinds[kind]
         total = searcher.num_docs + queued
         return (searcher.doc_freq("kind", kind) + of_kind) / total if total else 0.0
@@ -541,6 +604,7 @@ class KeywordIndex:
             behind = self._published_seq - self.committed_seq
             self._queue.clear()
             self._tail.clear()
+        held().forget(self)
         if behind:
             log.warning("keyword index closed %d ops behind the log; they replay on open", behind)
         with self.writer_lock:
@@ -552,6 +616,11 @@ class KeywordIndex:
                 except Exception:  # a merge that failed leaves its segments as they were
                     log.warning("keyword writer did not close cleanly", exc_info=True)
                 self._writer = None
+
+
+def _open_index(path: Path) -> tantivy.Index:
+    """The Tantivy index at path (made if there is none); ValueError for another schema."""
+    return tantivy.Index(_schema(), path=str(path), reuse=True)
 
 
 def document(d: KeywordDoc) -> tantivy.Document:

@@ -32,6 +32,7 @@ from typing import BinaryIO, NamedTuple
 import numpy as np
 
 from storage.files import LIVE_SUFFIX
+from storage.index.mapped import map_file
 
 # offsetLevel0, max_elements, cur_element_count, size_data_per_element, label_offset,
 # offsetData (size_t each), maxlevel (int), enterpoint_node (uint32), maxM, maxM0, M (size_t),
@@ -212,6 +213,33 @@ def read_vectors(path: Path, dim: int) -> tuple[np.ndarray, np.ndarray]:
     vectors = np.ascontiguousarray(records[:, at : at + width]).view(np.float32)
     labels = np.ascontiguousarray(records[:, shape.label_at : shape.label_at + 8]).view(np.uint64)
     return labels.reshape(-1).astype(np.int64), vectors.reshape(shape.records, dim)
+
+
+def map_vectors(path: Path, dim: int) -> tuple[np.ndarray, np.ndarray]:
+    """As read_vectors, but the vectors are a read-only view of the file mapped into memory: its
+    pages are page cache, shared and reclaimable, not the process's heap, and opening copies
+    nothing. The mapping outlives the file's replacement by a save (a rename) and is unmapped
+    when the last view of it goes."""
+    with open(path, "rb") as fh:
+        shape = layout(fh.read(HEADER.size), _size(fh.fileno()), dim)
+        if not shape.records:  # mmap cannot map a header alone, and there is nothing to map
+            return np.zeros(0, dtype=np.int64), np.zeros((0, dim), dtype=np.float32)
+        mm = map_file(fh.fileno(), HEADER.size + shape.records * shape.size)
+    vectors = np.ndarray(
+        (shape.records, dim),
+        dtype="<f4",
+        buffer=mm,
+        offset=HEADER.size + shape.data_at,
+        strides=(shape.size, 4),
+    )
+    labels = np.ndarray(
+        (shape.records,),
+        dtype="<u8",
+        buffer=mm,
+        offset=HEADER.size + shape.label_at,
+        strides=(shape.size,),
+    )
+    return labels.astype(np.int64), vectors
 
 
 def count_labels(path: Path, labels: Collection[int], dim: int) -> int:

@@ -36,9 +36,9 @@ from storage.index.vecfile import (
     check_links,
     check_saved,
     live_path,
+    map_vectors,
     peek,
     read_live,
-    read_vectors,
     record_bytes,
     write_flat,
     write_live,
@@ -75,7 +75,8 @@ HNSW_ELEMENT_BYTES = 50
 # temporaries the allocator keeps (calibrated against RSS growth, bench/RESULTS.md).
 LIVE_LABEL_BYTES = 150
 # Per vector of an index without a graph, beyond its unit row: its label, live flag and entry in
-# the tail's map (a reopened index holds its rows in arrays of their exact size).
+# the tail's map (a reopened index holds its rows in arrays of their exact size, or mapped from
+# its file: then the rows themselves are page cache, not counted).
 FLAT_ROW_OVERHEAD = 12 + 100
 
 
@@ -497,11 +498,11 @@ def file_memory_bytes(path: Path, dim: int) -> int:
     own dimension, which may not be `dim`, the server's default; that only if it has none)."""
     # Each record, deleted ones too (an upper bound), with its share of memory_bytes' parts.
     try:
-        count, record, vector = peek(path)
+        count, record, _vector = peek(path)
     except (OSError, VectorFileError):
         return 0 if not path.exists() else HNSW_FIXED_BYTES + EXACT_BELOW * 4 * dim
-    if count <= EXACT_BELOW:  # no graph: the rows, in arrays of their size
-        return count * (vector + FLAT_ROW_OVERHEAD)
+    if count <= EXACT_BELOW:  # no graph: the rows stay mapped from the file (vecfile.map_vectors)
+        return count * FLAT_ROW_OVERHEAD
     per = record + HNSW_ELEMENT_BYTES + LIVE_LABEL_BYTES + 2 * HNSW_SLOT_BYTES  # capacity: 2x
     return HNSW_FIXED_BYTES + count * per
 
@@ -521,13 +522,14 @@ def _open_flat(path: Path, dim: int) -> FlatSet | None:
 def _rows_of(path: Path, dim: int, live: set[int] | np.ndarray) -> FlatSet:
     """The rows of these labels in a saved index (a label not in the file is left out: a
     sidecar newer than its index; the log replays it)."""
-    labels, vectors = read_vectors(path, dim)
+    labels, vectors = map_vectors(path, dim)
     wanted = np.fromiter(live, dtype=np.int64, count=len(live))
     if len(wanted) != len(labels) or not np.array_equal(np.sort(wanted), np.sort(labels)):
         keep = np.isin(labels, wanted)  # deleted records, or a sidecar newer than the file
         labels, vectors = labels[keep], vectors[keep]
     # hnswlib holds one record a label, so labels are distinct; its rows are unit already,
-    # and the index's own flat saves are its tail's rows bit for bit.
+    # and the index's own flat saves are its tail's rows bit for bit. All of them kept: the
+    # file's rows stay mapped (page cache), not copied.
     return FlatSet.of(dim, labels, vectors)
 
 

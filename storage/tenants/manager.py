@@ -35,6 +35,11 @@ SHUT = "the server is shutting down; retry shortly"
 CAP = "tenant_cap"
 MEMORY = "memory_budget"
 REASONS = (CAP, MEMORY)
+# A request that closes tenants to make room for its own gives their memory back at most this
+# often: malloc_trim walks the whole heap (0.3 ms a call, and ten times that on a loaded machine,
+# in every cold request; bench/RESULTS.md, "Cold tenants"). The server's heap trimmer
+# (memspine/heap.py) returns what is left between; closes in the background always trim.
+TRIM_EVERY_SECS = 0.5
 
 
 def tenants_within(budget: int, embedding_dim: int = 384) -> int:
@@ -220,6 +225,7 @@ class TenantManager:
         self._outside = 0  # tenants closing by idleness or held exclusive: they still hold fds
         self._lru_bytes = 0  # accounted bytes of the slots in the LRU
         self._closing_bytes = 0  # accounted bytes of detached tenants not yet closed
+        self._trimmed_at = 0.0  # when a request's closes last gave memory back
         self._cond = threading.Condition(threading.Lock())
         self._shut = False
         self._stop = threading.Event()
@@ -356,7 +362,7 @@ class TenantManager:
 
     def _open(self, slot: _Slot, victims: list[_Slot], gate: Future[None] | None) -> Tenant:
         """Make room, wait for the tenant's files to be free, open it and wake its waiters."""
-        self._close_all(victims, outside=False)
+        self._close_all(victims, outside=False, trim_every=TRIM_EVERY_SECS)
         try:
             if gate is not None:
                 gate.result()
@@ -448,13 +454,17 @@ class TenantManager:
         if over:
             self._enforce_soon()
 
-    def _close_all(self, slots: list[_Slot], *, outside: bool) -> None:
-        """Close detached tenants, let go of them (the list is emptied) and give their memory back."""
+    def _close_all(self, slots: list[_Slot], *, outside: bool, trim_every: float = 0.0) -> None:
+        """Close detached tenants, let go of them (the list is emptied) and give their memory
+        back, unless that was done less than trim_every seconds ago."""
         if not slots:
             return
         while slots:
             self._close(slots.pop(), outside=outside)
-        give_back_memory()
+        now = time.monotonic()
+        if now - self._trimmed_at >= trim_every:
+            self._trimmed_at = now
+            give_back_memory()
 
     def _close(self, slot: _Slot, *, outside: bool) -> None:
         """Close a detached tenant, then free its gate so the next open of it may proceed."""

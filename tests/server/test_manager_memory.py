@@ -25,6 +25,7 @@ from memspine.mcp.backend import EngineBackend
 from memspine.mcp.server import Caller, build_server
 from memspine_admin.control import ControlDB
 from storage.errors import Unauthorized, Unavailable
+from storage.index.vectors import EXACT_BELOW
 from storage.model import NewEvent
 from storage.tenants.footprint import TENANT_BASE_BYTES
 from storage.tenants.manager import BUSY_MEMORY, CAP, MEMORY, TenantManager
@@ -179,8 +180,9 @@ def test_a_tenant_larger_than_the_budget_opens_alone_and_closes_once_idle(
 @pytest.fixture
 def three_wide(tmp_path: Path) -> tuple[Path, list[str], int]:
     """Three tenants of 384-float vectors, big enough that 2.5 of them make a budget the
-    server accepts (a tenant without a graph holds little more than its rows)."""
-    template = build(tmp_path / "wide" / "tpl", EVENTS, 384)
+    server accepts: past EXACT_BELOW, with a graph (a tenant without one holds little: its rows
+    stay mapped from its file)."""
+    template = build(tmp_path / "wide" / "tpl", EXACT_BELOW + 52, 384)
     data = tmp_path / "data"
     names = [f"w{i}" for i in range(3)]
     copies(template, data, names)

@@ -1,7 +1,7 @@
 """The threads an open tenant runs of its own, counted (the figure memspine/config.py's default
 cap and docs/operations.md rely on; its writes go through the shared writer pool): opening
-tenants adds at most THREADS_PER_TENANT native threads each, and closing them takes those
-threads away again."""
+tenants adds at most THREADS_PER_TENANT native threads each once they are idle (their Tantivy
+indexes let go, storage/index/held.py), and closing them takes any threads away again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ import os
 import time
 from pathlib import Path
 
+import pytest
+
 from memspine.config import MAX_TENANT_THREADS, THREADS_PER_TENANT, default_max_open_tenants
+from storage.index.held import held
 from storage.model import NewEvent
 from storage.tenants.manager import TenantManager
 from tests.support.wait import wait_until
@@ -22,7 +25,10 @@ def native_threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
-def test_an_open_tenant_runs_at_most_the_documented_threads(tmp_path: Path) -> None:
+def test_an_open_tenant_runs_at_most_the_documented_threads(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(held(), "linger", 0.3)  # idle sooner than LINGER_SECS
     manager = TenantManager(tmp_path, embedding_dim=4, max_open=100)
     try:
         with manager.use("warm") as t:  # the process's shared pools start with a first tenant
@@ -35,8 +41,8 @@ def test_an_open_tenant_runs_at_most_the_documented_threads(tmp_path: Path) -> N
                 events = [NewEvent(kind="note", ts=2, text=f"note {i}", embedding=[0, 1, 0, 0])]
                 t.submit_append(events).result()
         assert native_threads() > before
-        # A Tantivy writer's threads live while its fold has work: once the folds are done,
-        # each tenant keeps only its own (and "warm" may have started one meanwhile).
+        # A Tantivy writer's threads live while its fold has work, its watcher while its index
+        # is held: once the folds are done and the indexes idle, no tenant keeps one.
         wait_until(
             lambda: native_threads() - before <= THREADS_PER_TENANT * (TENANTS + 1),
             "the open tenants' threads to settle at their documented count",

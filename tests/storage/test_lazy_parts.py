@@ -266,3 +266,108 @@ def test_kill_9_during_the_background_graph_build_loses_nothing(tmp_path: Path) 
             assert again.vectors.search(np.asarray(e.embedding), 1)[0][1] == pytest.approx(1.0)
     finally:
         again.close()
+
+
+def watcher_threads() -> int:
+    """Tantivy's meta.json watchers (one per open Tantivy index; the kernel keeps 15 characters
+    of a thread's name)."""
+    return sum(1 for name in native_threads() if name.startswith("thread-tantivy"))
+
+
+def test_an_idle_open_tenant_lets_its_tantivy_index_go_and_searches_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from storage.index.held import held
+
+    monkeypatch.setattr(held(), "linger", 0.2)
+    before = watcher_threads()
+    tenant = Tenant.open("idle", tmp_path / "idle", embedding_dim=DIM)
+    try:
+        tenant.submit_append(events(50, seed=3)).result(timeout=60)
+        tenant.keyword.flush()
+        first = tenant.keyword.search("parcels", limit=10)
+        wait_until(lambda: tenant.keyword._index is None, "the idle index let go")
+        wait_until(lambda: watcher_threads() <= before, "its watcher thread ended")
+        assert tenant.keyword.memory_bytes() == 0
+        assert tenant.keyword.search("parcels", limit=10) == first  # opened again to answer
+        assert tenant.keyword._index is not None
+        tenant.submit_append(events(1, seed=4, start=50)).result(timeout=60)
+        assert len(tenant.keyword.search("parcels", limit=100)) == 51
+    finally:
+        tenant.close()
+
+
+def test_at_most_held_max_tantivy_indexes_stay_open_across_tenants(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from storage.index.held import held
+
+    monkeypatch.setattr(held(), "limit", 3)
+    before = watcher_threads()
+    opened = []
+    try:
+        for i in range(8):
+            tenant = Tenant.open(f"t{i}", tmp_path / f"t{i}", embedding_dim=DIM)
+            opened.append(tenant)
+            tenant.submit_append(events(5, seed=10 + i)).result(timeout=60)
+            assert len(tenant.keyword.search("parcels", limit=10)) == 5
+        wait_until(lambda: len(held()) <= 3, "the least recently used let go")
+        wait_until(lambda: watcher_threads() <= before + 3, "their watcher threads ended")
+        for tenant in opened:  # each answers still, opening its index again
+            assert len(tenant.keyword.search("parcels", limit=10)) == 5
+    finally:
+        for tenant in opened:
+            tenant.close()
+
+
+def test_a_reopened_small_index_searches_its_file_mapped_appends_beside_it_copies_on_delete(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "v.hnsw"
+    index = VectorIndex.create_empty(path, DIM)
+    rows = np.random.default_rng(6).standard_normal((300, DIM), dtype=np.float32)
+    index.add(list(range(1, 301)), rows.tolist())
+    query = rows[17]
+    before = index.search(query, 10)
+    index.save()
+    index.close()
+    fds = len(os.listdir("/proc/self/fd"))
+    again = VectorIndex.open(path, DIM)
+    try:
+        flat = again._tail
+        assert flat.mapped() == 300  # the file's pages, not a copy
+        assert len(os.listdir("/proc/self/fd")) == fds  # the map holds no descriptor
+        held = flat.nbytes()
+        assert again.search(query, 10) == before
+        again.add([5], [rows[0].tolist()])  # a replaced mapped row: dead there, appended
+        again.add([301], [rows[1].tolist()])
+        assert flat.mapped() == 300 and again.count() == 301
+        assert flat.nbytes() < held + 300 * DIM * 4 // 2  # the appended rows, not a copy of all
+        expected = {lb: r for lb, r in zip(range(1, 301), rows, strict=True)}
+        expected[5], expected[301] = rows[0], rows[1]
+        assert [label for label, _sim in again.search(query, 10)] == exact(expected, query, 10)
+        again.delete([18])  # a deleted vector stays mapped nowhere: the live rows are copied
+        del expected[18]
+        assert flat.mapped() == 0 and again.count() == 300
+        found = [label for label, _sim in again.search(query, 10)]
+        assert found == exact(expected, query, 10)
+        assert np.allclose(
+            flat.rows([5, 301, 2]), [unit_of(rows[0]), unit_of(rows[1]), unit_of(rows[1])]
+        )
+        again.delete(list(range(1, 250)))
+        assert [label for label, _sim in again.search(query, 5)] == exact(
+            {lb: r for lb, r in expected.items() if lb >= 250}, query, 5
+        )
+        again.save()
+    finally:
+        again.close()
+    reopened = VectorIndex.open(path, DIM)
+    try:
+        assert reopened.count() == 52 and reopened._tail.mapped() == 52
+    finally:
+        reopened.close()
+
+
+def unit_of(row: np.ndarray) -> np.ndarray:
+    """A row scaled to length 1."""
+    return row / np.linalg.norm(row)
