@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import sys
 import time
@@ -98,9 +99,12 @@ def latency(work: Path, size: int, rounds: int, seconds: float) -> dict[str, Any
     return out
 
 
-def throughput(work: Path, seconds: float, rounds: int) -> dict[str, Any]:
+def throughput(work: Path, seconds: float, rounds: int, base: Path | None = None) -> dict[str, Any]:
     """32 clients recalling across 100 tenants (1,000 events each, a tenant per local-mode
-    token), per mode: requests/s of each round, their median, and the ratio to off's."""
+    token), per mode: requests/s of each round, their median, and the ratio to off's; the
+    server's CPU per request (all threads), which other processes' load moves less; the load
+    average beside each round. With `base` (another checkout), a third server runs buffered
+    from that tree: the same load, rotated with the others in each round."""
     corpus = load_corpus()
     template = work / "tenant-1000"
     if not (template / TENANT).is_dir():
@@ -113,34 +117,58 @@ def throughput(work: Path, seconds: float, rounds: int) -> dict[str, Any]:
         req.replace(old, f"Bearer {names[i % len(names)]}".encode())
         for i, req in enumerate(base_requests * 2)
     ]
+    modes = ["off", "buffered"] + (["buffered-base"] if base is not None else [])
     servers = {}
-    for mode in ("off", "buffered"):
+    for mode in modes:
         data = work / f"many-{mode}"
         shutil.rmtree(data, ignore_errors=True)
         for name in names:
             shutil.copytree(template / TENANT, data / name)
-        servers[mode] = serve_memspine(
-            data, {"MEMSPINE_EMBEDDING_DIM": str(DIM), "MEMSPINE_READ_AUDIT": mode}
+        env = {"MEMSPINE_EMBEDDING_DIM": str(DIM), "MEMSPINE_READ_AUDIT": mode.split("-")[0]}
+        servers[mode] = (
+            serve_from(base, data, env) if mode == "buffered-base" else serve_memspine(data, env)
         )
-    rates: dict[str, list[float]] = {"off": [], "buffered": []}
+    rates: dict[str, list[float]] = {m: [] for m in modes}
+    cpu: dict[str, list[float]] = {m: [] for m in modes}
+    loads: list[float] = []
     try:
         for r in range(rounds):
-            for mode in ("off", "buffered") if r % 2 == 0 else ("buffered", "off"):
+            order = modes[r % len(modes) :] + modes[: r % len(modes)]
+            for mode in order if r % 2 == 0 else list(reversed(order)):
                 result = load(servers[mode], requests, 32, warmup=1.0, seconds=seconds)
                 assert not result["errors"], result
                 rates[mode].append(result["per_sec"])
+                cpu[mode].append(result["server_cpu_ms_per_req"])
+                loads.append(round(os.getloadavg()[0], 1))
     finally:
         for s in servers.values():
             s.stop()
-    base = median(rates["off"])
-    return {
+    top = median(rates["off"])
+    out: dict[str, Any] = {
         mode: {
             "per_sec_rounds": rates[mode],
             "per_sec": median(rates[mode]),
-            "ratio_to_off": round(median(rates[mode]) / base, 3),
+            "ratio_to_off": round(median(rates[mode]) / top, 3),
+            "server_cpu_ms_per_req_rounds": cpu[mode],
+            "server_cpu_ms_per_req": median(cpu[mode]),
+            "cpu_ratio_to_off": round(median(cpu[mode]) / median(cpu["off"]), 3),
         }
-        for mode in rates
+        for mode in modes
     }
+    out["load_average_rounds"] = loads
+    return out
+
+
+def serve_from(tree: Path, data: Path, env: dict[str, str]) -> Any:
+    """serve_memspine, the server's code from another checkout (run from its directory)."""
+    import common
+
+    here = common.REPO
+    common.REPO = tree
+    try:
+        return serve_memspine(data, env)
+    finally:
+        common.REPO = here
 
 
 def record_bytes(root: Path) -> dict[str, Any]:
@@ -206,6 +234,65 @@ def cpu_cost(work: Path, n: int = 5000) -> dict[str, Any]:
     }
 
 
+def writer_cpu(
+    work: Path, rate: int = 600, tenants: int = 100, seconds: float = 8.0, reps: int = 3
+) -> dict[str, Any]:
+    """The writer thread's CPU (its own /proc task: user and system, fdatasync included) per
+    record when `rate` 10-hit records a second arrive across `tenants` tenants, as 32 clients
+    recalling across 100 tenants make them, and the most records it held queued (in ms of
+    arrivals: what a crash then loses); with its round journal (the server's) and without one
+    (a fdatasync per tenant a round, as before the journal), alternating."""
+    from storage.readlog import READS_JOURNAL, ReadLogWriter
+    from storage.readlog.format import records_of
+
+    ids = [str(uuid.uuid4()) for _ in range(10)]
+    clock = os.sysconf("SC_CLK_TCK")
+    out: dict[str, list[float]] = {"journal": [], "no_journal": []}
+    late: dict[str, list[float]] = {"journal": [], "no_journal": []}
+    for rep in range(reps):
+        for kind in ("journal", "no_journal") if rep % 2 == 0 else ("no_journal", "journal"):
+            root = work / "writer" / kind
+            shutil.rmtree(root, ignore_errors=True)
+            roots = [root / f"t{i:03d}" for i in range(tenants)]
+            for r in roots:
+                r.mkdir(parents=True)
+            journal = root / READS_JOURNAL if kind == "journal" else None
+            w = ReadLogWriter(durable=False, journal=journal, max_pending=10**6)
+            w.start()
+            for i in range(tenants):  # the logs made first (a new log's header is synced)
+                read = records_of(0, "-", "http", "/v1/memory/recall", "-", None, ids)[0]
+                w.submit(f"t{i:03d}", roots[i], read)
+            w.flush().result(120)
+            task = Path(f"/proc/self/task/{w.native_id}/stat")
+
+            def cpu_s(task: Path = task) -> float:
+                fields = task.read_text().rpartition(")")[2].split()
+                return (int(fields[11]) + int(fields[12])) / clock
+
+            before, started, n, worst = cpu_s(), time.monotonic(), 0, 0
+            while (now := time.monotonic()) - started < seconds:
+                due = int((now - started) * rate)
+                while n < due:
+                    i = n % tenants
+                    read = records_of(time.time_ns() // 1000, "Ab3dE5gH9jK1", "http",
+                                      "/v1/memory/recall", f"{n:032x}", None, ids)[0]  # fmt: skip
+                    w.submit(f"t{i:03d}", roots[i], read)
+                    n += 1
+                worst = max(worst, w.pending())
+                time.sleep(0.005)
+            used = cpu_s() - before
+            late[kind].append(round(worst / rate * 1000, 1))  # ms of records not yet synced
+            w.stop()
+            out[kind].append(round(used / n * 1e6, 1))
+    return {
+        "rate_per_sec": rate,
+        "tenants": tenants,
+        **{f"{k}_us_per_record_rounds": v for k, v in out.items()},
+        **{f"{k}_us_per_record": median(v) for k, v in out.items()},
+        **{f"{k}_most_queued_ms_rounds": v for k, v in late.items()},
+    }
+
+
 def verify_time(work: Path, n: int) -> dict[str, Any]:
     """Write n records of 10 ids (1 ms apart) and time a verify of them."""
     root = work / "verify"
@@ -259,8 +346,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--size", type=int, default=None, help="events (default 100000)")
     parser.add_argument("--rounds", type=int, default=None, help="rounds (default 5; quick 1)")
     parser.add_argument("--records", type=int, default=None, help="records to verify (1000000)")
-    parser.add_argument("--only", choices=("latency", "throughput", "verify", "cpu"), default=None)
+    parser.add_argument(
+        "--only", choices=("latency", "throughput", "verify", "cpu", "writer"), default=None
+    )
     parser.add_argument("--out", type=Path, default=None, help="JSON (bench/out/readaudit.json)")
+    parser.add_argument(
+        "--base", type=Path, default=None, help="throughput: also buffered from this checkout"
+    )
     args = parser.parse_args(argv)
     size = args.size or (2_000 if args.quick else 100_000)
     rounds = args.rounds or (1 if args.quick else 5)
@@ -271,12 +363,21 @@ def main(argv: list[str] | None = None) -> int:
     if args.only in (None, "latency"):
         results["recall"] = latency(work, size, rounds, 2.0 if args.quick else 6.0)
     if args.only in (None, "throughput"):
-        results["throughput"] = throughput(work, 2.0 if args.quick else 6.0, rounds)
+        results["throughput"] = throughput(work, 2.0 if args.quick else 6.0, rounds, args.base)
     if args.only in (None, "cpu"):
         results["cpu"] = cpu_cost(work)
+    if args.only in (None, "writer"):
+        results["writer"] = writer_cpu(work)
     if args.only in (None, "verify"):
         results["verify"] = verify_time(work, n)
-    config = {"size": size, "rounds": rounds, "records": n, "seed": SEED, "quick": args.quick}
+    config = {
+        "size": size,
+        "rounds": rounds,
+        "records": n,
+        "seed": SEED,
+        "quick": args.quick,
+        "base": str(args.base) if args.base else None,
+    }
     out = write_json("readaudit", {"config": config, **results}, args.out)
     print(json.dumps(results, indent=2))
     print(f"wrote {out}")

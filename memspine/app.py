@@ -30,6 +30,7 @@ from memspine.metrics import Metrics
 from memspine.openapi import schema_routes
 from memspine.pipeline import Services
 from memspine.purger import Purger
+from memspine.readmove import serves
 from memspine.retention import Retention
 from memspine.routes import OPERATIONS, litestar_handlers, ui
 from storage import limit_arenas, pin_mmap_threshold
@@ -93,7 +94,8 @@ def create_app(
         ),
     )
     retention = Retention(engine, auth.control)
-    engine.reads.keep_marks_in(auth.control)
+    gate = auth.gate  # a cluster node records the heads of the tenants placed on it only
+    engine.reads.keep_marks_in(auth.control, serves=lambda tenant_id: serves(gate, tenant_id))
     metrics.watch(engine.manager)
     metrics.watch_limits(lambda: dict(allowance.rejected))
     metrics.watch_embedding(engine.embedding)
@@ -114,7 +116,7 @@ def create_app(
         purger.start()
         sweeper = None  # a cluster node erases copies a killed move left (memspine/leftovers.py)
         if auth.gate is not None:
-            leftovers = Leftovers(engine, auth.gate, settings.data_dir)
+            leftovers = Leftovers(engine, auth.gate, settings.data_dir, settings.admin_key or "")
             sweeper = asyncio.create_task(leftovers.run(), name="leftovers")
         trimmer = HeapTrimmer()
         trimmer.start()

@@ -24,6 +24,7 @@ from memspine.purging import PurgeLine
 from memspine.readaudit import ReadAudit
 from memspine.shares import CostedShares, FairShares
 from storage import (
+    READS_JOURNAL,
     AppendResult,
     CypherResult,
     EmbeddingWorker,
@@ -211,7 +212,9 @@ class Engine:
         # one keeps is refused. Sequence: a call may answer with a list or a tuple.
         self.holds = hooks.holds
         self._leases_lock = threading.Lock()  # tests may drive one engine from several loops
-        self.reads = ReadAudit(settings.read_audit, self.manager.path_of)  # memspine/readaudit.py
+        self.reads = ReadAudit(  # memspine/readaudit.py
+            settings.read_audit, self.manager.path_of, journal=settings.data_dir / READS_JOURNAL
+        )
 
     @asynccontextmanager
     async def tenant(self, tenant_id: str, *, create: bool = True) -> AsyncIterator[Tenant]:
@@ -493,12 +496,16 @@ class Engine:
         finally:
             self.cypher_shares.release(pool, tenant_id, spent[0])
 
-    def erase_copy(self, tenant_id: str) -> bool:
+    def erase_copy(self, tenant_id: str, before: Callable[[], object] | None = None) -> bool:
         """Blocking: erase this node's directory of a tenant no key reaches any more; True if
         there was one. Requests already in flight end first, and the tenant stays closed while
-        its directory goes; its read records go with it (docs/audit.md)."""
+        `before` runs (a moved tenant's read records handed over, memspine/readmove.py; what it
+        raises keeps the copy) and its directory goes; its read records go with it
+        (docs/audit.md)."""
         self.reads.writer.forget(tenant_id)
         with self.manager.exclusive(tenant_id):
+            if before is not None:
+                before()
             return erase_tenant_dir(self.manager.data_dir, tenant_id)
 
     def close(self) -> None:

@@ -17,10 +17,12 @@ import asyncio
 import contextlib
 import logging
 import os
+from functools import partial
 from pathlib import Path
 
 from memspine.cluster import NodeGate
 from memspine.engine import Engine
+from memspine.readmove import hand_over
 from memspine_admin.placement import Placement, holding
 from memspine_admin.records import now_us
 from storage import is_tenant_id, sweep_stale
@@ -43,10 +45,12 @@ class Leftovers:
     """Finds and erases this node's copies of tenants moved away from it, or abandoned on
     their way to it."""
 
-    def __init__(self, engine: Engine, gate: NodeGate, data_dir: Path) -> None:
+    def __init__(self, engine: Engine, gate: NodeGate, data_dir: Path, admin_key: str = "") -> None:
+        """admin_key: the cluster's, to hand a copy's read records to the tenant's node."""
         self.engine = engine
         self.gate = gate
         self.data_dir = data_dir
+        self.admin_key = admin_key
         self.erased: list[str] = []  # tenants whose copy this node erased
 
     def sweep(self) -> list[str]:
@@ -63,7 +67,8 @@ class Leftovers:
             try:
                 if placement.move_from == node:  # the move was killed before its finish
                     self.gate.control.finish_move(tenant_id, actor=f"node:{node}")
-                self.engine.erase_copy(tenant_id)
+                handing = partial(hand_over, self.engine, self.gate, tenant_id, self.admin_key)
+                self.engine.erase_copy(tenant_id, handing)  # its read records to its node first
                 sweep_stale(self.data_dir, tenant_id)
             except MemspineError as exc:  # changed meanwhile: the next sweep looks again
                 log.info("tenant %s: copy left by a move not erased now: %s", tenant_id, exc)

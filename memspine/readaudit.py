@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import time
-import unicodedata
 from collections.abc import Callable
 from concurrent.futures import Future
 from functools import partial
@@ -29,14 +28,15 @@ from storage import (
     Mark,
     Read,
     ReadLogWriter,
+    check_purpose_text,
     first_ts,
     full_disk_as,
+    records_of,
 )
+from storage import MAX_PURPOSE_BYTES as MAX_PURPOSE_BYTES  # the routes' docs name them
+from storage import PURPOSE_HEADER as PURPOSE_HEADER
 from storage.errors import InvalidRequest, Unavailable
 
-PURPOSE_HEADER = "Memspine-Purpose"
-MAX_PURPOSE_BYTES = 200
-IDS_PER_RECORD = 4096  # a bigger answer (an export) is several records of one request
 BACKLOG_WAIT_SECS = 10.0
 DAY_US = 86_400_000_000
 CUT_SLACK_US = 3_600_000_000
@@ -68,11 +68,7 @@ def check_purpose(value: str | None, principal: Principal | None) -> str | None:
                 "(or the purpose argument of an MCP tool)"
             )
         return None
-    if len(value.encode("utf-8", "surrogatepass")) > MAX_PURPOSE_BYTES:
-        raise InvalidRequest(f"{PURPOSE_HEADER} may be at most {MAX_PURPOSE_BYTES} bytes")
-    if any(unicodedata.category(ch) == "Cc" for ch in value):
-        raise InvalidRequest(f"{PURPOSE_HEADER} must not contain control characters")
-    return value
+    return check_purpose_text(value)
 
 
 class ReadAudit:
@@ -85,9 +81,10 @@ class ReadAudit:
         *,
         max_pending: int = MAX_PENDING,
         max_pending_per_tenant: int = MAX_PENDING_PER_TENANT,
+        journal: Path | None = None,
     ) -> None:
         """mode: buffered, durable or off; root_of: a tenant's directory; the backlog's
-        bounds (storage/readlog/writer.py)."""
+        bounds and the round journal's path (storage/readlog/writer.py)."""
         self.mode = mode
         self._root_of = root_of
         self._roots: dict[str, Path] = {}  # a Path join per read shows in a recall's profile
@@ -96,18 +93,25 @@ class ReadAudit:
             durable=mode == "durable",
             max_pending=max_pending,
             max_pending_per_tenant=max_pending_per_tenant,
+            journal=journal,
         )
         self.writer.start()
         self.keep_cut: Callable[[str, Mark], None] = lambda _tenant_id, _mark: None
 
-    def keep_marks_in(self, control_of: Callable[[], ControlPlane | None]) -> None:
+    def keep_marks_in(
+        self,
+        control_of: Callable[[], ControlPlane | None],
+        serves: Callable[[str], bool] = lambda _tenant_id: True,
+    ) -> None:
         """Hand the chains' heads (at intervals) and retention cuts (before they are made) to
-        the control plane `control_of` gives, when there is one (not in local mode)."""
+        the control plane `control_of` gives, when there is one (not in local mode), for the
+        tenants this process `serves` (a cluster node: those placed on it, so the node a
+        tenant left records no head over the one its new node keeps, memspine/readmove.py)."""
 
         def keeper(cut: bool) -> Callable[[str, Mark], None]:
             def keep(tenant_id: str, mark: Mark) -> None:
                 control = control_of()
-                if control is not None:
+                if control is not None and serves(tenant_id):
                     mark_keeper(control, cut=cut)(tenant_id, mark)
 
             return keep
@@ -148,18 +152,8 @@ class ReadAudit:
             root = self._roots[tenant_id] = self._root_of(tenant_id)
         ts = time.time_ns() // 1000
         waits = []
-        for i in range(0, len(event_ids), IDS_PER_RECORD):
-            read = Read(
-                ts=ts,
-                key_id=reader.key_id,
-                door=reader.door,
-                route=reader.route,
-                request_id=reader.request_id,
-                purpose=reader.purpose,
-                event_ids=event_ids
-                if len(event_ids) <= IDS_PER_RECORD
-                else event_ids[i : i + IDS_PER_RECORD],
-            )
+        r = reader
+        for read in records_of(ts, r.key_id, r.door, r.route, r.request_id, r.purpose, event_ids):
             done = await self._submit(w, tenant_id, root, read)
             if done is not None:
                 waits.append(done)

@@ -126,6 +126,32 @@ def unserved(data_dir: Path, why: str) -> Iterator[None]:
         lock.close()
 
 
+PURPOSE_HELP = "why the events are read: kept in the tenant's read records (docs/audit.md)"
+
+
+def cli_purpose(value: str | None) -> str | None:
+    """A --purpose, checked as the Memspine-Purpose header is (at most 200 bytes, no control
+    characters)."""
+    from storage.readlog import check_purpose_text
+
+    return None if not value else check_purpose_text(value)
+
+
+def record_cli(
+    data_dir: Path, tenant_id: str, command: str, event_ids: list[str], purpose: str | None
+) -> None:
+    """Record that this command read these events of the tenant (memspine_admin/readaudit.py):
+    the OS user as the key id, the chain's head to the control plane when there is one."""
+    from memspine_admin.readaudit import record_cli_read
+
+    def control() -> ControlPlane | None:
+        return _plane(data_dir) if _controlled(data_dir) else None
+
+    record_cli_read(
+        data_dir, tenant_id, command, event_ids, who=actor(), purpose=purpose, control=control
+    )
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     """Write a tenant's export (NDJSON, docs/api.md) from one snapshot; safe while the server runs."""
     from storage.transfer.export import dir_export
@@ -134,10 +160,15 @@ def cmd_export(args: argparse.Namespace) -> int:
     tenant_id = tenant_dir(args.data_dir, args.tenant_id)
     root = args.data_dir / tenant_id
     size = events = 0
+    purpose = cli_purpose(args.purpose)
 
     def write(out: IO[bytes]) -> None:
         nonlocal size, events
-        with dir_export(root, tenant_id) as lines, progress(args, "exporting") as bar:
+        exported: list[str] = []
+        with (
+            dir_export(root, tenant_id, exported=exported) as lines,
+            progress(args, "exporting") as bar,
+        ):
             for line in lines:
                 out.write(line)
                 size += len(line)
@@ -145,6 +176,8 @@ def cmd_export(args: argparse.Namespace) -> int:
                     events += 1
                     if events % 1000 == 0:
                         bar.update(events)
+        out.flush()  # the record follows the lines (stdout) or precedes the file's name (--out)
+        record_cli(args.data_dir, tenant_id, "export", exported, purpose)
 
     from storage.receipts import record_copy
 
@@ -496,6 +529,7 @@ def add_commands(
     p = command(sub, "export", cmd_export)
     p.add_argument("tenant_id")
     p.add_argument("--out", default=None, help="write to this file (default: stdout)")
+    p.add_argument("--purpose", default=None, help=PURPOSE_HELP)
     p = command(sub, "import", cmd_import)
     p.add_argument("tenant_id")
     p.add_argument("--in", dest="input", default=None, help="read this file (default: stdin)")

@@ -15,7 +15,16 @@ from typing import IO, Any
 import msgspec
 
 from memspine_admin.command import emit as _emit
-from memspine_admin.data import _controlled, _plane, beside_the_server, tenant_dir, unserved
+from memspine_admin.data import (
+    PURPOSE_HELP,
+    _controlled,
+    _plane,
+    beside_the_server,
+    cli_purpose,
+    record_cli,
+    tenant_dir,
+    unserved,
+)
 from storage.errors import InvalidRequest
 
 
@@ -72,23 +81,28 @@ def _holds(data_dir: Path, tenant_id: str) -> list[Any]:
 
 
 def cmd_subject_export(args: argparse.Namespace) -> int:
-    """Write everything about SUBJECT in TENANT as NDJSON (an access request); safe while the server runs."""
+    """Write everything about SUBJECT in TENANT as NDJSON (an access request); safe while the
+    server runs. The export is recorded in the tenant's read log (door cli) as the HTTP access
+    export is: before the file is in place, or after the lines on stdout (docs/audit.md)."""
     from memspine.subjects import read_records
     from storage.transfer.export import log_snapshot, subject_lines
 
     beside_the_server()
     subject = args.subject  # subject_lines refuses one that cannot be a subject
     tenant_id = tenant_dir(args.data_dir, args.tenant_id)
+    purpose = cli_purpose(args.purpose)
 
     def write(out: IO[bytes]) -> None:
+        exported: list[str] = []
         with log_snapshot(args.data_dir / tenant_id) as r:
             reads = read_records(args.data_dir / tenant_id)
-            for line in subject_lines(r, tenant_id, subject, reads=reads):
+            for line in subject_lines(r, tenant_id, subject, reads=reads, exported=exported):
                 out.write(line)
+        out.flush()
+        record_cli(args.data_dir, tenant_id, "subject export", exported, purpose)
 
     if args.out is None:
         write(sys.stdout.buffer)
-        sys.stdout.buffer.flush()
         return 0
     from storage.fsync import replace_durably
 
@@ -141,6 +155,7 @@ def add_commands(sub: Any, command: Callable[..., argparse.ArgumentParser]) -> N
     p.add_argument("tenant_id")
     p.add_argument("subject")
     p.add_argument("--out", default=None, help="write to this file (default: stdout)")
+    p.add_argument("--purpose", default=None, help=PURPOSE_HELP)
     receipt = sub.add_parser("receipt", help="check an erasure receipt")
     rsub = receipt.add_subparsers(dest="receipt_command", required=True)
     p = command(rsub, "verify", cmd_receipt_verify)

@@ -147,16 +147,25 @@ if TYPE_CHECKING:
     from storage.read.subjects import check_identifiers as check_identifiers
     from storage.read.subjects import doomed as doomed
     from storage.read.subjects import reach as reach
+    from storage.readlog import IDS_PER_RECORD as IDS_PER_RECORD
     from storage.readlog import MAX_PENDING as MAX_PENDING
     from storage.readlog import MAX_PENDING_PER_TENANT as MAX_PENDING_PER_TENANT
+    from storage.readlog import MAX_PURPOSE_BYTES as MAX_PURPOSE_BYTES
+    from storage.readlog import PURPOSE_HEADER as PURPOSE_HEADER
+    from storage.readlog import READS_JOURNAL as READS_JOURNAL
     from storage.readlog import Backlogged as Backlogged
     from storage.readlog import Mark as Mark
     from storage.readlog import Read as Read
+    from storage.readlog import ReadLogCorrupt as ReadLogCorrupt
     from storage.readlog import ReadLogWriter as ReadLogWriter
+    from storage.readlog import check_purpose_text as check_purpose_text
     from storage.readlog import first_ts as first_ts
     from storage.readlog import read_bytes as read_bytes
     from storage.readlog import reads_of_events as reads_of_events
+    from storage.readlog import reads_path as reads_path
     from storage.readlog import records as records
+    from storage.readlog import records_of as records_of
+    from storage.readlog import whole_bytes as whole_bytes
     from storage.receipts import RunReceipt as RunReceipt
     from storage.receipts import record_copy as record_copy
     from storage.space import disk_full as disk_full
@@ -318,6 +327,15 @@ HOMES: dict[str, str] = {
     "RecallResult": "storage.read.recall",
     "record_copy": "storage.receipts",
     "records": "storage.readlog",
+    "IDS_PER_RECORD": "storage.readlog",
+    "MAX_PURPOSE_BYTES": "storage.readlog",
+    "PURPOSE_HEADER": "storage.readlog",
+    "READS_JOURNAL": "storage.readlog",
+    "ReadLogCorrupt": "storage.readlog",
+    "check_purpose_text": "storage.readlog",
+    "reads_path": "storage.readlog",
+    "records_of": "storage.readlog",
+    "whole_bytes": "storage.readlog",
     "refuse_held": "storage.read.retention",
     "unheld": "storage.read.retention",
     "receipts_of_tenant": "storage.transfer.receipt_files:of_tenant",
@@ -351,6 +369,7 @@ __all__ = [
     "DERIVED",
     "FLOAT32_MAX",
     "IDENTIFIER",
+    "IDS_PER_RECORD",
     "JOURNAL",
     "KIND_PATTERN",
     "MAX_CONFIRM_IDS",
@@ -365,6 +384,7 @@ __all__ = [
     "MAX_MODEL_CHARS",
     "MAX_PENDING",
     "MAX_PENDING_PER_TENANT",
+    "MAX_PURPOSE_BYTES",
     "MAX_QUERY_CHARS",
     "MAX_SUBJECTS",
     "MAX_SUBJECT_BYTES",
@@ -375,6 +395,8 @@ __all__ = [
     "PARTS",
     "PENDING",
     "PROPERTY_NAME",
+    "PURPOSE_HEADER",
+    "READS_JOURNAL",
     "REASONS",
     "RUNS",
     "SUBJECT",
@@ -403,6 +425,7 @@ __all__ = [
     "Reach",
     "Reached",
     "Read",
+    "ReadLogCorrupt",
     "ReadLogWriter",
     "RecallQuery",
     "RecallResult",
@@ -426,6 +449,7 @@ __all__ = [
     "check_identifiers",
     "check_kind",
     "check_model",
+    "check_purpose_text",
     "check_room",
     "check_subject",
     "check_subjects",
@@ -463,9 +487,11 @@ __all__ = [
     "reach",
     "read_bytes",
     "reads_of_events",
+    "reads_path",
     "receipts_of_tenant",
     "record_copy",
     "records",
+    "records_of",
     "refuse_held",
     "subject_lines",
     "sweep_stale",
@@ -477,6 +503,7 @@ __all__ = [
     "unheld",
     "view_of",
     "warm",
+    "whole_bytes",
     "write_export",
     "write_since",
 ]

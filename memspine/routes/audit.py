@@ -79,7 +79,7 @@ async def reads_page(call: Call, tenant_id: str) -> Outcome:
     def page() -> ReadsPage:
         found: list[Read] = []
         last = 0
-        for f in records(root, wanted.after):
+        for f in records(root, wanted.after, naming=wanted.event_id):
             if not wanted.matches(f.read):
                 continue
             if len(found) == wanted.limit:

@@ -24,6 +24,7 @@ import msgspec
 from memspine.cluster import NodeGate
 from memspine.pipeline import ADMIN, Call, Operation, Outcome, Query, Reply, Streamed
 from memspine.queryparams import int_range
+from memspine.readmove import TakeIn, Taken, hand_over, take
 from memspine_admin.placement import refusal
 from storage import (
     MEDIA_TYPE,
@@ -34,6 +35,7 @@ from storage import (
     receipts_of_tenant,
     sweep_stale,
     take_receipts,
+    whole_bytes,
     write_since,
 )
 from storage.errors import Conflict, InvalidRequest, MemspineError, NotFound, Unavailable
@@ -312,13 +314,46 @@ async def _erase(call: Call) -> Outcome:
 
     def erase() -> bool:
         data_dir = services.settings.data_dir
-        erased = services.engine.erase_copy(tenant_id)  # new requests find it placed elsewhere
+        engine, key = services.engine, services.settings.admin_key or ""
+        # New requests find it placed elsewhere; its read records go to its node first.
+        erased = engine.erase_copy(tenant_id, lambda: hand_over(engine, gate, tenant_id, key))
         sweep_stale(data_dir, tenant_id)  # an import of a pull that was killed
         return erased
 
     erased = await anyio.to_thread.run_sync(erase)
     gate.release(tenant_id)
     return Outcome(200, Erased(tenant_id, erased))
+
+
+async def _reads(call: Call) -> Outcome:
+    """The node a tenant left: its read log, whole records only, for the tenant's node to
+    take (memspine/readmove.py); 409 while this node is the tenant's node."""
+    gate, tenant_id = _gate(call), _tenant_id(call)
+    placement = await anyio.to_thread.run_sync(gate.control.placement, tenant_id)
+    if placement is None:
+        raise NotFound("no tenant with that id")
+    if placement.node in (None, gate.node):
+        raise Conflict("this node is the tenant's node: its read records stay here")
+    root = call.services.engine.manager.path_of(tenant_id)
+    found = await anyio.to_thread.run_sync(whole_bytes, root)
+    return Outcome(200, found or b"", media_type="application/octet-stream")
+
+
+async def _take_reads(call: Call) -> Outcome:
+    """The tenant's node: take its read records from the node it left, ours chained after."""
+    gate, tenant_id = _gate(call), _tenant_id(call)
+    placement = await anyio.to_thread.run_sync(gate.control.placement, tenant_id)
+    if placement is None:
+        raise NotFound("no tenant with that id")
+    if placement.node != gate.node or call.body.source == gate.node:
+        raise Conflict("this node is not the tenant's node, or the source is this node")
+    services = call.services
+    taken = await anyio.to_thread.run_sync(
+        lambda: take(
+            services.engine, gate, tenant_id, call.body.source, services.settings.admin_key or ""
+        )
+    )
+    return Outcome(200, taken)
 
 
 OP = Query(
@@ -394,6 +429,32 @@ OPERATIONS = (
         body=PullIn,
         replies={200: Reply(Pulled, "What this round wrote here.")},
         errors=(404, 409, 413, 503),
+    ),
+    _move(
+        "move_reads",
+        "GET",
+        "/reads",
+        _reads,
+        "The node a tenant left: its read log, for the tenant's node to take",
+        replies={
+            200: Reply(
+                str,
+                "The read log's bytes up to its last whole record (docs/audit.md); empty "
+                "when there is none.",
+                media_type="application/octet-stream",
+            )
+        },
+        errors=(404, 409),
+    ),
+    _move(
+        "move_take_reads",
+        "POST",
+        "/reads",
+        _take_reads,
+        "The tenant's node: take its read records from the node it left",
+        body=TakeIn,
+        replies={200: Reply(Taken, "The chain's head here after them.")},
+        errors=(404, 409, 503),
     ),
     _move(
         "move_erase",

@@ -6,8 +6,27 @@ the tenant's directory and goes with it.
 
 from __future__ import annotations
 
-from storage.readlog.format import Read, ReadLogCorrupt
-from storage.readlog.logfile import Found, Mark, first_ts, read_bytes, reads_of_events, records
+from storage.readlog.format import (
+    IDS_PER_RECORD,
+    MAX_PURPOSE_BYTES,
+    PURPOSE_HEADER,
+    Read,
+    ReadLogCorrupt,
+    check_purpose_text,
+    records_of,
+)
+from storage.readlog.journal import JOURNAL as READS_JOURNAL
+from storage.readlog.logfile import (
+    Found,
+    Mark,
+    append_beside,
+    first_ts,
+    read_bytes,
+    reads_of_events,
+    reads_path,
+    records,
+    whole_bytes,
+)
 from storage.readlog.verify import Verdict, verify
 from storage.readlog.writer import (
     MAX_PENDING,
@@ -17,8 +36,12 @@ from storage.readlog.writer import (
 )
 
 __all__ = [
+    "IDS_PER_RECORD",
     "MAX_PENDING",
     "MAX_PENDING_PER_TENANT",
+    "MAX_PURPOSE_BYTES",
+    "PURPOSE_HEADER",
+    "READS_JOURNAL",
     "Backlogged",
     "Found",
     "Mark",
@@ -26,9 +49,14 @@ __all__ = [
     "ReadLogCorrupt",
     "ReadLogWriter",
     "Verdict",
+    "append_beside",
+    "check_purpose_text",
     "first_ts",
     "read_bytes",
     "reads_of_events",
+    "reads_path",
     "records",
+    "records_of",
     "verify",
+    "whole_bytes",
 ]

@@ -20,11 +20,13 @@ from __future__ import annotations
 import functools
 import hashlib
 import struct
+import unicodedata
 from collections.abc import Iterator
 from typing import NamedTuple
 
 import msgspec
 
+from storage.errors import InvalidRequest
 from storage.ids import ID_BYTES, id_bytes
 
 MAGIC = b"MSREADS1"
@@ -58,6 +60,21 @@ PACKED_KEY = 0  # tag: a 12-character base62 key id packed into 9 bytes
 PACKED_HEX = 0  # tag: a 32-hex-digit request id packed into 16 bytes
 
 
+MAX_PURPOSE_BYTES = 200
+PURPOSE_HEADER = "Memspine-Purpose"
+
+
+def check_purpose_text(value: str) -> str:
+    """A read's purpose as given: at most 200 bytes (UTF-8), no control characters;
+    InvalidRequest naming the header otherwise (every door checks it so, the CLI's
+    --purpose too)."""
+    if len(value.encode("utf-8", "surrogatepass")) > MAX_PURPOSE_BYTES:
+        raise InvalidRequest(f"{PURPOSE_HEADER} may be at most {MAX_PURPOSE_BYTES} bytes")
+    if any(unicodedata.category(ch) == "Cc" for ch in value):
+        raise InvalidRequest(f"{PURPOSE_HEADER} must not contain control characters")
+    return value
+
+
 class ReadLogCorrupt(Exception):
     """The read log's bytes do not parse (a damaged or edited file)."""
 
@@ -74,6 +91,39 @@ class Read(msgspec.Struct, frozen=True, kw_only=True):
     request_id: str
     purpose: str | None
     event_ids: list[str]
+
+
+IDS_PER_RECORD = 4096  # a bigger answer (an export) is several records of one request
+
+
+def records_of(
+    ts: int,
+    key_id: str,
+    door: str,
+    route: str,
+    request_id: str,
+    purpose: str | None,
+    event_ids: list[str],
+) -> list[Read]:
+    """One read as its records: one per IDS_PER_RECORD ids, sharing everything else."""
+    if len(event_ids) <= IDS_PER_RECORD:
+        chunks = [event_ids]
+    else:
+        chunks = [
+            event_ids[i : i + IDS_PER_RECORD] for i in range(0, len(event_ids), IDS_PER_RECORD)
+        ]
+    return [
+        Read(
+            ts=ts,
+            key_id=key_id,
+            door=door,
+            route=route,
+            request_id=request_id,
+            purpose=purpose,
+            event_ids=ids,
+        )
+        for ids in chunks
+    ]
 
 
 class Header(NamedTuple):
@@ -323,7 +373,9 @@ def frames(buf: bytes | memoryview, start: int, seq: int) -> Iterator[Frame]:
     pos = start
     while pos < size:
         at, end = body_at(buf, pos)
-        if not 0 <= end <= size:
+        # A body is never shorter than its link: zeros where a crash left a size without its
+        # data (no journal on the disk, the round journal not yet replayed) end the records.
+        if not 0 <= end <= size or end - at < LINK_BYTES:
             return
         seq += 1
         yield Frame(seq, pos, end, bytes(buf[at:end]))

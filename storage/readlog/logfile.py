@@ -4,6 +4,7 @@ and cut by retention. The bytes are storage/readlog/format.py's."""
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import struct
 from collections.abc import Callable, Iterator
@@ -122,9 +123,21 @@ def _recover(fd: int, path: Path, size: int) -> Tail:
     return walk(buf, decode_header(buf))
 
 
+class Written(NamedTuple):
+    """An append's bytes and the file offset they start at."""
+
+    offset: int
+    data: bytes
+
+
 class Appender:
     """One tenant's read log, appended to by the writer thread: its chain's tail in memory, the
-    file opened for each group of records and closed after."""
+    file opened for each group of records and closed after.
+
+    Each append holds an flock on the file: an operator's command beside the server (a CLI
+    export, memspine_admin/readaudit.py) appends its record through its own Appender, and the
+    other one, finding the file grown past its tail, follows the chain over those records first.
+    """
 
     def __init__(self, root: Path, first_ts: int) -> None:
         """Open (creating it with an empty chain if missing) and cut off an interrupted tail.
@@ -134,6 +147,7 @@ class Appender:
         self.path = reads_path(root)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
         try:
+            fcntl.flock(fd, fcntl.LOCK_EX)  # another process's append ends first
             size = os.fstat(fd).st_size
             if size < HEADER_BYTES:  # new, or a crash before its header was whole
                 os.ftruncate(fd, 0)
@@ -145,12 +159,14 @@ class Appender:
             if tail.end < size:  # a write cut short by a crash: never acknowledged
                 os.ftruncate(fd, tail.end)
             self.inode = os.fstat(fd).st_ino
+            self.header = os.pread(fd, HEADER_BYTES, 0)  # names this file in a journal entry
         finally:
             # No descriptor is kept between commits: a read log open for every tenant read in
             # the last minute would hold descriptors beyond the open-tenant cap that the fd
             # limit is divided by (tests/e2e/test_process_limits.py).
             os.close(fd)
         self.seq, self.hash, self.ts, self.size = tail
+        self.synced = tail.end  # bytes made durable (those after: in the round journal)
 
     def current(self) -> bool:
         """True while the path still names this file (not replaced by retention, restore or
@@ -160,25 +176,32 @@ class Appender:
         except FileNotFoundError:
             return False
 
-    def append(self, reads: list[Read]) -> None:
-        """Write the records and make them durable; on failure the file is as it was."""
-        seq, value, ts = self.seq, self.hash, self.ts
-        parts = []
-        for r in reads:
-            body = encode_body(r, value, ts)
-            parts.append(frame(body))
-            value = chain(value, body)
-            seq, ts = seq + 1, r.ts
-        data = b"".join(parts)
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+    def append(self, reads: list[Read], *, sync: bool = True) -> Written:
+        """Write the records and, with sync, make them durable (without it the caller does:
+        the writer's round journal, storage/readlog/journal.py, then `sync` in time); on
+        failure the file is as it was. Where they went and their bytes."""
+        fd = os.open(self.path, os.O_RDWR | os.O_APPEND)
         try:
-            if os.fstat(fd).st_ino != self.inode:  # replaced since the writer checked
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released by the close
+            st = os.fstat(fd)
+            if st.st_ino != self.inode:  # replaced since the writer checked
                 raise FileNotFoundError(f"{self.path.name} was replaced")
+            if st.st_size != self.size:  # another process appended: chain on after its records
+                self._catch_up(fd, st.st_size)
+            seq, value, ts = self.seq, self.hash, self.ts
+            parts = []
+            for r in reads:
+                body = encode_body(r, value, ts)
+                parts.append(frame(body))
+                value = chain(value, body)
+                seq, ts = seq + 1, r.ts
+            data = b"".join(parts)
             failpoints.hit("reads.append")
             written = os.write(fd, data)
             while written < len(data):
                 written += os.write(fd, data[written:])
-            fdatasync_fd(fd)
+            if sync:
+                fdatasync_fd(fd)
         except BaseException:
             with contextlib.suppress(OSError):  # leave no half record behind
                 if os.fstat(fd).st_ino == self.inode:
@@ -186,8 +209,47 @@ class Appender:
             raise
         finally:
             os.close(fd)
+        done = Written(self.size, data)
         self.seq, self.hash, self.ts, self.size = seq, value, ts, self.size + len(data)
-        self._save()
+        if sync:
+            self.synced = self.size
+            self._save()
+        return done
+
+    def sync_to(self, size: int) -> None:
+        """Make the bytes up to `size` durable, if they are not (another thread may call it:
+        the writer's checkpoint, while the writer appends); nothing if the file is gone or
+        replaced (synced by whoever closed it)."""
+        if size <= self.synced:
+            return
+        try:
+            fd = os.open(self.path, os.O_RDONLY)
+        except FileNotFoundError:
+            return
+        try:
+            if os.fstat(fd).st_ino == self.inode:
+                fdatasync_fd(fd)
+        finally:
+            os.close(fd)
+        self.synced = max(self.synced, size)
+
+    def sync(self) -> None:
+        """Make everything written durable, and leave the tail beside the log (the writer's
+        thread only)."""
+        if self.size > self.synced:
+            self.sync_to(self.size)
+            self._save()
+
+    def _catch_up(self, fd: int, size: int) -> None:
+        """Follow the records another process appended after this tail (a record it left cut
+        short, killed mid-write, is cut off: the lock is held, nobody is writing it)."""
+        if size < self.size:
+            raise FileNotFoundError(f"{self.path.name} shrank under its writer")
+        rest = os.pread(fd, size - self.size, self.size)
+        tail = _follow(rest, 0, Tail(self.seq, self.hash, self.ts, self.size))
+        if tail.end < size:
+            os.ftruncate(fd, tail.end)
+        self.seq, self.hash, self.ts, self.size = tail
 
     def _save(self) -> None:
         """Leave the tail beside the log for the next open (a hint: a failure costs nothing)."""
@@ -204,7 +266,65 @@ class Appender:
         return Mark(self.seq, self.hash)
 
     def close(self) -> None:
-        """Forget the file (no descriptor is held between appends)."""
+        """Make it durable and forget the file (no descriptor is held between appends)."""
+        self.sync()
+
+
+def append_beside(root: Path, reads: list[Read]) -> Mark | None:
+    """Append records from another process than the server's (an operator's command run
+    beside it), after whatever the server wrote, synced; the chain's head after them, or None
+    if the tenant's directory is gone."""
+    for _ in range(3):  # replaced meanwhile (a retention cut): open the new file
+        if not Path(root).is_dir():
+            return None
+        f = Appender(root, reads[0].ts)
+        try:
+            f.append(reads)
+        except FileNotFoundError:
+            continue
+        return f.mark()
+    raise FileNotFoundError(f"{reads_path(root)} kept being replaced")
+
+
+def whole_bytes(root: Path) -> bytes | None:
+    """A tenant's read log up to its last whole record (an append under way is left out);
+    None if it has none."""
+    try:
+        buf = reads_path(root).read_bytes()
+    except FileNotFoundError:
+        return None
+    return buf[: walk(buf, decode_header(buf)).end]
+
+
+def take_carried(root: Path, carried: bytes) -> Mark:
+    """Put a read log carried from another node (a moved tenant's, `whole_bytes` there) in
+    place of this tenant's, and append after it, chained anew, the records this node made
+    meanwhile (none when they are in the carried log already: a hand-over tried again); the
+    chain's head. Only the writer thread calls it (storage/readlog/writer.py's carry)."""
+    header = decode_header(carried)
+    tail = walk(carried, header)
+    carried = carried[: tail.end]
+    path = reads_path(root)
+    try:
+        mine = path.read_bytes()
+    except FileNotFoundError:
+        mine = b""
+    if mine[: len(carried)] == carried:  # taken before: only what came after it is this node's
+        own = [f.read for f in records(root, after=tail.seq)]
+    elif carried[: len(mine)] == mine:  # all of this node's records came from there
+        own = []
+    else:
+        own = [f.read for f in records(root)]
+    _saved_path(path).unlink(missing_ok=True)
+
+    def write(fh: BinaryIO) -> None:
+        fh.write(carried)
+
+    replace_durably(path, write)
+    f = Appender(root, header.base_ts)
+    if own:
+        f.append(own)
+    return f.mark()
 
 
 def copy_whole(root: Path, dest_root: Path) -> bool:
@@ -228,9 +348,11 @@ class Found(NamedTuple):
     read: Read
 
 
-def records(root: Path, after: int = 0) -> Iterator[Found]:
+def records(root: Path, after: int = 0, naming: str | None = None) -> Iterator[Found]:
     """Every whole record of a tenant's read log with seq > after, oldest first (none if it
-    has no log). Reads one consistent file: a retention cut meanwhile replaces it whole."""
+    has no log); with `naming` (an event id), only records whose bytes hold that id (one
+    in a thousand may hold the 16 bytes elsewhere: the caller checks the ids decoded). Reads
+    one consistent file: a retention cut meanwhile replaces it whole."""
     try:
         with open(reads_path(root), "rb") as fh:
             buf = fh.read()
@@ -238,8 +360,11 @@ def records(root: Path, after: int = 0) -> Iterator[Found]:
         return
     header = decode_header(buf)
     ts = header.base_ts
+    # Searching the raw bytes skips decoding records that cannot name the event: an event
+    # id's reads over a million records took 3.4 s of CPU instead of 23 (bench/RESULTS.md).
+    needle = id_bytes(naming) if naming is not None else None
     for f in frames(buf, HEADER_BYTES, header.base_seq):
-        if f.seq <= after:
+        if f.seq <= after or (needle is not None and needle not in f.body):
             ts = body_ts(f.body, ts)
             continue
         read = decode_body(f.body, ts)
@@ -267,9 +392,17 @@ def cut(root: Path, before_ts: int, publish: Callable[[Mark], None]) -> int:
     """
     path = reads_path(root)
     try:
-        buf = path.read_bytes()
+        fd = os.open(path, os.O_RDONLY)
     except FileNotFoundError:
         return 0
+    try:  # held until the new file is in place: no other process's append falls in between
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return _cut_locked(path, os.pread(fd, os.fstat(fd).st_size, 0), before_ts, publish)
+    finally:
+        os.close(fd)
+
+
+def _cut_locked(path: Path, buf: bytes, before_ts: int, publish: Callable[[Mark], None]) -> int:
     header = decode_header(buf)
     seq, value, ts, start = header.base_seq, header.base_hash, header.base_ts, HEADER_BYTES
     for f in frames(buf, HEADER_BYTES, header.base_seq):

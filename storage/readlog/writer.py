@@ -2,7 +2,10 @@
 group commits, from a queue per tenant.
 
 Not a thread per tenant: reads of many tenants land in their own queues and one thread writes
-them, each tenant's batch one write and one fdatasync. Buffered, it wakes every `interval`
+them, each tenant's batch one write; with a round journal (storage/readlog/journal.py, what the
+server uses) the round's batches are then synced together by one write and one fdatasync of
+the journal, and each log is synced at the next checkpoint (every `head_interval`, and before
+it is closed); without one, each batch is synced by itself. Buffered, it wakes every `interval`
 (a crash loses at most that much); durable, it wakes on every submit and the caller waits for
 the future (what arrives during a sync rides the next commit). The backlog is bounded in all
 and per tenant, so one tenant's reads never fill another's room: `submit` raises Backlogged
@@ -20,9 +23,11 @@ from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
+from typing import NamedTuple
 
 from storage.readlog.format import Read
-from storage.readlog.logfile import Appender, Mark, cut
+from storage.readlog.journal import Entry, Journal
+from storage.readlog.logfile import Appender, Mark, Written, cut, take_carried
 from storage.space import names_full_disk
 
 log = logging.getLogger("storage.readlog")
@@ -53,6 +58,16 @@ class _Queue:
         self.weight = 0
 
 
+class _Done(NamedTuple):
+    """One tenant's part of a round: its queue, what was appended (unsynced with a journal),
+    the error if it failed."""
+
+    tenant_id: str
+    q: _Queue
+    appended: tuple[Appender, Written] | None
+    error: BaseException | None
+
+
 class ReadLogWriter:
     """Appends read records for every tenant of a data directory on one thread."""
 
@@ -65,8 +80,13 @@ class ReadLogWriter:
         on_head: Callable[[str, Mark], None] | None = None,
         max_pending: int = MAX_PENDING,
         max_pending_per_tenant: int = MAX_PENDING_PER_TENANT,
+        journal: Path | None = None,
     ) -> None:
+        """journal: the round journal's path (what it holds from before is written again
+        here); None: every tenant's batch synced by itself."""
         self.durable = durable
+        # Opened here, its leftovers written again before anything new is.
+        self._journal = Journal(journal) if journal is not None else None
         self._interval = interval
         self._head_interval = head_interval
         self.on_head = on_head
@@ -83,6 +103,8 @@ class ReadLogWriter:
         self._thread: threading.Thread | None = None
         self._files: dict[str, tuple[Appender, float]] = {}  # writer thread only
         self._moved: dict[str, Mark] = {}  # heads not yet handed to on_head (writer thread)
+        self._unpublished: dict[str, Mark] = {}  # heads on_head refused, to try again (_cond)
+        self._checkpointing: threading.Thread | None = None  # a checkpoint's syncs under way
         self._published = time.monotonic()
         self.failing: BaseException | None = None  # the last write failure, until one succeeds
 
@@ -113,6 +135,11 @@ class ReadLogWriter:
             if self.durable:
                 self._cond.notify()
         return done
+
+    @property
+    def native_id(self) -> int | None:
+        """The writer thread's OS id, once started (bench/readaudit.py reads its CPU time)."""
+        return None if self._thread is None else self._thread.native_id
 
     def pending(self) -> int:
         """The backlog's weight now."""
@@ -147,9 +174,36 @@ class ReadLogWriter:
         self._add_job(job)
         return done
 
+    def carry(self, tenant_id: str, root: Path, carried: bytes) -> Future[Mark]:
+        """Put the tenant's read log carried from its former node in place, this node's own
+        records of it chained after (storage/readlog/logfile.py's take_carried); the future
+        holds the chain's head, handed to on_head with the next ones."""
+        done: Future[Mark] = Future()
+
+        def job() -> None:
+            self._close(tenant_id)
+            try:
+                mark = take_carried(root, carried)
+            except BaseException as exc:
+                done.set_exception(exc)
+                return
+            self._moved[tenant_id] = mark
+            done.set_result(mark)
+
+        self._add_job(job)
+        return done
+
     def forget(self, tenant_id: str) -> None:
-        """Close the tenant's file (its directory is being erased or replaced)."""
-        self._add_job(lambda: self._close(tenant_id))
+        """Close the tenant's file and drop its head not yet handed over (its directory is
+        being erased or replaced, or its records carried to another node)."""
+
+        def job() -> None:
+            self._close(tenant_id)
+            self._moved.pop(tenant_id, None)
+            with self._cond:
+                self._unpublished.pop(tenant_id, None)
+
+        self._add_job(job)
 
     def stop(self) -> None:
         """Write what is queued, hand over the heads, end the thread."""
@@ -158,8 +212,13 @@ class ReadLogWriter:
             self._cond.notify()
         if self._thread is not None:
             self._thread.join()
+        if self._checkpointing is not None:
+            self._checkpointing.join()
         for tenant_id in list(self._files):
             self._close(tenant_id)
+        if self._journal is not None:
+            self._journal.close()  # every log it covers was synced by the closes
+            self._journal = None
 
     def _add_job(self, job: Callable[[], None]) -> None:
         with self._cond:
@@ -184,8 +243,14 @@ class ReadLogWriter:
         with self._cond:
             queues, self._queues = self._queues, {}
             jobs, self._jobs = self._jobs, []
+        written = []
         for tenant_id, q in queues.items():
-            self._commit(tenant_id, q)
+            done = self._write(tenant_id, q)
+            if done is not None:
+                written.append(done)
+        self._sync(written)
+        for tenant_id, q, _f, error in written:
+            self._settle(tenant_id, q, error)
         for job in jobs:
             try:
                 job()
@@ -193,34 +258,74 @@ class ReadLogWriter:
                 log.exception("read log job failed")
         now = time.monotonic()
         if now - self._published >= self._head_interval:
-            self._publish()
+            self._publish(wait=False)  # the syncs run beside the next rounds
         self._close_idle(now)
 
-    def _commit(self, tenant_id: str, q: _Queue) -> None:
-        """One tenant's group commit; on a full disk in buffered mode the records go back."""
+    def _write(self, tenant_id: str, q: _Queue) -> _Done | None:
+        """Append one tenant's records (synced here without a journal); None when they went
+        back to the queue (a full disk, buffered)."""
         reads = [r for r, _ in q.items]
         error: BaseException | None = None
+        f: Appender | None = None
+        written: Written | None = None
         try:
             f = self._file(tenant_id, q.root, reads[0].ts)
             if f is not None:
-                f.append(reads)
+                written = f.append(reads, sync=self._journal is None)
                 self._moved[tenant_id] = f.mark()
-            self.failing = None
         except Exception as exc:
             error = exc
             self._close(tenant_id)
-        if error is not None and not self.durable and names_full_disk(error):
-            self.failing = error
-            with self._cond:  # held, in order, before anything queued meanwhile
-                later = self._queues.get(tenant_id)
-                if later is not None:
-                    q.items.extend(later.items)
-                    q.weight += later.weight
-                self._queues[tenant_id] = q
+        if error is not None and self._held_back(tenant_id, q, error):
+            return None
+        appended = (f, written) if f is not None and written is not None else None
+        return _Done(tenant_id, q, appended, error)
+
+    def _sync(self, written: list[_Done]) -> None:
+        """Make the round's unsynced appends durable: one journal commit, or (the journal
+        failing) each log's own fdatasync."""
+        if self._journal is None:
             return
-        if error is not None:
+        pending = [(i, d.appended) for i, d in enumerate(written) if d.appended is not None]
+        if not pending:
+            return
+        entries = [
+            Entry(str(f.path), f.inode, f.header, w.offset, w.data) for _i, (f, w) in pending
+        ]
+        try:
+            self._journal.commit(entries)
+            return
+        except Exception as exc:
+            log.warning("read-log journal not written (%s): syncing each log", exc)
+        for i, (f, _w) in pending:
+            try:
+                f.sync()
+            except Exception as exc:
+                d = written[i]
+                written[i] = d._replace(error=exc)
+                self._close(d.tenant_id)
+
+    def _held_back(self, tenant_id: str, q: _Queue, error: BaseException) -> bool:
+        """On a full disk in buffered mode the records go back (before anything queued
+        meanwhile); True if they did."""
+        if self.durable or not names_full_disk(error):
+            return False
+        self.failing = error
+        with self._cond:  # held, in order, before anything queued meanwhile
+            later = self._queues.get(tenant_id)
+            if later is not None:
+                q.items.extend(later.items)
+                q.weight += later.weight
+            self._queues[tenant_id] = q
+        return True
+
+    def _settle(self, tenant_id: str, q: _Queue, error: BaseException | None) -> None:
+        """The records are written (or failed): free their room, answer their futures."""
+        if error is None:
+            self.failing = None
+        else:
             self.failing = error
-            log.error("tenant %s: %d read records not written: %s", tenant_id, len(reads), error)
+            log.error("tenant %s: %d read records not written: %s", tenant_id, len(q.items), error)
         with self._cond:
             self._weight -= q.weight
             left = self._held.pop(tenant_id, 0) - q.weight
@@ -253,17 +358,55 @@ class ReadLogWriter:
     def _close(self, tenant_id: str) -> None:
         held = self._files.pop(tenant_id, None)
         if held is not None:
-            held[0].close()
+            try:
+                held[0].close()  # synced: the journal's entries for it are no longer needed
+            except OSError as exc:
+                log.error("tenant %s: read log not synced on close: %s", tenant_id, exc)
 
     def _close_idle(self, now: float) -> None:
         for tenant_id, (_f, used) in list(self._files.items()):
             if now - used > IDLE_CLOSE_SECS:
                 self._close(tenant_id)
 
-    def _publish(self) -> None:
-        """Hand the heads that moved to on_head (a failure is logged; they are tried again)."""
-        self._published = time.monotonic()
+    def _checkpoint(self, wait: bool) -> bool:
+        """Start a checkpoint: the journal moves on to a new file, and the logs written so far
+        are synced off this thread (with `wait`, here), then the file ended is removed and the
+        heads that moved are handed to on_head: a head recorded in the control plane names
+        synced records. False if one is still running (not waiting): the next goes then."""
+        running = self._checkpointing
+        if running is not None and running.is_alive():
+            if not wait:
+                return False
+            running.join()
         moved, self._moved = self._moved, {}
+        with self._cond:
+            for tenant_id, mark in self._unpublished.items():
+                moved.setdefault(tenant_id, mark)
+            self._unpublished = {}
+        ended = self._journal.rotate() if self._journal is not None else None
+        due = [(f, f.size) for f, _used in self._files.values() if f.size > f.synced]
+
+        def run() -> None:
+            synced = True
+            for f, size in due:
+                try:
+                    f.sync_to(size)
+                except Exception as exc:
+                    synced = False
+                    log.error("read log %s not synced: %s", f.path, exc)
+            if ended is not None and synced:  # else its entries are written again at start
+                Journal.drop(ended)
+            self._hand_over(moved)
+
+        if wait or self._journal is None:
+            run()
+        else:
+            self._checkpointing = threading.Thread(target=run, name="read-log-sync", daemon=True)
+            self._checkpointing.start()
+        return True
+
+    def _hand_over(self, moved: dict[str, Mark]) -> None:
+        """Hand heads to on_head (a failure is logged; they are tried at the next checkpoint)."""
         if self.on_head is None:
             return
         for tenant_id, mark in moved.items():
@@ -271,4 +414,11 @@ class ReadLogWriter:
                 self.on_head(tenant_id, mark)
             except Exception as exc:
                 log.warning("tenant %s: read chain head not recorded: %s", tenant_id, exc)
-                self._moved.setdefault(tenant_id, mark)
+                with self._cond:
+                    self._unpublished.setdefault(tenant_id, mark)
+
+    def _publish(self, wait: bool = True) -> None:
+        """A checkpoint (storage/readlog/journal.py): the logs synced, the heads handed over;
+        waited for, or started to run beside the next rounds."""
+        if self._checkpoint(wait):
+            self._published = time.monotonic()

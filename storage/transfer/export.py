@@ -195,8 +195,10 @@ def log_snapshot(root: Path) -> Iterator[LogReader]:
 
 
 @contextmanager
-def dir_export(root: Path, tenant_id: str, *, default_dim: int = 384) -> Iterator[Iterator[bytes]]:
+def dir_export(
+    root: Path, tenant_id: str, *, default_dim: int = 384, exported: list[str] | None = None
+) -> Iterator[Iterator[bytes]]:
     """The export of the tenant stored at root, from another process than the one serving it
-    (memspine-admin export while the server runs)."""
+    (memspine-admin export while the server runs); the events' ids to `exported` if given."""
     with log_snapshot(root) as r:
-        yield export_lines(r, tenant_id, default_dim=default_dim)
+        yield export_lines(r, tenant_id, default_dim=default_dim, exported=exported)

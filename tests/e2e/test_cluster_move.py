@@ -232,3 +232,41 @@ def test_a_move_carries_the_tenants_signed_receipts(nodes: Any) -> None:
         moved = cb.get(f"/v1/memory/receipts/{receipt_id}").content
     assert moved == signed
     assert receipts.verify(moved, old_key) is not None
+
+
+def test_a_move_carries_the_tenants_read_records_and_the_chain_verifies_there(
+    nodes: Any,
+) -> None:
+    """The node the tenant left hands its read log to the new node before erasing its copy:
+    the records made there come first, those made on the new node after, one chain that
+    verifies against the heads the control plane kept."""
+    from memspine_admin.readaudit import verify_reads
+    from storage.readlog import records
+
+    a, b = nodes["servers"]["a"], nodes["servers"]["b"]
+    tid, key = _tenant_on_a(nodes, "read")
+    auth = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=a.url, headers=auth, timeout=60) as ca:
+        made = ca.post("/v1/memory/event", json=_event("the parcel")).json()["event_id"]
+        before = [
+            ca.get(f"/v1/memory/event/{made}", headers={"Memspine-Purpose": f"a{i}"})
+            for i in range(3)
+        ]
+        assert all(r.status_code == 200 for r in before)
+    with PgControl.open(nodes["url"]) as db:
+        report = Mover(db, ADMIN_KEY, say=lambda _line: None).move(tid, "node-b")
+        # Erased by the move's last step, or first by node-a's leftover sweep: either hands over.
+        assert report.erased or not (a.data_dir / tid).exists(), report
+        with httpx.Client(base_url=b.url, headers=auth, timeout=60) as cb:
+            r = cb.get(f"/v1/memory/event/{made}", headers={"Memspine-Purpose": "b"})
+            assert r.status_code == 200
+        deadline = time.monotonic() + 30
+        while len(list(records(b.data_dir / tid))) < 4:  # buffered: committed within 100 ms
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        found = [f.read for f in records(b.data_dir / tid)]
+        assert [x.purpose for x in found] == ["a0", "a1", "a2", "b"]
+        assert [x.request_id for x in found[:3]] == [r.headers["x-request-id"] for r in before]
+        verdict = verify_reads(b.data_dir, db, tid)
+        assert verdict.ok and verdict.checked == 4, verdict
+    assert not (a.data_dir / tid).exists()

@@ -220,3 +220,54 @@ def test_mcp_over_http_and_the_embedded_bridge_leave_records(tmp_path: Path) -> 
     ]
     verdict = admin(data_dir, "audit", "verify", keys["tenant"])
     assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+
+
+def test_cli_exports_beside_a_running_server_leave_records_in_its_chain(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    keys = issue(data_dir)
+    server = ServerProcess(data_dir).start()
+    try:
+        with server.client(keys["rw"]) as c:
+            mine = [
+                c.post(
+                    "/v1/memory/event",
+                    json={"kind": "turn", "text": f"bob's order {i}", "subjects": ["cust-bob"]},
+                ).json()["event_id"]
+                for i in range(3)
+            ]
+            other = c.post("/v1/memory/event", json={"kind": "turn", "text": "x"}).json()
+            assert c.get(f"/v1/memory/event/{mine[0]}").status_code == 200  # the server's file
+            out = admin(
+                data_dir, "subject", "export", keys["tenant"], "cust-bob", "--purpose", "art. 15"
+            )
+            assert out.returncode == 0, out.stderr
+            assert out.stdout.count('"type":"event"') == 3
+            whole = admin(data_dir, "export", keys["tenant"], "--out", str(tmp_path / "all.ndjson"))
+            assert whole.returncode == 0, whole.stderr
+            bad = admin(
+                data_dir, "subject", "export", keys["tenant"], "cust-bob", "--purpose", "a\x01b"
+            )
+            assert bad.returncode != 0 and "control characters" in bad.stderr
+            # The server appends after the commands' records: its chain goes on past them.
+            assert c.get(f"/v1/memory/event/{mine[1]}").status_code == 200
+        with server.client(keys["audit"]) as c:
+            deadline = time.monotonic() + 30
+            while len(c.get("/v1/memory/audit/reads").json()["reads"]) < 4:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+    finally:
+        server.stop()
+    found = [f.read for f in records(data_dir / keys["tenant"])]
+    assert [(r.door, r.route) for r in found] == [
+        ("http", "/v1/memory/event/{event_id:str}"),
+        ("cli", "subject export"),
+        ("cli", "export"),
+        ("http", "/v1/memory/event/{event_id:str}"),
+    ]
+    cli = found[1:3]
+    assert all(r.key_id.startswith("cli:") for r in cli)
+    assert cli[0].purpose == "art. 15" and sorted(cli[0].event_ids) == sorted(mine)
+    assert cli[1].purpose is None
+    assert sorted(cli[1].event_ids) == sorted([*mine, other["event_id"]])
+    verdict = admin(data_dir, "audit", "verify", keys["tenant"])
+    assert verdict.returncode == 0, verdict.stdout + verdict.stderr

@@ -10,6 +10,7 @@ import pytest
 
 from storage.readlog import Mark, Read, ReadLogWriter, reads_of_events, records, verify
 from storage.readlog.format import HEADER_BYTES, decode_header, encode_body, frame, frames
+from storage.readlog.journal import JOURNAL
 from storage.readlog.logfile import Appender, reads_path
 
 T0 = 1_800_000_000_000_000
@@ -60,13 +61,17 @@ def test_a_record_reads_back_as_written_and_a_ten_hit_recall_takes_under_200_byt
     assert len(frame(body)) <= 200
 
 
-def test_the_writer_commits_buffered_and_durable_records_for_many_tenants(tmp_path: Path) -> None:
+@pytest.mark.parametrize("journal", [False, True])
+def test_the_writer_commits_buffered_and_durable_records_for_many_tenants(
+    tmp_path: Path, journal: bool
+) -> None:
     roots = [tmp_path / f"t{i}" for i in range(3)]
     for r in roots:
         r.mkdir()
     heads: dict[str, Mark] = {}
+    path = tmp_path / JOURNAL if journal else None
     for durable in (False, True):
-        w = ReadLogWriter(durable=durable, interval=0.01, on_head=heads.__setitem__)
+        w = ReadLogWriter(durable=durable, interval=0.01, on_head=heads.__setitem__, journal=path)
         w.start()
         futures = [w.submit(f"t{i}", roots[i], a_read(n)) for n in range(20) for i in range(3)]
         if durable:
@@ -194,6 +199,9 @@ def test_reads_of_events_finds_the_records_that_name_them(tmp_path: Path) -> Non
     write(tmp_path, reads)
     wanted = [reads[1].event_ids[2], reads[3].event_ids[0]]
     assert [f.seq for f in reads_of_events(tmp_path, wanted)] == [2, 4]
+    # Searched in the raw bytes first: the same records, the same times, decoded.
+    assert [f.read for f in records(tmp_path, naming=wanted[1])] == [reads[3]]
+    assert [f.read for f in records(tmp_path, after=3, naming=wanted[0])] == []
     assert reads_of_events(tmp_path / "none", wanted) == []
 
 
@@ -226,3 +234,95 @@ def test_the_saved_tail_spares_a_walk_and_a_wrong_one_is_not_believed(tmp_path: 
         assert (f.seq, f.hash, f.ts, f.size) == expected
         f.close()
     assert verify(tmp_path, Mark(8, expected[1]), None).ok
+
+
+def test_a_second_appender_beside_the_writer_is_chained_in_and_an_export_is_split(
+    tmp_path: Path,
+) -> None:
+    from storage.readlog.format import IDS_PER_RECORD, records_of
+    from storage.readlog.logfile import append_beside
+
+    server = Appender(tmp_path, T0)
+    server.append([a_read(1)])
+    many = [str(uuid.uuid4()) for _ in range(IDS_PER_RECORD + 5)]
+    beside = records_of(T0 + 2000, "cli:ops", "cli", "export", "0" * 32, "audit", many)
+    assert [len(r.event_ids) for r in beside] == [IDS_PER_RECORD, 5]
+    head = append_beside(tmp_path, beside)  # another process's Appender, under the file's lock
+    assert head == Mark(3, head.hash)
+    server.append([a_read(4)])  # finds the file grown: follows those records, then appends
+    found = [f.read for f in records(tmp_path)]
+    assert [r.door for r in found] == ["http", "cli", "cli", "http"]
+    assert found[1].event_ids + found[2].event_ids == many
+    assert verify(tmp_path, server.mark(), None).ok
+    assert server.mark().seq == 4
+    assert append_beside(tmp_path / "gone", beside) is None
+
+
+def test_a_carried_log_takes_the_place_of_the_new_nodes_and_its_own_records_follow(
+    tmp_path: Path,
+) -> None:
+    from storage.readlog.logfile import take_carried, whole_bytes
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    theirs = [a_read(n) for n in range(1, 5)]
+    old_head = write(old, theirs)
+    ours = [a_read(n) for n in range(10, 12)]  # the new node served reads before the carry
+    write(new, ours)
+    carried = whole_bytes(old)
+    assert carried is not None
+    head = take_carried(new, carried + b"\x05ab")  # a record cut short there is left out
+    assert [f.read for f in records(new)] == theirs + ours
+    assert head.seq == 6 and verify(new, head, None).ok
+    assert verify(new, old_head, None).ok  # the old node's head is a head of this chain
+    again = take_carried(new, carried)  # a hand-over tried again: nothing twice
+    assert again == head and [f.read for f in records(new)] == theirs + ours
+    fresh = tmp_path / "fresh"
+    fresh.mkdir()
+    assert take_carried(fresh, carried) == old_head
+
+
+def test_the_round_journal_writes_again_what_a_crash_took_from_the_logs(tmp_path: Path) -> None:
+    """A round's records are synced in the journal, not yet in their logs: a crash that loses
+    a log's tail (or leaves zeros where it was) loses nothing, as the next writer writes the
+    journal's entries again; a log replaced since (retention, an erased and recreated
+    tenant) is left alone."""
+    roots = {t: tmp_path / t for t in ("a", "b", "c")}
+    for r in roots.values():
+        r.mkdir()
+    heads: dict[str, Mark] = {}
+    w = ReadLogWriter(durable=False, on_head=heads.__setitem__, journal=tmp_path / JOURNAL)
+    first = {t: [a_read(n) for n in range(1, 4)] for t in roots}
+    for t, reads in first.items():
+        for r in reads:
+            w.submit(t, roots[t], r)
+    w.flush().result(10)  # a checkpoint: the logs synced, the journal's file ended removed
+    assert list((tmp_path / JOURNAL).iterdir()) == []
+    synced = {t: reads_path(r).stat().st_size for t, r in roots.items()}
+    later = {t: [a_read(n) for n in range(4, 7)] for t in roots}
+    for t, reads in later.items():
+        for r in reads:
+            w.submit(t, roots[t], r)
+    w._round()  # written and journaled; the crash comes before the next checkpoint
+    assert [p.stat().st_size > 0 for p in (tmp_path / JOURNAL).iterdir()] == [True]
+    whole = {t: [f.read for f in records(r)] for t, r in roots.items()}
+    assert whole == {t: first[t] + later[t] for t in roots}
+    os.truncate(reads_path(roots["a"]), synced["a"])  # the tail lost
+    with open(reads_path(roots["b"]), "r+b") as fh:  # its size kept, its data not
+        fh.seek(synced["b"])
+        fh.write(bytes(reads_path(roots["b"]).stat().st_size - synced["b"]))
+    reads_path(roots["c"]).unlink()  # replaced since: a new log, whose records stay its own
+    own = [a_read(9)]
+    write(roots["c"], own)
+    again = ReadLogWriter(durable=False, journal=tmp_path / JOURNAL)  # the restart
+    assert [f.read for f in records(roots["a"])] == whole["a"]
+    assert [f.read for f in records(roots["b"])] == whole["b"]
+    assert [f.read for f in records(roots["c"])] == own
+    for t in ("a", "b"):
+        assert verify(roots[t], heads[t], None).ok
+    again.submit("a", roots["a"], a_read(10))  # the chain goes on after them
+    again.flush().result(10)
+    assert len(list(records(roots["a"]))) == 7
+    again.stop()
+    assert not (tmp_path / JOURNAL).exists()  # all synced: nothing to write again
