@@ -1,6 +1,6 @@
 """Server processes forked from a process that has imported the server already: a start then
 costs a fork and the app's build, not the second of CPU that importing memspine.server, Litestar
-and the stores takes (tests/e2e starts about a hundred servers). Each child is a real process of
+and the stores takes (tests/e2e starts 70 to 100 servers). Each child is a real process of
 its own (its pid, its signals, kill -9, its descriptors), whose parent is the fork server.
 
 ServerProcess (tests/support/servers.py) uses it when the server's environment differs from the
