@@ -141,6 +141,7 @@ class ServerProcess:
                     return self
                 time.sleep(0.05)
             else:
+                self.stop(signal.SIGKILL)  # no fixture stops a server whose start failed
                 raise RuntimeError(f"server did not start in {START_SECS} s")
         raise RuntimeError("no free port for the server in three tries")
 
