@@ -47,13 +47,15 @@ PYTEST := env -u PYTHONDONTWRITEBYTECODE $(VENV)/bin/pytest -q -p no:cacheprovid
 # e2e tests leave idle. Last, alone, every test marked `timing`, in process or not (floods,
 # timeouts, another tenant's latency: bounds that assume the machine is not also running the rest
 # of the suite) and any test file not yet in the layout (tests/conftest.py marks those `timing`).
-# tests/control (the control plane on LMDB and on a real PostgreSQL) is a tier of its own: it
-# takes a make -j2 slot when the first of the other two halves ends.
+# tests/control (the control plane on LMDB and on a real PostgreSQL) is a tier of its own. mypy
+# runs beside the two halves (a fresh clone has no mypy cache: 25 s of one core) and
+# tests/control takes its make -j3 slot when it ends: the machine is busy from the first second
+# to the last, and a failure of any of them still fails make test.
 IN_PROCESS := tests/storage tests/server
 CONTROL := tests/control
 
-test: $(STAMP) system-packages browser lint typecheck
-	$(MAKE) --no-print-directory -j2 --output-sync=target test-fast test-e2e test-control
+test: $(STAMP) system-packages browser lint
+	$(MAKE) --no-print-directory -j3 --output-sync=target test-e2e test-fast typecheck test-control
 	$(PYTEST) -m "not cluster and not image and timing" tests --ignore=$(CONTROL)
 
 test-fast: $(STAMP)
@@ -63,7 +65,7 @@ test-control: $(STAMP)
 	$(PYTEST) -m "not cluster" $(CONTROL)
 
 test-e2e: $(STAMP)
-	$(PYTEST) -m "not cluster and not image and not timing" -n auto --dist loadfile tests/e2e
+	$(PYTEST) -m "not cluster and not image and not timing" -n auto --dist loadfile --no-loadscope-reorder tests/e2e
 
 # deploy/local-cluster end to end: PostgreSQL, three nodes and HAProxy (about a minute).
 test-cluster: $(STAMP) system-packages

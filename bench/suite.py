@@ -71,7 +71,7 @@ def make_test_runs(tree: Path) -> list[list[list[str]]]:
         check=True,
     ).stdout
     groups: list[list[list[str]]] = []
-    together = 0  # pytest commands still to come of the last `make -jN` line
+    together = 0  # commands still to come of the last `make -jN` line (one a target)
     for line in printed.splitlines():
         words = shlex.split(line)
         if words and Path(words[0]).name == "make" and any(w.startswith("-j") for w in words):
@@ -80,6 +80,7 @@ def make_test_runs(tree: Path) -> list[list[list[str]]]:
             continue
         at = next((i for i, w in enumerate(words) if Path(w).name == "pytest"), None)
         if at is None:
+            together -= 1 if together and words else 0  # e.g. mypy beside the tests: timed apart
             continue
         run = words[at + 1 :]
         # make test's own -q and -p no:cacheprovider: main() gives every pytest those

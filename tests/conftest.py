@@ -40,12 +40,24 @@ TESTS = Path(__file__).resolve().parent
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """A test file not yet in the layout may bound time as tests/e2e's `timing` files do: it
-    runs alone with them (make test)."""
+    runs alone with them (make test). The files of tests/support/slow_files.txt go first."""
     for item in items:
         path = item.path.resolve()
         where = path.relative_to(TESTS).parts if path.is_relative_to(TESTS) else ()
         if len(where) < 2 or where[0] not in LAYOUT:
             item.add_marker(pytest.mark.timing)
+    # The longest files first, each file's tests kept together and in order (a stable sort): a
+    # long file dealt last to an xdist worker would run alone at the end while the other worker
+    # idles (make test-e2e turns off xdist's own reordering, which puts files of many tests first).
+    rank = slow_files()
+    items.sort(key=lambda item: rank.get(item.path.resolve(), len(rank)))
+
+
+def slow_files() -> dict[Path, int]:
+    """tests/support/slow_files.txt: a test file's place in the list, the longest first."""
+    lines = (TESTS / "support" / "slow_files.txt").read_text().splitlines()
+    names = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
+    return {(TESTS.parent / name).resolve(): i for i, name in enumerate(names)}
 
 
 @pytest.fixture(scope="session", autouse=True)

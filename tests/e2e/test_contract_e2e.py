@@ -47,6 +47,8 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProce
         server.stop()
 
 
+# A bound on liveness, not on speed: the run took 225 s of a 240 s bound at load 21 (2 cores).
+@pytest.mark.timeout(900)
 def test_the_server_answers_as_its_document_says_over_a_socket(
     live: tuple[ServerProcess, str], tmp_path: Path
 ) -> None:
@@ -54,6 +56,6 @@ def test_the_server_answers_as_its_document_says_over_a_socket(
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}  # tests.support.contract_hooks
     args = [*COMMAND, *cli_args(server.url + DOCUMENT, key, MAX_EXAMPLES)]
     done = subprocess.run(
-        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=840, check=False
     )
     check_run(done.returncode, f"{done.stdout}\n{done.stderr[-2000:]}")

@@ -95,6 +95,9 @@ def fuzz_in_process(app: Any, args: list[str], monkeypatch: pytest.MonkeyPatch) 
     return done.exit_code, done.output + (f"\n{done.exception!r}" if crashed else "")
 
 
+# A bound on liveness, not on speed: at load 40 on 2 cores the read-write run passed pytest's
+# default 300 s (about 20 s of CPU a run).
+@pytest.mark.timeout(900)
 @pytest.mark.parametrize("role", ["read-write", "read-only", "admin"])
 def test_the_server_answers_as_its_document_says(
     role: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch

@@ -370,11 +370,21 @@ def test_no_query_holds_the_interpreter(log: EventLog) -> None:
         "MATCH (a), (b), (c), (d), (e), (f) RETURN count(*)",
     ]
     for text in attacks:
+        # Paired with this moment's own figure: the longest wait beside a plain Python loop (the
+        # scheduler's delays on this machine now, which a load of 30 made 0.35 s); the unbounded
+        # engine's gaps were whole seconds.
+        baseline = gaps_while(lambda: python_for(0.5))[-1]
         gaps = gaps_while(
             lambda text=text: refused_within(1.0 + SLACK_S, log, text, timeout_ms=1000)
         )
-        # generous for a shared machine; the unbounded engine's gaps were whole seconds
-        assert gaps[-1] < 0.25, (text[:60], gaps[-5:])
+        assert gaps[-1] < max(0.25, 3 * baseline), (text[:60], gaps[-5:], baseline)
+
+
+def python_for(secs: float) -> None:
+    """Pure Python for secs: a thread that lets others run as every Python thread does."""
+    end = time.perf_counter() + secs
+    while time.perf_counter() < end:
+        pass
 
 
 # ---- ORDER BY in runs: the same order, less held ----------------------------------------------

@@ -7,6 +7,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -175,16 +176,22 @@ def test_missing_parameter_and_other_faults_get_their_own_sentence(
 
 
 @pytest.mark.timing
-def test_row_and_time_limits_from_the_environment(start_server: Any) -> None:
-    server = start_server(
-        env={"MEMSPINE_CYPHER_MAX_ROWS": "100", "MEMSPINE_CYPHER_TIMEOUT_MS": "50"}
+def test_row_and_time_limits_from_the_environment(start_server: Any, tmp_path: Path) -> None:
+    # The row limit on a server whose time limit a loaded machine cannot reach (with 50 ms, the
+    # 144-row query was refused for its time at load 20), the time limit on one of its own.
+    rows = start_server(
+        env={"MEMSPINE_CYPHER_MAX_ROWS": "100", "MEMSPINE_CYPHER_TIMEOUT_MS": "120000"},
+        data_dir=tmp_path / "rows",
     )
-    client = tenant(server, "limits")
+    client = tenant(rows, "limits")
     load_ops(client)
     pairs = "MATCH (a), (b) RETURN a.ts, b.ts"  # 144 rows
     assert refused(client, pairs) == "query produced more than 100 rows; add LIMIT"
     assert len(cypher(client, pairs + " LIMIT 100")["rows"]) == 100
 
+    server = start_server(env={"MEMSPINE_CYPHER_TIMEOUT_MS": "50"}, data_dir=tmp_path / "time")
+    client = tenant(server, "limits")
+    load_ops(client)
     started = time.monotonic()
     runaway = "MATCH (a), (b), (c), (d), (e), (f) RETURN count(*)"  # 12^6 rows to count
     assert refused(client, runaway) == (
