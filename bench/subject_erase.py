@@ -183,8 +183,8 @@ async def run(data: Path, tagged: int) -> dict[str, Any]:
         load_settings({"MEMSPINE_DATA_DIR": str(data), "MEMSPINE_EMBEDDING_DIM": str(DIM)})
     )
     try:
-        await engine.read("t", lambda t: t.count())  # both tenants open before the clock
-        await engine.read("v", lambda t: t.count())
+        await engine.read("t", lambda t: t.last_seq())  # both tenants open before the clock
+        await engine.read("v", lambda t: t.last_seq())
         rounds = []
         for r in range(ROUNDS):
             sides: dict[str, Any] = {}
@@ -223,6 +223,7 @@ def main() -> None:
     args = parse_args(__doc__ or "")
     n, tagged = (10_000, 100) if args.quick else (100_000, 1000)
     source, built = template(n, tagged)
+    load_before = os.getloadavg()
     copy = OUT / "tmp" / "subject-erase-run"
     shutil.rmtree(copy, ignore_errors=True)
     shutil.copytree(source, copy)
@@ -230,7 +231,7 @@ def main() -> None:
         out = asyncio.run(run(copy, tagged))
     finally:
         shutil.rmtree(copy, ignore_errors=True)
-    out = {"events": n, "build_s": built, "load_before": os.getloadavg(), **out}
+    out = {"events": n, "build_s": built, "load_before": load_before, **out}
     print(write_json("subject_erase", out, args.out))
 
 
