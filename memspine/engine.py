@@ -46,8 +46,8 @@ from storage import (
     closed_tenant_bytes,
     closed_usage,
     erase_tenant_dir,
-    for_want_of_room,
     make_embedder,
+    names_full_disk,
     unheld,
 )
 from storage.errors import MemspineError, NotFound, QuotaExceeded, Unavailable
@@ -402,7 +402,7 @@ class Engine:
         try:
             await self.purge(tenant_id)
         except Exception as exc:
-            if for_want_of_room(exc):
+            if names_full_disk(exc):
                 log.warning("tenant %s: purge pending, the disk is full: %s", tenant_id, exc)
                 return PURGE_PENDING_ROOM
             log.error(

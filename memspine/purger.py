@@ -13,7 +13,7 @@ import lmdb
 
 from memspine.engine import Engine
 from memspine.retention import Retention
-from storage import PENDING, for_want_of_room, pending_tenants, read_bytes
+from storage import PENDING, names_full_disk, pending_tenants, read_bytes
 from storage.errors import Unavailable
 
 log = logging.getLogger("memspine.purger")
@@ -92,7 +92,7 @@ class Purger:
                 continue
             except Exception as exc:
                 # The marker stays with the tombstones, so the next sweep tries again.
-                if for_want_of_room(exc):
+                if names_full_disk(exc):
                     log.warning("tenant %s: purge postponed, the disk is full: %s", tenant_id, exc)
                 else:
                     log.exception("tenant %s: purge failed; the next sweep retries", tenant_id)

@@ -30,9 +30,9 @@ from storage import (
     Read,
     ReadLogWriter,
     first_ts,
-    names_full_disk,
+    full_disk_as,
 )
-from storage.errors import DiskFull, InvalidRequest, Unavailable
+from storage.errors import InvalidRequest, Unavailable
 
 PURPOSE_HEADER = "Memspine-Purpose"
 MAX_PURPOSE_BYTES = 200
@@ -164,12 +164,8 @@ class ReadAudit:
             if done is not None:
                 waits.append(done)
         for done in waits:
-            try:
+            with full_disk_as(NOT_RECORDED):
                 await asyncio.wrap_future(done)
-            except OSError as exc:
-                if names_full_disk(exc):
-                    raise DiskFull(NOT_RECORDED) from exc
-                raise
 
     async def _submit(
         self, w: ReadLogWriter, tenant_id: str, root: Path, read: Read

@@ -37,14 +37,14 @@ from storage import (
     check_subject,
     doomed,
     files_holding,
-    for_want_of_room,
+    full_disk_as,
     log_holding,
     reach,
     reads_of_events,
     receipts,
     subject_lines,
 )
-from storage.errors import DiskFull, InvalidRequest
+from storage.errors import InvalidRequest
 
 STORES = ["events", "keyword", "vectors"]  # what one purge rewrites (docs/erasure.md)
 NO_ROOM = (
@@ -149,19 +149,11 @@ async def erase(engine: Engine, tenant_id: str, q: Reach, asker: Asker) -> Erase
         return () if hold_reader is None else hold_reader(tenant_id)
 
     async with engine.tenant(tenant_id) as t:
-        try:
+        with full_disk_as(NO_ROOM):
             await anyio.to_thread.run_sync(check_room, t)
-        except OSError as exc:
-            if for_want_of_room(exc):
-                raise DiskFull(NO_ROOM) from exc
-            raise
         deleted = await asyncio.wrap_future(t.submit_delete_found(lambda r: doomed(r, q, holds())))
-    try:
+    with full_disk_as(PURGE_NO_ROOM):
         await engine.purge(tenant_id)
-    except OSError as exc:
-        if for_want_of_room(exc):
-            raise DiskFull(PURGE_NO_ROOM) from exc
-        raise
     scanned = await engine.read(tenant_id, lambda t: _scan(t, q, deleted))
     receipt = receipts.Receipt(
         receipt_id=uuid.uuid4().hex,

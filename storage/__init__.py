@@ -33,7 +33,6 @@ if TYPE_CHECKING:
     from storage.embedders.settings import check_url as check_embedder_url
     from storage.erasure.purge import PurgeStats as PurgeStats
     from storage.erasure.purge import check_room as check_room
-    from storage.erasure.purge import for_want_of_room as for_want_of_room
     from storage.erasure.scan import files_holding as files_holding
     from storage.erasure.scan import log_holding as log_holding
     from storage.erasure.swap import (
@@ -161,6 +160,7 @@ if TYPE_CHECKING:
     from storage.receipts import RunReceipt as RunReceipt
     from storage.receipts import record_copy as record_copy
     from storage.space import disk_full as disk_full
+    from storage.space import full_disk_as as full_disk_as
     from storage.space import names_full_disk as names_full_disk
     from storage.tenants.directory import erase_tenant_dir as erase_tenant_dir
     from storage.tenants.directory import is_tenant_id as is_tenant_id
@@ -251,7 +251,7 @@ HOMES: dict[str, str] = {
     "FilterValue": "storage.model",
     "first_ts": "storage.readlog",
     "FLOAT32_MAX": "storage.model",
-    "for_want_of_room": "storage.erasure.purge",
+    "full_disk_as": "storage.space",
     "free_bytes": "storage.heap",
     "Hold": "storage.read.retention",
     "hold_data_dir": "storage.datalock:hold",
@@ -443,8 +443,8 @@ __all__ = [
     "export_lines",
     "files_holding",
     "first_ts",
-    "for_want_of_room",
     "free_bytes",
+    "full_disk_as",
     "hold_data_dir",
     "import_tenant",
     "is_filterable_value",

@@ -85,6 +85,7 @@ class RunReceipt(msgspec.Struct, frozen=True, kw_only=True, tag_field="type", ta
 
 
 AnyReceipt = Receipt | RunReceipt
+RUNS = "runs.txt"  # the ids of the tenant's retention receipts, newest first
 KEEP_RUNS = 100  # retention receipts kept per tenant, newest (erasure receipts are all kept)
 
 
@@ -183,11 +184,26 @@ def store(data_dir: Path, signed: Signed) -> bytes:
     body = msgspec.json.encode(signed)
     replace_durably(folder / f"{signed.receipt.receipt_id}.json", lambda f: f.write(body))
     if isinstance(signed.receipt, RunReceipt):
-        runs = [r for r in listing(data_dir, signed.receipt.tenant_id) if isinstance(r, RunReceipt)]
+        new = signed.receipt.receipt_id
+        runs = [new, *(i for i in _run_ids(data_dir, signed.receipt.tenant_id) if i != new)]
+        kept = "".join(f"{i}\n" for i in runs[:KEEP_RUNS]).encode()
+        replace_durably(folder / RUNS, lambda f: f.write(kept))
         for old in runs[KEEP_RUNS:]:
-            (folder / f"{old.receipt_id}.json").unlink(missing_ok=True)
+            (folder / f"{old}.json").unlink(missing_ok=True)
         fsync_dir(folder)
     return body
+
+
+def _run_ids(data_dir: Path, tenant_id: str) -> list[str]:
+    """The tenant's retention receipts' ids, newest first: from its list of runs, or (a data
+    directory without one: older, or restored) from decoding every receipt once."""
+    try:
+        ids = (data_dir / DIR / tenant_id / RUNS).read_text().split()
+    except (FileNotFoundError, UnicodeDecodeError):
+        ids = None
+    if ids is not None and all(_plain_id(i) for i in ids):
+        return ids
+    return [r.receipt_id for r in listing(data_dir, tenant_id) if isinstance(r, RunReceipt)]
 
 
 def load(data_dir: Path, tenant_id: str, receipt_id: str) -> bytes:
@@ -217,8 +233,14 @@ def finished(receipt: AnyReceipt) -> int:
 
 
 def last_run(data_dir: Path, tenant_id: str) -> RunReceipt | None:
-    """The tenant's newest retention receipt, or None."""
-    return next((r for r in listing(data_dir, tenant_id) if isinstance(r, RunReceipt)), None)
+    """The tenant's newest retention receipt, or None (read through the list of runs: a tenant
+    may hold thousands of erasure receipts, and the retention page asks on every view)."""
+    for receipt_id in _run_ids(data_dir, tenant_id):
+        with contextlib.suppress(NotFound, msgspec.DecodeError, msgspec.ValidationError):
+            found = msgspec.json.decode(load(data_dir, tenant_id, receipt_id), type=Signed).receipt
+            if isinstance(found, RunReceipt):
+                return found
+    return None
 
 
 def _plain_id(value: str) -> bool:

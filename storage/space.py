@@ -12,9 +12,12 @@ from __future__ import annotations
 import errno
 import os
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import lmdb
+
+from storage.errors import DiskFull
 
 # An I/O failure with less than this much space left for the process is taken for a full disk:
 # a commit writes at most a few batches' pages or a segment at a time, and a filesystem this
@@ -83,3 +86,15 @@ def low_on_space(path: Path) -> bool:
 def disk_full(exc: BaseException, path: Path) -> bool:
     """Whether a failed write to the store at path failed because its disk is full."""
     return names_full_disk(exc) or (is_io_failure(exc) and low_on_space(path))
+
+
+@contextmanager
+def full_disk_as(detail: str, path: Path | None = None) -> Iterator[None]:
+    """Re-raise a failure that a full disk caused as DiskFull(detail), other failures as they
+    are: with path, an I/O failure on a nearly full filesystem counts too (disk_full)."""
+    try:
+        yield
+    except (OSError, lmdb.Error) as exc:
+        if names_full_disk(exc) if path is None else disk_full(exc, path):
+            raise DiskFull(detail) from exc
+        raise

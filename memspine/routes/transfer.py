@@ -17,8 +17,7 @@ import anyio.to_thread
 
 from memspine.pipeline import READ, Call, Operation, Outcome, Reply, Streamed
 from memspine.routes.memory import PURPOSE
-from storage import MEDIA_TYPE, Tenant, disk_full, record_copy, write_export
-from storage.errors import DiskFull
+from storage import MEDIA_TYPE, Tenant, full_disk_as, record_copy, write_export
 
 CHUNK_BYTES = 1 << 20
 SPOOL_BUFFER_BYTES = 1 << 20
@@ -68,13 +67,9 @@ async def spooled(call: Call, write: Callable[[Tenant, IO[bytes]], int]) -> Outc
         return size
 
     try:
-        async with services.engine.export_shares.slot(tenant_id):  # one per tenant at once
-            size = await services.engine.read(tenant_id, spool_it)
-    except OSError as exc:
-        spool.close()
-        if disk_full(exc, data_dir):
-            raise DiskFull(NO_ROOM) from exc
-        raise
+        with full_disk_as(NO_ROOM, data_dir):
+            async with services.engine.export_shares.slot(tenant_id):  # one per tenant at once
+                size = await services.engine.read(tenant_id, spool_it)
     except BaseException:
         spool.close()
         raise

@@ -83,7 +83,7 @@ def _dense(
     """X @ w.T for a 2-D X, returned with the name of the bias still to add (w is out × in).
 
     In int8, each row of x (a token) is scaled to int8 by its own largest value and
-    multiplied by int8 weights with a scale per output column (QuantizeLinear per row, then
+    multiplied by 7-bit weights with a scale per output column (QuantizeLinear per row, then
     MatMulIntegerToFloat: two fused kernels); the input channels in `outliers`, whose values
     run ten times the others', would spoil that per-token scale, so they are masked out of it
     and multiplied in float32 beside it. Needs `row_zero_points` in the graph.
@@ -95,9 +95,11 @@ def _dense(
     idx = np.array(sorted(outliers), dtype=np.int64)
     quantised = weight.copy()
     quantised[idx] = 0.0
-    col_scale = np.abs(quantised).max(axis=0) / 127.0
+    # 7-bit weights: an x86 core without VNNI adds u8 × s8 pairs in 16 bits, which 8-bit
+    # weights saturate (docs/embeddings.md, "Precision").
+    col_scale = np.abs(quantised).max(axis=0) / 63.0
     col_scale[col_scale == 0] = 1.0
-    q = np.clip(np.rint(quantised / col_scale), -127, 127).astype(np.int8)
+    q = np.clip(np.rint(quantised / col_scale), -63, 63).astype(np.int8)
     xq = x
     if len(idx):
         mask = np.ones(weight.shape[0], dtype=np.float32)

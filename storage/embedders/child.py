@@ -87,6 +87,7 @@ class ChildEmbedder:
         self.hangs = 0  # children killed for a start or a call past its deadline
         self._overdue: subprocess.Popen[bytes] | None = None  # the child the watchdog killed
         self._starting: subprocess.Popen[bytes] | None = None  # a child loading its model
+        self._expired = False  # the watchdog fired for the call under way
         self.start_secs: float | None = None  # the last child's start, to its model loaded
         self.load_secs: float | None = None  # of that, the model's build inside the child
 
@@ -197,6 +198,8 @@ class ChildEmbedder:
         )
         self.starts += 1
         self._starting = proc  # the watchdog may kill it while its model loads
+        if self._expired:  # the deadline passed before the child existed (a slow fork)
+            self._kill_overdue()
         assert proc.stdout is not None
         try:
             status, _rows, _dim, payload = _read_frame(proc.stdout)
@@ -222,6 +225,7 @@ class ChildEmbedder:
     def _watched(self, secs: float, fn: Callable[[], T]) -> T:
         """fn() under a watchdog that kills the child (starting or running) past secs; a child
         it killed is reported hung, not dead (under _lock)."""
+        self._expired = False
         watchdog = threading.Timer(secs, self._kill_overdue)
         watchdog.daemon = True
         watchdog.start()
@@ -250,6 +254,7 @@ class ChildEmbedder:
     def _kill_overdue(self) -> None:
         """The watchdog: the call under way passed its deadline; its child (or the one it
         starts) is killed, which ends the call's wait on the pipe."""
+        self._expired = True  # read by _ensure once its child exists: neither misses the other
         proc = self._starting or self._proc
         if proc is None:
             return

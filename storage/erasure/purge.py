@@ -52,7 +52,6 @@ from storage.log import layout
 from storage.log.eventlog import EventLog
 from storage.log.reader import LogReader
 from storage.model import FilterValue
-from storage.space import names_full_disk
 
 log = logging.getLogger("memspine.purge")
 T = TypeVar("T")
@@ -80,12 +79,6 @@ class NoRoomToPurge(OSError):
         )
         self.needed = needed
         self.free = free
-
-
-def for_want_of_room(exc: BaseException) -> bool:
-    """Whether a purge failed because the disk is full (refused up front, or a write that met
-    a full disk anywhere in the cause chain)."""
-    return names_full_disk(exc)
 
 
 class Purgeable(Protocol):

@@ -265,8 +265,8 @@ class Tenant:
             return would_delete(r, event_id, cascade=cascade)
 
     def snapshot_read(self, fn: Callable[[LogReader], T]) -> T:
-        """Run fn over one read snapshot of the log (storage/read/retention.py's reads)."""
-        with self.log.reader() as r:
+        """Run fn over one snapshot (a subject's reach, retention's due events: whole-log reads)."""
+        with self.snapshot() as r:
             return fn(r)
 
     def awaiting_purge(self) -> bool:

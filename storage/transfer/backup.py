@@ -39,13 +39,13 @@ import msgspec
 from storage import files
 from storage.erasure import swap
 from storage.erasure.compact import rewrite
-from storage.errors import Conflict, DiskFull, InvalidRequest, NotFound
+from storage.errors import Conflict, InvalidRequest, NotFound
 from storage.fsync import fsync_dir, fsync_tree
 from storage.log.eventlog import INITIAL_MAP_SIZE, snapshot
 from storage.model import Quota
 from storage.readlog.logfile import copy_whole
 from storage.receipts import DIR as RECEIPTS
-from storage.space import disk_full
+from storage.space import full_disk_as
 from storage.tenants.directory import tenant_dirs
 from storage.transfer import ledger, receipt_files
 from storage.transfer.export import export_lines, log_snapshot
@@ -333,15 +333,12 @@ def _copy_files(source: Path, dest: Path) -> None:
 def _full_disk_said(target: Path, what: str) -> Iterator[None]:
     """A write that failed for a full disk (an OSError, an LMDB error) as DiskFull naming the
     target: the operator reads the cause in one line, not a traceback."""
-    try:
+    detail = (
+        f"the disk holding {target} is full: the {what} could not be written and nothing "
+        f"was left there; free space and run it again"
+    )
+    with full_disk_as(detail, target.parent):
         yield
-    except (OSError, lmdb.Error) as exc:
-        if not disk_full(exc, target.parent):
-            raise
-        raise DiskFull(
-            f"the disk holding {target} is full: the {what} could not be written and nothing "
-            f"was left there; free space and run it again"
-        ) from None
 
 
 @contextlib.contextmanager

@@ -147,7 +147,10 @@ def test_a_tenant_moves_under_a_running_writer_and_loses_nothing(nodes: Any) -> 
         said.append(line)
         if line.startswith("round 1:"):  # copied once: its deletion must follow it to node-b
             r = httpx.delete(
-                f"{a.url}/v1/memory/event/{doomed}", params={"purge": "true"}, headers=auth
+                f"{a.url}/v1/memory/event/{doomed}",
+                params={"purge": "true"},
+                headers=auth,
+                timeout=30,
             )
             assert r.status_code == 200, r.text
 

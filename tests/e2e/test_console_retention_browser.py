@@ -63,10 +63,15 @@ def seeded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Seeded]:
             r = c.post("/v1/memory/events", json={"events": events})
             assert r.status_code == 201, r.text
         url = f"{server.url}/v1/admin/tenants/{tenant}"
-        assert httpx.patch(url, json={"retention": {"turn": 30}}, headers=ADMIN).status_code == 200
+        assert (
+            httpx.patch(
+                url, json={"retention": {"turn": 30}}, headers=ADMIN, timeout=30
+            ).status_code
+            == 200
+        )
 
         def ran() -> bool:
-            state = httpx.get(url, headers=ADMIN).json()["retention_state"]
+            state = httpx.get(url, headers=ADMIN, timeout=30).json()["retention_state"]
             return state["last_run"] is not None
 
         wait_until(ran, "the purger's retention run")

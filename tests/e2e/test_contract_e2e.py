@@ -54,6 +54,6 @@ def test_the_server_answers_as_its_document_says_over_a_socket(
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}  # tests.support.contract_hooks
     args = [*COMMAND, *cli_args(server.url + DOCUMENT, key, MAX_EXAMPLES)]
     done = subprocess.run(
-        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=240, check=False
+        args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600, check=False
     )
     check_run(done.returncode, f"{done.stdout}\n{done.stderr[-2000:]}")

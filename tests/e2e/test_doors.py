@@ -29,9 +29,9 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ServerProcess]:
 
 
 def test_health_and_the_openapi_document_over_a_socket(real: ServerProcess) -> None:
-    body = httpx.get(real.url + "/health").json()
+    body = httpx.get(real.url + "/health", timeout=30).json()
     assert body["service"] == "memspine-server" and body["status"] == "ok"
-    r = httpx.get(real.url + "/schema/openapi.json")
+    r = httpx.get(real.url + "/schema/openapi.json", timeout=30)
     assert r.status_code == 200 and "/v1/memory/event" in r.json()["paths"]
 
 
@@ -59,4 +59,6 @@ def test_the_fd_limit_is_raised_and_the_default_tenant_cap_follows_from_it(
     if THREADS_PER_TENANT:
         cap = min(cap, MAX_TENANT_THREADS // THREADS_PER_TENANT)
     assert capped["max_open_tenants"] == cap and capped["source"] == "default"
-    assert value(httpx.get(real.url + "/metrics").text, "memspine_max_open_tenants") == cap
+    assert (
+        value(httpx.get(real.url + "/metrics", timeout=30).text, "memspine_max_open_tenants") == cap
+    )

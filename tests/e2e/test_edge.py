@@ -264,7 +264,7 @@ def test_a_repeated_query_parameter_is_400_on_every_route(
     assert ("DELETE", f"/v1/memory/event/{SOME_ID}") in routes
     headers = {"Authorization": f"Bearer {TENANT}"}
     admin = {"Authorization": f"Bearer {ADMIN_KEY}"}
-    with httpx.Client(base_url=srv.url) as client:
+    with httpx.Client(base_url=srv.url, timeout=30) as client:
         for n, (method, path) in enumerate(routes):
             query = "limit=5&limit=5" if n % 2 else "x=1&x=2"
             r = client.request(
@@ -369,10 +369,13 @@ def test_the_cors_preflight_of_mcp_answers_allowed_origins(srv: ServerProcess) -
         init = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}}
         headers = {**MCP_HEADERS, "Origin": origin}
         ok = httpx.post(
-            srv.url + "/mcp", json=init, headers={**headers, "Authorization": f"Bearer {TENANT}"}
+            srv.url + "/mcp",
+            json=init,
+            headers={**headers, "Authorization": f"Bearer {TENANT}"},
+            timeout=30,
         )
         assert ok.status_code == 200 and ok.headers["access-control-allow-origin"] == origin
-        no_key = httpx.post(srv.url + "/mcp", json=init, headers=headers)
+        no_key = httpx.post(srv.url + "/mcp", json=init, headers=headers, timeout=30)
         assert no_key.status_code == 401  # the browser may read why
         assert no_key.headers["access-control-allow-origin"] == origin
         assert "www-authenticate" in no_key.headers["access-control-expose-headers"]
@@ -382,6 +385,7 @@ def test_the_cors_preflight_of_mcp_answers_allowed_origins(srv: ServerProcess) -
         srv.url + "/mcp",
         json={"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
         headers={**MCP_HEADERS, "Authorization": f"Bearer {TENANT}"},
+        timeout=30,
     )
     assert "access-control-allow-origin" not in plain.headers  # no browser, no CORS
 

@@ -29,10 +29,14 @@ def test_a_hold_placed_while_a_delete_waits_stops_it(tmp_path: Path) -> None:
     }
     server = ServerProcess(tmp_path / "data", env).start()
     try:
-        made = httpx.post(server.url + "/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)
+        made = httpx.post(
+            server.url + "/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN, timeout=30
+        )
         tenant_id = made.json()["tenant_id"]
         body = {"tenant_id": tenant_id, "name": "k"}
-        key = httpx.post(server.url + "/v1/admin/keys", json=body, headers=ADMIN).json()["api_key"]
+        key = httpx.post(
+            server.url + "/v1/admin/keys", json=body, headers=ADMIN, timeout=30
+        ).json()["api_key"]
         with server.client(key) as c:
             ev = {"kind": "turn", "text": "the disputed order", "subjects": ["c-7"]}
             r = c.post("/v1/memory/event", json=ev)
@@ -57,6 +61,7 @@ def test_a_hold_placed_while_a_delete_waits_stops_it(tmp_path: Path) -> None:
             f"{server.url}/v1/admin/tenants/{tenant_id}/holds",
             json={"reason": "dispute 2026-14", "subject": "c-7"},
             headers=ADMIN,
+            timeout=30,
         )
         assert hold.status_code == 201, hold.text
         hold_id = hold.json()["hold_id"]
@@ -73,7 +78,9 @@ def test_a_hold_placed_while_a_delete_waits_stops_it(tmp_path: Path) -> None:
             # The hold keeps the subject's events only: another goes as before.
             assert c.delete(f"/v1/memory/event/{other_id}").status_code == 200
             lifted = httpx.delete(
-                f"{server.url}/v1/admin/tenants/{tenant_id}/holds/{hold_id}", headers=ADMIN
+                f"{server.url}/v1/admin/tenants/{tenant_id}/holds/{hold_id}",
+                headers=ADMIN,
+                timeout=30,
             )
             assert lifted.status_code == 200, lifted.text
             gone = c.delete(f"/v1/memory/event/{event_id}")

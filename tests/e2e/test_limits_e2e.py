@@ -32,19 +32,21 @@ class Running:
 
     def tenant(self, name: str, **key: Any) -> tuple[str, str]:
         """A new tenant and one key for it (the key's own fields as given)."""
-        r = httpx.post(self.server.url + "/v1/admin/tenants", json={"name": name}, headers=ADMIN)
+        r = httpx.post(
+            self.server.url + "/v1/admin/tenants", json={"name": name}, headers=ADMIN, timeout=30
+        )
         assert r.status_code == 201, r.text
         tid = r.json()["tenant_id"]
         return tid, self.key(tid, **key)
 
     def key(self, tenant_id: str, **more: Any) -> str:
         body = {"tenant_id": tenant_id, "name": "k", **more}
-        r = httpx.post(self.server.url + "/v1/admin/keys", json=body, headers=ADMIN)
+        r = httpx.post(self.server.url + "/v1/admin/keys", json=body, headers=ADMIN, timeout=30)
         assert r.status_code == 201, r.text
         return str(r.json()["api_key"])
 
     def shown(self, tenant_id: str) -> Any:
-        r = httpx.get(f"{self.server.url}/v1/admin/tenants/{tenant_id}", headers=ADMIN)
+        r = httpx.get(f"{self.server.url}/v1/admin/tenants/{tenant_id}", headers=ADMIN, timeout=30)
         assert r.status_code == 200, r.text
         return r.json()
 
@@ -93,7 +95,7 @@ def test_one_keys_rate_holds_across_many_connections(running: Running) -> None:
     assert len(statuses) == 129 and set(statuses) == {200, 429}
     assert rate <= statuses.count(200) <= rate + refilled
     assert retry_after and all(1 <= int(s) <= 60 for s in retry_after)
-    metrics = httpx.get(running.server.url + "/metrics").text
+    metrics = httpx.get(running.server.url + "/metrics", timeout=30).text
     line = next(x for x in metrics.splitlines() if 'reason="requests_per_minute"' in x)
     assert float(line.split()[-1]) >= statuses.count(429)
 
@@ -116,6 +118,7 @@ def test_a_limit_set_from_the_command_line_holds_on_the_next_write(running: Runn
             f"{running.server.url}/v1/admin/tenants/{tid}",
             json={"max_events": None},
             headers=ADMIN,
+            timeout=30,
         )
         assert r.status_code == 200 and r.json()["limits"]["max_events"] is None
         assert c.post("/v1/memory/event", json={"kind": "k", "text": "fits"}).status_code == 201
@@ -127,7 +130,10 @@ def test_a_batch_load_at_its_quota_cut_by_kill_9_keeps_figures_and_limits(
 ) -> None:
     tid, key = running.tenant("loaded")
     r = httpx.patch(
-        f"{running.server.url}/v1/admin/tenants/{tid}", json={"max_events": 700}, headers=ADMIN
+        f"{running.server.url}/v1/admin/tenants/{tid}",
+        json={"max_events": 700},
+        headers=ADMIN,
+        timeout=30,
     )
     assert r.status_code == 200
     stored: list[str] = []

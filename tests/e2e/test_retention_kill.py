@@ -40,10 +40,14 @@ def test_a_run_killed_mid_way_resumes_and_leaves_one_receipt(tmp_path: Path) -> 
     )
     server.start()
     try:
-        tid = httpx.post(server.url + "/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN)
+        tid = httpx.post(
+            server.url + "/v1/admin/tenants", json={"name": "acme"}, headers=ADMIN, timeout=30
+        )
         tenant_id = tid.json()["tenant_id"]
         body = {"tenant_id": tenant_id, "name": "k"}
-        key = httpx.post(server.url + "/v1/admin/keys", json=body, headers=ADMIN).json()["api_key"]
+        key = httpx.post(
+            server.url + "/v1/admin/keys", json=body, headers=ADMIN, timeout=30
+        ).json()["api_key"]
         now = now_us()
         events = [
             {"kind": "turn", "ts": now - (40 + i % 30) * DAY, "text": f"old {i}"}
@@ -58,11 +62,11 @@ def test_a_run_killed_mid_way_resumes_and_leaves_one_receipt(tmp_path: Path) -> 
         def tenant_url() -> str:  # the restarted server listens on another port
             return f"{server.url}/v1/admin/tenants/{tenant_id}"
 
-        r = httpx.patch(tenant_url(), json={"retention": {"turn": 30}}, headers=ADMIN)
+        r = httpx.patch(tenant_url(), json={"retention": {"turn": 30}}, headers=ADMIN, timeout=30)
         assert r.status_code == 200 and r.json()["retention_state"]["due_now"] == OLD
 
         def stopped_after_one_batch() -> bool:
-            state = httpx.get(tenant_url(), headers=ADMIN).json()["retention_state"]
+            state = httpx.get(tenant_url(), headers=ADMIN, timeout=30).json()["retention_state"]
             log = server.log_path.read_text(errors="replace")
             return state["due_now"] == OLD - 500 and "retention run failed" in log
 
@@ -75,11 +79,11 @@ def test_a_run_killed_mid_way_resumes_and_leaves_one_receipt(tmp_path: Path) -> 
         server.start()
 
         def finished() -> bool:
-            shown = httpx.get(tenant_url(), headers=ADMIN).json()
+            shown = httpx.get(tenant_url(), headers=ADMIN, timeout=30).json()
             return shown["retention_state"]["last_run"] is not None
 
         wait_for("the resumed run's receipt", finished)
-        shown = httpx.get(tenant_url(), headers=ADMIN).json()
+        shown = httpx.get(tenant_url(), headers=ADMIN, timeout=30).json()
         last = shown["retention_state"]["last_run"]
         assert (last["deleted"], last["purged"], shown["retention_state"]["due_now"]) == (
             OLD,

@@ -460,7 +460,9 @@ def test_parameters_within_bounds_are_values(log: EventLog) -> None:
 def test_the_engine_every_door_calls_holds_the_bounds(tmp_path: Path) -> None:
     """Engine.cypher serves the route and the MCP tool: the same refusals, and rows encoded in
     the read thread that decode to the same values."""
-    engine = Engine(Settings(data_dir=tmp_path / "data", embedding_dim=4, cypher_timeout_ms=500))
+    engine = Engine(
+        Settings(data_dir=tmp_path / "data", embedding_dim=4, cypher_timeout_ms=120_000)
+    )
 
     async def ask(text: str, params: dict[str, Any] | None = None) -> Any:
         return msgspec.json.decode(msgspec.json.encode(await engine.cypher("t1", text, params)))

@@ -16,8 +16,9 @@ import msgspec
 import pytest
 
 from storage.erasure import swap
-from storage.erasure.purge import NoRoomToPurge, for_want_of_room
+from storage.erasure.purge import NoRoomToPurge
 from storage.index import vecfile
+from storage.space import names_full_disk
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
 from tests.support.erasure import (
@@ -175,7 +176,7 @@ def test_a_purge_the_disk_cannot_hold_is_refused_and_succeeds_once_it_can(
     weight = ballast(small_disk, leave=64 << 10)
     with pytest.raises(NoRoomToPurge) as refused:
         t.purge()
-    assert refused.value.errno == errno.ENOSPC and for_want_of_room(refused.value)
+    assert refused.value.errno == errno.ENOSPC and names_full_disk(refused.value)
     # Refused before writing anything: no stage, the delete stands, the tenant works.
     assert not any((t.root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
     assert t.log.tombstones() == [vid] and (t.root / swap.PENDING).exists()
@@ -199,7 +200,7 @@ def test_a_purge_that_runs_out_of_disk_half_way_is_retried(small_disk: Path, at:
 
     with pytest.raises(Exception) as failed:  # LMDB, Tantivy or the OS say it their own way
         t.purge(fill_the_disk)
-    assert weights and for_want_of_room(failed.value), repr(failed.value)
+    assert weights and names_full_disk(failed.value), repr(failed.value)
     assert not any((t.root / n).exists() for n in (swap.STAGING, swap.READY, swap.OLD))
     assert t.log.tombstones() == [vid] and (t.root / swap.PENDING).exists()
     weights[0].unlink()
