@@ -123,7 +123,9 @@ def to_reach(subject: str, body: EraseIn) -> Reach:
 
 async def dry_run(engine: Engine, tenant_id: str, q: Reach) -> DryRun:
     """Every event the erasure would reach and why; an unknown subject reaches nothing."""
-    found = await engine.read(tenant_id, lambda t: t.snapshot_read(lambda r: reach(r, q)))
+    found = await engine.read(
+        tenant_id, lambda t: t.snapshot_read(lambda r: reach(r, q, t.keyword))
+    )
     return DryRun(subject=q.subject, events=found, count=len(found))
 
 

@@ -25,14 +25,20 @@ from typing import Protocol, TypeVar
 import lmdb
 import msgspec
 import numpy as np
-import tantivy
 
 from storage import files
 from storage.erasure import swap
 from storage.erasure.compact import rewrite, sync_delta
 from storage.erasure.swap import StepHook, no_step
 from storage.fsync import fsync_file, fsync_tree
-from storage.index.keyword import KeywordDoc, KeywordIndex, document
+from storage.index.keyword import (
+    KeywordDoc,
+    KeywordIndex,
+    document,
+    indexed,
+    keyword_doc,
+    open_tantivy,
+)
 from storage.index.vecfile import (
     VectorFileError,
     count_labels,
@@ -230,6 +236,7 @@ class _Indexed(msgspec.Struct):
     seq: int
     kind: str
     text: str | None = None
+    properties_raw: bytes | None = None
     filterable: dict[str, FilterValue] = {}
     subjects: list[str] = []
 
@@ -248,15 +255,23 @@ class _KeywordBuilder:
     def __init__(self, path: Path) -> None:
         self.path = path
         KeywordIndex.open(path).close()  # an empty index with the keyword schema
-        self.writer = tantivy.Index.open(str(path)).writer(
+        self.writer = open_tantivy(path).writer(
             heap_size=REBUILD_HEAP_BYTES, num_threads=REBUILD_THREADS
         )
 
     def add(self, raw: bytes) -> None:
         """Index one stored record."""
         ev = _decode_indexed(raw)
-        if ev.text:
-            doc = KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects)
+        if indexed(ev.text, ev.properties_raw):
+            doc = KeywordDoc(
+                ev.event_id,
+                ev.kind,
+                ev.text or "",
+                ev.filterable,
+                ev.seq,
+                ev.subjects,
+                ev.properties_raw,
+            )
             self.writer.add_document(document(doc))  # a new index: its documents carry the seq
 
     def finish(self) -> KeywordIndex:
@@ -351,11 +366,9 @@ def _catch_up_keyword(keyword: KeywordIndex, live: LogReader, since: int) -> Non
         if op == b"D":
             gone.append(event_id)
             continue
-        ev = live.get(event_id)
-        if ev is not None and ev.text:
-            docs.append(
-                KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects)
-            )
+        ev = live.get_light(event_id)
+        if ev is not None and indexed(ev.text, ev.properties_raw):
+            docs.append(keyword_doc(ev))
     keyword.add(docs)
     keyword.delete(gone)
 

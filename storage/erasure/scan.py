@@ -15,6 +15,8 @@ import re
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
+
 from storage.log import layout
 from storage.log.reader import LogReader
 
@@ -22,12 +24,15 @@ CHUNK = 1 << 20
 # Databases that keep an erased event's id on purpose: the ledger, and the Idempotency-Key record
 # that makes a retry of its append a replay rather than a new event.
 KEEPS_IDS = frozenset({"erased", "idem"})
-# An event id as text, lowercased: one pass of this finds every id a chunk holds, where testing
-# each of an erasure's thousand ids against the chunk would read it a thousand times.
+# An event id as text, lowercased.
 ID_TEXT = re.compile(rb"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
-# The same at every position, overlapping ones too (a lookahead consumes nothing): a match of
-# other hex before an id never hides it.
-ID_AT = re.compile(rb"(?=(" + ID_TEXT.pattern + rb"))")
+ID_LEN = 36
+# Where an id as text has its dashes: every place a chunk has dashes at these offsets is looked
+# up among the ids wanted. Found with numpy over the whole chunk at once: a regular expression
+# tried at every byte cost seconds a tenant (bench/RESULTS.md, "Erasure by subject"), and testing
+# each of an erasure's thousand ids against the chunk would read it a thousand times.
+DASHES = (8, 13, 18, 23)
+DASH = ord("-")
 
 
 def files_holding(root: Path, needles: Iterable[bytes]) -> dict[bytes, list[str]]:
@@ -52,7 +57,8 @@ def files_holding(root: Path, needles: Iterable[bytes]) -> dict[bytes, list[str]
 
 def _scan_file(path: Path, wanted: dict[bytes, bytes], overlap: int) -> set[bytes]:
     """The needles a file holds, read a chunk at a time (chunks overlap by a needle's length):
-    the ids among them found by one pass of ID_TEXT, the rest (identifiers) each looked for."""
+    the ids among them by where their dashes are (_id_texts), the rest (identifiers) each
+    looked for in the chunk lowercased."""
     ids = {low: n for n, low in wanted.items() if ID_TEXT.fullmatch(low)}
     others = {n: low for n, low in wanted.items() if low not in ids}
     held: set[bytes] = set()
@@ -62,12 +68,27 @@ def _scan_file(path: Path, wanted: dict[bytes, bytes], overlap: int) -> set[byte
             chunk = f.read(CHUNK)
             if not chunk:
                 break
-            window = tail + chunk.lower()
+            window = tail + chunk
             if ids:
-                held.update(ids[m] for m in ID_AT.findall(window) if m in ids)
-            held.update(n for n, low in others.items() if n not in held and low in window)
+                held.update(ids[m] for m in map(bytes.lower, _id_texts(window)) if m in ids)
+            if others:
+                low_window = window.lower()
+                held.update(n for n, low in others.items() if n not in held and low in low_window)
             tail = window[-overlap:] if overlap else b""
     return held
+
+
+def _id_texts(window: bytes) -> list[bytes]:
+    """Every 36-byte run of window with dashes where an id as text has them (overlapping ones
+    too): a superset of the ids it holds."""
+    n = len(window) - ID_LEN + 1
+    if n <= 0:
+        return []
+    at = np.frombuffer(window, dtype=np.uint8)
+    mask = at[DASHES[0] : DASHES[0] + n] == DASH
+    for offset in DASHES[1:]:
+        mask &= at[offset : offset + n] == DASH
+    return [window[i : i + ID_LEN] for i in np.flatnonzero(mask).tolist()]
 
 
 def log_holding(r: LogReader, event_ids: Iterable[str]) -> dict[str, list[str]]:
@@ -77,15 +98,16 @@ def log_holding(r: LogReader, event_ids: Iterable[str]) -> dict[str, list[str]]:
     raw = {layout.id_bytes(e): e for e in event_ids}
     found: dict[str, set[str]] = {e: set() for e in raw.values()}
     n = layout.ID_BYTES
+    get = raw.get
     for name, db in r.dbs.items():
         if name in KEEPS_IDS or name == "meta":
             continue
+        ops = name == "ops"
         for key, value in r.txn.cursor(db=db).iternext(keys=True, values=True):
-            key, value = bytes(key), bytes(value)
-            if name == "ops" and value[:1] == layout.OP_DELETE:
+            if ops and value[:1] == layout.OP_DELETE:
                 continue  # the delete's own op: the id and nothing else, as in the ledger
             for part in (key[:n], key[-n:], value[:n], value[1 : n + 1]):
-                event_id = raw.get(part)
+                event_id = get(bytes(part))
                 if event_id is not None:
                     found[event_id].add(name)
     return {e: sorted(names) for e, names in found.items()}

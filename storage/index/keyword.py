@@ -31,7 +31,7 @@ from storage.index.keyword_tail import (
     query_tokens,
 )
 from storage.log import layout
-from storage.model import FilterValue
+from storage.model import FilterValue, StoredEvent
 from storage.space import disk_full
 
 log = logging.getLogger("memspine.keyword")
@@ -86,7 +86,8 @@ FULL = (
 
 
 class KeywordDoc(msgspec.Struct, frozen=True):
-    """What the keyword index needs of one event (seq: the log op that appended it)."""
+    """What the keyword index needs of one event (seq: the log op that appended it); text ""
+    for an event without text, indexed for its properties' words only (WORDS)."""
 
     event_id: str
     kind: str
@@ -94,6 +95,82 @@ class KeywordDoc(msgspec.Struct, frozen=True):
     filterable: dict[str, FilterValue]
     seq: int
     subjects: tuple[str, ...] | list[str] = ()  # each tagged as layout.SUBJECT's value
+    properties: bytes | None = None  # the properties JSON as stored, for WORDS
+
+
+def keyword_doc(ev: StoredEvent) -> KeywordDoc:
+    """The document of a stored event (one that is `indexed`)."""
+    return KeywordDoc(
+        ev.event_id, ev.kind, ev.text or "", ev.filterable, ev.seq, ev.subjects, ev.properties_raw
+    )
+
+
+def indexed(text: str | None, properties: bytes | None) -> bool:
+    """Whether an event has a document in the keyword index: it has text or properties."""
+    return bool(text) or bool(properties)
+
+
+# The field an erasure's identifier search reads (storage/read/subjects.py): every word of the
+# text and of the properties (keys and values), lowercased and folded to ASCII, neither stemmed
+# nor scored (no frequencies), so an identifier's words are found as they were written.
+WORDS = "words"
+WORDS_TOKENIZER = "memspine_words"
+
+
+def _words_analyzer() -> tantivy.TextAnalyzer:
+    """Runs of letters and digits, lowercased and folded to ASCII ("Zoë" -> "zoe")."""
+    return (
+        tantivy.TextAnalyzerBuilder(tantivy.Tokenizer.simple())
+        .filter(tantivy.Filter.lowercase())
+        .filter(tantivy.Filter.ascii_fold())
+        .build()
+    )
+
+
+_WORDS_ANALYZER = _words_analyzer()
+
+
+def words(text: str) -> list[str]:
+    """The words WORDS indexes of a text, as the index makes them (Tantivy's own analyzer)."""
+    return _WORDS_ANALYZER.analyze(text)
+
+
+def searched_text(text: str | None, properties: bytes | None) -> str:
+    """An event's text and its properties' strings (keys and values), as one string."""
+    if not properties:
+        return text or ""
+    if b"\\" in properties:  # an escape in the JSON: its strings as they read
+        texts = [text] if text else []
+        value = msgspec.json.decode(properties)
+        _strings(value if isinstance(value, dict) else {}, texts)
+        return " ".join(texts)
+    # the JSON text itself holds every key and value as written
+    props = properties.decode(errors="replace")
+    return f"{text} {props}" if text else props
+
+
+def _strings(value: object, into: list[str]) -> None:
+    """Every string and number in a decoded JSON value (keys included), as text."""
+    if isinstance(value, str):
+        into.append(value)
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            into.append(key)
+            _strings(item, into)
+    elif isinstance(value, list):
+        for item in value:
+            _strings(item, into)
+    elif isinstance(value, int | float) and not isinstance(value, bool):
+        into.append(str(value))
+
+
+def open_tantivy(path: Path | None) -> tantivy.Index:
+    """The Tantivy index at path (None: in memory) with the keyword schema (made if there is
+    none) and WORDS' analyzer registered, which its writers need (without it a writer dies at
+    its first document); ValueError for an index of another schema."""
+    index = tantivy.Index(_schema(), path=None if path is None else str(path), reuse=True)
+    index.register_tokenizer(WORDS_TOKENIZER, _words_analyzer())
+    return index
 
 
 # A queued change: (the document to add, or None to delete, its id, whether an add first
@@ -115,6 +192,7 @@ def _schema() -> tantivy.Schema:
     b.add_text_field("text", stored=False, tokenizer_name="en_stem", index_option="freq")
     b.add_text_field("kind", stored=False, tokenizer_name="raw")
     b.add_text_field("tag", stored=False, tokenizer_name="raw")
+    b.add_text_field(WORDS, stored=False, tokenizer_name=WORDS_TOKENIZER, index_option="basic")
     b.add_unsigned_field("seq", stored=False, indexed=False, fast=True)
     return b.build()
 
@@ -218,7 +296,7 @@ class KeywordIndex:
         """Open the index at path, creating an empty one if there is none; raises ValueError
         for an index of any other schema (the tenant then rebuilds it from the log)."""
         path.mkdir(parents=True, exist_ok=True)
-        return cls(path, _open_index(path), committed_seq)
+        return cls(path, open_tantivy(path), committed_seq)
 
     @property
     def index(self) -> tantivy.Index:
@@ -255,7 +333,7 @@ class KeywordIndex:
         if index is None:
             if self._closed:
                 raise RuntimeError("the keyword index is closed")
-            index = _open_index(self.path)
+            index = open_tantivy(self.path)
             self._index, self._current = index, View(index)
         held().touch(self)
         return index
@@ -574,6 +652,32 @@ class KeywordIndex:
             view = self._view_now()
         return _search(view, words, limit, kind, filters, self._ties)
 
+    def with_words(self, groups: list[list[str]]) -> tuple[list[int], int]:
+        """The seqs of the committed documents holding every word of one of the groups (each
+        as `words` makes them), and the log op that commit covers: what was published since is
+        not searched (the caller reads it from the log). An erasure's identifier search."""
+        with self._cond:
+            view, covered = self._view, self.committed_seq
+        searcher, schema = view.searcher, self.schema
+        Occur, Query = tantivy.Occur, tantivy.Query
+        query = Query.boolean_query(
+            [
+                (
+                    Occur.Should,
+                    Query.boolean_query(
+                        [(Occur.Must, Query.term_query(schema, WORDS, w)) for w in group]
+                    ),
+                )
+                for group in groups
+            ]
+        )
+        first = searcher.search(query, 1, count=True)
+        count = cast(int, first.count)  # type: ignore[attr-defined]  # the stub lacks it
+        hits = first.hits if count <= 1 else searcher.search(query, count, count=False).hits
+        if not hits:
+            return [], covered
+        return cast(list[int], searcher.fast_field_values("seq", [a for _s, a in hits])), covered
+
     def _refuse_if_failing(self) -> None:
         """No answer while what was acknowledged cannot be folded (caller holds _cond)."""
         if self._error is not None and self.committed_seq < self._published_seq:
@@ -628,17 +732,15 @@ class KeywordIndex:
                 self._writer = None
 
 
-def _open_index(path: Path) -> tantivy.Index:
-    """The Tantivy index at path (made if there is none); ValueError for another schema."""
-    return tantivy.Index(_schema(), path=str(path), reuse=True)
-
-
 def document(d: KeywordDoc) -> tantivy.Document:
-    """The Tantivy document of an event: id, text, kind, one tag per filterable property, seq."""
+    """The Tantivy document of an event: id, text, kind, one tag per filterable property, the
+    words of its text and properties, seq."""
     doc = tantivy.Document()
     doc.add_text("id", d.event_id)
-    doc.add_text("text", d.text)
+    if d.text:
+        doc.add_text("text", d.text)
     doc.add_text("kind", d.kind)
+    doc.add_text(WORDS, searched_text(d.text, d.properties))
     for tag in _tags(d):
         doc.add_text("tag", tag)
     doc.add_unsigned("seq", d.seq)

@@ -4,14 +4,12 @@ identifiers a person gave; one snapshot, nothing written."""
 
 from __future__ import annotations
 
-import re
-from bisect import bisect_right
 from collections.abc import Iterable
-from itertools import accumulate
 
 import msgspec
 
 from storage.errors import InvalidRequest
+from storage.index.keyword import KeywordIndex, searched_text, words
 from storage.log import layout
 from storage.log.reader import LogReader
 from storage.read.cascade import derived_closure
@@ -24,8 +22,7 @@ MAX_IDENTIFIERS = 20
 MIN_IDENTIFIER_CHARS = 3  # shorter would match most of a tenant
 MAX_IDENTIFIER_CHARS = 256
 MAX_CONFIRM_IDS = 10_000
-CHUNK = 2048  # records folded and searched at once by matching
-_WORD = re.compile(r"\w+")
+CHUNK = 2048  # records decoded at once by matching
 
 
 class Reach(msgspec.Struct, frozen=True, kw_only=True):
@@ -65,13 +62,14 @@ def check_identifiers(value: Iterable[str] | None) -> tuple[str, ...]:
     return tuple(dict.fromkeys(given))
 
 
-def reach(r: LogReader, q: Reach) -> list[Reached]:
+def reach(r: LogReader, q: Reach, keyword: KeywordIndex | None = None) -> list[Reached]:
     """Every live event the erasure would reach, oldest first, with its reasons; the derived
-    ones of identifier matches only for those confirmed (they are what the real run erases)."""
+    ones of identifier matches only for those confirmed (they are what the real run erases).
+    keyword: the tenant's keyword index, which finds identifiers without a pass over the log."""
     reasons: dict[str, list[str]] = {}
     for event_id in tagged(r, q.subject):
         reasons.setdefault(event_id, []).append(SUBJECT)
-    for event_id in matching(r, q.identifiers):
+    for event_id in matching(r, q.identifiers, keyword):
         reasons.setdefault(event_id, []).append(IDENTIFIER)
     roots = [e for e, why in reasons.items() if SUBJECT in why or e in q.confirm_ids]
     for event_id in derived(r, roots) if q.cascade else ():
@@ -112,89 +110,58 @@ def derived(r: LogReader, roots: list[str]) -> list[str]:
     return list(seen)
 
 
-def matching(r: LogReader, identifiers: tuple[str, ...]) -> list[str]:
-    """The live events whose text or properties name an identifier: the identifier itself,
-    case folded, or every word of it as a word of the event (so "Smith, Ann" matches "Ann
-    Smith"). One pass over every live record's text and properties (layout.decode_words),
-    CHUNK records at a time."""
-    if not identifiers:
+def matching(
+    r: LogReader, identifiers: tuple[str, ...], keyword: KeywordIndex | None = None
+) -> list[str]:
+    """The live events whose text or properties (keys and values) name an identifier: hold
+    every word of it as a word (keyword.words: runs of letters and digits, lowercased, folded to
+    ASCII; in any order, so "Smith, Ann" matches "Ann Smith"). With the tenant's keyword index,
+    its WORDS field gives the candidates and the log the rest (events appended since its last
+    commit), each confirmed against its record in this snapshot; without it, one pass over
+    every record (matching_by_pass)."""
+    wanted = _wanted(identifiers)
+    if not wanted:
         return []
-    wanted = [(i.casefold(), frozenset(_WORD.findall(i.casefold()))) for i in identifiers]
-    # A word of the identifier, which every event that names it holds (within a word of its
-    # own, or as one); the longest, which fewest events hold. None: no word to look for.
-    keys = [max(parts, key=len) if parts else None for _, parts in wanted]
-    found: list[str] = []
-    for words in r.live_words(CHUNK):
-        chunk = [(event_id, _hay(text, raw)) for event_id, text, raw in words]
-        found += _matching_chunk(chunk, wanted, keys)
+    if keyword is None:
+        return matching_by_pass(r, identifiers)
+    seqs, covered = keyword.with_words(wanted)
+    raws: dict[bytes, None] = {}
+    for seq in seqs:
+        if (raw_id := r.raw_id_for_seq(seq)) is not None:
+            raws[raw_id] = None
+    for _seq, op, event_id in r.ops_after(covered):
+        if op == layout.OP_APPEND:
+            raws[layout.id_bytes(event_id)] = None
+    records = [rec for raw_id in raws if (rec := r.raw_record(raw_id)) is not None]
+    found = []
+    for i in range(0, len(records), CHUNK):
+        for event_id, text, props in layout.decode_words(records[i : i + CHUNK]):
+            if _names(searched_text(text, props), wanted):
+                found.append(event_id)
     return found
 
 
-def _matching_chunk(
-    chunk: list[tuple[str, str]],
-    wanted: list[tuple[str, frozenset[str]]],
-    keys: list[str | None],
-) -> list[str]:
-    """The ids in chunk whose hay names an identifier: only those whose hay holds a key word
-    (found in all of them folded at once) are tested one by one."""
-    big = "\0".join(hay for _, hay in chunk)
-    folded = big.casefold()
-    if None in keys or len(folded) != len(big):  # no key, or offsets that moved: test each
-        return [event_id for event_id, hay in chunk if _names(hay.casefold(), wanted)]
-    starts = list(accumulate((len(hay) + 1 for _, hay in chunk), initial=0))
-    candidates: set[int] = set()
-    for key in keys:
-        at = folded.find(key) if key else -1
-        while at >= 0:
-            k = bisect_right(starts, at) - 1
-            candidates.add(k)
-            at = folded.find(key, starts[k + 1]) if key else -1  # the next event's hay on
-    return [
-        chunk[k][0]
-        for k in sorted(candidates)
-        if _names(folded[starts[k] : starts[k + 1] - 1], wanted)
-    ]
+def matching_by_pass(r: LogReader, identifiers: tuple[str, ...]) -> list[str]:
+    """As matching, by one pass over every live record (the reference the index is held to)."""
+    wanted = _wanted(identifiers)
+    found: list[str] = []
+    if not wanted:
+        return found
+    for chunk in r.live_words(CHUNK):
+        for event_id, text, props in chunk:
+            if _names(searched_text(text, props), wanted):
+                found.append(event_id)
+    return found
 
 
-def _hay(text: str | None, raw: bytes | None) -> str:
-    """An event's text and its properties' strings (keys and values), as one string."""
-    if not raw:
-        return text or ""
-    if b"\\" in raw:  # an escape in the JSON: its strings as they read
-        texts = [text] if text else []
-        value = msgspec.json.decode(raw)
-        _strings(value if isinstance(value, dict) else {}, texts)
-        return " ".join(texts)
-    # the JSON text itself holds every key and value as written
-    props = raw.decode(errors="replace")
-    return f"{text} {props}" if text else props
+def _wanted(identifiers: tuple[str, ...]) -> list[list[str]]:
+    """Each identifier's words (an identifier without any, all punctuation, names nothing)."""
+    return [w for i in identifiers if (w := words(i))]
 
 
-def _names(hay: str, wanted: list[tuple[str, frozenset[str]]]) -> bool:
-    """Whether a case-folded hay holds one of the identifiers."""
+def _names(hay: str, wanted: list[list[str]]) -> bool:
+    """Whether a text holds every word of one of the identifiers."""
     if not hay:
         return False
-    words: set[str] | None = None
-    for whole, parts in wanted:
-        if whole in hay:
-            return True
-        if len(parts) > 1 and all(p in hay for p in parts):  # words only if each is there
-            words = words if words is not None else set(_WORD.findall(hay))
-            if parts <= words:
-                return True
-    return False
-
-
-def _strings(value: object, into: list[str]) -> None:
-    """Every string and number in a decoded JSON value (keys included), as text."""
-    if isinstance(value, str):
-        into.append(value)
-    elif isinstance(value, dict):
-        for key, item in value.items():
-            into.append(key)
-            _strings(item, into)
-    elif isinstance(value, list):
-        for item in value:
-            _strings(item, into)
-    elif isinstance(value, int | float) and not isinstance(value, bool):
-        into.append(str(value))
+    held = set(words(hay))
+    return any(held.issuperset(w) for w in wanted)

@@ -21,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from storage.index.keyword import KeywordDoc, KeywordIndex
+from storage.index.keyword import KeywordDoc, KeywordIndex, indexed, keyword_doc
 from storage.index.vectors import VectorIndex
 from storage.log.eventlog import EventLog
 from storage.log.layout import OP_APPEND, OP_DELETE, OP_EMBED
@@ -59,10 +59,8 @@ class _Replay:
         ev = self.r.get(event_id)
         if ev is None or ev.seq != seq:  # gone, or its id written again by a later op: that
             return  # op's record (the log keeps one record an id, under its append's seq)
-        if seq > self.keyword_seq and ev.text:
-            self.docs.append(
-                KeywordDoc(ev.event_id, ev.kind, ev.text, ev.filterable, ev.seq, ev.subjects)
-            )
+        if seq > self.keyword_seq and indexed(ev.text, ev.properties_raw):
+            self.docs.append(keyword_doc(ev))
         if seq > self.vector_seq and ev.embedding is not None:
             self.labels.append(seq)
             self.vectors.append(ev.embedding)
@@ -139,11 +137,7 @@ def project_appends(p: Projected, start: int, written: list[StoredEvent]) -> boo
         return False
     if not written:
         return True  # no op written (replays, errors): catch_up would have nothing to do
-    docs = [
-        KeywordDoc(r.event_id, r.kind, r.text, r.filterable, r.seq, r.subjects)
-        for r in written
-        if r.text
-    ]
+    docs = [keyword_doc(r) for r in written if indexed(r.text, r.properties_raw)]
     labels = [r.seq for r in written if r.embedding is not None]
     vectors = [r.embedding for r in written if r.embedding is not None]
     last = written[-1].seq

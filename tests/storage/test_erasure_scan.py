@@ -11,6 +11,8 @@ from pathlib import Path
 import pytest
 
 from storage.erasure import scan
+from storage.model import NewEvent
+from storage.tenants.tenant import Tenant
 
 
 def test_every_id_and_identifier_is_found_where_it_stands(
@@ -35,3 +37,27 @@ def test_every_id_and_identifier_is_found_where_it_stands(
     assert {n for n, where in found.items() if where} == {*ids[:6], b"Ann Smith"}
     assert found[ids[5]] == ["keyword/seg"] and found[ids[0]] == ["data.mdb"]
     assert found[b"nobody"] == [] and found[ids[6]] == []
+
+
+def test_the_log_scan_names_each_database_holding_an_id_until_the_purge(tmp_path: Path) -> None:
+    t = Tenant.open("t1", tmp_path / "t1", embedding_dim=4)
+    try:
+        kept, gone = (
+            o.event_id
+            for o in t.submit_append(
+                [
+                    NewEvent(kind="turn", ts=1_000_000 + i, text="x", properties_raw=b'{"a": 1}')
+                    for i in range(2)
+                ]
+            ).result()
+        )
+        live = t.snapshot_read(lambda r: scan.log_holding(r, [kept, gone]))
+        assert live[gone] == ["by_kind", "by_prop", "by_ts", "events", "ops"] == live[kept]
+        t.submit_delete([gone]).result()
+        deleted = t.snapshot_read(lambda r: scan.log_holding(r, [gone]))
+        assert deleted[gone] == ["tombstones"]  # the delete op holds it by design
+        t.purge()
+        purged = t.snapshot_read(lambda r: scan.log_holding(r, [kept, gone]))
+    finally:
+        t.close()
+    assert purged == {kept: live[kept], gone: []}

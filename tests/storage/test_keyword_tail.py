@@ -94,9 +94,9 @@ def stats_of(
 
 
 def test_fieldnorms_are_the_lengths_tantivy_scores_with() -> None:
-    from storage.index.keyword import _schema
+    from storage.index.keyword import open_tantivy
 
-    index = tantivy.Index(_schema())
+    index = open_tantivy(None)
     writer = index.writer(heap_size=20_000_000, num_threads=1)
     lengths = [*range(1, 130), 199, 200, 536, 537, 599, 600, 1047, 1048, 1049, 5000, 9000]
     for i, n in enumerate(lengths):

@@ -112,3 +112,42 @@ def test_a_label_deleted_or_replaced_while_it_moves_into_the_graph_is_never_foun
     finally:
         go.set()
         index.close()
+
+
+def test_a_deleted_vector_is_noise_in_every_file_saved_after_its_delete(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(vectors, "EXACT_BELOW", 4)
+    path = tmp_path / "v.hnsw"
+    index = VectorIndex.create_empty(path, DIM)
+    rows = _vectors(12)
+    try:
+        index.add(list(range(1, 12)), rows[1:12])
+        index.flush()
+        index.save()
+        graph = index.index
+        assert graph is not None
+
+        def stored(label: int) -> bytes:  # as hnswlib holds it (cosine: its own normalising)
+            return np.asarray(graph.get_items([label]), dtype="<f4").tobytes()
+
+        old = {label: stored(label) for label in (5, 6, 7)}
+        assert old[5] in path.read_bytes()
+        index.delete([5, 6])  # hidden at once; the memory of the graph still holds them
+        assert 5 not in [label for label, _sim in index.search(rows[5], 3)]
+        index.add([6], [rows[0]])  # 6 replaced: its new vector is live and saved as it is
+        index.flush()
+        for _ in range(2):  # and again: a second save erases them as the first did
+            index.save()
+            saved = path.read_bytes()
+            assert old[5] not in saved and old[6] not in saved
+            assert stored(6) in saved and old[7] in saved
+    finally:
+        index.close()
+    reopened = VectorIndex.open(path, DIM)
+    try:
+        assert reopened.search(rows[0], 1)[0][0] in (6,)
+        assert 5 not in [label for label, _sim in reopened.search(rows[5], 3)]
+        assert reopened.count() == 10
+    finally:
+        reopened.close()
