@@ -110,4 +110,17 @@ def log_holding(r: LogReader, event_ids: Iterable[str]) -> dict[str, list[str]]:
                 event_id = get(bytes(part))
                 if event_id is not None:
                     found[event_id].add(name)
+    _records_holding(r, raw, found)
     return {e: sorted(names) for e, names in found.items()}
+
+
+def _records_holding(r: LogReader, raw: dict[bytes, str], found: dict[str, set[str]]) -> None:
+    """Name "records" for each id whose record is there: a record is keyed by its append's seq
+    and holds its id inside the encoding, so it is found through "ids" (log format 7)."""
+    ids, records = r.dbs.get("ids"), r.dbs.get("records")
+    if ids is None or records is None:
+        return
+    for raw_id, event_id in raw.items():
+        key = r.txn.get(raw_id, db=ids)
+        if key is not None and r.txn.get(key, db=records) is not None:
+            found[event_id].add("records")

@@ -52,7 +52,7 @@ def test_the_log_scan_names_each_database_holding_an_id_until_the_purge(tmp_path
             ).result()
         )
         live = t.snapshot_read(lambda r: scan.log_holding(r, [kept, gone]))
-        assert live[gone] == ["by_kind", "by_prop", "by_ts", "events", "ops"] == live[kept]
+        assert live[gone] == ["by_kind", "by_prop", "by_ts", "ids", "ops", "records"] == live[kept]
         t.submit_delete([gone]).result()
         deleted = t.snapshot_read(lambda r: scan.log_holding(r, [gone]))
         assert deleted[gone] == ["tombstones"]  # the delete op holds it by design
