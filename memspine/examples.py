@@ -41,4 +41,5 @@ EXAMPLES: dict[str, dict[str, Any]] = {
     "erase_subject": {"dry_run": True, "identifiers": ["Ann Lee", "ann@example.com"]},
     "erase_subject_everywhere": {"dry_run": True, "identifiers": ["ann@example.com"]},
     "move_pull": {"after": 0},
+    "move_take_reads": {"source": "node-a"},
 }

@@ -206,6 +206,13 @@ class ServerSpace(msgspec.Struct, frozen=True, kw_only=True):
 CHAIN_KIND = "turn"
 CHAIN_WEIGHT = 0.7
 CHAIN_GAP_US = 30 * 60 * 1_000_000
+CONVERSATION = "conversation"  # the property that names a turn's conversation (its chain's key)
+
+
+def conversation_of(ev: StoredEvent) -> FilterValue | None:
+    """The conversation a turn belongs to (its filterable `conversation` property), None if
+    it names none."""
+    return ev.filterable.get(CONVERSATION)
 
 
 class StoredVector(msgspec.Struct, frozen=True):

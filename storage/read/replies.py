@@ -8,8 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from storage.log.reader import LogReader
-from storage.model import CHAIN_GAP_US, CHAIN_KIND, StoredEvent
-from storage.tenants.chains import conversation_of
+from storage.model import CHAIN_GAP_US, CHAIN_KIND, StoredEvent, conversation_of
 
 # The first fused hits whose replies are looked for (the ten places a recall usually fills).
 REPLY_FROM = 10

@@ -8,18 +8,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from storage.log.reader import LogReader
-from storage.model import CHAIN_GAP_US, CHAIN_KIND, FilterValue, StoredEvent
+from storage.model import CHAIN_GAP_US, CHAIN_KIND, FilterValue, StoredEvent, conversation_of
 
-CONVERSATION = "conversation"  # the property that names a turn's conversation
 MAX_STEPS = 256  # earlier turns read looking for the start of each conversation in a batch
 
 Key = FilterValue | None
-
-
-def conversation_of(ev: StoredEvent) -> Key:
-    """The conversation a turn belongs to (its filterable `conversation` property), None if
-    it names none."""
-    return ev.filterable.get(CONVERSATION)
 
 
 def starts_of(before: StoredEvent | Mapping[Key, StoredEvent] | None) -> dict[Key, StoredEvent]:

@@ -40,8 +40,9 @@ from storage.model import (
     ServerSpace,
     StoredEvent,
     StoredVector,
+    conversation_of,
 )
-from storage.tenants.chains import Key, conversation_of, starts_of
+from storage.tenants.chains import Key, starts_of
 from storage.tenants.tenant import Tenant
 
 log = logging.getLogger("memspine.embedding")

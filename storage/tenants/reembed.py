@@ -25,8 +25,8 @@ from storage.fsync import fsync_dir
 from storage.index.vectors import VectorIndex
 from storage.log import layout, revisions
 from storage.log.eventlog import EventLog
-from storage.model import CHAIN_KIND, StoredEvent
-from storage.tenants.chains import Key, conversation_of
+from storage.model import CHAIN_KIND, StoredEvent, conversation_of
+from storage.tenants.chains import Key
 from storage.tenants.embedding import chain
 
 BATCH = 256  # texts per embed call (the local embedder batches them by length itself)

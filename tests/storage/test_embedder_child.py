@@ -51,7 +51,8 @@ def test_a_killed_child_is_started_again_and_no_vector_is_lost(tmp_path: Path) -
     embedder.load()
     first = embedder.pid
     assert first is not None and first != os.getpid()
-    assert nice_of(first) == os.getpriority(os.PRIO_PROCESS, os.getpid()) + 10
+    # Capped at 19, the lowest priority: the worker running this test may itself run niced.
+    assert nice_of(first) == min(19, os.getpriority(os.PRIO_PROCESS, os.getpid()) + 10)
     want = embedder.embed(TEXTS)
     assert want.shape == (4, 384) and np.allclose(np.linalg.norm(want, axis=1), 1, atol=1e-5)
     os.kill(first, signal.SIGKILL)
