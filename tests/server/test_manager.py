@@ -334,9 +334,11 @@ def test_open_close_cycles_leak_no_fds_threads_or_reader_slots(tmp_path: Path) -
     assert manager.stats().opens == CYCLES
     manager.close_all()
     # No more than before: threads or fds of earlier tests in this process (idle worker
-    # threads, a warm-up thread) may end meanwhile, but the cycles must leave none behind.
-    assert fd_count() <= fds
-    assert threading.active_count() <= threads
+    # threads, a warm-up thread) may end meanwhile, but the cycles must leave none behind. A
+    # Tantivy index let go ends its watcher thread at its next poll (storage/index/held.py):
+    # waited for, within a bound that a leak (one fd a cycle) would never meet.
+    wait_until(lambda: fd_count() <= fds, f"fds back to {fds} (now {fd_count()})", 10)
+    wait_until(lambda: threading.active_count() <= threads, "threads back", 10)
     for name in names:
         env = lmdb.open(str(tmp_path / "data" / name / "events"), max_dbs=16, readonly=True)
         try:
