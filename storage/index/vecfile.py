@@ -27,7 +27,7 @@ import os
 import struct
 from collections.abc import Collection
 from pathlib import Path
-from typing import BinaryIO, NamedTuple
+from typing import Any, BinaryIO, NamedTuple
 
 import numpy as np
 
@@ -232,14 +232,7 @@ def map_vectors(path: Path, dim: int) -> tuple[np.ndarray, np.ndarray]:
         offset=HEADER.size + shape.data_at,
         strides=(shape.size, 4),
     )
-    labels = np.ndarray(
-        (shape.records,),
-        dtype="<u8",
-        buffer=mm,
-        offset=HEADER.size + shape.label_at,
-        strides=(shape.size,),
-    )
-    return labels.astype(np.int64), vectors
+    return _labels_view(mm, shape).astype(np.int64), vectors
 
 
 def count_labels(path: Path, labels: Collection[int], dim: int) -> int:
@@ -285,15 +278,20 @@ def _size(fd: int) -> int:
 
 def _records(mm: mmap.mmap, shape: Layout, labels: Collection[int]) -> list[int]:
     """The record numbers holding these labels (the file holds at least one record)."""
-    stored = np.ndarray(
-        (shape.records,),
-        dtype="<u8",
-        buffer=mm,
-        offset=HEADER.size + shape.label_at,
-        strides=(shape.size,),
-    )
+    stored = _labels_view(mm, shape)
     try:
         wanted = np.fromiter(labels, dtype=np.uint64)
         return [int(i) for i in np.nonzero(np.isin(stored, wanted))[0]]
     finally:
         del stored  # the view must go before the map closes
+
+
+def _labels_view(buffer: Any, shape: Layout) -> np.ndarray:
+    """The records' labels as a strided view of the mapped file (no copy)."""
+    return np.ndarray(
+        (shape.records,),
+        dtype="<u8",
+        buffer=buffer,
+        offset=HEADER.size + shape.label_at,
+        strides=(shape.size,),
+    )

@@ -4,12 +4,8 @@ migration was killed halfway; every float32 rendered as its shortest decimal (st
 
 from __future__ import annotations
 
-import os
 import random
-import signal
 import struct
-import subprocess
-import sys
 from pathlib import Path
 
 import lmdb
@@ -25,9 +21,7 @@ from storage.log.eventlog import EventLog, record_bytes, snapshot
 from storage.model import FLOAT32_MAX, AppendResult, NewEvent, StoredEvent
 from storage.tenants.tenant import Tenant
 from storage.transfer import backup as bk
-from tests.support.oldlog import make_v5, records, schema
-from tests.support.servers import REPO
-from tests.support.wait import PATIENCE_SECS
+from tests.support.oldlog import kill_at_halfway, make_v5, records, schema
 
 T0 = 1_800_000_000_000_000
 WORDS = ["order", "parcel", "carrier", "signed", "delivered", "refund", "street", "case"]
@@ -217,21 +211,7 @@ print("finished", flush=True)
 def test_a_migration_killed_halfway_reads_as_before_and_goes_on(tmp_path: Path) -> None:
     path, v5 = written(tmp_path, 384, 1200)
     before = records(path)
-    child = subprocess.Popen(
-        [sys.executable, "-c", KILLED, str(path)],
-        stdout=subprocess.PIPE,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == b"halfway\n"
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=PATIENCE_SECS) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    kill_at_halfway(KILLED, path)
     # Two batches committed, the third not: every record reads as before, to float32 precision.
     after = records(path)
     rewritten = {k for k, v in after.items() if v != before[k]}

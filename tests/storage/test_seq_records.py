@@ -4,11 +4,7 @@ moved on open, also when the move was killed halfway."""
 
 from __future__ import annotations
 
-import os
 import random
-import signal
-import subprocess
-import sys
 from pathlib import Path
 
 import lmdb
@@ -17,9 +13,7 @@ import numpy as np
 from storage.log import layout
 from storage.log.eventlog import EventLog, record_bytes, snapshot
 from storage.model import SOURCE_FROM, SUPERSEDES, AppendResult, NewEvent, StoredEvent
-from tests.support.oldlog import MAX_DBS, make_v6, records, schema
-from tests.support.servers import REPO
-from tests.support.wait import PATIENCE_SECS
+from tests.support.oldlog import MAX_DBS, kill_at_halfway, make_v6, records, schema
 
 T0 = 1_800_000_000_000_000
 WORDS = ["order", "parcel", "carrier", "signed", "delivered", "refund", "street", "case"]
@@ -194,21 +188,7 @@ print("finished", flush=True)
 def test_a_move_killed_halfway_reads_as_before_and_goes_on(tmp_path: Path) -> None:
     path, stored = written(tmp_path, 384, 1200)
     before = records(path)
-    child = subprocess.Popen(
-        [sys.executable, "-c", KILLED, str(path)],
-        stdout=subprocess.PIPE,
-        cwd=REPO,
-        env={**os.environ, "PYTHONPATH": str(REPO)},
-    )
-    try:
-        assert child.stdout is not None
-        assert child.stdout.readline() == b"halfway\n"
-        os.kill(child.pid, signal.SIGKILL)
-        assert child.wait(timeout=PATIENCE_SECS) == -signal.SIGKILL
-    finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait()
+    kill_at_halfway(KILLED, path)
     # Two batches moved, the third not: every record is where one layout or the other has it.
     assert records(path) == before and schema(path) == 6
     assert db_stat(path, "ids")["entries"] == 500  # type: ignore[index]

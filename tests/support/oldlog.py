@@ -4,7 +4,11 @@ records and layouts."""
 
 from __future__ import annotations
 
+import os
+import signal
 import struct
+import subprocess
+import sys
 from pathlib import Path
 
 import lmdb
@@ -12,6 +16,8 @@ import msgspec
 
 from storage.log import layout
 from storage.model import StoredEvent
+from tests.support.servers import REPO
+from tests.support.wait import PATIENCE_SECS
 
 
 def encode_v5(ev: StoredEvent) -> bytes:
@@ -92,3 +98,23 @@ def schema(path: Path) -> int | None:
             return None if raw is None else layout.read_u64(raw)
     finally:
         env.close()
+
+
+def kill_at_halfway(script: str, path: Path) -> None:
+    """Run a migration script (python -c) on the log at path and kill -9 it once it prints
+    "halfway" (the script sleeps there): the migration stopped between two batches."""
+    child = subprocess.Popen(
+        [sys.executable, "-c", script, str(path)],
+        stdout=subprocess.PIPE,
+        cwd=REPO,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    try:
+        assert child.stdout is not None
+        assert child.stdout.readline() == b"halfway\n"
+        os.kill(child.pid, signal.SIGKILL)
+        assert child.wait(timeout=PATIENCE_SECS) == -signal.SIGKILL
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait()
