@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import hashlib
 import random
-import shutil
 import tempfile
 import threading
 import time
@@ -55,9 +54,7 @@ def terms_of(texts: list[str], scratch: Path) -> set[str]:
     index.add(KeywordDoc(f"d{i}", "k", text, {}, i) for i, text in enumerate(texts))
     index.commit()
     index.close()
-    terms = index_terms(scratch)
-    shutil.rmtree(scratch)
-    return terms
+    return index_terms(scratch)  # scratch stays: a let-go index's watcher may still touch it
 
 
 # -- building tenants --------------------------------------------------------------------------
@@ -118,8 +115,8 @@ def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) 
         assert label in before, label
     gone = last_tokens(t, rng.sample(ids, 20))  # more deletes, so pages and segments were shared
     survivors = [e for e in ids if e not in gone]
-    live_terms = terms_of([t_ for e in survivors if (t_ := text_of(t, e))], tmp_path / "scratch")
-    victim_terms = terms_of([text], tmp_path / "scratch") - live_terms
+    live_terms = terms_of([t_ for e in survivors if (t_ := text_of(t, e))], tmp_path / "live")
+    victim_terms = terms_of([text], tmp_path / "victim") - live_terms
     assert {"door", "code", "4471", rare[1].lower()} <= victim_terms
 
     assert t.submit_delete([victim]).result() == [victim]
