@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +20,7 @@ from storage.index.vecfile import read_vectors
 from storage.model import AppendResult, NewEvent
 from storage.read.recall import RecallQuery, RecallResult, recall
 from storage.tenants.tenant import Tenant
+from tests.support.wait import remove_tree
 
 REPO = Path(__file__).resolve().parents[2]
 WORDS = (
@@ -85,7 +85,7 @@ def filled_tenant(root: Path, n: int = 120) -> tuple[Tenant, list[str]]:
 
 
 def _remove_keyword(root: Path) -> None:
-    shutil.rmtree(root / "keyword")
+    remove_tree(root / "keyword")
 
 
 def _damage_keyword(root: Path) -> None:

@@ -3,7 +3,6 @@ Tantivy's document store; an index of any other schema is rebuilt from the log o
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +11,7 @@ import tantivy
 from storage.model import AppendResult, NewEvent
 from storage.read.recall import RecallQuery, recall
 from storage.tenants.tenant import Tenant
+from tests.support.wait import remove_tree
 
 DIM = 4
 WORDS = ["parcel", "refund", "carrier", "signed", "street", "number"]
@@ -57,7 +57,7 @@ def make_seqless_index(t: Tenant) -> None:
     """Replace the tenant's keyword index with one whose documents have no seq, from its log."""
     path = t.root / "keyword"
     t.keyword.close()
-    shutil.rmtree(path)
+    remove_tree(path)
     path.mkdir()
     b = tantivy.SchemaBuilder()
     b.add_text_field("id", stored=True, tokenizer_name="raw")

@@ -5,7 +5,6 @@ Ties), with a bounded number of Tantivy searches."""
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +15,7 @@ from storage.index.keyword import KeywordDoc, KeywordIndex
 from storage.model import AppendResult, NewEvent
 from storage.read.recall import RecallQuery, recall
 from storage.tenants.tenant import Tenant
+from tests.support.wait import remove_tree
 
 # word -> how many documents hold it (each the same score for that word): runs shorter than the
 # first search, past it, past TIE_FIRST, and up to TIE_HITS.
@@ -199,5 +199,5 @@ def test_fused_recall_over_equal_texts_answers_alike_after_a_restart_and_a_rebui
     before = ask()
     assert before[0] == [e.event_id for e in batch[:10]]  # the oldest of 150 equal texts
     assert ask() == before
-    shutil.rmtree(root / "keyword")  # rebuilt from the log on open
+    remove_tree(root / "keyword")  # rebuilt from the log on open
     assert ask() == before
