@@ -20,7 +20,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage import files
-from storage.erasure import swap
+from storage.erasure import apart, swap
 from storage.erasure.compact import rewrite, sync_delta
 from storage.erasure.purge import PurgeStats
 from storage.index.keyword import KeywordDoc, KeywordIndex
@@ -74,10 +74,21 @@ def rng() -> random.Random:
     return random.Random(20261130)
 
 
+@pytest.fixture(params=["thread", "child"])
+def copier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where the purge copies the log: on its own thread, or (whatever the tenant's size) in a
+    child process as a large tenant's is (storage/erasure/apart.py)."""
+    if request.param == "child":
+        monkeypatch.setattr(apart, "APART_FROM_RECORDS", 0)
+    return str(request.param)
+
+
 # -- the forensic test -----------------------------------------------------------------------
 
 
-def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) -> None:
+def test_purge_leaves_no_byte_of_the_victim(
+    tmp_path: Path, rng: random.Random, copier: str
+) -> None:
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(20)])
@@ -242,7 +253,7 @@ def test_a_vector_file_it_cannot_read_is_saved_anew(tmp_path: Path, rng: random.
 # -- writes during a purge ---------------------------------------------------------------------
 
 
-def test_writes_during_the_purge_are_kept(tmp_path: Path, rng: random.Random) -> None:
+def test_writes_during_the_purge_are_kept(tmp_path: Path, rng: random.Random, copier: str) -> None:
     t = Tenant.open("t1", tmp_path / "t1", embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(200)])
     early = last_tokens(t, ids[:10])
