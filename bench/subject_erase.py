@@ -385,7 +385,8 @@ def in_copy(source: Path, name: str, fn: Any) -> Any:
 def paired(args: argparse.Namespace, n: int) -> dict[str, Any]:
     """Each round once with --base's code and once with this checkout's, alternating which goes
     first, each a worker process on its own copy of the template."""
-    here, base = Path(__file__).resolve().parent.parent, args.base.resolve()
+    here = (args.new or Path(__file__).resolve().parent.parent).resolve()
+    base = args.base.resolve()
     out: dict[str, list[dict[str, Any]]] = {"base": [], "new": []}
     for r in range(args.rounds):
         order = (("base", base), ("new", here)) if r % 2 == 0 else (("new", here), ("base", base))
@@ -403,6 +404,7 @@ def paired(args: argparse.Namespace, n: int) -> dict[str, Any]:
 
     return {
         "base_code": str(base),
+        "new_code": str(here),
         **{
             f"{label}_median_{key}": med(label, key)
             for label in out
@@ -421,6 +423,9 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=ROUNDS)
     parser.add_argument(
         "--base", type=Path, default=None, help="pair each round against this checkout (main)"
+    )
+    parser.add_argument(
+        "--new", type=Path, default=None, help="with --base: the other checkout (default: this)"
     )
     parser.add_argument("--code", type=Path, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--round", type=int, default=None, help=argparse.SUPPRESS)

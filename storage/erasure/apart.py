@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import importlib
 import json
 import os
 import subprocess
 import sys
 import threading
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +40,9 @@ from storage.log.reader import LogReader
 # imports, about 0.35 s of CPU) is about what copying 2,000 records costs.
 APART_FROM_RECORDS = 20_000
 NICENESS = 10  # over the server process's own, as the purge thread's (memspine/purging.py)
+# The receipt's scan runs at the server's own priority, as it did on a read thread: the request
+# waits for it, and at +10 on a busy machine it took three times as long (bench/RESULTS.md).
+SCAN_NICENESS = 0
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the storage package
 FAILED_WITH_ERRNO, FAILED = 3, 4  # the child's exit codes
 
@@ -53,8 +57,9 @@ def worth_it(r: LogReader) -> bool:
     return records is not None and r.txn.stat(records)["entries"] >= APART_FROM_RECORDS
 
 
-def run(task: str, **args: Any) -> Any:
-    """TASKS[task](**args) in a child process; its answer (JSON)."""
+def run(task: str, *, niceness: int = NICENESS, **args: Any) -> Any:
+    """TASKS[task](**args) in a child process `niceness` below the server's priority (it
+    cannot rise above the calling thread's); its answer (JSON)."""
     me = os.getpriority(os.PRIO_PROCESS, os.getpid())  # the process's, not this thread's
     env = {
         **os.environ,
@@ -63,7 +68,7 @@ def run(task: str, **args: Any) -> Any:
             p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p
         ),
     }
-    how = json.dumps({"task": task, "args": args, "nice": me + NICENESS})
+    how = json.dumps({"task": task, "args": args, "nice": me + niceness})
     proc = subprocess.Popen(
         [sys.executable, "-m", "storage.erasure.apart", how],
         stdin=subprocess.PIPE,
@@ -120,12 +125,11 @@ def _errno_of(exc: BaseException) -> int | None:
     return None
 
 
-def _tasks() -> dict[str, Callable[..., Any]]:
-    """What a child may be asked to run (imported in the child only)."""
-    from storage.erasure.purge import copy_apart
-    from storage.erasure.scan import scan_apart
-
-    return {"copy": copy_apart, "scan": scan_apart}
+# What a child may be asked to run: module and function, imported in the child only.
+TASKS = {
+    "copy": ("storage.erasure.purge", "copy_apart"),
+    "scan": ("storage.erasure.scan", "scan_apart"),
+}
 
 
 def _watch_parent() -> None:
@@ -148,7 +152,8 @@ def _child(how: dict[str, Any]) -> int:
     os.dup2(2, 1)  # stdout carries the answer only
     _watch_parent()
     try:
-        answer = _tasks()[how["task"]](**how["args"])
+        module, name = TASKS[how["task"]]
+        answer = getattr(importlib.import_module(module), name)(**how["args"])
     except Exception as exc:
         code = _errno_of(exc)
         if code is None:

@@ -45,7 +45,13 @@ def tenant_holding(
     (files_holding) and the log's databases holding each event id (log_holding); in a child
     process for a large log (apart.py), where these loops hold no GIL of the server's."""
     if apart.worth_it(r):
-        got = apart.run("scan", root=str(root), needles=list(needles), event_ids=list(event_ids))
+        got = apart.run(
+            "scan",
+            niceness=apart.SCAN_NICENESS,
+            root=str(root),
+            needles=list(needles),
+            event_ids=list(event_ids),
+        )
         return got["files"], got["log"]
     return _holding(root, r, needles, event_ids)
 
