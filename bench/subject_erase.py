@@ -18,6 +18,14 @@
   times, each paired with the pass over every record it replaced (`matching_by_pass`, same
   snapshot); both must find the same ids.
 
+- Each side also marks where the erasure is (its dry run, delete, each purge step, the scan, the
+  signature: wrappers around what memspine.subjects.erase calls, and the purge's step hook),
+  and the neighbour's recalls during it are counted by the step under way as each ended.
+- `--base DIR [--new DIR]`: each round runs twice, once with DIR's memspine/ and storage/ (a
+  `git archive` of main, say) and once with this checkout's (or --new's), alternating which
+  goes first, each a process of its own on a fresh copy of the template: a pairing in one run.
+  `--events N` sizes tenant t (N/100 tagged per subject), `--rounds R`.
+
 Targets: the subject's erasure within 1.5x the single purge (median of the rounds' ratios);
 the neighbour's recall p99 during the erasure within 1.2x its quiet p99; the identifier search
 p50 at most 50 ms at 100,000 events.
