@@ -12,7 +12,9 @@
   (`memspine.subjects.erase`: the dry run, one delete, one purge, the scan, the signed receipt
   kept), timed whole. Beside each side a task on the same event loop recalls tenant `v` without
   pause (`Engine.recall`, text and vector): the p99 of its recalls in the 15 s before the side
-  (quiet, after 5 s of recalls not counted) and during it.
+  (quiet, after 5 s of recalls not counted), in 15 s more with a lease on t held (quiet held:
+  the recalls then take a read thread, as during the side, not the event loop's short path),
+  and during it.
 - Then the dry run's identifier search (`memspine.subjects.dry_run` with the two identifiers:
   the keyword index's WORDS field, the candidates confirmed against their records) SEARCHES
   times, each paired with the pass over every record it replaced (`matching_by_pass`, same
@@ -231,9 +233,10 @@ async def recalls(
 
 async def beside_recalls(
     engine: Engine, work: Any
-) -> tuple[float, float, float, dict[str, dict[str, float]]]:
+) -> tuple[float, float, float, float, dict[str, dict[str, float]]]:
     """The neighbour's recall p99 (ms) alone for QUIET_S after WARM_S of recalls not counted,
-    then during work; work's seconds; the recalls during it by the step under way."""
+    then alone with a lease on t held for QUIET_S, then during work; work's seconds; the
+    recalls during it by the step under way."""
     warm: list[float] = []
     ends: list[tuple[float, float]] = []
     stop = asyncio.Event()
@@ -247,6 +250,17 @@ async def beside_recalls(
     await asyncio.sleep(QUIET_S)
     stop.set()
     await task
+    # Quiet again, with a request on tenant t under way (a lease held, as the erasure holds
+    # one): the neighbour's recalls then take a read thread, as during the work, instead of
+    # running on the event loop (Engine.read's short path, only when no other request holds a
+    # tenant). This is the same path's quiet p99.
+    held: list[float] = []
+    async with engine.tenant("t", create=False):
+        stop = asyncio.Event()
+        task = asyncio.create_task(recalls(engine, stop, held, []))
+        await asyncio.sleep(QUIET_S)
+        stop.set()
+        await task
     during: list[float] = []
     stop = asyncio.Event()
     task = asyncio.create_task(recalls(engine, stop, during, ends))
@@ -260,7 +274,7 @@ async def beside_recalls(
     await task
     quiet_p99 = percentile(quiet, 99) * 1000
     phases = by_phase(ends, 1.2 * quiet_p99)
-    return quiet_p99, percentile(during, 99) * 1000, seconds, phases
+    return quiet_p99, percentile(held, 99) * 1000, percentile(during, 99) * 1000, seconds, phases
 
 
 async def single(engine: Engine) -> int:
@@ -302,10 +316,11 @@ async def one_round(engine: Engine, r: int) -> dict[str, Any]:
     sides: dict[str, Any] = {}
     for side in ("single", "subject") if r % 2 == 0 else ("subject", "single"):
         work = single(engine) if side == "single" else subject(engine, r % ROUNDS)
-        quiet, during, seconds, phases = await beside_recalls(engine, work)
+        quiet, held, during, seconds, phases = await beside_recalls(engine, work)
         sides[side] = {
             "s": seconds,
             "quiet_p99_ms": quiet,
+            "quiet_held_p99_ms": held,
             "during_p99_ms": during,
             "phases": phases,
             "steps": [(name, round(t - PHASES.marks[0][0], 3)) for t, name in PHASES.marks],
@@ -314,6 +329,8 @@ async def one_round(engine: Engine, r: int) -> dict[str, Any]:
         **sides,
         "ratio": sides["subject"]["s"] / sides["single"]["s"],
         "neighbour_p99_ratio": sides["subject"]["during_p99_ms"] / sides["subject"]["quiet_p99_ms"],
+        "neighbour_p99_ratio_held": sides["subject"]["during_p99_ms"]
+        / sides["subject"]["quiet_held_p99_ms"],
         "load": os.getloadavg()[0],
     }
     print(f"round {r}: {summary(one)}", file=sys.stderr, flush=True)
@@ -326,6 +343,7 @@ def summary(one: dict[str, Any]) -> str:
         f"ratio {one['ratio']:.2f} neighbour p99 {one['subject']['during_p99_ms']:.1f} / "
         f"{one['subject']['quiet_p99_ms']:.1f} ms = {one['neighbour_p99_ratio']:.2f} "
         f"(single: {one['single']['during_p99_ms']:.1f} / {one['single']['quiet_p99_ms']:.1f}) "
+        f"quiet held {one['subject'].get('quiet_held_p99_ms', 0):.1f} ms "
         f"load {one['load']:.1f}"
     ]
     for side in ("subject", "single"):
@@ -416,7 +434,7 @@ def paired(args: argparse.Namespace, n: int) -> dict[str, Any]:
         **{
             f"{label}_median_{key}": med(label, key)
             for label in out
-            for key in ("ratio", "neighbour_p99_ratio")
+            for key in ("ratio", "neighbour_p99_ratio", "neighbour_p99_ratio_held")
         },
         **out,
     }
