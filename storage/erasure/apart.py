@@ -41,7 +41,8 @@ from storage.log.reader import LogReader
 APART_FROM_RECORDS = 20_000
 NICENESS = 10  # over the server process's own, as the purge thread's (memspine/purging.py)
 # The receipt's scan runs at the server's own priority, as it did on a read thread: the request
-# waits for it, and at +10 on a busy machine it took three times as long (bench/RESULTS.md).
+# waits for it, and at +10 on a busy machine it took two to three times as long
+# (bench/RESULTS.md, "Erasure by subject").
 SCAN_NICENESS = 0
 ROOT = Path(__file__).resolve().parents[2]  # the directory that holds the storage package
 FAILED_WITH_ERRNO, FAILED = 3, 4  # the child's exit codes
