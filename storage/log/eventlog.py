@@ -4,7 +4,6 @@ events is storage/log/appender.py's, changing records after their append revisio
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -410,9 +409,13 @@ def snapshot(path: Path, *, lock: bool = True) -> Iterator[LogReader]:
 def _open_dbs(env: lmdb.Environment) -> dict[str, Any]:
     """The log's databases (made if missing), and the legacy records' of a log not yet
     migrated to 7 if it has them."""
-    dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
-    with contextlib.suppress(lmdb.NotFoundError):
-        dbs[layout.LEGACY_EVENTS] = env.open_db(layout.LEGACY_EVENTS.encode(), create=False)
+    # In one write transaction: open_db without one begins and commits a transaction of its
+    # own, and a cold open asks for every database.
+    with env.begin(write=True) as txn:
+        dbs = {name: env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
+        legacy = layout.LEGACY_EVENTS.encode()
+        if txn.get(legacy) is not None:  # a named database is a key of the main one
+            dbs[layout.LEGACY_EVENTS] = env.open_db(legacy, txn=txn, create=False)
     return dbs
 
 
