@@ -121,6 +121,9 @@ class Tenant:
                 self.space = r.space()
                 tombstoned = r.tombstone_count() > 0
             self.dim = dim or embedding_dim
+            # What close compares its keyword watermark with while the log has not been written
+            # since (a let-go environment is not opened again only to read it back).
+            self._keyword_meta = (keyword_seq, self.log.writes)
             self.keyword, self.keyword_seq = open_keyword(root, keyword_seq or 0)
             try:
                 self.vectors, self.vector_seq = open_vectors(root, vector_seq or 0, self.dim)
@@ -515,7 +518,10 @@ class Tenant:
             log.error("tenant vector index not saved: the disk is full")
         self.vectors.close()
         committed = self.keyword.committed_seq
-        if self.log.meta_int(layout.KEYWORD_SEQ) != committed:  # a read-only visit writes nothing
+        saved, writes = self._keyword_meta
+        if writes != self.log.writes:  # written since the open: the meta may have moved
+            saved = self.log.meta_int(layout.KEYWORD_SEQ)
+        if saved != committed:  # a read-only visit writes nothing
             try:
                 self.log.set_meta_int(layout.KEYWORD_SEQ, committed)
             except DiskFull:  # an older watermark only replays more on open
