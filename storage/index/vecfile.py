@@ -73,8 +73,11 @@ def layout(head: bytes, file_size: int, dim: int) -> Layout:
 def peek(path: Path) -> tuple[int, int, int]:
     """(records, bytes a record, bytes a vector) from a saved index's header, whatever its
     dimension; OSError if it cannot be read, VectorFileError if it is too short."""
-    with open(path, "rb") as fh:
-        head = fh.read(HEADER.size)
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)  # before each cold open: no buffered file
+    try:
+        head = os.pread(fd, HEADER.size, 0)
+    finally:
+        os.close(fd)
     if len(head) < HEADER.size:
         raise VectorFileError("vector index file is truncated (shorter than its header)")
     _level0, _max, count, size, label_at, data_at = HEADER.unpack_from(head, 0)[:6]
