@@ -192,7 +192,8 @@ class EventLog:
     def _env_now(self) -> lmdb.Environment:
         """The environment, opened again if it was let go (the caller holds the lock)."""
         if self.env is None:
-            if self._closed:
+            # Closed, or its directory gone (a swap that found none): never made anew here.
+            if self._closed or not self.path.is_dir():
                 raise lmdb.Error("the event log is closed")
             self._open_in_place(self._map_size)
         assert self.env is not None
