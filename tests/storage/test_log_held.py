@@ -36,7 +36,7 @@ def event(text: str) -> NewEvent:
 @pytest.fixture
 def registry(monkeypatch: pytest.MonkeyPatch) -> HeldLogs:
     """A registry of this test's own, with a short linger and a limit of two."""
-    fresh = HeldLogs(limit=2, linger=0.2)
+    fresh = HeldLogs(limit=2, linger=0.2)  # past it, down to 1 (nine tenths, rounded down)
     monkeypatch.setattr(held_module, "_held", fresh)
     return fresh
 
@@ -82,8 +82,9 @@ def test_past_the_limit_the_least_recently_used_logs_let_go(
                 assert r.last_seq() == 0
         wait_until(lambda: len(registry) <= 2, f"two held (now {len(registry)})", 30)
         held = [t.log.is_held() for t in tenants]
-        assert held == [False, False, False, True, True], held  # the two used last
-        assert fds_under(tmp_path) == 2 * 3
+        # The last sweep kept the one used last; one used after it may be held beside it.
+        assert held[:3] == [False, False, False] and held[4], held
+        assert fds_under(tmp_path) == 3 * sum(held)
     finally:
         for t in tenants:
             t.close()
