@@ -16,9 +16,8 @@ import os
 import resource
 import threading
 import time
+from collections.abc import Callable
 from typing import Protocol
-
-from storage.index.background import Task, shared_pool
 
 LINGER_SECS = 5.0
 FDS_PER_LOG = 3  # LMDB's data file twice (reads, O_DSYNC meta writes) and its lock file
@@ -27,6 +26,33 @@ FDS_PER_LOG = 3  # LMDB's data file twice (reads, O_DSYNC meta writes) and its l
 # at most this share of it.
 FD_SHARE = 0.5
 MIN_HELD = 16
+
+
+class Task(Protocol):
+    """A pool's task (storage/index/background.py): wake() runs a step soon."""
+
+    def wake(self) -> None:
+        """Run a step soon."""
+        ...
+
+
+class Pool(Protocol):
+    """A pool that runs a task's steps: each returns seconds until the next, or None."""
+
+    def task(self, step: Callable[[], float | None], name: str) -> Task:
+        """A task for this pool (idle until woken)."""
+        ...
+
+
+# Where sweeps run: the index layer's shared pool, named by the tenants layer (this layer may
+# not import it). Without one no log lets go (a command-line tool's, say): as before.
+_pool: Callable[[], Pool] | None = None
+
+
+def run_sweeps_on(pool: Callable[[], Pool]) -> None:
+    """Run the registry's sweeps on the pool this returns (asked at each sweep's start)."""
+    global _pool
+    _pool = pool
 
 
 class Holder(Protocol):
@@ -74,9 +100,9 @@ class HeldLogs:
         with self._lock:
             self._held[id(holder)] = holder
             over = len(self._held) > self.limit
-            task, start = self._task, self._task is None
-            if start:
-                task = self._task = shared_pool().task(self._sweep, "log linger")
+            task, start = self._task, self._task is None and _pool is not None
+            if start and _pool is not None:
+                task = self._task = _pool().task(self._sweep, "log linger")
         if task is not None and (start or over):
             task.wake()
 

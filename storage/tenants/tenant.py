@@ -17,9 +17,11 @@ from storage.cypher import run as run_cypher
 from storage.erasure.purge import PurgeGate, PurgeStats
 from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recover
 from storage.errors import Conflict, DiskFull
+from storage.index.background import shared_pool
 from storage.index.keyword import KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
+from storage.log.held import run_sweeps_on
 from storage.log.layout import space_name
 from storage.log.reader import LogReader
 from storage.model import (
@@ -81,6 +83,8 @@ class TenantHooks:
 
 
 NO_HOOKS = TenantHooks()
+# An open tenant's log lets its environment go when unused, swept on the shared upkeep pool.
+run_sweeps_on(shared_pool)
 
 
 class Tenant:
