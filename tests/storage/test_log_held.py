@@ -4,6 +4,7 @@ use (storage/log/held.py): an idle open tenant holds no file descriptor."""
 from __future__ import annotations
 
 import os
+import threading
 from pathlib import Path
 
 import pytest
@@ -101,3 +102,50 @@ def test_a_log_in_use_is_not_let_go(tmp_path: Path, registry: HeldLogs) -> None:
         assert not tenant.log.is_held()
     finally:
         tenant.close()
+
+
+def test_reads_and_writes_racing_let_goes_lose_nothing(tmp_path: Path, registry: HeldLogs) -> None:
+    """Let go as often as it can be while two threads write and read: every write is there,
+    every read answers, and the environment is opened again as often as it is needed."""
+    tenant = Tenant.open("t", tmp_path / "t", embedding_dim=DIM)
+    ids: list[str] = []
+    errors: list[BaseException] = []
+    stop = threading.Event()
+
+    def write() -> None:
+        try:
+            for i in range(40):
+                [done] = tenant.submit_append([event(f"fact {i}")]).result(timeout=30)
+                ids.append(done.event_id)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+        finally:
+            stop.set()
+
+    def read() -> None:
+        try:
+            while not stop.is_set():
+                with tenant.log.reader() as r:
+                    assert r.last_seq() >= 0
+        except BaseException as exc:
+            errors.append(exc)
+
+    let_goes = 0
+    workers = [threading.Thread(target=write), threading.Thread(target=read)]
+    try:
+        for w in workers:
+            w.start()
+        while not stop.is_set():
+            let_goes += tenant.log.let_go() and not tenant.log.is_held()
+        for w in workers:
+            w.join(timeout=60)
+        assert errors == []
+        assert let_goes > 0
+        assert all(tenant.get(i) is not None for i in ids) and len(ids) == 40
+    finally:
+        tenant.close()
+    again = Tenant.open("t", tmp_path / "t", embedding_dim=DIM)
+    try:
+        assert all(again.get(i) is not None for i in ids)
+    finally:
+        again.close()
