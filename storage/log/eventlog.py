@@ -102,7 +102,8 @@ class EventLog:
         copy = self.path / COMPACTING
         shutil.rmtree(copy, ignore_errors=True)  # a copy a crash left
         copy.mkdir()
-        self._env_now().copy(str(copy), compact=True)
+        with self._held() as env:  # held shared: no let-go while it copies
+            env.copy(str(copy), compact=True)
         fsync_file(copy / DATA_FILE)
         with self.files_replaced():
             os.replace(copy / DATA_FILE, self.path / DATA_FILE)
