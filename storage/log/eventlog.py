@@ -102,7 +102,7 @@ class EventLog:
         copy = self.path / COMPACTING
         shutil.rmtree(copy, ignore_errors=True)  # a copy a crash left
         copy.mkdir()
-        with self._held() as env:  # held shared: no let-go while it copies
+        with self.environment() as env:  # held shared: no let-go while it copies
             env.copy(str(copy), compact=True)
         fsync_file(copy / DATA_FILE)
         with self.files_replaced():
@@ -178,7 +178,7 @@ class EventLog:
         held_logs().add(self)
 
     @contextmanager
-    def _held(self) -> Iterator[lmdb.Environment]:
+    def environment(self) -> Iterator[lmdb.Environment]:
         """The environment, held shared (no resize, swap or let-go meanwhile); opened again
         first if it was let go."""
         self.used_at = time.monotonic()
@@ -228,13 +228,13 @@ class EventLog:
 
     def map_size(self) -> int:
         """The environment's map size in bytes (the shared lock keeps a resize out)."""
-        with self._held() as env:
+        with self.environment() as env:
             return int(env.info()["map_size"])
 
     def grow_if_over_half(self) -> None:
         """Double the map now if more than half of it is in use, before a long read: growing
         waits for every reader, so a write needing room while one is held would stall reads."""
-        with self._held() as env:
+        with self.environment() as env:
             info, page = env.info(), env.stat()["psize"]
             used = (info["last_pgno"] + 1) * page
         if used * 2 > info["map_size"]:
@@ -253,7 +253,7 @@ class EventLog:
     @contextmanager
     def reader(self) -> Iterator[LogReader]:
         """A consistent read-only view of the log."""
-        with self._held() as env, env.begin(buffers=False) as txn:
+        with self.environment() as env, env.begin(buffers=False) as txn:
             yield LogReader(txn, self.dbs)
 
     def view(self, txn: lmdb.Transaction) -> LogReader:
@@ -283,7 +283,7 @@ class EventLog:
         reopened = False
         while True:
             try:
-                with self._held() as env, env.begin(write=True) as txn:
+                with self.environment() as env, env.begin(write=True) as txn:
                     self.writes += 1
                     result = fn(txn)
                     failpoints.hit("log.commit")
