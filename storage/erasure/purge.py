@@ -218,8 +218,8 @@ def _copy_log(
             keyword.abandon()
         # A child that died mid-copy leaves its reader's slot in the log's lock file, which
         # would keep the pages of its snapshot from reuse until the log is next opened.
-        with contextlib.suppress(Exception):
-            tenant.log.env.reader_check()
+        with contextlib.suppress(Exception), tenant.log.environment() as env:
+            env.reader_check()
         raise
     assert keyword is not None
     return since, doomed, keyword
