@@ -297,12 +297,21 @@ class Procedure:
     context: Context = Context()
     query_text: str = "as asked"
     feedback: Feedback | None = None
+    people_out: bool = False  # the question less the people it names (asked_texts)
 
 
 PROCEDURES = {
     "server": Procedure(),
-    "chosen": Procedure(context=Context(prev=CONTEXT, chain=True), feedback=FEEDBACK),
+    "chosen": Procedure(
+        context=Context(prev=CONTEXT, chain=True), feedback=FEEDBACK, people_out=True
+    ),
 }
+
+
+def asked_texts(tenant: Tenant, questions: list[str]) -> list[str]:
+    """What a server that embeds makes each question's vector from in this tenant: the text
+    less the people it names (storage/tenants/serving.py, Tenant.embedded_question)."""
+    return [tenant.embedded_question(RecallQuery(text=q)) for q in questions]
 
 
 # -- the stores -------------------------------------------------------------------------------------
@@ -380,6 +389,8 @@ def end_to_end(
             feedback = proc.feedback
         tenant = build_tenant(work / f"{name}-{conv.index}", conv, turn_vecs)
         try:
+            if name != "client" and PROCEDURES[name].people_out:
+                q_vecs = emb.embed(asked_texts(tenant, conv.questions))
             ranked = []
             for i, question in enumerate(conv.questions):
                 started = time.perf_counter()
@@ -486,7 +497,7 @@ def interleaved(work: Path, convs: list[Conversation], emb: Embeddings, keyed: b
             assert all(isinstance(r, AppendResult) for r in results), results
         rows: list[Row] = []
         for conv in convs:
-            q_vecs = emb.embed(conv.questions)
+            q_vecs = emb.embed(asked_texts(tenant, conv.questions))
             where: dict[str, FilterValue] = {"conversation": str(conv.index)}
             for i, question in enumerate(conv.questions):
                 ranked = ask(tenant, question, q_vecs[i], feedback=FEEDBACK, filters=where)

@@ -41,6 +41,7 @@ import storage.index.keyword as keyword_mod  # noqa: E402
 import storage.read.recall as rr  # noqa: E402
 from storage.index.flat import as_float32, unit  # noqa: E402
 from storage.model import CHAIN_GAP_US, StoredEvent  # noqa: E402
+from storage.read.focus import embedded_question, understand  # noqa: E402
 from storage.read.recall import RecallQuery, recall, validate  # noqa: E402
 from storage.tenants.tenant import Tenant  # noqa: E402
 
@@ -54,10 +55,12 @@ def _nothing() -> Iterator[None]:
 
 @dataclass
 class Variant:
-    """One row: a name and what it switches in (a context manager over storage's functions)."""
+    """One row: a name, what it switches in (a context manager over storage's functions) and
+    which question vectors a server-embedded tenant is asked with (QUESTION_TEXTS)."""
 
     name: str
     patch: Patch = _nothing
+    asked: str = "the server's"
 
 
 # -- the variants -----------------------------------------------------------------------------------
@@ -292,6 +295,103 @@ def moved_kw(hits: int, weight: float) -> Callable[..., np.ndarray]:
     return moved
 
 
+# -- round 6 (h36-quality3) -------------------------------------------------------------------------
+
+
+def content_words(text: str | None) -> int:
+    """Distinct words of a text that a query could search for (stop words and scaffolding out)."""
+    return len({w for w in keyword_mod.query_words(text or "")} - keyword_mod.QUERY_STOP_WORDS)
+
+
+def short_last(fewest: int, drop: bool = False) -> Patch:
+    """Keyword arms (main and focus) with the hits of at most `fewest` content words after the
+    others (or dropped): greetings and thanks that match one word of the question and win on
+    BM25's length normalisation ("Nate: Take care!")."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.keyword_arm
+
+        def arm(kw, adm, depth, most=None):  # type: ignore[no-untyped-def]
+            ranked = saved(kw, adm, depth, most)
+            long = [e for e in ranked if content_words(e.text) > fewest]
+            return long if drop else long + [e for e in ranked if content_words(e.text) <= fewest]
+
+        rr.keyword_arm = arm
+        try:
+            yield
+        finally:
+            rr.keyword_arm = saved
+
+    return patch
+
+
+def firsts_of_days(top: int, hours: int = 24) -> Patch:
+    """One more RRF list at the first fusion: the first fused hit of each day (UTC, or each
+    `hours` block) among the first `top`, in fused order (session-aware fusion, softer than a
+    cap: the best turn of every session it touches gains one list's share)."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.fuse
+        block = hours * 3_600_000_000
+
+        def fuse(rankings):  # type: ignore[no-untyped-def]
+            fused = saved(rankings)
+            seen: set[int] = set()
+            firsts = []
+            for ev, _s in fused[:top]:
+                if ev.ts // block not in seen:
+                    seen.add(ev.ts // block)
+                    firsts.append(ev)
+            return saved([*rankings, firsts])
+
+        rr.fuse = fuse
+        try:
+            yield
+        finally:
+            rr.fuse = saved
+
+    return patch
+
+
+def _without_people(r: Any, text: str, least: int) -> str:
+    """The text less the people it names (as the focus reads them), when it names `least`."""
+    focus = understand(r, text, None)
+    if len(focus.people) < least:
+        return text
+    return focus.without(text, people=True, dates=False)
+
+
+def _without_focus(r: Any, text: str) -> str:
+    """The text less the people and the dates it names (as the focus reads them)."""
+    return understand(r, text, None).without(text, people=True, dates=True)
+
+
+def _without_candidates(text: str) -> str:
+    """The text less every word that could be a name, known to the tenant or not."""
+    import re as _re
+
+    from storage.read.speakers import candidates
+
+    out = text
+    for name in sorted(candidates(text), key=len, reverse=True):
+        out = _re.sub(rf"\b{_re.escape(name)}(?:'s|\u2019s)?\b", " ", out)
+    return out if _re.search(r"\w", out) else text
+
+
+# The texts a server may embed for a question (variants' `asked`), made per tenant at build;
+# "the server's" is what storage/tenants/serving.py embeds (the baseline).
+QUESTION_TEXTS: dict[str, Callable[[Any, str], str]] = {
+    "the server's": lambda r, text: embedded_question(r, text, None),
+    "as asked": lambda r, text: text,
+    "less the people, when two or more": lambda r, text: _without_people(r, text, 2),
+    "less the people": lambda r, text: _without_people(r, text, 1),
+    "less the people and dates": lambda r, text: _without_focus(r, text),
+    "less every capitalised candidate": lambda r, text: _without_candidates(text),
+}
+
+
 VARIANTS: list[Variant] = [
     Variant("baseline (the code as it is)"),
     Variant("main: rank() as it was", knobs()),
@@ -388,6 +488,25 @@ VARIANTS: list[Variant] = [
         "r2 when w1 + next turns w1 + scaffolding + focus c 30",
         knobs(extra=both(timed(1.0), neighbours(10, 1.0)), query_text=unscaffolded, focus_c=30),
     ),
+    # round 6 (h36-quality3): over the code as it is
+    Variant("r6 keyword hits of <= 3 content words last", short_last(3)),
+    Variant("r6 first hit of each day among fused 30", firsts_of_days(30)),
+    Variant("r6 first hit of each day among fused 20", firsts_of_days(20)),
+    Variant("r6 keyword hits of <= 4 content words last", short_last(4)),
+    Variant("r6 keyword hits of <= 2 content words last", short_last(2)),
+    Variant("r6 keyword hits of <= 3 content words dropped", short_last(3, drop=True)),
+    Variant("r6 server embeds the question as asked (main)", asked="as asked"),
+    Variant(
+        "r6 server embeds the question less 2+ people", asked="less the people, when two or more"
+    ),
+    Variant("r6 server embeds the question less its people", asked="less the people"),
+    Variant(
+        "r6 server embeds the question less people and dates", asked="less the people and dates"
+    ),
+    Variant(
+        "r6 server embeds the question less capitalised words",
+        asked="less every capitalised candidate",
+    ),
 ]
 
 
@@ -398,23 +517,33 @@ class Built:
     conv: qs.Conversation
     tenants: dict[str, Tenant]
     questions: dict[str, np.ndarray]
+    asked: dict[str, np.ndarray]  # server-embedded tenants' question vectors of other texts
 
 
-def build(work: Path, convs: list[qs.Conversation], emb: qs.Embeddings) -> list[Built]:
+def build(
+    work: Path, convs: list[qs.Conversation], emb: qs.Embeddings, wanted: list[Variant]
+) -> list[Built]:
     """Each conversation's two tenants: server-embedded (the chain) and client vectors."""
     out = []
     chosen = qs.PROCEDURES["chosen"]
     for conv in convs:
         own = emb.embed([t.text for t in conv.turns])
         server = qs.server_vectors(conv.turns, own, chosen.context)
+        tenant = qs.build_tenant(work / f"server-{conv.index}", conv, server)
+        asked = {}
+        for name in dict.fromkeys(["the server's", *(v.asked for v in wanted)]):
+            with tenant.log.reader() as r:
+                texts = [QUESTION_TEXTS[name](r, q) for q in conv.questions]
+            asked[name] = emb.embed(texts)
         out.append(
             Built(
                 conv=conv,
                 tenants={
-                    "server": qs.build_tenant(work / f"server-{conv.index}", conv, server),
+                    "server": tenant,
                     "client": qs.build_tenant(work / f"client-{conv.index}", conv, conv.ref_turns),
                 },
-                questions={"server": emb.embed(conv.questions), "client": conv.ref_questions},
+                questions={"server": asked["the server's"], "client": conv.ref_questions},
+                asked=asked,
             )
         )
     return out
@@ -439,7 +568,8 @@ def run(built: list[Built], mode: str, v: Variant) -> tuple[list[qs.Row], list[l
         for b in built:
             _VEC[0] = b.tenants[mode].vectors
             for i, question in enumerate(b.conv.questions):
-                got = ask(b.tenants[mode], question, b.questions[mode][i])
+                vectors = b.asked[v.asked] if mode == "server" else b.questions[mode]
+                got = ask(b.tenants[mode], question, vectors[i])
                 ranked.append(got)
                 rows.append((*qs.metrics(got, b.conv.evidence[i]), b.conv.categories[i]))
     return rows, ranked
@@ -465,7 +595,7 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {"conversations": [c.index for c in convs], "variants": {}}
     rankings: dict[str, Any] = {}
     started = time.perf_counter()
-    built = build(work, convs, emb)
+    built = build(work, convs, emb, chosen)
     try:
         print(qs.HEADER)
         for v in chosen:

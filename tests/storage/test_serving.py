@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from storage.errors import Unavailable
@@ -116,4 +117,44 @@ def test_without_an_embedder_every_step_is_a_no_op(tmp_path: Path) -> None:
             assert policy.answers_at_once(t, RecallQuery(text="okapis", k=1))
             assert len(policy.recall(t, RecallQuery(text="okapis", k=1)).hits) == 1
     finally:
+        manager.close_all()
+
+
+class QueryRecorder(CountingEmbedder):
+    """The counting embedder, recording each query text it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.queries: list[str] = []
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """A query's vector; the text is recorded."""
+        self.queries.append(text)
+        return super().embed_query(text)
+
+
+def test_the_question_is_embedded_less_the_people_it_names(tmp_path: Path) -> None:
+    embedder = QueryRecorder()
+    worker = EmbeddingWorker(embedder, default_dim=4, linger=0.0)
+    manager = TenantManager(tmp_path, embedding_dim=4, embedding=worker)
+    policy = ServerVectors(worker)
+    try:
+        worker.start()
+        with manager.use("t") as t:
+            said = NewEvent(
+                kind="turn",
+                ts=T0,
+                text="Nate: I fed the turtles",
+                properties_raw=b'{"speaker":"Nate"}',
+            )
+            t.submit_append([said]).result(10)
+            asked = RecallQuery(text="What does Nate feed his turtles?", k=1)
+            result = policy.recall(t, asked, wait_for_vectors=True)
+            assert [h.event.text for h in result.hits] == ["Nate: I fed the turtles"]
+            assert embedder.queries == ["What does   feed his turtles?"]
+            # The keyword arm still reads the name: the text as asked finds the turn alone.
+            assert policy.recall(t, RecallQuery(text="Nate", k=1)).hits
+            assert embedder.queries[-1] == "Nate"  # nothing else: the text as asked
+    finally:
+        worker.stop()
         manager.close_all()
