@@ -355,6 +355,105 @@ def firsts_of_days(top: int, hours: int = 24) -> Patch:
     return patch
 
 
+_MEANS: dict[tuple[int, str, str], np.ndarray] = {}  # (tenant, property, value) -> mean vector
+
+
+def _mean(r: Any, key: tuple[int, str, str], ids: Any) -> np.ndarray | None:
+    if key not in _MEANS:
+        rows = [unit(as_float32(e.embedding)) for e in map(r.get, ids) if e and e.embedding]
+        _MEANS[key] = np.mean(rows, axis=0) if rows else None  # type: ignore[assignment]
+    return _MEANS[key]
+
+
+def less_person_direction(beta: float, project: bool = True) -> Patch:
+    """Feedback's moved query, then less the direction from the tenant's mean turn vector to
+    the mean vector of each person the text names (their turns' shared part: the name)."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.moved_query
+
+        def moved(adm, keyword, feedback):  # type: ignore[no-untyped-def]
+            q = saved(adm, keyword, feedback)
+            focus = understand(adm.r, adm.q.text, None)
+            if not focus.people:
+                return q
+            tid = id(_VEC[0])
+            every = _mean(adm.r, (tid, "", ""), adm.r.ids_by_kind("turn"))
+            for prop, value in focus.people:
+                own = _mean(adm.r, (tid, prop, value), adm.r.ids_by_property(prop, value))
+                if own is None or every is None:
+                    continue
+                d = unit(own - every)
+                q = q - np.float32(beta * (float(q @ d) if project else 1.0)) * d
+            return unit(q)
+
+        rr.moved_query = moved
+        try:
+            yield
+        finally:
+            rr.moved_query = saved
+
+    return patch
+
+
+def first_person_arms() -> Patch:
+    """Person arms for the first person named when the text names several (the subject of
+    "What did Nate recommend to Joanna?")."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.focus_arms
+
+        def arms(kw, vec, adm, depth, query, focus):  # type: ignore[no-untyped-def]
+            if len(focus.people) > 1:
+                focus = msgspec.structs.replace(focus, people=focus.people[:1])
+            return saved(kw, vec, adm, depth, query, focus)
+
+        rr.focus_arms = arms
+        try:
+            yield
+        finally:
+            rr.focus_arms = saved
+
+    return patch
+
+
+def no_main_vector_when_one_person() -> Patch:
+    """When the text names one person, the main vector arm's list is left out of the fusion
+    (the person's own vector arm ranks inside their events; the main one leans to the name)."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved_rank = rr.rank
+
+        def rank(kw, vec, adm, k, feedback=None, focus=None):  # type: ignore[no-untyped-def]
+            if focus is None or len(focus.people) != 1:
+                return saved_rank(kw, vec, adm, k, feedback, focus)
+            saved_vec = rr.vector_arm
+            calls = [0]
+
+            def vector_arm(v, a, depth, query=None):  # type: ignore[no-untyped-def]
+                calls[0] += 1
+                if not a.focused and calls[0] == 1:
+                    return []
+                return saved_vec(v, a, depth, query)
+
+            rr.vector_arm = vector_arm
+            try:
+                return saved_rank(kw, vec, adm, k, feedback, focus)
+            finally:
+                rr.vector_arm = saved_vec
+
+        rr.rank = rank
+        try:
+            yield
+        finally:
+            rr.rank = saved_rank
+
+    return patch
+
+
 def _without_people(r: Any, text: str, least: int) -> str:
     """The text less the people it names (as the focus reads them), when it names `least`."""
     focus = understand(r, text, None)
@@ -496,6 +595,11 @@ VARIANTS: list[Variant] = [
     Variant("r6 keyword hits of <= 2 content words last", short_last(2)),
     Variant("r6 keyword hits of <= 3 content words dropped", short_last(3, drop=True)),
     Variant("r6 server embeds the question as asked (main)", asked="as asked"),
+    Variant("r7 query less the person's direction, projected x1", less_person_direction(1.0)),
+    Variant("r7 first of several people named gets arms", first_person_arms()),
+    Variant("r7 no main vector arm when one person is named", no_main_vector_when_one_person()),
+    Variant("r7 query less the person's direction, projected x0.5", less_person_direction(0.5)),
+    Variant("r7 query less the person's direction x0.3", less_person_direction(0.3, False)),
     Variant(
         "r6 server embeds the question less 2+ people", asked="less the people, when two or more"
     ),
