@@ -454,6 +454,29 @@ def no_main_vector_when_one_person() -> Patch:
     return patch
 
 
+def feedback_when_named(weight: float, hits: int = 2) -> Patch:
+    """Feedback at `weight` (from `hits` keyword hits) when the text names a person the tenant
+    has seen, as it is otherwise: the keyword arms leave the name out, so moving the vector
+    further toward their hits dilutes the name in a vector that holds it."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.moved_query
+
+        def moved(adm, keyword, feedback):  # type: ignore[no-untyped-def]
+            if understand(adm.r, adm.q.text, None).people:
+                feedback = rr.Feedback(hits=hits, weight=weight)
+            return saved(adm, keyword, feedback)
+
+        rr.moved_query = moved
+        try:
+            yield
+        finally:
+            rr.moved_query = saved
+
+    return patch
+
+
 def _without_people(r: Any, text: str, least: int) -> str:
     """The text less the people it names (as the focus reads them), when it names `least`."""
     focus = understand(r, text, None)
@@ -597,6 +620,8 @@ VARIANTS: list[Variant] = [
     Variant("r6 server embeds the question as asked (main)", asked="as asked"),
     Variant("r7 query less the person's direction, projected x1", less_person_direction(1.0)),
     Variant("r7 first of several people named gets arms", first_person_arms()),
+    Variant("r7 feedback x1 when a person is named", feedback_when_named(1.0)),
+    Variant("r7 feedback x0.75 when a person is named", feedback_when_named(0.75)),
     Variant("r7 no main vector arm when one person is named", no_main_vector_when_one_person()),
     Variant("r7 query less the person's direction, projected x0.5", less_person_direction(0.5)),
     Variant("r7 query less the person's direction x0.3", less_person_direction(0.3, False)),
