@@ -12,6 +12,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from storage.embedders.base import QueryCache
 from storage.errors import Unavailable
 from storage.model import NewEvent
 from storage.read.recall import RecallQuery
@@ -121,15 +122,19 @@ def test_without_an_embedder_every_step_is_a_no_op(tmp_path: Path) -> None:
 
 
 class QueryRecorder(CountingEmbedder):
-    """The counting embedder, recording each query text it embeds."""
+    """The counting embedder with a real query LRU, recording each query text it embeds."""
 
     def __init__(self) -> None:
         super().__init__()
-        self.queries: list[str] = []
+        self.embedded: list[str] = []
+        self.queries = QueryCache()
 
     def embed_query(self, text: str) -> np.ndarray:
-        """A query's vector; the text is recorded."""
-        self.queries.append(text)
+        """A query's vector, from the LRU when it has it; the texts embedded are recorded."""
+        return self.queries.get(text, self._embed)
+
+    def _embed(self, text: str) -> np.ndarray:
+        self.embedded.append(text)
         return super().embed_query(text)
 
 
@@ -149,12 +154,15 @@ def test_the_question_is_embedded_less_the_people_it_names(tmp_path: Path) -> No
             )
             t.submit_append([said]).result(10)
             asked = RecallQuery(text="What does Nate feed his turtles?", k=1)
+            assert not policy.answers_at_once(t, asked)
             result = policy.recall(t, asked, wait_for_vectors=True)
             assert [h.event.text for h in result.hits] == ["Nate: I fed the turtles"]
-            assert embedder.queries == ["What does   feed his turtles?"]
+            assert embedder.embedded == ["What does   feed his turtles?"]
+            # The LRU holds the text embedded: the same question is answered at once.
+            assert policy.answers_at_once(t, asked)
             # The keyword arm still reads the name: the text as asked finds the turn alone.
             assert policy.recall(t, RecallQuery(text="Nate", k=1)).hits
-            assert embedder.queries[-1] == "Nate"  # nothing else: the text as asked
+            assert embedder.embedded[-1] == "Nate"  # nothing else: the text as asked
     finally:
         worker.stop()
         manager.close_all()
