@@ -477,6 +477,89 @@ def feedback_when_named(weight: float, hits: int = 2) -> Patch:
     return patch
 
 
+def replies_from(top: int) -> Patch:
+    """The reply arm looks for the replies of question turns among the first `top` fused."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        import storage.read.replies as replies_mod
+
+        saved = replies_mod.REPLY_FROM
+        replies_mod.REPLY_FROM = top
+        try:
+            yield
+        finally:
+            replies_mod.REPLY_FROM = saved
+
+    return patch
+
+
+def focus_deeper(times: int) -> Patch:
+    """Focus arms `times` as deep as the main arms."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.focus_arms
+
+        def arms(kw, vec, adm, depth, query, focus):  # type: ignore[no-untyped-def]
+            return saved(kw, vec, adm, depth * times, query, focus)
+
+        rr.focus_arms = arms
+        try:
+            yield
+        finally:
+            rr.focus_arms = saved
+
+    return patch
+
+
+def speaker_goes_on(weight: float, top: int = 10) -> Patch:
+    """One more RRF list after the reply arm: for each of the first `top` fused turns that asks
+    nothing, the next turn of its conversation by the same speaker within the chain's gap
+    (the speaker going on after the other's reply)."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        import storage.read.replies as replies_mod
+
+        saved = rr.reply_arm
+
+        def reply_arm(r, fused, admit):  # type: ignore[no-untyped-def]
+            out = saved(r, fused, admit)
+            more: dict[str, StoredEvent] = {}
+            for ev in fused[:top]:
+                if replies_mod.asks(ev):
+                    continue
+                who = ev.filterable.get("speaker") if ev.filterable else None
+                if who is None:
+                    props = msgspec.json.decode(ev.properties_raw or b"{}")
+                    who = props.get("speaker")
+                for n, raw in enumerate(r.raw_ids_by_ts(ev.ts + 1, ev.ts + CHAIN_GAP_US)):
+                    if n >= 8:
+                        break
+                    other = r.get_light_raw(raw)
+                    if other is None or other.kind != ev.kind:
+                        continue
+                    props = msgspec.json.decode(other.properties_raw or b"{}")
+                    if props.get("speaker") == who:
+                        if admit(other) and other.event_id not in more:
+                            more[other.event_id] = other
+                        break
+            extra = list(more.values())
+            if not extra:
+                return out
+            # weight: the list repeated stands for a weight of 2; else one list
+            return out + [e for e in extra if e.event_id not in {o.event_id for o in out}]
+
+        rr.reply_arm = reply_arm
+        try:
+            yield
+        finally:
+            rr.reply_arm = saved
+
+    return patch
+
+
 def _without_people(r: Any, text: str, least: int) -> str:
     """The text less the people it names (as the focus reads them), when it names `least`."""
     focus = understand(r, text, None)
@@ -620,6 +703,13 @@ VARIANTS: list[Variant] = [
     Variant("r6 server embeds the question as asked (main)", asked="as asked"),
     Variant("r7 query less the person's direction, projected x1", less_person_direction(1.0)),
     Variant("r7 first of several people named gets arms", first_person_arms()),
+    Variant("r8 replies of question turns among the first 20", replies_from(20)),
+    Variant("r8 replies of question turns among the first 5", replies_from(5)),
+    Variant("r8 focus arms twice as deep", focus_deeper(2)),
+    Variant(
+        "r8 the speaker's next turn after each of the first 10, in the reply list",
+        speaker_goes_on(1.0),
+    ),
     Variant("r7 feedback x1 when a person is named", feedback_when_named(1.0)),
     Variant("r7 feedback x0.75 when a person is named", feedback_when_named(0.75)),
     Variant("r7 no main vector arm when one person is named", no_main_vector_when_one_person()),
