@@ -513,7 +513,7 @@ def focus_deeper(times: int) -> Patch:
     return patch
 
 
-def speaker_goes_on(weight: float, top: int = 10) -> Patch:
+def speaker_goes_on(top: int = 10) -> Patch:
     """One more RRF list after the reply arm: for each of the first `top` fused turns that asks
     nothing, the next turn of its conversation by the same speaker within the chain's gap
     (the speaker going on after the other's reply)."""
@@ -545,11 +545,8 @@ def speaker_goes_on(weight: float, top: int = 10) -> Patch:
                         if admit(other) and other.event_id not in more:
                             more[other.event_id] = other
                         break
-            extra = list(more.values())
-            if not extra:
-                return out
-            # weight: the list repeated stands for a weight of 2; else one list
-            return out + [e for e in extra if e.event_id not in {o.event_id for o in out}]
+            seen = {o.event_id for o in out}
+            return out + [e for e in more.values() if e.event_id not in seen]
 
         rr.reply_arm = reply_arm
         try:
@@ -708,7 +705,7 @@ VARIANTS: list[Variant] = [
     Variant("r8 focus arms twice as deep", focus_deeper(2)),
     Variant(
         "r8 the speaker's next turn after each of the first 10, in the reply list",
-        speaker_goes_on(1.0),
+        speaker_goes_on(),
     ),
     Variant("r7 feedback x1 when a person is named", feedback_when_named(1.0)),
     Variant("r7 feedback x0.75 when a person is named", feedback_when_named(0.75)),
