@@ -61,6 +61,7 @@ class Variant:
     name: str
     patch: Patch = _nothing
     asked: str = "the server's"
+    turns: str = "as sent"  # the text a server-embedded turn's vector is made from (TURN_TEXTS)
 
 
 # -- the variants -----------------------------------------------------------------------------------
@@ -701,6 +702,12 @@ VARIANTS: list[Variant] = [
     Variant("r7 query less the person's direction, projected x1", less_person_direction(1.0)),
     Variant("r7 first of several people named gets arms", first_person_arms()),
     Variant("r8 replies of question turns among the first 20", replies_from(20)),
+    Variant("r9 server embeds turns without the speaker's name", turns="no speaker"),
+    Variant(
+        "r9 server embeds turns without the speaker's name, questions as asked",
+        turns="no speaker",
+        asked="as asked",
+    ),
     Variant("r8 replies of question turns among the first 5", replies_from(5)),
     Variant("r8 focus arms twice as deep", focus_deeper(2)),
     Variant(
@@ -751,13 +758,20 @@ def build(
             with tenant.log.reader() as r:
                 texts = [QUESTION_TEXTS[name](r, q) for q in conv.questions]
             asked[name] = emb.embed(texts)
+        tenants = {
+            "server": tenant,
+            "client": qs.build_tenant(work / f"client-{conv.index}", conv, conv.ref_turns),
+        }
+        for name in {v.turns for v in wanted} - {"as sent"}:  # other turn texts embedded
+            texts = [qs.TURN_TEXTS[name](conv.turns, i) for i in range(len(conv.turns))]
+            vectors = qs.server_vectors(conv.turns, emb.embed(texts), chosen.context)
+            tenants[f"server:{name}"] = qs.build_tenant(
+                work / f"server-{name}-{conv.index}", conv, vectors
+            )
         out.append(
             Built(
                 conv=conv,
-                tenants={
-                    "server": tenant,
-                    "client": qs.build_tenant(work / f"client-{conv.index}", conv, conv.ref_turns),
-                },
+                tenants=tenants,
                 questions={"server": asked["the server's"], "client": conv.ref_questions},
                 asked=asked,
             )
@@ -782,10 +796,13 @@ def run(built: list[Built], mode: str, v: Variant) -> tuple[list[qs.Row], list[l
     ranked: list[list[str]] = []
     with v.patch():
         for b in built:
-            _VEC[0] = b.tenants[mode].vectors
+            tenant = b.tenants[
+                mode if v.turns == "as sent" or mode != "server" else f"server:{v.turns}"
+            ]
+            _VEC[0] = tenant.vectors
             for i, question in enumerate(b.conv.questions):
                 vectors = b.asked[v.asked] if mode == "server" else b.questions[mode]
-                got = ask(b.tenants[mode], question, vectors[i])
+                got = ask(tenant, question, vectors[i])
                 ranked.append(got)
                 rows.append((*qs.metrics(got, b.conv.evidence[i]), b.conv.categories[i]))
     return rows, ranked

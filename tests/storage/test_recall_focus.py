@@ -172,6 +172,7 @@ def test_people_the_tenant_has_seen(people_tenant: Tenant, text: str, found: lis
     [
         ("What did Will say about the trip?", "What did   say about the trip?"),
         ("What did Will and Grace's son do?", "What did   and   son do?"),
+        ("What do we know about Mo?", "What do we know about  ?"),  # a data subject
         ("What did Bob say in Paris?", "What did Bob say in Paris?"),  # not seen: kept
         ("What will grace do?", "What will grace do?"),  # a word, not a name
         ("Grace?", "Grace?"),  # nothing else: the text as asked
