@@ -592,6 +592,12 @@ QUESTION_TEXTS: dict[str, Callable[[Any, str], str]] = {
     "less the people": lambda r, text: _without_people(r, text, 1),
     "less the people and dates": lambda r, text: _without_focus(r, text),
     "less every capitalised candidate": lambda r, text: _without_candidates(text),
+    "less the people, question word dropped": lambda r, text: qs.QUERY_TEXTS[
+        "question word dropped"
+    ](embedded_question(r, text, None)),
+    "less the people, no question mark": lambda r, text: qs.QUERY_TEXTS["no question mark"](
+        embedded_question(r, text, None)
+    ),
 }
 
 
@@ -703,6 +709,14 @@ VARIANTS: list[Variant] = [
     Variant("r7 first of several people named gets arms", first_person_arms()),
     Variant("r8 replies of question turns among the first 20", replies_from(20)),
     Variant("r9 server embeds turns without the speaker's name", turns="no speaker"),
+    Variant(
+        "r9 server embeds the question less its people and question word",
+        asked="less the people, question word dropped",
+    ),
+    Variant(
+        "r9 server embeds the question less its people and question mark",
+        asked="less the people, no question mark",
+    ),
     Variant(
         "r9 server embeds turns without the speaker's name, questions as asked",
         turns="no speaker",
