@@ -36,6 +36,7 @@ from storage.model import (
 )
 from storage.read.cascade import would_delete
 from storage.read.current import EventState, Moment, event_state
+from storage.read.focus import embedded_question
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import Feedback, RecallQuery, RecallResult, recall, validate
 from storage.tenants.chains import Key, chain_starts
@@ -225,6 +226,13 @@ class Tenant:
             return recall(
                 r, self.keyword, self.vectors, query, embeddings=embeddings, feedback=feedback
             )
+
+    def embedded_question(self, query: RecallQuery) -> str:
+        """The text of a recall a server that embeds makes its vector from (the text less the
+        people it names in this tenant: storage/read/focus.py)."""
+        assert query.text
+        with self.log.reader() as r:
+            return embedded_question(r, query.text, query.as_of)
 
     def cypher(
         self,
