@@ -326,3 +326,50 @@ def test_the_round_journal_writes_again_what_a_crash_took_from_the_logs(tmp_path
     assert len(list(records(roots["a"]))) == 7
     again.stop()
     assert not (tmp_path / JOURNAL).exists()  # all synced: nothing to write again
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_round_whose_journal_and_log_syncs_both_fail_is_taken_back_and_held(
+    tmp_path: Path, durable: bool
+) -> None:
+    """The journal and the log's own fdatasync both refused for want of room: the round's bytes
+    are cut off the log again, so nothing unsynced stays behind a head. Buffered, its records
+    are held in memory (the tenant `stuck`) and written, same links, once the syncs succeed;
+    durable, the reads waiting for them are refused."""
+    from storage import failpoints
+
+    root = tmp_path / "t"
+    root.mkdir()
+    heads: dict[str, Mark] = {}
+    w = ReadLogWriter(durable=durable, on_head=heads.__setitem__, journal=tmp_path / JOURNAL)
+    try:
+        first = [a_read(n) for n in range(1, 4)]
+        for r in first:
+            w.submit("t", root, r)
+        w.flush().result(10)
+        size = reads_path(root).stat().st_size
+        failpoints.arm("reads.journal", "enospc")
+        failpoints.arm("reads.sync", "enospc")
+        held = [a_read(n) for n in range(4, 7)]
+        futures = [w.submit("t", root, r) for r in held]
+        w.flush().result(10)  # a round: written, neither synced, taken back
+        assert reads_path(root).stat().st_size == size
+        assert heads["t"].seq == 3  # no head past what the file holds
+        if durable:
+            for f in futures:
+                assert f is not None
+                with pytest.raises(OSError):
+                    f.result(10)
+            assert not w.stuck("t") and w.pending() == 0
+        else:
+            assert w.stuck("t") and w.pending() == 3
+        failpoints.disarm_all()
+        w.flush().result(10)
+        assert not w.stuck("t") and w.pending() == 0
+        kept = first if durable else first + held
+        assert [f.read for f in records(root)] == kept
+        assert heads["t"].seq == len(kept)
+        assert verify(root, heads["t"], None).ok
+    finally:
+        failpoints.disarm_all()
+        w.stop()
