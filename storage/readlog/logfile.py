@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from storage import failpoints
-from storage.files import READS
+from storage.files import READS, READS_AWAITED
 from storage.fsync import fdatasync_fd, fsync_dir, replace_durably
 from storage.ids import id_bytes
 from storage.readlog.format import (
@@ -44,6 +44,23 @@ class Mark(NamedTuple):
 def reads_path(root: Path) -> Path:
     """The read log of the tenant whose directory is `root`."""
     return Path(root) / READS
+
+
+def await_carried(root: Path) -> None:
+    """Note that the tenant's read log from the node it is moving from is still to come."""
+    path = Path(root) / READS_AWAITED
+    path.touch()
+    fsync_dir(path.parent)
+
+
+def awaits_carried(root: Path) -> bool:
+    """Whether a move's hand-over of the tenant's read log is still to come here."""
+    return (Path(root) / READS_AWAITED).exists()
+
+
+def carried_in(root: Path) -> None:
+    """The hand-over is done (or there was nothing to hand): its note goes."""
+    (Path(root) / READS_AWAITED).unlink(missing_ok=True)
 
 
 def read_bytes(root: Path) -> int:
