@@ -162,8 +162,9 @@ class ReadLogWriter:
         return self._weight
 
     def flush(self) -> Future[None]:
-        """A future resolved once every record queued before is written (or failed) and the
-        heads are handed to on_head."""
+        """A future resolved once every record queued before is written (or failed, or held
+        again for a full disk: it is tried at once, not after its back-off) and the heads are
+        handed to on_head."""
         done: Future[None] = Future()
 
         def job() -> None:
