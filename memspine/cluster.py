@@ -117,7 +117,11 @@ class NodeGate:
             if held is None:
                 self._writes[tenant_id] = self._writes.get(tenant_id, 0) + 1
         if held is not None:
-            generation, placement = self.placement(tenant_id)
+            # Read from the database, not the watcher's cache: the watcher may not have seen yet
+            # a change made since the drain (a hold whose lease ran out was refused until it
+            # caught up). Only writes to a held tenant pay these two queries.
+            generation = self.control.database_generation()
+            placement = self.control.placement(tenant_id)
             # The hold outlives its move only if the plane, since the drain, says writes go on
             # here (the move was given up, or its hold's lease ran out): then it ends.
             expired = (
