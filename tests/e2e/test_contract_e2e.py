@@ -16,15 +16,18 @@ from pathlib import Path
 import pytest
 
 from memspine_admin.control import ControlDB
-from tests.support.contract import ADMIN_KEY, DOCUMENT, check_run, cli_args
+from tests.support.budget import LONG
+from tests.support.contract import ADMIN_KEY, ALL_PHASES, DOCUMENT, check_run, cli_args
 from tests.support.servers import REPO, ServerProcess
 
 SCRIPT = Path(sys.executable).parent / "schemathesis"
 COMMAND = [str(SCRIPT)] if SCRIPT.exists() else [sys.executable, "-m", "schemathesis.cli"]
-# One example per operation and phase: every phase still runs over the socket, and the coverage
-# phase, which does not count examples, still sends each operation's bounds and malformed values
-# (most of the run's requests); tests/server/test_contract.py has the many examples.
+# One example per operation and phase; tests/server/test_contract.py has the many examples. Under
+# make test-long every phase runs over the socket, the coverage phase too (each operation's
+# bounds and malformed values: most of the run's requests); make test runs the examples and one
+# fuzzed request per operation (tests/support/budget.py).
 MAX_EXAMPLES = 1
+PHASES = ALL_PHASES if LONG else "examples,fuzzing"
 
 
 @pytest.fixture(scope="module")
@@ -48,13 +51,14 @@ def live(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[ServerProce
 
 
 # A bound on liveness, not on speed: the run took 225 s of a 240 s bound at load 21 (2 cores).
+@pytest.mark.long
 @pytest.mark.timeout(900)
 def test_the_server_answers_as_its_document_says_over_a_socket(
     live: tuple[ServerProcess, str], tmp_path: Path
 ) -> None:
     server, key = live
     env = {**os.environ, "PYTHONPATH": str(REPO), "NO_COLOR": "1"}  # tests.support.contract_hooks
-    args = [*COMMAND, *cli_args(server.url + DOCUMENT, key, MAX_EXAMPLES)]
+    args = [*COMMAND, *cli_args(server.url + DOCUMENT, key, MAX_EXAMPLES, PHASES)]
     done = subprocess.run(
         args, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=840, check=False
     )

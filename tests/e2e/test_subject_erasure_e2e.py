@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pytest
 
+from tests.support.budget import size
 from tests.support.erasure import REPLY_TS, SUPPORT, door_turn_patterns, embedding_patterns, scan
 from tests.support.servers import REPO, ServerProcess
 
@@ -205,6 +207,7 @@ def test_the_seed_support_session_goes_in_one_request(start_server: Any) -> None
     client.close()
 
 
+@pytest.mark.long
 def test_a_kill_or_a_full_disk_mid_erasure_leaves_nothing_half_done(tmp_path: Path) -> None:
     data_dir = tmp_path / "data"
     server = ServerProcess(data_dir).start()
@@ -248,7 +251,7 @@ def test_a_kill_or_a_full_disk_mid_erasure_leaves_nothing_half_done(tmp_path: Pa
     # kill -9 at random moments of a real run: all or nothing, a receipt only if all
     rng = random.Random(31)
     before = 0
-    for attempt in range(3):
+    for attempt in range(size(3, 1)):  # kills: one in make test (tests/support/budget.py)
         server = ServerProcess(data_dir).start()
         with server.client(TENANT) as c:
             tagged = [post(c, f"{NAME} round {attempt} {i}", subjects=["c-42"]) for i in range(30)]

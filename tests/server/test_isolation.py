@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     Bundle,
@@ -29,6 +30,7 @@ from memspine.app import create_app
 from memspine.auth import Authenticator
 from memspine.config import Settings
 from memspine_admin.control import ControlDB
+from tests.support.budget import size
 from tests.support.control import CHEAP_HASHER
 
 ADMIN_KEY = "isolation-admin-key-0042"
@@ -228,9 +230,9 @@ class IsolationMachine(RuleBasedStateMachine):
 
 
 IsolationMachine.TestCase.settings = settings(
-    max_examples=30,
+    max_examples=size(30, 10),
     stateful_step_count=40,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much],
 )
-TestIsolation = IsolationMachine.TestCase
+TestIsolation = pytest.mark.long(IsolationMachine.TestCase)

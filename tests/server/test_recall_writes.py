@@ -14,7 +14,11 @@ import threading
 import time
 from typing import Any
 
-TRIES = 1_000
+import pytest
+
+from tests.support.budget import size
+
+TRIES = size(1_000, 250)  # a soak: a share of it in make test (tests/support/budget.py)
 OTHER_WRITERS = 3
 T0 = 1_791_208_939_000_000  # µs in 2026
 WORDS = [
@@ -93,6 +97,7 @@ class Appender(threading.Thread):
                 self.appended += 1
 
 
+@pytest.mark.long
 def test_a_recall_right_after_an_append_finds_it_by_both_arms(server: Any) -> None:
     pace = Pace()
     others = [Appender(server, n, pace) for n in range(OTHER_WRITERS)]

@@ -19,6 +19,7 @@ from hypothesis import strategies as st
 from storage.cypher import plan, run
 from storage.cypher.parser import parse
 from storage.errors import CypherSyntaxError, InvalidRequest
+from tests.support.budget import size
 from tests.support.cypher_world import OPS, WHO, Tenant, open_tenant
 
 CASES = Path(__file__).resolve().parents[1] / "support" / "cypher_cases.txt"
@@ -168,25 +169,29 @@ def check_position(err: CypherSyntaxError, query: str) -> None:
 FUZZ = settings(deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 
-@settings(FUZZ, max_examples=600)
+@pytest.mark.long
+@settings(FUZZ, max_examples=size(600, 150))
 @given(query=mutated())
 def test_mutated_queries(ops: Tenant, query: str) -> None:
     check(ops, query)
 
 
-@settings(FUZZ, max_examples=250)
+@pytest.mark.long
+@settings(FUZZ, max_examples=size(250, 60))
 @given(query=token_soup)
 def test_token_soup(ops: Tenant, query: str) -> None:
     check(ops, query)
 
 
-@settings(FUZZ, max_examples=150)
+@pytest.mark.long
+@settings(FUZZ, max_examples=size(150, 40))
 @given(query=random_text)
 def test_random_strings(ops: Tenant, query: str) -> None:
     check(ops, query)
 
 
-@settings(FUZZ, max_examples=150)
+@pytest.mark.long
+@settings(FUZZ, max_examples=size(150, 40))
 @given(query=random_text)
 def test_random_strings_after_a_valid_prefix(ops: Tenant, query: str) -> None:
     check(ops, "MATCH (n) WHERE " + query)

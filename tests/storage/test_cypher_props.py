@@ -24,6 +24,7 @@ from storage.errors import InvalidRequest
 from storage.log.eventlog import EventLog
 from storage.log.reader import LogReader
 from storage.model import AppendResult, NewEvent
+from tests.support.budget import size
 
 KINDS = ("turn", "fact", "tool_call")
 SUPPLIERS = ("A", "B", "C")
@@ -32,8 +33,10 @@ WORDS = ("alpha", "beta", "gamma")
 TYPE_CHOICES = ("", ":SOURCE_FROM", ":SUPERSEDES", ":SOURCE_FROM|SUPERSEDES")
 ARROWS = {"out": ("-", "->"), "in": ("<-", "-"), "both": ("-", "-")}
 
+pytestmark = pytest.mark.long  # every test here is a property run sized by SETTINGS
+
 SETTINGS = settings(
-    max_examples=60,
+    max_examples=size(60, 20),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )

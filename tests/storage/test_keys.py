@@ -26,6 +26,7 @@ from memspine_admin.control import ControlDB
 from memspine_admin.control_pg import ControlUnavailable
 from memspine_admin.plane import ControlPlane, open_control
 from storage.errors import Conflict, Forbidden, NotFound, Unauthorized
+from tests.support.budget import size
 from tests.support.control import CHEAP_HASHER as WEAK
 from tests.support.control import T0, Clock
 
@@ -275,7 +276,8 @@ def test_malformed_tokens_touch_neither_database_nor_argon2(
 
 
 @given(st.text(max_size=300))
-@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=200)
+@pytest.mark.long
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture], max_examples=size(200, 50))
 def test_arbitrary_text_never_crashes_the_verifier(db: ControlPlane, token: str) -> None:
     _unauthorized(KeyVerifier(db), token)
 
@@ -462,5 +464,7 @@ class KeyLifecycle(RuleBasedStateMachine):
         self.last_generation = generation
 
 
-KeyLifecycle.TestCase.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
-TestKeyLifecycle = KeyLifecycle.TestCase
+KeyLifecycle.TestCase.settings = settings(
+    max_examples=size(60, 20), stateful_step_count=30, deadline=None
+)
+TestKeyLifecycle = pytest.mark.long(KeyLifecycle.TestCase)

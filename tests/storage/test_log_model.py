@@ -9,6 +9,7 @@ import uuid
 from pathlib import Path
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
@@ -17,6 +18,7 @@ from storage.log import layout as enc
 from storage.log.eventlog import EventLog
 from storage.model import SOURCE_FROM, AppendResult, NewEvent
 from storage.read.listing import ListQuery, list_events
+from tests.support.budget import size
 
 KINDS = st.sampled_from(["turn", "fact", "tool_call"])
 TIMES = st.integers(0, 20)  # a narrow range, so equal times (ties broken by id) are common
@@ -184,9 +186,9 @@ class LogMachine(RuleBasedStateMachine):
 
 
 LogMachine.TestCase.settings = settings(
-    max_examples=100,
+    max_examples=size(100, 30),
     stateful_step_count=25,
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow],
 )
-TestLogAgainstModel = LogMachine.TestCase
+TestLogAgainstModel = pytest.mark.long(LogMachine.TestCase)

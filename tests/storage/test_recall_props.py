@@ -19,6 +19,7 @@ from storage.read import recall as recall_module
 from storage.read.current import Moment
 from storage.read.recall import Admission, RecallQuery, keyword_arm, vector_arm
 from storage.tenants.tenant import Tenant
+from tests.support.budget import size
 
 DIM = 3
 KINDS = ("turn", "fact", "tool_call")
@@ -40,8 +41,10 @@ VOCAB = (
 # unfiltered graph search checked after (over-fetch), or from a filtered graph search.
 PLANS = {"few": (10_000, 32), "overfetch": (0, 32), "filter": (0, 1)}
 
+pytestmark = pytest.mark.long  # property runs, sized by SETTINGS and size()
+
 SETTINGS = settings(
-    max_examples=25,
+    max_examples=size(25, 10),
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
@@ -229,7 +232,7 @@ def test_a_flat_set_searches_like_a_plain_dict_of_unit_rows(
         np.testing.assert_allclose(flat.rows(list(model)), np.stack(list(model.values())))
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=size(200, 50), deadline=None)
 @given(
     st.lists(
         st.floats(min_value=-1e6, max_value=1e6, allow_nan=False, width=32), min_size=1, max_size=64
