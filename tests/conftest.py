@@ -13,7 +13,9 @@ tests/e2e/test_embedding_e2e.py, tests/storage/test_server_vectors.py.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
+import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -58,6 +60,18 @@ def slow_files() -> dict[Path, int]:
     lines = (TESTS / "support" / "slow_files.txt").read_text().splitlines()
     names = [line.strip() for line in lines if line.strip() and not line.startswith("#")]
     return {(TESTS.parent / name).resolve(): i for i, name in enumerate(names)}
+
+
+@pytest.fixture(autouse=True)
+def priority_kept() -> Iterator[None]:
+    """The worker's CPU priority as it was before the test: a command run in process lowers
+    its own (memspine_admin/data.py, beside_the_server), and every later test of this worker
+    would otherwise run at nice 19 behind the rest of the suite."""
+    nice = os.getpriority(os.PRIO_PROCESS, 0)
+    yield
+    if os.getpriority(os.PRIO_PROCESS, 0) != nice:
+        with contextlib.suppress(PermissionError):  # raising it back needs root
+            os.setpriority(os.PRIO_PROCESS, 0, nice)
 
 
 @pytest.fixture(scope="session", autouse=True)

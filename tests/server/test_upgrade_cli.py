@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from storage import files
+from storage.datalock import hold
 from storage.log import layout
 from storage.log.eventlog import SCHEMA_VERSION, snapshot
 from storage.model import NewEvent
@@ -41,3 +42,24 @@ def test_every_tenant_is_migrated_and_keeps_its_events(tmp_path: Path) -> None:
         with snapshot(log) as r:
             assert [r.get(e).text for e in made] == [f"{name} {i}" for i in range(30)]  # type: ignore[union-attr]
     assert admin.json("upgrade")["tenants"] == 2  # again: each opens as it is, nothing changes
+
+
+def test_a_served_data_directory_is_refused_and_left_as_it_was(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data"
+    tenant = Tenant.open("acme", data_dir / "acme", embedding_dim=4)
+    try:
+        tenant.submit_append([NewEvent(kind="turn", ts=T0, text="kept")]).result()
+    finally:
+        tenant.close()
+    make_v6(data_dir / "acme" / files.LOG)
+    admin = Admin(data_dir, tmp_path, in_process=True)
+    lock = hold(data_dir, "memspine-server", "http://127.0.0.1:7781")  # as a running server does
+    try:
+        refused = admin.error("upgrade")
+    finally:
+        lock.close()
+    assert refused["error"] == "conflict", refused
+    assert "memspine-server" in refused["detail"] and "stop it" in refused["detail"], refused
+    assert _schema(data_dir / "acme" / files.LOG) == 6  # not opened: the server's files untouched
+    assert admin.json("upgrade")["tenants"] == 1  # once the server is gone
+    assert _schema(data_dir / "acme" / files.LOG) == SCHEMA_VERSION
