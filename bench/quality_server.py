@@ -297,12 +297,21 @@ class Procedure:
     context: Context = Context()
     query_text: str = "as asked"
     feedback: Feedback | None = None
+    people_out: bool = False  # the question less the people it names (asked_texts)
 
 
 PROCEDURES = {
     "server": Procedure(),
-    "chosen": Procedure(context=Context(prev=CONTEXT, chain=True), feedback=FEEDBACK),
+    "chosen": Procedure(
+        context=Context(prev=CONTEXT, chain=True), feedback=FEEDBACK, people_out=True
+    ),
 }
+
+
+def asked_texts(tenant: Tenant, questions: list[str]) -> list[str]:
+    """What a server that embeds makes each question's vector from in this tenant: the text
+    less the people it names (storage/tenants/serving.py, Tenant.embedded_question)."""
+    return [tenant.embedded_question(RecallQuery(text=q)) for q in questions]
 
 
 # -- the stores -------------------------------------------------------------------------------------
@@ -380,6 +389,8 @@ def end_to_end(
             feedback = proc.feedback
         tenant = build_tenant(work / f"{name}-{conv.index}", conv, turn_vecs)
         try:
+            if name != "client" and PROCEDURES[name].people_out:
+                q_vecs = emb.embed(asked_texts(tenant, conv.questions))
             ranked = []
             for i, question in enumerate(conv.questions):
                 started = time.perf_counter()
@@ -486,7 +497,7 @@ def interleaved(work: Path, convs: list[Conversation], emb: Embeddings, keyed: b
             assert all(isinstance(r, AppendResult) for r in results), results
         rows: list[Row] = []
         for conv in convs:
-            q_vecs = emb.embed(conv.questions)
+            q_vecs = emb.embed(asked_texts(tenant, conv.questions))
             where: dict[str, FilterValue] = {"conversation": str(conv.index)}
             for i, question in enumerate(conv.questions):
                 ranked = ask(tenant, question, q_vecs[i], feedback=FEEDBACK, filters=where)
@@ -691,7 +702,8 @@ def variants() -> list[Variant]:
 
 def cost(emb: Embeddings, quick: bool) -> dict[str, Any]:
     """Feedback's cost in one fused recall at 100,000 events (2,000 with --quick), in process,
-    alternating with and without; and one uncached query's embedding."""
+    alternating with and without; reading the people out of a question before it is embedded
+    (Tenant.embedded_question); and one uncached query's embedding."""
     spec = importlib.util.spec_from_file_location("bench_recall", BENCH / "recall.py")
     assert spec is not None and spec.loader is not None
     bench_recall = importlib.util.module_from_spec(spec)
@@ -706,6 +718,7 @@ def cost(emb: Embeddings, quick: bool) -> dict[str, Any]:
     tenant = Tenant.open(bench_recall.TENANT, root, embedding_dim=DIM)
     plain: list[float] = []
     fed: list[float] = []
+    asked: list[float] = []  # reading the people out of the text before it is embedded
     n = 200 if quick else 1000
     try:
         for i in range(n):
@@ -721,6 +734,9 @@ def cost(emb: Embeddings, quick: bool) -> dict[str, Any]:
                         r, tenant.keyword, tenant.vectors, q, embeddings=False, feedback=feedback
                     )
                 into.append((time.perf_counter() - started) * 1000)
+            started = time.perf_counter()
+            tenant.embedded_question(q)
+            asked.append((time.perf_counter() - started) * 1000)
     finally:
         tenant.close()
         shutil.rmtree(root.parent, ignore_errors=True)
@@ -738,6 +754,8 @@ def cost(emb: Embeddings, quick: bool) -> dict[str, Any]:
         "fused_feedback_p50_ms": round(median(fed), 3),
         "fused_p99_ms": round(percentile(plain, 99), 3),
         "fused_feedback_p99_ms": round(percentile(fed, 99), 3),
+        "embedded_question_p50_ms": round(median(asked), 4),
+        "embedded_question_p99_ms": round(percentile(asked, 99), 4),
         "query_embed_p50_ms": round(median(embed_ms), 2),
         "query_embed_p99_ms": round(percentile(embed_ms, 99), 2),
     }

@@ -41,6 +41,7 @@ import storage.index.keyword as keyword_mod  # noqa: E402
 import storage.read.recall as rr  # noqa: E402
 from storage.index.flat import as_float32, unit  # noqa: E402
 from storage.model import CHAIN_GAP_US, StoredEvent  # noqa: E402
+from storage.read.focus import embedded_question, understand  # noqa: E402
 from storage.read.recall import RecallQuery, recall, validate  # noqa: E402
 from storage.tenants.tenant import Tenant  # noqa: E402
 
@@ -54,10 +55,13 @@ def _nothing() -> Iterator[None]:
 
 @dataclass
 class Variant:
-    """One row: a name and what it switches in (a context manager over storage's functions)."""
+    """One row: a name, what it switches in (a context manager over storage's functions) and
+    which question vectors a server-embedded tenant is asked with (QUESTION_TEXTS)."""
 
     name: str
     patch: Patch = _nothing
+    asked: str = "the server's"
+    turns: str = "as sent"  # the text a server-embedded turn's vector is made from (TURN_TEXTS)
 
 
 # -- the variants -----------------------------------------------------------------------------------
@@ -292,6 +296,311 @@ def moved_kw(hits: int, weight: float) -> Callable[..., np.ndarray]:
     return moved
 
 
+# -- round 6 (h36-quality3) -------------------------------------------------------------------------
+
+
+def content_words(text: str | None) -> int:
+    """Distinct words of a text that a query could search for (stop words and scaffolding out)."""
+    return len({w for w in keyword_mod.query_words(text or "")} - keyword_mod.QUERY_STOP_WORDS)
+
+
+def short_last(fewest: int, drop: bool = False) -> Patch:
+    """Keyword arms (main and focus) with the hits of at most `fewest` content words after the
+    others (or dropped): greetings and thanks that match one word of the question and win on
+    BM25's length normalisation ("Nate: Take care!")."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.keyword_arm
+
+        def arm(kw, adm, depth, most=None):  # type: ignore[no-untyped-def]
+            ranked = saved(kw, adm, depth, most)
+            long = [e for e in ranked if content_words(e.text) > fewest]
+            return long if drop else long + [e for e in ranked if content_words(e.text) <= fewest]
+
+        rr.keyword_arm = arm
+        try:
+            yield
+        finally:
+            rr.keyword_arm = saved
+
+    return patch
+
+
+def firsts_of_days(top: int, hours: int = 24) -> Patch:
+    """One more RRF list at the first fusion: the first fused hit of each day (UTC, or each
+    `hours` block) among the first `top`, in fused order (session-aware fusion, softer than a
+    cap: the best turn of every session it touches gains one list's share)."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.fuse
+        block = hours * 3_600_000_000
+
+        def fuse(rankings):  # type: ignore[no-untyped-def]
+            fused = saved(rankings)
+            seen: set[int] = set()
+            firsts = []
+            for ev, _s in fused[:top]:
+                if ev.ts // block not in seen:
+                    seen.add(ev.ts // block)
+                    firsts.append(ev)
+            return saved([*rankings, firsts])
+
+        rr.fuse = fuse
+        try:
+            yield
+        finally:
+            rr.fuse = saved
+
+    return patch
+
+
+_MEANS: dict[tuple[int, str, str], np.ndarray] = {}  # (tenant, property, value) -> mean vector
+
+
+def _mean(r: Any, key: tuple[int, str, str], ids: Any) -> np.ndarray | None:
+    if key not in _MEANS:
+        rows = [unit(as_float32(e.embedding)) for e in map(r.get, ids) if e and e.embedding]
+        _MEANS[key] = np.mean(rows, axis=0) if rows else None  # type: ignore[assignment]
+    return _MEANS[key]
+
+
+def less_person_direction(beta: float, project: bool = True) -> Patch:
+    """Feedback's moved query, then less the direction from the tenant's mean turn vector to
+    the mean vector of each person the text names (their turns' shared part: the name)."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.moved_query
+
+        def moved(adm, keyword, feedback):  # type: ignore[no-untyped-def]
+            q = saved(adm, keyword, feedback)
+            focus = understand(adm.r, adm.q.text, None)
+            if not focus.people:
+                return q
+            tid = id(_VEC[0])
+            every = _mean(adm.r, (tid, "", ""), adm.r.ids_by_kind("turn"))
+            for prop, value in focus.people:
+                own = _mean(adm.r, (tid, prop, value), adm.r.ids_by_property(prop, value))
+                if own is None or every is None:
+                    continue
+                d = unit(own - every)
+                q = q - np.float32(beta * (float(q @ d) if project else 1.0)) * d
+            return unit(q)
+
+        rr.moved_query = moved
+        try:
+            yield
+        finally:
+            rr.moved_query = saved
+
+    return patch
+
+
+def first_person_arms() -> Patch:
+    """Person arms for the first person named when the text names several (the subject of
+    "What did Nate recommend to Joanna?")."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.focus_arms
+
+        def arms(kw, vec, adm, depth, query, focus):  # type: ignore[no-untyped-def]
+            if len(focus.people) > 1:
+                focus = msgspec.structs.replace(focus, people=focus.people[:1])
+            return saved(kw, vec, adm, depth, query, focus)
+
+        rr.focus_arms = arms
+        try:
+            yield
+        finally:
+            rr.focus_arms = saved
+
+    return patch
+
+
+def no_main_vector_when_one_person() -> Patch:
+    """When the text names one person, the main vector arm's list is left out of the fusion
+    (the person's own vector arm ranks inside their events; the main one leans to the name)."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved_rank = rr.rank
+
+        def rank(kw, vec, adm, k, feedback=None, focus=None):  # type: ignore[no-untyped-def]
+            if focus is None or len(focus.people) != 1:
+                return saved_rank(kw, vec, adm, k, feedback, focus)
+            saved_vec = rr.vector_arm
+            calls = [0]
+
+            def vector_arm(v, a, depth, query=None):  # type: ignore[no-untyped-def]
+                calls[0] += 1
+                if not a.focused and calls[0] == 1:
+                    return []
+                return saved_vec(v, a, depth, query)
+
+            rr.vector_arm = vector_arm
+            try:
+                return saved_rank(kw, vec, adm, k, feedback, focus)
+            finally:
+                rr.vector_arm = saved_vec
+
+        rr.rank = rank
+        try:
+            yield
+        finally:
+            rr.rank = saved_rank
+
+    return patch
+
+
+def feedback_when_named(weight: float, hits: int = 2) -> Patch:
+    """Feedback at `weight` (from `hits` keyword hits) when the text names a person the tenant
+    has seen, as it is otherwise: the keyword arms leave the name out, so moving the vector
+    further toward their hits dilutes the name in a vector that holds it."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.moved_query
+
+        def moved(adm, keyword, feedback):  # type: ignore[no-untyped-def]
+            if understand(adm.r, adm.q.text, None).people:
+                feedback = rr.Feedback(hits=hits, weight=weight)
+            return saved(adm, keyword, feedback)
+
+        rr.moved_query = moved
+        try:
+            yield
+        finally:
+            rr.moved_query = saved
+
+    return patch
+
+
+def replies_from(top: int) -> Patch:
+    """The reply arm looks for the replies of question turns among the first `top` fused."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        import storage.read.replies as replies_mod
+
+        saved = replies_mod.REPLY_FROM
+        replies_mod.REPLY_FROM = top
+        try:
+            yield
+        finally:
+            replies_mod.REPLY_FROM = saved
+
+    return patch
+
+
+def focus_deeper(times: int) -> Patch:
+    """Focus arms `times` as deep as the main arms."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        saved = rr.focus_arms
+
+        def arms(kw, vec, adm, depth, query, focus):  # type: ignore[no-untyped-def]
+            return saved(kw, vec, adm, depth * times, query, focus)
+
+        rr.focus_arms = arms
+        try:
+            yield
+        finally:
+            rr.focus_arms = saved
+
+    return patch
+
+
+def speaker_goes_on(top: int = 10) -> Patch:
+    """One more RRF list after the reply arm: for each of the first `top` fused turns that asks
+    nothing, the next turn of its conversation by the same speaker within the chain's gap
+    (the speaker going on after the other's reply)."""
+
+    @contextlib.contextmanager
+    def patch() -> Iterator[None]:
+        import storage.read.replies as replies_mod
+
+        saved = rr.reply_arm
+
+        def reply_arm(r, fused, admit):  # type: ignore[no-untyped-def]
+            out = saved(r, fused, admit)
+            more: dict[str, StoredEvent] = {}
+            for ev in fused[:top]:
+                if replies_mod.asks(ev):
+                    continue
+                who = ev.filterable.get("speaker") if ev.filterable else None
+                if who is None:
+                    props = msgspec.json.decode(ev.properties_raw or b"{}")
+                    who = props.get("speaker")
+                for n, raw in enumerate(r.raw_ids_by_ts(ev.ts + 1, ev.ts + CHAIN_GAP_US)):
+                    if n >= 8:
+                        break
+                    other = r.get_light_raw(raw)
+                    if other is None or other.kind != ev.kind:
+                        continue
+                    props = msgspec.json.decode(other.properties_raw or b"{}")
+                    if props.get("speaker") == who:
+                        if admit(other) and other.event_id not in more:
+                            more[other.event_id] = other
+                        break
+            seen = {o.event_id for o in out}
+            return out + [e for e in more.values() if e.event_id not in seen]
+
+        rr.reply_arm = reply_arm
+        try:
+            yield
+        finally:
+            rr.reply_arm = saved
+
+    return patch
+
+
+def _without_people(r: Any, text: str, least: int) -> str:
+    """The text less the people it names (as the focus reads them), when it names `least`."""
+    focus = understand(r, text, None)
+    if len(focus.people) < least:
+        return text
+    return focus.without(text, people=True, dates=False)
+
+
+def _without_focus(r: Any, text: str) -> str:
+    """The text less the people and the dates it names (as the focus reads them)."""
+    return understand(r, text, None).without(text, people=True, dates=True)
+
+
+def _without_candidates(text: str) -> str:
+    """The text less every word that could be a name, known to the tenant or not."""
+    import re as _re
+
+    from storage.read.speakers import candidates
+
+    out = text
+    for name in sorted(candidates(text), key=len, reverse=True):
+        out = _re.sub(rf"\b{_re.escape(name)}(?:'s|\u2019s)?\b", " ", out)
+    return out if _re.search(r"\w", out) else text
+
+
+# The texts a server may embed for a question (variants' `asked`), made per tenant at build;
+# "the server's" is what storage/tenants/serving.py embeds (the baseline).
+QUESTION_TEXTS: dict[str, Callable[[Any, str], str]] = {
+    "the server's": lambda r, text: embedded_question(r, text, None),
+    "as asked": lambda r, text: text,
+    "less the people, when two or more": lambda r, text: _without_people(r, text, 2),
+    "less the people": lambda r, text: _without_people(r, text, 1),
+    "less the people and dates": lambda r, text: _without_focus(r, text),
+    "less every capitalised candidate": lambda r, text: _without_candidates(text),
+    "less the people, question word dropped": lambda r, text: qs.QUERY_TEXTS[
+        "question word dropped"
+    ](embedded_question(r, text, None)),
+    "less the people, no question mark": lambda r, text: qs.QUERY_TEXTS["no question mark"](
+        embedded_question(r, text, None)
+    ),
+}
+
+
 VARIANTS: list[Variant] = [
     Variant("baseline (the code as it is)"),
     Variant("main: rank() as it was", knobs()),
@@ -388,6 +697,53 @@ VARIANTS: list[Variant] = [
         "r2 when w1 + next turns w1 + scaffolding + focus c 30",
         knobs(extra=both(timed(1.0), neighbours(10, 1.0)), query_text=unscaffolded, focus_c=30),
     ),
+    # round 6 (h36-quality3): over the code as it is
+    Variant("r6 keyword hits of <= 3 content words last", short_last(3)),
+    Variant("r6 first hit of each day among fused 30", firsts_of_days(30)),
+    Variant("r6 first hit of each day among fused 20", firsts_of_days(20)),
+    Variant("r6 keyword hits of <= 4 content words last", short_last(4)),
+    Variant("r6 keyword hits of <= 2 content words last", short_last(2)),
+    Variant("r6 keyword hits of <= 3 content words dropped", short_last(3, drop=True)),
+    Variant("r6 server embeds the question as asked (main)", asked="as asked"),
+    Variant("r7 query less the person's direction, projected x1", less_person_direction(1.0)),
+    Variant("r7 first of several people named gets arms", first_person_arms()),
+    Variant("r8 replies of question turns among the first 20", replies_from(20)),
+    Variant("r9 server embeds turns without the speaker's name", turns="no speaker"),
+    Variant(
+        "r9 server embeds the question less its people and question word",
+        asked="less the people, question word dropped",
+    ),
+    Variant(
+        "r9 server embeds the question less its people and question mark",
+        asked="less the people, no question mark",
+    ),
+    Variant(
+        "r9 server embeds turns without the speaker's name, questions as asked",
+        turns="no speaker",
+        asked="as asked",
+    ),
+    Variant("r8 replies of question turns among the first 5", replies_from(5)),
+    Variant("r8 focus arms twice as deep", focus_deeper(2)),
+    Variant(
+        "r8 the speaker's next turn after each of the first 10, in the reply list",
+        speaker_goes_on(),
+    ),
+    Variant("r7 feedback x1 when a person is named", feedback_when_named(1.0)),
+    Variant("r7 feedback x0.75 when a person is named", feedback_when_named(0.75)),
+    Variant("r7 no main vector arm when one person is named", no_main_vector_when_one_person()),
+    Variant("r7 query less the person's direction, projected x0.5", less_person_direction(0.5)),
+    Variant("r7 query less the person's direction x0.3", less_person_direction(0.3, False)),
+    Variant(
+        "r6 server embeds the question less 2+ people", asked="less the people, when two or more"
+    ),
+    Variant("r6 server embeds the question less its people", asked="less the people"),
+    Variant(
+        "r6 server embeds the question less people and dates", asked="less the people and dates"
+    ),
+    Variant(
+        "r6 server embeds the question less capitalised words",
+        asked="less every capitalised candidate",
+    ),
 ]
 
 
@@ -398,23 +754,40 @@ class Built:
     conv: qs.Conversation
     tenants: dict[str, Tenant]
     questions: dict[str, np.ndarray]
+    asked: dict[str, np.ndarray]  # server-embedded tenants' question vectors of other texts
 
 
-def build(work: Path, convs: list[qs.Conversation], emb: qs.Embeddings) -> list[Built]:
+def build(
+    work: Path, convs: list[qs.Conversation], emb: qs.Embeddings, wanted: list[Variant]
+) -> list[Built]:
     """Each conversation's two tenants: server-embedded (the chain) and client vectors."""
     out = []
     chosen = qs.PROCEDURES["chosen"]
     for conv in convs:
         own = emb.embed([t.text for t in conv.turns])
         server = qs.server_vectors(conv.turns, own, chosen.context)
+        tenant = qs.build_tenant(work / f"server-{conv.index}", conv, server)
+        asked = {}
+        for name in dict.fromkeys(["the server's", *(v.asked for v in wanted)]):
+            with tenant.log.reader() as r:
+                texts = [QUESTION_TEXTS[name](r, q) for q in conv.questions]
+            asked[name] = emb.embed(texts)
+        tenants = {
+            "server": tenant,
+            "client": qs.build_tenant(work / f"client-{conv.index}", conv, conv.ref_turns),
+        }
+        for name in {v.turns for v in wanted} - {"as sent"}:  # other turn texts embedded
+            texts = [qs.TURN_TEXTS[name](conv.turns, i) for i in range(len(conv.turns))]
+            vectors = qs.server_vectors(conv.turns, emb.embed(texts), chosen.context)
+            tenants[f"server:{name}"] = qs.build_tenant(
+                work / f"server-{name}-{conv.index}", conv, vectors
+            )
         out.append(
             Built(
                 conv=conv,
-                tenants={
-                    "server": qs.build_tenant(work / f"server-{conv.index}", conv, server),
-                    "client": qs.build_tenant(work / f"client-{conv.index}", conv, conv.ref_turns),
-                },
-                questions={"server": emb.embed(conv.questions), "client": conv.ref_questions},
+                tenants=tenants,
+                questions={"server": asked["the server's"], "client": conv.ref_questions},
+                asked=asked,
             )
         )
     return out
@@ -437,9 +810,13 @@ def run(built: list[Built], mode: str, v: Variant) -> tuple[list[qs.Row], list[l
     ranked: list[list[str]] = []
     with v.patch():
         for b in built:
-            _VEC[0] = b.tenants[mode].vectors
+            tenant = b.tenants[
+                mode if v.turns == "as sent" or mode != "server" else f"server:{v.turns}"
+            ]
+            _VEC[0] = tenant.vectors
             for i, question in enumerate(b.conv.questions):
-                got = ask(b.tenants[mode], question, b.questions[mode][i])
+                vectors = b.asked[v.asked] if mode == "server" else b.questions[mode]
+                got = ask(tenant, question, vectors[i])
                 ranked.append(got)
                 rows.append((*qs.metrics(got, b.conv.evidence[i]), b.conv.categories[i]))
     return rows, ranked
@@ -465,7 +842,7 @@ def main(argv: list[str] | None = None) -> int:
     doc: dict[str, Any] = {"conversations": [c.index for c in convs], "variants": {}}
     rankings: dict[str, Any] = {}
     started = time.perf_counter()
-    built = build(work, convs, emb)
+    built = build(work, convs, emb, chosen)
     try:
         print(qs.HEADER)
         for v in chosen:

@@ -27,7 +27,20 @@ from storage import (
 )
 
 FD_RESERVE = 64
+# Descriptors an open tenant holds while in use: LMDB's data file twice and its lock file, a
+# fourth (Tantivy's writer lock) while a keyword fold has work, and a commit's segment files
+# for a moment (tests/e2e/test_process_limits.py counts them). Idle, it holds none: its log lets
+# its environment go (storage/log/held.py) and its keyword index its Tantivy index
+# (storage/index/held.py). So descriptors bound the tenants in use, not the tenants open.
 FDS_PER_TENANT = 12
+# Memory mappings: an idle open tenant maps its vector file (one); those in use map their LMDB
+# files and Tantivy segments too, at most as many as the two registries hold. The default cap
+# keeps open tenants within the kernel's vm.max_map_count less this reserve for them and for
+# the libraries.
+MAPS_PER_TENANT = 1
+MAPS_RESERVE = 20_000
+MAX_MAP_COUNT = Path("/proc/sys/vm/max_map_count")
+MAX_MAP_COUNT_FALLBACK = 65_530  # Linux's default
 # Native threads an open tenant runs of its own once idle: none. Its writes go to the shared
 # writer pool (storage/tenants/pool.py), its graph inserts and keyword folds to the shared
 # background pool (storage/index/background.py); the Tantivy writer's threads live only while a
@@ -109,20 +122,27 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
 
 def default_max_open_tenants(max_open_bytes: int | None = None, embedding_dim: int = 384) -> int:
     """As many open tenants as the memory budget holds at the smallest a tenant can be
-    (storage/tenants/manager.py's tenants_within; the default budget when None), held under
-    (soft fd limit − 64) / 12 (descriptors kept for the server itself, the rest for open
-    tenants) and, while an open tenant runs threads of its own, under MAX_TENANT_THREADS of
-    them; at least 1."""
+    (storage/tenants/manager.py's tenants_within, 112 KB a tenant; the default budget when
+    None), held under what the kernel's map count allows (max_map_count_ceiling) and, while an
+    open tenant runs threads of its own, under MAX_TENANT_THREADS of them; at least 1.
+    Descriptors bind the tenants in use, not those open (FDS_PER_TENANT)."""
     from storage import tenants_within  # here: it loads the index libraries
 
     budget = default_max_open_bytes() if max_open_bytes is None else max_open_bytes
-    soft, _hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if soft == resource.RLIM_INFINITY:
-        soft = 1_048_576
-    cap = min(tenants_within(budget, embedding_dim), (soft - FD_RESERVE) // FDS_PER_TENANT)
+    cap = min(tenants_within(budget, embedding_dim), max_map_count_ceiling())
     if THREADS_PER_TENANT:
         cap = min(cap, MAX_TENANT_THREADS // THREADS_PER_TENANT)
     return max(1, cap)
+
+
+def max_map_count_ceiling() -> int:
+    """Open tenants the kernel's memory-mapping limit allows: (vm.max_map_count − MAPS_RESERVE)
+    / MAPS_PER_TENANT, at least 1."""
+    try:
+        limit = int(MAX_MAP_COUNT.read_text().strip())
+    except (OSError, ValueError):
+        limit = MAX_MAP_COUNT_FALLBACK
+    return max(1, (limit - MAPS_RESERVE) // MAPS_PER_TENANT)
 
 
 def default_max_connections() -> int:

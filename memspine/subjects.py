@@ -36,13 +36,12 @@ from storage import (
     check_room,
     check_subject,
     doomed,
-    files_holding,
     full_disk_as,
-    log_holding,
     reach,
     reads_of_events,
     receipts,
     subject_lines,
+    tenant_holding,
 )
 from storage.errors import InvalidRequest
 
@@ -182,15 +181,11 @@ def _scan(
     t: Tenant, q: Reach, deleted: list[str]
 ) -> tuple[list[receipts.Found], list[receipts.Found]]:
     """Where the tenant's files still hold each identifier, and each erased event's id."""
-    needles = {i.encode(): i for i in q.identifiers}
-    needles.update({e.encode(): e for e in deleted})
-    in_files = files_holding(t.root, needles)
-    in_log = t.snapshot_read(lambda r: log_holding(r, deleted))
-    idents = [
-        receipts.Found(receipts.digest(i), in_files.get(i.encode(), [])) for i in q.identifiers
-    ]
+    needles = [*q.identifiers, *deleted]
+    in_files, in_log = t.snapshot_read(lambda r: tenant_holding(t.root, r, needles, deleted))
+    idents = [receipts.Found(receipts.digest(i), in_files.get(i, [])) for i in q.identifiers]
     ids = [
-        receipts.Found(e, sorted({*in_files.get(e.encode(), []), *(f"log:{d}" for d in in_log[e])}))
+        receipts.Found(e, sorted({*in_files.get(e, []), *(f"log:{d}" for d in in_log[e])}))
         for e in deleted
     ]
     return idents, ids

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from storage.erasure.purge import check_room as check_room
     from storage.erasure.scan import files_holding as files_holding
     from storage.erasure.scan import log_holding as log_holding
+    from storage.erasure.scan import tenant_holding as tenant_holding
     from storage.erasure.swap import (
         PENDING as PENDING,
     )
@@ -280,6 +281,7 @@ HOMES: dict[str, str] = {
     "Limits": "storage.cypher",
     "ListQuery": "storage.read.listing",
     "log_holding": "storage.erasure.scan",
+    "tenant_holding": "storage.erasure.scan",
     "make_embedder": "storage.embedders",
     "Mark": "storage.readlog",
     "MAX_CONFIRM_IDS": "storage.read.subjects",
@@ -503,6 +505,7 @@ __all__ = [
     "sweep_stale",
     "take_receipts",
     "tenant_dirs",
+    "tenant_holding",
     "tenant_memory",
     "tenants_within",
     "trim",

@@ -50,3 +50,18 @@ class RWLock:
             with self._cond:
                 self._writer = False
                 self._cond.notify_all()
+
+    def try_exclusive(self) -> bool:
+        """Take the lock alone if nobody holds it or waits for it now, never waiting; True if
+        taken (then release_exclusive ends the hold)."""
+        with self._cond:
+            if self._writer or self._readers or self._waiting_writers:
+                return False
+            self._writer = True
+            return True
+
+    def release_exclusive(self) -> None:
+        """End a hold try_exclusive took."""
+        with self._cond:
+            self._writer = False
+            self._cond.notify_all()

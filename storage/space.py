@@ -35,7 +35,7 @@ _FULL_WORDS = (
 _IO_WORDS = (os.strerror(errno.EIO), "MDB_PANIC", "An IO error occurred", "I/O error", "io::Error")
 
 
-def _chain(exc: BaseException) -> Iterator[BaseException]:
+def causes(exc: BaseException) -> Iterator[BaseException]:
     """The exception and its causes."""
     seen: BaseException | None = exc
     met: set[int] = set()
@@ -47,7 +47,7 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
 
 def names_full_disk(exc: BaseException) -> bool:
     """Whether the failure says outright that the disk or a quota is full."""
-    for e in _chain(exc):
+    for e in causes(exc):
         if isinstance(e, OSError) and e.errno in _FULL_ERRNOS:
             return True
         if isinstance(e, lmdb.DiskError):  # py-lmdb's ENOSPC
@@ -60,7 +60,7 @@ def names_full_disk(exc: BaseException) -> bool:
 
 def is_io_failure(exc: BaseException) -> bool:
     """Whether the failure came from the disk (rather than from a bug in the caller)."""
-    for e in _chain(exc):
+    for e in causes(exc):
         if isinstance(e, (OSError, lmdb.Error)):
             return True
         text = str(e)

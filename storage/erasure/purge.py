@@ -20,14 +20,14 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Protocol, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import lmdb
 import msgspec
 import numpy as np
 
 from storage import files
-from storage.erasure import swap
+from storage.erasure import apart, swap
 from storage.erasure.compact import rewrite, sync_delta
 from storage.erasure.swap import StepHook, no_step
 from storage.fsync import fsync_file, fsync_tree
@@ -151,7 +151,7 @@ def _purge(tenant: Purgeable, step: StepHook) -> PurgeStats:
     swap.remove(root / swap.STAGING)  # a stage left by a purge that failed in this process
     copy: EventLog | None = None
     keyword: KeywordIndex | None = None
-    building: _KeywordBuilder | None = None
+    building: _KeywordBuilder | _KeywordBuilt | None = None
     try:
         snapshot = _copy_log(tenant, step)
         if snapshot is None:
@@ -179,31 +179,70 @@ def _purge(tenant: Purgeable, step: StepHook) -> PurgeStats:
 
 def _copy_log(
     tenant: Purgeable, step: StepHook
-) -> tuple[int, dict[str, int], _KeywordBuilder] | None:
+) -> tuple[int, dict[str, int], _KeywordBuilder | _KeywordBuilt] | None:
     """Copy the log at a snapshot into the stage, feeding a new keyword index on the way; the
     snapshot's last op, its tombstones (id -> vector label) and the index being built, or None
-    when nothing awaits a purge."""
+    when nothing awaits a purge. A large log is copied by a child process (apart.py)."""
     tenant.log.grow_if_over_half()  # the copy holds a reader for seconds
     keyword: _KeywordBuilder | None = None
+    staging = tenant.root / swap.STAGING
     try:
         with tenant.log.reader() as r:
-            since = r.last_seq()
-            doomed = {e: t.seq for e in r.tombstone_ids() if (t := r.tombstone(e)) is not None}
+            doomed = _doomed(r)
             if not doomed:
                 return None
             _check_room(tenant, r)
-            staging = tenant.root / swap.STAGING
+            away = apart.worth_it(r)
+            if not away:
+                since = r.last_seq()
+                staging.mkdir()
+                step("stage")
+                keyword = _KeywordBuilder(staging / files.KEYWORD)
+                taps = {"records": keyword.add}
+                rewrite(r, staging / files.LOG, tenant.log.map_size(), taps)
+        if away:
             staging.mkdir()
             step("stage")
-            keyword = _KeywordBuilder(staging / files.KEYWORD)
-            taps = {"records": keyword.add}
-            rewrite(r, staging / files.LOG, tenant.log.map_size(), taps)
+            # The child's own snapshot (no earlier than the one above) is the one copied.
+            got = apart.run(
+                "copy",
+                log=str(tenant.log.path),
+                dest=str(staging),
+                map_size=tenant.log.map_size(),
+            )
+            step("copied")
+            return got["since"], got["doomed"], _KeywordBuilt(staging / files.KEYWORD)
         step("copied")
     except BaseException:
         if keyword is not None:
             keyword.abandon()
+        # A child that died mid-copy leaves its reader's slot in the log's lock file, which
+        # would keep the pages of its snapshot from reuse until the log is next opened.
+        with contextlib.suppress(Exception), tenant.log.environment() as env:
+            env.reader_check()
         raise
+    assert keyword is not None
     return since, doomed, keyword
+
+
+def copy_apart(log: str, dest: str, map_size: int) -> dict[str, Any]:
+    """In a child process (apart.py): what _copy_log does on the thread for a small log, the
+    keyword index committed; the snapshot's last op and its tombstones."""
+    with apart.reading(Path(log)) as r:
+        since, doomed = r.last_seq(), _doomed(r)
+        keyword = _KeywordBuilder(Path(dest) / files.KEYWORD)
+        try:
+            rewrite(r, Path(dest) / files.LOG, map_size, {"records": keyword.add})
+            keyword.commit()
+        except BaseException:
+            keyword.abandon()
+            raise
+    return {"since": since, "doomed": doomed}
+
+
+def _doomed(r: LogReader) -> dict[str, int]:
+    """The snapshot's tombstones: deleted id -> its vector label."""
+    return {e: t.seq for e in r.tombstone_ids() if (t := r.tombstone(e)) is not None}
 
 
 def _check_room(tenant: Purgeable, r: LogReader) -> None:
@@ -274,10 +313,14 @@ class _KeywordBuilder:
             )
             self.writer.add_document(document(doc))  # a new index: its documents carry the seq
 
-    def finish(self) -> KeywordIndex:
-        """Commit and hand the index over as a KeywordIndex."""
+    def commit(self) -> None:
+        """Commit every document added and let the writer go."""
         self.writer.commit()
         self.writer.wait_merging_threads()
+
+    def finish(self) -> KeywordIndex:
+        """Commit and hand the index over as a KeywordIndex."""
+        self.commit()
         return KeywordIndex.open(self.path)
 
     def abandon(self) -> None:
@@ -285,6 +328,20 @@ class _KeywordBuilder:
         with contextlib.suppress(Exception):
             self.writer.rollback()
             self.writer.wait_merging_threads()
+
+
+class _KeywordBuilt:
+    """The keyword index a child process built and committed (copy_apart)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def finish(self) -> KeywordIndex:
+        """Hand the index over as a KeywordIndex."""
+        return KeywordIndex.open(self.path)
+
+    def abandon(self) -> None:
+        """Nothing to release: the child's writer is gone with it."""
 
 
 def _final(

@@ -12,11 +12,14 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
+from storage import files
+from storage.erasure import apart
 from storage.log import layout
 from storage.log.reader import LogReader
 
@@ -33,6 +36,39 @@ ID_LEN = 36
 # each of an erasure's thousand ids against the chunk would read it a thousand times.
 DASHES = (8, 13, 18, 23)
 DASH = ord("-")
+
+
+def tenant_holding(
+    root: Path, r: LogReader, needles: Sequence[str], event_ids: Sequence[str]
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Both scans of a tenant whose log r reads: the files under root holding each needle
+    (files_holding) and the log's databases holding each event id (log_holding); in a child
+    process for a large log (apart.py), where these loops hold no GIL of the server's."""
+    if apart.worth_it(r):
+        got = apart.run(
+            "scan",
+            niceness=apart.SCAN_NICENESS,
+            root=str(root),
+            needles=list(needles),
+            event_ids=list(event_ids),
+        )
+        return got["files"], got["log"]
+    return _holding(root, r, needles, event_ids)
+
+
+def scan_apart(root: str, needles: list[str], event_ids: list[str]) -> dict[str, Any]:
+    """In a child process (apart.py): tenant_holding's two scans."""
+    with apart.reading(Path(root) / files.LOG) as r:
+        in_files, in_log = _holding(Path(root), r, needles, event_ids)
+    return {"files": in_files, "log": in_log}
+
+
+def _holding(
+    root: Path, r: LogReader, needles: Sequence[str], event_ids: Sequence[str]
+) -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+    """Both scans, here."""
+    in_files = files_holding(root, [n.encode() for n in needles])
+    return {n.decode(): paths for n, paths in in_files.items()}, log_holding(r, event_ids)
 
 
 def files_holding(root: Path, needles: Iterable[bytes]) -> dict[bytes, list[str]]:

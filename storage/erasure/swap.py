@@ -76,17 +76,25 @@ def discard_old(root: Path) -> None:
         fsync_dir(root)
 
 
-def recover(root: Path) -> None:
-    """Before a tenant opens: finish a committed swap, drop an uncommitted stage and old files."""
-    if not root.is_dir():
-        return
-    if (root / READY).is_dir():
+def recover(root: Path) -> frozenset[str] | None:
+    """Before a tenant opens: finish a committed swap, drop an uncommitted stage and old files;
+    returns the names in root then (None: no directory), from one listing where nothing was
+    left to recover (a cold open costs a stat and an unlink a name otherwise)."""
+    try:
+        names = set(os.listdir(root))
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    if READY in names and (root / READY).is_dir():
         roll_forward(root)
-    dropped = remove(root / STAGING)
-    for name in (OLD, *STALE):
-        dropped = remove(root / name) or dropped
+        names = set(os.listdir(root))
+    dropped = False
+    for name in (STAGING, OLD, *STALE):
+        if name in names:
+            dropped = remove(root / name) or dropped
+            names.discard(name)
     if dropped:
         fsync_dir(root)
+    return frozenset(names)
 
 
 def mark_pending(root: Path) -> None:

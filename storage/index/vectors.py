@@ -534,8 +534,15 @@ def _rows_of(path: Path, dim: int, live: set[int] | np.ndarray) -> FlatSet:
     """The rows of these labels in a saved index (a label not in the file is left out: a
     sidecar newer than its index; the log replays it)."""
     labels, vectors = map_vectors(path, dim)
-    wanted = np.fromiter(live, dtype=np.int64, count=len(live))
-    if len(wanted) != len(labels) or not np.array_equal(np.sort(wanted), np.sort(labels)):
+    if isinstance(live, np.ndarray):  # a sidecar's list: ascending already (write_live)
+        wanted = live.astype(np.int64, copy=False)
+        same = len(wanted) == len(labels) and np.array_equal(wanted, labels)
+    else:
+        wanted = np.fromiter(live, dtype=np.int64, count=len(live))
+        same = False
+    if not same and (
+        len(wanted) != len(labels) or not np.array_equal(np.sort(wanted), np.sort(labels))
+    ):
         keep = np.isin(labels, wanted)  # deleted records, or a sidecar newer than the file
         labels, vectors = labels[keep], vectors[keep]
     # hnswlib holds one record a label, so labels are distinct; its rows are unit already,

@@ -31,7 +31,7 @@ from storage.model import (
 class WritableLog(Protocol):
     """What an appender uses of its log (storage/log/eventlog.py's EventLog)."""
 
-    env: lmdb.Environment
+    env: lmdb.Environment | None  # None only while let go: never inside a write transaction
     dbs: dict[str, Any]
 
     def put_meta_int(self, txn: lmdb.Transaction, name: str, value: int) -> None:
@@ -104,7 +104,9 @@ class Appender:
         (and why) undoes the others. Later events may link to earlier ones by id."""
         # A nested transaction: aborting it leaves txn as it was, with the other jobs of the
         # group commit in it; this appender's own counters move only once it commits.
-        child = self.log.env.begin(write=True, parent=self.txn)
+        env = self.log.env
+        assert env is not None  # held: this runs inside the log's write transaction
+        child = env.begin(write=True, parent=self.txn)
         results: list[AppendResult] = []
         try:
             sub = Appender(self.log, child, self.offer)

@@ -4,7 +4,6 @@ events is storage/log/appender.py's, changing records after their append revisio
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
@@ -21,6 +20,7 @@ from storage.errors import DiskFull, InvalidRequest, MemspineError
 from storage.fsync import fsync_dir, fsync_file
 from storage.log import layout, revisions
 from storage.log.appender import Appender, dedupe
+from storage.log.held import held_logs
 from storage.log.layout import (
     DB_NAMES,
     LAST_WRITE,
@@ -53,9 +53,15 @@ class EventLog:
 
     def __init__(self, path: Path, env: lmdb.Environment) -> None:
         self.path = path
-        self.env = env
+        # None while let go (storage/log/held.py): opened again at the next use.
+        self.env: lmdb.Environment | None = env
         self.lock = RWLock()
         self.dbs = _open_dbs(env)
+        self.used_at = time.monotonic()  # the last use, for held.py's sweep
+        self.writes = 0  # write transactions and file swaps since open: the meta may have moved
+        self._map_size = INITIAL_MAP_SIZE  # the map's size while let go
+        self._closed = False
+        held_logs().add(self)
 
     @classmethod
     def open(cls, path: Path, *, embedding_dim: int = 384) -> EventLog:
@@ -67,7 +73,7 @@ class EventLog:
         with log.reader() as r:
             schema = r.meta_int(layout.SCHEMA)
         if schema is not None and schema > SCHEMA_VERSION:
-            env.close()
+            log.close()
             raise LogFormatError(
                 f"the event log is in format {schema}, newer than this version reads "
                 f"({SCHEMA_VERSION}); open it with a newer memspine"
@@ -78,7 +84,7 @@ class EventLog:
                     log._migrate_in_batches(schema)
                 log.write(lambda txn: log._initialise(txn, embedding_dim))
             except BaseException:
-                env.close()
+                log.close()
                 raise
             log.dbs.pop(layout.LEGACY_EVENTS, None)  # deleted by the migration to 7
             if schema is not None and schema < MOVED:
@@ -96,7 +102,8 @@ class EventLog:
         copy = self.path / COMPACTING
         shutil.rmtree(copy, ignore_errors=True)  # a copy a crash left
         copy.mkdir()
-        self.env.copy(str(copy), compact=True)
+        with self.environment() as env:  # held shared: no let-go while it copies
+            env.copy(str(copy), compact=True)
         fsync_file(copy / DATA_FILE)
         with self.files_replaced():
             os.replace(copy / DATA_FILE, self.path / DATA_FILE)
@@ -130,11 +137,13 @@ class EventLog:
         """Close and reopen the environment, once no transaction is active: after MDB_PANIC
         LMDB refuses every transaction of the environment until it is opened again."""
         with self.lock.exclusive():
-            try:
-                map_size = int(self.env.info()["map_size"])
-            except lmdb.Error:
-                map_size = INITIAL_MAP_SIZE  # LMDB grows it back to the file's size on open
-            self.env.close()
+            map_size = self._map_size
+            if self.env is not None:
+                try:
+                    map_size = int(self.env.info()["map_size"])
+                except lmdb.Error:
+                    map_size = INITIAL_MAP_SIZE  # LMDB grows it back to the file's size on open
+                self.env.close()
             self._open_in_place(map_size)
 
     @contextmanager
@@ -143,8 +152,12 @@ class EventLog:
         new files in its place; then open what is there with the old map's size (its headroom:
         a copy is compact, and would grow again on its first writes)."""
         with self.lock.exclusive():
-            map_size = int(self.env.info()["map_size"])
-            self.env.close()
+            map_size = self._map_size
+            if self.env is not None:
+                map_size = int(self.env.info()["map_size"])
+                self.env.close()
+                self.env = None
+            self.writes += 1
             try:
                 yield
             finally:
@@ -153,34 +166,94 @@ class EventLog:
 
     def _open_in_place(self, map_size: int) -> None:
         """Open the environment at this log's path again (the caller holds the lock exclusive)."""
-        self.env = _open_env(self.path, map_size)
-        self.env.reader_check()
-        self.dbs = _open_dbs(self.env)
+        self.env = None
+        env = _open_env(self.path, map_size)
+        try:
+            env.reader_check()
+            self.dbs = _open_dbs(env)
+        except BaseException:
+            env.close()
+            raise
+        self.env = env
+        held_logs().add(self)
+
+    @contextmanager
+    def environment(self) -> Iterator[lmdb.Environment]:
+        """The environment, held shared (no resize, swap or let-go meanwhile); opened again
+        first if it was let go."""
+        self.used_at = time.monotonic()
+        while True:
+            with self.lock.shared():
+                env = self.env
+                if env is not None:
+                    yield env
+                    return
+            self._open_again()
+
+    def _env_now(self) -> lmdb.Environment:
+        """The environment, opened again if it was let go (the caller holds the lock)."""
+        if self.env is None:
+            # Closed, or its directory gone (a swap that found none): never made anew here.
+            if self._closed or not self.path.is_dir():
+                raise lmdb.Error("the event log is closed")
+            self._open_in_place(self._map_size)
+        assert self.env is not None
+        return self.env
+
+    def _open_again(self) -> None:
+        """Open the environment let go (storage/log/held.py), unless another thread did."""
+        with self.lock.exclusive():
+            self._env_now()
+
+    def let_go(self) -> bool:
+        """Close the environment if no transaction holds it now (never waits): an open tenant
+        unused for a while holds no descriptor; its next use opens it again. True if it went
+        or was not open."""
+        if not self.lock.try_exclusive():
+            return False
+        try:
+            if self.env is not None:
+                try:
+                    self._map_size = int(self.env.info()["map_size"])
+                finally:
+                    self.env.close()
+                    self.env = None
+        finally:
+            self.lock.release_exclusive()
+        return True
+
+    def is_held(self) -> bool:
+        """Whether the environment is open now (not let go, not closed)."""
+        return self.env is not None
 
     def map_size(self) -> int:
         """The environment's map size in bytes (the shared lock keeps a resize out)."""
-        with self.lock.shared():
-            return int(self.env.info()["map_size"])
+        with self.environment() as env:
+            return int(env.info()["map_size"])
 
     def grow_if_over_half(self) -> None:
         """Double the map now if more than half of it is in use, before a long read: growing
         waits for every reader, so a write needing room while one is held would stall reads."""
-        with self.lock.shared():
-            info, page = self.env.info(), self.env.stat()["psize"]
+        with self.environment() as env:
+            info, page = env.info(), env.stat()["psize"]
             used = (info["last_pgno"] + 1) * page
         if used * 2 > info["map_size"]:
             with self.lock.exclusive():
-                self.env.set_mapsize(max(int(info["map_size"]), used) * 2)
+                self._env_now().set_mapsize(max(int(info["map_size"]), used) * 2)
 
     def close(self) -> None:
         """Close the environment once no transaction is active."""
         with self.lock.exclusive():
-            self.env.close()
+            self._closed = True
+            if self.env is not None:
+                self.env.close()
+                self.env = None
+        held_logs().forget(self)
 
     @contextmanager
     def reader(self) -> Iterator[LogReader]:
         """A consistent read-only view of the log."""
-        with self.lock.shared(), self.env.begin(buffers=False) as txn:
+        with self.environment() as env, env.begin(buffers=False) as txn:
             yield LogReader(txn, self.dbs)
 
     def view(self, txn: lmdb.Transaction) -> LogReader:
@@ -210,7 +283,8 @@ class EventLog:
         reopened = False
         while True:
             try:
-                with self.lock.shared(), self.env.begin(write=True) as txn:
+                with self.environment() as env, env.begin(write=True) as txn:
+                    self.writes += 1
                     result = fn(txn)
                     failpoints.hit("log.commit")
                     return result  # the transaction commits here, as the block ends
@@ -229,7 +303,8 @@ class EventLog:
     def _grow(self) -> None:
         """Double the map size; LMDB allows this only with no transaction active."""
         with self.lock.exclusive():
-            self.env.set_mapsize(self.env.info()["map_size"] * 2)
+            env = self._env_now()
+            env.set_mapsize(env.info()["map_size"] * 2)
 
     def append_batch(
         self, events: list[NewEvent], quota: Quota | None = None
@@ -410,9 +485,13 @@ def snapshot(path: Path, *, lock: bool = True) -> Iterator[LogReader]:
 def _open_dbs(env: lmdb.Environment) -> dict[str, Any]:
     """The log's databases (made if missing), and the legacy records' of a log not yet
     migrated to 7 if it has them."""
-    dbs = {name: env.open_db(name.encode()) for name in DB_NAMES}
-    with contextlib.suppress(lmdb.NotFoundError):
-        dbs[layout.LEGACY_EVENTS] = env.open_db(layout.LEGACY_EVENTS.encode(), create=False)
+    # In one write transaction: open_db without one begins and commits a transaction of its
+    # own, and a cold open asks for every database.
+    with env.begin(write=True) as txn:
+        dbs = {name: env.open_db(name.encode(), txn=txn) for name in DB_NAMES}
+        legacy = layout.LEGACY_EVENTS.encode()
+        if txn.get(legacy) is not None:  # a named database is a key of the main one
+            dbs[layout.LEGACY_EVENTS] = env.open_db(legacy, txn=txn, create=False)
     return dbs
 
 

@@ -70,6 +70,14 @@ def understand(r: LogReader, text: str, as_of: int | None) -> Focus:
     )
 
 
+def embedded_question(r: LogReader, text: str, as_of: int | None) -> str:
+    """The text a server that embeds makes a recall's vector from: the text less the people it
+    names (docs/recall.md, "Server-embedded recall"). Every turn of a speaker starts with
+    their name, so a name in the question's vector pulls toward all of that person's turns, and
+    most toward their shortest ("Nate: Bye Joanna!"); the person's own arms rank by who it is."""
+    return understand(r, text, as_of).without(text, people=True, dates=False)
+
+
 def _covering(r: LogReader, windows: list[tuple[int, int]], newest: int | None) -> bool:
     """Whether one window holds every event of the tenant ("this year" in a tenant of this
     week): a date arm would then only rank the main arms' events again."""

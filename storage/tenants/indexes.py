@@ -13,21 +13,20 @@ from storage import files
 from storage.errors import DiskFull
 from storage.index.keyword import KeywordIndex
 from storage.index.vectors import VectorIndex
-from storage.log import layout
-from storage.log.eventlog import EventLog
 from storage.space import disk_full
 
 log = logging.getLogger("memspine.tenant")
 CANNOT_OPEN = "the server's disk is full: this tenant cannot be opened until space is freed"
 
 
-def open_keyword(root: Path, events: EventLog) -> tuple[KeywordIndex, int]:
-    """The keyword index and the seq it has applied; a damaged index is rebuilt from the log."""
+def open_keyword(root: Path, saved_seq: int) -> tuple[KeywordIndex, int]:
+    """The keyword index and the seq it has applied (saved_seq: the log's keyword watermark);
+    a damaged index is rebuilt from the log."""
     path = root / files.KEYWORD
     try:
         # No meta.json means no index at all (lost or never made): replay the whole log.
         found = (path / "meta.json").exists()
-        seq = (events.meta_int(layout.KEYWORD_SEQ) or 0) if found else 0
+        seq = saved_seq if found else 0
         return KeywordIndex.open(path, committed_seq=seq), seq
     except (ValueError, OSError) as exc:
         raise_if_out_of_fds(exc)
@@ -38,8 +37,9 @@ def open_keyword(root: Path, events: EventLog) -> tuple[KeywordIndex, int]:
         return KeywordIndex.create_empty(path), 0
 
 
-def open_vectors(root: Path, events: EventLog, dim: int) -> tuple[VectorIndex, int]:
-    """The vector index and the seq of its last save; a damaged file is rebuilt from the log."""
+def open_vectors(root: Path, saved_seq: int, dim: int) -> tuple[VectorIndex, int]:
+    """The vector index and the seq of its last save (saved_seq: the log's vector watermark);
+    a damaged file is rebuilt from the log."""
     path = root / files.VECTORS
     try:
         index = VectorIndex.open(path, dim)
@@ -50,8 +50,7 @@ def open_vectors(root: Path, events: EventLog, dim: int) -> tuple[VectorIndex, i
             "tenant vector index unreadable (%s); rebuilding from the log", type(exc).__name__
         )
         return VectorIndex.create_empty(path, dim), 0
-    seq = events.meta_int(layout.VECTOR_SEQ) or 0
-    return index, seq if path.exists() else 0
+    return index, saved_seq if path.exists() else 0
 
 
 def raise_if_disk_full(exc: BaseException, path: Path, detail: str = CANNOT_OPEN) -> None:

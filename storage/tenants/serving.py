@@ -75,7 +75,7 @@ class ServerVectors:
         w = self.worker
         if w is None or query.embedding is not None or not w.serves(tenant):
             return True
-        return not query.text or w.cached_query(query.text) is not None
+        return not query.text or w.cached_query(tenant.embedded_question(query)) is not None
 
     def recall(
         self, tenant: Tenant, query: RecallQuery, *, wait_for_vectors: bool = False
@@ -93,10 +93,13 @@ class ServerVectors:
             self.wait_for_vectors(tenant)
         feedback: Feedback | None = None
         if query.text:
-            vector = w.cached_query(query.text)
+            # The question less the people it names: they rank through their own arms
+            # (docs/recall.md, "Server-embedded recall"); the keyword arm gets the text as asked.
+            asked = tenant.embedded_question(query)
+            vector = w.cached_query(asked)
             if vector is None:
                 try:
-                    vector = w.embedder.embed_query(query.text)
+                    vector = w.embedder.embed_query(asked)
                 except EmbedderError as exc:  # the keyword arm still answers
                     log.warning("query not embedded (%s): keyword recall only", exc.reason)
             if vector is not None:

@@ -17,9 +17,11 @@ from storage.cypher import run as run_cypher
 from storage.erasure.purge import PurgeGate, PurgeStats
 from storage.erasure.swap import PENDING, StepHook, mark_pending, no_step, recover
 from storage.errors import Conflict, DiskFull
+from storage.index.background import shared_pool
 from storage.index.keyword import KeywordIndex
 from storage.log import layout
 from storage.log.eventlog import EventLog
+from storage.log.held import run_sweeps_on
 from storage.log.layout import space_name
 from storage.log.reader import LogReader
 from storage.model import (
@@ -34,6 +36,7 @@ from storage.model import (
 )
 from storage.read.cascade import would_delete
 from storage.read.current import EventState, Moment, event_state
+from storage.read.focus import embedded_question
 from storage.read.listing import ListQuery, list_events
 from storage.read.recall import Feedback, RecallQuery, RecallResult, recall, validate
 from storage.tenants.chains import Key, chain_starts
@@ -81,6 +84,8 @@ class TenantHooks:
 
 
 NO_HOOKS = TenantHooks()
+# An open tenant's log lets its environment go when unused, swept on the shared upkeep pool.
+run_sweeps_on(shared_pool)
 
 
 class Tenant:
@@ -105,22 +110,36 @@ class Tenant:
         # it deleted, and is made again (store_vectors).
         self.deletes = 0
         self.ledger_days = LEDGER_DAYS  # its purges drop older ledger entries (the manager's)
-        recover(root)  # finish or discard a purge a crash interrupted, before any store opens
+        # Finish or discard a purge a crash interrupted, before any store opens; the names in
+        # the directory then answer what the open would otherwise stat for one by one.
+        names = recover(root)
         self.log = EventLog.open(root / files.LOG, embedding_dim=embedding_dim)
         try:
-            self.dim = self.log.meta_int(layout.DIM) or embedding_dim
-            self.keyword, self.keyword_seq = open_keyword(root, self.log)
+            # One read snapshot for what the open needs of the log's meta (a cold open is
+            # mostly such fixed costs: bench/RESULTS.md, "Cold tenants").
+            with self.log.reader() as r:
+                dim, keyword_seq, vector_seq = (
+                    r.meta_int(layout.DIM),
+                    r.meta_int(layout.KEYWORD_SEQ),
+                    r.meta_int(layout.VECTOR_SEQ),
+                )
+                self.space = r.space()
+                tombstoned = r.tombstone_count() > 0
+            self.dim = dim or embedding_dim
+            # What close compares its keyword watermark with while the log has not been written
+            # since (a let-go environment is not opened again only to read it back).
+            self._keyword_meta = (keyword_seq, self.log.writes)
+            self.keyword, self.keyword_seq = open_keyword(root, keyword_seq or 0)
             try:
-                self.vectors, self.vector_seq = open_vectors(root, self.log, self.dim)
+                self.vectors, self.vector_seq = open_vectors(root, vector_seq or 0, self.dim)
             except BaseException:
                 self.keyword.close()
                 raise
         except BaseException:
             self.log.close()  # a failed open leaks no file or thread
             raise
-        with self.log.reader() as r:
-            self.space = r.space()
-        self._mark_if_tombstoned()
+        if tombstoned and (names is None or PENDING not in names):
+            self._mark_tombstoned()
         self.vector_saved_seq = self.vector_seq
         self.catch_ups = 0  # catch_ups that read ops back from the log (open, deletes, repair)
         self.catch_up()
@@ -157,18 +176,13 @@ class Tenant:
 
     # -- the pending-purge marker ------------------------------------------------
 
-    def _mark_if_tombstoned(self) -> None:
+    def _mark_tombstoned(self) -> None:
         """On open: a tenant holding tombstones but no marker (written before markers lived here,
         or its marker lost) gets one, so the purger finds it once it is closed again."""
-        if (self.root / PENDING).exists():
-            return
-        with self.log.reader() as r:
-            tombstoned = r.tombstone_count() > 0
-        if tombstoned:
-            try:
-                mark_pending(self.root)
-            except OSError as exc:  # an open purger sweep still finds it by its tombstones
-                log.warning("tenant %s: pending-purge marker not written (%s)", self.tenant_id, exc)
+        try:
+            mark_pending(self.root)
+        except OSError as exc:  # an open purger sweep still finds it by its tombstones
+            log.warning("tenant %s: pending-purge marker not written (%s)", self.tenant_id, exc)
 
     def mark_before_delete(self, event_ids: Iterable[str]) -> None:
         """On the writer thread, before a delete's commit: make the pending-purge marker durable
@@ -212,6 +226,13 @@ class Tenant:
             return recall(
                 r, self.keyword, self.vectors, query, embeddings=embeddings, feedback=feedback
             )
+
+    def embedded_question(self, query: RecallQuery) -> str:
+        """The text of a recall a server that embeds makes its vector from (the text less the
+        people it names in this tenant: storage/read/focus.py)."""
+        assert query.text
+        with self.log.reader() as r:
+            return embedded_question(r, query.text, query.as_of)
 
     def cypher(
         self,
@@ -509,7 +530,10 @@ class Tenant:
             log.error("tenant vector index not saved: the disk is full")
         self.vectors.close()
         committed = self.keyword.committed_seq
-        if self.log.meta_int(layout.KEYWORD_SEQ) != committed:  # a read-only visit writes nothing
+        saved, writes = self._keyword_meta
+        if writes != self.log.writes:  # written since the open: the meta may have moved
+            saved = self.log.meta_int(layout.KEYWORD_SEQ)
+        if saved != committed:  # a read-only visit writes nothing
             try:
                 self.log.set_meta_int(layout.KEYWORD_SEQ, committed)
             except DiskFull:  # an older watermark only replays more on open

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import httpx
 import pytest
 
-from memspine.config import MAX_TENANT_THREADS, THREADS_PER_TENANT
+from memspine.config import MAX_TENANT_THREADS, THREADS_PER_TENANT, max_map_count_ceiling
 from memspine.limits import default_max_open_bytes
 from storage import tenants_within
 from tests.support.first_session import first_session
@@ -53,9 +53,9 @@ def test_the_fd_limit_is_raised_and_the_default_tenant_cap_follows_from_it(
     (limit,) = [line for line in lines if line["logger"] == "memspine.limits"]
     (capped,) = [line for line in lines if line["msg"] == "open tenants capped"]
     assert limit["soft"] >= limit["before"]
-    # From the memory budget (the server's default, this machine's), under the descriptors'
-    # and the open tenants' threads' ceilings.
-    cap = min(tenants_within(default_max_open_bytes()), (limit["soft"] - 64) // 12)
+    # From the memory budget (the server's default, this machine's), under the kernel's map
+    # count and the open tenants' threads' ceilings (an idle open tenant holds no descriptor).
+    cap = min(tenants_within(default_max_open_bytes()), max_map_count_ceiling())
     if THREADS_PER_TENANT:
         cap = min(cap, MAX_TENANT_THREADS // THREADS_PER_TENANT)
     assert capped["max_open_tenants"] == cap and capped["source"] == "default"

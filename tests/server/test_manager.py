@@ -3,6 +3,7 @@ fast reopen, and open/close cycles that leak neither descriptors, threads nor LM
 
 from __future__ import annotations
 
+import os
 import resource
 import threading
 import time
@@ -16,12 +17,14 @@ import lmdb
 import pytest
 from litestar.testing import TestClient
 
+from memspine import config
 from memspine.app import create_app
 from memspine.config import load_settings
 from memspine.limits import raise_fd_limit
 from storage.errors import Unavailable
 from storage.log.eventlog import EventLog
 from storage.model import NewEvent
+from storage.tenants.footprint import closed_tenant_bytes
 from storage.tenants.manager import TenantManager
 from storage.tenants.tenant import Tenant
 from tests.support.metrics import metric
@@ -366,6 +369,25 @@ def test_fd_limit_is_raised_toward_the_hard_limit_and_never_lowered() -> None:
         assert again.soft == again.before == limit.soft
     finally:
         resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+
+
+def test_the_default_cap_follows_from_memory_not_from_descriptors(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An idle open tenant holds no descriptor (storage/log/held.py, storage/index/held.py), so
+    a low fd limit no longer caps open tenants: the budget does, at the smallest tenant's
+    estimate, and the kernel's memory-map limit where that is lower."""
+    smallest = closed_tenant_bytes(Path(os.devnull), 384)
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (min(soft, 256), hard))
+        assert config.default_max_open_tenants(smallest * 10_000) == 10_000
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    limit = tmp_path / "max_map_count"
+    limit.write_text(f"{config.MAPS_RESERVE + 500 * config.MAPS_PER_TENANT}\n")
+    monkeypatch.setattr(config, "MAX_MAP_COUNT", limit)
+    assert config.default_max_open_tenants(smallest * 10_000) == 500
 
 
 def test_each_tenant_id_opens_its_own_directory(manager: TenantManager) -> None:

@@ -61,3 +61,29 @@ def test_the_log_scan_names_each_database_holding_an_id_until_the_purge(tmp_path
     finally:
         t.close()
     assert purged == {kept: live[kept], gone: []}
+
+
+def test_a_child_process_scans_as_the_thread_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    t = Tenant.open("t1", tmp_path / "t1", embedding_dim=4)
+    try:
+        kept, gone = (
+            o.event_id
+            for o in t.submit_append(
+                [NewEvent(kind="turn", ts=1_000_000 + i, text=f"Zelda {i}") for i in range(2)]
+            ).result()
+        )
+        t.submit_delete([gone]).result()
+        t.keyword.flush()
+        needles = ["zelda", "nobody", kept, gone]
+
+        def both() -> tuple[dict[str, list[str]], dict[str, list[str]]]:
+            return t.snapshot_read(lambda r: scan.tenant_holding(t.root, r, needles, [kept, gone]))
+
+        here = both()
+        monkeypatch.setattr(scan.apart, "APART_FROM_RECORDS", 0)  # a large tenant's way
+        assert both() == here
+        assert here[0]["nobody"] == [] and here[0]["zelda"] and here[1][gone] == ["tombstones"]
+    finally:
+        t.close()

@@ -52,7 +52,7 @@ def append(log: EventLog, *events: NewEvent) -> list[AppendResult]:
 
 def keys(log: EventLog, db: str) -> list[bytes]:
     """Every key of one named database."""
-    with log.env.begin() as txn:
+    with log.environment() as env, env.begin() as txn:
         return [bytes(k) for k in txn.cursor(db=log.dbs[db]).iternext(values=False)]
 
 
@@ -118,7 +118,8 @@ def test_meta_records_schema_dimension_and_projection_watermarks(tmp_path: Path)
 
 
 def test_environment_is_durable_by_default(log: EventLog) -> None:
-    flags = log.env.flags()
+    with log.environment() as env:
+        flags = env.flags()
     assert flags["sync"] and flags["metasync"]
 
 
@@ -422,7 +423,7 @@ def test_map_grows_instead_of_failing(tmp_path: Path, monkeypatch: pytest.Monkey
     ids = [
         r.event_id for _ in range(10) for r in append(log, *(event(text=text) for _ in range(10)))
     ]
-    assert log.env.info()["map_size"] > 256 << 10
+    assert log.map_size() > 256 << 10
     with log.reader() as r:
         assert r.count() == 100
         assert all(r.get(i).text == text for i in ids)  # type: ignore[union-attr]

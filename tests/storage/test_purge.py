@@ -3,8 +3,12 @@ directory, writes during a purge kept, failures and crashes leaving a tenant tha
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import os
 import random
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -20,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from storage import files
-from storage.erasure import swap
+from storage.erasure import apart, swap
 from storage.erasure.compact import rewrite, sync_delta
 from storage.erasure.purge import PurgeStats
 from storage.index.keyword import KeywordDoc, KeywordIndex
@@ -44,6 +48,9 @@ from tests.support.erasure import (
     text_of,
     text_patterns,
 )
+from tests.support.wait import wait_until
+
+REPO = Path(__file__).resolve().parents[2]
 
 # -- the forensic scan -----------------------------------------------------------------------
 
@@ -74,10 +81,21 @@ def rng() -> random.Random:
     return random.Random(20261130)
 
 
+@pytest.fixture(params=["thread", "child"])
+def copier(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Where the purge copies the log: on its own thread, or (whatever the tenant's size) in a
+    child process as a large tenant's is (storage/erasure/apart.py)."""
+    if request.param == "child":
+        monkeypatch.setattr(apart, "APART_FROM_RECORDS", 0)
+    return str(request.param)
+
+
 # -- the forensic test -----------------------------------------------------------------------
 
 
-def test_purge_leaves_no_byte_of_the_victim(tmp_path: Path, rng: random.Random) -> None:
+def test_purge_leaves_no_byte_of_the_victim(
+    tmp_path: Path, rng: random.Random, copier: str
+) -> None:
     root = tmp_path / "t1"
     t = Tenant.open("t1", root, embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(20)])
@@ -242,7 +260,7 @@ def test_a_vector_file_it_cannot_read_is_saved_anew(tmp_path: Path, rng: random.
 # -- writes during a purge ---------------------------------------------------------------------
 
 
-def test_writes_during_the_purge_are_kept(tmp_path: Path, rng: random.Random) -> None:
+def test_writes_during_the_purge_are_kept(tmp_path: Path, rng: random.Random, copier: str) -> None:
     t = Tenant.open("t1", tmp_path / "t1", embedding_dim=DIM)
     ids = append(t, [neighbour(rng, i) for i in range(200)])
     early = last_tokens(t, ids[:10])
@@ -435,6 +453,67 @@ def test_after_a_purge_a_reopen_replays_nothing(tmp_path: Path, rng: random.Rand
 
 class Boom(Exception):
     """A failure injected at one step of a purge."""
+
+
+def test_a_full_disk_in_the_copying_child_is_a_full_disk_here(
+    tmp_path: Path, rng: random.Random, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(apart, "APART_FROM_RECORDS", 0)
+    monkeypatch.setenv("MEMSPINE_FAILPOINTS", "purge.copy=enospc")  # armed in the child only
+    root = tmp_path / "t1"
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(40)])
+    t.submit_delete(ids[:3]).result()
+    with pytest.raises(OSError) as failed:
+        t.purge()
+    assert failed.value.errno == errno.ENOSPC  # what storage/space.py recognises as a full disk
+    assert not (root / swap.STAGING).exists() and sorted(t.log.tombstones()) == sorted(ids[:3])
+    monkeypatch.delenv("MEMSPINE_FAILPOINTS")
+    assert t.purge().purged == 3
+    t.close()
+
+
+def test_a_kill_9_mid_copy_ends_the_copying_child_and_the_purge_is_redone(
+    tmp_path: Path, rng: random.Random
+) -> None:
+    root, gates = tmp_path / "t1", tmp_path / "gates"
+    gates.mkdir()
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    ids = append(t, [neighbour(rng, i) for i in range(40)])
+    t.submit_delete(ids[:3]).result()
+    t.close()
+    purging = (
+        "import sys; from pathlib import Path; from storage.erasure import apart; "
+        "apart.APART_FROM_RECORDS = 0; from storage.tenants.tenant import Tenant; "
+        f"Tenant.open('t1', Path(sys.argv[1]), embedding_dim={DIM}).purge()"
+    )
+    env = {**os.environ, "MEMSPINE_FAILPOINTS": "purge.copy=pause"}
+    env["MEMSPINE_FAILPOINT_GATES"] = str(gates)  # the child stops in its copy, at purge.copy
+    parent = subprocess.Popen([sys.executable, "-c", purging, str(root)], env=env, cwd=REPO)
+    try:
+        wait_until(lambda: (gates / "purge.copy.reached").exists(), "the child copying")
+        children = Path(f"/proc/{parent.pid}/task/{parent.pid}/children").read_text().split()
+        [child] = [int(c) for c in children]
+    finally:
+        parent.kill()
+        parent.wait()
+    wait_until(lambda: not _running(child), "the child ended with its parent")
+    assert (root / swap.STAGING).exists()  # the copy the kill interrupted
+    t = Tenant.open("t1", root, embedding_dim=DIM)
+    assert not (root / swap.STAGING).exists()  # discarded by the open (swap.recover)
+    assert sorted(t.log.tombstones()) == sorted(ids[:3])
+    assert t.purge().purged == 3
+    check_tenant(t, ids[3:], {})
+    t.close()
+
+
+def _running(pid: int) -> bool:
+    """Whether a process exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except FileNotFoundError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
 
 
 @pytest.mark.parametrize("at", ["copied", "indexed", "synced", "vectors", "fsynced"])

@@ -11,7 +11,7 @@ import pytest
 
 from storage.model import AppendResult, NewEvent
 from storage.read.dates import DAY_PAD_US, DAY_US, windows
-from storage.read.focus import understand
+from storage.read.focus import embedded_question, understand
 from storage.read.recall import RecallQuery, RecallResult, recall, validate
 from storage.read.speakers import candidates, people
 from storage.tenants.tenant import Tenant
@@ -165,6 +165,24 @@ def people_tenant(tenant: Tenant) -> Tenant:
 def test_people_the_tenant_has_seen(people_tenant: Tenant, text: str, found: list[Any]) -> None:
     with people_tenant.log.reader() as r:
         assert people(r, text) == found
+
+
+@pytest.mark.parametrize(
+    ("text", "embedded"),
+    [
+        ("What did Will say about the trip?", "What did   say about the trip?"),
+        ("What did Will and Grace's son do?", "What did   and   son do?"),
+        ("What do we know about Mo?", "What do we know about  ?"),  # a data subject
+        ("What did Bob say in Paris?", "What did Bob say in Paris?"),  # not seen: kept
+        ("What will grace do?", "What will grace do?"),  # a word, not a name
+        ("Grace?", "Grace?"),  # nothing else: the text as asked
+    ],
+)
+def test_the_server_embeds_the_question_less_the_people_it_names(
+    people_tenant: Tenant, text: str, embedded: str
+) -> None:
+    with people_tenant.log.reader() as r:
+        assert embedded_question(r, text, None) == embedded
 
 
 def test_a_month_taken_by_a_date_is_no_name(tenant: Tenant) -> None:

@@ -9,8 +9,10 @@ from collections.abc import Iterator
 from concurrent.futures import Future
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+from storage.embedders.base import QueryCache
 from storage.errors import Unavailable
 from storage.model import NewEvent
 from storage.read.recall import RecallQuery
@@ -116,4 +118,51 @@ def test_without_an_embedder_every_step_is_a_no_op(tmp_path: Path) -> None:
             assert policy.answers_at_once(t, RecallQuery(text="okapis", k=1))
             assert len(policy.recall(t, RecallQuery(text="okapis", k=1)).hits) == 1
     finally:
+        manager.close_all()
+
+
+class QueryRecorder(CountingEmbedder):
+    """The counting embedder with a real query LRU, recording each query text it embeds."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embedded: list[str] = []
+        self.queries = QueryCache()
+
+    def embed_query(self, text: str) -> np.ndarray:
+        """A query's vector, from the LRU when it has it; the texts embedded are recorded."""
+        return self.queries.get(text, self._embed)
+
+    def _embed(self, text: str) -> np.ndarray:
+        self.embedded.append(text)
+        return super().embed_query(text)
+
+
+def test_the_question_is_embedded_less_the_people_it_names(tmp_path: Path) -> None:
+    embedder = QueryRecorder()
+    worker = EmbeddingWorker(embedder, default_dim=4, linger=0.0)
+    manager = TenantManager(tmp_path, embedding_dim=4, embedding=worker)
+    policy = ServerVectors(worker)
+    try:
+        worker.start()
+        with manager.use("t") as t:
+            said = NewEvent(
+                kind="turn",
+                ts=T0,
+                text="Nate: I fed the turtles",
+                properties_raw=b'{"speaker":"Nate"}',
+            )
+            t.submit_append([said]).result(10)
+            asked = RecallQuery(text="What does Nate feed his turtles?", k=1)
+            assert not policy.answers_at_once(t, asked)
+            result = policy.recall(t, asked, wait_for_vectors=True)
+            assert [h.event.text for h in result.hits] == ["Nate: I fed the turtles"]
+            assert embedder.embedded == ["What does   feed his turtles?"]
+            # The LRU holds the text embedded: the same question is answered at once.
+            assert policy.answers_at_once(t, asked)
+            # The keyword arm still reads the name: the text as asked finds the turn alone.
+            assert policy.recall(t, RecallQuery(text="Nate", k=1)).hits
+            assert embedder.embedded[-1] == "Nate"  # nothing else: the text as asked
+    finally:
+        worker.stop()
         manager.close_all()

@@ -73,7 +73,8 @@ def vectors_for(t: Tenant) -> tuple[list[StoredVector], int]:
 
 def commits(t: Tenant) -> int:
     """LMDB write transactions committed in the tenant's log so far."""
-    return int(t.log.env.info()["last_txnid"])
+    with t.log.environment() as env:
+        return int(env.info()["last_txnid"])
 
 
 @contextmanager
