@@ -35,7 +35,7 @@ from storage import (
 )
 from storage import MAX_PURPOSE_BYTES as MAX_PURPOSE_BYTES  # the routes' docs name them
 from storage import PURPOSE_HEADER as PURPOSE_HEADER
-from storage.errors import InvalidRequest, Unavailable
+from storage.errors import DiskFull, InvalidRequest, Unavailable
 
 BACKLOG_WAIT_SECS = 10.0
 DAY_US = 86_400_000_000
@@ -46,6 +46,10 @@ BACKLOG_FULL = (
     "because it could not be recorded; retry shortly"
 )
 NOT_RECORDED = "this read could not be recorded (the disk is full); nothing was answered"
+HELD_FULL = (
+    "the disk is full and this tenant's read records held in memory reached their bound: this "
+    "read was not answered because it could not be recorded; retry once space is freed"
+)
 
 
 class Reader(NamedTuple):
@@ -170,6 +174,8 @@ class ReadAudit:
             try:
                 return w.submit(tenant_id, root, read)
             except Backlogged:
+                if w.stuck(tenant_id):  # held for a full disk: no wait would help
+                    raise DiskFull(HELD_FULL) from None
                 if time.monotonic() > deadline or w.failing is not None:
                     raise Unavailable(BACKLOG_FULL, headers={"Retry-After": "5"}) from None
                 await asyncio.sleep(POLL_SECS)

@@ -8,11 +8,15 @@ tenant, then asks the tenant's node to take the records: that node reads this on
 chaining after it the records it made since the switch (storage/readlog/logfile.py's
 take_carried). Only then is the copy erased; a failure keeps it, and the sweep tries again.
 The chain on the new node so starts with the old node's, byte for byte: every head the old
-node recorded in the control plane is a head of it, and verify passes there.
+node recorded in the control plane is a head of it, and verify passes there. From the move's
+first copy until then the new node keeps a note that the records are still to come (the
+target's pull, memspine/routes/move.py; removed here once they are in and their head recorded),
+and verify there says the move is in progress instead of judging a chain not yet whole.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 import httpx
@@ -20,8 +24,10 @@ import msgspec
 
 from memspine.cluster import NodeGate
 from memspine.engine import Engine
-from storage import ReadLogCorrupt, reads_path
+from storage import ReadLogCorrupt, carried_in, reads_path
 from storage.errors import Unavailable
+
+log = logging.getLogger("memspine.readmove")
 
 FLUSH_SECS = 30.0
 TIMEOUT = httpx.Timeout(connect=10.0, read=300.0, write=60.0, pool=10.0)
@@ -60,7 +66,9 @@ def node_url(gate: NodeGate, node: str) -> str:
 def hand_over(engine: Engine, gate: NodeGate, tenant_id: str, admin_key: str) -> bool:
     """Blocking, with the tenant held closed: write what the writer holds of the tenant and
     have its node take the records; False if there is nothing to hand (no read log, or the
-    tenant is not on another node). Unavailable if the other node did not take them."""
+    tenant is not on another node). Unavailable if the other node did not take them. With no
+    read log here the node is still told, so it stops awaiting them (a failure to tell it
+    keeps nothing: it only leaves its verify saying the move is in progress)."""
     placement = gate.control.placement(tenant_id)
     if placement is None or placement.node in (None, gate.node):
         return False
@@ -68,8 +76,23 @@ def hand_over(engine: Engine, gate: NodeGate, tenant_id: str, admin_key: str) ->
     reads.flush().result(FLUSH_SECS)
     reads.forget(tenant_id)
     if not reads_path(engine.manager.path_of(tenant_id)).exists():
+        try:
+            _ask_to_take(gate, placement.node, tenant_id, admin_key)
+        except Unavailable as exc:
+            log.warning(
+                "tenant %s: node %s not told it has no read records to await: %s",
+                tenant_id,
+                placement.node,
+                exc,
+            )
         return False
-    url = node_url(gate, placement.node)
+    _ask_to_take(gate, placement.node, tenant_id, admin_key)
+    return True
+
+
+def _ask_to_take(gate: NodeGate, node: str, tenant_id: str, admin_key: str) -> None:
+    """Ask the tenant's node to take its read records from this one (POST …/reads)."""
+    url = node_url(gate, node)
     headers = {"Authorization": f"Bearer {admin_key}"}
     try:
         r = httpx.post(
@@ -79,12 +102,11 @@ def hand_over(engine: Engine, gate: NodeGate, tenant_id: str, admin_key: str) ->
             timeout=TIMEOUT,
         )
     except httpx.HTTPError as exc:
-        raise Unavailable(f"node {placement.node} cannot be reached: {exc}") from None
+        raise Unavailable(f"node {node} cannot be reached: {exc}") from None
     if r.status_code != 200:
         raise Unavailable(
-            f"node {placement.node} did not take the read records ({r.status_code} {r.text[:200]})"
+            f"node {node} did not take the read records ({r.status_code} {r.text[:200]})"
         )
-    return True
 
 
 def take(engine: Engine, gate: NodeGate, tenant_id: str, source: str, admin_key: str) -> Taken:
@@ -100,10 +122,14 @@ def take(engine: Engine, gate: NodeGate, tenant_id: str, source: str, admin_key:
         raise Unavailable(f"node {source} refused its read records ({r.status_code})")
     root: Path = engine.manager.path_of(tenant_id)
     if not r.content:
+        carried_in(root)
         return Taken(tenant_id, 0)
     try:
         mark = engine.reads.writer.carry(tenant_id, root, r.content).result(FLUSH_SECS)
     except ReadLogCorrupt as exc:
         raise Unavailable(f"the read log node {source} sent does not parse: {exc}") from None
     engine.reads.writer.flush().result(FLUSH_SECS)  # the new head replaces the old node's
+    # Only now: a verify between the carry and the flush would judge the whole chain against
+    # the head before it, and call a chain tampered that is not.
+    carried_in(root)
     return Taken(tenant_id, mark.seq)

@@ -19,6 +19,7 @@ from memspine_admin.command import (
     EXIT_ABORTED,
     EXIT_ERROR,
     EXIT_OK,
+    EXIT_PENDING,
     EXIT_USAGE,
     actor,
     control_url,
@@ -351,10 +352,10 @@ def cmd_audit_verify(args: argparse.Namespace) -> int:
     with _open(args) as db:
         verdict = verify_reads(args.data_dir, db, args.tenant_id)
     out = verdict._asdict()
-    human = (
-        f"tenant {args.tenant_id}: " + ("intact: " if verdict.ok else "BROKEN: ") + verdict.detail
-    )
-    _emit(args, out, human)
+    said = "intact: " if verdict.ok else "MOVE IN PROGRESS: " if verdict.pending else "BROKEN: "
+    _emit(args, out, f"tenant {args.tenant_id}: {said}{verdict.detail}")
+    if verdict.pending:
+        return EXIT_PENDING
     return EXIT_OK if verdict.ok else EXIT_ERROR
 
 

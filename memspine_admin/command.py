@@ -16,6 +16,7 @@ import msgspec
 from memspine_admin.plane import ControlPlane, open_control
 
 EXIT_OK, EXIT_ERROR, EXIT_USAGE, EXIT_ABORTED = 0, 1, 2, 3
+EXIT_PENDING = 4  # `audit verify`: not judged yet (a move's hand-over of the records pending)
 
 
 def actor() -> str:

@@ -159,6 +159,8 @@ if TYPE_CHECKING:
     from storage.readlog import Read as Read
     from storage.readlog import ReadLogCorrupt as ReadLogCorrupt
     from storage.readlog import ReadLogWriter as ReadLogWriter
+    from storage.readlog import await_carried as await_carried
+    from storage.readlog import carried_in as carried_in
     from storage.readlog import check_purpose_text as check_purpose_text
     from storage.readlog import first_ts as first_ts
     from storage.readlog import read_bytes as read_bytes
@@ -335,6 +337,8 @@ HOMES: dict[str, str] = {
     "READS_JOURNAL": "storage.readlog",
     "ReadLogCorrupt": "storage.readlog",
     "check_purpose_text": "storage.readlog",
+    "await_carried": "storage.readlog",
+    "carried_in": "storage.readlog",
     "reads_path": "storage.readlog",
     "records_of": "storage.readlog",
     "whole_bytes": "storage.readlog",
@@ -442,6 +446,8 @@ __all__ = [
     "Withheld",
     "apply_changes",
     "available",
+    "await_carried",
+    "carried_in",
     "changes",
     "changes_lines",
     "check_embedder_kind",

@@ -43,6 +43,8 @@ POINTS = frozenset(
         "purge.copy",  # storage/erasure/compact.py: the purge's copy of the log written, before its sync
         "retention.journal",  # storage/tenants/runs.py: a retention batch's ids, before the journal write
         "reads.append",  # storage/readlog/logfile.py: read records, before their write
+        "reads.sync",  # storage/readlog/logfile.py: a read log's fdatasync (after an append)
+        "reads.journal",  # storage/readlog/journal.py: a round's entries, before their write
         "delete.held",  # storage/read/retention.py: a delete on the writer, before its holds are read
     }
 )

@@ -15,6 +15,9 @@ VECTORS = "vectors.hnsw"  # the saved HNSW graph (storage/index/vecfile.py)
 LIVE_SUFFIX = ".live.npy"  # beside a saved graph, its live labels (storage/index/vecfile.py)
 VECTORS_LIVE = VECTORS + LIVE_SUFFIX
 READS = "reads.log"  # who read which events (storage/readlog/format.py); never event content
+# A move's target: the read records of the node the tenant left are still to be handed over
+# (memspine/readmove.py); until then `audit verify` says so rather than judge the chain.
+READS_AWAITED = "reads.awaited"
 STORES = (LOG, KEYWORD, VECTORS, VECTORS_LIVE)
 # Temp files of a vector save a crash interrupted: old vectors, possibly of purged events.
 STALE = (VECTORS + TMP_SUFFIX, VECTORS_LIVE + TMP_SUFFIX)

@@ -30,6 +30,7 @@ from storage import (
     MEDIA_TYPE,
     Tenant,
     apply_changes,
+    await_carried,
     import_tenant,
     is_tenant_id,
     receipts_of_tenant,
@@ -270,6 +271,8 @@ def _pull_from(
                         f"(DELETE {path} here)"
                     )
                 events = import_tenant(data_dir, tenant_id, body).events
+                # Its read log follows once the source erases its copy (memspine/readmove.py).
+                await_carried(data_dir / tenant_id)
             else:
                 with manager.use(tenant_id) as t:
                     events = apply_changes(t, body)

@@ -27,6 +27,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import NamedTuple
 
+from storage import failpoints
 from storage.fsync import fdatasync_fd
 from storage.readlog.format import HEADER_BYTES
 
@@ -100,6 +101,7 @@ class Journal:
         data = b"".join(encode(e) for e in round_entries)
         size = os.fstat(self._fd).st_size
         try:
+            failpoints.hit("reads.journal")
             written = os.write(self._fd, data)
             while written < len(data):
                 written += os.write(self._fd, data[written:])

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import BinaryIO, NamedTuple
 
 from storage import failpoints
-from storage.files import READS
+from storage.files import READS, READS_AWAITED
 from storage.fsync import fdatasync_fd, fsync_dir, replace_durably
 from storage.ids import id_bytes
 from storage.readlog.format import (
@@ -44,6 +44,23 @@ class Mark(NamedTuple):
 def reads_path(root: Path) -> Path:
     """The read log of the tenant whose directory is `root`."""
     return Path(root) / READS
+
+
+def await_carried(root: Path) -> None:
+    """Note that the tenant's read log from the node it is moving from is still to come."""
+    path = Path(root) / READS_AWAITED
+    path.touch()
+    fsync_dir(path.parent)
+
+
+def awaits_carried(root: Path) -> bool:
+    """Whether a move's hand-over of the tenant's read log is still to come here."""
+    return (Path(root) / READS_AWAITED).exists()
+
+
+def carried_in(root: Path) -> None:
+    """The hand-over is done (or there was nothing to hand): its note goes."""
+    (Path(root) / READS_AWAITED).unlink(missing_ok=True)
 
 
 def read_bytes(root: Path) -> int:
@@ -124,10 +141,12 @@ def _recover(fd: int, path: Path, size: int) -> Tail:
 
 
 class Written(NamedTuple):
-    """An append's bytes and the file offset they start at."""
+    """An append's bytes, the file offset they start at and the chain's tail before them."""
 
     offset: int
     data: bytes
+    before: Mark
+    before_ts: int
 
 
 class Appender:
@@ -209,7 +228,7 @@ class Appender:
             raise
         finally:
             os.close(fd)
-        done = Written(self.size, data)
+        done = Written(self.size, data, Mark(self.seq, self.hash), self.ts)
         self.seq, self.hash, self.ts, self.size = seq, value, ts, self.size + len(data)
         if sync:
             self.synced = self.size
@@ -228,10 +247,33 @@ class Appender:
             return
         try:
             if os.fstat(fd).st_ino == self.inode:
+                failpoints.hit("reads.sync")
                 fdatasync_fd(fd)
         finally:
             os.close(fd)
         self.synced = max(self.synced, size)
+
+    def take_back(self, w: Written) -> bool:
+        """Undo the last append, never made durable (its round's sync failed): its bytes cut
+        off the file, the tail as before it, so the same records can be appended again with
+        the same links. False if that cannot be done (another process appended after them, or
+        the file was replaced): they stay where they are."""
+        if self.size != w.offset + len(w.data) or self.synced > w.offset:
+            return False
+        try:
+            fd = os.open(self.path, os.O_RDWR)
+        except FileNotFoundError:
+            return False
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            st = os.fstat(fd)
+            if st.st_ino != self.inode or st.st_size != self.size:
+                return False
+            os.ftruncate(fd, w.offset)
+        finally:
+            os.close(fd)
+        self.seq, self.hash, self.ts, self.size = w.before.seq, w.before.hash, w.before_ts, w.offset
+        return True
 
     def sync(self) -> None:
         """Make everything written durable, and leave the tail beside the log (the writer's

@@ -12,6 +12,13 @@ and per tenant, so one tenant's reads never fill another's room: `submit` raises
 and the caller waits or refuses. Every `head_interval` the heads of the chains that moved are
 handed to `on_head` (the control plane keeps them); a retention cut runs here too, between
 commits, so nothing else ever holds the file.
+
+On a full disk, buffered, a tenant's records that could not be made durable (their append
+refused, or the round's journal and the log's own sync both refused, the append then cut off
+again) go back to the head of its queue, still counted in the bounds, and are tried again
+after RETRY_FIRST_SECS, doubling to RETRY_MAX_SECS (a job, such as `flush`, tries at once);
+while they are held, `stuck` names the tenant, so its reads past the bound are refused at once
+rather than after a wait. Durable, the read waiting for them is refused instead.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ MAX_PENDING = 50_000  # weight (records, and 1 per 16 event ids) held for all te
 MAX_PENDING_PER_TENANT = 10_000
 IDLE_CLOSE_SECS = 60.0  # a tenant's file is closed after this long without a record
 MAX_OPEN = 256  # files held open at most (the least recently written closes first)
+RETRY_FIRST_SECS = 0.25  # a full disk: held records tried again after this, doubling
+RETRY_MAX_SECS = 2.0
 
 
 class Backlogged(Exception):
@@ -107,6 +116,9 @@ class ReadLogWriter:
         self._checkpointing: threading.Thread | None = None  # a checkpoint's syncs under way
         self._published = time.monotonic()
         self.failing: BaseException | None = None  # the last write failure, until one succeeds
+        # Tenants whose records are held for a full disk: the failure, when to try again, the
+        # delay after that (writer thread; `stuck` reads the keys from request threads).
+        self._stuck: dict[str, tuple[BaseException, float, float]] = {}
 
     def start(self) -> None:
         """Start the thread."""
@@ -136,6 +148,10 @@ class ReadLogWriter:
                 self._cond.notify()
         return done
 
+    def stuck(self, tenant_id: str) -> bool:
+        """Whether the tenant's records are held in memory for a full disk (buffered)."""
+        return tenant_id in self._stuck
+
     @property
     def native_id(self) -> int | None:
         """The writer thread's OS id, once started (bench/readaudit.py reads its CPU time)."""
@@ -146,8 +162,9 @@ class ReadLogWriter:
         return self._weight
 
     def flush(self) -> Future[None]:
-        """A future resolved once every record queued before is written (or failed) and the
-        heads are handed to on_head."""
+        """A future resolved once every record queued before is written (or failed, or held
+        again for a full disk: it is tried at once, not after its back-off) and the heads are
+        handed to on_head."""
         done: Future[None] = Future()
 
         def job() -> None:
@@ -216,6 +233,15 @@ class ReadLogWriter:
             self._checkpointing.join()
         for tenant_id in list(self._files):
             self._close(tenant_id)
+        with self._cond:
+            lost = {t: len(q.items) for t, q in self._queues.items() if q.items}
+        for tenant_id, n in lost.items():  # held for a full disk that was never freed
+            log.error(
+                "tenant %s: %d read records not written at stop: %s",
+                tenant_id,
+                n,
+                self._stuck.get(tenant_id, (self.failing,))[0],
+            )
         if self._journal is not None:
             self._journal.close()  # every log it covers was synced by the closes
             self._journal = None
@@ -243,13 +269,18 @@ class ReadLogWriter:
         with self._cond:
             queues, self._queues = self._queues, {}
             jobs, self._jobs = self._jobs, []
+            at_once = bool(jobs) or self._stopping
+        now = time.monotonic()
         written = []
         for tenant_id, q in queues.items():
+            stuck = self._stuck.get(tenant_id)
+            if stuck is not None and now < stuck[1] and not at_once:
+                self._requeue(tenant_id, q)  # a full disk: not yet time to try again
+                continue
             done = self._write(tenant_id, q)
             if done is not None:
                 written.append(done)
-        self._sync(written)
-        for tenant_id, q, _f, error in written:
+        for tenant_id, q, _f, error in self._sync(written):
             self._settle(tenant_id, q, error)
         for job in jobs:
             try:
@@ -275,35 +306,52 @@ class ReadLogWriter:
                 self._moved[tenant_id] = f.mark()
         except Exception as exc:
             error = exc
+        if error is not None:
+            if self._held_back(tenant_id, q, error):
+                return None  # the file as it was (append cuts off what it wrote): kept open
             self._close(tenant_id)
-        if error is not None and self._held_back(tenant_id, q, error):
-            return None
         appended = (f, written) if f is not None and written is not None else None
         return _Done(tenant_id, q, appended, error)
 
-    def _sync(self, written: list[_Done]) -> None:
+    def _sync(self, written: list[_Done]) -> list[_Done]:
         """Make the round's unsynced appends durable: one journal commit, or (the journal
-        failing) each log's own fdatasync."""
+        failing) each log's own fdatasync; an append neither made durable is cut off its log
+        again (storage/readlog/logfile.py's take_back) and, on a full disk in buffered mode,
+        its records held. What is left to settle."""
         if self._journal is None:
-            return
-        pending = [(i, d.appended) for i, d in enumerate(written) if d.appended is not None]
+            return written
+        pending = [d.appended for d in written if d.appended is not None]
         if not pending:
-            return
-        entries = [
-            Entry(str(f.path), f.inode, f.header, w.offset, w.data) for _i, (f, w) in pending
-        ]
+            return written
+        entries = [Entry(str(f.path), f.inode, f.header, w.offset, w.data) for f, w in pending]
         try:
             self._journal.commit(entries)
-            return
+            return written
         except Exception as exc:
             log.warning("read-log journal not written (%s): syncing each log", exc)
-        for i, (f, _w) in pending:
-            try:
-                f.sync()
-            except Exception as exc:
-                d = written[i]
-                written[i] = d._replace(error=exc)
-                self._close(d.tenant_id)
+        out = []
+        for d in written:
+            left = self._sync_one(d) if d.appended is not None else d
+            if left is not None:
+                out.append(left)
+        return out
+
+    def _sync_one(self, d: _Done) -> _Done | None:
+        """One log's own fdatasync, the journal having failed; None if its records were held."""
+        assert d.appended is not None
+        f, w = d.appended
+        try:
+            f.sync()
+            return d
+        except Exception as exc:
+            error: BaseException = exc
+        if f.take_back(w):  # the tail as before: the same records go again, same links
+            self._moved[d.tenant_id] = w.before
+            if self._held_back(d.tenant_id, d.q, error):
+                return None
+        else:
+            self._close(d.tenant_id)
+        return d._replace(error=error)
 
     def _held_back(self, tenant_id: str, q: _Queue, error: BaseException) -> bool:
         """On a full disk in buffered mode the records go back (before anything queued
@@ -311,19 +359,36 @@ class ReadLogWriter:
         if self.durable or not names_full_disk(error):
             return False
         self.failing = error
-        with self._cond:  # held, in order, before anything queued meanwhile
+        before = self._stuck.get(tenant_id)
+        delay = RETRY_FIRST_SECS if before is None else min(before[2] * 2, RETRY_MAX_SECS)
+        self._stuck[tenant_id] = (error, time.monotonic() + delay, delay)
+        if before is None:
+            log.error(
+                "tenant %s: %d read records held in memory, the disk is full: %s",
+                tenant_id,
+                len(q.items),
+                error,
+            )
+        self._requeue(tenant_id, q)
+        return True
+
+    def _requeue(self, tenant_id: str, q: _Queue) -> None:
+        """Put records taken for a round back, in order, before anything queued meanwhile."""
+        with self._cond:
             later = self._queues.get(tenant_id)
             if later is not None:
                 q.items.extend(later.items)
                 q.weight += later.weight
             self._queues[tenant_id] = q
-        return True
 
     def _settle(self, tenant_id: str, q: _Queue, error: BaseException | None) -> None:
         """The records are written (or failed): free their room, answer their futures."""
         if error is None:
             self.failing = None
+            if self._stuck.pop(tenant_id, None) is not None:
+                log.warning("tenant %s: read records written again, the disk has room", tenant_id)
         else:
+            self._stuck.pop(tenant_id, None)
             self.failing = error
             log.error("tenant %s: %d read records not written: %s", tenant_id, len(q.items), error)
         with self._cond:

@@ -27,7 +27,7 @@ from memspine_admin.control_pg import PgControl
 from memspine_admin.move import Mover
 from memspine_admin.pgserver import PrivatePostgres
 from storage import receipts
-from storage.errors import Conflict
+from storage.errors import Conflict, MemspineError
 from tests.support.servers import ServerProcess
 
 ADMIN_KEY = "admin-key-for-the-move-test"
@@ -270,3 +270,73 @@ def test_a_move_carries_the_tenants_read_records_and_the_chain_verifies_there(
         verdict = verify_reads(b.data_dir, db, tid)
         assert verdict.ok and verdict.checked == 4, verdict
     assert not (a.data_dir / tid).exists()
+
+
+def test_verify_during_a_moves_hand_over_says_move_in_progress_then_intact(nodes: Any) -> None:
+    """The source dies between the switch and its copy's erase, so its read records are not
+    handed over: verify on the new node says the move is in progress (exit 4), not tampered;
+    the source back, its leftover sweep hands them over and the chain verifies whole."""
+    import signal
+    import subprocess
+    import sys
+
+    from memspine_admin.readaudit import verify_reads
+    from storage.readlog import awaits_carried, records
+    from tests.support.wait import wait_until
+
+    a, b = nodes["servers"]["a"], nodes["servers"]["b"]
+    tid, key = _tenant_on_a(nodes, "window")
+    auth = {"Authorization": f"Bearer {key}"}
+    with httpx.Client(base_url=a.url, headers=auth, timeout=60) as ca:
+        made = ca.post("/v1/memory/event", json=_event("the window")).json()["event_id"]
+        for i in range(3):
+            r = ca.get(f"/v1/memory/event/{made}", headers={"Memspine-Purpose": f"a{i}"})
+            assert r.status_code == 200
+    wait_until(lambda: len(list(records(a.data_dir / tid))) == 3, "node-a's records written")
+
+    def kill_source_first(request: httpx.Request) -> None:
+        if request.method == "DELETE" and str(request.url).startswith(a.url):
+            a.stop(signal.SIGKILL)  # the erase, and so the hand-over, never happens
+
+    def client(url: str, admin_key: str) -> httpx.Client:
+        return httpx.Client(
+            base_url=url,
+            headers={"Authorization": f"Bearer {admin_key}"},
+            timeout=60,
+            event_hooks={"request": [kill_source_first]},
+        )
+
+    try:
+        with PgControl.open(nodes["url"]) as db:
+            with pytest.raises(MemspineError):
+                Mover(db, ADMIN_KEY, say=lambda _line: None, client=client).move(tid, "node-b")
+            with httpx.Client(base_url=b.url, headers=auth, timeout=60) as cb:
+                r = cb.get(f"/v1/memory/event/{made}", headers={"Memspine-Purpose": "b"})
+                assert r.status_code == 200
+            wait_until(lambda: len(list(records(b.data_dir / tid))) == 1, "node-b's record")
+            assert awaits_carried(b.data_dir / tid)
+            verdict = verify_reads(b.data_dir, db, tid)
+            assert (verdict.ok, verdict.pending, verdict.bad_seq) == (False, True, None), verdict
+            env = {k: v for k, v in os.environ.items() if not k.startswith("MEMSPINE_")}
+            env.update({"MEMSPINE_DATA_DIR": str(b.data_dir), "MEMSPINE_CONTROL_URL": nodes["url"]})
+            cli = subprocess.run(
+                [sys.executable, "-m", "memspine_admin.cli", "audit", "verify", tid],
+                env=env,
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert cli.returncode == 4, cli.stdout + cli.stderr
+            assert "MOVE IN PROGRESS" in cli.stdout and "BROKEN" not in cli.stdout
+            a.start()  # its leftover sweep hands the records over, then erases its copy
+            wait_until(
+                lambda: not (a.data_dir / tid).exists() and not awaits_carried(b.data_dir / tid),
+                "node-a's read records handed over",
+            )
+            found = [f.read for f in records(b.data_dir / tid)]
+            assert [x.purpose for x in found] == ["a0", "a1", "a2", "b"]
+            verdict = verify_reads(b.data_dir, db, tid)
+            assert verdict.ok and not verdict.pending and verdict.checked == 4, verdict
+    finally:
+        if a.proc is None:
+            a.start()

@@ -9,7 +9,6 @@ fast, and held by the test while the backlog builds up."""
 
 from __future__ import annotations
 
-import errno
 import os
 import random
 import re
@@ -23,7 +22,7 @@ import httpx
 import numpy as np
 import pytest
 
-from tests.support.disk_full import check_refusal, listed_ids, recall_ids
+from tests.support.disk_full import check_refusal, fill_disk, listed_ids, recall_ids
 from tests.support.endpoint import Endpoint, fake_vector
 from tests.support.servers import ServerProcess
 from tests.support.wait import wait_until
@@ -80,20 +79,6 @@ def check_refused(c: httpx.Client) -> None:
     event may still fit in pages LMDB freed before the disk filled)."""
     events = [{"kind": "note", "ts": T0 + i, "text": text(i)} for i in range(10_000, 10_200)]
     check_refusal(c.post("/v1/memory/events", json={"events": events}))
-
-
-def fill_disk(where: Path) -> Path:
-    """A file that takes every byte the filesystem has left (freed by deleting it)."""
-    filler = where / "filler"
-    chunk = 1 << 20
-    with open(filler, "wb", buffering=0) as f:
-        while chunk >= 4096:
-            try:
-                f.write(b"\xff" * chunk)
-            except OSError as exc:
-                assert exc.errno == errno.ENOSPC, exc
-                chunk //= 4
-    return filler
 
 
 def metric(c: httpx.Client, pattern: str) -> float:

@@ -1,6 +1,7 @@
 """Read audit with real processes: kill -9 under read load in each mode, restart, the chain
 verified by `memspine-admin audit verify` (and found broken once a record is edited); MCP over
-Streamable HTTP and the embedded stdio bridge leave their records."""
+Streamable HTTP and the embedded stdio bridge leave their records; a real full disk (a small
+tmpfs, tests/support/disk_full.py) in each mode."""
 
 from __future__ import annotations
 
@@ -21,11 +22,14 @@ from mcp import Client
 from mcp.client.streamable_http import streamable_http_client
 
 from memspine_admin.control import ControlDB
+from memspine_admin.readaudit import verify_reads
 from storage.readlog import records
 from storage.readlog.format import HEADER_BYTES, decode_header, frames
 from storage.readlog.logfile import reads_path
+from tests.support.disk_full import check_refusal, fill_disk
 from tests.support.mcp_calls import stdio
 from tests.support.servers import ServerProcess, cheap_hasher
+from tests.support.wait import wait_until
 
 ADMIN = Path(sys.executable).parent / "memspine-admin"
 READERS = 6
@@ -271,3 +275,119 @@ def test_cli_exports_beside_a_running_server_leave_records_in_its_chain(tmp_path
     assert sorted(cli[1].event_ids) == sorted([*mine, other["event_id"]])
     verdict = admin(data_dir, "audit", "verify", keys["tenant"])
     assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+
+
+def _read(c: httpx.Client, n: int, ids: list[str]) -> httpx.Response:
+    """A GET of one event or a recall by vector, by turns (keyword recall may be refused while
+    its index cannot commit on the full disk, docs/operations.md)."""
+    if n % 2:
+        return c.post("/v1/memory/recall", json={"embedding": [0.5, 0.5, 0.5, 0.5], "k": 8})
+    return c.get(f"/v1/memory/event/{ids[n % len(ids)]}")
+
+
+def _answered_ids(r: httpx.Response) -> list[str]:
+    body = r.json()
+    return [h["event_id"] for h in body["hits"]] if "hits" in body else [body["event_id"]]
+
+
+def _full_disk_server(small_fs: Path, tmp_path: Path, mode: str) -> tuple[Any, ...]:
+    """A server on the small filesystem with a tenant of a few events and reads recorded
+    (its read log made), then the filesystem filled: (server, keys, event ids, filler)."""
+    data_dir = small_fs / "data"
+    keys = issue(data_dir)
+    server = ServerProcess(data_dir, {"MEMSPINE_READ_AUDIT": mode})
+    server.log_path = tmp_path / "server.log"
+    server.start()
+    with server.client(keys["rw"]) as c:
+        ids = [
+            c.post(
+                "/v1/memory/event",
+                json={"kind": "note", "text": f"parcel {i}", "embedding": [0.5, 0.5, 0.5, i]},
+            ).json()["event_id"]
+            for i in range(8)
+        ]
+        assert c.get(f"/v1/memory/event/{ids[0]}").status_code == 200
+        assert _read(c, 1, ids).status_code == 200
+    wait_until(lambda: len(recorded(data_dir, keys["tenant"])) == 2, "the first records written")
+    return server, keys, ids, fill_disk(small_fs)
+
+
+def test_a_full_disk_in_buffered_mode_holds_the_records_until_space_returns(
+    small_fs: Path, tmp_path: Path
+) -> None:
+    """Reads go on while the disk is full, their records held in memory; once space is freed
+    every answered read has its record, the chain verifies, and both still hold after a
+    restart."""
+    server, keys, ids, filler = _full_disk_server(small_fs, tmp_path, "buffered")
+    data_dir, tenant = server.data_dir, keys["tenant"]
+    answered: dict[str, list[str]] = {}
+    try:
+        with server.client(keys["rw"]) as c:
+            for n in range(120):  # far more than the log's last page holds
+                r = _read(c, n, ids)
+                assert r.status_code == 200, (r.status_code, r.text)
+                answered[r.headers["x-request-id"]] = _answered_ids(r)
+            # The disk is full: the log cannot have grown past its last page.
+            assert len(recorded(data_dir, tenant)) < len(answered)
+            filler.unlink()
+            wait_until(
+                lambda: set(answered) <= set(recorded(data_dir, tenant)),
+                "every answered read recorded once space returned",
+            )
+            r = _read(c, 0, ids)
+            answered[r.headers["x-request-id"]] = _answered_ids(r)
+        server.stop()
+        found = recorded(data_dir, tenant)
+        assert all(found[rid] == got for rid, got in answered.items())
+        with ControlDB.open(data_dir) as db:
+            assert verify_reads(data_dir, db, tenant).ok
+        server.start()
+        with server.client(keys["rw"]) as c:
+            r = _read(c, 1, ids)
+            answered[r.headers["x-request-id"]] = _answered_ids(r)
+        server.stop()
+        found = recorded(data_dir, tenant)
+        assert all(found[rid] == got for rid, got in answered.items())
+        verdict = admin(data_dir, "audit", "verify", tenant)
+        assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+        assert "read records held in memory, the disk is full" in server.log_path.read_text()
+    finally:
+        server.stop()
+
+
+def test_a_full_disk_in_durable_mode_refuses_reads_it_cannot_record(
+    small_fs: Path, tmp_path: Path
+) -> None:
+    """Durable: once the log cannot grow, reads are refused with 503 and Retry-After (the API's
+    error shape); every read answered has its record, and reads are answered again once space
+    is freed."""
+    server, keys, ids, filler = _full_disk_server(small_fs, tmp_path, "durable")
+    data_dir, tenant = server.data_dir, keys["tenant"]
+    answered: dict[str, list[str]] = {}
+    refused = []
+    try:
+        with server.client(keys["rw"]) as c:
+            for n in range(400):
+                r = _read(c, n, ids)
+                if r.status_code == 200:
+                    answered[r.headers["x-request-id"]] = _answered_ids(r)
+                    assert r.headers["x-request-id"] in recorded(data_dir, tenant)
+                else:
+                    check_refusal(r)
+                    refused.append(r)
+                    if len(refused) >= 5:
+                        break
+            assert len(refused) == 5, "the read log never filled the disk"
+            filler.unlink()
+            for n in range(4):
+                r = _read(c, n, ids)
+                assert r.status_code == 200, (r.status_code, r.text)
+                answered[r.headers["x-request-id"]] = _answered_ids(r)
+        found = recorded(data_dir, tenant)
+        assert all(found[rid] == got for rid, got in answered.items())
+        assert not {r.headers["x-request-id"] for r in refused} & set(found)
+        server.stop()
+        verdict = admin(data_dir, "audit", "verify", tenant)
+        assert verdict.returncode == 0, verdict.stdout + verdict.stderr
+    finally:
+        server.stop()

@@ -23,7 +23,8 @@ from memspine_admin.readaudit import verify_reads
 from memspine_admin.records import ReadMark
 from storage import failpoints
 from storage.errors import DiskFull, Unavailable
-from storage.readlog import records, verify
+from storage.readlog import READS_JOURNAL, records, verify
+from tests.support.disk_full import fill_disk
 from tests.support.servers import AppTransport, InProcessServer, cheap_hasher
 
 ADMIN_KEY = "an-admin-key-of-some-length"
@@ -421,6 +422,43 @@ def test_a_full_disk_refuses_durable_reads_and_holds_buffered_records_up_to_a_bo
         failpoints.disarm_all()
         buffered.close()
     assert len(list(records(root))) == 2 + held  # every record held was written, in order
+    assert verify(root, None, None).ok
+
+
+def test_on_a_real_full_disk_buffered_records_are_held_to_the_bound_then_refused(
+    small_fs: Path,
+) -> None:
+    """A small tmpfs filled for real (tests/support/disk_full.py), the round journal on it as
+    the server has it: records are held in memory up to the tenant's bound, then reads are
+    refused as a full disk (503, Retry-After); freed, every record held is written, in order."""
+    root = small_fs / "t"
+    root.mkdir()
+    reader = Reader("AbCdEfGhIjKl", "http", "/v1/memory/recall", "r1", None)
+
+    async def read(audit: ReadAudit) -> None:
+        await audit.record("t", reader, [str(uuid.uuid4())])
+
+    audit = ReadAudit(
+        "buffered", lambda _t: root, max_pending_per_tenant=20, journal=small_fs / READS_JOURNAL
+    )
+    try:
+        anyio.run(read, audit)
+        audit.writer.flush().result(30)  # the log made
+        filler = fill_disk(small_fs)
+        answered = 1
+        with pytest.raises(DiskFull) as refused:  # the log's last page fills, then 20 held
+            for _ in range(10_000):
+                anyio.run(read, audit)
+                answered += 1
+        assert refused.value.status == 503 and refused.value.headers["Retry-After"].isdigit()
+        assert "disk is full" in refused.value.detail
+        assert audit.writer.stuck("t") and audit.writer.pending() == 20
+        filler.unlink()
+        audit.writer.flush().result(30)
+        assert not audit.writer.stuck("t") and audit.writer.pending() == 0
+    finally:
+        audit.close()
+    assert len(list(records(root))) == answered
     assert verify(root, None, None).ok
 
 

@@ -283,6 +283,40 @@ def test_a_carried_log_takes_the_place_of_the_new_nodes_and_its_own_records_foll
     assert take_carried(fresh, carried) == old_head
 
 
+def test_verify_on_a_moves_target_before_the_hand_over_says_pending_not_broken(
+    tmp_path: Path,
+) -> None:
+    """Between a move's switch and the hand-over, the new node's log holds only its own
+    records while the control plane's head is the old node's (or its own, soon stale): verify
+    says the move is in progress, still catching an edited record there; once the carried log
+    is in and the note gone, it verifies against the new head."""
+    from storage.readlog import await_carried, carried_in
+    from storage.readlog.logfile import take_carried, whole_bytes
+
+    old, new = tmp_path / "old", tmp_path / "new"
+    old.mkdir()
+    new.mkdir()
+    old_head = write(old, [a_read(n) for n in range(1, 5)])
+    await_carried(new)
+    write(new, [a_read(n) for n in range(10, 12)])
+    for head in (old_head, None):
+        v = verify(new, head, None)
+        assert (v.ok, v.pending, v.bad_seq, v.checked) == (False, True, None, 2), v
+        assert "hand-over is pending" in v.detail
+    assert not verify(old, old_head, None).pending  # the old node's copy: judged as ever
+    _rewrite(new, lambda framed: [framed[0][:-1] + bytes([framed[0][-1] ^ 1]), *framed[1:]])
+    v = verify(new, old_head, None)
+    assert (v.ok, v.pending, v.bad_seq) == (False, False, 2), v  # broken is still broken
+    _rewrite(new, lambda framed: [framed[0][:-1] + bytes([framed[0][-1] ^ 1]), *framed[1:]])
+    carried = whole_bytes(old)
+    assert carried is not None
+    head = take_carried(new, carried)
+    assert verify(new, head, None).pending  # until the new head is recorded and the note goes
+    carried_in(new)
+    v = verify(new, head, None)
+    assert v.ok and not v.pending and v.checked == 6, v
+
+
 def test_the_round_journal_writes_again_what_a_crash_took_from_the_logs(tmp_path: Path) -> None:
     """A round's records are synced in the journal, not yet in their logs: a crash that loses
     a log's tail (or leaves zeros where it was) loses nothing, as the next writer writes the
@@ -326,3 +360,50 @@ def test_the_round_journal_writes_again_what_a_crash_took_from_the_logs(tmp_path
     assert len(list(records(roots["a"]))) == 7
     again.stop()
     assert not (tmp_path / JOURNAL).exists()  # all synced: nothing to write again
+
+
+@pytest.mark.parametrize("durable", [False, True])
+def test_a_round_whose_journal_and_log_syncs_both_fail_is_taken_back_and_held(
+    tmp_path: Path, durable: bool
+) -> None:
+    """The journal and the log's own fdatasync both refused for want of room: the round's bytes
+    are cut off the log again, so nothing unsynced stays behind a head. Buffered, its records
+    are held in memory (the tenant `stuck`) and written, same links, once the syncs succeed;
+    durable, the reads waiting for them are refused."""
+    from storage import failpoints
+
+    root = tmp_path / "t"
+    root.mkdir()
+    heads: dict[str, Mark] = {}
+    w = ReadLogWriter(durable=durable, on_head=heads.__setitem__, journal=tmp_path / JOURNAL)
+    try:
+        first = [a_read(n) for n in range(1, 4)]
+        for r in first:
+            w.submit("t", root, r)
+        w.flush().result(10)
+        size = reads_path(root).stat().st_size
+        failpoints.arm("reads.journal", "enospc")
+        failpoints.arm("reads.sync", "enospc")
+        held = [a_read(n) for n in range(4, 7)]
+        futures = [w.submit("t", root, r) for r in held]
+        w.flush().result(10)  # a round: written, neither synced, taken back
+        assert reads_path(root).stat().st_size == size
+        assert heads["t"].seq == 3  # no head past what the file holds
+        if durable:
+            for f in futures:
+                assert f is not None
+                with pytest.raises(OSError):
+                    f.result(10)
+            assert not w.stuck("t") and w.pending() == 0
+        else:
+            assert w.stuck("t") and w.pending() == 3
+        failpoints.disarm_all()
+        w.flush().result(10)
+        assert not w.stuck("t") and w.pending() == 0
+        kept = first if durable else first + held
+        assert [f.read for f in records(root)] == kept
+        assert heads["t"].seq == len(kept)
+        assert verify(root, heads["t"], None).ok
+    finally:
+        failpoints.disarm_all()
+        w.stop()

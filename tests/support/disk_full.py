@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import errno
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +42,20 @@ def check_refusal(r: httpx.Response) -> None:
     answer = r.json()
     assert answer["error"] == "unavailable"
     assert "disk is full" in answer["detail"]
+
+
+def fill_disk(where: Path) -> Path:
+    """A file that takes every byte the filesystem has left (freed by deleting it)."""
+    filler = where / "filler"
+    chunk = 1 << 20
+    with open(filler, "wb", buffering=0) as f:
+        while chunk >= 4096:
+            try:
+                f.write(b"\xff" * chunk)
+            except OSError as exc:
+                assert exc.errno == errno.ENOSPC, exc
+                chunk //= 4
+    return filler
 
 
 @contextlib.contextmanager
