@@ -28,6 +28,7 @@ from memspine_admin.move import Mover
 from memspine_admin.pgserver import PrivatePostgres
 from storage import receipts
 from storage.errors import Conflict, MemspineError
+from tests.support.erasure import scan
 from tests.support.servers import ServerProcess
 
 ADMIN_KEY = "admin-key-for-the-move-test"
@@ -39,16 +40,7 @@ def _event(text: str, **more: Any) -> dict[str, Any]:
 
 
 def _bytes_anywhere(root: Path, needle: bytes) -> list[str]:
-    found = []
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            path = Path(dirpath) / name
-            try:
-                if needle in path.read_bytes():
-                    found.append(str(path))
-            except OSError:
-                pass
-    return found
+    return scan(root, {"needle": needle}).get("needle", [])
 
 
 @pytest.fixture(scope="module")

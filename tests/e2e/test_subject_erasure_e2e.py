@@ -77,16 +77,8 @@ CANARIES = {"name": NAME.encode(), "email": EMAIL.encode(), "order": ORDER.encod
 
 def canaries_in(root: Path) -> dict[str, list[str]]:
     """Where under root a canary (text, any case, or the vector in any encoding) is found."""
-    found: dict[str, list[str]] = {}
-    lowered = {k: v.lower() for k, v in CANARIES.items()}
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            path = Path(dirpath) / name
-            data = path.read_bytes()
-            low = data.lower()
-            for label, needle in lowered.items():
-                if needle in low:
-                    found.setdefault(label, []).append(str(path.relative_to(root)))
+    # scan, not a walk of its own: a Tantivy temp file may go between the listing and the read
+    found = scan(root, {k: v.lower() for k, v in CANARIES.items()}, any_case=True)
     for label, paths in scan(root, embedding_patterns(VECTOR)).items():
         found.setdefault(f"vector {label}", []).extend(paths)
     return found

@@ -15,6 +15,7 @@ import pytest
 
 from storage import receipts
 from tests.support.auth import ADMIN_KEY, Issued, admin_cli
+from tests.support.erasure import scan
 from tests.support.servers import InProcessServer, cheap_hasher
 
 NAME, EMAIL, ORDER = "Zelda Quarrington", "zelda.q@example.org", "ORD-77123-XQ"
@@ -139,7 +140,7 @@ def test_the_real_run_erases_in_one_purge_and_answers_a_signed_receipt(
     # nothing of her left in any file under the data directory
     assert held(app.data_dir, [NAME, EMAIL, ORDER]) == {}
     # the ids, as text, only in the receipt (the log keeps them raw in its erasure ledger)
-    receipt_file = str(app.data_dir / receipts.DIR / "shop" / f"{out['receipt_id']}.json")
+    receipt_file = str(Path(receipts.DIR, "shop", f"{out['receipt_id']}.json"))
     assert held(app.data_dir, sorted(gone)) == {e: [receipt_file] for e in gone}
     assert not vector_held(app.data_dir, CANARY_VECTOR)
     key_file = app.data_dir / receipts.DIR / receipts.KEY_FILE
@@ -219,26 +220,14 @@ def test_the_admin_route_erases_across_tenants(tmp_path: Path) -> None:
 
 
 def held(root: Path, needles: list[str]) -> dict[str, list[str]]:
-    """Which files under root hold which needles (ASCII case ignored)."""
-    found: dict[str, list[str]] = {}
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            data = (Path(dirpath) / name).read_bytes().lower()
-            for needle in needles:
-                if needle.lower().encode() in data:
-                    found.setdefault(needle, []).append(str(Path(dirpath) / name))
-    return found
+    """Which files under root (relative paths) hold which needles (ASCII case ignored)."""
+    return scan(root, {n: n.lower().encode() for n in needles}, any_case=True)
 
 
 def vector_held(root: Path, vector: list[float]) -> bool:
     """Whether a file under root holds the vector as float32s or float64s (either order)."""
-    forms = [struct.pack(f"{o}{len(vector)}{t}", *vector) for o in "<>" for t in "fd"]
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            data = (Path(dirpath) / name).read_bytes()
-            if any(form in data for form in forms):
-                return True
-    return False
+    forms = {f"{o}{t}": struct.pack(f"{o}{len(vector)}{t}", *vector) for o in "<>" for t in "fd"}
+    return bool(scan(root, forms))
 
 
 def test_a_subject_with_a_space_travels_percent_encoded(client: httpx.Client) -> None:

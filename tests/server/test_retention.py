@@ -6,7 +6,6 @@ holds that stop every deletion until lifted, and what GET /v1/admin/tenants/{id}
 from __future__ import annotations
 
 import base64
-import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from memspine_admin.records import now_us
 from storage import receipts
 from storage.tenants.runs import JOURNAL, RUNS, Journal
 from tests.support.control import CHEAP_HASHER as CHEAP
+from tests.support.erasure import scan
 
 
 def receipts_key(data: Path) -> bytes:
@@ -130,17 +130,10 @@ def srv(tmp_path: Path) -> Iterator[Server]:
     yield from _serve(tmp_path, None)
 
 
-def scan(root: Path, needles: list[bytes]) -> list[str]:
+def held(root: Path, needles: list[bytes]) -> list[str]:
     """Files under root holding any of the needles."""
-    found = []
-    for dirpath, _dirs, names in os.walk(root):
-        for name in names:
-            try:
-                data = Path(dirpath, name).read_bytes()
-            except FileNotFoundError:  # a Tantivy temp file gone since the listing
-                continue
-            found += [f"{name}: {n!r}" for n in needles if n in data]
-    return found
+    found = scan(root, {n.decode(): n for n in needles})
+    return [f"{path}: {label}" for label, paths in found.items() for path in paths]
 
 
 def test_events_come_due_per_kind_and_leave_the_disk(srv: Server) -> None:
@@ -163,7 +156,7 @@ def test_events_come_due_per_kind_and_leave_the_disk(srv: Server) -> None:
     assert not srv.exists(old_turn)
     assert all(srv.exists(e) for e in (new_turn, fact, note))
     assert srv.sources_of(fact) == []  # the derived fact of a longer window stays, unlinked
-    assert scan(srv.data / srv.tenant_id, [b"Ortolan", b"7731-quince"]) == []
+    assert held(srv.data / srv.tenant_id, [b"Ortolan", b"7731-quince"]) == []
     # The receipt holds ids and counts, never text; it is signed and served like an erasure's.
     listed = srv.client.get("/v1/memory/receipts", headers=srv.key).json()["receipts"]
     assert [(r["type"], r["receipt_id"]) for r in listed] == [("retention", receipt.receipt_id)]

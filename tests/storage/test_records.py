@@ -4,7 +4,6 @@ routes (which render each as its shortest decimal)."""
 
 from __future__ import annotations
 
-import os
 import random
 import struct
 import tracemalloc
@@ -24,6 +23,7 @@ from storage.log.reader import LogReader
 from storage.model import FLOAT32_MAX, AppendResult, NewEvent, StoredEvent
 from storage.read.recall import RecallQuery, RecallResult, recall
 from storage.tenants.tenant import Tenant
+from tests.support.erasure import scan
 
 DIM = 8
 T0 = 1_700_000_000_000_000
@@ -323,16 +323,7 @@ def test_records_written_after_a_reopen_join_the_others(
 
 def on_disk(root: Path, pattern: bytes) -> list[str]:
     """Files under root holding pattern."""
-    found = []
-    for dirpath, _dirs, files in os.walk(root):
-        for name in files:
-            try:
-                data = Path(dirpath, name).read_bytes()
-            except FileNotFoundError:  # a Tantivy temp file gone since the listing holds nothing
-                continue
-            if pattern in data:
-                found.append(name)
-    return found
+    return [Path(p).name for p in scan(root, {"pattern": pattern}).get("pattern", [])]
 
 
 def test_a_purge_keeps_the_layout_and_erases_the_embeddings(

@@ -49,8 +49,9 @@ def text_patterns(text: str, rare: list[str]) -> dict[str, bytes]:
     return patterns
 
 
-def scan(root: Path, patterns: dict[str, bytes]) -> dict[str, list[str]]:
-    """For each pattern, the files under root whose bytes contain it."""
+def scan(root: Path, patterns: dict[str, bytes], *, any_case: bool = False) -> dict[str, list[str]]:
+    """For each pattern, the files under root whose bytes contain it (in any ASCII case if
+    any_case: the patterns are then lowercase)."""
     found: dict[str, list[str]] = {}
     for dirpath, _dirs, names in os.walk(root):
         for name in names:
@@ -59,6 +60,8 @@ def scan(root: Path, patterns: dict[str, bytes]) -> dict[str, list[str]]:
                 data = path.read_bytes()
             except FileNotFoundError:  # a Tantivy temp file gone since the listing holds nothing
                 continue
+            if any_case:
+                data = data.lower()
             for label, pattern in patterns.items():
                 if pattern in data:
                     found.setdefault(label, []).append(str(path.relative_to(root)))
