@@ -152,6 +152,9 @@ def test_server_rss_stays_bounded_while_cycling_through_more_tenants_than_fit(
     assert value(text, "memspine_open_tenant_part_bytes", part="graph") > opened / 2
     assert value(text, "memspine_open_tenants") <= 5
     # All twelve open would hold about three times the budget; within it, the process holds the
-    # budget plus allocator slack, and no round holds more than the one before it did.
+    # budget plus allocator slack, and once the first round has warmed what a process keeps
+    # (allocator arenas, caches), a round holds no more than the one before it did: a leak of
+    # what a tenant's open and close leave behind would grow every round. (The first round
+    # once grew 8.4 MB and the next 0.08 MB.)
     assert peak - base < BUDGET + (24 << 20), (base, peak, after_round)
-    assert after_round[2] < after_round[0] + (8 << 20), after_round
+    assert after_round[2] < after_round[1] + (4 << 20), after_round
