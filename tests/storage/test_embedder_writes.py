@@ -139,7 +139,10 @@ from storage.embedders.local import LocalEmbedder
 def nices():
     out = {}
     for tid in os.listdir("/proc/self/task"):
-        stat = open(f"/proc/self/task/{tid}/stat").read()
+        try:
+            stat = open(f"/proc/self/task/{tid}/stat").read()
+        except FileNotFoundError:  # a thread that ended since the listing holds no priority
+            continue
         out[tid] = int(stat[stat.rindex(")") + 2 :].split()[16])
     return out
 
