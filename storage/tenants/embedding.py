@@ -116,6 +116,7 @@ class EmbeddingWorker:
         self._queue: OrderedDict[str, None] = OrderedDict()  # tenants with work, in turn
         self._since: dict[str, float] = {}  # tenant with work -> when its linger started
         self._hurried: set[str] = set()  # tenants a recall waits for: no linger
+        self._noticed: dict[str, int] = {}  # open tenant -> lists taken in (see notice)
         self._stopping = False
         self._retry_at = 0.0  # monotonic time before which a failed embedder is not asked
         self._delay = RETRY_FIRST_SECS
@@ -167,23 +168,40 @@ class EmbeddingWorker:
         """A tenant closes: its work stays in its log for the next open."""
         with self._cond:
             self._forget(tenant.tenant_id)
+            self._noticed.pop(tenant.tenant_id, None)
             if self._kept is not None and self._kept.tenant_id == tenant.tenant_id:
                 self._kept = None  # made again from the log when the tenant next opens
             self._cond.notify_all()
 
     def notice(self, tenant: Tenant) -> None:
         """A tenant's list may have changed (an append, a delete, an import, an open)."""
-        count = tenant.unembedded_count()
-        with self._cond:
-            if count and tenant.tenant_id not in self.keyword_only:
-                self._pending[tenant.tenant_id] = count
-                if tenant.tenant_id not in self._queue:
-                    self._since[tenant.tenant_id] = time.monotonic()
-                self._queue.setdefault(tenant.tenant_id, None)
-            else:
-                self._forget(tenant.tenant_id)
-            self._written += 1
-            self._cond.notify_all()
+        tenant_id = tenant.tenant_id
+        while True:
+            # The count is read outside the lock (a log read), so two notices may read it in one
+            # order and take it in in the other: the worker's, read just before an append
+            # committed, would forget the tenant after the append's own notice listed it, and
+            # the new event would wait for the tenant's next change. A notice that another took
+            # in meanwhile reads the count again.
+            with self._cond:
+                seen = self._noticed.get(tenant_id, 0)
+            count = tenant.unembedded_count()
+            with self._cond:
+                if self._noticed.get(tenant_id, 0) == seen:
+                    self._noticed[tenant_id] = seen + 1
+                    self._take_in(tenant_id, count)
+                    return
+
+    def _take_in(self, tenant_id: str, count: int) -> None:
+        """A tenant's list holds `count` events now (under _cond)."""
+        if count and tenant_id not in self.keyword_only:
+            self._pending[tenant_id] = count
+            if tenant_id not in self._queue:
+                self._since[tenant_id] = time.monotonic()
+            self._queue.setdefault(tenant_id, None)
+        else:
+            self._forget(tenant_id)
+        self._written += 1
+        self._cond.notify_all()
 
     def hurry(self, tenant_id: str) -> None:
         """A recall waits for the tenant's vectors: its next batch is taken without a linger."""

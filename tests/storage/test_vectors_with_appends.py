@@ -314,6 +314,49 @@ def test_a_lingering_job_waits_for_one_that_does_not_to_share_its_batch() -> Non
         writer.stop()
 
 
+def test_a_notice_that_read_its_count_before_an_append_keeps_the_append_listed(
+    tmp_path: Path,
+) -> None:
+    """The worker's own notice after a batch reads the count, then an append commits and its
+    notice lists the tenant, then the worker's takes its stale count in: the tenant must stay
+    listed (it was forgotten, and the new event waited for the tenant's next change)."""
+    worker = EmbeddingWorker(CountingEmbedder(), default_dim=4, linger=60.0)  # not started
+    manager = TenantManager(tmp_path, embedding_dim=4, embedding=worker)
+    read, go_on = threading.Event(), threading.Event()
+    with manager.use("t") as t:
+
+        class ReadEarly:
+            """The tenant, its first count read before the append and handed over after it."""
+
+            tenant_id = t.tenant_id
+            reads = 0
+
+            def unembedded_count(self) -> int:
+                self.reads += 1
+                count = t.unembedded_count()
+                if self.reads == 1:
+                    read.set()
+                    go_on.wait(60)
+                return count
+
+        early = ReadEarly()
+        notice = threading.Thread(target=worker.notice, args=(early,))
+        notice.start()
+        assert read.wait(60)
+        t.submit_append([ev(0)]).result()
+        wait_until(lambda: worker.pending() == 1)  # the append's own notice listed it
+        go_on.set()
+        notice.join(60)
+        assert early.reads == 2  # the count was read again, not taken in stale
+        assert worker.pending() == 1
+        worker.hurry("t")  # a recall waiting for the vector finds the tenant listed
+        worker.start()
+        try:
+            wait_until(lambda: t.unembedded_count() == 0)
+        finally:
+            worker.stop()
+
+
 def test_the_worker_lingers_on_a_small_backlog_unless_a_recall_hurries_it(
     tmp_path: Path,
 ) -> None:
